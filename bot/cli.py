@@ -1,0 +1,197 @@
+"""The `genbot` command.
+
+  genbot serve                      start the service (embedded defaults need no config)
+  genbot check-config               validate the configuration and say where it came from
+  genbot db upgrade                 apply pending schema migrations
+  genbot queue status|pause|resume|cancel
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import logging
+import sys
+import time
+
+from storage import config as cfg
+from storage.db import Database, DatabaseError
+from storage.queue import Priority, Status, open_queue
+
+PRIORITIES = [p.name.lower() for p in Priority]
+
+
+def _actor() -> str:
+    return f"cli:{getpass.getuser()}"
+
+
+def _load(args) -> cfg.Config:
+    return cfg.load(args.config)
+
+
+# --- commands -------------------------------------------------------------------------
+
+def cmd_serve(args) -> int:
+    from bot.service import serve
+    config = _load(args)
+    logging.basicConfig(level=config.service.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(config))
+    return 0
+
+
+def cmd_check_config(args) -> int:
+    config = _load(args)
+    print(f"config OK ({config.source})")
+    print(f"  database: {Database(config.database_url).display_url}")
+    print(f"  data dir: {config.data_dir}")
+    print(f"  listen:   http://{config.service.host}:{config.service.port}")
+    return 0
+
+
+def cmd_db_upgrade(args) -> int:
+    config = _load(args)
+
+    async def run() -> list[str]:
+        db = Database(config.database_url, pool_size=config.database.pool_size)
+        await db.open(migrate=False)
+        try:
+            return await db.upgrade()
+        finally:
+            await db.close()
+
+    applied = asyncio.run(run())
+    if applied:
+        print("applied: " + ", ".join(applied))
+    else:
+        print("database schema is up to date")
+    return 0
+
+
+def _queue_command(func):
+    def run(args) -> int:
+        config = _load(args)
+
+        async def inner():
+            queue = await open_queue(config)
+            try:
+                return await func(queue, args)
+            finally:
+                await queue.close()
+
+        return asyncio.run(inner())
+    return run
+
+
+def _fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "unknown (no finished job yet)"
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+@_queue_command
+async def cmd_queue_status(queue, args) -> int:
+    state = await queue.state()
+    if state["paused"]:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(state["changed_at"] or 0))
+        print(f"queue: PAUSED by {state['changed_by'] or '?'} at {when} "
+              "(nothing new starts; `genbot queue resume`)")
+    else:
+        print("queue: accepting and running jobs")
+    counts = await queue.counts()
+    print(f"{'':10}" + "".join(f"{p:>8}" for p in PRIORITIES) + f"{'total':>8}")
+    for status in Status:
+        row = counts[status.value]
+        print(f"{status.value:10}" + "".join(f"{row.get(p, 0):>8}" for p in PRIORITIES)
+              + f"{sum(row.values()):>8}")
+    queued = sum(counts["queued"].values())
+    avg = await queue.average_duration()
+    print(f"average job: {_fmt_seconds(avg)}")
+    if queued:
+        print(f"queue drained in: {_fmt_seconds(await queue.eta(queued - 1))}")
+    return 0
+
+
+@_queue_command
+async def cmd_queue_pause(queue, args) -> int:
+    changed = await queue.pause(_actor())
+    print("paused: running jobs finish, nothing new starts" if changed else "already paused")
+    return 0
+
+
+@_queue_command
+async def cmd_queue_resume(queue, args) -> int:
+    changed = await queue.resume(_actor())
+    print("resumed" if changed else "was not paused")
+    return 0
+
+
+@_queue_command
+async def cmd_queue_cancel(queue, args) -> int:
+    result = await queue.cancel(job=args.job, batch=args.batch, submitter=args.submitter,
+                                everything=args.all or False, by=_actor())
+    print(f"canceled {len(result.ended)} queued job(s); asked {len(result.asked)} running "
+          "job(s) to stop")
+    return 0
+
+
+# --- parser ---------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS,
+                        help="config file (default: $GENBOT_CONFIG, else ./config.toml, "
+                             "else built-in defaults)")
+    parser = argparse.ArgumentParser(prog="genbot", parents=[common],
+                                     description="Chat-driven batch image generation.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("serve", parents=[common], help="start the service").set_defaults(func=cmd_serve)
+    sub.add_parser("check-config", parents=[common],
+                   help="validate the configuration").set_defaults(func=cmd_check_config)
+
+    db = sub.add_parser("db", help="database schema").add_subparsers(dest="db", required=True,
+                                                                     metavar="ACTION")
+    db.add_parser("upgrade", parents=[common],
+                  help="apply pending migrations").set_defaults(func=cmd_db_upgrade)
+
+    queue = sub.add_parser("queue", help="inspect and control the job queue").add_subparsers(
+        dest="queue", required=True, metavar="ACTION")
+    queue.add_parser("status", parents=[common],
+                     help="counts by status and priority, ETA").set_defaults(func=cmd_queue_status)
+    queue.add_parser("pause", parents=[common],
+                     help="stop starting jobs (persists)").set_defaults(func=cmd_queue_pause)
+    queue.add_parser("resume", parents=[common], help="start jobs again").set_defaults(
+        func=cmd_queue_resume)
+    cancel = queue.add_parser("cancel", parents=[common], help="cancel jobs")
+    which = cancel.add_mutually_exclusive_group(required=True)
+    which.add_argument("--job", type=int, metavar="ID")
+    which.add_argument("--batch", type=int, metavar="ID")
+    which.add_argument("--submitter", metavar="PLATFORM:USER")
+    which.add_argument("--all", action="store_true", default=None)
+    cancel.set_defaults(func=cmd_queue_cancel)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.config = getattr(args, "config", None)
+    try:
+        return args.func(args)
+    except cfg.ConfigError as e:
+        print(f"genbot: {e}", file=sys.stderr)
+        return 2
+    except DatabaseError as e:
+        print(f"genbot: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""`genbot serve`: the long-running service process.
+
+One aiohttp app. For now it hosts /healthz over the queue; the chat platforms,
+the API, the dashboard and the supervised executor are added to this same app
+and process as they arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+
+from storage.config import Config
+from storage.queue import Queue, open_queue
+
+log = logging.getLogger("genbot.service")
+QUEUE = web.AppKey("queue", Queue)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    queue = request.app[QUEUE]
+    counts = await queue.counts()
+    return web.json_response({
+        "status": "ok",
+        "paused": await queue.paused(),
+        "queued": sum(counts["queued"].values()),
+        "running": sum(counts["running"].values()),
+    })
+
+
+def build_app(queue: Queue) -> web.Application:
+    app = web.Application()
+    app[QUEUE] = queue
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
+    """Run until SIGINT/SIGTERM."""
+    queue = await open_queue(config)
+    runner = web.AppRunner(build_app(queue), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.service.host, config.service.port)
+    try:
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        await queue.close()
+        raise SystemExit(f"genbot: cannot listen on {config.service.host}:{config.service.port}: "
+                         f"{e.strerror or e}") from None
+    log.info("genbot serving on http://%s:%s (database %s, config %s)", config.service.host,
+             config.service.port, queue.db.display_url, config.source)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        log.info("genbot stopping")
+        await runner.cleanup()
+        await queue.close()

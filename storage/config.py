@@ -1,0 +1,284 @@
+"""genbot's configuration: one schema, read from TOML and the environment, checked whole at start-up.
+
+Every key is declared once, here, with its default and the reason it exists.
+`config.example.toml` is rendered from these declarations (a test keeps the two
+identical), so the documentation cannot drift from the code.
+
+A bad file stops start-up with one line naming the file, the key and what was
+expected; nothing starts half-configured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "GENBOT_"
+CONFIG_ENV = "GENBOT_CONFIG"
+DEFAULT_FILE = "config.toml"
+
+
+class ConfigError(Exception):
+    """A configuration problem, already phrased for the person who wrote the file."""
+
+
+def key(default: Any, why: str, *, min: float | None = None, max: float | None = None,
+        choices: tuple[str, ...] | None = None, secret: bool = False,
+        expected: str | None = None) -> Any:
+    """Declare a config key: its default, a one-line why, and what values are valid."""
+    meta = {"why": why, "min": min, "max": max, "choices": choices, "secret": secret,
+            "expected": expected}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """The service process: where it listens and where it keeps its files."""
+
+    host: str = key("127.0.0.1", "Bind address of the HTTP service; 0.0.0.0 accepts other hosts.")
+    port: int = key(8080, "Port of the HTTP service (chat callbacks, API, dashboard, /healthz).",
+                    min=1, max=65535)
+    data_dir: str = key("./data", "SQLite database, outputs and wake-up sockets live here "
+                        "(relative to the config file's folder).")
+    log_level: str = key("info", "How much the service logs.",
+                         choices=("debug", "info", "warning", "error"))
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    """Where the queue lives. SQLite for one host; PostgreSQL when executors on many hosts share it."""
+
+    url: str = key("", "Empty: SQLite at data_dir/genbot.sqlite3. Or sqlite:///path/file.sqlite3, "
+                   "or postgres://user:password@host:5432/db (env GENBOT_DATABASE_URL).",
+                   secret=True)
+    pool_size: int = key(10, "PostgreSQL connections per process.", min=2, max=200)
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """The job queue: how much it accepts, how jobs are paced, leased and retried."""
+
+    max_queue_size: int = key(10_000, "Queued+running jobs allowed; a submission that would exceed "
+                              "it is refused whole, never truncated.", min=1, max=10_000_000)
+    batch_delay: float = key(0.0, "Seconds the executor rests between jobs (lets a hot GPU cool; "
+                             "0.5-2 s on consumer cards).", min=0, max=3600)
+    parallel_runs: int = key(1, "Jobs one executor runs at once. Only 1 is valid: models stay "
+                             "resident on its GPU; add executors (one per GPU) to run more.",
+                             min=1, max=1,
+                             expected="1 — one executor runs one job at a time so its models "
+                             "stay resident on its GPU; to run more jobs at once start one more "
+                             "executor per GPU (`genbot worker`)")
+    auto_save: bool = key(True, "Keep every finished image in the output folder; false deletes "
+                          "each image once it has been delivered.")
+    lease_seconds: float = key(60.0, "A claimed job belongs to its executor this long without a "
+                               "heartbeat; then another executor may take it over.",
+                               min=2, max=86_400)
+    heartbeat_seconds: float = key(10.0, "How often a running executor renews its lease "
+                                   "(less than half of lease_seconds).", min=0.1, max=43_200)
+    max_attempts: int = key(3, "Runs a job gets (crashes and retryable errors count); then it "
+                            "fails with its last error.", min=1, max=100)
+    retry_backoff: float = key(10.0, "Seconds before the first retry of a failed job; doubles "
+                               "with each further attempt.", min=0, max=86_400)
+    retry_backoff_max: float = key(600.0, "Longest wait between retries, in seconds.",
+                                   min=0, max=604_800)
+    poll_interval: float = key(5.0, "Fallback polling of an idle executor, in seconds; new work "
+                               "normally wakes it at once.", min=0.05, max=3600)
+
+
+@dataclass(frozen=True)
+class Config:
+    service: ServiceConfig = field(default_factory=ServiceConfig)
+    database: DatabaseConfig = field(default_factory=DatabaseConfig)
+    queue: QueueConfig = field(default_factory=QueueConfig)
+    # Where the values came from, for messages; the folder relative paths are resolved against.
+    source: str = field(default="built-in defaults", metadata={"internal": True})
+    base_dir: str = field(default=".", metadata={"internal": True})
+
+    @property
+    def data_dir(self) -> Path:
+        return (Path(self.base_dir) / self.service.data_dir).resolve()
+
+    @property
+    def database_url(self) -> str:
+        return self.database.url or f"sqlite:///{self.data_dir / 'genbot.sqlite3'}"
+
+
+def sections() -> dict[str, type]:
+    """Section name -> its dataclass, in file order."""
+    return {f.name: f.default_factory for f in dataclasses.fields(Config)
+            if not f.metadata.get("internal")}
+
+
+def _expected(f: dataclasses.Field) -> str:
+    m = f.metadata
+    if m["expected"]:
+        return m["expected"]
+    kind = _type_of(f)
+    if m["choices"]:
+        return "one of " + ", ".join(f'"{c}"' for c in m["choices"])
+    noun = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]
+    if m["min"] is not None and m["max"] is not None:
+        return f"{noun} from {_num(m['min'])} to {_num(m['max'])}"
+    if m["min"] is not None:
+        return f"{noun} of at least {_num(m['min'])}"
+    return noun
+
+
+def _num(x: float) -> str:
+    return f"{x:g}" if isinstance(x, float) else f"{x}"
+
+
+def _type_of(f: dataclasses.Field) -> type:
+    return {"int": int, "float": float, "bool": bool, "str": str}[str(f.type)]
+
+
+def _check_value(f: dataclasses.Field, value: Any, where: str) -> Any:
+    kind = _type_of(f)
+    ok = (isinstance(value, bool) if kind is bool
+          else isinstance(value, int) and not isinstance(value, bool) if kind is int
+          else isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
+          else isinstance(value, str))
+    m = f.metadata
+    if ok and kind in (int, float):
+        ok = (m["min"] is None or value >= m["min"]) and (m["max"] is None or value <= m["max"])
+    if ok and m["choices"]:
+        ok = value in m["choices"]
+    if not ok:
+        shown = "***" if m["secret"] else _toml_value(value) if _tomlable(value) else repr(value)
+        raise ConfigError(f"{where} = {shown}: expected {_expected(f)}")
+    return float(value) if kind is float else value
+
+
+def _tomlable(v: Any) -> bool:
+    return isinstance(v, (bool, int, float, str))
+
+
+def _parse_env(f: dataclasses.Field, raw: str, name: str) -> Any:
+    kind = _type_of(f)
+    try:
+        if kind is bool:
+            low = raw.strip().lower()
+            if low not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return low in ("true", "1", "yes")
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+    except ValueError:
+        shown = "***" if f.metadata["secret"] else repr(raw)
+        raise ConfigError(f"environment {name}={shown}: expected {_expected(f)}") from None
+    return raw
+
+
+def _did_you_mean(word: str, options) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" — did you mean {close[0]}?" if close else ""
+
+
+def locate(cli_path: str | None = None, env: dict[str, str] | None = None) -> Path | None:
+    """The file to read: --config, else $GENBOT_CONFIG, else ./config.toml if present."""
+    env = os.environ if env is None else env
+    for chosen, label in ((cli_path, "--config"), (env.get(CONFIG_ENV), CONFIG_ENV)):
+        if chosen:
+            path = Path(chosen)
+            if not path.is_file():
+                raise ConfigError(f"{path}: config file not found (named by {label})")
+            return path
+    default = Path(DEFAULT_FILE)
+    return default if default.is_file() else None
+
+
+def load(cli_path: str | None = None, env: dict[str, str] | None = None) -> Config:
+    """Read and validate the whole configuration, or raise ConfigError with one line."""
+    env = dict(os.environ if env is None else env)
+    path = locate(cli_path, env)
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: cannot read: {e}") from None
+    return from_dict(data, source=str(path) if path else "built-in defaults",
+                     base_dir=str(path.parent) if path else ".", env=env)
+
+
+def from_dict(data: dict[str, Any], *, source: str = "built-in defaults", base_dir: str = ".",
+              env: dict[str, str] | None = None) -> Config:
+    env = {} if env is None else env
+    known = sections()
+    values: dict[str, Any] = {}
+    for section, body in data.items():
+        if section not in known:
+            raise ConfigError(f"{source}: unknown section [{section}]{_did_you_mean(section, known)}")
+        if not isinstance(body, dict):
+            raise ConfigError(f"{source}: {section} must be a [{section}] table")
+        fields = {f.name: f for f in dataclasses.fields(known[section])}
+        checked = {}
+        for name, value in body.items():
+            if name not in fields:
+                hint = _did_you_mean(name, fields)
+                others = [s for s, cls in known.items() if s != section and
+                          name in {f.name for f in dataclasses.fields(cls)}]
+                if not hint and others:
+                    hint = f" — it belongs in [{others[0]}]"
+                raise ConfigError(f"{source}: unknown key [{section}] {name}{hint}")
+            checked[name] = _check_value(fields[name], value, f"{source}: [{section}] {name}")
+        values[section] = checked
+    for section, cls in known.items():
+        for f in dataclasses.fields(cls):
+            name = f"{ENV_PREFIX}{section}_{f.name}".upper()
+            if name in env:
+                parsed = _parse_env(f, env[name], name)
+                values.setdefault(section, {})[f.name] = _check_value(f, parsed, f"environment {name}")
+    config = Config(**{s: known[s](**values.get(s, {})) for s in known},
+                    source=source, base_dir=base_dir)
+    _check_relations(config)
+    return config
+
+
+def _check_relations(config: Config) -> None:
+    q = config.queue
+    if q.heartbeat_seconds * 2 > q.lease_seconds:
+        raise ConfigError(
+            f"{config.source}: [queue] heartbeat_seconds = {q.heartbeat_seconds:g}: expected at most "
+            f"half of lease_seconds ({q.lease_seconds:g}), so one late heartbeat does not lose the lease")
+    if q.retry_backoff > q.retry_backoff_max:
+        raise ConfigError(
+            f"{config.source}: [queue] retry_backoff = {q.retry_backoff:g}: expected at most "
+            f"retry_backoff_max ({q.retry_backoff_max:g})")
+    url = config.database.url
+    if url and not url.startswith(("sqlite://", "postgres://", "postgresql://")):
+        raise ConfigError(f"{config.source}: [database] url: expected sqlite:///path or "
+                          "postgres://user@host:port/db")
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(v)
+
+
+def render_example() -> str:
+    """config.example.toml, generated from the declarations above."""
+    out = ["# genbot configuration. Every key, its default, and why it exists.",
+           "# Copy to config.toml (or pass --config / set GENBOT_CONFIG). Any key can also",
+           "# come from the environment as GENBOT_<SECTION>_<KEY>, e.g. GENBOT_DATABASE_URL;",
+           "# use that for secrets. Generated from storage/config.py: edit there.", ""]
+    for section, cls in sections().items():
+        out.append(f"# {cls.__doc__.strip()}")
+        out.append(f"[{section}]")
+        for f in dataclasses.fields(cls):
+            out.append(f"# {f.metadata['why']}")
+            out.append(f"{f.name} = {_toml_value(f.default)}")
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,197 @@
+"""Opening the database: SQLite (one host, the default) or PostgreSQL (many hosts).
+
+SQLite runs in WAL with synchronous=FULL, so a committed enqueue survives power
+loss, and with a busy timeout, so several processes on one host can share it.
+Migrations run at open, under a lock, so a service and its workers starting
+together do not race to create the schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import functools
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from tortoise.backends.base.config_generator import expand_db_url
+from tortoise.context import TortoiseContext, _current_context
+from tortoise.migrations.executor import MigrationExecutor, MigrationTarget
+
+APP = "storage"
+APPS = {APP: {"models": ["storage.models"], "default_connection": "default",
+              "migrations": "storage.migrations"}}
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+MIGRATION_LOCK_ID = 0x67656E62  # "genb": PostgreSQL advisory lock key for migrations
+
+
+class DatabaseError(Exception):
+    """The database could not be opened or migrated; the message says why and where."""
+
+
+def tortoise_config(url: str, pool_size: int = 10) -> dict[str, Any]:
+    if url.startswith("sqlite://"):
+        path = sqlite_path(url)
+        # Order matters: busy_timeout first, so switching to WAL waits for other openers.
+        credentials = {"file_path": str(path), "busy_timeout": SQLITE_BUSY_TIMEOUT_MS,
+                       "journal_mode": "WAL", "synchronous": "FULL", "foreign_keys": "ON"}
+        connection = {"engine": "storage.sqlite_client", "credentials": credentials}
+    else:
+        connection = expand_db_url(url.replace("postgresql://", "postgres://", 1))
+        connection["engine"] = "tortoise.backends.asyncpg"
+        connection["credentials"].setdefault("maxsize", pool_size)
+        connection["credentials"].setdefault("minsize", 1)
+    return {"connections": {"default": connection}, "apps": APPS}
+
+
+def sqlite_path(url: str) -> Path:
+    """sqlite:///abs/path, sqlite://relative/path or sqlite://:memory: -> a Path."""
+    return Path(url.removeprefix("sqlite://"))
+
+
+@contextlib.contextmanager
+def _active(ctx: TortoiseContext):
+    """Make `ctx` tortoise's current context for this task.
+
+    TortoiseContext's own `with` keeps one token on the shared context object, which
+    breaks when tasks overlap; a token per use does not.
+    """
+    token = _current_context.set(ctx)
+    try:
+        yield
+    finally:
+        _current_context.reset(token)
+
+
+@functools.lru_cache(maxsize=512)
+def _to_sqlite(sql: str) -> str:
+    # Queue SQL is written once with $1-style parameters; SQLite spells them ?1.
+    return re.sub(r"\$(\d+)", r"?\1", sql)
+
+
+class Database:
+    """One open connection (SQLite) or pool (PostgreSQL) and the SQL helpers the queue uses."""
+
+    def __init__(self, url: str, *, pool_size: int = 10):
+        self.url = url
+        self.dialect = "sqlite" if url.startswith("sqlite://") else "postgres"
+        self.pool_size = pool_size
+        self._ctx: TortoiseContext | None = None
+
+    @property
+    def path(self) -> Path | None:
+        return sqlite_path(self.url) if self.dialect == "sqlite" else None
+
+    @property
+    def client(self):
+        assert self._ctx is not None, "database is not open"
+        return self._ctx.connections.get("default")
+
+    async def open(self, *, migrate: bool = True) -> "Database":
+        if self.dialect == "sqlite":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._ctx = TortoiseContext()
+        try:
+            with _active(self._ctx):  # tortoise resolves connections through it
+                await self._ctx.init(config=tortoise_config(self.url, self.pool_size))
+            await self.fetch("SELECT 1")
+            if migrate:
+                await self.upgrade()
+        except Exception as e:
+            await self.close()
+            if isinstance(e, DatabaseError):
+                raise
+            raise DatabaseError(f"cannot open database {self.display_url}: {e}") from e
+        return self
+
+    async def close(self) -> None:
+        if self._ctx is not None:
+            ctx, self._ctx = self._ctx, None
+            await ctx.close_connections()
+
+    async def __aenter__(self) -> "Database":
+        return await self.open()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    @property
+    def display_url(self) -> str:
+        """The URL with any password hidden."""
+        return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", self.url)
+
+    # --- SQL -----------------------------------------------------------------
+
+    def sql(self, text: str) -> str:
+        return _to_sqlite(text) if self.dialect == "sqlite" else text
+
+    async def fetch(self, sql: str, *args: Any, client=None) -> list[dict]:
+        return await (client or self.client).execute_query_dict(self.sql(sql), list(args))
+
+    async def fetchrow(self, sql: str, *args: Any, client=None) -> dict | None:
+        rows = await self.fetch(sql, *args, client=client)
+        return rows[0] if rows else None
+
+    async def fetchval(self, sql: str, *args: Any, client=None) -> Any:
+        row = await self.fetchrow(sql, *args, client=client)
+        return next(iter(row.values())) if row else None
+
+    async def execute(self, sql: str, *args: Any, client=None) -> int:
+        """Run a statement; returns the number of rows it changed."""
+        count, _ = await (client or self.client).execute_query(self.sql(sql), list(args))
+        return count
+
+    async def execute_many(self, sql: str, rows: list[list[Any]], client=None) -> None:
+        await (client or self.client).execute_many(self.sql(sql), rows)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        """A write transaction: BEGIN IMMEDIATE on SQLite, a normal one on PostgreSQL."""
+        with _active(self._ctx):  # tortoise tracks the open transaction in it
+            async with self.client._in_transaction() as tx:
+                yield tx
+
+    # --- Migrations ----------------------------------------------------------
+
+    async def pending_migrations(self) -> list[str]:
+        executor = MigrationExecutor(self.client, APPS)
+        with _active(self._ctx):
+            plan = await executor.plan()
+        return [step.migration.name for step in plan if not step.backward]
+
+    async def upgrade(self, target: str | None = None) -> list[str]:
+        """Apply pending migrations (up to `target`, a migration name); returns those applied."""
+        applied: list[str] = []
+
+        def progress(event: str, app: str, name: str) -> None:
+            if event == "apply_done":
+                applied.append(name)
+
+        targets = [MigrationTarget(APP, target)] if target else None
+        async with self._migration_lock():
+            executor = MigrationExecutor(self.client, APPS)
+            with _active(self._ctx):
+                await executor.migrate(targets, progress=progress)
+        return applied
+
+    @contextlib.asynccontextmanager
+    async def _migration_lock(self) -> AsyncIterator[None]:
+        if self.dialect == "sqlite":
+            lock_path = self.path.with_name(self.path.name + ".migrate-lock")
+            fd = open(lock_path, "a")
+            try:
+                await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                fd.close()
+        else:
+            async with self.client.acquire_connection() as conn:
+                await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_ID)
+                try:
+                    yield
+                finally:
+                    await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_ID)

@@ -1,0 +1,96 @@
+"""The tables. Only `storage.queue` writes batches, jobs and queue state.
+
+Times are Unix seconds (floats) from the queue's clock, so the same SQL compares
+them on SQLite and PostgreSQL and tests can move time forward.
+"""
+
+from tortoise import fields
+from tortoise.models import Model
+
+
+class Batch(Model):
+    """One submission: a template applied to the rows of one sheet."""
+
+    id = fields.BigIntField(primary_key=True)
+    template = fields.CharField(max_length=200)
+    submitter = fields.CharField(max_length=200, description="platform:user id")
+    platform = fields.CharField(max_length=32)
+    conversation = fields.CharField(max_length=200, null=True)
+    thread = fields.CharField(max_length=200, null=True)
+    priority = fields.SmallIntField(description="0 urgent, 1 high, 2 normal, 3 low")
+    idempotency_key = fields.CharField(max_length=200, null=True, unique=True)
+    total_jobs = fields.IntField()
+    meta = fields.JSONField(default=dict)
+    created_at = fields.FloatField()
+
+    class Meta:
+        table = "batches"
+
+
+class Job(Model):
+    """One row of a batch. Status moves queued -> running -> succeeded | failed | canceled."""
+
+    id = fields.BigIntField(primary_key=True)
+    batch = fields.ForeignKeyField("storage.Batch", related_name="jobs", on_delete=fields.CASCADE)
+    row = fields.IntField(description="the row number the user sees in the sheet")
+    params = fields.JSONField()
+    status = fields.CharField(max_length=16)
+    # Copied from the batch so a claim reads one table.
+    priority = fields.SmallIntField()
+    submitter = fields.CharField(max_length=200)
+    fair_rank = fields.BigIntField(description="round-robin turn among submitters of a class")
+    affinity = fields.CharField(max_length=200, null=True, description="e.g. the model it needs")
+    attempts = fields.IntField(default=0)
+    not_before = fields.FloatField(default=0)
+    lease_owner = fields.CharField(max_length=200, null=True)
+    lease_token = fields.CharField(max_length=64, null=True)
+    lease_expires_at = fields.FloatField(null=True)
+    cancel_requested = fields.BooleanField(default=False)
+    outputs = fields.JSONField(default=list)
+    error = fields.TextField(null=True)
+    enqueued_at = fields.FloatField()
+    started_at = fields.FloatField(null=True)
+    finished_at = fields.FloatField(null=True)
+    updated_at = fields.FloatField()
+
+    class Meta:
+        table = "jobs"
+        indexes = (
+            ("status", "priority", "fair_rank", "id"),
+            ("status", "priority", "submitter", "affinity", "fair_rank"),
+            ("status", "lease_expires_at"),
+            ("status", "finished_at"),
+            ("batch_id", "status"),
+        )
+
+
+class Event(Model):
+    """Append-only log of every transition. Consumers resume from their last seq.
+
+    Job transitions are written by database triggers (migration 0002), so no
+    code path can change a job's state without leaving its event.
+    (No semicolons in model docstrings: they become table comments, and tortoise's
+    SQLite migrator splits statements on them.)
+    """
+
+    seq = fields.BigIntField(primary_key=True)
+    at = fields.FloatField()
+    kind = fields.CharField(max_length=32)
+    batch_id = fields.BigIntField(null=True)
+    job_id = fields.BigIntField(null=True)
+    data = fields.JSONField(default=dict)
+
+    class Meta:
+        table = "events"
+
+
+class QueueState(Model):
+    """A single row (id 1): whether claiming is paused. Lives in the database so pause survives restart."""
+
+    id = fields.IntField(primary_key=True)
+    paused = fields.BooleanField(default=False)
+    changed_by = fields.CharField(max_length=200, null=True)
+    changed_at = fields.FloatField(null=True)
+
+    class Meta:
+        table = "queue_state"

@@ -1,0 +1,230 @@
+"""Every SQL statement of the job queue, in one place, by name.
+
+Written once with $1-style parameters for both backends (storage.db turns them
+into SQLite's ?1). Where the dialects differ the statement is a template with
+{skip_locked} and {json_list}, filled per backend by `for_dialect`.
+
+Each state change is ONE statement, so it is atomic without a transaction on
+both backends and costs one commit. The event log is written by triggers
+(migration 0002) in the same statement. Statuses: queued, running, succeeded,
+failed, canceled.
+"""
+
+from __future__ import annotations
+
+import functools
+
+_DIALECT = {
+    "sqlite": {"skip_locked": "", "json_list": "SELECT value FROM json_each({})"},
+    "postgres": {"skip_locked": "FOR UPDATE SKIP LOCKED",
+                 "json_list": "SELECT jsonb_array_elements_text(CAST({} AS jsonb))"},
+}
+
+
+@functools.cache
+def for_dialect(sql: str, dialect: str) -> str:
+    parts = _DIALECT[dialect]
+    return sql.replace("{skip_locked}", parts["skip_locked"]).replace(
+        "{json_list($5)}", parts["json_list"].format("$5"))
+
+
+# --- Enqueue (one transaction; see Queue.enqueue) ------------------------------
+
+# Serialises enqueues on PostgreSQL so the size check and idempotency lookup
+# cannot race. (On SQLite, BEGIN IMMEDIATE already holds the write lock.)
+LOCK_QUEUE_STATE = "SELECT paused FROM queue_state WHERE id = 1 FOR UPDATE"
+
+BATCH_BY_IDEMPOTENCY_KEY = "SELECT id, total_jobs FROM batches WHERE idempotency_key = $1"
+
+COUNT_ACTIVE = "SELECT COUNT(*) AS n FROM jobs WHERE status IN ('queued', 'running')"
+
+# The round-robin "now" of a priority class: the turn of the next job to be claimed.
+# A newcomer's first job takes this turn, so it alternates with those already waiting
+# instead of queueing behind all of them.
+CLASS_TURN = """
+SELECT MIN(fair_rank) AS turn FROM jobs
+WHERE status = 'queued' AND priority = $1 AND not_before <= $2"""
+
+# With nothing due at the class, the turn after every waiting job of it (or 0).
+CLASS_TURN_AFTER_ALL = """
+SELECT COALESCE(MAX(fair_rank) + 1, 0) AS turn FROM jobs WHERE status = 'queued' AND priority = $1"""
+
+# A submitter's later submissions continue after their own waiting jobs (FIFO per person).
+SUBMITTER_LAST_TURN = """
+SELECT MAX(fair_rank) AS turn FROM jobs WHERE status = 'queued' AND priority = $1 AND submitter = $2"""
+
+INSERT_BATCH = """
+INSERT INTO batches (template, submitter, platform, conversation, thread, priority,
+                     idempotency_key, total_jobs, meta, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id"""
+
+INSERT_JOB = """
+INSERT INTO jobs (batch_id, row, params, status, priority, submitter, fair_rank, affinity,
+                  attempts, not_before, cancel_requested, outputs, enqueued_at, updated_at)
+VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, 0, $8, FALSE, '[]', $9, $9)"""
+
+INSERT_EVENT = """
+INSERT INTO events (at, kind, batch_id, job_id, data) VALUES ($1, $2, $3, $4, $5)"""
+
+NOTIFY = "SELECT pg_notify($1, '')"
+
+
+# --- Claim ----------------------------------------------------------------------
+
+# Cheap read first: the expiry sweep below writes, so only run it when needed.
+ANY_LEASE_EXPIRED = """
+SELECT 1 AS x FROM jobs WHERE status = 'running' AND lease_expires_at < $1 LIMIT 1"""
+
+# A job whose executor stopped heartbeating goes back to the queue at once (keeping its
+# place), or fails if it has used all its attempts, or ends canceled if that was asked.
+EXPIRE_LEASES = """
+UPDATE jobs SET
+  status = CASE WHEN cancel_requested THEN 'canceled'
+                WHEN attempts >= $2 THEN 'failed' ELSE 'queued' END,
+  error = CASE WHEN cancel_requested THEN error
+               ELSE 'lease expired: executor ' || COALESCE(lease_owner, '?')
+                    || ' stopped heartbeating' END,
+  finished_at = CASE WHEN cancel_requested OR attempts >= $2
+                     THEN CAST($1 AS DOUBLE PRECISION) ELSE NULL END,
+  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
+WHERE status = 'running' AND lease_expires_at < $1"""
+
+_CLAIM_SET = """
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
+  lease_token = $2, lease_expires_at = $3, started_at = $4, updated_at = $4
+"""
+
+# The next job in claim order: priority class, then round-robin turn among
+# submitters (fair_rank), then FIFO (id).
+_HEAD = """
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4
+ORDER BY priority, fair_rank, id LIMIT 1 {skip_locked}"""
+
+_NOT_PAUSED_RETURNING = """
+AND status = 'queued' AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, params, attempts, priority, submitter, affinity, fair_rank"""
+
+CLAIM = _CLAIM_SET + "WHERE id = (" + _HEAD + ")" + _NOT_PAUSED_RETURNING
+
+# The same, except that within the head job's class and submitter (whose turn it is),
+# a job whose affinity (e.g. its model) is in the JSON list $5 goes first.
+# Priority and fairness are untouched; only that submitter's own order bends.
+CLAIM_PREFERRING = _CLAIM_SET + """
+WHERE id = COALESCE(
+  (SELECT j.id FROM jobs j
+   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.affinity IN ({json_list($5)})
+     AND (j.priority, j.submitter) = (
+       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
+       ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
+   ORDER BY j.fair_rank, j.id LIMIT 1 {skip_locked}),
+  (""" + _HEAD + "))" + _NOT_PAUSED_RETURNING
+
+# After a preferred job was taken out of its turn: the submitter's job whose turn it
+# used takes the claimed job's place ($1), so a preference never grants an extra turn.
+GIVE_BACK_TURN = """
+UPDATE jobs SET fair_rank = $1
+WHERE id = (SELECT id FROM jobs WHERE status = 'queued' AND priority = $2 AND submitter = $3
+              AND not_before <= $4 ORDER BY fair_rank, id LIMIT 1)
+  AND status = 'queued' AND fair_rank < $1"""
+
+
+# --- Running job: heartbeat and finish (fenced by the lease token) --------------
+
+HEARTBEAT = """
+UPDATE jobs SET lease_expires_at = $3
+WHERE id = $1 AND lease_token = $2 AND status = 'running'
+RETURNING cancel_requested"""
+
+COMPLETE = """
+UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
+  outputs = $3, error = NULL, finished_at = $4, updated_at = $4,
+  lease_token = NULL, lease_expires_at = NULL
+WHERE id = $1 AND lease_token = $2 AND status = 'running'
+RETURNING status"""
+
+# $3: may this error be retried; $4: max_attempts; $6: when a retry may start.
+FAIL = """
+UPDATE jobs SET
+  status = CASE WHEN cancel_requested THEN 'canceled'
+                WHEN CAST($3 AS BOOLEAN) AND attempts < $4 THEN 'queued' ELSE 'failed' END,
+  not_before = CASE WHEN NOT cancel_requested AND $3 AND attempts < $4
+                    THEN CAST($6 AS DOUBLE PRECISION) ELSE not_before END,
+  finished_at = CASE WHEN NOT cancel_requested AND $3 AND attempts < $4
+                     THEN NULL ELSE CAST($7 AS DOUBLE PRECISION) END,
+  error = $5, updated_at = $7, lease_token = NULL, lease_expires_at = NULL
+WHERE id = $1 AND lease_token = $2 AND status = 'running'
+RETURNING status"""
+
+
+# --- Cancel: queued jobs end at once; running ones are asked (the executor sees it) --
+
+_CANCEL = """
+UPDATE jobs SET
+  status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
+  cancel_requested = CASE WHEN status = 'running' THEN TRUE ELSE cancel_requested END,
+  finished_at = CASE WHEN status = 'queued' THEN $1 ELSE finished_at END,
+  error = CASE WHEN status = 'queued' THEN $2 ELSE error END,
+  updated_at = $1
+WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND {scope}
+RETURNING id, status"""
+
+CANCEL_JOB = _CANCEL.replace("{scope}", "id = $3")
+CANCEL_BATCH = _CANCEL.replace("{scope}", "batch_id = $3")
+CANCEL_SUBMITTER = _CANCEL.replace("{scope}", "submitter = $3")
+CANCEL_ALL = _CANCEL.replace("{scope}", "TRUE")
+
+
+# --- Pause (persisted; the claim statements read it) -----------------------------
+
+SET_PAUSED = """
+UPDATE queue_state SET paused = $1, changed_by = $2, changed_at = $3
+WHERE id = 1 AND paused <> $1"""
+
+QUEUE_STATE = "SELECT paused, changed_by, changed_at FROM queue_state WHERE id = 1"
+
+
+# --- Reads -------------------------------------------------------------------------
+
+JOB = "SELECT * FROM jobs WHERE id = $1"
+BATCH = "SELECT * FROM batches WHERE id = $1"
+
+# Jobs ahead of $1 in claim order (affinity preference aside).
+JOBS_AHEAD = """
+SELECT COUNT(*) AS n FROM jobs j, jobs me
+WHERE me.id = $1 AND me.status = 'queued' AND j.status = 'queued'
+  AND (j.priority < me.priority
+       OR (j.priority = me.priority AND (j.fair_rank < me.fair_rank
+           OR (j.fair_rank = me.fair_rank AND j.id < me.id))))"""
+
+BATCH_FIRST_QUEUED = """
+SELECT id FROM jobs WHERE batch_id = $1 AND status = 'queued'
+ORDER BY priority, fair_rank, id LIMIT 1"""
+
+BATCH_LAST_QUEUED = """
+SELECT id FROM jobs WHERE batch_id = $1 AND status = 'queued'
+ORDER BY priority DESC, fair_rank DESC, id DESC LIMIT 1"""
+
+BATCH_COUNTS = "SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = $1 GROUP BY status"
+
+COUNTS = "SELECT status, priority, COUNT(*) AS n FROM jobs GROUP BY status, priority"
+
+RUNNING_EXECUTORS = """
+SELECT COUNT(DISTINCT lease_owner) AS n FROM jobs WHERE status = 'running'"""
+
+# Mean run time of the last $1 succeeded jobs: the basis of every ETA.
+RECENT_DURATION = """
+SELECT AVG(finished_at - started_at) AS seconds FROM (
+  SELECT finished_at, started_at FROM jobs WHERE status = 'succeeded'
+  ORDER BY finished_at DESC LIMIT $1) recent"""
+
+# When something may next become claimable: a delayed job falling due or a lease expiring.
+NEXT_DUE = """
+SELECT MIN(t) AS t FROM (
+  SELECT MIN(not_before) AS t FROM jobs WHERE status = 'queued' AND not_before > $1
+  UNION ALL
+  SELECT MIN(lease_expires_at) AS t FROM jobs WHERE status = 'running') due"""
+
+EVENTS_AFTER = """
+SELECT seq, at, kind, batch_id, job_id, data FROM events WHERE seq > $1 ORDER BY seq LIMIT $2"""
+
+LAST_EVENT_SEQ = "SELECT COALESCE(MAX(seq), 0) AS seq FROM events"

@@ -1,0 +1,377 @@
+"""The durable priority job queue. The only code that writes jobs, batches and the pause flag.
+
+The promises it keeps are listed in docs/queue.md; in short:
+- an accepted batch is committed whole before `enqueue` returns (or refused whole);
+- a claim takes a lease; heartbeats extend it; every later write is fenced by the
+  lease token, so a stale executor changes nothing;
+- a lease that expires is taken back by the next claim and counts an attempt;
+- claim order: priority class, round-robin among submitters, FIFO per submitter;
+- cancel and pause are rows in the database, seen by every executor, surviving restarts;
+- every transition is in the event log (written by triggers, see migration 0002).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import Any
+
+from storage import queries as q
+from storage.config import Config, QueueConfig
+from storage.db import Database
+from storage.wakeup import PostgresWaker, SocketWaker, Waker
+
+
+class Priority(IntEnum):
+    URGENT = 0
+    HIGH = 1
+    NORMAL = 2
+    LOW = 3
+
+    @classmethod
+    def parse(cls, name: str) -> "Priority":
+        try:
+            return cls[name.strip().upper()]
+        except KeyError:
+            raise ValueError(f'priority "{name}": expected urgent, high, normal or low') from None
+
+
+class Status(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
+
+
+@dataclass(frozen=True)
+class NewJob:
+    row: int
+    params: dict[str, Any]
+    affinity: str | None = None  # e.g. the model it needs; lets a claim prefer loaded models
+
+
+@dataclass(frozen=True)
+class Submission:
+    template: str
+    submitter: str
+    jobs: Sequence[NewJob]
+    platform: str = "cli"
+    conversation: str | None = None
+    thread: str | None = None
+    priority: Priority = Priority.NORMAL
+    idempotency_key: str | None = None  # e.g. the chat message id: a retried webhook is a no-op
+    not_before: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    batch_id: int
+    jobs: int
+    created: bool  # False: the idempotency key matched an existing batch
+
+
+class QueueFull(Exception):
+    """A submission bigger than the free room. Nothing of it was queued."""
+
+    def __init__(self, requested: int, free: int, limit: int):
+        self.requested, self.free, self.limit = requested, free, limit
+        super().__init__(f"the queue has room for {free} more jobs (max_queue_size {limit}) "
+                         f"but this submission has {requested}: nothing was queued")
+
+
+@dataclass(frozen=True)
+class Lease:
+    job_id: int
+    batch_id: int
+    token: str
+    owner: str
+    row: int
+    params: dict[str, Any]
+    attempts: int
+    priority: Priority
+    submitter: str
+    affinity: str | None
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    held: bool  # False: the lease expired and the job is no longer this executor's
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    ended: list[int]  # queued jobs, canceled now
+    asked: list[int]  # running jobs, told to stop at their next step
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    batch_id: int
+    total: int
+    counts: dict[str, int]
+    jobs_ahead: int | None  # jobs before this batch's next one; None when none is queued
+    eta_seconds: float | None  # until its last queued job is done, from recent durations
+
+    @property
+    def done(self) -> int:
+        return sum(self.counts.get(s, 0) for s in TERMINAL)
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class Queue:
+    def __init__(self, db: Database, settings: QueueConfig, *,
+                 clock: Callable[[], float] = time.time, waker: Waker | None = None):
+        self.db = db
+        self.settings = settings
+        self.clock = clock
+        self.waker = waker or self._default_waker(db)
+
+    @staticmethod
+    def _default_waker(db: Database) -> Waker:
+        if db.dialect == "sqlite":
+            return SocketWaker(db.path)
+        return PostgresWaker(db.url, lambda channel: db.execute(q.NOTIFY, channel))
+
+    async def close(self) -> None:
+        await self.waker.close()
+        await self.db.close()
+
+    def _sql(self, text: str) -> str:
+        return q.for_dialect(text, self.db.dialect)
+
+    # --- Submitting ---------------------------------------------------------------
+
+    async def enqueue(self, sub: Submission) -> Enqueued:
+        """Insert the batch and all its jobs in one transaction, or refuse it whole."""
+        if not sub.jobs:
+            raise ValueError("a submission needs at least one job")
+        n = len(sub.jobs)
+        now = self.clock()
+        prio = int(sub.priority)
+        params = [_dumps(job.params) for job in sub.jobs]
+        async with self.db.transaction() as tx:
+            if self.db.dialect == "postgres":
+                await self.db.fetch(q.LOCK_QUEUE_STATE, client=tx)
+            if sub.idempotency_key:
+                row = await self.db.fetchrow(q.BATCH_BY_IDEMPOTENCY_KEY, sub.idempotency_key,
+                                             client=tx)
+                if row:
+                    return Enqueued(row["id"], row["total_jobs"], created=False)
+            active = await self.db.fetchval(q.COUNT_ACTIVE, client=tx)
+            limit = self.settings.max_queue_size
+            if active + n > limit:
+                raise QueueFull(n, max(0, limit - active), limit)
+            turn = await self.db.fetchval(q.CLASS_TURN, prio, now, client=tx)
+            if turn is None:
+                turn = await self.db.fetchval(q.CLASS_TURN_AFTER_ALL, prio, client=tx)
+            own = await self.db.fetchval(q.SUBMITTER_LAST_TURN, prio, sub.submitter, client=tx)
+            start = turn if own is None else max(turn, own + 1)
+            batch_id = await self.db.fetchval(
+                q.INSERT_BATCH, sub.template, sub.submitter, sub.platform, sub.conversation,
+                sub.thread, prio, sub.idempotency_key, n, _dumps(sub.meta), now, client=tx)
+            await self.db.execute_many(q.INSERT_JOB, [
+                [batch_id, job.row, params[i], prio, sub.submitter, start + i, job.affinity,
+                 float(sub.not_before), now]
+                for i, job in enumerate(sub.jobs)], client=tx)
+            await self.db.execute(q.INSERT_EVENT, now, "submitted", batch_id, None, _dumps({
+                "template": sub.template, "submitter": sub.submitter, "jobs": n,
+                "priority": sub.priority.name.lower()}), client=tx)
+        await self.waker.notify()
+        return Enqueued(batch_id, n, created=True)
+
+    # --- Executing ----------------------------------------------------------------
+
+    async def claim(self, owner: str, prefer: Sequence[str] = ()) -> Lease | None:
+        """Take the next job under a lease, or None when nothing is claimable (or paused).
+
+        `prefer`: affinities (e.g. loaded models) to favour within the current
+        submitter's turn, so a resident model is reused without breaking fairness.
+        """
+        now = self.clock()
+        if await self.db.fetchrow(q.ANY_LEASE_EXPIRED, now):
+            await self.db.execute(q.EXPIRE_LEASES, now, self.settings.max_attempts)
+        token = uuid.uuid4().hex
+        expires = now + self.settings.lease_seconds
+        if prefer:
+            row = await self.db.fetchrow(self._sql(q.CLAIM_PREFERRING), owner, token, expires,
+                                         now, _dumps(list(prefer)))
+            if row is not None and row["affinity"] in prefer:
+                await self.db.execute(q.GIVE_BACK_TURN, row["fair_rank"], row["priority"],
+                                      row["submitter"], now)
+        else:
+            row = await self.db.fetchrow(self._sql(q.CLAIM), owner, token, expires, now)
+        if row is None:
+            return None
+        return Lease(job_id=row["id"], batch_id=row["batch_id"], token=token, owner=owner,
+                     row=row["row"], params=_loads(row["params"]), attempts=row["attempts"],
+                     priority=Priority(row["priority"]), submitter=row["submitter"],
+                     affinity=row["affinity"])
+
+    async def heartbeat(self, lease: Lease) -> LeaseState:
+        """Extend the lease; also tells the executor whether a cancel was asked for."""
+        row = await self.db.fetchrow(q.HEARTBEAT, lease.job_id, lease.token,
+                                     self.clock() + self.settings.lease_seconds)
+        if row is None:
+            return LeaseState(held=False, cancel_requested=False)
+        return LeaseState(held=True, cancel_requested=bool(row["cancel_requested"]))
+
+    async def complete(self, lease: Lease, outputs: Sequence[Any] = ()) -> Status | None:
+        """Record success (or canceled, if a cancel came first). None: the lease was lost."""
+        row = await self.db.fetchrow(q.COMPLETE, lease.job_id, lease.token,
+                                     _dumps(list(outputs)), self.clock())
+        return Status(row["status"]) if row else None
+
+    async def fail(self, lease: Lease, error: str, *, retry: bool = True) -> Status | None:
+        """Record a failed attempt: back to queued with backoff while attempts remain
+        (and `retry`), else failed; canceled if a cancel was asked. An executor that
+        stops because of a cancel calls this too. None: the lease was lost."""
+        now = self.clock()
+        s = self.settings
+        backoff = min(s.retry_backoff * 2 ** max(0, lease.attempts - 1), s.retry_backoff_max)
+        row = await self.db.fetchrow(q.FAIL, lease.job_id, lease.token, retry, s.max_attempts,
+                                     error, now + backoff, now)
+        return Status(row["status"]) if row else None
+
+    async def wait_for_work(self, timeout: float | None = None) -> bool:
+        """Sleep until new work is signalled, something falls due, or the poll interval ends."""
+        delay = self.settings.poll_interval if timeout is None else timeout
+        now = self.clock()
+        due = await self.db.fetchval(q.NEXT_DUE, now)
+        if due is not None:
+            delay = min(delay, max(0.0, due - now))
+        return await self.waker.wait(delay)
+
+    # --- Controlling --------------------------------------------------------------
+
+    async def cancel(self, *, job: int | None = None, batch: int | None = None,
+                     submitter: str | None = None, everything: bool = False,
+                     by: str = "") -> CancelResult:
+        """Cancel by job, batch, submitter or everything. A canceled job never runs again."""
+        scopes = [(q.CANCEL_JOB, job), (q.CANCEL_BATCH, batch),
+                  (q.CANCEL_SUBMITTER, submitter), (q.CANCEL_ALL, everything or None)]
+        chosen = [(sql, arg) for sql, arg in scopes if arg is not None]
+        if len(chosen) != 1:
+            raise ValueError("cancel exactly one of: job, batch, submitter, everything")
+        sql, arg = chosen[0]
+        args = [] if sql is q.CANCEL_ALL else [arg]
+        rows = await self.db.fetch(sql, self.clock(), f"canceled by {by or 'unknown'}", *args)
+        return CancelResult(ended=sorted(r["id"] for r in rows if r["status"] == Status.CANCELED),
+                            asked=sorted(r["id"] for r in rows if r["status"] == Status.RUNNING))
+
+    async def pause(self, by: str = "") -> bool:
+        """Stop claiming (running jobs finish). Persisted. Returns False if already paused."""
+        return await self.db.execute(q.SET_PAUSED, True, by, self.clock()) > 0
+
+    async def resume(self, by: str = "") -> bool:
+        changed = await self.db.execute(q.SET_PAUSED, False, by, self.clock()) > 0
+        if changed:
+            await self.waker.notify()
+        return changed
+
+    async def paused(self) -> bool:
+        return (await self.state())["paused"]
+
+    async def state(self) -> dict[str, Any]:
+        """{paused, changed_by, changed_at}: the pause flag and who last changed it."""
+        row = await self.db.fetchrow(q.QUEUE_STATE)
+        return {**row, "paused": bool(row["paused"])}
+
+    # --- Reading ------------------------------------------------------------------
+
+    async def job(self, job_id: int) -> dict[str, Any] | None:
+        row = await self.db.fetchrow(q.JOB, job_id)
+        if row:
+            for key in ("params", "outputs"):
+                row[key] = _loads(row[key])
+            row["cancel_requested"] = bool(row["cancel_requested"])
+        return row
+
+    async def batch(self, batch_id: int) -> dict[str, Any] | None:
+        row = await self.db.fetchrow(q.BATCH, batch_id)
+        if row:
+            row["meta"] = _loads(row["meta"])
+        return row
+
+    async def jobs_ahead(self, job_id: int) -> int | None:
+        """Queued jobs that will be claimed before this one; None if it is not queued."""
+        job = await self.db.fetchrow(q.JOB, job_id)
+        if job is None or job["status"] != Status.QUEUED:
+            return None
+        return await self.db.fetchval(q.JOBS_AHEAD, job_id)
+
+    async def batch_jobs_ahead(self, batch_id: int) -> int | None:
+        first = await self.db.fetchval(q.BATCH_FIRST_QUEUED, batch_id)
+        return None if first is None else await self.db.fetchval(q.JOBS_AHEAD, first)
+
+    async def counts(self) -> dict[str, dict[str, int]]:
+        """{status: {priority: n}} over all jobs."""
+        out: dict[str, dict[str, int]] = {s.value: {} for s in Status}
+        for row in await self.db.fetch(q.COUNTS):
+            out[row["status"]][Priority(row["priority"]).name.lower()] = row["n"]
+        return out
+
+    async def average_duration(self, last: int = 20) -> float | None:
+        """Mean run time of the last `last` succeeded jobs, or None before the first."""
+        value = await self.db.fetchval(q.RECENT_DURATION, last)
+        return None if value is None else float(value)
+
+    async def eta(self, jobs_ahead: int) -> float | None:
+        """Seconds until a job with `jobs_ahead` before it has finished."""
+        avg = await self.average_duration()
+        if avg is None:
+            return None
+        executors = max(1, await self.db.fetchval(q.RUNNING_EXECUTORS) or 0)
+        return (jobs_ahead + 1) * avg / executors
+
+    async def batch_progress(self, batch_id: int) -> BatchProgress | None:
+        batch = await self.db.fetchrow(q.BATCH, batch_id)
+        if batch is None:
+            return None
+        counts = {r["status"]: r["n"] for r in await self.db.fetch(q.BATCH_COUNTS, batch_id)}
+        ahead = await self.batch_jobs_ahead(batch_id)
+        last = await self.db.fetchval(q.BATCH_LAST_QUEUED, batch_id)
+        eta = None
+        if last is not None:
+            eta = await self.eta(await self.db.fetchval(q.JOBS_AHEAD, last))
+        return BatchProgress(batch_id, batch["total_jobs"], counts, ahead, eta)
+
+    async def events_after(self, seq: int, limit: int = 1000) -> list[dict[str, Any]]:
+        """Events with a sequence number above `seq`, oldest first: resume from the last seen."""
+        rows = await self.db.fetch(q.EVENTS_AFTER, seq, limit)
+        for row in rows:
+            row["data"] = _loads(row["data"])
+        return rows
+
+    async def last_event_seq(self) -> int:
+        return await self.db.fetchval(q.LAST_EVENT_SEQ)
+
+
+async def open_queue(config: Config, *, clock: Callable[[], float] = time.time,
+                     migrate: bool = True) -> Queue:
+    """Open the configured database (applying migrations) and return its queue."""
+    db = Database(config.database_url, pool_size=config.database.pool_size)
+    await db.open(migrate=migrate)
+    return Queue(db, config.queue, clock=clock)

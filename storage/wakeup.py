@@ -1,0 +1,163 @@
+"""Waking an idle executor the moment work arrives, instead of making it poll.
+
+SQLite (one host): each waiting process binds a Unix datagram socket in a folder
+derived from the database path; whoever enqueues sends one byte to every socket
+there. PostgreSQL (many hosts): LISTEN/NOTIFY on a channel named after the schema.
+Either way, polling remains as the fallback, so a lost signal costs at most
+`poll_interval`, never a stuck job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import socket
+import tempfile
+import uuid
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+
+log = logging.getLogger(__name__)
+
+
+class Waker:
+    """Signals and awaits "there may be new work". Not started until `listen()`."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._listening = False
+
+    async def listen(self) -> None:
+        self._listening = True
+
+    async def notify(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """True if woken, False on timeout. A signal that came before the call counts."""
+        if not self._listening:
+            # Start listening, then report "maybe work": the caller looks again, so
+            # nothing enqueued before the listener existed is missed.
+            await self.listen()
+            return True
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self._event.clear()
+
+    async def close(self) -> None:
+        self._listening = False
+
+
+class SocketWaker(Waker):
+    """Unix datagram sockets in a per-database folder: wakes processes on this host."""
+
+    def __init__(self, db_path: Path) -> None:
+        super().__init__()
+        digest = hashlib.sha1(str(Path(db_path).resolve()).encode()).hexdigest()[:16]
+        # Under the temp dir, not beside the database: socket paths must stay under 108 bytes.
+        self.folder = Path(tempfile.gettempdir()) / f"genbot-wake-{digest}"
+        self._sock: socket.socket | None = None
+        self._path: Path | None = None
+
+    async def listen(self) -> None:
+        if self._sock is not None:
+            return
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._path = self.folder / f"{uuid.uuid4().hex[:12]}.sock"
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        sock.bind(str(self._path))
+        self._sock = sock
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._drain)
+        await super().listen()
+
+    def _drain(self) -> None:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while self._sock is not None:
+                self._sock.recv(64)
+        self._event.set()
+
+    async def notify(self) -> None:
+        self._event.set()
+        try:
+            entries = list(os.scandir(self.folder))
+        except FileNotFoundError:
+            return
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as out:
+            out.setblocking(False)
+            for entry in entries:
+                if not entry.name.endswith(".sock"):
+                    continue
+                try:
+                    out.sendto(b"!", entry.path)
+                except (ConnectionRefusedError, FileNotFoundError):
+                    # A listener that died without cleaning up.
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                except (BlockingIOError, OSError):
+                    pass  # its buffer is full: it has been woken already
+
+    async def close(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+            with contextlib.suppress(FileNotFoundError):
+                self._path.unlink()
+        await super().close()
+
+
+class PostgresWaker(Waker):
+    """LISTEN/NOTIFY: wakes executors on every host sharing the database."""
+
+    def __init__(self, url: str, run_notify) -> None:
+        super().__init__()
+        parts = urlsplit(url.replace("postgresql://", "postgres://", 1))
+        query = parse_qs(parts.query)
+        schema = query.pop("schema", ["public"])[-1]
+        self.channel = f"genbot_queue_{schema}"[:63]
+        self._dsn = urlunsplit(parts._replace(scheme="postgresql",
+                                              query=urlencode(query, doseq=True)))
+        self._run_notify = run_notify
+        self._conn = None
+
+    async def listen(self) -> None:
+        import asyncpg
+        if self._conn is not None and not self._conn.is_closed():
+            return
+        try:
+            self._conn = await asyncpg.connect(self._dsn)
+            await self._conn.add_listener(self.channel, self._on_notify)
+        except (OSError, asyncpg.PostgresError) as e:
+            log.warning("cannot LISTEN for new work (polling instead): %s", e)
+            self._conn = None
+        await super().listen()
+
+    def _on_notify(self, *_args) -> None:
+        self._event.set()
+
+    async def notify(self) -> None:
+        self._event.set()
+        await self._run_notify(self.channel)
+
+    async def wait(self, timeout: float) -> bool:
+        if self._listening and (self._conn is None or self._conn.is_closed()):
+            await self.listen()  # the listening connection was lost: reconnect
+            if self._conn is not None:
+                return True  # look again: a signal may have been missed meanwhile
+        return await super().wait(timeout)
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+            self._conn = None
+        await super().close()

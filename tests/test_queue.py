@@ -1,0 +1,403 @@
+"""The queue's conformance suite: every test runs on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from storage.db import Database
+from storage.queue import NewJob, Priority, Queue, QueueFull, Status, Submission
+from tests.conftest import queue_settings
+
+
+def sub(submitter="alice", n=1, *, priority=Priority.NORMAL, key=None, not_before=0.0,
+        affinity=None, template="t"):
+    jobs = [NewJob(row=i + 2, params={"prompt": f"{submitter}-{i}"},
+                   affinity=affinity[i] if isinstance(affinity, list) else affinity)
+            for i in range(n)]
+    return Submission(template=template, submitter=submitter, jobs=jobs, priority=priority,
+                      idempotency_key=key, not_before=not_before)
+
+
+async def drain(queue: Queue, owner="w", prefer=()):
+    """Claim and complete until nothing is claimable; returns the leases in order."""
+    done = []
+    while (lease := await queue.claim(owner, prefer)) is not None:
+        assert await queue.complete(lease, [f"{lease.job_id}.png"]) == Status.SUCCEEDED
+        done.append(lease)
+    return done
+
+
+# --- enqueue ------------------------------------------------------------------------
+
+async def test_enqueue_stores_batch_and_jobs_whole(queue):
+    result = await queue.enqueue(sub("alice", 3))
+    assert result.created and result.jobs == 3
+    batch = await queue.batch(result.batch_id)
+    assert batch["template"] == "t" and batch["submitter"] == "alice" and batch["total_jobs"] == 3
+    leases = await drain(queue)
+    assert [l.row for l in leases] == [2, 3, 4]
+    assert [l.params for l in leases] == [{"prompt": f"alice-{i}"} for i in range(3)]
+    job = await queue.job(leases[0].job_id)
+    assert job["status"] == "succeeded" and job["outputs"] == [f"{leases[0].job_id}.png"]
+
+
+async def test_params_round_trip_unchanged(queue):
+    nasty = {"prompt": 'say "hi"\n\\ {x} $y "}] 🎨 提示词', "n": 42, "f": 0.5, "b": True,
+             "nested": {"list": [1, None, "x"]}}
+    await queue.enqueue(Submission("t", "alice", [NewJob(2, nasty)]))
+    lease = await queue.claim("w")
+    assert lease.params == nasty
+
+
+async def test_idempotency_key_returns_existing_batch(queue):
+    first = await queue.enqueue(sub("alice", 2, key="slack:evt-1"))
+    again = await queue.enqueue(sub("alice", 5, key="slack:evt-1"))
+    assert again.batch_id == first.batch_id and not again.created and again.jobs == 2
+    assert sum((await queue.counts())["queued"].values()) == 2
+
+
+async def test_concurrent_identical_submissions_create_one_batch(db_url, clock):
+    db = await Database(db_url).open()
+    queue = Queue(db, queue_settings(), clock=clock)
+    try:
+        results = await asyncio.gather(*[queue.enqueue(sub("alice", 3, key="msg-42"))
+                                         for _ in range(50)])
+        assert len({r.batch_id for r in results}) == 1
+        assert sum(r.created for r in results) == 1
+        assert sum((await queue.counts())["queued"].values()) == 3
+    finally:
+        await queue.close()
+
+
+async def test_oversize_submission_refused_whole(db_url, clock):
+    db = await Database(db_url).open()
+    queue = Queue(db, queue_settings(max_queue_size=10), clock=clock)
+    try:
+        await queue.enqueue(sub("alice", 7))
+        with pytest.raises(QueueFull) as err:
+            await queue.enqueue(sub("bob", 4))
+        assert (err.value.requested, err.value.free, err.value.limit) == (4, 3, 10)
+        assert "room for 3 more jobs" in str(err.value) and "has 4" in str(err.value)
+        assert "nothing was queued" in str(err.value)
+        counts = await queue.counts()
+        assert sum(counts["queued"].values()) == 7  # not truncated, nothing of bob's
+        assert await queue.enqueue(sub("bob", 3))  # exactly fits
+        # Finished jobs free their slots.
+        await drain(queue)
+        assert await queue.enqueue(sub("carol", 10))
+    finally:
+        await queue.close()
+
+
+async def test_empty_submission_is_an_error(queue):
+    with pytest.raises(ValueError):
+        await queue.enqueue(Submission("t", "alice", []))
+
+
+# --- claim order --------------------------------------------------------------------
+
+async def test_priority_classes_first(queue):
+    await queue.enqueue(sub("alice", 2, priority=Priority.LOW))
+    await queue.enqueue(sub("bob", 2, priority=Priority.NORMAL))
+    await queue.enqueue(sub("carol", 1, priority=Priority.URGENT))
+    await queue.enqueue(sub("dave", 1, priority=Priority.HIGH))
+    order = [(l.submitter, l.priority) for l in await drain(queue)]
+    assert [p for _, p in order] == [Priority.URGENT, Priority.HIGH, Priority.NORMAL,
+                                     Priority.NORMAL, Priority.LOW, Priority.LOW]
+
+
+async def test_round_robin_between_submitters_fifo_within(queue):
+    await queue.enqueue(sub("alice", 4))
+    await queue.enqueue(sub("bob", 2))
+    await queue.enqueue(sub("alice", 1))  # alice's second batch continues after her first
+    await queue.enqueue(sub("carol", 1))
+    leases = await drain(queue)
+    assert [l.submitter for l in leases] == ["alice", "bob", "carol", "alice", "bob", "alice",
+                                             "alice", "alice"]
+    alice = [l.params["prompt"] for l in leases if l.submitter == "alice"]
+    assert alice == ["alice-0", "alice-1", "alice-2", "alice-3", "alice-0"]
+    assert [l.batch_id for l in leases if l.submitter == "alice"] == sorted(
+        l.batch_id for l in leases if l.submitter == "alice")
+
+
+async def test_newcomer_behind_a_big_batch_starts_within_a_few_claims(db_url, clock):
+    db = await Database(db_url).open()
+    queue = Queue(db, queue_settings(max_queue_size=2000), clock=clock)
+    try:
+        await queue.enqueue(sub("alice", 1000))
+        for _ in range(37):  # alice's batch is under way
+            await queue.complete(await queue.claim("w"))
+        await queue.enqueue(sub("bob", 10))
+        started = []
+        for _ in range(20):
+            lease = await queue.claim("w")
+            started.append(lease.submitter)
+            await queue.complete(lease)
+        assert started.count("bob") == 10
+        assert started == ["alice", "bob"] * 10
+    finally:
+        await queue.close()
+
+
+async def test_not_before_is_respected(queue, clock):
+    await queue.enqueue(sub("alice", 1, not_before=clock.now + 60))
+    await queue.enqueue(sub("bob", 1))
+    bob = await queue.claim("w")
+    assert bob.submitter == "bob"
+    await queue.complete(bob)
+    assert await queue.claim("w") is None
+    clock.advance(59)
+    assert await queue.claim("w") is None
+    clock.advance(1)
+    assert (await queue.claim("w")).submitter == "alice"
+
+
+async def test_affinity_preference_stays_within_the_submitters_turn(queue):
+    await queue.enqueue(sub("alice", 4, affinity=["sd", "sdxl", "sd", "sdxl"]))
+    await queue.enqueue(sub("bob", 2, affinity=["sdxl", "sdxl"]))
+    await queue.enqueue(sub("vip", 1, affinity="sd", priority=Priority.HIGH))
+    order = []
+    while (lease := await queue.claim("w", prefer=["sdxl"])) is not None:
+        order.append((lease.submitter, lease.affinity))
+        await queue.complete(lease)
+    # The higher class goes first even though its model is not the loaded one; then
+    # alice's turn takes her sdxl job first, bob's turn is bob's, and so on.
+    assert order == [("vip", "sd"), ("alice", "sdxl"), ("bob", "sdxl"), ("alice", "sdxl"),
+                     ("bob", "sdxl"), ("alice", "sd"), ("alice", "sd")]
+
+
+async def test_affinity_groups_one_submitters_jobs_by_model(queue):
+    models = ["a", "b", "c"] * 10
+    await queue.enqueue(sub("alice", 30, affinity=models))
+    loaded, loads = None, 0
+    while (lease := await queue.claim("w", prefer=[loaded] if loaded else [])) is not None:
+        if lease.affinity != loaded:
+            loaded, loads = lease.affinity, loads + 1
+        await queue.complete(lease)
+    assert loads == 3
+
+
+# --- leases, heartbeats, fencing ----------------------------------------------------
+
+async def test_heartbeat_extends_lease(queue, clock):
+    await queue.enqueue(sub("alice", 1))
+    lease = await queue.claim("w1")
+    for _ in range(5):
+        clock.advance(8)  # lease is 10 s
+        assert (await queue.heartbeat(lease)).held
+    assert await queue.claim("w2") is None  # still w1's
+    assert await queue.complete(lease) == Status.SUCCEEDED
+
+
+async def test_expired_lease_reclaimed_counting_an_attempt(queue, clock):
+    await queue.enqueue(sub("alice", 1))
+    first = await queue.claim("w1")
+    assert first.attempts == 1
+    clock.advance(10)
+    assert await queue.claim("w2") is None  # not yet expired: expiry is strictly after
+    clock.advance(0.5)
+    second = await queue.claim("w2")
+    assert second.job_id == first.job_id and second.attempts == 2 and second.owner == "w2"
+    # Fencing: the stale executor's heartbeat and completion change nothing.
+    assert not (await queue.heartbeat(first)).held
+    assert await queue.complete(first, ["stale.png"]) is None
+    assert await queue.fail(first, "boom") is None
+    assert await queue.complete(second, ["fresh.png"]) == Status.SUCCEEDED
+    job = await queue.job(first.job_id)
+    assert job["outputs"] == ["fresh.png"] and job["attempts"] == 2 and job["lease_owner"] == "w2"
+
+
+async def test_poison_job_fails_after_max_attempts_and_queue_moves_on(queue, clock):
+    await queue.enqueue(sub("alice", 1))
+    await queue.enqueue(sub("bob", 1))
+    poison = None
+    for attempt in (1, 2, 3):  # max_attempts = 3; each executor dies holding the job
+        lease = await queue.claim(f"doomed-{attempt}")
+        poison = poison or lease.job_id
+        assert (lease.job_id, lease.attempts, lease.submitter) == (poison, attempt, "alice")
+        clock.advance(11)
+    assert (await queue.claim("w")).submitter == "bob"  # the queue moved on
+    job = await queue.job(poison)
+    assert job["status"] == "failed" and job["attempts"] == 3
+    assert "lease expired" in job["error"] and "doomed-3" in job["error"]
+
+
+async def test_failed_attempt_retries_with_backoff_then_fails(queue, clock):
+    await queue.enqueue(sub("alice", 1))
+    lease = await queue.claim("w")
+    assert await queue.fail(lease, "CUDA hiccup") == Status.QUEUED
+    clock.advance(4.9)  # first backoff 5 s
+    assert await queue.claim("w") is None
+    clock.advance(0.1)
+    lease = await queue.claim("w")
+    assert await queue.fail(lease, "again") == Status.QUEUED
+    clock.advance(9.9)  # doubled: 10 s
+    assert await queue.claim("w") is None
+    clock.advance(0.1)
+    lease = await queue.claim("w")
+    assert lease.attempts == 3
+    assert await queue.fail(lease, "third time") == Status.FAILED
+    job = await queue.job(lease.job_id)
+    assert job["status"] == "failed" and job["error"] == "third time"
+
+
+async def test_non_retryable_failure_fails_at_once(queue):
+    await queue.enqueue(sub("alice", 1))
+    lease = await queue.claim("w")
+    assert await queue.fail(lease, "bad input image", retry=False) == Status.FAILED
+
+
+# --- cancel ---------------------------------------------------------------------------
+
+async def test_cancel_queued_is_immediate_and_final(queue, clock):
+    b = await queue.enqueue(sub("alice", 3))
+    result = await queue.cancel(batch=b.batch_id, by="slack:U1")
+    assert len(result.ended) == 3 and result.asked == []
+    assert await queue.claim("w") is None
+    job = await queue.job(result.ended[0])
+    assert job["status"] == "canceled" and job["error"] == "canceled by slack:U1"
+    again = await queue.cancel(batch=b.batch_id)
+    assert again.ended == [] and again.asked == []
+
+
+async def test_cancel_running_is_recorded_then_observed(queue, clock):
+    await queue.enqueue(sub("alice", 1))
+    lease = await queue.claim("w")
+    result = await queue.cancel(job=lease.job_id, by="admin")
+    assert result.asked == [lease.job_id] and result.ended == []
+    state = await queue.heartbeat(lease)
+    assert state.held and state.cancel_requested
+    # The executor stops and reports it; the job ends canceled and is never retried.
+    assert await queue.fail(lease, "stopped at step 3/20") == Status.CANCELED
+    clock.advance(100)
+    assert await queue.claim("w") is None
+    assert (await queue.job(lease.job_id))["status"] == "canceled"
+
+
+async def test_cancel_wins_over_a_late_completion_and_over_lease_expiry(queue, clock):
+    await queue.enqueue(sub("alice", 2))
+    a = await queue.claim("w1")
+    await queue.cancel(job=a.job_id)
+    assert await queue.complete(a, ["x.png"]) == Status.CANCELED
+    b = await queue.claim("w2")
+    await queue.cancel(job=b.job_id)
+    clock.advance(11)  # w2 died after the cancel: the sweep ends the job canceled, no retry
+    assert await queue.claim("w3") is None
+    assert (await queue.job(b.job_id))["status"] == "canceled"
+
+
+async def test_cancel_scopes(queue):
+    a1 = await queue.enqueue(sub("alice", 2))
+    a2 = await queue.enqueue(sub("alice", 1))
+    b1 = await queue.enqueue(sub("bob", 2))
+    c1 = await queue.enqueue(sub("carol", 2))
+    first = await queue.claim("w")  # alice's first job, running
+    job_only = await queue.cancel(job=first.job_id + 1)
+    assert job_only.ended == [first.job_id + 1]
+    by_submitter = await queue.cancel(submitter="alice")
+    assert by_submitter.asked == [first.job_id] and len(by_submitter.ended) == 1
+    by_batch = await queue.cancel(batch=b1.batch_id)
+    assert len(by_batch.ended) == 2
+    rest = await queue.cancel(everything=True)
+    assert len(rest.ended) == 2 and rest.asked == []  # the running one was asked already
+    with pytest.raises(ValueError):
+        await queue.cancel(job=1, batch=2)
+    progress = await queue.batch_progress(c1.batch_id)
+    assert progress.counts == {"canceled": 2} and progress.done == 2
+    assert a2 and a1
+
+
+# --- pause ------------------------------------------------------------------------------
+
+async def test_pause_holds_across_restart(db_url, clock):
+    db = await Database(db_url).open()
+    queue = Queue(db, queue_settings(), clock=clock)
+    await queue.enqueue(sub("alice", 2))
+    running = await queue.claim("w")
+    assert await queue.pause("admin") is True
+    assert await queue.pause("admin") is False
+    assert await queue.claim("w") is None
+    assert await queue.complete(running) == Status.SUCCEEDED  # the running job finishes
+    await queue.close()
+
+    db = await Database(db_url).open()  # a restart
+    queue = Queue(db, queue_settings(), clock=clock)
+    try:
+        state = await queue.state()
+        assert state["paused"] and state["changed_by"] == "admin"
+        assert await queue.claim("w") is None
+        await queue.enqueue(sub("bob", 1))  # submissions are still accepted while paused
+        assert await queue.claim("w") is None
+        assert await queue.resume("admin") is True
+        assert (await queue.claim("w")).submitter == "alice"
+    finally:
+        await queue.close()
+
+
+# --- queries ----------------------------------------------------------------------------
+
+async def test_positions_counts_eta_and_progress(queue, clock):
+    a = await queue.enqueue(sub("alice", 3))
+    b = await queue.enqueue(sub("bob", 2))
+    u = await queue.enqueue(sub("carol", 1, priority=Priority.URGENT))
+    assert await queue.batch_jobs_ahead(u.batch_id) == 0
+    assert await queue.batch_jobs_ahead(a.batch_id) == 1
+    assert await queue.batch_jobs_ahead(b.batch_id) == 2  # alice-0 and the urgent one
+    assert await queue.eta(3) is None  # nothing finished yet: no basis
+    for _ in range(2):
+        lease = await queue.claim("w")
+        clock.advance(4)
+        await queue.complete(lease)
+    assert await queue.average_duration() == pytest.approx(4)
+    counts = await queue.counts()
+    assert counts["succeeded"] == {"urgent": 1, "normal": 1}
+    assert counts["queued"] == {"normal": 4}
+    progress = await queue.batch_progress(b.batch_id)
+    assert progress.total == 2 and progress.counts == {"queued": 2}
+    assert progress.jobs_ahead == 0  # bob's turn is next
+    # bob's last job has alice-1 and bob-0 ahead, then itself: 4 jobs of 4 s.
+    assert progress.eta_seconds == pytest.approx(12)
+    job = (await queue.claim("w"))
+    assert await queue.jobs_ahead(job.job_id) is None  # running, not queued
+    assert await queue.batch_progress(999) is None
+
+
+async def test_event_log_records_every_transition_in_order(queue, clock):
+    b = await queue.enqueue(sub("alice", 2))
+    lease = await queue.claim("w")
+    await queue.fail(lease, "oops")
+    await queue.cancel(batch=b.batch_id, by="me")
+    await queue.pause("me")
+    await queue.resume("me")
+    events = await queue.events_after(0)
+    assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+    kinds = [(e["kind"], e["job_id"]) for e in events]
+    j1, j2 = lease.job_id, lease.job_id + 1
+    assert kinds[:3] == [("submitted", None), ("running", j1), ("queued", j1)]
+    assert sorted(kinds[3:5]) == [("canceled", j1), ("canceled", j2)]  # one statement, any order
+    assert kinds[5:] == [("paused", None), ("resumed", None)]
+    assert events[0]["data"]["jobs"] == 2 and events[0]["batch_id"] == b.batch_id
+    assert events[2]["data"]["error"] == "oops" and events[2]["data"]["from"] == "running"
+    # Consumers resume from their last sequence number.
+    assert await queue.events_after(events[3]["seq"]) == events[4:]
+    assert await queue.last_event_seq() == events[-1]["seq"]
+
+
+async def test_cancel_request_on_running_job_is_an_event(queue):
+    await queue.enqueue(sub("alice", 1))
+    lease = await queue.claim("w")
+    await queue.cancel(job=lease.job_id)
+    kinds = [e["kind"] for e in await queue.events_after(0)]
+    assert kinds == ["submitted", "running", "cancel_requested"]
+
+
+async def test_wait_for_work_wakes_on_enqueue_in_process(queue):
+    assert await queue.wait_for_work(0.01) is True  # first call: starts listening
+    waiter = asyncio.create_task(queue.wait_for_work(30))
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    await queue.enqueue(sub("alice", 1))
+    assert await asyncio.wait_for(waiter, 10) is True
+    assert await queue.claim("w") is not None
