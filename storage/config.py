@@ -71,8 +71,8 @@ class QueueConfig:
                              "resident on its GPU; add executors (one per GPU) to run more.",
                              min=1, max=1,
                              expected="1 — one executor runs one job at a time so its models "
-                             "stay resident on its GPU; to run more jobs at once start one more "
-                             "executor per GPU (`genbot worker`)")
+                             "stay resident on its GPU; to run more jobs at once, run one executor "
+                             "per GPU (`genbot worker`)")
     auto_save: bool = key(True, "Keep every finished image in the output folder; false deletes "
                           "each image once it has been delivered.")
     lease_seconds: float = key(60.0, "A claimed job belongs to its executor this long without a "
@@ -282,3 +282,7 @@ def render_example() -> str:
             out.append(f"{f.name} = {_toml_value(f.default)}")
         out.append("")
     return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(render_example(), end="")

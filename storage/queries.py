@@ -71,7 +71,8 @@ NOTIFY = "SELECT pg_notify($1, '')"
 
 # --- Claim ----------------------------------------------------------------------
 
-# Cheap read first: the expiry sweep below writes, so only run it when needed.
+# Whether any lease has run out. Claims return this too (expired_seen), so the sweep
+# below runs only when there is something to sweep, at no extra round trip.
 ANY_LEASE_EXPIRED = """
 SELECT 1 AS x FROM jobs WHERE status = 'running' AND lease_expires_at < $1 LIMIT 1"""
 
@@ -102,7 +103,8 @@ ORDER BY priority, fair_rank, id LIMIT 1 {skip_locked}"""
 
 _NOT_PAUSED_RETURNING = """
 AND status = 'queued' AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, params, attempts, priority, submitter, affinity, fair_rank"""
+RETURNING id, batch_id, row, params, attempts, priority, submitter, affinity, fair_rank,
+  EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4) AS expired_seen"""
 
 CLAIM = _CLAIM_SET + "WHERE id = (" + _HEAD + ")" + _NOT_PAUSED_RETURNING
 

@@ -209,26 +209,38 @@ class Queue:
 
         `prefer`: affinities (e.g. loaded models) to favour within the current
         submitter's turn, so a resident model is reused without breaking fairness.
+
+        Expired leases are taken back by claims, in one statement on the common path:
+        a claim that saw an expired lease sweeps it back to the queue after taking its
+        own job; a claim that found nothing sweeps and looks once more.
         """
         now = self.clock()
-        if await self.db.fetchrow(q.ANY_LEASE_EXPIRED, now):
+        row = await self._take(owner, prefer, now)
+        if row is None:
+            if await self.db.fetchrow(q.ANY_LEASE_EXPIRED, now):
+                await self.db.execute(q.EXPIRE_LEASES, now, self.settings.max_attempts)
+                row = await self._take(owner, prefer, now)
+        elif row["expired_seen"]:
             await self.db.execute(q.EXPIRE_LEASES, now, self.settings.max_attempts)
+        if row is None:
+            return None
+        return Lease(job_id=row["id"], batch_id=row["batch_id"], token=row["token"], owner=owner,
+                     row=row["row"], params=_loads(row["params"]), attempts=row["attempts"],
+                     priority=Priority(row["priority"]), submitter=row["submitter"],
+                     affinity=row["affinity"])
+
+    async def _take(self, owner: str, prefer: Sequence[str], now: float) -> dict | None:
         token = uuid.uuid4().hex
         expires = now + self.settings.lease_seconds
-        if prefer:
+        if not prefer:
+            row = await self.db.fetchrow(self._sql(q.CLAIM), owner, token, expires, now)
+        else:
             row = await self.db.fetchrow(self._sql(q.CLAIM_PREFERRING), owner, token, expires,
                                          now, _dumps(list(prefer)))
             if row is not None and row["affinity"] in prefer:
                 await self.db.execute(q.GIVE_BACK_TURN, row["fair_rank"], row["priority"],
                                       row["submitter"], now)
-        else:
-            row = await self.db.fetchrow(self._sql(q.CLAIM), owner, token, expires, now)
-        if row is None:
-            return None
-        return Lease(job_id=row["id"], batch_id=row["batch_id"], token=token, owner=owner,
-                     row=row["row"], params=_loads(row["params"]), attempts=row["attempts"],
-                     priority=Priority(row["priority"]), submitter=row["submitter"],
-                     affinity=row["affinity"])
+        return None if row is None else {**row, "token": token}
 
     async def heartbeat(self, lease: Lease) -> LeaseState:
         """Extend the lease; also tells the executor whether a cancel was asked for."""

@@ -211,17 +211,31 @@ async def test_expired_lease_reclaimed_counting_an_attempt(queue, clock):
 
 async def test_poison_job_fails_after_max_attempts_and_queue_moves_on(queue, clock):
     await queue.enqueue(sub("alice", 1))
-    await queue.enqueue(sub("bob", 1))
     poison = None
     for attempt in (1, 2, 3):  # max_attempts = 3; each executor dies holding the job
         lease = await queue.claim(f"doomed-{attempt}")
         poison = poison or lease.job_id
-        assert (lease.job_id, lease.attempts, lease.submitter) == (poison, attempt, "alice")
+        assert (lease.job_id, lease.attempts) == (poison, attempt)
         clock.advance(11)
+    await queue.enqueue(sub("bob", 1))
     assert (await queue.claim("w")).submitter == "bob"  # the queue moved on
     job = await queue.job(poison)
     assert job["status"] == "failed" and job["attempts"] == 3
     assert "lease expired" in job["error"] and "doomed-3" in job["error"]
+    assert await queue.claim("w") is None
+
+
+async def test_a_claim_that_sees_an_expired_lease_sweeps_it(queue, clock):
+    await queue.enqueue(sub("alice", 1))
+    lost = await queue.claim("crashed")
+    await queue.enqueue(sub("bob", 1))
+    clock.advance(11)
+    # This claim takes bob's job in one statement and notices alice's lost lease...
+    assert (await queue.claim("w1")).submitter == "bob"
+    assert (await queue.job(lost.job_id))["status"] == "queued"
+    # ...so the very next claim runs it again.
+    again = await queue.claim("w2")
+    assert (again.job_id, again.attempts) == (lost.job_id, 2)
 
 
 async def test_failed_attempt_retries_with_backoff_then_fails(queue, clock):

@@ -1,0 +1,146 @@
+"""The `genbot` command: queue control from a shell, and `serve` answering /healthz."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from bot.cli import main
+from storage import config as cfg
+from storage.queue import NewJob, Priority, Submission, open_queue
+from tests.conftest import PYTHON, ROOT, python_env
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A folder with no config.toml: the CLI runs on built-in defaults, data under ./data."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GENBOT_CONFIG", raising=False)
+    monkeypatch.delenv("GENBOT_DATABASE_URL", raising=False)
+    return tmp_path
+
+
+def seed(n=3, submitter="slack:U1", priority=Priority.NORMAL) -> int:
+    async def go():
+        queue = await open_queue(cfg.load(env={}))
+        try:
+            return (await queue.enqueue(Submission(
+                "product_main", submitter, [NewJob(i, {}) for i in range(n)],
+                priority=priority))).batch_id
+        finally:
+            await queue.close()
+    return asyncio.run(go())
+
+
+def run_cli(capsys, *argv) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_queue_status_pause_resume_cancel(workdir, capsys):
+    batch = seed(3)
+    seed(2, submitter="slack:U2", priority=Priority.URGENT)
+    code, out = run_cli(capsys, "queue", "status")
+    assert code == 0 and "queue: accepting and running jobs" in out
+    lines = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:7]}
+    assert lines["queued"] == ["2", "0", "3", "0", "5"]  # urgent high normal low total
+    assert "average job: unknown" in out
+
+    assert run_cli(capsys, "queue", "pause")[1].startswith("paused")
+    assert run_cli(capsys, "queue", "pause")[1].strip() == "already paused"
+    code, out = run_cli(capsys, "queue", "status")
+    assert "queue: PAUSED by cli:" in out
+    assert run_cli(capsys, "queue", "resume")[1].strip() == "resumed"
+
+    code, out = run_cli(capsys, "queue", "cancel", "--batch", str(batch))
+    assert out.strip() == "canceled 3 queued job(s); asked 0 running job(s) to stop"
+    code, out = run_cli(capsys, "queue", "cancel", "--all")
+    assert out.startswith("canceled 2 queued job(s)")
+    code, out = run_cli(capsys, "queue", "status")
+    canceled = [line for line in out.splitlines() if line.startswith("canceled")][0]
+    assert canceled.split()[-1] == "5"
+
+
+def test_bad_config_is_one_line_not_a_traceback(workdir, capsys):
+    (workdir / "config.toml").write_text("[queue]\nmax_atempts = 3\n")
+    assert main(["queue", "status"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("genbot: config.toml: unknown key [queue] max_atempts — "
+                   "did you mean max_attempts?\n")
+
+
+def test_unreachable_database_is_reported_plainly(workdir, capsys, monkeypatch):
+    monkeypatch.setenv("GENBOT_DATABASE_URL", "postgres://nobody:secret@127.0.0.1:1/none")
+    assert main(["queue", "status"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("genbot: cannot open database postgres://nobody:***@127.0.0.1:1/none")
+    assert "secret" not in err and "Traceback" not in err
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url: str):
+    with urllib.request.urlopen(url, timeout=2) as response:
+        return response.status, json.loads(response.read())
+
+
+@pytest.mark.slow
+def test_serve_runs_on_defaults_answers_healthz_and_stops_on_sigterm(tmp_path):
+    port = free_port()
+    env = python_env() | {"GENBOT_SERVICE_PORT": str(port)}
+    env.pop("GENBOT_CONFIG", None)
+    proc = subprocess.Popen([PYTHON, "-m", "bot.cli", "serve"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, body = get_json(f"http://127.0.0.1:{port}/healthz")
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read()
+                assert time.monotonic() < deadline, "service did not come up"
+                time.sleep(0.1)
+        assert status == 200
+        assert body == {"status": "ok", "paused": False, "queued": 0, "running": 0}
+        assert (tmp_path / "data" / "genbot.sqlite3").is_file()  # SQLite under ./data
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert f"genbot serving on http://127.0.0.1:{port}" in out and "Traceback" not in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.slow
+def test_serve_on_a_busy_port_says_so(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = python_env() | {"GENBOT_SERVICE_PORT": str(port)}
+        done = subprocess.run([PYTHON, "-m", "bot.cli", "serve"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert f"genbot: cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_help_lists_the_commands():
+    done = subprocess.run([PYTHON, "-m", "bot.cli", "--help"], capture_output=True, text=True,
+                          env=python_env(), cwd=ROOT)
+    assert done.returncode == 0
+    for command in ("serve", "check-config", "db", "queue"):
+        assert command in done.stdout

@@ -1,0 +1,147 @@
+"""Configuration: where it is read from, and one clear line for each kind of mistake."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from storage import config as cfg
+from tests.conftest import PYTHON, ROOT, python_env
+
+
+def load_text(tmp_path: Path, text: str, env: dict | None = None) -> cfg.Config:
+    path = tmp_path / "config.toml"
+    path.write_text(text, encoding="utf-8")
+    return cfg.load(str(path), env=env or {})
+
+
+def error_of(tmp_path: Path, text: str, env: dict | None = None) -> str:
+    with pytest.raises(cfg.ConfigError) as err:
+        load_text(tmp_path, text, env)
+    message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[queue]\nmax_queue_sise = 5\n",
+     "config.toml: unknown key [queue] max_queue_sise — did you mean max_queue_size?"),
+    ("[queu]\nmax_queue_size = 5\n", "config.toml: unknown section [queu] — did you mean queue?"),
+    ("[service]\nmax_attempts = 5\n",
+     "config.toml: unknown key [service] max_attempts — it belongs in [queue]"),
+    ("[queue]\nmax_queue_size = \"lots\"\n",
+     'config.toml: [queue] max_queue_size = "lots": expected an integer from 1 to 10000000'),
+    ("[queue]\nmax_attempts = true\n",
+     "config.toml: [queue] max_attempts = true: expected an integer from 1 to 100"),
+    ("[queue]\nmax_attempts = 2.5\n",
+     "config.toml: [queue] max_attempts = 2.5: expected an integer from 1 to 100"),
+    ("[service]\nport = 70000\n",
+     "config.toml: [service] port = 70000: expected an integer from 1 to 65535"),
+    ("[queue]\nbatch_delay = -1\n",
+     "config.toml: [queue] batch_delay = -1: expected a number from 0 to 3600"),
+    ("[queue]\nauto_save = \"yes\"\n",
+     'config.toml: [queue] auto_save = "yes": expected true or false'),
+    ("[service]\nlog_level = \"verbose\"\n",
+     'config.toml: [service] log_level = "verbose": expected one of "debug", "info", '
+     '"warning", "error"'),
+    ("[queue]\nlease_seconds = 10\nheartbeat_seconds = 6\n",
+     "config.toml: [queue] heartbeat_seconds = 6: expected at most half of lease_seconds (10), "
+     "so one late heartbeat does not lose the lease"),
+    ("[queue]\nretry_backoff = 100\nretry_backoff_max = 50\n",
+     "config.toml: [queue] retry_backoff = 100: expected at most retry_backoff_max (50)"),
+    ("[database]\nurl = \"mysql://x\"\n",
+     "config.toml: [database] url: expected sqlite:///path or postgres://user@host:port/db"),
+    ("queue = 5\n", "config.toml: queue must be a [queue] table"),
+])
+def test_each_mistake_gets_one_line_naming_file_key_and_expectation(tmp_path, text, expected):
+    message = error_of(tmp_path, text)
+    assert message.endswith(expected)
+    assert message.startswith(str(tmp_path))
+
+
+def test_parallel_runs_other_than_one_explains_how_to_scale(tmp_path):
+    message = error_of(tmp_path, "[queue]\nparallel_runs = 2\n")
+    assert "[queue] parallel_runs = 2: expected 1" in message
+    assert "one executor per GPU" in message and "genbot worker" in message
+
+
+def test_invalid_toml_names_the_file_and_line(tmp_path):
+    message = error_of(tmp_path, "[queue\nmax_attempts = 3\n")
+    assert "config.toml: not valid TOML" in message and "line 1" in message
+
+
+def test_secrets_are_not_echoed(tmp_path):
+    message = error_of(tmp_path, "[database]\nurl = 5\n")
+    assert message.endswith("[database] url = ***: expected a string")
+
+
+def test_where_config_comes_from(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cfg.load(env={}).source == "built-in defaults"
+    (tmp_path / "config.toml").write_text("[queue]\nmax_attempts = 4\n")
+    assert cfg.load(env={}).queue.max_attempts == 4  # ./config.toml
+    other = tmp_path / "other.toml"
+    other.write_text("[queue]\nmax_attempts = 5\n")
+    assert cfg.load(env={"GENBOT_CONFIG": str(other)}).queue.max_attempts == 5
+    named = tmp_path / "named.toml"
+    named.write_text("[queue]\nmax_attempts = 6\n")
+    assert cfg.load(str(named), env={"GENBOT_CONFIG": str(other)}).queue.max_attempts == 6
+    with pytest.raises(cfg.ConfigError, match=r"missing.toml: config file not found \(named by --config\)"):
+        cfg.load(str(tmp_path / "missing.toml"), env={})
+    with pytest.raises(cfg.ConfigError, match="named by GENBOT_CONFIG"):
+        cfg.load(env={"GENBOT_CONFIG": str(tmp_path / "gone.toml")})
+
+
+def test_defaults_need_no_file_and_put_sqlite_under_data(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = cfg.load(env={})
+    assert config.queue.parallel_runs == 1 and config.queue.max_queue_size == 10_000
+    assert config.data_dir == (tmp_path / "data").resolve()
+    assert config.database_url == f"sqlite:///{tmp_path.resolve() / 'data' / 'genbot.sqlite3'}"
+
+
+def test_relative_data_dir_is_relative_to_the_config_file(tmp_path, monkeypatch):
+    conf = tmp_path / "etc" / "genbot.toml"
+    conf.parent.mkdir()
+    conf.write_text('[service]\ndata_dir = "../var"\n')
+    monkeypatch.chdir("/")
+    assert cfg.load(str(conf), env={}).data_dir == (tmp_path / "var").resolve()
+
+
+def test_environment_overrides_and_secrets(tmp_path):
+    env = {"GENBOT_DATABASE_URL": "postgres://u:pw@db:5432/genbot",
+           "GENBOT_QUEUE_MAX_ATTEMPTS": "7", "GENBOT_QUEUE_AUTO_SAVE": "false",
+           "GENBOT_QUEUE_BATCH_DELAY": "1.5"}
+    config = load_text(tmp_path, "[queue]\nmax_attempts = 2\n", env)
+    assert config.database.url == "postgres://u:pw@db:5432/genbot"
+    assert config.queue.max_attempts == 7 and config.queue.auto_save is False
+    assert config.queue.batch_delay == 1.5
+    message = error_of(tmp_path, "", {"GENBOT_QUEUE_MAX_ATTEMPTS": "many"})
+    assert message == "environment GENBOT_QUEUE_MAX_ATTEMPTS='many': expected an integer from 1 to 100"
+    message = error_of(tmp_path, "", {"GENBOT_QUEUE_MAX_ATTEMPTS": "500"})
+    assert message == "environment GENBOT_QUEUE_MAX_ATTEMPTS = 500: expected an integer from 1 to 100"
+
+
+def test_example_file_documents_every_key_and_matches_the_schema():
+    text = (ROOT / "config.example.toml").read_text(encoding="utf-8")
+    assert text == cfg.render_example(), "regenerate: python -m storage.config > config.example.toml"
+    parsed = cfg.load(str(ROOT / "config.example.toml"), env={})
+    assert parsed.queue == cfg.QueueConfig() and parsed.service == cfg.ServiceConfig()
+    for section, cls in cfg.sections().items():
+        for f in cls.__dataclass_fields__.values():
+            assert f"\n{f.name} = " in text and f.metadata["why"]
+
+
+def test_check_config_cli_prints_the_line_and_exits_2(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[queue]\nparallel_runs = 4\n")
+    done = subprocess.run([PYTHON, "-m", "bot.cli", "check-config", "--config", str(bad)],
+                          capture_output=True, text=True, env=python_env(), cwd=ROOT)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"genbot: {bad}: [queue] parallel_runs = 4: expected 1")
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+    good = subprocess.run([PYTHON, "-m", "bot.cli", "check-config"], capture_output=True,
+                          text=True, env=python_env(), cwd=tmp_path)
+    assert good.returncode == 0 and "config OK (built-in defaults)" in good.stdout

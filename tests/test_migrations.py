@@ -1,0 +1,94 @@
+"""Schema migrations: applied at open, explicitly by `genbot db upgrade`, never losing rows."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import pytest
+
+from storage.db import APPS, Database, tortoise_config
+from storage.queue import Queue
+from tests.conftest import PYTHON, ROOT, python_env, queue_settings
+
+MIGRATIONS = sorted(p.stem for p in (ROOT / "storage" / "migrations").glob("0*.py"))
+
+
+async def insert_at_first_schema(db: Database) -> None:
+    """Rows as the first release wrote them (only columns 0001 had)."""
+    await db.execute(
+        "INSERT INTO batches (id, template, submitter, platform, priority, total_jobs, meta,"
+        " created_at) VALUES (1, 'old', 'slack:U1', 'slack', 2, 2, '{}', 1.0)")
+    for job_id, status in ((1, "queued"), (2, "succeeded")):
+        await db.execute(
+            "INSERT INTO jobs (id, batch_id, row, params, status, priority, submitter, fair_rank,"
+            " attempts, not_before, cancel_requested, outputs, enqueued_at, updated_at)"
+            " VALUES ($1, 1, $2, '{\"prompt\": \"kept\"}', $3, 2, 'slack:U1', $1, 0, 0, FALSE,"
+            " '[]', 1.0, 1.0)", job_id, job_id + 1, status)
+
+
+@pytest.mark.parametrize("start", MIGRATIONS[:-1])
+async def test_upgrade_from_an_older_schema_keeps_rows(db_url, start):
+    db = Database(db_url)
+    await db.open(migrate=False)
+    assert await db.upgrade(target=MIGRATIONS[0]) == [MIGRATIONS[0]]
+    await insert_at_first_schema(db)
+    if start != MIGRATIONS[0]:
+        await db.upgrade(target=start)
+    await db.close()
+
+    db = await Database(db_url).open()  # opening applies the rest
+    try:
+        assert await db.pending_migrations() == []
+        rows = await db.fetch("SELECT id, status, params FROM jobs ORDER BY id")
+        assert [(r["id"], r["status"]) for r in rows] == [(1, "queued"), (2, "succeeded")]
+        assert "kept" in str(rows[0]["params"])
+        queue = Queue(db, queue_settings())
+        lease = await queue.claim("w")  # the old job runs under the new schema
+        assert lease.job_id == 1 and lease.params == {"prompt": "kept"}
+        assert [e["kind"] for e in await queue.events_after(0)] == ["running"]
+    finally:
+        await db.close()
+
+
+def test_db_upgrade_command(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.sqlite3'}"
+
+    async def make_old():
+        db = Database(url)
+        await db.open(migrate=False)
+        await db.upgrade(target=MIGRATIONS[0])
+        await insert_at_first_schema(db)
+        await db.close()
+    asyncio.run(make_old())
+    env = python_env() | {"GENBOT_DATABASE_URL": url}
+    first = subprocess.run([PYTHON, "-m", "bot.cli", "db", "upgrade"], capture_output=True,
+                           text=True, env=env, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "applied: " + ", ".join(MIGRATIONS[1:])
+    again = subprocess.run([PYTHON, "-m", "bot.cli", "db", "upgrade"], capture_output=True,
+                           text=True, env=env, cwd=tmp_path)
+    assert again.stdout.strip() == "database schema is up to date"
+
+
+def test_processes_opening_a_new_database_together_migrate_once(db_url):
+    script = ("import asyncio, sys\nfrom storage.db import Database\n"
+              "async def main():\n    db = await Database(sys.argv[1]).open()\n"
+              "    print(await db.fetchval('SELECT COUNT(*) FROM queue_state'))\n"
+              "    await db.close()\nasyncio.run(main())\n")
+    procs = [subprocess.Popen([PYTHON, "-c", script, db_url], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=python_env())
+             for _ in range(4)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err for _, err in outputs]
+    assert [out.strip() for out, _ in outputs] == ["1"] * 4
+
+
+async def test_models_and_migrations_agree(tmp_path):
+    """A model change without its migration fails here (run `tortoise makemigrations`)."""
+    from tortoise.cli.cli import tortoise_cli_context
+    from tortoise.migrations.autodetector import MigrationAutodetector
+    config = tortoise_config(f"sqlite:///{tmp_path / 'x.sqlite3'}")
+    async with tortoise_cli_context(config) as ctx:
+        writers = await MigrationAutodetector(ctx.apps, APPS).changes()
+    assert writers == []
+
