@@ -72,6 +72,49 @@ async def worker_drain(url: str) -> None:
     await queue.close()
 
 
+async def worker_bare_drain(url: str) -> None:
+    """The same claim and complete statements straight on the driver (aiosqlite or asyncpg),
+    without the queue's Python: the baseline the queue's throughput is compared with."""
+    from storage import queries as q
+    from storage.db import _to_sqlite
+    if url.startswith("sqlite"):
+        import aiosqlite
+        conn = await aiosqlite.connect(url.removeprefix("sqlite://"), isolation_level=None)
+        for pragma in ("busy_timeout=30000", "journal_mode=WAL", "synchronous=FULL",
+                       "foreign_keys=ON", "journal_size_limit=67108864"):
+            await conn.execute(f"PRAGMA {pragma}")
+        claim_sql = _to_sqlite(q.for_dialect(q.CLAIM, "sqlite"))
+        complete_sql = _to_sqlite(q.COMPLETE)
+        fetch = conn.execute_fetchall
+    else:
+        import asyncpg
+        base, _, schema = url.partition("?schema=")
+        conn = await asyncpg.connect(base.replace("postgres://", "postgresql://", 1),
+                                     server_settings={"search_path": schema})
+        claim_sql, complete_sql = q.for_dialect(q.CLAIM, "postgres"), q.COMPLETE
+
+        async def fetch(sql, args):
+            return await conn.fetch(sql, *args)
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    done, empty, owner = 0, 0, f"w{os.getpid()}"
+    while empty < 3:
+        now = time.time()
+        token = uuid.uuid4().hex
+        rows = await fetch(claim_sql, [owner, token, now + 60, now])
+        if not rows:
+            empty += 1
+            await asyncio.sleep(0.05)
+            continue
+        empty = 0
+        await fetch(complete_sql, [rows[0]["id"] if not url.startswith("sqlite") else rows[0][0],
+                                   token, "[]", time.time()])
+        done += 1
+        last = time.time()
+    print("done", done, last if done else 0, flush=True)
+    await conn.close()
+
+
 async def worker_latency(url: str, polling_only: bool) -> None:
     """Idle executor: wait for work, claim it, print the wall-clock time of the claim."""
     queue = await open_queue(url, polling_only=polling_only)
@@ -113,9 +156,9 @@ async def seed(url: str, n: int) -> None:
     await queue.close()
 
 
-def bench_throughput(url: str, workers: int, n: int) -> float:
+def bench_throughput(url: str, workers: int, n: int, bare: bool = False) -> float:
     asyncio.run(seed(url, n))
-    procs = [spawn("_drain", url) for _ in range(workers)]
+    procs = [spawn("_bare" if bare else "_drain", url) for _ in range(workers)]
     for p in procs:
         assert p.stdout.readline().strip() == "ready"
     start = time.time()
@@ -198,14 +241,17 @@ def drop_pg(base: str, schema: str) -> None:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_drain":
         return asyncio.run(worker_drain(sys.argv[2]))
+    if len(sys.argv) > 1 and sys.argv[1] == "_bare":
+        return asyncio.run(worker_bare_drain(sys.argv[2]))
     if len(sys.argv) > 1 and sys.argv[1] == "_latency":
         return asyncio.run(worker_latency(sys.argv[2], sys.argv[3] == "poll"))
     p = argparse.ArgumentParser()
     p.add_argument("--pg", default="postgres://postgres@127.0.0.1:5432/test")
     p.add_argument("--quick", action="store_true", help="fewer jobs and samples")
     args = p.parse_args()
-    n = 4_000 if args.quick else 20_000
+    n = 4_000 if args.quick else 10_000
     samples = 60 if args.quick else 300
+    rounds = 1 if args.quick else 3
 
     print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, {platform.platform()}")
@@ -233,13 +279,22 @@ def main() -> None:
 
     print(f"\n2. claim+complete of no-op jobs, {n:,} jobs "
           "(targets: SQLite 1 worker >= 1,000/s; PostgreSQL 4 workers >= 2,000/s)")
+    print("   (bare: the same claim/complete statements straight on the driver, no queue code;"
+          f" median of {rounds} interleaved rounds)")
     for backend in backends:
-        rates = {w: with_db(backend, lambda url: bench_throughput(url, w, n)) for w in (1, 4)}
         target = 1000 if backend == "sqlite" else 2000
-        for w, rate in rates.items():
-            print(f"   {backend:8}  {w} worker{'s' if w > 1 else ' '}  {rate:8,.0f} jobs/s"
-                  + (f"   ({rate / target:.2f}x target)" if (backend, w) in
-                     (("sqlite", 1), ("postgres", 4)) else ""))
+        rates = {}
+        for w in (1, 4):
+            queue_rates, bare_rates = [], []
+            for _ in range(rounds):  # interleaved, so both see the same machine weather
+                queue_rates.append(with_db(backend, lambda url: bench_throughput(url, w, n)))
+                bare_rates.append(with_db(backend, lambda url: bench_throughput(url, w, n, True)))
+            rates[w] = statistics.median(queue_rates)
+            ratio = statistics.median(q / b for q, b in zip(queue_rates, bare_rates))
+            aim = (f"  {rates[w] / target:.2f}x target" if (backend, w) in
+                   (("sqlite", 1), ("postgres", 4)) else "")
+            print(f"   {backend:8}  {w} worker{'s' if w > 1 else ' '}  queue {rates[w]:7,.0f} jobs/s"
+                  f"  bare {statistics.median(bare_rates):7,.0f} jobs/s  queue/bare {ratio:.2f}{aim}")
         print(f"   {backend:8}  4 vs 1 workers: {rates[4] / rates[1]:.2f}x")
 
     print(f"\n3. enqueue-to-claim latency, idle executor in another process, {samples} samples "

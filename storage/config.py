@@ -137,13 +137,17 @@ def _type_of(f: dataclasses.Field) -> type:
     return {"int": int, "float": float, "bool": bool, "str": str}[str(f.type)]
 
 
+def _is_kind(value: Any, kind: type) -> bool:
+    if kind is bool or isinstance(value, bool):  # TOML true is not the integer 1
+        return kind is bool and isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
+
+
 def _check_value(f: dataclasses.Field, value: Any, where: str) -> Any:
-    kind = _type_of(f)
-    ok = (isinstance(value, bool) if kind is bool
-          else isinstance(value, int) and not isinstance(value, bool) if kind is int
-          else isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
-          else isinstance(value, str))
-    m = f.metadata
+    kind, m = _type_of(f), f.metadata
+    ok = _is_kind(value, kind)
     if ok and kind in (int, float):
         ok = (m["min"] is None or value >= m["min"]) and (m["max"] is None or value <= m["max"])
     if ok and m["choices"]:

@@ -20,6 +20,7 @@ from typing import Any
 from tortoise.backends.base.config_generator import expand_db_url
 from tortoise.context import TortoiseContext, _current_context
 from tortoise.migrations.executor import MigrationExecutor, MigrationTarget
+from tortoise.transactions import in_transaction
 
 APP = "storage"
 APPS = {APP: {"models": ["storage.models"], "default_connection": "default",
@@ -47,7 +48,15 @@ def tortoise_config(url: str, pool_size: int = 10) -> dict[str, Any]:
         connection["engine"] = "tortoise.backends.asyncpg"
         connection["credentials"].setdefault("maxsize", pool_size)
         connection["credentials"].setdefault("minsize", 1)
+        connection["credentials"]["reset"] = _keep_session
     return {"connections": {"default": connection}, "apps": APPS}
+
+
+async def _keep_session(connection) -> None:
+    """asyncpg's pool resets each connection it gets back (RESET ALL, UNLISTEN *, ...):
+    one more round trip per query, since tortoise acquires per query. The queue never
+    changes session state (its advisory locks are transaction-scoped, LISTEN has its
+    own connection), so it skips that; asyncpg still rolls back any open transaction."""
 
 
 def sqlite_path(url: str) -> Path:
@@ -154,7 +163,7 @@ class Database:
     async def transaction(self) -> AsyncIterator[Any]:
         """A write transaction: BEGIN IMMEDIATE on SQLite, a normal one on PostgreSQL."""
         with _active(self._ctx):  # tortoise tracks the open transaction in it
-            async with self.client._in_transaction() as tx:
+            async with in_transaction("default") as tx:
                 yield tx
 
     # --- Migrations ----------------------------------------------------------
