@@ -22,13 +22,8 @@ QUEUE = web.AppKey("queue", Queue)
 
 async def healthz(request: web.Request) -> web.Response:
     queue = request.app[QUEUE]
-    counts = await queue.counts()
-    return web.json_response({
-        "status": "ok",
-        "paused": await queue.paused(),
-        "queued": sum(counts["queued"].values()),
-        "running": sum(counts["running"].values()),
-    })
+    return web.json_response({"status": "ok", "paused": await queue.paused(),
+                              **await queue.active_counts()})
 
 
 def build_app(queue: Queue) -> web.Application:

@@ -55,12 +55,13 @@ def tortoise_config(url: str, pool_size: int = 10) -> dict[str, Any]:
 async def _keep_session(connection) -> None:
     """asyncpg's pool resets each connection it gets back (RESET ALL, UNLISTEN *, ...):
     one more round trip per query, since tortoise acquires per query. The queue never
-    changes session state (its advisory locks are transaction-scoped, LISTEN has its
-    own connection), so it skips that; asyncpg still rolls back any open transaction."""
+    changes session state (the event log's advisory lock is transaction-scoped, the
+    migration lock is released before its connection goes back, LISTEN has its own
+    connection), so it skips that; asyncpg still rolls back any open transaction."""
 
 
 def sqlite_path(url: str) -> Path:
-    """sqlite:///abs/path, sqlite://relative/path or sqlite://:memory: -> a Path."""
+    """sqlite:///abs/path or sqlite://relative/path -> a Path."""
     return Path(url.removeprefix("sqlite://"))
 
 
@@ -123,12 +124,6 @@ class Database:
         if self._ctx is not None:
             ctx, self._ctx = self._ctx, None
             await ctx.close_connections()
-
-    async def __aenter__(self) -> "Database":
-        return await self.open()
-
-    async def __aexit__(self, *exc) -> None:
-        await self.close()
 
     @property
     def display_url(self) -> str:

@@ -45,10 +45,10 @@ LOCK_QUEUE_STATE = "SELECT paused FROM queue_state WHERE id = 1 FOR UPDATE"
 
 BATCH_BY_IDEMPOTENCY_KEY = "SELECT id, total_jobs FROM batches WHERE idempotency_key = $1"
 
-# Two counts, so each reads its own partial index.
-COUNT_ACTIVE = """
-SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'queued')
-     + (SELECT COUNT(*) FROM jobs WHERE status = 'running') AS n"""
+# Two counts, so each reads its own partial index (not the whole history).
+ACTIVE_COUNTS = """
+SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'queued') AS queued,
+       (SELECT COUNT(*) FROM jobs WHERE status = 'running') AS running"""
 
 # The round-robin "now" of a priority class: the turn of the next job to be claimed.
 # A newcomer's first job takes this turn, so it alternates with those already waiting

@@ -180,7 +180,7 @@ class Queue:
                                              client=tx)
                 if row:
                     return Enqueued(row["id"], row["total_jobs"], created=False)
-            active = await self.db.fetchval(q.COUNT_ACTIVE, client=tx)
+            active = sum((await self.db.fetchrow(q.ACTIVE_COUNTS, client=tx)).values())
             limit = self.settings.max_queue_size
             if active + n > limit:
                 raise QueueFull(n, max(0, limit - active), limit)
@@ -337,6 +337,10 @@ class Queue:
     async def batch_jobs_ahead(self, batch_id: int) -> int | None:
         first = await self.db.fetchval(q.BATCH_FIRST_QUEUED, batch_id)
         return None if first is None else await self.db.fetchval(q.JOBS_AHEAD, first)
+
+    async def active_counts(self) -> dict[str, int]:
+        """{queued, running}: cheap at any history size, for health checks."""
+        return await self.db.fetchrow(q.ACTIVE_COUNTS)
 
     async def counts(self) -> dict[str, dict[str, int]]:
         """{status: {priority: n}} over all jobs."""

@@ -375,6 +375,7 @@ async def test_positions_counts_eta_and_progress(queue, clock):
     assert progress.eta_seconds == pytest.approx(12)
     job = (await queue.claim("w"))
     assert await queue.jobs_ahead(job.job_id) is None  # running, not queued
+    assert await queue.active_counts() == {"queued": 3, "running": 1}
     assert await queue.batch_progress(999) is None
 
 
