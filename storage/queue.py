@@ -13,8 +13,6 @@ The promises it keeps are listed in docs/queue.md; in short:
 from __future__ import annotations
 
 import json
-import os
-import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -33,13 +31,6 @@ class Priority(IntEnum):
     HIGH = 1
     NORMAL = 2
     LOW = 3
-
-    @classmethod
-    def parse(cls, name: str) -> "Priority":
-        try:
-            return cls[name.strip().upper()]
-        except KeyError:
-            raise ValueError(f'priority "{name}": expected urgent, high, normal or low') from None
 
 
 class Status(StrEnum):
@@ -127,10 +118,6 @@ class BatchProgress:
     @property
     def done(self) -> int:
         return sum(self.counts.get(s, 0) for s in TERMINAL)
-
-
-def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _loads(value: Any) -> Any:
