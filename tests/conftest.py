@@ -84,13 +84,6 @@ def drop_pg_schema(schema: str) -> None:
     asyncio.run(_pg_exec(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
 
 
-@pytest.fixture
-def pg_url():
-    url, schema = make_pg_schema()
-    yield url
-    drop_pg_schema(schema)
-
-
 @pytest.fixture(params=BACKENDS)
 def db_url(request, tmp_path):
     """A database URL for each backend: an empty SQLite file, or an empty PostgreSQL schema."""
