@@ -4,6 +4,9 @@
   genbot check-config               validate the configuration and say where it came from
   genbot db upgrade                 apply pending schema migrations
   genbot queue status|pause|resume|cancel
+  genbot templates                  the templates, and any that are broken
+  genbot template show|example NAME
+  genbot validate TEMPLATE SHEET    the bot's report on a sheet, without queueing anything
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import asyncio
 import getpass
 import logging
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from storage import config as cfg
 from storage.db import Database, DatabaseError
@@ -140,6 +145,88 @@ async def cmd_queue_cancel(queue, args) -> int:
     return 0
 
 
+def _templates(config: cfg.Config):
+    from executor.workflow import load_templates
+    return load_templates(config.templates_dir)
+
+
+def _template(config: cfg.Config, name: str):
+    templates, errors = _templates(config)
+    if name in templates:
+        return templates[name]
+    broken = [e for e in errors if Path(e.file).stem == name]
+    if broken:
+        raise SystemExit(f"genbot: template {name} is broken: {broken[0]}")
+    raise SystemExit(f"genbot: no template {name!r}; templates: {', '.join(templates) or 'none'}")
+
+
+def cmd_templates(args) -> int:
+    config = _load(args)
+    templates, errors = _templates(config)
+    for t in templates.values():
+        print(f"{t.name:16} {len(t.params):2} params  {t.description}")
+    for e in errors:
+        print(f"BROKEN {e}", file=sys.stderr)
+    if not templates and not errors:
+        print(f"no templates in {config.templates_dir}")
+    return 1 if errors else 0
+
+
+def cmd_template_show(args) -> int:
+    t = _template(_load(args), args.name)
+    print(f"{t.name}: {t.description}\n")
+    rows = [("column", "type", "required", "default", "allowed", "aliases")]
+    for p in t.params.values():
+        allowed = ", ".join(p.choices) if p.choices else (
+            f"{'' if p.min is None else f'{p.min:g}'}..{'' if p.max is None else f'{p.max:g}'}"
+            if p.min is not None or p.max is not None else "")
+        default = "" if p.default is None else str(p.default)
+        rows.append((p.name, p.type, "yes" if p.required else "", default, allowed,
+                     ", ".join(p.aliases)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    extra = sorted(t.columns)
+    if extra:
+        print(f"\nalso uses these sheet columns in its text: {', '.join(extra)}")
+    print(f"output files: {''.join(a + ('{' + b + '}' if b else '') for a, b in t.output.parts)}")
+    return 0
+
+
+def cmd_template_example(args) -> int:
+    from bot.sheets import write_example
+    t = _template(_load(args), args.name)
+    out = Path(args.output or f"{t.name}.xlsx")
+    out.write_bytes(write_example(t, args.lang))
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from bot.images import ImageResolver, folder_attachments
+    from bot.intake import intake
+    from storage.files import FileStore
+    config = _load(args)
+    t = _template(config, args.template)
+    sheet = Path(args.sheet)
+    try:
+        data = sheet.read_bytes()
+    except OSError as e:
+        raise SystemExit(f"genbot: cannot read {sheet}: {e.strerror or e}") from None
+
+    async def run():
+        with tempfile.TemporaryDirectory() as tmp:  # validating stores nothing
+            images = ImageResolver(config.intake, FileStore(Path(tmp)),
+                                   assets_dir=config.assets_dir,
+                                   attachments=folder_attachments(sheet.resolve().parent))
+            return await intake(t, sheet.name, data, settings=config.intake, images=images,
+                                skip_invalid=args.skip_invalid)
+
+    result = asyncio.run(run())
+    print(result.report(args.lang, config.intake.max_problems_shown, args.skip_invalid))
+    return 0 if result.ok else 1
+
+
 # --- parser ---------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,6 +262,28 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--submitter", metavar="PLATFORM:USER")
     which.add_argument("--all", action="store_true", default=None)
     cancel.set_defaults(func=cmd_queue_cancel)
+
+    sub.add_parser("templates", parents=[common],
+                   help="list the templates").set_defaults(func=cmd_templates)
+    template = sub.add_parser("template", help="one template").add_subparsers(
+        dest="template", required=True, metavar="ACTION")
+    show = template.add_parser("show", parents=[common], help="its parameters")
+    show.add_argument("name")
+    show.set_defaults(func=cmd_template_show)
+    example = template.add_parser("example", parents=[common],
+                                  help="write an example sheet (.xlsx)")
+    example.add_argument("name")
+    example.add_argument("-o", "--output", metavar="FILE", help="default: NAME.xlsx")
+    example.add_argument("--lang", choices=("en", "zh"), default="en")
+    example.set_defaults(func=cmd_template_example)
+    validate = sub.add_parser("validate", parents=[common],
+                              help="check a sheet against a template; queues nothing")
+    validate.add_argument("template")
+    validate.add_argument("sheet")
+    validate.add_argument("--lang", choices=("en", "zh"), default="en")
+    validate.add_argument("--skip-invalid", action="store_true",
+                          help="report as the bot would with --skip-invalid")
+    validate.set_defaults(func=cmd_validate)
     return parser
 
 

@@ -91,10 +91,41 @@ class QueueConfig:
 
 
 @dataclass(frozen=True)
+class TemplatesConfig:
+    """Workflow templates: JSON files, checked at start-up and on demand."""
+
+    dir: str = key("", "Folder of *.json templates. Empty: the templates/ shipped with genbot.")
+
+
+@dataclass(frozen=True)
+class IntakeConfig:
+    """Spreadsheets and the images their rows name: limits and where images may come from."""
+
+    max_file_mb: float = key(20.0, "Largest sheet accepted, in MB.", min=0.01, max=1024)
+    max_unpacked_mb: float = key(200.0, "Largest uncompressed .xlsx/.ods content, in MB; a "
+                                 "zip bomb is refused before it is parsed.", min=1, max=16_384)
+    max_rows: int = key(10_000, "Rows one submission may have.", min=1, max=1_000_000)
+    max_problems_shown: int = key(20, "Problems listed in a validation report; the rest are "
+                                  "counted (\"…and 23 more\").", min=1, max=1000)
+    assets_dir: str = key("./assets", "Image cells may name files under this folder (relative "
+                          "to the config file's folder).")
+    url_allowlist: list[str] = key((), "Hosts image cells may download from over http(s), e.g. "
+                                   "[\"cdn.example.com\"]. Empty: no downloads.")
+    allow_private_urls: bool = key(False, "Let allow-listed hosts resolve to private or "
+                                   "loopback addresses (off: no requests into your network).")
+    max_image_mb: float = key(20.0, "Largest image file an image cell may name, in MB.",
+                              min=0.01, max=1024)
+    max_image_pixels: int = key(50_000_000, "Largest image, in pixels (decompression-bomb "
+                                "guard).", min=1, max=1_000_000_000)
+
+
+@dataclass(frozen=True)
 class Config:
     service: ServiceConfig = field(default_factory=ServiceConfig)
     database: DatabaseConfig = field(default_factory=DatabaseConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
+    templates: TemplatesConfig = field(default_factory=TemplatesConfig)
+    intake: IntakeConfig = field(default_factory=IntakeConfig)
     # Where the values came from, for messages; the folder relative paths are resolved against.
     source: str = field(default="built-in defaults", metadata={"internal": True})
     base_dir: str = field(default=".", metadata={"internal": True})
@@ -102,6 +133,16 @@ class Config:
     @property
     def data_dir(self) -> Path:
         return (Path(self.base_dir) / self.service.data_dir).resolve()
+
+    @property
+    def templates_dir(self) -> Path:
+        if not self.templates.dir:
+            return Path(__file__).resolve().parent.parent / "templates"
+        return (Path(self.base_dir) / self.templates.dir).resolve()
+
+    @property
+    def assets_dir(self) -> Path:
+        return (Path(self.base_dir) / self.intake.assets_dir).resolve()
 
     @property
     def database_url(self) -> str:
@@ -121,7 +162,8 @@ def _expected(f: dataclasses.Field) -> str:
     kind = _type_of(f)
     if m["choices"]:
         return "one of " + ", ".join(f'"{c}"' for c in m["choices"])
-    noun = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]
+    noun = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+            list: "a list of strings"}[kind]
     if m["min"] is not None and m["max"] is not None:
         return f"{noun} from {_num(m['min'])} to {_num(m['max'])}"
     if m["min"] is not None:
@@ -134,7 +176,7 @@ def _num(x: float) -> str:
 
 
 def _type_of(f: dataclasses.Field) -> type:
-    return {"int": int, "float": float, "bool": bool, "str": str}[str(f.type)]
+    return {"int": int, "float": float, "bool": bool, "str": str, "list[str]": list}[str(f.type)]
 
 
 def _is_kind(value: Any, kind: type) -> bool:
@@ -142,6 +184,8 @@ def _is_kind(value: Any, kind: type) -> bool:
         return kind is bool and isinstance(value, bool)
     if kind is float:
         return isinstance(value, (int, float))
+    if kind is list:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
     return isinstance(value, kind)
 
 
@@ -155,11 +199,11 @@ def _check_value(f: dataclasses.Field, value: Any, where: str) -> Any:
     if not ok:
         shown = "***" if m["secret"] else _toml_value(value) if _tomlable(value) else repr(value)
         raise ConfigError(f"{where} = {shown}: expected {_expected(f)}")
-    return float(value) if kind is float else value
+    return float(value) if kind is float else tuple(value) if kind is list else value
 
 
 def _tomlable(v: Any) -> bool:
-    return isinstance(v, (bool, int, float, str))
+    return isinstance(v, (bool, int, float, str, list, tuple))
 
 
 def _parse_env(f: dataclasses.Field, raw: str, name: str) -> Any:
@@ -174,6 +218,8 @@ def _parse_env(f: dataclasses.Field, raw: str, name: str) -> Any:
             return int(raw)
         if kind is float:
             return float(raw)
+        if kind is list:  # comma-separated
+            return [part.strip() for part in raw.split(",") if part.strip()]
     except ValueError:
         shown = "***" if f.metadata["secret"] else repr(raw)
         raise ConfigError(f"environment {name}={shown}: expected {_expected(f)}") from None
@@ -265,6 +311,8 @@ def _check_relations(config: Config) -> None:
 
 
 def _toml_value(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):

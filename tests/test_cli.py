@@ -144,3 +144,53 @@ def test_help_lists_the_commands():
     assert done.returncode == 0
     for command in ("serve", "check-config", "db", "queue"):
         assert command in done.stdout
+
+
+# --- templates ---------------------------------------------------------------------------
+
+def test_templates_show_and_broken_ones(workdir, capsys):
+    code, out = run_cli(capsys, "templates")
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == [
+        "material_swap", "product_main", "social_thumb"]
+    code, out = run_cli(capsys, "template", "show", "product_main")
+    assert code == 0 and "sku" in out and "货号" in out and "1..100" in out
+    assert "output files: {sku}/{row}.png" in out
+    folder = workdir / "mine"
+    folder.mkdir()
+    (folder / "oops.json").write_text('{"name": "oops", "nodes": {"a": {"op": "nope"}}}')
+    (workdir / "config.toml").write_text('[templates]\ndir = "mine"\n')
+    assert main(["templates"]) == 1
+    err = capsys.readouterr().err
+    assert "BROKEN" in err and "oops.json: nodes.a.op: unknown op" in err
+
+
+def test_template_example_writes_a_sheet_that_reads_back(workdir, capsys):
+    from bot.sheets import read_sheet
+    code, out = run_cli(capsys, "template", "example", "social_thumb", "-o", "x.xlsx", "--lang", "zh")
+    assert code == 0 and out.strip() == "wrote x.xlsx"
+    sheet = read_sheet("x.xlsx", (workdir / "x.xlsx").read_bytes(), max_unpacked_bytes=2**26)
+    assert sheet.headers[:3] == ["图片", "标题", "比例"] and len(sheet.rows) == 2
+    import python_calamine
+    names = python_calamine.CalamineWorkbook.from_path(str(workdir / "x.xlsx")).sheet_names
+    assert names == ["数据", "说明"]
+
+
+def test_validate_reports_like_the_bot(workdir, capsys):
+    code, out = run_cli(capsys, "validate", "product_main", str(ROOT / "examples" / "product_main.xlsx"))
+    assert code == 0 and out.strip() == "product_main.xlsx: all 2 rows are valid for product_main."
+    bad = workdir / "bad.csv"
+    bad.write_text("sku,prompt,product_image,steps\nA,p,nothere.png,500\n", encoding="utf-8")
+    code, out = run_cli(capsys, "validate", "product_main", str(bad), "--lang", "zh")
+    assert code == 1
+    assert out.splitlines() == [
+        "bad.csv：1 行中有 1 行有问题，未提交任何任务。",
+        "第 2 行，“product_image”列：找不到图片“nothere.png”：随表格发送的文件和素材目录中都没有",
+        "第 2 行，“steps”列：500 大于最大值 100"]
+    assert not (workdir / "data").exists()  # validating stores nothing
+
+
+def test_unknown_template_lists_the_known_ones(workdir, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["template", "show", "prodct_main"])
+    assert "no template 'prodct_main'" in str(e.value) and "product_main" in str(e.value)

@@ -1,0 +1,115 @@
+"""Everything a person reads, in English and Simplified Chinese, by code.
+
+Lower layers raise problems as codes with details (executor.params.Problem,
+bot.sheets.SheetError); the fronts render them here, in the reader's language.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LANGS = ("en", "zh")
+
+CATALOG: dict[str, tuple[str, str]] = {
+    # A cell's value.
+    "required": ("required, but empty", "必填，但为空"),
+    "not_whole": ('"{value}" is not a whole number', "“{value}”不是整数"),
+    "not_number": ('"{value}" is not a number', "“{value}”不是数字"),
+    "too_small": ("{value} is less than {min}", "{value} 小于最小值 {min}"),
+    "too_large": ("{value} is more than {max}", "{value} 大于最大值 {max}"),
+    "bad_seed": ("{value} is not a seed (0 to {max})", "{value} 不是有效的种子（0 到 {max}）"),
+    "not_bool": ('"{value}" is not yes or no (true/false, yes/no, 是/否, 1/0)',
+                 "“{value}”不是“是/否”（true/false、yes/no、是/否、1/0）"),
+    "not_choice": ('"{value}" is not one of: {choices}', "“{value}”不是可选值之一：{choices}"),
+    "not_color": ('"{value}" is not a colour (#RRGGBB, a colour name, or auto)',
+                  "“{value}”不是颜色（#RRGGBB、颜色名或 auto）"),
+    "not_size": ('"{value}" is not a size like 1024x768 ({min} to {max} pixels a side)',
+                 "“{value}”不是尺寸，应如 1024x768（每边 {min} 到 {max} 像素）"),
+    # An image a cell names.
+    "image_not_found": ('no image "{ref}" among the files sent with the sheet or in the '
+                        "assets folder", "找不到图片“{ref}”：随表格发送的文件和素材目录中都没有"),
+    "image_bad_reference": ('"{ref}" is not a file name or an http(s) link',
+                            "“{ref}”不是文件名，也不是 http(s) 链接"),
+    "image_url_not_allowed": ('downloads from {host} are not allowed (ask an admin to add it '
+                              "to intake.url_allowlist)",
+                              "不允许从 {host} 下载（请管理员将其加入 intake.url_allowlist）"),
+    "image_private_address": ("{host} is a private or local address; downloads from it are "
+                              "not allowed", "{host} 是内网或本机地址，不允许从其下载"),
+    "image_download_failed": ("could not download {ref}: {reason}", "无法下载 {ref}：{reason}"),
+    "image_too_big": ('"{ref}" is {size_mb:.1f} MB; the limit is {max_mb:g} MB',
+                      "“{ref}”有 {size_mb:.1f} MB，上限为 {max_mb:g} MB"),
+    "image_too_many_pixels": ('"{ref}" is {width}x{height} pixels; the limit is {max:,} pixels',
+                              "“{ref}”为 {width}x{height} 像素，上限为 {max:,} 像素"),
+    "not_an_image": ('"{ref}" is not an image pillow can read', "“{ref}”不是可读取的图片"),
+    # The output file a row would write.
+    "output_control": ('output name "{name}" has a control character',
+                       "输出文件名“{name}”含有控制字符"),
+    "output_absolute": ('output name "{name}" is an absolute path', "输出文件名“{name}”是绝对路径"),
+    "output_drive": ('output name "{name}" starts with a drive letter',
+                     "输出文件名“{name}”以盘符开头"),
+    "output_parent": ('output name "{name}" leaves the batch folder (..)',
+                      "输出文件名“{name}”跳出了批次目录（..）"),
+    "output_empty_part": ('output name "{name}" has an empty folder name',
+                          "输出文件名“{name}”含有空的目录名"),
+    "output_reserved": ('output name "{name}": "{part}" is a reserved device name on Windows',
+                        "输出文件名“{name}”：“{part}”是 Windows 保留的设备名"),
+    "output_trailing": ('output name "{name}": "{part}" ends with a space or a dot',
+                        "输出文件名“{name}”：“{part}”以空格或句点结尾"),
+    "output_bad_char": ('output name "{name}": "{part}" has a character Windows does not allow',
+                        "输出文件名“{name}”：“{part}”含有 Windows 不允许的字符"),
+    "output_too_long": ('output name "{name}" is longer than 240 bytes',
+                        "输出文件名“{name}”超过 240 字节"),
+    "output_same_in_row": ("two save nodes would both write {name}", "两个保存节点都会写入 {name}"),
+    "output_duplicate": ('output name "{name}" is already used by row {other}',
+                         "输出文件名“{name}”已被第 {other} 行使用"),
+    # The file as a whole.
+    "unsupported_format": ('"{file}": {ext} files are not supported; send .xlsx, .xlsm, .xls, '
+                           ".ods, .csv or .tsv",
+                           "“{file}”：不支持 {ext} 文件，请发送 .xlsx、.xlsm、.xls、.ods、.csv 或 .tsv"),
+    "file_too_big": ('"{file}" is {size_mb:.1f} MB; the limit is {max_mb:g} MB',
+                     "“{file}”有 {size_mb:.1f} MB，上限为 {max_mb:g} MB"),
+    "csv_is_workbook": ('"{file}" is an Excel workbook with a .csv name: rename it to .xlsx, or '
+                        "save it as CSV from Excel",
+                        "“{file}”其实是 Excel 工作簿，却以 .csv 命名：请改名为 .xlsx，或在 Excel 中另存为 CSV"),
+    "password_protected": ('"{file}" is password-protected: remove the password and send it again',
+                           "“{file}”设有密码：请移除密码后重新发送"),
+    "corrupt": ('"{file}" cannot be read as a spreadsheet (damaged or cut short?): {detail}',
+                "无法读取“{file}”（文件损坏或不完整？）：{detail}"),
+    "zip_bomb": ('"{file}" unpacks to {unpacked_mb:,.0f} MB; the limit is {max_mb:g} MB',
+                 "“{file}”解压后有 {unpacked_mb:,.0f} MB，上限为 {max_mb:g} MB"),
+    "bad_encoding": ('"{file}" is not UTF-8, UTF-16 or GBK text: save it as "CSV UTF-8"',
+                     "“{file}”不是 UTF-8、UTF-16 或 GBK 文本：请另存为“CSV UTF-8”"),
+    "empty_sheet": ('"{file}" has no header row', "“{file}”没有表头行"),
+    "no_rows": ('"{file}" has a header but no rows', "“{file}”只有表头，没有数据行"),
+    "too_many_rows": ('"{file}" has {rows:,} rows; one submission may have {max:,}',
+                      "“{file}”有 {rows:,} 行，一次最多提交 {max:,} 行"),
+    "missing_column": ('no column for "{param}"', "缺少“{param}”列"),
+    "missing_column_near": ('no column for "{param}" — is "{near}" meant to be it?',
+                            "缺少“{param}”列——“{near}”是不是这一列？"),
+    "duplicate_column": ('columns {columns} all set "{param}": keep one',
+                         "{columns} 这几列都对应“{param}”：请只保留一列"),
+    # Reports.
+    "cell": ('row {row}, column "{column}": {problem}', "第 {row} 行，“{column}”列：{problem}"),
+    "row": ("row {row}: {problem}", "第 {row} 行：{problem}"),
+    "did_you_mean": (' — did you mean "{name}"?', "——是不是“{name}”？"),
+    "and_more": ("…and {count:,} more", "……另有 {count:,} 处"),
+    "unused_columns": ("columns not used by {template}: {columns}",
+                       "{template} 未使用这些列：{columns}"),
+    "all_valid": ("{file}: all {rows:,} rows are valid for {template}.",
+                  "{file}：全部 {rows:,} 行都符合 {template} 的要求。"),
+    "some_invalid": ("{file}: {bad:,} of {rows:,} rows have problems; nothing was queued.",
+                     "{file}：{rows:,} 行中有 {bad:,} 行有问题，未提交任何任务。"),
+    "some_skipped": ("{file}: {bad:,} of {rows:,} rows have problems and are skipped; "
+                     "{good:,} are valid.",
+                     "{file}：{rows:,} 行中有 {bad:,} 行有问题，已跳过；{good:,} 行有效。"),
+    "file_refused": ("{file}: nothing was queued.", "{file}：未提交任何任务。"),
+}
+
+
+def say(code: str, lang: str = "en", **details: Any) -> str:
+    """The message for `code` in `lang` ("en" or "zh")."""
+    en, zh = CATALOG[code]
+    template = zh if lang == "zh" else en
+    if "choices" in details and not isinstance(details["choices"], str):
+        details = {**details, "choices": ", ".join(map(str, details["choices"]))}
+    return template.format(**details)

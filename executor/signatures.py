@@ -1,0 +1,121 @@
+"""What each op takes and gives: the typed signatures templates are checked against.
+
+Plain data, no torch: the template validator (and the chat side through it) reads
+this without loading the GPU stack. The executor's op implementations are registered
+against these names and must accept exactly these inputs.
+
+Value types:
+  text, int, float, bool, seed   scalars
+  color      "#rrggbb" or "auto" (the op picks a colour from the image)
+  size       [width, height] in pixels, or None: the model's native size
+  aspect     "W:H", e.g. "4:5"
+  model      a logical model name from the config's model registry
+  loras      a list of {"name": <lora>, "weight": <float>}
+  sampler    one of SAMPLERS
+  image      an image (an input file, or another node's output)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SAMPLERS = ("euler", "euler_a", "dpm++_2m", "dpm++_2m_karras", "ddim", "unipc")
+POSITIONS = ("top", "bottom", "center", "top_left", "top_right", "bottom_left", "bottom_right")
+FORMATS = ("png", "jpg", "webp")
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Input:
+    type: str
+    default: Any = REQUIRED  # REQUIRED, or the value used when the template leaves it out
+    choices: tuple[str, ...] = ()
+    min: float | None = None
+    max: float | None = None
+    optional: bool = False  # None is a valid value ("use the model's own")
+    help: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str
+    help: str
+    inputs: dict[str, Input]
+    outputs: dict[str, str] = field(default_factory=dict)  # output name -> type
+
+
+def _sig(op: str, help: str, outputs: dict[str, str] | None = None, /,
+         **inputs: Input) -> Signature:
+    return Signature(op, help, inputs, outputs or {})
+
+
+_IMAGE_OUT = {"image": "image"}
+
+OPS: dict[str, Signature] = {s.name: s for s in [
+    _sig("generate", "Diffusion: txt2img, img2img (init_image), ControlNet guidance "
+         "(control_image + controlnet), LoRAs.", _IMAGE_OUT,
+         prompt=Input("text"),
+         negative=Input("text", ""),
+         model=Input("model"),
+         seed=Input("seed"),
+         steps=Input("int", None, optional=True, min=1, max=200,
+                     help="None: the model's own"),
+         guidance=Input("float", None, optional=True, min=0, max=50),
+         size=Input("size", None, optional=True, help="None: the model's native size"),
+         sampler=Input("sampler", None, optional=True, choices=SAMPLERS),
+         init_image=Input("image", None, optional=True, help="img2img source"),
+         strength=Input("float", 0.75, min=0, max=1, help="img2img: how much to change"),
+         control_image=Input("image", None, optional=True),
+         controlnet=Input("model", None, optional=True),
+         control_scale=Input("float", 1.0, min=0, max=4),
+         loras=Input("loras", [])),
+    _sig("upscale", "Enlarge: a diffusers upscaler when one is configured, else "
+         "high-quality resampling.", _IMAGE_OUT,
+         image=Input("image"),
+         scale=Input("float", 2.0, min=1, max=8),
+         model=Input("model", None, optional=True)),
+    _sig("canny", "Edge map, e.g. to guide a ControlNet.", _IMAGE_OUT,
+         image=Input("image"),
+         low=Input("int", 100, min=0, max=255),
+         high=Input("int", 200, min=0, max=255)),
+    _sig("crop", "Centre-crop to an aspect ratio.", _IMAGE_OUT,
+         image=Input("image"),
+         aspect=Input("aspect")),
+    _sig("resize", "Resize to a size, to a width (keeping the aspect), or by a factor.",
+         _IMAGE_OUT,
+         image=Input("image"),
+         size=Input("size", None, optional=True),
+         width=Input("int", None, optional=True, min=8, max=8192),
+         scale=Input("float", None, optional=True, min=0.01, max=16)),
+    _sig("pad", "Pad to a size, centred.", _IMAGE_OUT,
+         image=Input("image"),
+         size=Input("size"),
+         color=Input("color", "auto")),
+    _sig("palette", "Dominant colour of an image and a colour that reads on it.",
+         {"dominant": "color", "contrast": "color"},
+         image=Input("image")),
+    _sig("text", "Text over a colour band (CJK-capable font).", _IMAGE_OUT,
+         image=Input("image"),
+         text=Input("text"),
+         position=Input("text", "bottom", choices=POSITIONS),
+         color=Input("color", "auto"),
+         band=Input("color", "auto"),
+         font_size=Input("int", None, optional=True, min=6, max=1000)),
+    _sig("watermark", "A translucent text mark.", _IMAGE_OUT,
+         image=Input("image"),
+         text=Input("text"),
+         position=Input("text", "bottom_right", choices=POSITIONS),
+         opacity=Input("float", 0.35, min=0, max=1)),
+    _sig("save", "Write the image into the batch's output folder, with metadata to "
+         "reproduce it.", {},
+         image=Input("image"),
+         name=Input("text", None, optional=True,
+                    help="file name pattern; default: the template's output pattern"),
+         format=Input("text", "png", choices=FORMATS)),
+]}

@@ -1,0 +1,47 @@
+"""The file store: input images and, later, outputs. A local folder for now.
+
+Every write is atomic (a temp file, then rename), so a crash never leaves half a file
+under a name someone will read. Paths handed out are relative to the store's root,
+so what the database records stays valid if the folder moves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+
+class FileStore:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def path(self, relative: str) -> Path:
+        full = (self.root / relative).resolve()
+        if not full.is_relative_to(self.root.resolve()):
+            raise ValueError(f"{relative!r} is outside the file store")
+        return full
+
+    def write(self, relative: str, data: bytes) -> str:
+        target = self.path(relative)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return relative
+
+    def put_input(self, data: bytes, suffix: str = ".png") -> str:
+        """Store an input file under its content hash: the same image is stored once."""
+        relative = f"inputs/{hashlib.sha256(data).hexdigest()}{suffix}"
+        if not self.path(relative).exists():
+            self.write(relative, data)
+        return relative
+
+    def read(self, relative: str) -> bytes:
+        return self.path(relative).read_bytes()

@@ -1,0 +1,401 @@
+"""Spreadsheet intake against a corpus of the sheets people really send, each with its
+exact expected outcome."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from aiohttp import web
+from PIL import Image
+
+from bot.images import ImageResolver
+from bot.intake import intake
+from executor.workflow import load_template, load_templates
+from storage.config import IntakeConfig
+from storage.files import FileStore
+from tests.conftest import ROOT
+from tests.sheetmaker import csv_bytes, ods, xlsx, zip_bomb
+
+TEMPLATE = {
+    "name": "t",
+    "params": {
+        "prompt": {"type": "text", "required": True, "aliases": ["提示词", "Prompt text"]},
+        "seed": {"type": "seed", "aliases": ["种子"]},
+        "steps": {"type": "int", "min": 1, "max": 100, "aliases": ["步数"]},
+        "sku": {"type": "text", "required": True, "aliases": ["货号"]},
+        "ref": {"type": "image", "aliases": ["参考图"]},
+    },
+    "nodes": {
+        "gen": {"op": "generate", "inputs": {"prompt": "$prompt", "model": "sd15",
+                                             "seed": "$seed", "steps": "$steps",
+                                             "init_image": "$ref"}},
+        "out": {"op": "save", "inputs": {"image": "@gen"}},
+    },
+    "output": "{sku}/{row}.png",
+}
+HEAD = ["prompt", "seed", "steps", "sku"]
+
+
+@pytest.fixture
+def template(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(TEMPLATE), encoding="utf-8")
+    return load_template(path)
+
+
+@pytest.fixture
+def settings():
+    return IntakeConfig(max_rows=10_000, max_unpacked_mb=2, max_problems_shown=5,
+                        max_image_pixels=4_000_000)
+
+
+@pytest.fixture
+def resolver(tmp_path, settings):
+    (tmp_path / "assets").mkdir()
+    return ImageResolver(settings, FileStore(tmp_path / "store"), assets_dir=tmp_path / "assets")
+
+
+async def run(template, filename, data, settings, resolver, **kw):
+    return await intake(template, filename, data, settings=settings, images=resolver, **kw)
+
+
+def prompts(result):
+    return [job.params["nodes"][0]["inputs"]["prompt"] for job in result.jobs]
+
+
+# --- encodings, formats, layouts ----------------------------------------------------------
+
+@pytest.mark.parametrize("encoding", ["gbk", "gb18030", "utf-8-sig", "utf-16", "utf-8"])
+async def test_csv_encodings_from_the_field(template, settings, resolver, encoding):
+    data = csv_bytes([["提示词", "货号"], ["红色连衣裙，白色背景", "裙-01"]], encoding=encoding)
+    result = await run(template, "sheet.csv", data, settings, resolver)
+    assert result.ok, result.report()
+    assert prompts(result) == ["红色连衣裙，白色背景"]
+    assert result.jobs[0].params["outputs"] == {"out": "裙-01/2.png"}
+
+
+async def test_delimiters_are_sniffed_and_tsv_is_tab(template, settings, resolver):
+    rows = [["prompt", "sku"], ["a, b; c", "X"]]
+    for name, delimiter in (("s.csv", ";"), ("s.csv", "\t"), ("s.tsv", "\t"), ("s.csv", "|")):
+        result = await run(template, name, csv_bytes(rows, delimiter=delimiter), settings, resolver)
+        assert prompts(result) == ["a, b; c"], (name, delimiter, result.report())
+
+
+async def test_ods_and_xlsm(template, settings, resolver):
+    rows = [["prompt", "sku", "steps"], ["from ods", "O1", 12.0]]
+    result = await run(template, "s.ods", ods(rows), settings, resolver)
+    assert result.ok and prompts(result) == ["from ods"], result.report()
+    assert result.jobs[0].params["params"]["steps"] == 12
+    result = await run(template, "s.xlsm", xlsx(rows), settings, resolver)
+    assert result.ok, result.report()
+
+
+async def test_merged_cells_fill_their_range(template, settings, resolver):
+    data = xlsx([HEAD, ["shared prompt", None, None, "A"], [None, None, None, "B"]],
+                merge=["A2:A3"])
+    result = await run(template, "s.xlsx", data, settings, resolver)
+    assert result.ok and prompts(result) == ["shared prompt", "shared prompt"]
+
+
+async def test_formulas_give_their_cached_values(template, settings, resolver):
+    data = xlsx([HEAD, ["p", 7, "=10*2", "A"]], cached={"C2": 20})
+    result = await run(template, "s.xlsx", data, settings, resolver)
+    assert result.ok, result.report()
+    assert result.jobs[0].params["params"]["steps"] == 20
+
+
+async def test_42_point_0_is_a_whole_number(template, settings, resolver):
+    result = await run(template, "s.xlsx", xlsx([HEAD, ["p", 42.0, 42.0, "A"]]), settings, resolver)
+    assert result.jobs[0].params["params"]["seed"] == 42
+    assert result.jobs[0].params["params"]["steps"] == 42
+
+
+async def test_blank_rows_are_skipped_but_row_numbers_stay_excels(template, settings, resolver):
+    rows = [[None], HEAD, ["a", None, None, "A"], [None, None, None, None],
+            ["b", None, None, "B"], ["c", None, "lots", "C"]]
+    result = await run(template, "s.xlsx", xlsx(rows), settings, resolver, skip_invalid=True)
+    assert [job.row for job in result.jobs] == [3, 5]
+    assert [i.render() for i in result.issues] == [
+        'row 6, column "steps": "lots" is not a whole number']
+
+
+@pytest.mark.parametrize("nasty", [
+    'he said "hi"', "two\nlines", '"}]', "{x}", "$x", "$$", "@gen", "\\", "🎨🖼️ 中文 ＡＢＣ",
+    "x" * 5000, "{{", "}",
+])
+async def test_values_pass_through_unchanged(template, settings, resolver, nasty):
+    for name, data in (("s.xlsx", xlsx([HEAD, [nasty, None, None, "A"]])),
+                       ("s.csv", csv_bytes([HEAD, [nasty, None, None, "A"]]))):
+        result = await run(template, name, data, settings, resolver)
+        assert prompts(result) == [nasty], name
+        stored = json.loads(json.dumps(result.jobs[0].params))
+        assert stored["params"]["prompt"] == nasty
+
+
+async def test_headers_match_by_alias_case_spaces_and_width(template, settings, resolver):
+    data = xlsx([["  ＰＲＯＭＰＴ ", "货号", "步数"], ["p", "A", 5]])
+    result = await run(template, "s.xlsx", data, settings, resolver)
+    assert result.ok and result.jobs[0].params["params"]["steps"] == 5
+
+
+async def test_misspelled_header_is_named_with_a_suggestion(template, settings, resolver):
+    data = xlsx([["promt", "sku", "notes"], ["p", "A", "x"]])
+    result = await run(template, "s.xlsx", data, settings, resolver)
+    assert not result.jobs
+    assert [i.render() for i in result.file_issues] == [
+        'no column for "prompt" — is "promt" meant to be it?']
+    assert result.unused_columns == [("promt", "prompt"), ("notes", None)]
+    report = result.report()
+    assert 'columns not used by t: "promt" — did you mean "prompt"?, "notes"' in report
+    assert report.endswith("s.xlsx: nothing was queued.")
+    zh = result.report("zh")
+    assert "缺少“prompt”列——“promt”是不是这一列？" in zh and "未提交任何任务" in zh
+
+
+async def test_extra_columns_are_reported_once_and_usable_in_text(tmp_path, settings, resolver):
+    spec = json.loads(json.dumps(TEMPLATE))
+    spec["nodes"]["gen"]["inputs"]["prompt"] = "{prompt} for {brand}"
+    (tmp_path / "t.json").write_text(json.dumps(spec))
+    t = load_template(tmp_path / "t.json")
+    data = xlsx([["prompt", "sku", "Brand", "comment"], ["bag", "A", "Acme", "x"],
+                 ["shoe", "B", "Zed", "y"]])
+    result = await run(t, "s.xlsx", data, settings, resolver)
+    assert prompts(result) == ["bag for Acme", "shoe for Zed"]
+    assert result.unused_columns == [("comment", None)]
+    missing = await run(t, "s.xlsx", xlsx([["prompt", "sku"], ["bag", "A"]]), settings, resolver)
+    assert [i.render() for i in missing.file_issues] == ['no column for "brand"']
+
+
+async def test_two_columns_for_one_parameter(template, settings, resolver):
+    data = xlsx([["prompt", "提示词", "sku"], ["a", "b", "A"]])
+    result = await run(template, "s.xlsx", data, settings, resolver)
+    assert [i.render() for i in result.file_issues] == [
+        'columns "prompt", "提示词" all set "prompt": keep one']
+
+
+# --- validation of every row, and the report ------------------------------------------------
+
+async def test_all_or_nothing_and_the_report(template, settings, resolver):
+    rows = [HEAD] + [["p", "abc", None, f"S{i}"] for i in range(28)] + [["ok", 1, 2, "Z"]]
+    result = await run(template, "big.xlsx", xlsx(rows), settings, resolver)
+    assert result.jobs == [] and result.rows == 29 and result.bad_rows == 28
+    lines = result.report(max_shown=settings.max_problems_shown).splitlines()
+    assert lines[0] == "big.xlsx: 28 of 29 rows have problems; nothing was queued."
+    assert lines[1] == 'row 2, column "seed": "abc" is not a whole number'
+    assert len(lines) == 1 + 5 + 1 and lines[-1] == "…and 23 more"
+    zh = result.report("zh", max_shown=5).splitlines()
+    assert zh[0] == "big.xlsx：29 行中有 28 行有问题，未提交任何任务。"
+    assert zh[1] == "第 2 行，“seed”列：“abc”不是整数" and zh[-1] == "……另有 23 处"
+
+
+async def test_skip_invalid_queues_the_valid_rows(template, settings, resolver):
+    rows = [HEAD, ["a", None, None, "A"], ["b", None, 500, "B"], ["", None, None, "C"]]
+    result = await run(template, "s.xlsx", xlsx(rows), settings, resolver, skip_invalid=True)
+    assert [job.row for job in result.jobs] == [2]
+    assert result.report(skip_invalid=True).splitlines() == [
+        "s.xlsx: 2 of 3 rows have problems and are skipped; 1 are valid.",
+        'row 3, column "steps": 500 is more than 100',
+        'row 4, column "prompt": required, but empty']
+
+
+async def test_seeds_left_empty_are_drawn_and_stored(template, settings, resolver):
+    result = await run(template, "s.csv", csv_bytes([HEAD, ["a", "", "", "A"], ["b", "9", "", "B"]]),
+                       settings, resolver)
+    seeds = [job.params["params"]["seed"] for job in result.jobs]
+    assert isinstance(seeds[0], int) and seeds[1] == 9
+    assert result.jobs[0].params["nodes"][0]["inputs"]["seed"] == seeds[0]
+
+
+async def test_path_traversal_in_output_names(template, settings, resolver):
+    rows = [HEAD, ["a", None, None, "../../etc"], ["b", None, None, "C:\\Windows"],
+            ["c", None, None, "CON"], ["d", None, None, "fine"], ["e", None, None, "fine"]]
+    result = await run(template, "s.xlsx", xlsx(rows), settings, resolver, skip_invalid=True)
+    assert [i.render() for i in result.issues] == [
+        'row 2: output name "../../etc/2.png" leaves the batch folder (..)',
+        'row 3: output name "C:\\Windows/3.png" starts with a drive letter',
+        'row 4: output name "CON/4.png": "CON" is a reserved device name on Windows']
+    assert [job.row for job in result.jobs] == [5, 6]
+
+
+async def test_duplicate_output_names_across_rows(tmp_path, settings, resolver):
+    spec = json.loads(json.dumps(TEMPLATE))
+    spec["output"] = "{sku}.png"
+    (tmp_path / "t.json").write_text(json.dumps(spec))
+    t = load_template(tmp_path / "t.json")
+    rows = [HEAD, ["a", None, None, "A"], ["b", None, None, "A"]]
+    result = await run(t, "s.xlsx", xlsx(rows), settings, resolver)
+    assert [i.render() for i in result.issues] == [
+        'row 3: output name "A.png" is already used by row 2']
+
+
+# --- files that are not what they claim ------------------------------------------------------
+
+async def test_zip_bomb_is_refused_before_parsing(template, settings, resolver):
+    data = zip_bomb([HEAD, ["a", None, None, "A"]], unpacked_bytes=8 * 2**20)
+    assert len(data) < 100_000
+    result = await run(template, "bomb.xlsx", data, settings, resolver)
+    assert [i.code for i in result.file_issues] == ["zip_bomb"]
+    assert result.report().startswith('"bomb.xlsx" unpacks to 8 MB; the limit is 2 MB')
+
+
+async def test_truncated_xlsx(template, settings, resolver):
+    data = xlsx([HEAD, ["a", None, None, "A"]])
+    result = await run(template, "cut.xlsx", data[: len(data) // 2], settings, resolver)
+    assert [i.code for i in result.file_issues] == ["corrupt"]
+    assert result.report().startswith('"cut.xlsx" cannot be read as a spreadsheet')
+
+
+async def test_password_protected_xlsx(template, settings, resolver):
+    data = xlsx([HEAD, ["a", None, None, "A"]], password="secret")
+    result = await run(template, "locked.xlsx", data, settings, resolver)
+    assert [i.render() for i in result.file_issues] == [
+        '"locked.xlsx" is password-protected: remove the password and send it again']
+
+
+async def test_a_csv_that_is_really_an_xlsx(template, settings, resolver):
+    result = await run(template, "sheet.csv", xlsx([HEAD]), settings, resolver)
+    assert [i.code for i in result.file_issues] == ["csv_is_workbook"]
+    assert "rename it to .xlsx" in result.report()
+
+
+async def test_too_many_rows(template, settings, resolver):
+    rows = [HEAD] + [["p", None, None, f"S{i}"] for i in range(10_001)]
+    result = await run(template, "huge.csv", csv_bytes(rows), settings, resolver)
+    assert [i.render() for i in result.file_issues] == [
+        '"huge.csv" has 10,001 rows; one submission may have 10,000']
+    assert result.jobs == []
+
+
+@pytest.mark.parametrize("name, data, code", [
+    ("notes.pdf", b"%PDF-1.4", "unsupported_format"),
+    ("empty.csv", b"", "empty_sheet"),
+    ("header.csv", b"prompt,sku\r\n", "no_rows"),
+    ("binary.csv", b"\x00\x01\x02" * 10, "corrupt"),
+    ("broken.xlsx", b"not a zip at all", "corrupt"),
+])
+async def test_other_unreadable_files(template, settings, resolver, name, data, code):
+    result = await run(template, name, data, settings, resolver)
+    assert [i.code for i in result.file_issues] == [code]
+    assert "Traceback" not in result.report()
+
+
+async def test_file_size_limit(template, resolver):
+    settings = IntakeConfig(max_file_mb=0.01)
+    data = csv_bytes([HEAD] + [["p" * 100, None, None, "A"]] * 200)
+    result = await run(template, "s.csv", data, settings, resolver)
+    assert [i.code for i in result.file_issues] == ["file_too_big"]
+
+
+# --- images ----------------------------------------------------------------------------------
+
+def png(mode="RGB", size=(32, 24), color=(200, 10, 10)) -> bytes:
+    out = io.BytesIO()
+    Image.new(mode, size, color).save(out, format="PNG")
+    return out.getvalue()
+
+
+async def test_image_cells_resolve_to_stored_rgb_pngs(tmp_path, template, settings):
+    (tmp_path / "assets" / "pics").mkdir(parents=True)
+    (tmp_path / "assets" / "pics" / "logo.png").write_bytes(png("RGBA", color=(0, 0, 255, 0)))
+    sent = {"shot.jpg": png()}
+
+    async def attachments(name):
+        return sent.get(name)
+    store = FileStore(tmp_path / "store")
+    images = ImageResolver(settings, store, assets_dir=tmp_path / "assets", attachments=attachments)
+    rows = [HEAD + ["ref"]] + [["a", None, None, f"A{i}", "shot.jpg"] for i in range(50)] + \
+        [["b", None, None, "B", "pics/logo.png"]]
+    result = await run(template, "s.xlsx", xlsx(rows), settings, images)
+    assert result.ok, result.report()
+    paths = {job.params["params"]["ref"] for job in result.jobs}
+    assert len(paths) == 2 and all(p.startswith("inputs/") and p.endswith(".png") for p in paths)
+    assert len(list((tmp_path / "store" / "inputs").iterdir())) == 2  # stored once each
+    logo = Image.open(store.path(result.jobs[-1].params["params"]["ref"]))
+    assert logo.mode == "RGB" and logo.getpixel((0, 0)) == (255, 255, 255)  # transparent -> white
+    assert result.jobs[0].params["nodes"][0]["inputs"]["init_image"] == result.jobs[0].params["params"]["ref"]
+
+
+@pytest.mark.parametrize("ref, code", [
+    ("../outside.png", "image_bad_reference"), ("/etc/passwd", "image_bad_reference"),
+    ("C:\\pics\\a.png", "image_bad_reference"), ("file:///etc/passwd", "image_bad_reference"),
+    ("ftp://example.com/a.png", "image_bad_reference"), ("missing.png", "image_not_found"),
+    ("notes.txt", "not_an_image"), ("huge.png", "image_too_many_pixels"),
+    ("https://cdn.example.com/a.png", "image_url_not_allowed"),
+])
+async def test_image_references_that_are_refused(tmp_path, template, settings, resolver, ref, code):
+    (tmp_path / "outside.png").write_bytes(png())
+    (tmp_path / "assets" / "notes.txt").write_text("hello")
+    (tmp_path / "assets" / "huge.png").write_bytes(png(size=(2100, 2000)))
+    rows = [HEAD + ["ref"], ["a", None, None, "A", ref]]
+    result = await run(template, "s.xlsx", xlsx(rows), settings, resolver)
+    assert [i.code for i in result.issues] == [code]
+    assert result.issues[0].column == "ref" and result.issues[0].row == 2
+
+
+@pytest.fixture
+async def image_server():
+    async def picture(request):
+        return web.Response(body=png(), content_type="image/png")
+
+    async def away(request):
+        raise web.HTTPFound("http://elsewhere.test/a.png")
+
+    async def gone(request):
+        return web.Response(status=404)
+    app = web.Application()
+    app.router.add_get("/a.png", picture)
+    app.router.add_get("/away", away)
+    app.router.add_get("/gone.png", gone)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://localhost:{site._server.sockets[0].getsockname()[1]}"
+    await runner.cleanup()
+
+
+async def test_allow_listed_downloads(tmp_path, template, image_server):
+    def resolver_with(**kw):
+        s = IntakeConfig(url_allowlist=("localhost",), **kw)
+        return s, ImageResolver(s, FileStore(tmp_path / "store"), assets_dir=tmp_path)
+
+    async def codes(settings, images, path):
+        rows = [HEAD + ["ref"], ["a", None, None, "A", f"{image_server}{path}"]]
+        result = await run(template, "s.xlsx", xlsx(rows), settings, images)
+        return [i.code for i in result.issues], result
+
+    # localhost is loopback: refused unless private addresses are allowed.
+    assert (await codes(*resolver_with(), "/a.png"))[0] == ["image_private_address"]
+    settings, images = resolver_with(allow_private_urls=True)
+    found, result = await codes(settings, images, "/a.png")
+    assert found == [] and result.jobs[0].params["params"]["ref"].startswith("inputs/")
+    assert (await codes(settings, images, "/gone.png"))[0] == ["image_download_failed"]
+    # A redirect is checked like the first request: elsewhere.test is not allow-listed.
+    assert (await codes(settings, images, "/away"))[0] == ["image_url_not_allowed"]
+    settings, images = resolver_with(allow_private_urls=True, max_image_mb=0.00001)
+    assert (await codes(settings, images, "/a.png"))[0] == ["image_too_big"]
+
+
+# --- the shipped templates and their example sheets --------------------------------------
+
+@pytest.mark.parametrize("name", ["product_main", "material_swap", "social_thumb"])
+@pytest.mark.parametrize("ext", ["xlsx", "csv"])
+async def test_every_example_sheet_validates(tmp_path, name, ext):
+    templates, errors = load_templates(ROOT / "templates")
+    assert not errors
+    sheet = ROOT / "examples" / f"{name}.{ext}"
+    from bot.images import folder_attachments
+    settings = IntakeConfig()
+    images = ImageResolver(settings, FileStore(tmp_path), assets_dir=tmp_path,
+                           attachments=folder_attachments(sheet.parent))
+    result = await intake(templates[name], sheet.name, sheet.read_bytes(), settings=settings,
+                          images=images)
+    assert result.ok, result.report()
+    assert len(result.jobs) == 2 and not result.unused_columns
+
+
+def test_one_example_sheet_has_chinese_headers():
+    text = (ROOT / "examples" / "social_thumb.csv").read_text(encoding="utf-8-sig")
+    assert text.startswith("图片,标题,比例")
