@@ -33,8 +33,19 @@ def build_app(queue: Queue) -> web.Application:
     return app
 
 
+def load_checked_templates(config: Config) -> dict:
+    """Templates are checked at start-up: broken ones are logged, the others serve."""
+    from executor.workflow import load_templates
+    templates, errors = load_templates(config.templates_dir)
+    for error in errors:
+        log.error("template not loaded: %s", error)
+    log.info("templates: %s", ", ".join(templates) or f"none in {config.templates_dir}")
+    return templates
+
+
 async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
     """Run until SIGINT/SIGTERM."""
+    load_checked_templates(config)
     queue = await open_queue(config)
     runner = web.AppRunner(build_app(queue), access_log=None)
     await runner.setup()

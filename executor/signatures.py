@@ -119,3 +119,15 @@ OPS: dict[str, Signature] = {s.name: s for s in [
                     help="file name pattern; default: the template's output pattern"),
          format=Input("text", "png", choices=FORMATS)),
 ]}
+
+
+def markdown_table() -> str:
+    """The ops table in docs/templates.md (a test keeps the two identical)."""
+    lines = ["| op | inputs (= default when optional) | outputs | what it does |",
+             "|---|---|---|---|"]
+    for s in OPS.values():
+        ins = ", ".join(f"{n}: {i.type}" + ("" if i.required else f" = {i.default!r}")
+                        for n, i in s.inputs.items())
+        outs = ", ".join(f"{n}: {t}" for n, t in s.outputs.items()) or "—"
+        lines.append(f"| `{s.name}` | {ins} | {outs} | {s.help} |")
+    return "\n".join(lines)

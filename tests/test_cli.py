@@ -119,6 +119,7 @@ def test_serve_runs_on_defaults_answers_healthz_and_stops_on_sigterm(tmp_path):
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0
         assert f"genbot serving on http://127.0.0.1:{port}" in out and "Traceback" not in out
+        assert "templates: material_swap, product_main, social_thumb" in out  # checked at start
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -214,3 +214,8 @@ def test_output_pattern_with_traversal_from_a_cell_is_refused_at_bind(tmp_path):
     with pytest.raises(Problem) as e:
         bind(t, {"prompt": "x", "seed": 1, "steps": None, "sku": ".."}, row=2)
     assert e.value.code == "output_parent" and e.value.details["name"] == "../2.png"
+
+
+def test_docs_list_every_op_as_the_signatures_declare_them():
+    from executor.signatures import markdown_table
+    assert markdown_table() in (ROOT / "docs" / "templates.md").read_text(encoding="utf-8")
