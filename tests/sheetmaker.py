@@ -82,6 +82,20 @@ def ods(rows) -> bytes:
     return out.getvalue()
 
 
+def xls(rows) -> bytes:
+    """A legacy Excel 97-2003 workbook."""
+    import xlwt
+    book = xlwt.Workbook()
+    sheet = book.add_sheet("Sheet1")
+    for r, row in enumerate(rows):
+        for c, v in enumerate(row):
+            if v is not None:
+                sheet.write(r, c, v)
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
 def csv_bytes(rows, *, encoding="utf-8", delimiter=",") -> bytes:
     text = io.StringIO()
     csv.writer(text, delimiter=delimiter, lineterminator="\r\n").writerows(rows)

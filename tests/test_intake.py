@@ -16,7 +16,7 @@ from executor.workflow import load_template, load_templates
 from storage.config import IntakeConfig
 from storage.files import FileStore
 from tests.conftest import ROOT
-from tests.sheetmaker import csv_bytes, ods, xlsx, zip_bomb
+from tests.sheetmaker import csv_bytes, ods, xls, xlsx, zip_bomb
 
 TEMPLATE = {
     "name": "t",
@@ -83,13 +83,12 @@ async def test_delimiters_are_sniffed_and_tsv_is_tab(template, settings, resolve
         assert prompts(result) == ["a, b; c"], (name, delimiter, result.report())
 
 
-async def test_ods_and_xlsm(template, settings, resolver):
-    rows = [["prompt", "sku", "steps"], ["from ods", "O1", 12.0]]
-    result = await run(template, "s.ods", ods(rows), settings, resolver)
-    assert result.ok and prompts(result) == ["from ods"], result.report()
+@pytest.mark.parametrize("name, make", [("s.ods", ods), ("s.xls", xls), ("s.xlsm", xlsx)])
+async def test_ods_xls_and_xlsm(template, settings, resolver, name, make):
+    rows = [["prompt", "sku", "steps"], ["from " + name, "O1", 12.0]]
+    result = await run(template, name, make(rows), settings, resolver)
+    assert result.ok and prompts(result) == ["from " + name], result.report()
     assert result.jobs[0].params["params"]["steps"] == 12
-    result = await run(template, "s.xlsm", xlsx(rows), settings, resolver)
-    assert result.ok, result.report()
 
 
 async def test_merged_cells_fill_their_range(template, settings, resolver):
