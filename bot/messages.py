@@ -100,7 +100,7 @@ CATALOG: dict[str, tuple[str, str]] = {
     "some_invalid": ("{file}: {bad:,} of {rows:,} rows have problems; nothing was queued.",
                      "{file}：{rows:,} 行中有 {bad:,} 行有问题，未提交任何任务。"),
     "some_skipped": ("{file}: {bad:,} of {rows:,} rows have problems and are skipped; "
-                     "{good:,} are valid.",
+                     "rows going ahead: {good:,}.",
                      "{file}：{rows:,} 行中有 {bad:,} 行有问题，已跳过；{good:,} 行有效。"),
     "file_refused": ("{file}: nothing was queued.", "{file}：未提交任何任务。"),
 }

@@ -214,9 +214,8 @@ class _Loader:
         required = spec.get("required", False)
         if not isinstance(required, bool):
             self.fail(f"{path}.required", "expected true or false")
-        for text_key in ("help",):
-            if not isinstance(spec.get(text_key, ""), str):
-                self.fail(f"{path}.{text_key}", "expected a string")
+        if not isinstance(spec.get("help", ""), str):
+            self.fail(f"{path}.help", "expected a string")
         param = Param(name=name, type=kind, required=required, min=spec.get("min"),
                       max=spec.get("max"), choices=tuple(choices), aliases=tuple(aliases),
                       help=spec.get("help", ""), example=spec.get("example"))
@@ -275,7 +274,9 @@ class _Loader:
             self.fail(path, f'"{value}" is not one of {", ".join(inp.choices)}')
         if kind in ("int", "float") and ((inp.min is not None and value < inp.min)
                                          or (inp.max is not None and value > inp.max)):
-            self.fail(path, f"{value} is outside {inp.min:g}..{inp.max:g}")
+            low = "" if inp.min is None else f"{inp.min:g}"
+            high = "" if inp.max is None else f"{inp.max:g}"
+            self.fail(path, f"{value} is outside {low}..{high}")
         return value
 
     def check_expr(self, expr: Any, inp: Input, path: str) -> Any:

@@ -194,7 +194,7 @@ async def test_skip_invalid_queues_the_valid_rows(template, settings, resolver):
     result = await run(template, "s.xlsx", xlsx(rows), settings, resolver, skip_invalid=True)
     assert [job.row for job in result.jobs] == [2]
     assert result.report(skip_invalid=True).splitlines() == [
-        "s.xlsx: 2 of 3 rows have problems and are skipped; 1 are valid.",
+        "s.xlsx: 2 of 3 rows have problems and are skipped; rows going ahead: 1.",
         'row 3, column "steps": 500 is more than 100',
         'row 4, column "prompt": required, but empty']
 
