@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import getpass
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -177,11 +178,8 @@ def cmd_template_show(args) -> int:
     print(f"{t.name}: {t.description}\n")
     rows = [("column", "type", "required", "default", "allowed", "aliases")]
     for p in t.params.values():
-        allowed = ", ".join(p.choices) if p.choices else (
-            f"{'' if p.min is None else f'{p.min:g}'}..{'' if p.max is None else f'{p.max:g}'}"
-            if p.min is not None or p.max is not None else "")
         default = "" if p.default is None else str(p.default)
-        rows.append((p.name, p.type, "yes" if p.required else "", default, allowed,
+        rows.append((p.name, p.type, "yes" if p.required else "", default, p.allowed,
                      ", ".join(p.aliases)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
@@ -300,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the output went into `head` or similar, which has stopped reading
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

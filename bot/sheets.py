@@ -190,11 +190,8 @@ def write_example(template, lang: str = "en") -> bytes:
         cell.font = Font(bold=True)
     yes, no = ("yes", "no") if lang != "zh" else ("是", "否")
     for p in params:
-        allowed = ", ".join(p.choices) if p.choices else (
-            f"{'' if p.min is None else f'{p.min:g}'}..{'' if p.max is None else f'{p.max:g}'}"
-            if p.min is not None or p.max is not None else "")
         help_sheet.append([header_for(p, lang), p.type, yes if p.required else no,
-                           "" if p.default is None else str(_cell(p.default)), allowed,
+                           "" if p.default is None else str(_cell(p.default)), p.allowed,
                            ", ".join(a for a in (p.name, *p.aliases) if a != header_for(p, lang)),
                            p.help])
     for sheet in (rows, help_sheet):

@@ -43,6 +43,16 @@ class Param:
     example: Any = None
     uses: tuple[str, ...] = field(default=(), compare=False)  # "node.input" it feeds
 
+    @property
+    def allowed(self) -> str:
+        """Its choices or range, for people: "1:1, 4:5" or "1..100" (or "")."""
+        if self.choices:
+            return ", ".join(self.choices)
+        if self.min is None and self.max is None:
+            return ""
+        return (f"{'' if self.min is None else f'{self.min:g}'}.."
+                f"{'' if self.max is None else f'{self.max:g}'}")
+
 
 def normalize_header(text: Any) -> str:
     """How headers are compared: trimmed, full-width folded to half-width, case-free."""
