@@ -19,6 +19,8 @@ from typing import Any
 
 import python_calamine
 
+from executor.params import is_blank
+
 WORKBOOKS = (".xlsx", ".xlsm", ".xls", ".ods")
 TEXTS = (".csv", ".tsv")
 ZIP_MAGIC = b"PK\x03\x04"
@@ -124,19 +126,15 @@ def _read_text(filename: str, data: bytes, delimiter: str | None) -> list[list[A
         raise SheetError("corrupt", file=filename, detail=str(e)) from None
 
 
-def _blank(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value.strip() == "")
-
-
 def _to_sheet(filename: str, grid: list[list[Any]]) -> Sheet:
-    rows = [(n, row) for n, row in enumerate(grid, start=1) if not all(map(_blank, row))]
+    rows = [(n, row) for n, row in enumerate(grid, start=1) if not all(map(is_blank, row))]
     if not rows:
         raise SheetError("empty_sheet", file=filename)
     header_row, header_cells = rows[0]
-    width = max(i + 1 for i, v in enumerate(header_cells) if not _blank(v))
-    headers = ["" if _blank(v) else str(v).strip() for v in header_cells[:width]]
+    width = max(i + 1 for i, v in enumerate(header_cells) if not is_blank(v))
+    headers = ["" if is_blank(v) else str(v).strip() for v in header_cells[:width]]
     body = [(n, (list(row) + [None] * width)[:width]) for n, row in rows[1:]]
-    body = [(n, cells) for n, cells in body if not all(map(_blank, cells))]
+    body = [(n, cells) for n, cells in body if not all(map(is_blank, cells))]
     return Sheet(filename, header_row, headers, body)
 
 

@@ -42,6 +42,3 @@ class FileStore:
         if not self.path(relative).exists():
             self.write(relative, data)
         return relative
-
-    def read(self, relative: str) -> bytes:
-        return self.path(relative).read_bytes()
