@@ -133,6 +133,15 @@ WHERE id = COALESCE(
    ORDER BY j.fair_rank, j.id LIMIT 1 {skip_locked}),
   (""" + _HEAD + "))" + _NOT_PAUSED_RETURNING
 
+# Micro-batching: more jobs of the batch just claimed ($5) for the same model ($6), the
+# next ones in its order, up to $7, under the same lease token. (Materialized: as a
+# plain IN (subquery) PostgreSQL may re-run it and take more than $7.)
+CLAIM_FOLLOWERS = """
+WITH picked AS MATERIALIZED (
+  SELECT id FROM jobs WHERE batch_id = $5 AND status = 'queued' AND not_before <= $4
+    AND affinity = $6 ORDER BY fair_rank, id LIMIT $7 {skip_locked})
+""" + _CLAIM_SET + "WHERE id IN (SELECT id FROM picked)" + _NOT_PAUSED_RETURNING
+
 # After a preferred job was taken out of its turn: the submitter's job whose turn it
 # used takes the claimed job's place ($1), so a preference never grants an extra turn.
 GIVE_BACK_TURN = """
@@ -168,6 +177,27 @@ UPDATE jobs SET
   error = $5, updated_at = $7, lease_token = NULL, lease_expires_at = NULL
 WHERE id = $1 AND lease_token = $2 AND status = 'running'
 RETURNING status"""
+
+
+# An executor that stops (shutdown) hands its job back without using up an attempt.
+RELEASE = """
+UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
+  attempts = CASE WHEN cancel_requested THEN attempts ELSE attempts - 1 END,
+  finished_at = CASE WHEN cancel_requested THEN CAST($4 AS DOUBLE PRECISION) ELSE NULL END,
+  error = $3, updated_at = $4, lease_token = NULL, lease_expires_at = NULL
+WHERE id = $1 AND lease_token = $2 AND status = 'running'
+RETURNING status"""
+
+# Live progress of a running job, into the event log; only while the lease is held.
+PROGRESS = """
+INSERT INTO events (at, kind, batch_id, job_id, data)
+SELECT $3, 'progress', batch_id, id, $4 FROM jobs
+WHERE id = $1 AND lease_token = $2 AND status = 'running'
+RETURNING seq"""
+
+# Running jobs of one executor that someone asked to cancel (polled between steps).
+CANCELS_ASKED = """
+SELECT id FROM jobs WHERE status = 'running' AND cancel_requested AND lease_owner = $1"""
 
 
 # --- Cancel: queued jobs end at once; running ones are asked (the executor sees it) --
@@ -217,6 +247,8 @@ ORDER BY priority, fair_rank, id LIMIT 1"""
 BATCH_LAST_QUEUED = """
 SELECT id FROM jobs WHERE batch_id = $1 AND status = 'queued'
 ORDER BY priority DESC, fair_rank DESC, id DESC LIMIT 1"""
+
+BATCH_JOBS = "SELECT * FROM jobs WHERE batch_id = $1 ORDER BY row, id"
 
 BATCH_COUNTS = "SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = $1 GROUP BY status"
 

@@ -229,6 +229,22 @@ class Queue:
                                       row["submitter"], now)
         return None if row is None else {**row, "token": token}
 
+    async def claim_followers(self, lease: Lease, limit: int) -> list[Lease]:
+        """Up to `limit` more queued jobs of `lease`'s batch with its affinity, next in
+        order, under one lease token: what the executor may run as one micro-batch."""
+        if limit <= 0 or lease.affinity is None:
+            return []
+        now = self.clock()
+        token = uuid.uuid4().hex
+        rows = await self.db.fetch(self._sql(q.CLAIM_FOLLOWERS), lease.owner, token,
+                                   now + self.settings.lease_seconds, now, lease.batch_id,
+                                   lease.affinity, limit)
+        rows.sort(key=lambda r: (r["fair_rank"], r["id"]))
+        return [Lease(job_id=r["id"], batch_id=r["batch_id"], token=token, owner=lease.owner,
+                      row=r["row"], params=_loads(r["params"]), attempts=r["attempts"],
+                      priority=Priority(r["priority"]), submitter=r["submitter"],
+                      affinity=r["affinity"]) for r in rows]
+
     async def heartbeat(self, lease: Lease) -> LeaseState:
         """Extend the lease; also tells the executor whether a cancel was asked for."""
         row = await self.db.fetchrow(q.HEARTBEAT, lease.job_id, lease.token,
@@ -253,6 +269,21 @@ class Queue:
         row = await self.db.fetchrow(q.FAIL, lease.job_id, lease.token, retry, s.max_attempts,
                                      error, now + backoff, now)
         return Status(row["status"]) if row else None
+
+    async def release(self, lease: Lease, reason: str) -> Status | None:
+        """Hand a running job back to the queue without using an attempt (the executor
+        is stopping); canceled if a cancel was asked. None: the lease was lost."""
+        row = await self.db.fetchrow(q.RELEASE, lease.job_id, lease.token, reason, self.clock())
+        return Status(row["status"]) if row else None
+
+    async def progress(self, lease: Lease, data: dict[str, Any]) -> bool:
+        """A progress event (e.g. {"node", "step", "total"}) for a job this lease holds."""
+        return await self.db.fetchrow(q.PROGRESS, lease.job_id, lease.token, self.clock(),
+                                      _dumps(data)) is not None
+
+    async def cancels_asked(self, owner: str) -> set[int]:
+        """Jobs running under `owner` that someone asked to cancel."""
+        return {r["id"] for r in await self.db.fetch(q.CANCELS_ASKED, owner)}
 
     async def wait_for_work(self, timeout: float | None = None) -> bool:
         """Sleep until new work is signalled, something falls due, or the poll interval ends."""
@@ -307,6 +338,15 @@ class Queue:
                 row[key] = _loads(row[key])
             row["cancel_requested"] = bool(row["cancel_requested"])
         return row
+
+    async def batch_jobs(self, batch_id: int) -> list[dict[str, Any]]:
+        """Every job of a batch, in sheet order."""
+        rows = await self.db.fetch(q.BATCH_JOBS, batch_id)
+        for row in rows:
+            for key in ("params", "outputs"):
+                row[key] = _loads(row[key])
+            row["cancel_requested"] = bool(row["cancel_requested"])
+        return rows
 
     async def batch(self, batch_id: int) -> dict[str, Any] | None:
         row = await self.db.fetchrow(q.BATCH, batch_id)

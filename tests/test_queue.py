@@ -416,3 +416,65 @@ async def test_wait_for_work_wakes_on_enqueue_in_process(queue):
     await queue.enqueue(sub("alice", 1))
     assert await asyncio.wait_for(waiter, 10) is True
     assert await queue.claim("w") is not None
+
+
+# --- what the executor needs: micro-batches, progress, cancel polling, hand-back ------
+
+async def test_claim_followers_takes_the_batchs_next_jobs_for_the_same_model(queue):
+    await queue.enqueue(sub("alice", 6, affinity=["sd", "sd", "xl", "sd", "sd", "sd"]))
+    await queue.enqueue(sub("bob", 2, affinity="sd"))
+    first = await queue.claim("w")
+    more = await queue.claim_followers(first, 3)
+    assert [m.row for m in more] == [3, 5, 6]  # alice's next "sd" jobs, in order; not bob's
+    assert all(m.batch_id == first.batch_id and m.owner == "w" for m in more)
+    for lease in [first, *more]:  # each is a real lease, fenced by its token
+        assert (await queue.heartbeat(lease)).held
+        assert await queue.complete(lease, ["x.png"]) == Status.SUCCEEDED
+    assert await queue.claim_followers(first, 0) == []
+
+
+async def test_claim_followers_respects_pause_and_not_before(queue, clock):
+    await queue.enqueue(sub("alice", 3, affinity="sd"))
+    first = await queue.claim("w")
+    await queue.pause("admin")
+    assert await queue.claim_followers(first, 3) == []
+    await queue.resume("admin")
+    await queue.enqueue(sub("alice", 2, affinity="sd", not_before=clock() + 60))
+    assert len(await queue.claim_followers(first, 9)) == 2  # the later batch is not this one
+
+
+async def test_progress_is_an_event_only_while_the_lease_is_held(queue, clock):
+    await queue.enqueue(sub("alice", 1))
+    lease = await queue.claim("w")
+    assert await queue.progress(lease, {"node": "gen", "step": 3, "total": 8})
+    clock.advance(60)
+    other = await queue.claim("w2")  # the lease expired: w2 took the job over
+    assert other.job_id == lease.job_id
+    assert not await queue.progress(lease, {"node": "gen", "step": 4, "total": 8})
+    events = [e for e in await queue.events_after(0) if e["kind"] == "progress"]
+    assert [(e["job_id"], e["data"]["step"]) for e in events] == [(lease.job_id, 3)]
+
+
+async def test_cancels_asked_lists_the_owners_running_jobs_to_stop(queue):
+    await queue.enqueue(sub("alice", 3))
+    a, b = await queue.claim("w"), await queue.claim("w")
+    c = await queue.claim("other")
+    assert await queue.cancels_asked("w") == set()
+    await queue.cancel(job=a.job_id, by="admin")
+    await queue.cancel(job=c.job_id, by="admin")
+    assert await queue.cancels_asked("w") == {a.job_id}
+    assert await queue.fail(a, "canceled", retry=False) == Status.CANCELED
+    assert await queue.cancels_asked("w") == set()
+    assert b.job_id not in await queue.cancels_asked("other")
+
+
+async def test_release_hands_the_job_back_without_using_an_attempt(queue):
+    await queue.enqueue(sub("alice", 2))
+    lease = await queue.claim("w")
+    assert await queue.release(lease, "executor stopped") == Status.QUEUED
+    again = await queue.claim("w")
+    assert again.job_id == lease.job_id and again.attempts == 1
+    assert await queue.release(lease, "stale") is None  # fenced: the old token is gone
+    await queue.cancel(job=again.job_id, by="admin")
+    assert await queue.release(again, "executor stopped") == Status.CANCELED
+    assert len(await queue.batch_jobs(lease.batch_id)) == 2
