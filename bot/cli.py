@@ -7,6 +7,9 @@
   genbot templates                  the templates, and any that are broken
   genbot template show|example NAME
   genbot validate TEMPLATE SHEET    the bot's report on a sheet, without queueing anything
+  genbot run TEMPLATE SHEET         one-shot: queue the sheet, run it here, show progress
+  genbot worker                     run one executor (one per GPU)
+  genbot models [demo]              the model registry; build the demo models
 """
 
 from __future__ import annotations
@@ -43,7 +46,45 @@ def cmd_serve(args) -> int:
     config = _load(args)
     logging.basicConfig(level=config.service.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(config))
+    asyncio.run(serve(config, executor=not args.no_executor))
+    return 0
+
+
+def cmd_worker(args) -> int:
+    from executor.worker import main as worker_main
+    argv = (["--config", args.config] if args.config else []) + \
+        (["--device", args.device] if args.device else [])
+    return worker_main(argv)
+
+
+def cmd_models(args) -> int:
+    from executor.models import ModelError, Registry
+    config = _load(args)
+    registry = Registry(config)
+    for name in registry.names:
+        entry = config.models[name]
+        try:
+            info = registry.get(name)
+            what = f"{info.kind}, {info.family or 'any family'}"
+        except ModelError as e:
+            what = f"NOT USABLE: {e}"
+        print(f"{name:<16} {entry.path:<32} {what}")
+    return 0
+
+
+def cmd_models_demo(args) -> int:
+    from executor import demo
+    from executor.worker import quiet_libraries
+    quiet_libraries()
+    config = _load(args)
+    folder = config.models_dir / "demo"
+    started = time.monotonic()
+    built = demo.build(folder, force=args.force)
+    print(f"demo models in {folder}: " + (f"built {', '.join(built)} in "
+                                          f"{time.monotonic() - started:.1f} s" if built
+                                          else "all present (--force rebuilds)"))
+    print("They have random weights: their images are noise. Point [models] at real "
+          "checkpoints for real images.")
     return 0
 
 
@@ -225,6 +266,12 @@ def cmd_validate(args) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_run(args) -> int:
+    from bot.run import run_sheet
+    return run_sheet(_load(args), args.template, Path(args.sheet), out=args.out,
+                     priority=Priority[args.priority.upper()], lang=args.lang)
+
+
 # --- parser ---------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,7 +283,28 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Chat-driven batch image generation.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    sub.add_parser("serve", parents=[common], help="start the service").set_defaults(func=cmd_serve)
+    serve = sub.add_parser("serve", parents=[common], help="start the service")
+    serve.add_argument("--no-executor", action="store_true",
+                       help="run the bots and API only; executors run elsewhere (genbot worker)")
+    serve.set_defaults(func=cmd_serve)
+    worker = sub.add_parser("worker", parents=[common], help="run one executor (one per GPU)")
+    worker.add_argument("--device", help="override [executor] device, e.g. cuda:1")
+    worker.set_defaults(func=cmd_worker)
+    models = sub.add_parser("models", parents=[common], help="the model registry")
+    models.set_defaults(func=cmd_models)
+    models_sub = models.add_subparsers(dest="models", metavar="ACTION")
+    demo = models_sub.add_parser("demo", parents=[common],
+                                 help="build the tiny random-weight demo models (no download)")
+    demo.add_argument("--force", action="store_true", help="rebuild those already built")
+    demo.set_defaults(func=cmd_models_demo)
+    run = sub.add_parser("run", parents=[common],
+                         help="queue a sheet and run it here, with a progress bar")
+    run.add_argument("template")
+    run.add_argument("sheet")
+    run.add_argument("--out", metavar="DIR", help="also copy the images and contact sheet here")
+    run.add_argument("--priority", choices=PRIORITIES, default="normal")
+    run.add_argument("--lang", choices=("en", "zh"), default="en")
+    run.set_defaults(func=cmd_run)
     sub.add_parser("check-config", parents=[common],
                    help="validate the configuration").set_defaults(func=cmd_check_config)
 

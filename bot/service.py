@@ -1,8 +1,9 @@
 """`genbot serve`: the long-running service process.
 
 One aiohttp app. For now it hosts /healthz over the queue; the chat platforms,
-the API, the dashboard and the supervised executor are added to this same app
-and process as they arrive.
+the API and the dashboard are added to this same app and process as they arrive.
+The executor runs beside it as a supervised child process (bot.supervisor), so
+the GPU code can crash without taking the service down.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import signal
 
 from aiohttp import web
 
+from bot.supervisor import Supervisor
 from storage.config import Config
 from storage.queue import Queue, open_queue
 
@@ -43,8 +45,9 @@ def load_checked_templates(config: Config) -> dict:
     return templates
 
 
-async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
-    """Run until SIGINT/SIGTERM."""
+async def serve(config: Config, *, ready: asyncio.Event | None = None,
+                executor: bool = True) -> None:
+    """Run until SIGINT/SIGTERM. `executor`: also run and supervise an executor process."""
     load_checked_templates(config)
     queue = await open_queue(config)
     runner = web.AppRunner(build_app(queue), access_log=None)
@@ -63,11 +66,17 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    supervisor = None
+    if executor:
+        supervisor = Supervisor(config)
+        supervisor.start()
     if ready is not None:
         ready.set()
     try:
         await stop.wait()
     finally:
         log.info("genbot stopping")
+        if supervisor:
+            await supervisor.stop()
         await runner.cleanup()
         await queue.close()

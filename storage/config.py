@@ -120,12 +120,75 @@ class IntakeConfig:
 
 
 @dataclass(frozen=True)
+class ExecutorConfig:
+    """The GPU executor: its device, how it batches, caches models, and guards against leaks."""
+
+    device: str = key("auto", "auto picks cuda, then mps, then cpu; or name one: cpu, cuda, cuda:1, mps.")
+    dtype: str = key("auto", "auto: bfloat16 on CUDA GPUs that support it, else float16; "
+                     "float16 on mps; float32 on the CPU.", choices=("auto", "float32", "float16", "bfloat16"))
+    max_batch: int = key(4, "Images one pipeline call may make for jobs of one batch with the same "
+                         "shape (model, size, steps, LoRAs). 1 turns micro-batching off.",
+                         min=1, max=64)
+    vram_budget_gb: float = key(0.0, "Memory the model cache may keep on the device; past it the "
+                                "least recently used model moves to CPU RAM. 0: 85% of the "
+                                "device's memory (no limit on the CPU).", min=0, max=4096)
+    ram_budget_gb: float = key(16.0, "CPU RAM for models moved off the device; past it the least "
+                               "recently used is dropped.", min=0, max=4096)
+    job_timeout: float = key(900.0, "Seconds a job may run before it is stopped and failed.",
+                             min=1, max=86_400)
+    progress_interval: float = key(1.0, "Least seconds between two progress events of a job "
+                                   "(the first and last step always go out).", min=0, max=600)
+    memory_drift_mb: float = key(2048.0, "Growth of memory in use between jobs, beyond what it was "
+                                 "after the models loaded, that drops and rebuilds the model "
+                                 "cache (a leak guard). 0: off.", min=0, max=1_000_000)
+    recycle_after_jobs: int = key(0, "Restart the executor process after this many jobs (0: never); "
+                                  "the service starts a fresh one at once.", min=0, max=10_000_000)
+    recycle_on_drift: bool = key(False, "On memory drift restart the executor process instead of "
+                                 "rebuilding the cache.")
+    restart_backoff_max: float = key(60.0, "Longest wait, in seconds, before the service restarts "
+                                     "an executor that died; the wait doubles from 1 s.",
+                                     min=0.1, max=3600)
+    upscaler: str = key("", "Model (from [models]) the upscale op uses when a template names none. "
+                        "Empty: high-quality resampling (Lanczos).")
+    font: str = key("", "TrueType/OpenType font for text and watermarks. Empty: the bundled "
+                    "WenQuanYi Micro Hei, which covers Chinese and Latin.")
+    log_format: str = key("plain", "Executor logs as plain lines or one JSON object per line.",
+                          choices=("plain", "json"))
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A logical model name -> where its weights are, and defaults a sheet may leave empty."""
+
+    path: str  # a diffusers folder, a .safetensors file, or "demo:<name>" (built by genbot)
+    steps: int | None = None  # None: the model's own (a demo's genbot.json, else 30)
+    guidance: float | None = None
+    size: int | None = None  # None: the model's native resolution
+
+
+# The demo models `genbot models demo` builds (tiny, random weights; images are noise).
+# The shipped templates name these, so a fresh install runs every template on a CPU.
+DEMO_MODELS = {
+    "sd15": ModelEntry("demo:sd15"),
+    "sdxl": ModelEntry("demo:sdxl"),
+    "canny_sd15": ModelEntry("demo:canny_sd15"),
+    "canny_sdxl": ModelEntry("demo:canny_sdxl"),
+    "walnut": ModelEntry("demo:walnut"),
+    "brushed_steel": ModelEntry("demo:brushed_steel"),
+}
+MODEL_KEYS = ("path", "steps", "guidance", "size")
+
+
+@dataclass(frozen=True)
 class Config:
     service: ServiceConfig = field(default_factory=ServiceConfig)
     database: DatabaseConfig = field(default_factory=DatabaseConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
     templates: TemplatesConfig = field(default_factory=TemplatesConfig)
     intake: IntakeConfig = field(default_factory=IntakeConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    models: dict[str, ModelEntry] = field(default_factory=lambda: dict(DEMO_MODELS),
+                                          metadata={"table": True})
     # Where the values came from, for messages; the folder relative paths are resolved against.
     source: str = field(default="built-in defaults", metadata={"internal": True})
     base_dir: str = field(default=".", metadata={"internal": True})
@@ -145,6 +208,16 @@ class Config:
         return (Path(self.base_dir) / self.intake.assets_dir).resolve()
 
     @property
+    def models_dir(self) -> Path:
+        """Where `genbot models demo` builds the demo models."""
+        return self.data_dir / "models"
+
+    def model_path(self, entry: ModelEntry) -> Path:
+        if entry.path.startswith("demo:"):
+            return self.models_dir / "demo" / entry.path.removeprefix("demo:")
+        return (Path(self.base_dir) / entry.path).resolve()
+
+    @property
     def database_url(self) -> str:
         return self.database.url or f"sqlite:///{self.data_dir / 'genbot.sqlite3'}"
 
@@ -152,7 +225,7 @@ class Config:
 def sections() -> dict[str, type]:
     """Section name -> its dataclass, in file order."""
     return {f.name: f.default_factory for f in dataclasses.fields(Config)
-            if not f.metadata.get("internal")}
+            if not f.metadata.get("internal") and not f.metadata.get("table")}
 
 
 def _expected(f: dataclasses.Field) -> str:
@@ -265,6 +338,13 @@ def from_dict(data: dict[str, Any], *, source: str = "built-in defaults", base_d
     env = {} if env is None else env
     known = sections()
     values: dict[str, Any] = {}
+    data = dict(data)
+    models = dict(DEMO_MODELS)
+    models.update(_models(data.pop("models", {}), source))
+    for name, raw in env.items():
+        if name.startswith(f"{ENV_PREFIX}MODELS_"):
+            model = name.removeprefix(f"{ENV_PREFIX}MODELS_").lower()
+            models[model] = _model_entry(model, raw, f"environment {name}")
     for section, body in data.items():
         if section not in known:
             raise ConfigError(f"{source}: unknown section [{section}]{_did_you_mean(section, known)}")
@@ -288,10 +368,42 @@ def from_dict(data: dict[str, Any], *, source: str = "built-in defaults", base_d
             if name in env:
                 parsed = _parse_env(f, env[name], name)
                 values.setdefault(section, {})[f.name] = _check_value(f, parsed, f"environment {name}")
-    config = Config(**{s: known[s](**values.get(s, {})) for s in known},
+    config = Config(**{s: known[s](**values.get(s, {})) for s in known}, models=models,
                     source=source, base_dir=base_dir)
     _check_relations(config)
     return config
+
+
+def _models(body: Any, source: str) -> dict[str, ModelEntry]:
+    if not isinstance(body, dict):
+        raise ConfigError(f"{source}: models must be a [models] table of name = \"path\"")
+    return {name: _model_entry(name, value, f"{source}: [models] {name}")
+            for name, value in body.items()}
+
+
+def _model_entry(name: str, value: Any, where: str) -> ModelEntry:
+    if not name or not name.replace("_", "a").replace("-", "a").isalnum():
+        raise ConfigError(f"{where}: a model name is letters, digits, _ and -")
+    if isinstance(value, str):
+        value = {"path": value}
+    if not isinstance(value, dict):
+        raise ConfigError(f'{where}: expected "path" or {{ path = "...", steps = 30 }}')
+    for k in value:
+        if k not in MODEL_KEYS:
+            raise ConfigError(f"{where}: unknown key {k}{_did_you_mean(k, MODEL_KEYS)}; "
+                              f"expected {', '.join(MODEL_KEYS)}")
+    path = value.get("path")
+    if not isinstance(path, str) or not path.strip():
+        raise ConfigError(f"{where}: path: expected a diffusers folder, a .safetensors file "
+                          'or "demo:<name>"')
+    checks = {"steps": (int, 1, 200), "guidance": ((int, float), 0, 50), "size": (int, 64, 8192)}
+    for k, (kind, low, high) in checks.items():
+        v = value.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, kind) or not low <= v <= high):
+            raise ConfigError(f"{where}: {k} = {v!r}: expected a number from {low} to {high}")
+    guidance = value.get("guidance")
+    return ModelEntry(path, value.get("steps"), None if guidance is None else float(guidance),
+                      value.get("size"))
 
 
 def _check_relations(config: Config) -> None:
@@ -333,6 +445,16 @@ def render_example() -> str:
             out.append(f"# {f.metadata['why']}")
             out.append(f"{f.name} = {_toml_value(f.default)}")
         out.append("")
+    out += ["# Logical model name -> weights: a diffusers folder (SD 1.5 or SDXL family, a ControlNet,",
+            "# an upscaler), a single-file .safetensors checkpoint, or a LoRA .safetensors file.",
+            "# Loaded strictly offline. A table sets defaults a sheet may leave empty:",
+            '#   sdxl = { path = "/models/sdxl-base", steps = 30, guidance = 5.0 }',
+            "# Names given here replace the defaults below, which are genbot's demo models: tiny,",
+            "# random weights (their images are noise), built on first start or by",
+            "# `genbot models demo`, so every shipped template runs on a CPU out of the box.",
+            "[models]"]
+    out += [f"{name} = {_toml_value(entry.path)}" for name, entry in DEMO_MODELS.items()]
+    out.append("")
     return "\n".join(out)
 
 

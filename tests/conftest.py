@@ -123,3 +123,36 @@ def python_env() -> dict[str, str]:
 
 
 PYTHON = sys.executable
+
+
+# --- the executor: demo models built once per run, configs pointing at them ------------
+
+@pytest.fixture(scope="session")
+def demo_models(tmp_path_factory) -> Path:
+    """The demo models, built once for the whole run (about 10 s; nothing downloaded)."""
+    from executor import demo
+    from executor.worker import quiet_libraries
+    quiet_libraries()
+    folder = tmp_path_factory.mktemp("models") / "demo"
+    demo.build(folder)
+    return folder
+
+
+def executor_config(data_dir: Path, demo_folder: Path, *, db_url: str | None = None,
+                    executor: dict | None = None, queue: dict | None = None,
+                    models: dict | None = None):
+    """A config whose data folder links the session's demo models."""
+    from storage import config as cfg
+    (data_dir / "models").mkdir(parents=True, exist_ok=True)
+    link = data_dir / "models" / "demo"
+    if not link.exists():
+        link.symlink_to(demo_folder, target_is_directory=True)
+    data = {"service": {"data_dir": str(data_dir)},
+            "queue": {"poll_interval": 0.1, "heartbeat_seconds": 1.0, "lease_seconds": 10.0,
+                      "retry_backoff": 0.0, **(queue or {})},
+            "executor": {"progress_interval": 0.0, **(executor or {})}}
+    if db_url:
+        data["database"] = {"url": db_url}
+    if models:
+        data["models"] = models
+    return cfg.from_dict(data)

@@ -1,0 +1,124 @@
+"""`genbot run TEMPLATE SHEET`: a newcomer's one-shot.
+
+Checks the sheet as the bot would, queues it in the local queue, runs an executor
+process beside it (supervised, as `genbot serve` does), draws a progress bar, then
+prints where the images and the contact sheet are. The exit code is 0 only if every
+job succeeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import shutil
+import sys
+from pathlib import Path
+
+from bot.supervisor import Supervisor
+from storage.config import Config
+from storage.files import FileStore
+from storage.queue import Priority, Queue, Submission, open_queue
+
+BAR = 30
+
+
+def run_sheet(config: Config, template: str, sheet: Path, *, out: str | None = None,
+              priority: Priority = Priority.NORMAL, lang: str = "en") -> int:
+    return asyncio.run(_run(config, template, sheet, out, priority, lang))
+
+
+async def _run(config: Config, name: str, sheet: Path, out: str | None, priority: Priority,
+               lang: str) -> int:
+    from bot.images import ImageResolver, folder_attachments
+    from bot.intake import intake
+    from executor.workflow import load_templates
+    templates, _ = load_templates(config.templates_dir)
+    if name not in templates:
+        print(f"genbot: no template {name!r} (have: {', '.join(templates)})", file=sys.stderr)
+        return 2
+    try:
+        data = sheet.read_bytes()
+    except OSError as e:
+        print(f"genbot: cannot read {sheet}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    store = FileStore(config.data_dir)
+    images = ImageResolver(config.intake, store, assets_dir=config.assets_dir,
+                           attachments=folder_attachments(sheet.resolve().parent))
+    result = await intake(templates[name], sheet.name, data, settings=config.intake, images=images)
+    if not result.ok:
+        print(result.report(lang, config.intake.max_problems_shown), file=sys.stderr)
+        return 1
+    queue = await open_queue(config)
+    try:
+        batch = (await queue.enqueue(Submission(
+            name, f"cli:{getpass.getuser()}", result.jobs, priority=priority,
+            meta={"sheet": sheet.name}))).batch_id
+        print(f"batch {batch}: {len(result.jobs)} jobs of {name} from {sheet.name}", flush=True)
+        log_file = config.data_dir / "logs" / f"run-batch-{batch}.log"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_file, "ab") as log:
+            executor = Supervisor(config, stderr=log)
+            executor.start()
+            try:
+                await _follow(queue, batch)
+            finally:
+                await executor.stop()
+        return await _summary(queue, store, config, batch, out, log_file)
+    finally:
+        await queue.close()
+
+
+async def _follow(queue: Queue, batch: int) -> None:
+    """Draw the progress bar until every job of the batch has ended."""
+    tty = sys.stdout.isatty()
+    seq = await queue.last_event_seq()
+    step = ""
+    last = None
+    while True:
+        progress = await queue.batch_progress(batch)
+        for event in await queue.events_after(seq):
+            seq = event["seq"]
+            if event["kind"] == "progress" and event["batch_id"] == batch:
+                d = event["data"]
+                step = f" · row {d['row']} {d['node']} {d['step']}/{d['total']}"
+        failed = progress.counts.get("failed", 0) + progress.counts.get("canceled", 0)
+        filled = round(BAR * progress.done / progress.total)
+        line = (f"[{'#' * filled}{'-' * (BAR - filled)}] {progress.done}/{progress.total}"
+                + (f" · {failed} failed" if failed else "") + (step if tty else ""))
+        if tty:
+            print(f"\r{line:<100}", end="", flush=True)
+        elif line != last:
+            print(line, flush=True)
+        last = line
+        if progress.done >= progress.total:
+            if tty:
+                print()
+            return
+        await asyncio.sleep(0.3)
+
+
+async def _summary(queue: Queue, store: FileStore, config: Config, batch: int,
+                   out: str | None, log_file: Path) -> int:
+    from executor.contact import contact_sheet
+    jobs = await queue.batch_jobs(batch)
+    done = [(store.path(o), f"row {j['row']}") for j in jobs if j["status"] == "succeeded"
+            for o in j["outputs"]]
+    folder = store.path(f"outputs/batch_{batch}")
+    for j in jobs:
+        if j["status"] != "succeeded":
+            print(f"row {j['row']}: {j['status']}: {j['error']}", file=sys.stderr)
+    if not done:
+        print(f"no images; the executor's log: {log_file}", file=sys.stderr)
+        return 1
+    contact = store.write(f"outputs/batch_{batch}/contact.png",
+                          contact_sheet(done, font=config.executor.font))
+    print(f"{len(done)} images in {folder}")
+    print(f"contact sheet: {store.path(contact)}")
+    if out:
+        target = Path(out)
+        for path in [p for p, _ in done] + [store.path(contact)]:
+            dest = target / path.relative_to(folder)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest)
+        print(f"copied to {target.resolve()}")
+    return 0 if all(j["status"] == "succeeded" for j in jobs) else 1

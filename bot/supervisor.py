@@ -1,0 +1,98 @@
+"""Runs the executor as a child process of the service and restarts it when it dies.
+
+The GPU code lives in its own OS process, so a CUDA crash, a segfault or a leak never
+takes the chat bot down. A job its executor was running comes back through its lease
+and runs again. Restarts back off (1 s, doubling, up to restart_backoff_max); an
+executor that ran a while before dying starts again at 1 s. An executor that asks to
+be recycled (exit 75) is restarted at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import time
+
+from storage.config import Config
+
+log = logging.getLogger("genbot.supervisor")
+
+EXIT_RECYCLE = 75  # executor.worker.EXIT_RECYCLE (not imported: that module loads torch)
+STABLE_AFTER = 60.0  # seconds an executor must live for its backoff to reset
+
+
+class Supervisor:
+    def __init__(self, config: Config, *, command: list[str] | None = None, stderr=None):
+        self.config = config
+        self.command = command or self.default_command(config)
+        self.stderr = stderr  # where the executor's log goes (default: the service's stderr)
+        self.process: asyncio.subprocess.Process | None = None
+        self.restarts = 0
+        self._task: asyncio.Task | None = None
+        self._stopping = asyncio.Event()
+
+    @staticmethod
+    def default_command(config: Config) -> list[str]:
+        command = [sys.executable, "-m", "executor.worker"]
+        if config.source != "built-in defaults":
+            command += ["--config", config.source]
+        return command
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process and self.process.returncode is None else None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="executor-supervisor")
+
+    async def _run(self) -> None:
+        delay = 1.0
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            self.process = await asyncio.create_subprocess_exec(*self.command,
+                                                                stderr=self.stderr)
+            log.info("executor started", extra={"pid": self.process.pid})
+            code = await self.process.wait()
+            if self._stopping.is_set():
+                break
+            if code == EXIT_RECYCLE:
+                log.info("executor recycled; starting a fresh one", extra={"pid": self.process.pid})
+                delay = 1.0
+                self.restarts += 1
+                continue
+            if time.monotonic() - started > STABLE_AFTER:
+                delay = 1.0
+            log.error("executor died; restarting", extra={
+                "pid": self.process.pid, "exit": code, "signal": _signal_name(code),
+                "restart_in_s": delay})
+            self.restarts += 1
+            try:
+                await asyncio.wait_for(self._stopping.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+            delay = min(delay * 2, self.config.executor.restart_backoff_max)
+
+    async def stop(self, grace: float = 20.0) -> None:
+        """SIGTERM: the executor hands its running job back and exits; SIGKILL after `grace`."""
+        self._stopping.set()
+        process = self.process
+        if process and process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), grace)
+            except asyncio.TimeoutError:
+                process.kill()
+                await process.wait()
+        if self._task:
+            await self._task
+
+
+def _signal_name(code: int | None) -> str | None:
+    if code is not None and code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return None
+    return None

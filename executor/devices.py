@@ -1,0 +1,58 @@
+"""Which device and dtype to run on, and how much memory is in use there. Imports torch."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import torch
+
+from storage.config import ExecutorConfig
+
+
+def pick(settings: ExecutorConfig) -> tuple[str, torch.dtype]:
+    """The configured device and dtype; "auto": cuda, then mps, then cpu, with the dtype
+    each runs fastest without overflow (bf16 where CUDA supports it: SDXL's VAE overflows
+    in fp16)."""
+    device = settings.device
+    if device == "auto":
+        device = ("cuda" if torch.cuda.is_available() else
+                  "mps" if torch.backends.mps.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"[executor] device = {device!r} but CUDA is not available here")
+    if settings.dtype != "auto":
+        return device, getattr(torch, settings.dtype)
+    if device.startswith("cuda"):
+        return device, torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return device, torch.float16 if device == "mps" else torch.float32
+
+
+def total_memory(device: str) -> float:
+    """Bytes on the device; infinite for the CPU (its budget is ram_budget_gb)."""
+    if device.startswith("cuda"):
+        return float(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    return float("inf")
+
+
+def in_use(device: str) -> int:
+    """Bytes in use: tensors allocated on a GPU; the process's resident set on the CPU."""
+    if device.startswith("cuda"):
+        return torch.cuda.memory_allocated(torch.device(device))
+    if device == "mps":
+        return torch.mps.current_allocated_memory()
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def release(device: str) -> None:
+    """Give freed memory back: after every job, and after an out-of-memory error."""
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    elif device == "mps":
+        torch.mps.empty_cache()
+
+
+def out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError) or (
+        type(error) is RuntimeError and "out of memory" in str(error).lower())

@@ -1,0 +1,180 @@
+"""Run bound workflows: the DAG of each job, node by node, with micro-batched generation.
+
+Jobs of one batch share a template, so they run in lockstep: node by node, every job
+at once. Ordinary ops run per job; `generate` runs once per group of jobs with the
+same shape (executor.generation.shape), up to `max_batch` images per pipeline call.
+Each job keeps its own values, outputs and error: one job's bad input, or an
+out-of-memory error, never fails the others.
+
+Runs in a worker thread (it blocks on the GPU); `Control` is how it reports progress
+and learns that a job should stop, between denoising steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from executor.models import ModelError
+from executor.ops import REGISTRY, Context, OpError
+
+log = logging.getLogger("genbot.executor")
+
+
+class Control(Protocol):
+    def step(self, job_ids: list[int], node: str, step: int, total: int) -> None: ...
+    def stop_reason(self, job_id: int) -> str | None: ...  # "canceled", "timeout", ...
+
+
+class NoControl:
+    def step(self, job_ids, node, step, total) -> None:
+        pass
+
+    def stop_reason(self, job_id) -> None:
+        return None
+
+
+@dataclass
+class JobRun:
+    id: int
+    batch_id: int
+    workflow: dict[str, Any]
+    values: dict[str, Any] = field(default_factory=dict)  # "node.output" -> value
+    used_models: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    error: str | None = None
+    retryable: bool = False
+    stopped: str | None = None
+    oom_retried: bool = False
+
+    @property
+    def live(self) -> bool:
+        return self.error is None and self.stopped is None
+
+
+def _resolve(value: Any, values: dict[str, Any]) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"@"}:
+            return values[value["@"]]
+        return {k: _resolve(v, values) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v, values) for v in value]
+    return value
+
+
+class Runner:
+    def __init__(self, base: Context, control: Control | None = None, max_batch: int = 1,
+                 on_oom=None):
+        self.base = base
+        self.control = control or NoControl()
+        self.max_batch = max_batch
+        self.on_oom = on_oom or (lambda: None)  # frees memory (the worker clears the cache)
+
+    def run(self, runs: list[JobRun]) -> None:
+        nodes = runs[0].workflow["nodes"]
+        if any([n["id"] for n in r.workflow["nodes"]] != [n["id"] for n in nodes] for r in runs):
+            for r in runs:  # different templates: no lockstep
+                self.run([r])
+            return
+        for index, node in enumerate(nodes):
+            live = [r for r in runs if r.live]
+            if not live:
+                break
+            if node["op"] == "generate":
+                for chunk in self._chunks(live, index):
+                    self._call(chunk, index, batched=True)
+            else:
+                for r in live:
+                    self._call([r], index, batched=False)
+            for r in live:
+                if r.live and (reason := self.control.stop_reason(r.id)):
+                    r.stopped = reason
+        for r in runs:
+            if r.live:
+                r.outputs = [r.values[f"{nid}.path"] for nid in r.workflow["outputs"]]
+
+    def _chunks(self, live: list[JobRun], index: int) -> list[list[JobRun]]:
+        from executor.generation import shape
+        groups: dict[tuple, list[JobRun]] = {}
+        for r in live:
+            inputs = _resolve(r.workflow["nodes"][index]["inputs"], r.values)
+            groups.setdefault(shape(inputs), []).append(r)
+        return [g[i:i + self.max_batch] for g in groups.values()
+                for i in range(0, len(g), self.max_batch)]
+
+    def _call(self, chunk: list[JobRun], index: int, *, batched: bool) -> None:
+        node = chunk[0].workflow["nodes"][index]
+        ids = [r.id for r in chunk]
+        # A job's own calls add to its list of models (save records them); a batched
+        # call's list is copied to each of its jobs below.
+        used = [] if batched else chunk[0].used_models
+        ctx = replace(self.base, used_models=used, batch_id=chunk[0].batch_id,
+                      workflow=chunk[0].workflow, on_step=self._on_step(ids, node["id"]))
+        started = time.perf_counter()
+        extra = {"batch": chunk[0].batch_id, "jobs": ids, "node": node["id"], "op": node["op"]}
+        log.info("node start", extra=extra)
+        try:
+            inputs = [_resolve(r.workflow["nodes"][index]["inputs"], r.values) for r in chunk]
+            if batched:
+                from executor.generation import generate_batch
+                results = generate_batch(ctx, inputs)
+            else:
+                results = [REGISTRY[node["op"]](ctx, **inputs[0])]
+        except Exception as e:  # noqa: BLE001 - attributed to the job(s) below
+            self._failed(chunk, index, e, extra)
+            return
+        log.info("node end", extra={**extra, "seconds": round(time.perf_counter() - started, 4)})
+        for r, result in zip(chunk, results):
+            if batched:
+                r.used_models += used
+            self._store(r, node, result)
+
+    def _store(self, r: JobRun, node: dict, result: Any) -> None:
+        if node["op"] == "save":
+            r.values[f"{node['id']}.path"] = result
+        elif isinstance(result, dict):
+            r.values.update({f"{node['id']}.{k}": v for k, v in result.items()})
+        else:
+            r.values[f"{node['id']}.image"] = result
+
+    def _failed(self, chunk: list[JobRun], index: int, error: Exception, extra: dict) -> None:
+        from executor.devices import out_of_memory
+        oom = out_of_memory(error)
+        if oom:
+            log.warning("out of memory", extra=extra)
+            self.on_oom()
+        if len(chunk) > 1:
+            # Attribute the failure: each job again on its own (at batch size 1).
+            log.warning("batched call failed; running its jobs one by one: %s", error, extra=extra)
+            for r in chunk:
+                if oom:
+                    r.oom_retried = True
+                self._call([r], index, batched=chunk[0].workflow["nodes"][index]["op"] == "generate")
+            return
+        r = chunk[0]
+        if oom and not r.oom_retried:
+            r.oom_retried = True
+            self._call([r], index, batched=chunk[0].workflow["nodes"][index]["op"] == "generate")
+            return
+        node = r.workflow["nodes"][index]
+        if r.stopped or self.control.stop_reason(r.id):
+            r.stopped = r.stopped or self.control.stop_reason(r.id)
+            return
+        where = f"node {node['id']} ({node['op']})"
+        if oom:
+            r.error = f"{where}: out of memory, also at batch size 1"
+        elif isinstance(error, (OpError, ModelError)):
+            r.error = f"{where}: {error}"
+        else:
+            r.error = f"{where}: {type(error).__name__}: {error}"
+            r.retryable = not isinstance(error, (ValueError, TypeError, KeyError))
+        log.error("job failed: %s", r.error, extra={**extra, "traceback": traceback.format_exc()})
+
+    def _on_step(self, ids: list[int], node: str):
+        def on_step(step: int, total: int) -> bool:
+            self.control.step(ids, node, step, total)
+            return all(self.control.stop_reason(i) for i in ids)
+        return on_step

@@ -1,0 +1,329 @@
+"""The executor: claim -> run -> save -> complete, heartbeating while it runs.
+
+One process per GPU: `genbot worker`, or a supervised child of `genbot serve`, so a
+CUDA crash, a segfault or a leak never takes the chat bot down; a job whose executor
+died comes back through its lease. Read `Worker.run` top to bottom.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+
+from storage.config import Config
+from storage.files import FileStore
+from storage.queue import Lease, Queue, open_queue
+
+log = logging.getLogger("genbot.executor")
+
+EXIT_RECYCLE = 75  # "start me again": after recycle_after_jobs, or memory drift
+STANDARD_ATTRS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+@dataclass
+class Running:
+    """One job of the group being run, as the event loop tracks it."""
+    lease: Lease
+    started: float
+    stop: str | None = None  # why it must stop: canceled, timeout, lease lost
+    recorded: bool = False  # its end is already written (e.g. canceled mid-run)
+    last_progress: float = 0.0
+    step: int = 0
+    total: int = 0
+
+
+@dataclass
+class Worker:
+    config: Config
+    queue: Queue
+    owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+
+    def __post_init__(self):
+        import torch  # noqa: F401 - the executor is where torch lives
+        from executor import devices
+        from executor.cache import ModelCache
+        from executor.models import Registry
+        from executor.ops import Context
+        from executor.runner import Runner
+        s = self.config.executor
+        self.settings = s
+        self.device, self.dtype = devices.pick(s)
+        vram = s.vram_budget_gb * 2**30 or devices.total_memory(self.device) * 0.85
+        self.registry = Registry(self.config)
+        self.cache = ModelCache(self.registry, self.device, self.dtype, vram_budget=vram,
+                                ram_budget=s.ram_budget_gb * 2**30)
+        self.runner = Runner(Context(FileStore(self.config.data_dir), self.cache, font=s.font,
+                                     upscaler=s.upscaler),
+                             control=self, max_batch=s.max_batch, on_oom=self.cache.clear)
+        self.running: dict[int, Running] = {}
+        self.stopping = asyncio.Event()
+        self.stats: Counter = Counter()
+        self.baseline: int | None = None
+        self.exit_code = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # --- the loop --------------------------------------------------------------------
+    async def run(self) -> int:
+        self.loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self.build_missing_demo_models)
+        log.info("executor ready", extra={"owner": self.owner, "device": self.device,
+                                          "dtype": str(self.dtype).removeprefix("torch.")})
+        while not self.stopping.is_set():
+            leases = await self.claim()
+            if not leases:
+                await self.idle()
+                continue
+            await self.execute(leases)
+            self.after_jobs(len(leases))
+            if self.exit_code:
+                break
+            if self.config.queue.batch_delay:
+                await self.sleep(self.config.queue.batch_delay)
+        return self.exit_code
+
+    async def claim(self) -> list[Lease]:
+        first = await self.queue.claim(self.owner, prefer=self.cache.resident())
+        if first is None:
+            return []
+        more = await self.queue.claim_followers(first, self.settings.max_batch - 1) \
+            if self.settings.max_batch > 1 else []
+        return [first, *more]
+
+    async def idle(self) -> None:
+        waiting = asyncio.ensure_future(self.queue.wait_for_work())
+        stopping = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (waiting, stopping):
+            task.cancel()
+
+    async def sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def execute(self, leases: list[Lease]) -> None:
+        from executor.runner import JobRun
+        now = time.monotonic()
+        self.running = {lease.job_id: Running(lease, now) for lease in leases}
+        runs = [JobRun(lease.job_id, lease.batch_id, lease.params) for lease in leases]
+        watch = asyncio.create_task(self.watch())
+        try:
+            await asyncio.to_thread(self.runner.run, runs)
+        finally:
+            watch.cancel()
+        for run in runs:
+            await self.finish(run)
+        self.running = {}
+
+    async def finish(self, run) -> None:
+        job = self.running[run.id]
+        lease, extra = job.lease, {"batch": job.lease.batch_id, "job": run.id}
+        stop = job.stop or run.stopped
+        if job.recorded or stop == "lease lost":
+            return
+        if stop == "shutdown":
+            await self.queue.release(lease, "executor stopped; the job will run again")
+        elif stop == "canceled":
+            await self.queue.fail(lease, "canceled", retry=False)
+        elif stop == "timeout":
+            await self.queue.fail(lease, f"timed out after {self.settings.job_timeout:g} s "
+                                  "([executor] job_timeout)", retry=False)
+        elif run.error:
+            status = await self.queue.fail(lease, run.error, retry=run.retryable)
+            log.warning("job failed", extra={**extra, "status": status, "error": run.error})
+        else:
+            status = await self.queue.complete(lease, run.outputs)
+            log.info("job done", extra={**extra, "status": status, "outputs": run.outputs,
+                                        "seconds": round(time.monotonic() - job.started, 3)})
+        self.stats["jobs"] += 1
+
+    def after_jobs(self, n: int) -> None:
+        """Memory hygiene after every group: collect, empty the CUDA cache, watch drift."""
+        from executor import devices
+        devices.release(self.device)
+        used = devices.in_use(self.device) - self.cache_bytes()
+        if self.baseline is None:
+            self.baseline = used
+        drift = (used - self.baseline) / 2**20
+        limit = self.settings.memory_drift_mb
+        if limit and drift > limit:
+            self.stats["drift_rebuilds"] += 1
+            log.warning("memory drift: rebuilding the model cache",
+                        extra={"drift_mb": round(drift), "limit_mb": limit,
+                               "recycle": self.settings.recycle_on_drift})
+            if self.settings.recycle_on_drift:
+                self.exit_code = EXIT_RECYCLE
+            self.cache.clear()
+            gc.collect()
+            self.baseline = None
+        jobs_limit = self.settings.recycle_after_jobs
+        if jobs_limit and self.stats["jobs"] >= jobs_limit:
+            log.info("recycling the executor", extra={"jobs": self.stats["jobs"]})
+            self.exit_code = EXIT_RECYCLE
+
+    def cache_bytes(self) -> int:
+        if self.device == "cpu":
+            return sum(u.bytes for u in self.cache.units.values())
+        return sum(u.bytes for u in self.cache.units.values() if u.tier == "device")
+
+    def build_missing_demo_models(self) -> None:
+        missing = [self.config.models[n].path.removeprefix("demo:")
+                   for n in self.registry.needs_demo()]
+        if missing:
+            from executor import demo
+            log.info("building demo models", extra={"models": missing})
+            demo.build(self.config.models_dir / "demo", missing)
+
+    # --- while a group runs -------------------------------------------------------------
+    async def watch(self) -> None:
+        """Heartbeats, cancels, timeouts and progress of the running group."""
+        beat = time.monotonic()
+        tick = min(0.5, self.config.queue.heartbeat_seconds)
+        while True:
+            await asyncio.sleep(tick)
+            await self.check_stops()
+            if time.monotonic() - beat >= self.config.queue.heartbeat_seconds:
+                beat = time.monotonic()
+                for job in self.running.values():
+                    if job.recorded or job.stop == "lease lost":
+                        continue
+                    state = await self.queue.heartbeat(job.lease)
+                    if not state.held:
+                        job.stop = "lease lost"
+                        log.warning("lease lost", extra={"job": job.lease.job_id})
+
+    async def check_stops(self) -> None:
+        if self.stopping.is_set():
+            for job in self.running.values():
+                job.stop = job.stop or "shutdown"
+        canceled = await self.queue.cancels_asked(self.owner)
+        now = time.monotonic()
+        for job_id, job in self.running.items():
+            if job.stop:
+                continue
+            if job_id in canceled:
+                job.stop = "canceled"
+                # The job ends now; its pipeline stops at the end of this step.
+                await self.queue.fail(job.lease, f"canceled at step {job.step} of {job.total}",
+                                      retry=False)
+                job.recorded = True
+                log.info("job canceled", extra={"job": job_id, "step": job.step})
+            elif now - job.started > self.settings.job_timeout:
+                job.stop = "timeout"
+
+    async def on_step(self, job_ids: list[int], node: str, step: int, total: int) -> None:
+        now = time.monotonic()
+        for job_id in job_ids:
+            job = self.running[job_id]
+            job.step, job.total = step, total
+            if job.stop or job.recorded:
+                continue
+            if step == total or now - job.last_progress >= self.settings.progress_interval:
+                job.last_progress = now
+                await self.queue.progress(job.lease, {"node": node, "step": step, "total": total,
+                                                      "row": job.lease.row})
+        await self.check_stops()
+
+    # Control, called from the runner's thread:
+    def step(self, job_ids: list[int], node: str, step: int, total: int) -> None:
+        """After each denoising step: report it, and learn of a cancel before the next."""
+        future = asyncio.run_coroutine_threadsafe(self.on_step(job_ids, node, step, total),
+                                                  self.loop)
+        try:
+            future.result(timeout=30)
+        except Exception as e:  # noqa: BLE001 - a slow database must not kill the job
+            log.warning("progress not recorded: %s", e)
+
+    def stop_reason(self, job_id: int) -> str | None:
+        job = self.running.get(job_id)
+        return job.stop if job else None
+
+
+# --- process entry -------------------------------------------------------------------------
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        data = {"time": self.formatTime(record), "level": record.levelname.lower(),
+                "logger": record.name, "message": record.getMessage()}
+        data.update({k: v for k, v in vars(record).items() if k not in STANDARD_ATTRS})
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, ensure_ascii=False, default=str)
+
+
+class PlainFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extra = {k: v for k, v in vars(record).items() if k not in STANDARD_ATTRS}
+        tb = extra.pop("traceback", None)
+        line += "".join(f" {k}={v}" for k, v in extra.items())
+        return f"{line}\n{tb}" if tb else line
+
+
+def setup_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if fmt == "json" else
+                         PlainFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def quiet_libraries() -> None:
+    """Strictly offline, and no progress bars or chatter from the libraries."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
+    warnings.filterwarnings("ignore", module="peft")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    for name in ("diffusers", "transformers", "peft", "accelerate", "huggingface_hub"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+async def serve_worker(config: Config, *, owner: str | None = None) -> int:
+    queue = await open_queue(config)
+    worker = Worker(config, queue, **({"owner": owner} if owner else {}))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, worker.stopping.set)
+    try:
+        return await worker.run()
+    finally:
+        await queue.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from storage import config as cfg
+    parser = argparse.ArgumentParser(prog="genbot worker", description="Run one executor.")
+    parser.add_argument("--config", help="config file (default: $GENBOT_CONFIG or ./config.toml)")
+    parser.add_argument("--device", help="override [executor] device, e.g. cuda:1")
+    args = parser.parse_args(argv)
+    quiet_libraries()
+    env = dict(os.environ)
+    if args.device:
+        env["GENBOT_EXECUTOR_DEVICE"] = args.device
+    try:
+        config = cfg.load(args.config, env)
+    except cfg.ConfigError as e:
+        print(f"genbot: {e}", file=sys.stderr)
+        return 2
+    setup_logging(config.service.log_level, config.executor.log_format)
+    return asyncio.run(serve_worker(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

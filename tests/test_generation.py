@@ -1,0 +1,135 @@
+"""`generate` on the demo models, and the model cache under it: batching, samplers, sizes,
+shared components, LoRAs, the memory tiers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from executor.models import ModelError, Registry
+from executor.ops import Context, OpError
+from storage.files import FileStore
+from tests.conftest import ROOT, executor_config
+
+torch = pytest.importorskip("torch")
+from executor.cache import ModelCache  # noqa: E402 - needs torch
+from executor.generation import SCHEDULERS, generate_batch, shape  # noqa: E402
+
+
+def make_cache(config, vram: float = float("inf"), ram: float = float("inf")) -> ModelCache:
+    return ModelCache(Registry(config), "cpu", torch.float32, vram_budget=vram, ram_budget=ram)
+
+
+@pytest.fixture
+def ctx(tmp_path, demo_models):
+    config = executor_config(tmp_path / "data", demo_models)
+    store = FileStore(config.data_dir)
+    store.write("inputs/bottle.png", (ROOT / "examples" / "assets" / "bottle.png").read_bytes())
+    return Context(store, make_cache(config))
+
+
+def inputs(**over):
+    base = dict(prompt="a bottle", negative="", model="sd15", seed=1, steps=4, guidance=5.0,
+                size=None, sampler=None, init_image=None, strength=0.75, control_image=None,
+                controlnet=None, control_scale=1.0, loras=[])
+    return {**base, **over}
+
+
+def pixels(im: Image.Image) -> np.ndarray:
+    return np.asarray(im, dtype=np.int16)
+
+
+@pytest.mark.parametrize("over", [
+    {},  # txt2img
+    {"init_image": "inputs/bottle.png", "strength": 0.6},  # img2img
+    {"control_image": "inputs/bottle.png", "controlnet": "canny_sd15"},  # ControlNet
+    {"model": "sdxl", "control_image": "inputs/bottle.png", "controlnet": "canny_sdxl",
+     "init_image": "inputs/bottle.png"},  # SDXL img2img + ControlNet
+    {"loras": [{"name": "walnut", "weight": 0.8}]},
+], ids=["txt2img", "img2img", "controlnet", "sdxl-img2img-controlnet", "lora"])
+def test_batched_images_equal_the_unbatched_ones(ctx, over):
+    seeds = [11, 22, 33]
+    batched = generate_batch(ctx, [inputs(seed=s, prompt=f"p{s}", **over) for s in seeds])
+    for s, image in zip(seeds, batched):
+        alone = generate_batch(ctx, [inputs(seed=s, prompt=f"p{s}", **over)])[0]
+        assert np.abs(pixels(image) - pixels(alone)).max() <= 2  # of 255: float tolerance
+    assert not np.array_equal(pixels(batched[0]), pixels(batched[1]))
+
+
+def test_one_shape_per_call():
+    assert shape(inputs(seed=1, prompt="a")) == shape(inputs(seed=2, prompt="b"))
+    for other in ({"steps": 5}, {"size": [64, 96]}, {"loras": [{"name": "walnut", "weight": 1}]},
+                  {"model": "sdxl"}, {"init_image": "x.png"}, {"sampler": "ddim"}):
+        assert shape(inputs(**other)) != shape(inputs())
+    with pytest.raises(ValueError):
+        generate_batch(None, [inputs(), inputs(steps=9)])
+
+
+@pytest.mark.parametrize("sampler", list(SCHEDULERS))
+def test_every_sampler_maps_to_a_diffusers_scheduler(ctx, sampler):
+    image = generate_batch(ctx, [inputs(sampler=sampler)])[0]
+    pipe = ctx.models.pipeline("sd15", "txt2img")
+    assert type(pipe.scheduler).__name__ == SCHEDULERS[sampler][0]
+    assert image.size == (64, 64) and pixels(image).std() > 0
+
+
+def test_sizes_default_to_the_models_native_resolution(ctx):
+    assert generate_batch(ctx, [inputs()])[0].size == (64, 64)  # the demo's native size
+    assert generate_batch(ctx, [inputs(size=[96, 64])])[0].size == (96, 64)
+    assert generate_batch(ctx, [inputs(size=[99, 70])])[0].size == (96, 64)  # multiples of 8
+
+
+def test_steps_left_empty_are_the_models_own(ctx):
+    seen = []
+    ctx.on_step = lambda step, total: seen.append(total) and False
+    generate_batch(ctx, [inputs(steps=None)])
+    assert set(seen) == {8}  # the demo model's genbot.json says 8
+
+
+def test_pipelines_of_one_checkpoint_share_its_weights(ctx):
+    cache = ctx.models
+    txt = cache.pipeline("sd15", "txt2img")
+    img = cache.pipeline("sd15", "img2img")
+    cn = cache.pipeline("sd15", "img2img", "canny_sd15")
+    assert txt.unet is img.unet is cn.unet and txt.vae is cn.vae
+    assert txt.text_encoder is cn.text_encoder
+    assert cache.stats["loads:sd15"] == 1 and cache.stats["loads:canny_sd15"] == 1
+
+
+def test_lora_weight_changes_the_image_and_zero_is_the_base(ctx):
+    base = pixels(generate_batch(ctx, [inputs()])[0])
+    lora = pixels(generate_batch(ctx, [inputs(loras=[{"name": "walnut", "weight": 1.0}])])[0])
+    zero = pixels(generate_batch(ctx, [inputs(loras=[{"name": "walnut", "weight": 0.0}])])[0])
+    again = pixels(generate_batch(ctx, [inputs()])[0])  # LoRAs off again for the base
+    assert not np.array_equal(base, lora)
+    assert np.abs(base - zero).max() <= 1 and np.array_equal(base, again)
+    assert ctx.models.stats["loads:sd15"] == 1 and ctx.models.stats["lora_loads:walnut"] == 1
+
+
+def test_lru_eviction_under_the_budgets(ctx, tmp_path, demo_models):
+    config = executor_config(tmp_path / "data", demo_models)
+    one_model = 8 * 2**20  # the demo checkpoints are 6-7 MB each
+    cache = make_cache(config, vram=one_model, ram=one_model)
+    cache.pipeline("sd15", "txt2img")
+    cache.pipeline("sdxl", "txt2img")  # sd15 moves down to the RAM tier
+    assert cache.resident() == ["sdxl"] and cache.units["sd15"].tier == "ram"
+    cache.pipeline("sd15", "txt2img")  # back up, without loading from disk
+    assert cache.stats["promotions"] == 1 and cache.stats["loads"] == 2
+    cache = make_cache(config, vram=one_model, ram=0)
+    cache.pipeline("sd15", "txt2img")
+    cache.pipeline("sdxl", "txt2img")  # no room below: sd15 is dropped
+    assert list(cache.units) == ["sdxl"] and cache.stats["evictions"] == 1
+    cache.pipeline("sd15", "txt2img")
+    assert cache.stats["loads:sd15"] == 2
+
+
+def test_mismatched_models_are_clear_errors(ctx):
+    with pytest.raises(ModelError, match='ControlNet "canny_sdxl" is for sdxl; model "sd15" is sd15'):
+        generate_batch(ctx, [inputs(control_image="inputs/bottle.png", controlnet="canny_sdxl")])
+    with pytest.raises(ModelError, match='model "walnut" is a lora, not a checkpoint'):
+        generate_batch(ctx, [inputs(model="walnut")])
+    with pytest.raises(ModelError, match='no model "nope" in \\[models\\]'):
+        generate_batch(ctx, [inputs(model="nope")])
+    with pytest.raises(OpError, match="needs a control image"):
+        generate_batch(ctx, [inputs(controlnet="canny_sd15")])

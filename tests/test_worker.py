@@ -1,0 +1,274 @@
+"""The executor's loop on the demo models: every template end to end, and each way a job
+can end (done, failed, canceled mid-step, out of memory, timed out, handed back)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from bot.images import ImageResolver, folder_attachments
+from bot.intake import intake
+from executor.ops import read_metadata
+from executor.workflow import load_templates
+from storage.files import FileStore
+from storage.queue import NewJob, Status, Submission, open_queue
+from tests.conftest import ROOT, executor_config
+
+torch = pytest.importorskip("torch")
+
+
+async def example_jobs(config, name: str) -> list[NewJob]:
+    """The jobs the bot would queue for the template's example sheet."""
+    templates, _ = load_templates(config.templates_dir)
+    sheet = ROOT / "examples" / f"{name}.xlsx"
+    images = ImageResolver(config.intake, FileStore(config.data_dir), assets_dir=config.assets_dir,
+                           attachments=folder_attachments(sheet.parent))
+    result = await intake(templates[name], sheet.name, sheet.read_bytes(),
+                          settings=config.intake, images=images)
+    assert result.ok, result.report()
+    return result.jobs
+
+
+def with_generate(job: NewJob, row: int | None = None, **inputs) -> NewJob:
+    """A copy of `job` with its generate node's inputs changed."""
+    workflow = copy.deepcopy(job.params)
+    for node in workflow["nodes"]:
+        if node["op"] == "generate":
+            node["inputs"].update(inputs)
+    if row is not None:
+        workflow["row"] = row
+        for node in workflow["nodes"]:
+            if node["op"] == "save":
+                node["inputs"]["name"] = workflow["outputs"][node["id"]] = f"row_{row}.png"
+    return NewJob(row=row or job.row, params=workflow, affinity=job.affinity)
+
+
+class Harness:
+    """A queue and an in-process Worker on one data folder."""
+
+    def __init__(self, config):
+        self.config = config
+
+    async def __aenter__(self):
+        from executor.worker import Worker
+        self.queue = await open_queue(self.config)
+        self.worker = Worker(self.config, self.queue, owner="test-executor")
+        self.task = None
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.stop()
+        await self.queue.close()
+
+    def start(self):
+        self.worker.stopping.clear()
+        self.task = asyncio.create_task(self.worker.run())
+
+    async def stop(self):
+        if self.task:
+            self.worker.stopping.set()
+            await self.task
+            self.task = None
+
+    async def submit(self, name: str, jobs: list[NewJob]) -> int:
+        return (await self.queue.enqueue(Submission(name, "test:alice", jobs))).batch_id
+
+    async def run(self, name: str, jobs: list[NewJob], timeout: float = 120) -> list[dict]:
+        """Queue `jobs`, run the executor until all have ended, return them."""
+        batch = await self.submit(name, jobs)
+        await self.wait(batch, timeout)
+        return await self.queue.batch_jobs(batch)
+
+    async def wait(self, batch: int, timeout: float = 120) -> None:
+        if self.task is None:
+            self.start()
+        async with asyncio.timeout(timeout):
+            while True:
+                if self.task.done():
+                    self.task.result()  # raises what killed the loop
+                jobs = await self.queue.batch_jobs(batch)
+                if all(j["status"] in ("succeeded", "failed", "canceled") for j in jobs):
+                    return
+                await asyncio.sleep(0.05)
+
+    def image(self, job: dict, i: int = 0) -> np.ndarray:
+        path = FileStore(self.config.data_dir).path(job["outputs"][i])
+        with Image.open(path) as im:
+            return np.asarray(im.convert("RGB"), dtype=np.int16)
+
+
+@pytest.fixture
+def config(tmp_path, demo_models):
+    return executor_config(tmp_path / "data", demo_models)
+
+
+@pytest.mark.parametrize("name, size", [("product_main", (128, 128)),  # demo 64 px, upscaled 2x
+                                        ("material_swap", (64, 64)),
+                                        ("social_thumb", (1080, 1080))])
+async def test_every_template_runs_end_to_end_from_its_example_sheet(config, name, size):
+    async with Harness(config) as h:
+        jobs = await h.run(name, await example_jobs(config, name))
+    assert [j["status"] for j in jobs] == ["succeeded"] * len(jobs)
+    for job in jobs:
+        path = FileStore(config.data_dir).path(job["outputs"][0])
+        assert path.is_relative_to(config.data_dir / "outputs" / f"batch_{job['batch_id']}")
+        with Image.open(path) as im:
+            assert im.format == "PNG"
+        meta = read_metadata(path)
+        assert meta["template"] == name and meta["row"] == job["row"]
+        assert meta["workflow"] == job["params"] and meta["genbot"]
+    assert Image.open(FileStore(config.data_dir).path(jobs[0]["outputs"][0])).size == size
+
+
+async def test_png_metadata_reproduces_the_image(config):
+    async with Harness(config) as h:
+        first = (await h.run("product_main", (await example_jobs(config, "product_main"))[:1]))[0]
+        meta = read_metadata(FileStore(config.data_dir).path(first["outputs"][0]))
+        assert meta["seeds"] == [first["params"]["params"]["seed"]]
+        assert set(meta["models"]) == {"sdxl", "canny_sdxl"}
+        again = (await h.run("product_main", [NewJob(row=meta["row"], params=meta["workflow"],
+                                                     affinity="sdxl")]))[0]
+        assert np.array_equal(h.image(first), h.image(again))
+        other_seed = with_generate(NewJob(first["row"], meta["workflow"]), seed=meta["seeds"][0] + 1)
+        different = (await h.run("product_main", [other_seed]))[0]
+        assert not np.array_equal(h.image(first), h.image(different))
+
+
+async def test_lora_swap_between_rows_keeps_the_base_loaded(config):
+    async with Harness(config) as h:
+        jobs = await h.run("material_swap", await example_jobs(config, "material_swap"))
+        stats = h.worker.cache.stats
+        assert [j["params"]["nodes"][1]["inputs"]["loras"][0]["name"] for j in jobs] == \
+            ["walnut", "brushed_steel"]
+        assert (stats["loads:sd15"], stats["lora_loads:walnut"], stats["lora_loads:brushed_steel"]) \
+            == (1, 1, 1)
+        await h.run("material_swap", await example_jobs(config, "material_swap"))
+        assert (stats["loads:sd15"], stats["lora_loads"]) == (1, 2)
+        assert stats["lora_hits"] >= 2
+    assert not np.array_equal(h.image(jobs[0]), h.image(jobs[1]))
+
+
+async def test_jobs_of_one_shape_run_as_one_pipeline_call(config, caplog):
+    config = executor_config(config.data_dir, config.models_dir / "demo",
+                             executor={"max_batch": 4})
+    base = (await example_jobs(config, "product_main"))[0]
+    jobs = [with_generate(base, row=r, seed=100 + r) for r in range(2, 7)]  # 5 jobs
+    caplog.set_level(logging.INFO, logger="genbot.executor")
+    async with Harness(config) as h:
+        done = await h.run("product_main", jobs)
+    assert [j["status"] for j in done] == ["succeeded"] * 5
+    calls = [r.jobs for r in caplog.records if r.getMessage() == "node start" and r.op == "generate"]
+    assert sorted(len(c) for c in calls) == [1, 4]  # max_batch 4, then the fifth
+    assert len({tuple(j["outputs"]) for j in done}) == 5  # each job its own image
+
+
+async def test_progress_goes_to_the_event_log_per_step(config):
+    async with Harness(config) as h:
+        job = with_generate((await example_jobs(config, "product_main"))[0], steps=5)
+        done = (await h.run("product_main", [job]))[0]
+        progress = [e["data"] for e in await h.queue.events_after(0)
+                    if e["kind"] == "progress" and e["job_id"] == done["id"]]
+    assert [(p["node"], p["step"], p["total"]) for p in progress] == [("gen", s, 5) for s in range(1, 6)]
+    assert all(p["row"] == done["row"] for p in progress)
+
+
+async def test_cancel_lands_within_one_denoising_step(config):
+    async with Harness(config) as h:
+        job = with_generate((await example_jobs(config, "product_main"))[0], steps=100)
+        batch = await h.submit("product_main", [job])
+        h.start()
+        job_id = (await h.queue.batch_jobs(batch))[0]["id"]
+
+        async def steps() -> list[int]:
+            return [e["data"]["step"] for e in await h.queue.events_after(0)
+                    if e["kind"] == "progress" and e["job_id"] == job_id]
+        async with asyncio.timeout(60):
+            while len(await steps()) < 3:
+                await asyncio.sleep(0.01)
+        await h.queue.cancel(job=job_id, by="test:admin")
+        at_cancel = max(await steps())
+        await h.wait(batch)
+        await asyncio.sleep(0.3)  # nothing runs it again
+        ended = (await h.queue.batch_jobs(batch))[0]
+        assert ended["status"] == Status.CANCELED and ended["attempts"] == 1
+        assert max(await steps()) <= at_cancel + 1 < 100
+        assert ended["outputs"] == []
+
+
+async def test_out_of_memory_retries_once_at_batch_one_then_fails_only_that_job(config, monkeypatch):
+    from executor import generation
+    config = executor_config(config.data_dir, config.models_dir / "demo",
+                             executor={"max_batch": 4})
+    base = (await example_jobs(config, "product_main"))[0]
+    jobs = [with_generate(base, row=r, seed=1000 + r) for r in (2, 3, 4)]
+    real, calls = generation.generate_batch, []
+
+    def runs_out_of_memory_on_row_3(ctx, batch):
+        calls.append(sorted(i["seed"] for i in batch))
+        if any(i["seed"] == 1003 for i in batch):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(ctx, batch)
+    monkeypatch.setattr(generation, "generate_batch", runs_out_of_memory_on_row_3)
+    async with Harness(config) as h:
+        done = await h.run("product_main", jobs)
+        clears = h.worker.cache.stats["clears"]
+    assert calls == [[1002, 1003, 1004], [1002], [1003], [1004]]
+    assert [j["status"] for j in done] == ["succeeded", "failed", "succeeded"]
+    assert "out of memory" in done[1]["error"] and done[1]["attempts"] == 1
+    assert clears >= 2  # the cache was freed after each out-of-memory error
+
+
+async def test_a_failing_job_fails_alone_with_a_clear_error(config):
+    async with Harness(config) as h:
+        good, bad = await example_jobs(config, "social_thumb")
+        bad.params["nodes"][0]["inputs"]["image"] = "inputs/missing.png"
+        done = await h.run("social_thumb", [good, bad])
+    assert [j["status"] for j in done] == ["succeeded", "failed"]
+    assert done[1]["error"].startswith("node cropped (crop): cannot read input image "
+                                       "inputs/missing.png")
+    assert done[1]["attempts"] == 1  # bad input: not retried
+
+
+async def test_a_job_past_its_timeout_is_stopped_and_failed(config):
+    config = executor_config(config.data_dir, config.models_dir / "demo",
+                             executor={"job_timeout": 1.0})
+    async with Harness(config) as h:
+        job = with_generate((await example_jobs(config, "product_main"))[0], steps=100)
+        done = (await h.run("product_main", [job]))[0]
+        steps = [e["data"]["step"] for e in await h.queue.events_after(0) if e["kind"] == "progress"]
+    assert done["status"] == Status.FAILED and "timed out after 1 s" in done["error"]
+    assert max(steps, default=0) < 100 and done["attempts"] == 1
+
+
+async def test_stopping_hands_the_running_job_back_without_using_an_attempt(config):
+    async with Harness(config) as h:
+        job = with_generate((await example_jobs(config, "product_main"))[0], steps=100)
+        batch = await h.submit("product_main", [job])
+        h.start()
+        async with asyncio.timeout(60):
+            while not any(e["kind"] == "progress" for e in await h.queue.events_after(0)):
+                await asyncio.sleep(0.01)
+        await h.stop()
+        back = (await h.queue.batch_jobs(batch))[0]
+    assert back["status"] == Status.QUEUED and back["attempts"] == 0
+
+
+async def test_memory_drift_past_the_bound_rebuilds_the_model_cache(config):
+    config = executor_config(config.data_dir, config.models_dir / "demo",
+                             executor={"memory_drift_mb": 150})
+    async with Harness(config) as h:
+        jobs = await example_jobs(config, "product_main")
+        await h.run("product_main", jobs)
+        await h.run("product_main", jobs)
+        assert h.worker.stats["drift_rebuilds"] == 0
+        assert h.worker.cache.resident() == ["sdxl"]
+        leak = bytearray(b"\x01") * (400 * 2**20)  # held across jobs, like a leak
+        await h.run("product_main", jobs)
+        assert h.worker.stats["drift_rebuilds"] == 1
+        assert h.worker.cache.resident() == []  # dropped, to be loaded afresh
+        del leak
