@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
-import logging
 import os
 import sys
 import tempfile
@@ -43,9 +42,9 @@ def _load(args) -> cfg.Config:
 
 def cmd_serve(args) -> int:
     from bot.service import serve
+    from storage.logs import setup_logging
     config = _load(args)
-    logging.basicConfig(level=config.service.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(config.service.log_level, config.service.log_format)
     asyncio.run(serve(config, executor=not args.no_executor))
     return 0
 

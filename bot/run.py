@@ -60,7 +60,10 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
             executor = Supervisor(config, stderr=log)
             executor.start()
             try:
-                await _follow(queue, batch)
+                if not await _follow(queue, batch, executor):
+                    print(f"genbot: the executor could not start; its log: {log_file}",
+                          file=sys.stderr)
+                    return 1
             finally:
                 await executor.stop()
         return await _summary(queue, store, config, batch, out, log_file)
@@ -68,8 +71,9 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
         await queue.close()
 
 
-async def _follow(queue: Queue, batch: int) -> None:
-    """Draw the progress bar until every job of the batch has ended."""
+async def _follow(queue: Queue, batch: int, executor: Supervisor) -> bool:
+    """Draw the progress bar until every job of the batch has ended (True), or the
+    executor cannot run (False)."""
     tty = sys.stdout.isatty()
     seq = await queue.last_event_seq()
     step = ""
@@ -90,10 +94,10 @@ async def _follow(queue: Queue, batch: int) -> None:
         elif line != last:
             print(line, flush=True)
         last = line
-        if progress.done >= progress.total:
+        if progress.done >= progress.total or executor.gave_up:
             if tty:
                 print()
-            return
+            return not executor.gave_up
         await asyncio.sleep(0.3)
 
 

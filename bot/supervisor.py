@@ -20,6 +20,7 @@ from storage.config import Config
 log = logging.getLogger("genbot.supervisor")
 
 EXIT_RECYCLE = 75  # executor.worker.EXIT_RECYCLE (not imported: that module loads torch)
+EXIT_CONFIG = 2  # the executor refused its configuration: restarting cannot help
 STABLE_AFTER = 60.0  # seconds an executor must live for its backoff to reset
 
 
@@ -30,6 +31,7 @@ class Supervisor:
         self.stderr = stderr  # where the executor's log goes (default: the service's stderr)
         self.process: asyncio.subprocess.Process | None = None
         self.restarts = 0
+        self.gave_up = False
         self._task: asyncio.Task | None = None
         self._stopping = asyncio.Event()
 
@@ -48,7 +50,8 @@ class Supervisor:
         self._task = asyncio.create_task(self._run(), name="executor-supervisor")
 
     async def _run(self) -> None:
-        delay = 1.0
+        first = min(1.0, self.config.executor.restart_backoff_max)
+        delay = first
         while not self._stopping.is_set():
             started = time.monotonic()
             self.process = await asyncio.create_subprocess_exec(*self.command,
@@ -57,13 +60,18 @@ class Supervisor:
             code = await self.process.wait()
             if self._stopping.is_set():
                 break
+            if code == EXIT_CONFIG:
+                log.error("the executor refused its configuration (see above); not restarting "
+                          "it until genbot is restarted", extra={"pid": self.process.pid})
+                self.gave_up = True
+                break
             if code == EXIT_RECYCLE:
                 log.info("executor recycled; starting a fresh one", extra={"pid": self.process.pid})
-                delay = 1.0
+                delay = first
                 self.restarts += 1
                 continue
             if time.monotonic() - started > STABLE_AFTER:
-                delay = 1.0
+                delay = first
             log.error("executor died; restarting", extra={
                 "pid": self.process.pid, "exit": code, "signal": _signal_name(code),
                 "restart_in_s": delay})

@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from storage.config import ExecutorConfig
+from storage.config import ConfigError, ExecutorConfig
 
 
 def pick(settings: ExecutorConfig) -> tuple[str, torch.dtype]:
@@ -19,7 +19,8 @@ def pick(settings: ExecutorConfig) -> tuple[str, torch.dtype]:
         device = ("cuda" if torch.cuda.is_available() else
                   "mps" if torch.backends.mps.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"[executor] device = {device!r} but CUDA is not available here")
+        raise ConfigError(f"[executor] device = {device!r}: CUDA is not available here "
+                          f"(torch {torch.__version__}; use cpu, or install a CUDA build of torch)")
     if settings.dtype != "auto":
         return device, getattr(torch, settings.dtype)
     if device.startswith("cuda"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import logging
 import os
 import signal
@@ -23,12 +22,12 @@ from dataclasses import dataclass, field
 
 from storage.config import Config
 from storage.files import FileStore
+from storage.logs import setup_logging
 from storage.queue import Lease, Queue, open_queue
 
 log = logging.getLogger("genbot.executor")
 
 EXIT_RECYCLE = 75  # "start me again": after recycle_after_jobs, or memory drift
-STANDARD_ATTRS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
 @dataclass
@@ -253,34 +252,6 @@ class Worker:
 
 # --- process entry -------------------------------------------------------------------------
 
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        data = {"time": self.formatTime(record), "level": record.levelname.lower(),
-                "logger": record.name, "message": record.getMessage()}
-        data.update({k: v for k, v in vars(record).items() if k not in STANDARD_ATTRS})
-        if record.exc_info:
-            data["exception"] = self.formatException(record.exc_info)
-        return json.dumps(data, ensure_ascii=False, default=str)
-
-
-class PlainFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
-        extra = {k: v for k, v in vars(record).items() if k not in STANDARD_ATTRS}
-        tb = extra.pop("traceback", None)
-        line += "".join(f" {k}={v}" for k, v in extra.items())
-        return f"{line}\n{tb}" if tb else line
-
-
-def setup_logging(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if fmt == "json" else
-                         PlainFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-
-
 def quiet_libraries() -> None:
     """Strictly offline, and no progress bars or chatter from the libraries."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -296,11 +267,11 @@ def quiet_libraries() -> None:
 
 async def serve_worker(config: Config, *, owner: str | None = None) -> int:
     queue = await open_queue(config)
-    worker = Worker(config, queue, **({"owner": owner} if owner else {}))
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, worker.stopping.set)
     try:
+        worker = Worker(config, queue, **({"owner": owner} if owner else {}))
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, worker.stopping.set)
         return await worker.run()
     finally:
         await queue.close()
@@ -321,8 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     except cfg.ConfigError as e:
         print(f"genbot: {e}", file=sys.stderr)
         return 2
-    setup_logging(config.service.log_level, config.executor.log_format)
-    return asyncio.run(serve_worker(config))
+    setup_logging(config.service.log_level, config.service.log_format)
+    try:
+        return asyncio.run(serve_worker(config))
+    except cfg.ConfigError as e:
+        print(f"genbot: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -45,8 +45,10 @@ class ServiceConfig:
                     min=1, max=65535)
     data_dir: str = key("./data", "SQLite database, outputs and wake-up sockets live here "
                         "(relative to the config file's folder).")
-    log_level: str = key("info", "How much the service logs.",
+    log_level: str = key("info", "How much the service and its executors log.",
                          choices=("debug", "info", "warning", "error"))
+    log_format: str = key("plain", "Log lines as plain text with key=value fields, or one JSON "
+                          "object per line (for a log collector).", choices=("plain", "json"))
 
 
 @dataclass(frozen=True)
@@ -152,8 +154,6 @@ class ExecutorConfig:
                         "Empty: high-quality resampling (Lanczos).")
     font: str = key("", "TrueType/OpenType font for text and watermarks. Empty: the bundled "
                     "WenQuanYi Micro Hei, which covers Chinese and Latin.")
-    log_format: str = key("plain", "Executor logs as plain lines or one JSON object per line.",
-                          choices=("plain", "json"))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,125 @@
+"""The executor is a supervised child of `genbot serve`: killing it never takes the service
+down, and its job comes back through the lease and runs exactly once more."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+
+import pytest
+
+from storage.queue import Status, Submission, open_queue
+from tests.conftest import PYTHON, executor_config, python_env
+from tests.test_cli import free_port, get_json
+from tests.test_worker import example_jobs, with_generate
+
+
+def write_config(path, data_dir, port: int) -> None:
+    path.write_text(f"""
+[service]
+data_dir = "{data_dir}"
+port = {port}
+[queue]
+lease_seconds = 3.0
+heartbeat_seconds = 0.5
+poll_interval = 0.2
+[executor]
+progress_interval = 0.0
+""")
+
+
+@pytest.mark.slow
+async def test_sigkill_of_the_executor_leaves_the_service_up_and_the_job_runs_once_more(
+        tmp_path, demo_models):
+    data = tmp_path / "data"
+    port = free_port()
+    config_file = tmp_path / "genbot.toml"
+    write_config(config_file, data, port)
+    config = executor_config(data, demo_models, queue={"lease_seconds": 3.0,
+                                                       "heartbeat_seconds": 0.5})
+    service = subprocess.Popen([PYTHON, "-m", "bot.cli", "serve", "--config", str(config_file)],
+                               env=python_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    queue = await open_queue(config)
+    try:
+        job = with_generate((await example_jobs(config, "product_main"))[0], steps=60)
+        batch = (await queue.enqueue(Submission("product_main", "test:alice", [job]))).batch_id
+        job_id = (await queue.batch_jobs(batch))[0]["id"]
+        async with asyncio.timeout(120):  # the executor starts (torch import) and runs it
+            while not any(e["kind"] == "progress" for e in await queue.events_after(0)):
+                assert service.poll() is None
+                await asyncio.sleep(0.1)
+        first = (await queue.job(job_id))["lease_owner"]
+        os.kill(int(first.rsplit(":", 1)[1]), signal.SIGKILL)
+
+        assert get_json(f"http://127.0.0.1:{port}/healthz")[0] == 200  # the service is up
+        async with asyncio.timeout(120):
+            while (await queue.job(job_id))["status"] != Status.SUCCEEDED:
+                assert service.poll() is None
+                await asyncio.sleep(0.2)
+        done = await queue.job(job_id)
+        kinds = [e["kind"] for e in await queue.events_after(0)
+                 if e["job_id"] == job_id and e["kind"] != "progress"]
+        assert kinds == ["running", "queued", "running", "succeeded"]  # lease expired once
+        assert done["attempts"] == 2 and done["lease_owner"] != first
+        assert len(done["outputs"]) == 1
+    finally:
+        await queue.close()
+        service.send_signal(signal.SIGTERM)
+        try:
+            out, _ = service.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            service.kill()
+            out, _ = service.communicate()
+    assert service.returncode == 0, out
+    assert "executor died; restarting" in out and "signal=SIGKILL" in out
+    assert "Traceback" not in out
+
+
+async def run_supervised(tmp_path, script: str, wait_for) -> "Supervisor":
+    """A Supervisor over a tiny Python child (a stand-in for the executor's exit codes)."""
+    from bot.supervisor import Supervisor
+    from storage import config as cfg
+    child = tmp_path / "child.py"
+    child.write_text(script)
+    supervisor = Supervisor(cfg.from_dict({"executor": {"restart_backoff_max": 0.2}}),
+                            command=[PYTHON, str(child), str(tmp_path / "runs")])
+    supervisor.start()
+    async with asyncio.timeout(30):
+        while not wait_for(supervisor):
+            await asyncio.sleep(0.05)
+    await supervisor.stop(grace=5)
+    return supervisor
+
+
+COUNTING_CHILD = """
+import sys, pathlib
+runs = pathlib.Path(sys.argv[1])
+runs.write_text(runs.read_text() + "x" if runs.exists() else "x")
+sys.exit({code})
+"""
+
+
+async def test_a_recycled_or_dead_executor_is_started_again(tmp_path):
+    for code in (75, 1, -9):
+        script = COUNTING_CHILD.format(code=code) if code >= 0 else \
+            "import os, signal, sys, pathlib\n" + COUNTING_CHILD.split("sys.exit")[0] + \
+            "os.kill(os.getpid(), signal.SIGKILL)\n"
+        (tmp_path / "runs").unlink(missing_ok=True)
+        supervisor = await run_supervised(tmp_path, script, lambda s: s.restarts >= 3)
+        assert len((tmp_path / "runs").read_text()) >= 3 and not supervisor.gave_up
+
+
+async def test_an_executor_that_refuses_its_config_is_not_restarted(tmp_path):
+    supervisor = await run_supervised(tmp_path, COUNTING_CHILD.format(code=2),
+                                      lambda s: s.gave_up)
+    assert (tmp_path / "runs").read_text() == "x" and supervisor.restarts == 0
+
+
+async def test_stop_terminates_a_running_executor(tmp_path):
+    supervisor = await run_supervised(
+        tmp_path, "import time, sys, pathlib\npathlib.Path(sys.argv[1]).write_text('x')\n"
+                  "time.sleep(600)\n", lambda s: (tmp_path / "runs").exists())
+    assert supervisor.process.returncode == -signal.SIGTERM
