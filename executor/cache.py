@@ -72,6 +72,7 @@ class ModelCache:
         self.units: OrderedDict[str, Unit] = OrderedDict()  # least recently used first
         self.pipes: dict[tuple, Any] = {}
         self.stats: Counter = Counter()
+        self.changed = True  # models loaded or dropped since the last look (worker hygiene)
         import diffusers
         import transformers
         diffusers.utils.logging.disable_progress_bar()
@@ -90,7 +91,7 @@ class ModelCache:
         """Drop every model (memory drift, or an out-of-memory error)."""
         self.units.clear()
         self.pipes.clear()
-        devices.release(self.device)
+        devices.release(self.device, refreeze=True)
         self.stats["clears"] += 1
 
     # --- loading -------------------------------------------------------------------
@@ -112,6 +113,7 @@ class ModelCache:
         self._make_room(unit.bytes, keep | {name})
         self._move(unit, "device")
         self.units[name] = unit
+        self.changed = True
         self.stats["loads"] += 1
         self.stats[f"loads:{name}"] += 1
         log.info("model loaded", extra={"model": name, "kind": info.kind,
@@ -152,23 +154,28 @@ class ModelCache:
     def _make_room(self, needed: int, keep: set[str]) -> None:
         """Offload least recently used models until `needed` fits the device budget,
         then drop from RAM until the RAM budget holds."""
+        moved = False
         for name, unit in list(self.units.items()):
             if self._bytes("device") + needed <= self.vram_budget:
                 break
             if unit.tier == "device" and name not in keep:
                 self._move(unit, "ram")
                 self.stats["offloads"] += 1
+                moved = True
         for name, unit in list(self.units.items()):
             if self._bytes("ram") <= self.ram_budget:
                 break
             if unit.tier == "ram" and name not in keep:
                 self._drop(name)
-        devices.release(self.device)
+                moved = True
+        if moved:  # give the device memory back before the next model lands there
+            devices.release(self.device, refreeze=True)
 
     def _drop(self, name: str) -> None:
         self.units.pop(name)
         self.pipes = {k: p for k, p in self.pipes.items() if name not in k}
         self.stats["evictions"] += 1
+        self.changed = True
 
     # --- what generation asks for ------------------------------------------------------
     def pipeline(self, model: str, mode: str, controlnet: str | None = None) -> Any:
@@ -223,6 +230,7 @@ class ModelCache:
             base.load_lora_weights(str(info.path.parent), weight_name=info.path.name,
                                    adapter_name=name, local_files_only=True)
             unit.adapters[name] = None
+            self.changed = True
             self.stats["lora_loads"] += 1
             self.stats[f"lora_loads:{name}"] += 1
         base.enable_lora()

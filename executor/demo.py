@@ -18,6 +18,8 @@ DEMO_GUIDANCE = 5.0
 CHECKPOINTS = ("sd15", "sdxl")
 CONTROLNETS = {"canny_sd15": "sd15", "canny_sdxl": "sdxl"}
 LORAS = {"walnut": ("sd15", 1), "brushed_steel": ("sd15", 2)}  # name -> (family, seed)
+UPSCALERS = ("upscaler",)
+ALL = (*CHECKPOINTS, *CONTROLNETS, *LORAS, *UPSCALERS)
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -110,6 +112,29 @@ def build_controlnet(family: str, out: Path) -> None:
                     **kwargs).save_pretrained(out)
 
 
+def build_upscaler(out: Path) -> None:
+    """A Stable Diffusion upscaler (the x4 upscaler's design) that doubles the size."""
+    import torch
+    from diffusers import AutoencoderKL, DDIMScheduler, DDPMScheduler, \
+        StableDiffusionUpscalePipeline, UNet2DConditionModel
+    torch.manual_seed(4)
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = _tokenizer(Path(tmp))
+    bos, eos = tok.convert_tokens_to_ids(["<|startoftext|>", "<|endoftext|>"])
+    # 7 input channels: the latents and the low-resolution image; noise level as a class.
+    unet = UNet2DConditionModel(sample_size=32, in_channels=7, out_channels=4,
+                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+                                num_class_embeds=1000, **_unet_kwargs("sd15"))
+    vae = AutoencoderKL(block_out_channels=(32, 64), in_channels=3, out_channels=3,
+                        down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4,
+                        norm_num_groups=32, scaling_factor=0.08333)
+    StableDiffusionUpscalePipeline(
+        vae=vae, text_encoder=_text_encoder(len(tok), bos, eos, False), tokenizer=tok, unet=unet,
+        low_res_scheduler=DDPMScheduler(), scheduler=DDIMScheduler(prediction_type="v_prediction"),
+        max_noise_level=350).save_pretrained(out)
+
+
 def build_lora(base: Path, seed: int, out: Path) -> None:
     """A LoRA on the demo SD UNet's attention, with visible (random, small) weights."""
     import torch
@@ -131,8 +156,8 @@ def build(folder: Path, names: list[str] | None = None, *, force: bool = False) 
     in a temporary folder and renamed into place, so a crash leaves no half model."""
     import logging
     logging.getLogger("diffusers").setLevel(logging.ERROR)
-    wanted = names or [*CHECKPOINTS, *CONTROLNETS, *LORAS]
-    unknown = set(wanted) - {*CHECKPOINTS, *CONTROLNETS, *LORAS}
+    wanted = names or list(ALL)
+    unknown = set(wanted) - set(ALL)
     if unknown:
         raise ValueError(f"no demo model {', '.join(sorted(unknown))}")
     folder.mkdir(parents=True, exist_ok=True)
@@ -153,6 +178,9 @@ def build(folder: Path, names: list[str] | None = None, *, force: bool = False) 
             elif name in CONTROLNETS:
                 build_controlnet(CONTROLNETS[name], tmp)
                 family = CONTROLNETS[name]
+            elif name in UPSCALERS:
+                build_upscaler(tmp)
+                family = "sd15"
             else:
                 family, seed = LORAS[name]
                 build_lora(folder / family, seed, tmp)

@@ -116,10 +116,19 @@ def _on_step(ctx: Context):
     return callback
 
 
+class Interrupted(Exception):
+    """Raised from a legacy step callback, which has no other way to stop a pipeline."""
+
+
 def upscale_with_model(ctx: Context, name: str, image: Image.Image) -> Image.Image:
     """A diffusers upscaler (e.g. Stable Diffusion x4), conditioned on an empty prompt."""
     pipe = ctx.models.upscaler(name)
-    result = pipe(prompt="", image=image, num_inference_steps=20,
-                  generator=torch.Generator("cpu").manual_seed(0),
-                  callback_on_step_end=_on_step(ctx))
+    steps = ctx.models.units[name].info.steps
+
+    def on_step(step: int, timestep: Any, latents: Any) -> None:
+        if ctx.on_step is not None and ctx.on_step(step + 1, steps):
+            raise Interrupted
+    result = pipe(prompt="", image=image, num_inference_steps=steps,
+                  generator=torch.Generator("cpu").manual_seed(0), callback=on_step,
+                  callback_steps=1)
     return result.images[0]

@@ -151,7 +151,8 @@ class Worker:
     def after_jobs(self, n: int) -> None:
         """Memory hygiene after every group: collect, empty the CUDA cache, watch drift."""
         from executor import devices
-        devices.release(self.device)
+        devices.release(self.device, refreeze=self.cache.changed)
+        self.cache.changed = False
         used = devices.in_use(self.device) - self.cache_bytes()
         if self.baseline is None:
             self.baseline = used

@@ -175,6 +175,7 @@ DEMO_MODELS = {
     "canny_sdxl": ModelEntry("demo:canny_sdxl"),
     "walnut": ModelEntry("demo:walnut"),
     "brushed_steel": ModelEntry("demo:brushed_steel"),
+    "upscaler": ModelEntry("demo:upscaler"),  # used when [executor] upscaler = "upscaler"
 }
 MODEL_KEYS = ("path", "steps", "guidance", "size")
 

@@ -17,7 +17,8 @@ def test_demo_models_are_what_the_registry_says(tmp_path, demo_models):
     kinds = {n: (registry.get(n).kind, registry.get(n).family) for n in registry.names}
     assert kinds == {"sd15": ("checkpoint", "sd15"), "sdxl": ("checkpoint", "sdxl"),
                      "canny_sd15": ("controlnet", "sd15"), "canny_sdxl": ("controlnet", "sdxl"),
-                     "walnut": ("lora", "sd15"), "brushed_steel": ("lora", "sd15")}
+                     "walnut": ("lora", "sd15"), "brushed_steel": ("lora", "sd15"),
+                     "upscaler": ("upscaler", "sd15")}
     sd15 = registry.get("sd15")
     assert (sd15.steps, sd15.guidance) == (demo.DEMO_STEPS, demo.DEMO_GUIDANCE)
     assert registry.needs_demo() == []

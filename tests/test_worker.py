@@ -272,3 +272,14 @@ async def test_memory_drift_past_the_bound_rebuilds_the_model_cache(config):
         assert h.worker.stats["drift_rebuilds"] == 1
         assert h.worker.cache.resident() == []  # dropped, to be loaded afresh
         del leak
+
+
+async def test_upscale_uses_the_configured_diffusers_upscaler(config):
+    config = executor_config(config.data_dir, config.models_dir / "demo",
+                             executor={"upscaler": "upscaler"})
+    async with Harness(config) as h:
+        done = (await h.run("product_main", (await example_jobs(config, "product_main"))[:1]))[0]
+        assert h.worker.cache.stats["loads:upscaler"] == 1
+    path = FileStore(config.data_dir).path(done["outputs"][0])
+    assert Image.open(path).size == (128, 128)
+    assert "upscaler" in read_metadata(path)["models"]
