@@ -124,24 +124,32 @@ class ModelCache:
     def _load(self, info: ModelInfo) -> Any:
         import diffusers
         common = {"torch_dtype": self.dtype, "local_files_only": True}
+        single = {"config": info.config_dir} if info.config_dir else {}
         try:
             if info.kind == "controlnet":
                 cls = diffusers.ControlNetModel
-                return (cls.from_single_file(str(info.path), **common) if info.single_file
-                        else cls.from_pretrained(str(info.path), **common))
+                return (cls.from_single_file(str(info.path), **common, **single)
+                        if info.single_file else cls.from_pretrained(str(info.path), **common))
             if info.kind == "upscaler":
                 pipe = diffusers.StableDiffusionUpscalePipeline.from_pretrained(str(info.path), **common)
             else:
                 cls = getattr(diffusers, PIPELINE_CLASSES[(info.family, "txt2img", False)])
                 if info.single_file:
-                    pipe = cls.from_single_file(str(info.path), **common)
+                    pipe = cls.from_single_file(str(info.path), **common, **single)
                 else:
                     kwargs = {"safety_checker": None, "requires_safety_checker": False} \
                         if info.family == "sd15" else {}
                     pipe = cls.from_pretrained(str(info.path), **common, **kwargs)
-        except (OSError, ValueError, EnvironmentError) as e:
+        except torch.OutOfMemoryError:
+            raise  # the runner's out-of-memory path frees the cache and retries
+        except Exception as e:  # noqa: BLE001 - whatever the loader raises, say which model
+            hint = ""
+            if info.single_file and not info.config_dir:
+                hint = (f'; a single-file checkpoint needs its configuration offline: set '
+                        f'[models] {info.name} = {{ path = "...", config = "<a diffusers folder '
+                        f'of the {info.family or "same"} family>" }}')
             raise ModelError(f'model "{info.name}" ({info.path}) could not be loaded offline: '
-                             f"{e}") from e
+                             f"{type(e).__name__}: {str(e)[:300]}{hint}") from e
         pipe.set_progress_bar_config(disable=True)
         return pipe
 

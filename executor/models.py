@@ -8,7 +8,8 @@ is ever fetched: a name that points nowhere is an error naming the config key.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from storage.config import Config, ModelEntry
@@ -38,6 +39,11 @@ class ModelInfo:
     single_file: bool
     entry: ModelEntry
     defaults: dict  # a demo's genbot.json: steps, guidance
+
+    @property
+    def config_dir(self) -> str | None:
+        """Where a single-file checkpoint's configuration comes from (None: the HF cache)."""
+        return self.entry.config
 
     @property
     def steps(self) -> int:
@@ -92,6 +98,8 @@ class Registry:
         else:
             raise ModelError(f"{where}: expected a diffusers folder or a .safetensors file")
         family = defaults.get("family", family)
+        if entry.config:
+            entry = replace(entry, config=str(self.config.model_path(replace(entry, path=entry.config))))
         return ModelInfo(name, file, kind, family, file.is_file() and kind != "lora", entry,
                          defaults)
 
@@ -118,8 +126,10 @@ class Registry:
         try:
             with safe_open(str(path), framework="np") as f:
                 keys = list(f.keys())
+                # A LoRA's cross-attention key projection takes the text width: 768 for
+                # SD 1.5, 2048 for SDXL (diffusers/peft and kohya key styles).
                 shapes = {k: f.get_slice(k).get_shape() for k in keys
-                          if "attn2.to_k" in k and ("lora_A" in k or "lora_down" in k)}
+                          if re.search(r"attn2[._]to_k", k) and ("lora_A" in k or "lora_down" in k)}
         except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer
             raise ModelError(f"{where}: not a readable .safetensors file ({e})") from None
         if any("lora" in k for k in keys):

@@ -164,6 +164,10 @@ class ModelEntry:
     steps: int | None = None  # None: the model's own (a demo's genbot.json, else 30)
     guidance: float | None = None
     size: int | None = None  # None: the model's native resolution
+    # For a single-file checkpoint: a diffusers folder of the same family to take the
+    # configuration (and tokenizers) from, since nothing is fetched. None: the local
+    # Hugging Face cache.
+    config: str | None = None
 
 
 # The demo models `genbot models demo` builds (tiny, random weights; images are noise).
@@ -177,7 +181,7 @@ DEMO_MODELS = {
     "brushed_steel": ModelEntry("demo:brushed_steel"),
     "upscaler": ModelEntry("demo:upscaler"),  # used when [executor] upscaler = "upscaler"
 }
-MODEL_KEYS = ("path", "steps", "guidance", "size")
+MODEL_KEYS = ("path", "steps", "guidance", "size", "config")
 
 
 @dataclass(frozen=True)
@@ -403,8 +407,11 @@ def _model_entry(name: str, value: Any, where: str) -> ModelEntry:
         if v is not None and (isinstance(v, bool) or not isinstance(v, kind) or not low <= v <= high):
             raise ConfigError(f"{where}: {k} = {v!r}: expected a number from {low} to {high}")
     guidance = value.get("guidance")
+    config = value.get("config")
+    if config is not None and (not isinstance(config, str) or not config.strip()):
+        raise ConfigError(f"{where}: config: expected the path of a diffusers folder")
     return ModelEntry(path, value.get("steps"), None if guidance is None else float(guidance),
-                      value.get("size"))
+                      value.get("size"), config)
 
 
 def _check_relations(config: Config) -> None:
@@ -450,6 +457,9 @@ def render_example() -> str:
             "# an upscaler), a single-file .safetensors checkpoint, or a LoRA .safetensors file.",
             "# Loaded strictly offline. A table sets defaults a sheet may leave empty:",
             '#   sdxl = { path = "/models/sdxl-base", steps = 30, guidance = 5.0 }',
+            "# A single-file checkpoint takes its configuration from a diffusers folder of the same",
+            "# family (nothing is downloaded):",
+            '#   dreamshaper = { path = "/models/dreamshaper_8.safetensors", config = "/models/sd15" }',
             "# Names given here replace the defaults below, which are genbot's demo models: tiny,",
             "# random weights (their images are noise), built on first start or by",
             "# `genbot models demo`, so every shipped template runs on a CPU out of the box.",

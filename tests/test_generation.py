@@ -133,3 +133,25 @@ def test_mismatched_models_are_clear_errors(ctx):
         generate_batch(ctx, [inputs(model="nope")])
     with pytest.raises(OpError, match="needs a control image"):
         generate_batch(ctx, [inputs(controlnet="canny_sd15")])
+
+
+def test_a_lora_named_by_its_safetensors_file_works_like_its_folder(tmp_path, demo_models):
+    file = demo_models / "walnut" / "pytorch_lora_weights.safetensors"
+    config = executor_config(tmp_path / "data", demo_models, models={"walnut_file": str(file)})
+    ctx = Context(FileStore(config.data_dir), make_cache(config))
+    by_folder = generate_batch(ctx, [inputs(loras=[{"name": "walnut", "weight": 1.0}])])[0]
+    by_file = generate_batch(ctx, [inputs(loras=[{"name": "walnut_file", "weight": 1.0}])])[0]
+    assert np.array_equal(pixels(by_folder), pixels(by_file))
+
+
+def test_a_single_file_checkpoint_without_its_configuration_says_how_to_give_it(tmp_path,
+                                                                                demo_models):
+    from safetensors.numpy import save_file
+    save_file({"cond_stage_model.transformer.text_model.final_layer_norm.weight":
+               np.zeros(2, dtype=np.float32)}, tmp_path / "mine.safetensors")
+    config = executor_config(tmp_path / "data", demo_models,
+                             models={"mine": str(tmp_path / "mine.safetensors")})
+    ctx = Context(FileStore(config.data_dir), make_cache(config))
+    with pytest.raises(ModelError, match=r'model "mine" .* could not be loaded offline: .*'
+                                         r'set \[models\] mine = \{ path = "\.\.\.", config = '):
+        generate_batch(ctx, [inputs(model="mine")])

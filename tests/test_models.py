@@ -76,3 +76,30 @@ def test_models_config_is_checked_whole(tmp_path):
                            env={"GENBOT_MODELS_MINE": "/m/mine.safetensors"})
     assert config.models["sdxl"].path == "/real/sdxl" and config.models["sd15"].path == "demo:sd15"
     assert config.models["mine"].path == "/m/mine.safetensors"
+
+
+@pytest.mark.parametrize("keys, kind, family", [
+    (["conditioner.embedders.1.model.ln_final.weight", "model.diffusion_model.out.0.weight"],
+     "checkpoint", "sdxl"),
+    (["cond_stage_model.transformer.text_model.final_layer_norm.weight",
+      "model.diffusion_model.out.0.weight"], "checkpoint", "sd15"),
+    (["control_model.input_blocks.0.0.weight"], "controlnet", None),
+    (["lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn2_to_k.lora_down.weight"],
+     "lora", "sd15"),
+])
+def test_a_single_file_says_what_it_holds_by_its_tensor_names(tmp_path, keys, kind, family):
+    import numpy as np
+    from safetensors.numpy import save_file
+    shape = (4, 768) if "lora_down" in keys[0] else (2,)
+    save_file({k: np.zeros(shape, dtype=np.float32) for k in keys}, tmp_path / "m.safetensors")
+    config = cfg.from_dict({"models": {"m": str(tmp_path / "m.safetensors")}})
+    info = Registry(config).get("m")
+    assert (info.kind, info.family, info.single_file) == (kind, family, kind != "lora")
+
+
+def test_a_single_file_config_folder_is_resolved_like_a_path(tmp_path):
+    config = cfg.from_dict({"models": {"m": {"path": "m.safetensors", "config": "base"}}},
+                           base_dir=str(tmp_path))
+    assert config.models["m"].config == "base"
+    with pytest.raises(cfg.ConfigError, match="config: expected the path of a diffusers folder"):
+        cfg.from_dict({"models": {"m": {"path": "m.safetensors", "config": ""}}})
