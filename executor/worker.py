@@ -20,7 +20,7 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
-from storage.config import Config
+from storage.config import Config, ConfigError
 from storage.files import FileStore
 from storage.logs import setup_logging
 from storage.queue import Lease, Queue, open_queue
@@ -84,7 +84,7 @@ class Worker:
                 await self.idle()
                 continue
             await self.execute(leases)
-            self.after_jobs(len(leases))
+            self.after_jobs()
             if self.exit_code:
                 break
             if self.config.queue.batch_delay:
@@ -120,6 +120,11 @@ class Worker:
         watch = asyncio.create_task(self.watch())
         try:
             await asyncio.to_thread(self.runner.run, runs)
+        except Exception as e:  # noqa: BLE001 - a bug here must not stop the executor
+            log.exception("the runner failed; its jobs will be retried")
+            for run in runs:
+                if run.live and not run.outputs:
+                    run.error, run.retryable = f"executor error: {type(e).__name__}: {e}", True
         finally:
             watch.cancel()
         for run in runs:
@@ -148,7 +153,7 @@ class Worker:
                                         "seconds": round(time.monotonic() - job.started, 3)})
         self.stats["jobs"] += 1
 
-    def after_jobs(self, n: int) -> None:
+    def after_jobs(self) -> None:
         """Memory hygiene after every group: collect, empty the CUDA cache, watch drift."""
         from executor import devices
         devices.release(self.device, refreeze=self.cache.changed)
@@ -183,6 +188,10 @@ class Worker:
                    for n in self.registry.needs_demo()]
         if missing:
             from executor import demo
+            unknown = sorted(set(missing) - set(demo.ALL))
+            if unknown:
+                raise ConfigError(f"[models]: no demo model {', '.join(unknown)} "
+                                  f"(demo models: {', '.join(demo.ALL)})")
             log.info("building demo models", extra={"models": missing})
             demo.build(self.config.models_dir / "demo", missing)
 
@@ -193,16 +202,22 @@ class Worker:
         tick = min(0.5, self.config.queue.heartbeat_seconds)
         while True:
             await asyncio.sleep(tick)
-            await self.check_stops()
-            if time.monotonic() - beat >= self.config.queue.heartbeat_seconds:
-                beat = time.monotonic()
-                for job in self.running.values():
-                    if job.recorded or job.stop == "lease lost":
-                        continue
-                    state = await self.queue.heartbeat(job.lease)
-                    if not state.held:
-                        job.stop = "lease lost"
-                        log.warning("lease lost", extra={"job": job.lease.job_id})
+            try:
+                await self.check_stops()
+                if time.monotonic() - beat >= self.config.queue.heartbeat_seconds:
+                    beat = time.monotonic()
+                    await self.heartbeat()
+            except Exception:  # noqa: BLE001 - e.g. the database away for a moment: try again
+                log.exception("heartbeat or cancel check failed; retrying")
+
+    async def heartbeat(self) -> None:
+        for job in self.running.values():
+            if job.recorded or job.stop == "lease lost":
+                continue
+            state = await self.queue.heartbeat(job.lease)
+            if not state.held:
+                job.stop = "lease lost"
+                log.warning("lease lost", extra={"job": job.lease.job_id})
 
     async def check_stops(self) -> None:
         if self.stopping.is_set():

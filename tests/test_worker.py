@@ -283,3 +283,16 @@ async def test_upscale_uses_the_configured_diffusers_upscaler(config):
     path = FileStore(config.data_dir).path(done["outputs"][0])
     assert Image.open(path).size == (128, 128)
     assert "upscaler" in read_metadata(path)["models"]
+
+
+async def test_batch_delay_rests_between_jobs_and_recycling_ends_the_loop(config):
+    config = executor_config(config.data_dir, config.models_dir / "demo",
+                             queue={"batch_delay": 0.5}, executor={"recycle_after_jobs": 2})
+    async with Harness(config) as h:
+        jobs = await example_jobs(config, "social_thumb")
+        batch = await h.submit("social_thumb", jobs + [copy.deepcopy(jobs[0])])
+        exit_code = await asyncio.wait_for(h.worker.run(), 60)
+        done = sorted(await h.queue.batch_jobs(batch), key=lambda j: j["id"])
+    assert exit_code == 75  # EXIT_RECYCLE: the supervisor starts a fresh executor at once
+    assert [j["status"] for j in done] == ["succeeded", "succeeded", "queued"]
+    assert done[1]["started_at"] - done[0]["finished_at"] >= 0.5  # the rest between jobs
