@@ -45,6 +45,7 @@ class Unit:
     bytes: int
     tier: str  # "device" | "ram"
     adapters: OrderedDict  # LoRA name -> None, least recently used first
+    scheduler: dict | None = None  # the checkpoint's own scheduler config ("sampler: none")
 
 
 def _modules(obj: Any) -> list[torch.nn.Module]:
@@ -109,7 +110,8 @@ class ModelCache:
         info = self.registry.get(name, kind)
         started = time.perf_counter()
         obj = self._load(info)
-        unit = Unit(info, obj, _size(obj), "ram", OrderedDict())
+        own = dict(obj.scheduler.config) if hasattr(obj, "scheduler") else None
+        unit = Unit(info, obj, _size(obj), "ram", OrderedDict(), own)
         self._make_room(unit.bytes, keep | {name})
         self._move(unit, "device")
         self.units[name] = unit

@@ -73,8 +73,9 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
     if min(width, height) < 8:
         raise OpError(f"size {width}x{height} is too small")
 
-    base_scheduler = cache.units[model].obj.scheduler
-    pipe.scheduler = _scheduler(first.get("sampler"), dict(base_scheduler.config))
+    # A fresh scheduler per call, from the checkpoint's own config (never from whatever
+    # sampler the previous call set).
+    pipe.scheduler = _scheduler(first.get("sampler"), cache.units[model].scheduler)
     n = len(batch)
     kwargs: dict[str, Any] = {
         "prompt": [i["prompt"] for i in batch],

@@ -21,7 +21,6 @@ PIPELINES = {  # model_index.json _class_name -> (kind, family)
     "StableDiffusionXLImg2ImgPipeline": ("checkpoint", "sdxl"),
     "StableDiffusionUpscalePipeline": ("upscaler", "sd15"),
 }
-NATIVE = {"sd15": 512, "sdxl": 1024}  # for single files, whose config is not at hand
 DEFAULT_STEPS, DEFAULT_GUIDANCE = 30, {"sd15": 7.5, "sdxl": 5.0}
 LORA_FILE = "pytorch_lora_weights.safetensors"
 

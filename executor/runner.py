@@ -106,6 +106,12 @@ class Runner:
                 for i in range(0, len(g), self.max_batch)]
 
     def _call(self, chunk: list[JobRun], index: int, *, batched: bool) -> None:
+        for r in chunk:  # canceled (or timed out) while an earlier call ran
+            if reason := self.control.stop_reason(r.id):
+                r.stopped = reason
+        chunk = [r for r in chunk if r.live]
+        if not chunk:
+            return
         node = chunk[0].workflow["nodes"][index]
         ids = [r.id for r in chunk]
         # A job's own calls add to its list of models (save records them); a batched

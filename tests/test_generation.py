@@ -72,6 +72,8 @@ def test_every_sampler_maps_to_a_diffusers_scheduler(ctx, sampler):
     pipe = ctx.models.pipeline("sd15", "txt2img")
     assert type(pipe.scheduler).__name__ == SCHEDULERS[sampler][0]
     assert image.size == (64, 64) and pixels(image).std() > 0
+    generate_batch(ctx, [inputs(sampler=None)])  # the model's own again, whatever came before
+    assert type(pipe.scheduler).__name__ == "EulerDiscreteScheduler"
 
 
 def test_sizes_default_to_the_models_native_resolution(ctx):
