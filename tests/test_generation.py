@@ -157,3 +157,16 @@ def test_a_single_file_checkpoint_without_its_configuration_says_how_to_give_it(
     with pytest.raises(ModelError, match=r'model "mine" .* could not be loaded offline: .*'
                                          r'set \[models\] mine = \{ path = "\.\.\.", config = '):
         generate_batch(ctx, [inputs(model="mine")])
+
+
+def test_a_single_file_checkpoint_loads_offline_with_its_config_folder(tmp_path, demo_models):
+    from tests.ldm import write_single_file
+    write_single_file(demo_models / "sd15", tmp_path / "sd15_single.safetensors")
+    config = executor_config(tmp_path / "data", demo_models, models={
+        "mine": {"path": str(tmp_path / "sd15_single.safetensors"),
+                 "config": str(demo_models / "sd15")}})
+    ctx = Context(FileStore(config.data_dir), make_cache(config))
+    assert ctx.models.registry.get("mine").single_file
+    folder = generate_batch(ctx, [inputs(model="sd15", seed=5)])[0]
+    single = generate_batch(ctx, [inputs(model="mine", seed=5)])[0]
+    assert np.abs(pixels(folder) - pixels(single)).max() <= 1
