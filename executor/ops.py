@@ -326,18 +326,18 @@ def metadata(ctx: Context) -> dict[str, Any]:
 @op
 def save(ctx: Context, image, name: str, format: str = "png") -> str:
     im = ctx.image(image)
-    meta = json.dumps(metadata(ctx), ensure_ascii=False, separators=(",", ":"))
+    meta = metadata(ctx)
     buf = io.BytesIO()
     if format == "png":
         info = PngImagePlugin.PngInfo()
-        info.add_itxt("genbot", meta)
+        info.add_itxt("genbot", json.dumps(meta, ensure_ascii=False, separators=(",", ":")))
         info.add_text("Software", f"genbot {VERSION}")
         im.save(buf, "PNG", pnginfo=info)
     else:
         exif = Image.Exif()
         exif[0x0131] = f"genbot {VERSION}"  # Software
         # ImageDescription is ASCII: escaped JSON still reads back exactly.
-        exif[0x010E] = json.dumps(metadata(ctx), separators=(",", ":"))
+        exif[0x010E] = json.dumps(meta, separators=(",", ":"))
         im.save(buf, "JPEG" if format == "jpg" else "WEBP", quality=95, exif=exif)
     return ctx.store.write(f"outputs/batch_{ctx.batch_id}/{name}", buf.getvalue())
 

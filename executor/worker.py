@@ -49,8 +49,7 @@ class Worker:
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
     def __post_init__(self):
-        import torch  # noqa: F401 - the executor is where torch lives
-        from executor import devices
+        from executor import devices  # loads torch: the executor is where it lives
         from executor.cache import ModelCache
         from executor.models import Registry
         from executor.ops import Context
