@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 import time
@@ -54,7 +55,10 @@ class Supervisor:
         delay = first
         while not self._stopping.is_set():
             started = time.monotonic()
-            self.process = await asyncio.create_subprocess_exec(*self.command,
+            # The executor stops if this process dies (it watches for its parent), so a
+            # crashed service never leaves an orphan executor on the GPU.
+            env = {**os.environ, "GENBOT_SUPERVISOR_PID": str(os.getpid())}
+            self.process = await asyncio.create_subprocess_exec(*self.command, env=env,
                                                                 stderr=self.stderr)
             log.info("executor started", extra={"pid": self.process.pid})
             code = await self.process.wait()

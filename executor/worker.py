@@ -287,9 +287,24 @@ async def serve_worker(config: Config, *, owner: str | None = None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, worker.stopping.set)
-        return await worker.run()
+        orphan_watch = asyncio.create_task(_stop_when_orphaned(worker))
+        try:
+            return await worker.run()
+        finally:
+            orphan_watch.cancel()
     finally:
         await queue.close()
+
+
+async def _stop_when_orphaned(worker: Worker) -> None:
+    """Under `genbot serve`: stop (handing the job back) if the service process is gone."""
+    parent = os.environ.get("GENBOT_SUPERVISOR_PID")
+    if not parent:
+        return
+    while os.getppid() == int(parent):
+        await asyncio.sleep(1.0)
+    log.warning("the service that started this executor is gone; stopping")
+    worker.stopping.set()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -123,3 +123,42 @@ async def test_stop_terminates_a_running_executor(tmp_path):
         tmp_path, "import time, sys, pathlib\npathlib.Path(sys.argv[1]).write_text('x')\n"
                   "time.sleep(600)\n", lambda s: (tmp_path / "runs").exists())
     assert supervisor.process.returncode == -signal.SIGTERM
+
+
+@pytest.mark.slow
+async def test_an_executor_whose_service_died_stops_instead_of_lingering(tmp_path, demo_models):
+    data = tmp_path / "data"
+    config_file = tmp_path / "genbot.toml"
+    write_config(config_file, data, free_port())
+    executor_config(data, demo_models)
+    service = subprocess.Popen([PYTHON, "-m", "bot.cli", "serve", "--config", str(config_file)],
+                               env=python_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        async with asyncio.timeout(60):
+            while not (children := _children(service.pid)):
+                await asyncio.sleep(0.2)
+        executor = children[0]
+        await asyncio.sleep(8)  # the executor is up (torch imported, signal handlers set)
+        service.kill()
+        service.communicate()
+        async with asyncio.timeout(30):
+            while os.path.exists(f"/proc/{executor}") and \
+                    open(f"/proc/{executor}/stat").read().split()[2] != "Z":
+                await asyncio.sleep(0.2)
+    finally:
+        if service.poll() is None:
+            service.kill()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
