@@ -122,6 +122,14 @@ class IntakeConfig:
 
 
 @dataclass(frozen=True)
+class ChatConfig:
+    """What people reach through Slack, DingTalk or the terminal."""
+
+    inbox_keep_hours: float = key(72.0, "How long a file sent to the bot stays available for a "
+                                  "later /gen to name it, in hours.", min=0.1, max=8760)
+
+
+@dataclass(frozen=True)
 class ExecutorConfig:
     """The GPU executor: its device, how it batches, caches models, and guards against leaks."""
 
@@ -191,6 +199,7 @@ class Config:
     queue: QueueConfig = field(default_factory=QueueConfig)
     templates: TemplatesConfig = field(default_factory=TemplatesConfig)
     intake: IntakeConfig = field(default_factory=IntakeConfig)
+    chat: ChatConfig = field(default_factory=ChatConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     models: dict[str, ModelEntry] = field(default_factory=lambda: dict(DEMO_MODELS),
                                           metadata={"table": True})

@@ -90,3 +90,26 @@ class QueueState(Model):
 
     class Meta:
         table = "queue_state"
+
+
+class Attachment(Model):
+    """A file someone sent the bot, kept a while so that a later /gen can name it.
+
+    `handle` is what the platform needs to download it (a URL, a file id, a downloadCode).
+    """
+
+    id = fields.BigIntField(primary_key=True)
+    platform = fields.CharField(max_length=32)
+    user_id = fields.CharField(max_length=200)
+    conversation = fields.CharField(max_length=200)
+    message_id = fields.CharField(max_length=200, null=True)
+    name = fields.CharField(max_length=500)
+    name_key = fields.CharField(max_length=500, description="the name as matched: NFKC, casefolded")
+    size = fields.BigIntField()
+    handle = fields.JSONField(default=dict)
+    received_at = fields.FloatField()
+    expires_at = fields.FloatField()
+
+    class Meta:
+        table = "attachments"
+        indexes = (("platform", "user_id", "received_at"), ("expires_at",))

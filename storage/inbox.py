@@ -1,0 +1,144 @@
+"""The attachment inbox: every file a person sends the bot, kept for a while.
+
+Slack slash commands cannot carry files and DingTalk bots get files only in a 1:1
+chat, so `/gen product_main sheet.xlsx` usually names a file sent earlier, maybe in
+another conversation. `find_sheet` applies one rule for every platform:
+
+  FILE given:   that name in the same message, else the person's latest upload of
+                that name in this conversation, else in any conversation.
+  FILE omitted: the one spreadsheet in the same message (several: ambiguous), else
+                the person's latest spreadsheet in this conversation, else anywhere.
+
+When nothing (or more than one thing) fits, the lookup carries what the person has
+sent lately, for the reply to list. Names match after NFKC and case folding, so
+"Sheet.XLSX" and "ｓｈｅｅｔ.xlsx" name the same file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from storage.db import Database
+
+SHEET_SUFFIXES = (".xlsx", ".xlsm", ".xls", ".ods", ".csv", ".tsv")
+RECENT = 10  # uploads a "none or several" reply lists
+
+_COLUMNS = ("id, platform, user_id, conversation, message_id, name, size, handle, "
+            "received_at")
+
+RECORD = f"""
+INSERT INTO attachments (platform, user_id, conversation, message_id, name, name_key, size,
+                         handle, received_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {_COLUMNS}"""
+
+# $1 platform, $2 user, $3 now; newest first.
+_MINE = f"""
+SELECT {_COLUMNS}, name_key FROM attachments
+WHERE platform = $1 AND user_id = $2 AND expires_at > $3"""
+
+IN_MESSAGE = _MINE + " AND message_id = $4 ORDER BY received_at DESC, id DESC"
+BY_NAME = _MINE + " AND name_key = $4 ORDER BY (conversation = $5) DESC, received_at DESC, id DESC LIMIT 1"
+RECENT_UPLOADS = _MINE + " ORDER BY (conversation = $4) DESC, received_at DESC, id DESC LIMIT $5"
+
+MESSAGE_FILES = f"""
+SELECT {_COLUMNS} FROM attachments WHERE platform = $1 AND message_id = $2 AND expires_at > $3
+ORDER BY id"""
+
+PURGE = "DELETE FROM attachments WHERE expires_at <= $1"
+
+
+def name_key(name: str) -> str:
+    return unicodedata.normalize("NFKC", name).strip().casefold()
+
+
+def is_sheet(name: str) -> bool:
+    return name_key(name).endswith(SHEET_SUFFIXES)
+
+
+@dataclass(frozen=True)
+class Upload:
+    id: int
+    platform: str
+    user: str
+    conversation: str
+    message: str | None
+    name: str
+    size: int
+    handle: dict[str, Any]
+    received_at: float
+
+
+@dataclass(frozen=True)
+class Lookup:
+    found: Upload | None
+    ambiguous: bool = False  # several files fit: `candidates` are they
+    candidates: tuple[Upload, ...] = ()  # when nothing or several fit: what the person sent lately
+
+
+def _upload(row: dict) -> Upload:
+    handle = row["handle"]
+    return Upload(row["id"], row["platform"], row["user_id"], row["conversation"],
+                  row["message_id"], row["name"], row["size"],
+                  json.loads(handle) if isinstance(handle, (str, bytes)) else handle,
+                  row["received_at"])
+
+
+class Inbox:
+    def __init__(self, db: Database, keep_seconds: float, *,
+                 clock: Callable[[], float] = time.time):
+        self.db, self.keep_seconds, self.clock = db, keep_seconds, clock
+
+    async def record(self, *, platform: str, user: str, conversation: str, name: str, size: int,
+                     handle: dict[str, Any], message: str | None = None) -> Upload:
+        now = self.clock()
+        row = await self.db.fetchrow(RECORD, platform, user, conversation, message, name,
+                                     name_key(name), size, json.dumps(handle), now,
+                                     now + self.keep_seconds)
+        return _upload(row)
+
+    async def find_sheet(self, *, platform: str, user: str, conversation: str,
+                         name: str | None = None, message: str | None = None) -> Lookup:
+        now = self.clock()
+        in_message = [] if message is None else [
+            _upload(r) for r in await self.db.fetch(IN_MESSAGE, platform, user, now, message)]
+        if name is not None:
+            key = name_key(name)
+            same = [u for u in in_message if name_key(u.name) == key]
+            if same:
+                return Lookup(same[0])
+            row = await self.db.fetchrow(BY_NAME, platform, user, now, key, conversation)
+            if row:
+                return Lookup(_upload(row))
+        else:
+            sheets = [u for u in in_message if is_sheet(u.name)]
+            if len(sheets) == 1:
+                return Lookup(sheets[0])
+            if len(sheets) > 1:
+                return Lookup(None, ambiguous=True, candidates=tuple(sheets))
+            recent = await self.recent(platform=platform, user=user, conversation=conversation)
+            latest = next((u for u in recent if is_sheet(u.name)), None)
+            if latest:
+                return Lookup(latest)
+            return Lookup(None, candidates=tuple(recent))
+        return Lookup(None, candidates=tuple(await self.recent(
+            platform=platform, user=user, conversation=conversation)))
+
+    async def recent(self, *, platform: str, user: str, conversation: str,
+                     limit: int = RECENT) -> list[Upload]:
+        """The person's latest uploads, this conversation's first."""
+        return [_upload(r) for r in await self.db.fetch(
+            RECENT_UPLOADS, platform, user, self.clock(), conversation, limit)]
+
+    async def message_files(self, *, platform: str, message: str) -> list[Upload]:
+        """Everything sent with one message: the images a sheet's rows may name."""
+        return [_upload(r) for r in await self.db.fetch(MESSAGE_FILES, platform, message,
+                                                        self.clock())]
+
+    async def purge(self) -> int:
+        """Forget uploads past their keep time; returns how many."""
+        return await self.db.execute(PURGE, self.clock())
