@@ -127,6 +127,23 @@ CATALOG: dict[str, tuple[str, str]] = {
                  "“{value}”不是时间：请用 21:30、2026-12-24 08:00 或 +2h"),
     "time_passed": ('"{value}" has already passed', "“{value}”已经过去"),
     "time_too_far": ('"{value}" is more than {days} days ahead', "“{value}”超过 {days} 天之后"),
+    # Permissions and limits.
+    "refused_role": ("/{command} needs the {needed} role; you are {role}. Ask an admin.",
+                     "/{command} 需要 {needed} 角色，你的角色是 {role}。请联系管理员。"),
+    "refused_conversation": ("I don't take commands in this conversation; ask an admin to "
+                             "add it to [chat] conversations.",
+                             "我不在这个会话中接受命令；请管理员将其加入 [chat] conversations。"),
+    "refused_not_owner": ("batch {batch} was submitted by {owner}; only they or an admin may "
+                          "{command} it.", "批次 {batch} 由 {owner} 提交；只有提交者或管理员可以"
+                          "对其执行 /{command}。"),
+    "refused_admin_only": ("only admins may {what}.", "只有管理员可以{what}。"),
+    "limit_rows": ("this sheet has {rows:,} rows; you may submit {limit:,} at a time.",
+                   "此表格有 {rows:,} 行；你每次最多可提交 {limit:,} 行。"),
+    "limit_queued": ("you have {active:,} jobs queued or running; with these {rows:,} that "
+                     "would pass your limit of {limit:,}.",
+                     "你已有 {active:,} 个任务在排队或运行；再加这 {rows:,} 个会超过上限 {limit:,}。"),
+    "limit_rate": ("you have submitted {count} times in the last minute (limit {limit}); try "
+                   "again shortly.", "你在一分钟内已提交 {count} 次（上限 {limit}），请稍后再试。"),
     # /help
     "help_intro": ("Commands (also without the slash, or after @genbot):",
                    "命令（也可不带斜杠，或在 @genbot 之后输入）："),

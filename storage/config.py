@@ -127,6 +127,21 @@ class ChatConfig:
 
     inbox_keep_hours: float = key(72.0, "How long a file sent to the bot stays available for a "
                                   "later /gen to name it, in hours.", min=0.1, max=8760)
+    default_role: str = key("submitter", "Role of everyone not listed below and not given one by "
+                            "/grant; none: they may only ask for /help.",
+                            choices=("submitter", "viewer", "none"))
+    admins: list[str] = key((), "Admins, as platform:user id, e.g. [\"slack:U024BE7LH\", "
+                            "\"dingtalk:manager4220\"]. Always admins; /revoke cannot demote them.")
+    submitters: list[str] = key((), "Submitters (platform:user id), when default_role is lower.")
+    viewers: list[str] = key((), "Viewers (platform:user id): status only.")
+    conversations: list[str] = key((), "Conversations the bot serves, as platform:conversation "
+                                   "id. Empty: every conversation it is in.")
+    submitter_max_rows: int = key(2000, "Rows one submission of a submitter may have (admins: "
+                                  "[intake] max_rows).", min=1, max=1_000_000)
+    submitter_max_queued: int = key(5000, "Queued and running jobs one submitter may have.",
+                                    min=1, max=10_000_000)
+    submitter_per_minute: int = key(5, "Submissions one submitter may make in a minute.",
+                                    min=1, max=10_000)
 
 
 @dataclass(frozen=True)

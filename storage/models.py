@@ -113,3 +113,35 @@ class Attachment(Model):
     class Meta:
         table = "attachments"
         indexes = (("platform", "user_id", "received_at"), ("expires_at",))
+
+
+class Grant(Model):
+    """A role given by /grant, on top of the roles in the config."""
+
+    id = fields.BigIntField(primary_key=True)
+    platform = fields.CharField(max_length=32)
+    user_id = fields.CharField(max_length=200)
+    role = fields.CharField(max_length=16)
+    granted_by = fields.CharField(max_length=200)
+    granted_at = fields.FloatField()
+
+    class Meta:
+        table = "grants"
+        unique_together = (("platform", "user_id"),)
+
+
+class AuditEntry(Model):
+    """Who did or was refused what, when and where: every refusal and every admin action."""
+
+    id = fields.BigIntField(primary_key=True)
+    at = fields.FloatField()
+    platform = fields.CharField(max_length=32)
+    user_id = fields.CharField(max_length=200)
+    conversation = fields.CharField(max_length=200, null=True)
+    action = fields.CharField(max_length=64)
+    allowed = fields.BooleanField()
+    detail = fields.JSONField(default=dict)
+
+    class Meta:
+        table = "audit"
+        indexes = (("at",),)

@@ -250,6 +250,11 @@ ORDER BY priority DESC, fair_rank DESC, id DESC LIMIT 1"""
 
 BATCH_JOBS = "SELECT * FROM jobs WHERE batch_id = $1 ORDER BY row, id"
 
+# Per-person limits: jobs waiting or running, and submissions since a time.
+ACTIVE_BY_SUBMITTER = """
+SELECT COUNT(*) AS n FROM jobs WHERE status IN ('queued', 'running') AND submitter = $1"""
+BATCHES_SINCE = "SELECT COUNT(*) AS n FROM batches WHERE submitter = $1 AND created_at > $2"
+
 BATCH_COUNTS = "SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = $1 GROUP BY status"
 
 COUNTS = "SELECT status, priority, COUNT(*) AS n FROM jobs GROUP BY status, priority"

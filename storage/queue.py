@@ -369,6 +369,14 @@ class Queue:
         """{queued, running}: cheap at any history size, for health checks."""
         return await self.db.fetchrow(q.ACTIVE_COUNTS)
 
+    async def active_jobs_of(self, submitter: str) -> int:
+        """Queued and running jobs of one submitter (a per-person limit)."""
+        return await self.db.fetchval(q.ACTIVE_BY_SUBMITTER, submitter)
+
+    async def batches_since(self, submitter: str, since: float) -> int:
+        """Submissions by one submitter after `since` (a rate limit)."""
+        return await self.db.fetchval(q.BATCHES_SINCE, submitter, since)
+
     async def counts(self) -> dict[str, dict[str, int]]:
         """{status: {priority: n}} over all jobs."""
         out: dict[str, dict[str, int]] = {s.value: {} for s in Status}

@@ -1,0 +1,61 @@
+"""Roles given by /grant, and the audit log of refusals and admin actions.
+
+The rules themselves (who may do what) live in bot.permissions; this module only
+keeps what they need to remember.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from storage.db import Database
+
+SET_GRANT = """
+INSERT INTO grants (platform, user_id, role, granted_by, granted_at) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (platform, user_id) DO UPDATE
+SET role = excluded.role, granted_by = excluded.granted_by, granted_at = excluded.granted_at"""
+GRANT_OF = "SELECT role FROM grants WHERE platform = $1 AND user_id = $2"
+REVOKE = "DELETE FROM grants WHERE platform = $1 AND user_id = $2"
+GRANTS = "SELECT platform, user_id, role, granted_by, granted_at FROM grants ORDER BY platform, user_id"
+
+AUDIT = """
+INSERT INTO audit (at, platform, user_id, conversation, action, allowed, detail)
+VALUES ($1, $2, $3, $4, $5, $6, $7)"""
+AUDIT_RECENT = """
+SELECT at, platform, user_id, conversation, action, allowed, detail FROM audit
+ORDER BY id DESC LIMIT $1"""
+
+
+class Access:
+    def __init__(self, db: Database, *, clock: Callable[[], float] = time.time):
+        self.db, self.clock = db, clock
+
+    async def grant(self, platform: str, user: str, role: str, by: str) -> None:
+        await self.db.execute(SET_GRANT, platform, user, role, by, self.clock())
+
+    async def granted_role(self, platform: str, user: str) -> str | None:
+        return await self.db.fetchval(GRANT_OF, platform, user)
+
+    async def revoke(self, platform: str, user: str) -> bool:
+        """False: the user had no granted role."""
+        return await self.db.execute(REVOKE, platform, user) > 0
+
+    async def grants(self) -> list[dict[str, Any]]:
+        return await self.db.fetch(GRANTS)
+
+    async def audit(self, *, platform: str, user: str, conversation: str | None, action: str,
+                    allowed: bool, **detail: Any) -> None:
+        await self.db.execute(AUDIT, self.clock(), platform, user, conversation, action,
+                              allowed, json.dumps(detail, ensure_ascii=False, default=str))
+
+    async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Newest first."""
+        rows = await self.db.fetch(AUDIT_RECENT, limit)
+        for row in rows:
+            row["allowed"] = bool(row["allowed"])
+            if isinstance(row["detail"], (str, bytes)):
+                row["detail"] = json.loads(row["detail"])
+        return rows
