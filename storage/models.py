@@ -145,3 +145,42 @@ class AuditEntry(Model):
     class Meta:
         table = "audit"
         indexes = (("at",),)
+
+
+class OutboxMessage(Model):
+    """A message the bot owes someone: acceptance, progress, an image, a notice, a summary.
+
+    Written before it is sent and marked with the platform's id once it is, so after a
+    crash nothing owed is lost and nothing sent is sent again. `key` makes writing the
+    same message twice a no-op (the notifier may replay events after a restart).
+    """
+
+    id = fields.BigIntField(primary_key=True)
+    key = fields.CharField(max_length=200, unique=True)
+    platform = fields.CharField(max_length=32)
+    conversation = fields.CharField(max_length=200)
+    thread = fields.CharField(max_length=200, null=True)
+    kind = fields.CharField(max_length=16, description="text, image, file or progress")
+    payload = fields.JSONField(default=dict)
+    status = fields.CharField(max_length=16, description="pending, sent or failed")
+    attempts = fields.IntField(default=0)
+    version = fields.IntField(default=0, description="bumped by each newer progress state")
+    next_at = fields.FloatField()
+    platform_id = fields.CharField(max_length=200, null=True)
+    error = fields.TextField(null=True)
+    created_at = fields.FloatField()
+    updated_at = fields.FloatField()
+
+    class Meta:
+        table = "outbox"
+        indexes = (("status", "next_at"), ("platform", "conversation", "thread", "id"))
+
+
+class Cursor(Model):
+    """How far a reader of the event log has got (e.g. the notifier), to resume from."""
+
+    name = fields.CharField(max_length=64, primary_key=True)
+    seq = fields.BigIntField()
+
+    class Meta:
+        table = "cursors"

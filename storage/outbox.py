@@ -1,0 +1,152 @@
+"""The outbox: every message the bot owes, written before it is sent.
+
+Delivery is a promise like the queue's: a message is a row first, then sent, then
+marked with the platform's id. A crash between the two at worst sends it again; in
+normal operation nothing is sent twice and nothing owed is lost.
+
+- `put` is idempotent by key (the notifier may replay events after a restart).
+- `put_progress` keeps one progress message per batch: a newer state replaces the
+  payload and, once the first version is sent, asks for an edit of that message.
+- `due` hands out, per thread, only the oldest unsent message, so each thread gets
+  its messages in order even while one of them is being retried.
+- `retry` backs off (doubling, at least the platform's Retry-After); `failed` records
+  a permanent error.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from storage.db import Database
+
+_COLUMNS = ("id, key, platform, conversation, thread, kind, payload, status, attempts, "
+            "version, next_at, platform_id, error")
+
+PUT = """
+INSERT INTO outbox (key, platform, conversation, thread, kind, payload, status, attempts,
+                    version, next_at, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, 0, $7, $7, $7)
+ON CONFLICT (key) DO NOTHING RETURNING id"""
+
+# A newer progress state: replace the payload; a sent one goes back to pending (an edit).
+PUT_PROGRESS = """
+INSERT INTO outbox (key, platform, conversation, thread, kind, payload, status, attempts,
+                    version, next_at, created_at, updated_at)
+VALUES ($1, $2, $3, $4, 'progress', $5, 'pending', 0, 0, $6, $6, $6)
+ON CONFLICT (key) DO UPDATE SET payload = excluded.payload, status = 'pending',
+  version = outbox.version + 1,
+  next_at = CASE WHEN outbox.status = 'pending' THEN outbox.next_at ELSE excluded.next_at END,
+  updated_at = excluded.updated_at
+WHERE outbox.status <> 'failed'"""
+
+# The oldest unsent message of each thread, if it is due.
+DUE = f"""
+SELECT {_COLUMNS} FROM outbox o
+WHERE status = 'pending' AND next_at <= $1
+  AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending' AND e.id < o.id
+                  AND e.platform = o.platform AND e.conversation = o.conversation
+                  AND COALESCE(e.thread, '') = COALESCE(o.thread, ''))
+ORDER BY id LIMIT $2"""
+
+# Only the version that was sent: a newer progress state stays pending, to edit it again.
+SENT = """
+UPDATE outbox SET status = 'sent', platform_id = COALESCE($2, platform_id), error = NULL,
+  attempts = attempts + 1, updated_at = $3
+WHERE id = $1 AND status = 'pending' AND version = $4"""
+KEEP_PLATFORM_ID = "UPDATE outbox SET platform_id = COALESCE(platform_id, $2) WHERE id = $1"
+
+RETRY = """
+UPDATE outbox SET attempts = attempts + 1, next_at = $2, error = $3, updated_at = $4
+WHERE id = $1 AND status = 'pending'"""
+
+FAILED = """
+UPDATE outbox SET status = 'failed', attempts = attempts + 1, error = $2, updated_at = $3
+WHERE id = $1 AND status = 'pending'"""
+
+BY_KEY = f"SELECT {_COLUMNS} FROM outbox WHERE key = $1"
+COUNTS = "SELECT status, COUNT(*) AS n FROM outbox GROUP BY status"
+
+CURSOR = "SELECT seq FROM cursors WHERE name = $1"
+SET_CURSOR = """
+INSERT INTO cursors (name, seq) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET seq = excluded.seq"""
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    key: str
+    platform: str
+    conversation: str
+    thread: str | None
+    kind: str  # text | image | file | progress
+    payload: dict[str, Any]
+    status: str  # pending | sent | failed
+    attempts: int
+    version: int
+    next_at: float
+    platform_id: str | None  # set once sent: what a progress edit edits
+    error: str | None
+
+
+def _message(row: dict) -> Message:
+    payload = row["payload"]
+    return Message(**{**row, "payload": json.loads(payload)
+                      if isinstance(payload, (str, bytes)) else payload})
+
+
+class Outbox:
+    def __init__(self, db: Database, *, backoff: float = 2.0, backoff_max: float = 300.0,
+                 clock: Callable[[], float] = time.time):
+        self.db, self.backoff, self.backoff_max, self.clock = db, backoff, backoff_max, clock
+
+    async def put(self, key: str, *, platform: str, conversation: str, thread: str | None,
+                  kind: str, payload: dict[str, Any]) -> bool:
+        """Owe a message. False: one with this key was owed already."""
+        return await self.db.fetchrow(PUT, key, platform, conversation, thread, kind,
+                                      json.dumps(payload, ensure_ascii=False),
+                                      self.clock()) is not None
+
+    async def put_progress(self, key: str, *, platform: str, conversation: str,
+                           thread: str | None, payload: dict[str, Any]) -> None:
+        await self.db.execute(PUT_PROGRESS, key, platform, conversation, thread,
+                              json.dumps(payload, ensure_ascii=False), self.clock())
+
+    async def due(self, limit: int = 50) -> list[Message]:
+        return [_message(r) for r in await self.db.fetch(DUE, self.clock(), limit)]
+
+    async def sent(self, message: Message, platform_id: str | None) -> bool:
+        """Mark sent with the platform's message or file id. False: a newer progress
+        state came in meanwhile; it stays pending and will edit the message sent."""
+        if await self.db.execute(SENT, message.id, platform_id, self.clock(),
+                                 message.version) > 0:
+            return True
+        if platform_id:
+            await self.db.execute(KEEP_PLATFORM_ID, message.id, platform_id)
+        return False
+
+    async def retry(self, message: Message, error: str, retry_after: float | None = None) -> None:
+        wait = min(self.backoff * 2 ** message.attempts, self.backoff_max)
+        await self.db.execute(RETRY, message.id, self.clock() + max(wait, retry_after or 0),
+                              error, self.clock())
+
+    async def failed(self, message: Message, error: str) -> None:
+        await self.db.execute(FAILED, message.id, error, self.clock())
+
+    async def get(self, key: str) -> Message | None:
+        row = await self.db.fetchrow(BY_KEY, key)
+        return _message(row) if row else None
+
+    async def counts(self) -> dict[str, int]:
+        return {r["status"]: r["n"] for r in await self.db.fetch(COUNTS)}
+
+    async def cursor(self, name: str) -> int:
+        """The last event seq `name` has handled (0 before the first)."""
+        return await self.db.fetchval(CURSOR, name) or 0
+
+    async def advance(self, name: str, seq: int) -> None:
+        await self.db.execute(SET_CURSOR, name, seq)
