@@ -144,6 +144,25 @@ CATALOG: dict[str, tuple[str, str]] = {
                      "你已有 {active:,} 个任务在排队或运行；再加这 {rows:,} 个会超过上限 {limit:,}。"),
     "limit_rate": ("you have submitted {count} times in the last minute (limit {limit}); try "
                    "again shortly.", "你在一分钟内已提交 {count} 次（上限 {limit}），请稍后再试。"),
+    # Delivery: what the bot posts about a batch.
+    "accepted": ("Batch {batch} accepted: {jobs:,} {template} jobs. {ahead:,} jobs ahead; {eta}.",
+                 "批次 {batch} 已接收：{jobs:,} 个 {template} 任务。前面还有 {ahead:,} 个任务；{eta}。"),
+    "eta_minutes": ("done in about {minutes:,} min", "预计约 {minutes:,} 分钟完成"),
+    "eta_unknown": ("no estimate yet", "暂无预计时间"),
+    "progress": ("Batch {batch} {bar} {done:,}/{total:,} done, {failed:,} failed",
+                 "批次 {batch} {bar} 已完成 {done:,}/{total:,}，失败 {failed:,}"),
+    "progress_step": ("row {row}: step {step}/{total}", "第 {row} 行：第 {step}/{total} 步"),
+    "image_caption": ("row {row} · {values}", "第 {row} 行 · {values}"),
+    "job_failed": ("row {row} failed: {error}", "第 {row} 行失败：{error}"),
+    "summary": ("Batch {batch} finished in {minutes:.1f} min: {succeeded:,} of "
+                "{total:,} images, {failed:,} failed, {canceled:,} canceled. Contact sheet "
+                "and results sheet attached.",
+                "批次 {batch} 已完成，用时 {minutes:.1f} 分钟：{total:,} 张中成功 "
+                "{succeeded:,} 张，失败 {failed:,}，取消 {canceled:,}。附联系表和结果表。"),
+    "col_row": ("row", "行号"),
+    "col_status": ("status", "状态"),
+    "col_output": ("output", "输出文件"),
+    "col_error": ("error", "错误"),
     # /help
     "help_intro": ("Commands (also without the slash, or after @genbot):",
                    "命令（也可不带斜杠，或在 @genbot 之后输入）："),

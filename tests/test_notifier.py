@@ -1,0 +1,110 @@
+"""The notifier on SQLite and PostgreSQL: queue events in, owed messages out, once."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from openpyxl import load_workbook
+from PIL import Image
+
+from bot.notifier import Notifier
+from storage.db import Database
+from storage.files import FileStore
+from storage.outbox import Outbox
+from executor.workflow import load_templates
+from storage.queue import NewJob, Queue, Submission
+from tests.conftest import ROOT, queue_settings
+
+TEMPLATES, _ = load_templates(ROOT / "templates")
+
+
+@pytest.fixture
+async def env(db_url, clock, tmp_path):
+    db = await Database(db_url).open()
+    queue = Queue(db, queue_settings(), clock=clock)
+    outbox = Outbox(db, clock=clock)
+    store = FileStore(tmp_path)
+    yield queue, outbox, store, Notifier(queue, outbox, store, platforms={"slack"},
+                                         templates=TEMPLATES, clock=clock)
+    await queue.close()
+
+
+def workflow(row: int, sku: str) -> dict:
+    return {"template": "social_thumb", "row": row, "nodes": [], "outputs": {},
+            "params": {"watermark": "genbot", "image": "inputs/abc.png", "title": f"新品 {sku}",
+                       "aspect": "1:1", "width": 1080, "position": "bottom",
+                       "text_color": "auto", "band_color": "auto"}}
+
+
+async def run_jobs(queue, store, clock, *, fail_row: int) -> None:
+    """What an executor does: claim, report a step, write the image, complete (or fail)."""
+    while (lease := await queue.claim("exec")) is not None:
+        clock.advance(2)
+        await queue.progress(lease, {"node": "gen", "step": 3, "total": 8, "row": lease.row})
+        if lease.row == fail_row:
+            await queue.fail(lease, "node gen (generate): out of memory", retry=False)
+            continue
+        path = f"outputs/batch_{lease.batch_id}/{lease.row}.png"
+        buf = io.BytesIO()
+        Image.new("RGB", (32, 32), "#336699").save(buf, "PNG")
+        store.write(path, buf.getvalue())
+        await queue.complete(lease, [path])
+
+
+async def owed(outbox) -> dict:
+    rows = await outbox.db.fetch("SELECT key, kind, payload FROM outbox ORDER BY id")
+    return {r["key"]: (r["kind"], (await outbox.get(r["key"])).payload) for r in rows}
+
+
+async def test_a_batch_from_acceptance_to_summary(env, clock):
+    queue, outbox, store, notifier = env
+    batch = (await queue.enqueue(Submission(
+        "social_thumb", "slack:U1", [NewJob(r, workflow(r, f"SKU{r}")) for r in (2, 3, 4)],
+        platform="slack", conversation="C1", thread="1712.1", meta={"lang": "zh"}))).batch_id
+    await notifier.run_once()
+    first = await owed(outbox)
+    assert first[f"batch:{batch}:accepted"][1]["text"].startswith(
+        f"批次 {batch} 已接收：3 个 social_thumb 任务。前面还有 0 个任务")
+    await run_jobs(queue, store, clock, fail_row=3)
+    handled = await notifier.run_once()
+    assert handled > 0
+    messages = await owed(outbox)
+    images = {k: p for k, (kind, p) in messages.items() if kind == "image"}
+    assert sorted(p["row"] for p in images.values()) == [2, 4]
+    assert images[next(iter(images))]["caption"] == "第 2 行 · 新品 SKU2 · 1:1 · 1080"
+    (failure,) = [p for k, (_, p) in messages.items() if k.endswith(":failed")]
+    assert failure["text"] == "第 3 行失败：node gen (generate): out of memory"
+    progress = messages[f"batch:{batch}:progress"][1]
+    assert (progress["done"], progress["total"], progress["failed"], progress["finished"]) == \
+        (3, 3, 1, True)
+    summary = messages[f"batch:{batch}:summary"][1]
+    assert summary["mention"] == "slack:U1" and "3 张中成功 2 张，失败 1" in summary["text"]
+    sheet = load_workbook(store.path(summary["results"])).active
+    rows = [list(r) for r in sheet.iter_rows(values_only=True)]
+    assert rows[0] == ["行号", "image", "title", "aspect", "width", "position", "text_color",
+                       "band_color", "watermark", "状态", "输出文件", "错误"]
+    assert rows[1][:5] == [2, "inputs/abc.png", "新品 SKU2", "1:1", 1080]
+    assert rows[2][0] == 3 and rows[2][9] == "failed" and "out of memory" in rows[2][11]
+    assert Image.open(store.path(summary["contact"])).size[0] > 0
+
+
+async def test_a_restart_replays_events_and_owes_nothing_twice(env, clock):
+    queue, outbox, store, notifier = env
+    await queue.enqueue(Submission("t", "slack:U1", [NewJob(2, workflow(2, "A"))],
+                                   platform="slack", conversation="C1"))
+    await run_jobs(queue, store, clock, fail_row=0)
+    await notifier.run_once()
+    before = await owed(outbox)
+    await outbox.advance("notifier", 0)  # as if the cursor had not been saved
+    again = Notifier(queue, outbox, store, platforms={"slack"}, templates=TEMPLATES, clock=clock)
+    assert await again.run_once() > 0
+    assert await owed(outbox) == before
+
+
+async def test_batches_from_other_fronts_owe_nothing_here(env, clock):
+    queue, outbox, store, notifier = env
+    await queue.enqueue(Submission("t", "cli:me", [NewJob(2, workflow(2, "A"))], platform="cli"))
+    await run_jobs(queue, store, clock, fail_row=0)
+    assert await notifier.run_once() > 0
+    assert await owed(outbox) == {}
