@@ -65,7 +65,8 @@ class Notifier:
         events = await self.queue.events_after(seq, limit)
         for event in events:
             await self.handle(event)
-            await self.outbox.advance(CURSOR, event["seq"])
+        if events:  # once per chunk: a crash mid-chunk replays it, which owes nothing twice
+            await self.outbox.advance(CURSOR, events[-1]["seq"])
         return len(events)
 
     async def handle(self, event: dict[str, Any]) -> None:
