@@ -85,6 +85,13 @@ class ModelCache:
         return [n for n, u in self.units.items() if u.tier == "device"
                 and u.info.kind == "checkpoint"]
 
+    def resident_bytes(self) -> int:
+        """Bytes of models in the memory the executor watches for leaks: the device's
+        (on a CPU device, RAM holds both tiers)."""
+        if self.device == "cpu":
+            return sum(u.bytes for u in self.units.values())
+        return self._bytes("device")
+
     def _bytes(self, tier: str) -> int:
         return sum(u.bytes for u in self.units.values() if u.tier == tier)
 

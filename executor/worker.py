@@ -157,7 +157,7 @@ class Worker:
         from executor import devices
         devices.release(self.device, refreeze=self.cache.changed)
         self.cache.changed = False
-        used = devices.in_use(self.device) - self.cache_bytes()
+        used = devices.in_use(self.device) - self.cache.resident_bytes()
         if self.baseline is None:
             self.baseline = used
         drift = (used - self.baseline) / 2**20
@@ -176,11 +176,6 @@ class Worker:
         if jobs_limit and self.stats["jobs"] >= jobs_limit:
             log.info("recycling the executor", extra={"jobs": self.stats["jobs"]})
             self.exit_code = EXIT_RECYCLE
-
-    def cache_bytes(self) -> int:
-        if self.device == "cpu":
-            return sum(u.bytes for u in self.cache.units.values())
-        return sum(u.bytes for u in self.cache.units.values() if u.tier == "device")
 
     def build_missing_demo_models(self) -> None:
         missing = [self.config.models[n].path.removeprefix("demo:")

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from executor import ops
 from executor.contact import contact_sheet
 from executor.ops import REGISTRY, Context, OpError, contrast_ratio, load_font, read_metadata
 from executor.signatures import OPS
@@ -123,7 +122,3 @@ def test_contact_sheet_tiles_captioned_thumbnails(tmp_path):
     assert sheet.size == (3 * 256, 2 * (256 + 28))
     with pytest.raises(ValueError):
         contact_sheet([])
-
-
-def test_ops_module_loads_without_torch():
-    assert "torch" not in vars(ops)

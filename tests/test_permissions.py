@@ -103,7 +103,6 @@ async def test_per_person_limits(env, clock):
     with pytest.raises(Refused, match="limit_rows"):
         await perms.check_submission(ALICE, "submitter", 11)
     await queue.enqueue(Submission("t", ALICE.id, [NewJob(i, {}) for i in range(8)]))
-    e = None
     with pytest.raises(Refused) as e:
         await perms.check_submission(ALICE, "submitter", 8)
     assert e.value.render("en").startswith("you have 8 jobs queued or running")

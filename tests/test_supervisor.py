@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from bot.supervisor import Supervisor
 from storage.queue import Status, Submission, open_queue
 from tests.conftest import PYTHON, executor_config, python_env
 from tests.test_cli import free_port, get_json
@@ -78,9 +79,8 @@ async def test_sigkill_of_the_executor_leaves_the_service_up_and_the_job_runs_on
     assert "Traceback" not in out
 
 
-async def run_supervised(tmp_path, script: str, wait_for) -> "Supervisor":
+async def run_supervised(tmp_path, script: str, wait_for) -> Supervisor:
     """A Supervisor over a tiny Python child (a stand-in for the executor's exit codes)."""
-    from bot.supervisor import Supervisor
     from storage import config as cfg
     child = tmp_path / "child.py"
     child.write_text(script)
