@@ -8,6 +8,7 @@
   genbot template show|example NAME
   genbot validate TEMPLATE SHEET    the bot's report on a sheet, without queueing anything
   genbot run TEMPLATE SHEET         one-shot: queue the sheet, run it here, show progress
+  genbot chat [--as USER]           the chat commands in a terminal (no Slack/DingTalk needed)
   genbot worker                     run one executor (one per GPU)
   genbot models [demo]              the model registry; build the demo models
 """
@@ -271,6 +272,14 @@ def cmd_run(args) -> int:
                      priority=Priority[args.priority.upper()], lang=args.lang)
 
 
+def cmd_chat(args) -> int:
+    from bot.terminal import chat
+    from storage.logs import setup_logging
+    config = _load(args)
+    setup_logging("warning", config.service.log_format)
+    return asyncio.run(chat(config, args.as_user, executor=not args.no_executor))
+
+
 # --- parser ---------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -304,6 +313,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--priority", choices=PRIORITIES, default="normal")
     run.add_argument("--lang", choices=("en", "zh"), default="en")
     run.set_defaults(func=cmd_run)
+    chat = sub.add_parser("chat", parents=[common],
+                          help="type chat commands here; replies, progress and images printed")
+    chat.add_argument("--as", dest="as_user", metavar="USER",
+                      help="act as terminal:USER with that user's role (default: you, as admin)")
+    chat.add_argument("--no-executor", action="store_true",
+                      help="a running `genbot serve` or `genbot worker` runs the jobs")
+    chat.set_defaults(func=cmd_chat)
     sub.add_parser("check-config", parents=[common],
                    help="validate the configuration").set_defaults(func=cmd_check_config)
 

@@ -28,6 +28,7 @@ from storage.queue import TERMINAL, Queue
 CURSOR = "notifier"
 BAR = 20
 CAPTION_VALUES = 3  # key values of a row shown in an image caption
+MILESTONES = (25, 50, 75)  # percent, where progress cannot be edited in place
 
 
 def bar(done: int, total: int) -> str:
@@ -37,10 +38,15 @@ def bar(done: int, total: int) -> str:
 
 class Notifier:
     def __init__(self, queue: Queue, outbox: Outbox, store: FileStore, *,
-                 platforms: Iterable[str], templates: dict | None = None, font: str = "",
+                 platforms: Iterable[str], editable: Iterable[str] = (),
+                 templates: dict | None = None, font: str = "", auto_save: bool = True,
                  clock: Callable[[], float] = time.time):
         self.queue, self.outbox, self.store = queue, outbox, store
         self.platforms = set(platforms)
+        self.editable = set(editable)  # platforms that edit one progress message in place
+        self.auto_save = auto_save
+        # One reader per set of platforms: a `genbot chat` beside `genbot serve` keeps its own.
+        self.cursor = f"{CURSOR}:{','.join(sorted(self.platforms))}"
         self.templates = templates or {}  # name -> Template: the column order of its sheet
         self.font, self.clock = font, clock
 
@@ -61,12 +67,12 @@ class Notifier:
 
     async def run_once(self, limit: int = 500) -> int:
         """Handle the events after the cursor; returns how many."""
-        seq = await self.outbox.cursor(CURSOR)
+        seq = await self.outbox.cursor(self.cursor)
         events = await self.queue.events_after(seq, limit)
         for event in events:
             await self.handle(event)
         if events:  # once per chunk: a crash mid-chunk replays it, which owes nothing twice
-            await self.outbox.advance(CURSOR, events[-1]["seq"])
+            await self.outbox.advance(self.cursor, events[-1]["seq"])
         return len(events)
 
     async def handle(self, event: dict[str, Any]) -> None:
@@ -96,34 +102,59 @@ class Notifier:
 
     async def _owe(self, key: str, batch: dict, kind: str, payload: dict) -> None:
         await self.outbox.put(key, platform=batch["platform"], conversation=batch["conversation"],
-                              thread=batch["thread"], kind=kind, payload=payload)
+                              thread=thread_of(batch), kind=kind,
+                              payload={**payload, "batch": batch["id"], "lang": self._lang(batch),
+                                       "context": batch["meta"].get("context", {})})
 
     async def accepted(self, batch: dict) -> None:
         progress = await self.queue.batch_progress(batch["id"])
         lang = self._lang(batch)
         eta = progress.eta_seconds
-        text = say("accepted", lang, batch=batch["id"], jobs=progress.total,
-                   template=batch["template"], ahead=progress.jobs_ahead or 0,
-                   eta=say("eta_minutes", lang, minutes=max(1, round(eta / 60)))
-                   if eta is not None else say("eta_unknown", lang))
+        if batch["meta"].get("at"):
+            text = say("accepted_at", lang, batch=batch["id"], jobs=progress.total,
+                       template=batch["template"], at=batch["meta"]["at"])
+        else:
+            text = say("accepted", lang, batch=batch["id"], jobs=progress.total,
+                       template=batch["template"], ahead=progress.jobs_ahead or 0,
+                       eta=say("eta_minutes", lang, minutes=max(1, round(eta / 60)))
+                       if eta is not None else say("eta_unknown", lang))
+        if batch["meta"].get("retry_of"):
+            text += say("retry_of", lang, batch=batch["meta"]["retry_of"])
         await self._owe(f"batch:{batch['id']}:accepted", batch, "text", {"text": text})
 
     async def progress(self, batch: dict, step_event: dict | None) -> None:
         progress = await self.queue.batch_progress(batch["id"])
         lang = self._lang(batch)
         failed = progress.counts.get("failed", 0) + progress.counts.get("canceled", 0)
+        finished = progress.done >= progress.total
+        if batch["platform"] not in self.editable:
+            await self.milestones(batch, progress.done, progress.total, failed)
+            return
         text = say("progress", lang, batch=batch["id"], bar=bar(progress.done, progress.total),
                    done=progress.done, total=progress.total, failed=failed)
-        if step_event and progress.done < progress.total:
+        if step_event and not finished:
             d = step_event["data"]
             text += "\n" + say("progress_step", lang, row=d.get("row"), step=d["step"],
                                total=d["total"])
+        buttons = [] if finished else [{
+            "label": say("button_cancel", lang), "command": f"/cancel {batch['id']}",
+            "confirm": say("confirm_cancel", lang, batch=batch["id"])}]
         await self.outbox.put_progress(
             f"batch:{batch['id']}:progress", platform=batch["platform"],
-            conversation=batch["conversation"], thread=batch["thread"],
+            conversation=batch["conversation"], thread=thread_of(batch),
             payload={"text": text, "done": progress.done, "total": progress.total,
-                     "failed": failed, "batch": batch["id"],
-                     "finished": progress.done >= progress.total})
+                     "failed": failed, "batch": batch["id"], "finished": finished,
+                     "buttons": buttons, "lang": lang,
+                     "context": batch["meta"].get("context", {})})
+
+    async def milestones(self, batch: dict, done: int, total: int, failed: int) -> None:
+        """Where a message cannot be edited: one message at each quarter passed (the
+        summary is the last), each owed once."""
+        for percent in MILESTONES:
+            if done < total and done * 100 >= percent * total:
+                await self._owe(f"batch:{batch['id']}:milestone:{percent}", batch, "text", {
+                    "text": say("milestone", self._lang(batch), batch=batch["id"],
+                                percent=percent, done=done, total=total, failed=failed)})
 
     async def images(self, batch: dict, job: dict) -> None:
         values = self.key_values(batch["template"], job)[:CAPTION_VALUES]
@@ -131,13 +162,15 @@ class Notifier:
                       values=" · ".join(values))
         for i, path in enumerate(job["outputs"]):
             await self._owe(f"job:{job['id']}:image:{i}", batch, "image",
-                            {"path": path, "caption": caption, "row": job["row"]})
+                            {"path": path, "text": caption, "row": job["row"]})
 
     async def failure(self, batch: dict, job: dict) -> None:
         text = say("job_failed", self._lang(batch), row=job["row"], error=job["error"])
         await self._owe(f"job:{job['id']}:failed", batch, "text", {"text": text})
 
     async def summary(self, batch: dict) -> None:
+        """Three messages: the text (mentioning the submitter), the contact sheet, the
+        results .xlsx — each its own outbox row, so a retry never posts one twice."""
         key = f"batch:{batch['id']}:summary"
         if await self.outbox.get(key):
             return  # owed already (a replayed event): the files are written too
@@ -145,13 +178,18 @@ class Notifier:
         jobs = await self.queue.batch_jobs(batch["id"])
         lang = self._lang(batch)
         done = [j for j in jobs if j["status"] == "succeeded"]
+        # Events are read after the fact: the last job may have ended before this event's
+        # turn came. Owe every image and failure first (idempotent), so the summary (and
+        # with auto_save off, the deletion it carries) comes after all of them in the thread.
+        for job in jobs:
+            if job["status"] == "succeeded":
+                await self.images(batch, job)
+            elif job["status"] == "failed":
+                await self.failure(batch, job)
         folder = f"outputs/batch_{batch['id']}"
-        files = {"results": self.store.write(
-            f"{folder}/results.xlsx", results_xlsx(jobs, self.columns(batch["template"], jobs), lang))}
+        results = self.store.write(f"{folder}/results.xlsx", results_xlsx(
+            jobs, self.columns(batch["template"], jobs), lang))
         images = [(self.store.path(o), f"row {j['row']}") for j in done for o in j["outputs"]]
-        if images:
-            files["contact"] = self.store.write(f"{folder}/contact.png",
-                                                contact_sheet(images, font=self.font))
         started = min((j["started_at"] for j in jobs if j["started_at"]), default=None)
         finished = max((j["finished_at"] for j in jobs if j["finished_at"]), default=None)
         minutes = (finished - started) / 60 if started and finished else 0
@@ -159,8 +197,21 @@ class Notifier:
                    succeeded=len(done), total=len(jobs),
                    failed=sum(j["status"] == "failed" for j in jobs),
                    canceled=sum(j["status"] == "canceled" for j in jobs), minutes=minutes)
-        await self._owe(key, batch, "summary", {"text": text, "mention": batch["submitter"],
-                                                 **files})
+        await self._owe(key, batch, "text", {"text": text, "mention": batch["submitter"]})
+        if images:
+            contact = self.store.write(f"{folder}/contact.png",
+                                       contact_sheet(images, font=self.font))
+            await self._owe(f"{key}:contact", batch, "image", {"path": contact, "text": ""})
+        # Last in the thread: once it is sent, every image of the batch has been delivered.
+        delete = [] if self.auto_save else [o for j in done for o in j["outputs"]]
+        await self._owe(f"{key}:results", batch, "file", {"path": results, "text": "",
+                                                          "delete_after": delete})
+
+
+def thread_of(batch: dict) -> str:
+    """The batch's thread: where it was submitted, else the thread its acceptance starts
+    (resolved by the sender once that message has an id)."""
+    return batch["thread"] or f"@batch:{batch['id']}"
 
 
 def results_xlsx(jobs: list[dict], names: list[str], lang: str = "en") -> bytes:

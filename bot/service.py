@@ -1,7 +1,8 @@
 """`genbot serve`: the long-running service process.
 
-One aiohttp app. For now it hosts /healthz over the queue; the chat platforms,
-the API and the dashboard are added to this same app and process as they arrive.
+One aiohttp app. It hosts /healthz over the queue and runs the chat core's delivery
+loops (bot.core) for the chat platforms configured; the platforms' endpoints, the API
+and the dashboard join this same app and process.
 The executor runs beside it as a supervised child process (bot.supervisor), so
 the GPU code can crash without taking the service down.
 """
@@ -14,6 +15,8 @@ import signal
 
 from aiohttp import web
 
+from bot.core import ChatCore
+from bot.platform import Platform
 from bot.supervisor import Supervisor
 from storage.config import Config
 from storage.queue import Queue, open_queue
@@ -46,10 +49,12 @@ def load_checked_templates(config: Config) -> dict:
 
 
 async def serve(config: Config, *, ready: asyncio.Event | None = None,
-                executor: bool = True) -> None:
-    """Run until SIGINT/SIGTERM. `executor`: also run and supervise an executor process."""
-    load_checked_templates(config)
+                executor: bool = True, platforms: list[Platform] | None = None) -> None:
+    """Run until SIGINT/SIGTERM. `executor`: also run and supervise an executor process.
+    `platforms`: the chat platforms whose messages this service delivers."""
+    templates = load_checked_templates(config)
     queue = await open_queue(config)
+    core = ChatCore(config, queue, platforms or [], templates=templates)
     runner = web.AppRunner(build_app(queue), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, config.service.host, config.service.port)
@@ -70,12 +75,14 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None,
     if executor:
         supervisor = Supervisor(config)
         supervisor.start()
+    core.start()
     if ready is not None:
         ready.set()
     try:
         await stop.wait()
     finally:
         log.info("genbot stopping")
+        await core.stop()
         if supervisor:
             await supervisor.stop()
         await runner.cleanup()

@@ -76,7 +76,8 @@ class QueueConfig:
                              "stay resident on its GPU; to run more jobs at once, run one executor "
                              "per GPU (`genbot worker`)")
     auto_save: bool = key(True, "Keep every finished image in the output folder; false deletes "
-                          "each image once it has been delivered.")
+                          "a chat batch's images once they and its summary have been delivered "
+                          "(the contact sheet and results sheet stay).")
     lease_seconds: float = key(60.0, "A claimed job belongs to its executor this long without a "
                                "heartbeat; then another executor may take it over.",
                                min=2, max=86_400)
@@ -142,6 +143,19 @@ class ChatConfig:
                                     min=1, max=10_000_000)
     submitter_per_minute: int = key(5, "Submissions one submitter may make in a minute.",
                                     min=1, max=10_000)
+    language: str = key("en", "Language of replies where neither languages below, the person's "
+                        "own locale, nor the platform's default (DingTalk: zh) says otherwise.",
+                        choices=("en", "zh"))
+    languages: list[str] = key((), "Languages by person, conversation, workspace or platform, the "
+                               "most specific winning: [\"slack:U024BE7LH=en\", "
+                               "\"slack:C0123=zh\", \"slack:T0456=zh\", \"dingtalk=en\"].")
+    timezone: str = key("UTC", "Time zone (IANA name, e.g. Asia/Shanghai) of times typed in "
+                        "/gen --at, where the platform does not tell the person's own.")
+    progress_every: float = key(3.0, "Least seconds between two edits of a batch's progress "
+                                "message.", min=0.5, max=3600)
+    delivery_attempts: int = key(12, "Tries to post one message (backing off, honouring "
+                                 "Retry-After) before it is recorded as failed and reported.",
+                                 min=1, max=1000)
 
 
 @dataclass(frozen=True)
@@ -448,6 +462,18 @@ def _check_relations(config: Config) -> None:
         raise ConfigError(
             f"{config.source}: [queue] retry_backoff = {q.retry_backoff:g}: expected at most "
             f"retry_backoff_max ({q.retry_backoff_max:g})")
+    chat = config.chat
+    for entry in chat.languages:
+        where, _, lang = entry.rpartition("=")
+        if not where or lang not in ("en", "zh"):
+            raise ConfigError(f'{config.source}: [chat] languages: "{entry}": expected '
+                              '"platform:id=en" or "platform:id=zh" (or "platform=zh")')
+    try:
+        from zoneinfo import ZoneInfo
+        ZoneInfo(chat.timezone)
+    except (ValueError, KeyError, OSError):
+        raise ConfigError(f'{config.source}: [chat] timezone = "{chat.timezone}": expected an '
+                          "IANA time zone such as UTC or Asia/Shanghai") from None
     url = config.database.url
     if url and not url.startswith(("sqlite://", "postgres://", "postgresql://")):
         raise ConfigError(f"{config.source}: [database] url: expected sqlite:///path or "

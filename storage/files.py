@@ -36,6 +36,14 @@ class FileStore:
             raise
         return relative
 
+    def delete(self, relative: str) -> bool:
+        """Remove a file (e.g. an image once delivered, when auto_save is off)."""
+        try:
+            self.path(relative).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
     def put_input(self, data: bytes, suffix: str = ".png") -> str:
         """Store an input file under its content hash: the same image is stored once."""
         relative = f"inputs/{hashlib.sha256(data).hexdigest()}{suffix}"

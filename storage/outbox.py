@@ -32,32 +32,40 @@ INSERT INTO outbox (key, platform, conversation, thread, kind, payload, status, 
 VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, 0, $7, $7, $7)
 ON CONFLICT (key) DO NOTHING RETURNING id"""
 
-# A newer progress state: replace the payload; a sent one goes back to pending (an edit).
+# A newer progress state: replace the payload; a sent one goes back to pending (an edit),
+# due no sooner than the hold its last send set (edits at most every few seconds).
 PUT_PROGRESS = """
 INSERT INTO outbox (key, platform, conversation, thread, kind, payload, status, attempts,
                     version, next_at, created_at, updated_at)
 VALUES ($1, $2, $3, $4, 'progress', $5, 'pending', 0, 0, $6, $6, $6)
 ON CONFLICT (key) DO UPDATE SET payload = excluded.payload, status = 'pending',
   version = outbox.version + 1,
-  next_at = CASE WHEN outbox.status = 'pending' THEN outbox.next_at ELSE excluded.next_at END,
+  next_at = CASE WHEN outbox.status = 'pending' OR outbox.next_at > excluded.next_at
+                 THEN outbox.next_at ELSE excluded.next_at END,
   updated_at = excluded.updated_at
 WHERE outbox.status <> 'failed'"""
 
-# The oldest unsent message of each thread, if it is due.
+# The oldest unsent message of each thread of one platform, if it is due. Progress edits
+# wait for older messages but hold none up: a throttled edit must not delay images.
 DUE = f"""
 SELECT {_COLUMNS} FROM outbox o
-WHERE status = 'pending' AND next_at <= $1
+WHERE platform = $1 AND status = 'pending' AND next_at <= $2
   AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending' AND e.id < o.id
+                  AND e.kind <> 'progress'
                   AND e.platform = o.platform AND e.conversation = o.conversation
                   AND COALESCE(e.thread, '') = COALESCE(o.thread, ''))
-ORDER BY id LIMIT $2"""
+ORDER BY id LIMIT $3"""
+
+# When the platform's next message falls due (the sender sleeps until then).
+NEXT_DUE = "SELECT MIN(next_at) AS t FROM outbox WHERE platform = $1 AND status = 'pending'"
 
 # Only the version that was sent: a newer progress state stays pending, to edit it again.
 SENT = """
 UPDATE outbox SET status = 'sent', platform_id = COALESCE($2, platform_id), error = NULL,
-  attempts = attempts + 1, updated_at = $3
+  attempts = attempts + 1, updated_at = $3, next_at = $5
 WHERE id = $1 AND status = 'pending' AND version = $4"""
-KEEP_PLATFORM_ID = "UPDATE outbox SET platform_id = COALESCE(platform_id, $2) WHERE id = $1"
+KEEP_PLATFORM_ID = """
+UPDATE outbox SET platform_id = COALESCE(platform_id, $2), next_at = $3 WHERE id = $1"""
 
 RETRY = """
 UPDATE outbox SET attempts = attempts + 1, next_at = $2, error = $3, updated_at = $4
@@ -116,17 +124,21 @@ class Outbox:
         await self.db.execute(PUT_PROGRESS, key, platform, conversation, thread,
                               json.dumps(payload, ensure_ascii=False), self.clock())
 
-    async def due(self, limit: int = 50) -> list[Message]:
-        return [_message(r) for r in await self.db.fetch(DUE, self.clock(), limit)]
+    async def due(self, platform: str, limit: int = 50) -> list[Message]:
+        return [_message(r) for r in await self.db.fetch(DUE, platform, self.clock(), limit)]
 
-    async def sent(self, message: Message, platform_id: str | None) -> bool:
-        """Mark sent with the platform's message or file id. False: a newer progress
-        state came in meanwhile; it stays pending and will edit the message sent."""
+    async def next_due(self, platform: str) -> float | None:
+        return await self.db.fetchval(NEXT_DUE, platform)
+
+    async def sent(self, message: Message, platform_id: str | None, *, hold: float = 0.0) -> bool:
+        """Mark sent with the platform's message or file id. `hold`: seconds before a
+        newer progress state may edit it. False: a newer progress state came in
+        meanwhile; it stays pending and will edit the message sent, after the hold."""
+        until = self.clock() + hold
         if await self.db.execute(SENT, message.id, platform_id, self.clock(),
-                                 message.version) > 0:
+                                 message.version, until) > 0:
             return True
-        if platform_id:
-            await self.db.execute(KEEP_PLATFORM_ID, message.id, platform_id)
+        await self.db.execute(KEEP_PLATFORM_ID, message.id, platform_id, until)
         return False
 
     async def retry(self, message: Message, error: str, retry_after: float | None = None) -> None:

@@ -255,6 +255,16 @@ ACTIVE_BY_SUBMITTER = """
 SELECT COUNT(*) AS n FROM jobs WHERE status IN ('queued', 'running') AND submitter = $1"""
 BATCHES_SINCE = "SELECT COUNT(*) AS n FROM batches WHERE submitter = $1 AND created_at > $2"
 
+# /status without a number: the person's latest batch.
+LATEST_BATCH = "SELECT id FROM batches WHERE submitter = $1 ORDER BY id DESC LIMIT 1"
+BATCHES_OF = "SELECT id FROM batches WHERE submitter = $1 AND id > $2 ORDER BY id"
+
+# /queue: what runs now.
+RUNNING_JOBS = """
+SELECT j.id, j.batch_id, j.row, j.submitter, j.started_at, j.lease_owner, b.template
+FROM jobs j JOIN batches b ON b.id = j.batch_id
+WHERE j.status = 'running' ORDER BY j.started_at, j.id"""
+
 BATCH_COUNTS = "SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = $1 GROUP BY status"
 
 COUNTS = "SELECT status, priority, COUNT(*) AS n FROM jobs GROUP BY status, priority"

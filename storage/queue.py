@@ -311,6 +311,22 @@ class Queue:
         return CancelResult(ended=sorted(r["id"] for r in rows if r["status"] == Status.CANCELED),
                             asked=sorted(r["id"] for r in rows if r["status"] == Status.RUNNING))
 
+    async def retry_failed(self, batch_id: int, by: str = "") -> Enqueued | None:
+        """Queue a batch's failed jobs again, as a new batch in the same place (conversation
+        and thread) for the same submitter. None: the batch has no failed jobs.
+        A new batch, not reset rows: the first attempt's record, events and messages stay
+        true, and the retry gets its own acceptance, progress and summary."""
+        batch = await self.batch(batch_id)
+        failed = [j for j in await self.batch_jobs(batch_id) if j["status"] == Status.FAILED]
+        if batch is None or not failed:
+            return None
+        return await self.enqueue(Submission(
+            batch["template"], batch["submitter"],
+            [NewJob(j["row"], j["params"], j["affinity"]) for j in failed],
+            platform=batch["platform"], conversation=batch["conversation"],
+            thread=batch["thread"] or f"@batch:{batch_id}", priority=Priority(batch["priority"]),
+            meta={**batch["meta"], "retry_of": batch_id, "retried_by": by}))
+
     async def pause(self, by: str = "") -> bool:
         """Stop claiming (running jobs finish). Persisted. Returns False if already paused."""
         return await self.db.execute(q.SET_PAUSED, True, by, self.clock()) > 0
@@ -376,6 +392,16 @@ class Queue:
     async def batches_since(self, submitter: str, since: float) -> int:
         """Submissions by one submitter after `since` (a rate limit)."""
         return await self.db.fetchval(q.BATCHES_SINCE, submitter, since)
+
+    async def latest_batch(self, submitter: str) -> int | None:
+        return await self.db.fetchval(q.LATEST_BATCH, submitter)
+
+    async def batches_of(self, submitter: str, after: int = 0) -> list[int]:
+        return [r["id"] for r in await self.db.fetch(q.BATCHES_OF, submitter, after)]
+
+    async def running(self) -> list[dict[str, Any]]:
+        """Running jobs with their batch's template, oldest first."""
+        return await self.db.fetch(q.RUNNING_JOBS)
 
     async def counts(self) -> dict[str, dict[str, int]]:
         """{status: {priority: n}} over all jobs."""

@@ -140,8 +140,9 @@ def demo_models(tmp_path_factory) -> Path:
 
 def executor_config(data_dir: Path, demo_folder: Path, *, db_url: str | None = None,
                     executor: dict | None = None, queue: dict | None = None,
-                    models: dict | None = None):
-    """A config whose data folder links the session's demo models."""
+                    models: dict | None = None, **sections: dict):
+    """A config whose data folder links the session's demo models; `sections` add tables
+    such as chat={...}."""
     from storage import config as cfg
     (data_dir / "models").mkdir(parents=True, exist_ok=True)
     link = data_dir / "models" / "demo"
@@ -151,6 +152,7 @@ def executor_config(data_dir: Path, demo_folder: Path, *, db_url: str | None = N
             "queue": {"poll_interval": 0.1, "heartbeat_seconds": 1.0, "lease_seconds": 10.0,
                       "retry_backoff": 0.0, **(queue or {})},
             "executor": {"progress_interval": 0.0, **(executor or {})}}
+    data.update(sections)
     if db_url:
         data["database"] = {"url": db_url}
     if models:

@@ -26,7 +26,7 @@ async def env(db_url, clock, tmp_path):
     outbox = Outbox(db, clock=clock)
     store = FileStore(tmp_path)
     yield queue, outbox, store, Notifier(queue, outbox, store, platforms={"slack"},
-                                         templates=TEMPLATES, clock=clock)
+                                         editable={"slack"}, templates=TEMPLATES, clock=clock)
     await queue.close()
 
 
@@ -70,23 +70,30 @@ async def test_a_batch_from_acceptance_to_summary(env, clock):
     handled = await notifier.run_once()
     assert handled > 0
     messages = await owed(outbox)
-    images = {k: p for k, (kind, p) in messages.items() if kind == "image"}
+    images = {k: p for k, (kind, p) in messages.items() if ":image:" in k}
     assert sorted(p["row"] for p in images.values()) == [2, 4]
-    assert images[next(iter(images))]["caption"] == "第 2 行 · 新品 SKU2 · 1:1 · 1080"
+    assert images[next(iter(images))]["text"] == "第 2 行 · 新品 SKU2 · 1:1 · 1080"
     (failure,) = [p for k, (_, p) in messages.items() if k.endswith(":failed")]
     assert failure["text"] == "第 3 行失败：node gen (generate): out of memory"
     progress = messages[f"batch:{batch}:progress"][1]
     assert (progress["done"], progress["total"], progress["failed"], progress["finished"]) == \
         (3, 3, 1, True)
+    assert progress["buttons"] == []  # finished: no Cancel button
     summary = messages[f"batch:{batch}:summary"][1]
     assert summary["mention"] == "slack:U1" and "3 张中成功 2 张，失败 1" in summary["text"]
-    sheet = load_workbook(store.path(summary["results"])).active
+    keys = list(messages)
+    assert keys[-3:] == [f"batch:{batch}:summary", f"batch:{batch}:summary:contact",
+                         f"batch:{batch}:summary:results"]  # the summary comes last, in order
+    results = messages[f"batch:{batch}:summary:results"][1]
+    assert results["delete_after"] == []  # auto_save keeps the images
+    sheet = load_workbook(store.path(results["path"])).active
     rows = [list(r) for r in sheet.iter_rows(values_only=True)]
     assert rows[0] == ["行号", "image", "title", "aspect", "width", "position", "text_color",
                        "band_color", "watermark", "状态", "输出文件", "错误"]
     assert rows[1][:5] == [2, "inputs/abc.png", "新品 SKU2", "1:1", 1080]
     assert rows[2][0] == 3 and rows[2][9] == "failed" and "out of memory" in rows[2][11]
-    assert Image.open(store.path(summary["contact"])).size[0] > 0
+    contact = messages[f"batch:{batch}:summary:contact"]
+    assert contact[0] == "image" and Image.open(store.path(contact[1]["path"])).size[0] > 0
 
 
 async def test_a_restart_replays_events_and_owes_nothing_twice(env, clock):
@@ -96,8 +103,9 @@ async def test_a_restart_replays_events_and_owes_nothing_twice(env, clock):
     await run_jobs(queue, store, clock, fail_row=0)
     await notifier.run_once()
     before = await owed(outbox)
-    await outbox.advance("notifier", 0)  # as if the cursor had not been saved
-    again = Notifier(queue, outbox, store, platforms={"slack"}, templates=TEMPLATES, clock=clock)
+    await outbox.advance(notifier.cursor, 0)  # as if the cursor had not been saved
+    again = Notifier(queue, outbox, store, platforms={"slack"}, editable={"slack"},
+                     templates=TEMPLATES, clock=clock)
     assert await again.run_once() > 0
     assert await owed(outbox) == before
 
@@ -108,3 +116,28 @@ async def test_batches_from_other_fronts_owe_nothing_here(env, clock):
     await run_jobs(queue, store, clock, fail_row=0)
     assert await notifier.run_once() > 0
     assert await owed(outbox) == {}
+
+
+async def test_where_messages_cannot_be_edited_progress_comes_as_milestones(env, clock):
+    queue, outbox, store, _ = env
+    notifier = Notifier(queue, outbox, store, platforms={"dingtalk"}, templates=TEMPLATES,
+                        auto_save=False, clock=clock)
+    batch = (await queue.enqueue(Submission(
+        "social_thumb", "dingtalk:U1", [NewJob(r, workflow(r, "A")) for r in range(2, 6)],
+        platform="dingtalk", conversation="C1"))).batch_id
+    while (lease := await queue.claim("exec")) is not None:  # the notifier keeps up
+        buf = io.BytesIO()
+        Image.new("RGB", (16, 16), "#aa3300").save(buf, "PNG")
+        path = store.write(f"outputs/batch_{batch}/{lease.row}.png", buf.getvalue())
+        await queue.complete(lease, [path])
+        await notifier.run_once()
+    messages = await owed(outbox)
+    assert f"batch:{batch}:progress" not in messages
+    milestones = [p["text"] for k, (_, p) in messages.items() if ":milestone:" in k]
+    assert milestones == [f"Batch {batch}: 25% — 1/4 done, 0 failed",
+                          f"Batch {batch}: 50% — 2/4 done, 0 failed",
+                          f"Batch {batch}: 75% — 3/4 done, 0 failed"]  # 100%: the summary
+    results = messages[f"batch:{batch}:summary:results"][1]
+    assert sorted(results["delete_after"]) == [f"outputs/batch_{batch}/{r}.png"
+                                               for r in range(2, 6)]
+    assert all(m.thread == f"@batch:{batch}" for m in [await outbox.get(k) for k in messages])

@@ -1,0 +1,106 @@
+"""The chat side of a running service: one core over any number of platforms.
+
+`ChatCore` holds the pieces every front shares — the queue, the inbox, grants and
+audit, the outbox, the command core (`bot.chat.Chat`) — and runs the background
+loops that make delivery durable: the notifier (queue events -> owed messages), one
+sender per platform (owed messages -> posts), and the inbox's clean-up. `genbot
+serve` runs one for Slack and DingTalk; `genbot chat` runs one for the terminal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from bot.chat import Chat
+from bot.notifier import Notifier
+from bot.platform import Platform
+from bot.sender import Sender
+from storage.access import Access
+from storage.config import Config
+from storage.files import FileStore
+from storage.inbox import Inbox
+from storage.outbox import Outbox
+from storage.queue import Queue
+
+log = logging.getLogger("genbot.core")
+NOTIFIER_POLL = 0.3  # seconds between reads of the event log when it had nothing new
+PURGE_EVERY = 3600.0
+
+
+class ChatCore:
+    def __init__(self, config: Config, queue: Queue, platforms: list[Platform], *,
+                 templates: dict, clock: Callable[[], float] = time.time,
+                 local_admins: tuple[str, ...] = ()):
+        self.config, self.queue, self.clock = config, queue, clock
+        self.platforms = {p.name: p for p in platforms}
+        db = queue.db
+        self.store = FileStore(config.data_dir)
+        self.outbox = Outbox(db, clock=clock)
+        self.inbox = Inbox(db, config.chat.inbox_keep_hours * 3600, clock=clock)
+        self.access = Access(db, clock=clock)
+        self.senders = {name: Sender(self.outbox, p, self.store,
+                                     attempts=config.chat.delivery_attempts,
+                                     progress_every=config.chat.progress_every, clock=clock)
+                        for name, p in self.platforms.items()}
+        self.notifier = Notifier(queue, self.outbox, self.store, platforms=self.platforms,
+                                 editable=[n for n, p in self.platforms.items() if p.can_edit],
+                                 templates=templates, font=config.executor.font,
+                                 auto_save=config.queue.auto_save, clock=clock)
+        self.chat = Chat(queue=queue, inbox=self.inbox, access=self.access, outbox=self.outbox,
+                         store=self.store, templates=templates, config=config,
+                         platforms=self.platforms, clock=clock, on_owed=self.wake,
+                         local_admins=local_admins)
+        self.tasks: list[asyncio.Task] = []
+
+    def wake(self) -> None:
+        for sender in self.senders.values():
+            sender.wake.set()
+
+    async def pump(self) -> None:
+        """One round of everything: follow the event log, then post what is due."""
+        while await self.notifier.run_once():
+            pass
+        for sender in self.senders.values():
+            while await sender.run_once():
+                pass
+
+    def start(self) -> None:
+        if not self.platforms:
+            return
+        self.tasks = [asyncio.create_task(self._notify(), name="notifier"),
+                      asyncio.create_task(self._purge(), name="inbox-purge")]
+        self.tasks += [asyncio.create_task(s.run(), name=f"sender-{n}")
+                       for n, s in self.senders.items()]
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.tasks = []
+        for platform in self.platforms.values():
+            await platform.close()
+
+    async def _notify(self) -> None:
+        while True:
+            try:
+                if await self.notifier.run_once():
+                    self.wake()
+                    continue
+            except Exception:
+                log.exception("notifier: cannot follow the event log; trying again")
+            await asyncio.sleep(NOTIFIER_POLL)
+
+    async def _purge(self) -> None:
+        while True:
+            try:
+                if gone := await self.inbox.purge():
+                    log.info("inbox: forgot %d expired uploads", gone)
+            except Exception:
+                log.exception("inbox: purge failed")
+            await asyncio.sleep(PURGE_EVERY)

@@ -1,0 +1,106 @@
+"""The platform interface: all the chat core needs from Slack, DingTalk, a terminal or a test.
+
+An adapter does two things and nothing more:
+
+- inbound, it turns what arrives (a message with its text and files, a button press)
+  into an `Incoming` and hands it to `bot.chat.Chat.receive`;
+- outbound, it implements `Platform`: send text, send an image or a file, edit a
+  message (if `can_edit`), show buttons (if `has_buttons`), and download a file it
+  announced.
+
+Everything else — grammar, permissions, the inbox, the outbox and its retries,
+languages — is the core's, written once. A third platform is one module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A file someone sent the bot, as the platform announced it."""
+    name: str
+    size: int
+    handle: dict[str, Any]  # what `download` needs: a URL, a file id, a downloadCode
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A message addressed to the bot, or a button press turned into the command it stands for."""
+    platform: str
+    user: str
+    conversation: str
+    text: str = ""
+    message: str | None = None  # the platform's id: ties files to it, makes a retry a no-op
+    thread: str | None = None  # where replies go; None: the conversation itself
+    files: tuple[FileRef, ...] = ()
+    workspace: str | None = None  # Slack team, DingTalk corp: a unit languages can be set for
+    lang: str | None = None  # the person's locale, if the platform knows it
+    tz: str | None = None  # their IANA time zone, if the platform knows it
+    context: dict[str, Any] = field(default_factory=dict)  # opaque to the core, for replies
+
+
+@dataclass(frozen=True)
+class Button:
+    """A button that, pressed, comes back as `command` typed by whoever pressed it."""
+    label: str
+    command: str
+    confirm: str | None = None  # a question to confirm first, where the platform can ask
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One thing to post: text, an image or a file (with text as its caption)."""
+    conversation: str
+    thread: str | None  # the platform's thread id, or None
+    text: str = ""
+    file: Path | None = None
+    image: bool = False  # `file` is an image to show inline
+    mention: str | None = None  # a user id (without platform) to mention
+    buttons: tuple[Button, ...] = ()
+    context: dict[str, Any] = field(default_factory=dict)  # from the Incoming it answers
+
+
+class DeliveryError(Exception):
+    """The platform did not take a message. `retry_after`: it said when to try again;
+    `permanent`: trying again cannot help (a deleted channel, a revoked token)."""
+
+    def __init__(self, reason: str, *, retry_after: float | None = None, permanent: bool = False):
+        self.reason, self.retry_after, self.permanent = reason, retry_after, permanent
+        super().__init__(reason)
+
+
+class DownloadError(Exception):
+    """A file could not be fetched, as a message code (bot.messages) and its details."""
+
+    def __init__(self, code: str, **details: Any):
+        self.code, self.details = code, details
+        super().__init__(code)
+
+
+class Platform:
+    """Override `send` and `download`; `edit` where the platform can edit."""
+
+    name = "platform"
+    can_edit = False
+    has_buttons = False
+    has_threads = False
+    default_lang: str | None = None  # e.g. DingTalk: zh, unless [chat] languages says otherwise
+    file_hint: str | None = None  # a message code: how to send this platform's bot a file
+
+    async def send(self, out: Outgoing) -> str:
+        """Post `out`; return the platform's id of what was posted (to edit or thread it)."""
+        raise NotImplementedError
+
+    async def edit(self, message_id: str, out: Outgoing) -> None:
+        raise NotImplementedError(f"{self.name} cannot edit messages")
+
+    async def download(self, handle: dict[str, Any]) -> bytes:
+        """The bytes of a file announced with `handle`, or DownloadError."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Release connections."""

@@ -1,0 +1,135 @@
+"""The sender: posts what the outbox owes on one platform, and marks it sent.
+
+One sender per platform, so a rate-limited Slack never holds up DingTalk. Each round
+takes the due messages — at most the oldest of each thread, so threads stay in order —
+and posts them concurrently (different threads only). A message the platform refuses
+for now (429 with Retry-After, 5xx, a timeout) goes back with a backoff; one it refuses
+for good, or that fails `attempts` times, is recorded as failed and reported in its
+conversation. Progress messages are edited in place where the platform can, at most
+every `progress_every` seconds.
+
+A crash between posting and marking sent posts that one message again on restart:
+at least once, in normal operation exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import aiohttp
+
+from bot.messages import say
+from bot.platform import Button, DeliveryError, Outgoing, Platform
+from storage.files import FileStore
+from storage.outbox import Message, Outbox
+
+log = logging.getLogger("genbot.sender")
+TIMEOUT = 120.0  # seconds one platform call may take before it counts as a failed try
+REPORTED = ":undelivered"  # key suffix of the notice about a failed message
+
+
+class Sender:
+    def __init__(self, outbox: Outbox, platform: Platform, store: FileStore, *,
+                 attempts: int = 12, progress_every: float = 3.0, concurrency: int = 4,
+                 clock: Callable[[], float] = time.time):
+        self.outbox, self.platform, self.store = outbox, platform, store
+        self.attempts, self.progress_every, self.clock = attempts, progress_every, clock
+        self.limit = asyncio.Semaphore(concurrency)
+        self.wake = asyncio.Event()
+
+    async def run_once(self, limit: int = 50) -> int:
+        """Post every message due now (one per thread); returns how many were tried."""
+        due = await self.outbox.due(self.platform.name, limit)
+        await asyncio.gather(*(self.deliver(m) for m in due))
+        return len(due)
+
+    async def run(self, idle: float = 1.0) -> None:
+        """Forever: deliver, then sleep until the next message falls due or `wake` is set."""
+        while True:
+            try:
+                if await self.run_once():
+                    continue
+                next_at = await self.outbox.next_due(self.platform.name)
+            except Exception:  # the database away for a moment: try again shortly
+                log.exception("sender %s: cannot read the outbox", self.platform.name)
+                next_at = None
+            wait = idle if next_at is None else min(idle, max(0.0, next_at - self.clock()))
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout=max(wait, 0.05))
+            except asyncio.TimeoutError:
+                pass
+
+    async def deliver(self, m: Message) -> None:
+        async with self.limit:
+            try:
+                out = await self.outgoing(m)
+                edit = m.kind == "progress" and m.platform_id and self.platform.can_edit
+                call = (self.platform.edit(m.platform_id, out) if edit
+                        else self.platform.send(out))
+                sent_id = await asyncio.wait_for(call, TIMEOUT)
+            except DeliveryError as e:
+                await self.failed_try(m, e.reason, e.retry_after, e.permanent)
+                return
+            except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as e:
+                await self.failed_try(m, f"{type(e).__name__}: {e}"[:500], None, False)
+                return
+            except Exception as e:  # a bug in an adapter: keep trying, then record it
+                log.exception("sender %s: %s failed", self.platform.name, m.key)
+                await self.failed_try(m, f"{type(e).__name__}: {e}"[:500], None, False)
+                return
+            if edit:
+                sent_id = m.platform_id
+            hold = self.progress_every if m.kind == "progress" else 0.0
+            await self.outbox.sent(m, sent_id, hold=hold)
+            for path in m.payload.get("delete_after") or ():
+                self.store.delete(path)
+
+    async def outgoing(self, m: Message) -> Outgoing:
+        p = m.payload
+        thread = await self.thread(m)
+        path = p.get("path")
+        mention = p.get("mention")
+        return Outgoing(
+            conversation=m.conversation, thread=thread, text=p.get("text", ""),
+            file=self.store.path(path) if path else None, image=m.kind == "image",
+            mention=mention.split(":", 1)[1] if mention and ":" in mention else mention,
+            buttons=tuple(Button(b["label"], b["command"], b.get("confirm"))
+                          for b in p.get("buttons", ())) if self.platform.has_buttons else (),
+            context=p.get("context") or {})
+
+    async def thread(self, m: Message) -> str | None:
+        """The platform's thread id. "@batch:N" is the thread the batch's acceptance
+        starts: that message itself posts to the conversation, the others under it (the
+        outbox hands them out only after it, being older in the same thread)."""
+        if not self.platform.has_threads or m.thread is None:
+            return None
+        if not m.thread.startswith("@batch:"):
+            return m.thread
+        root_key = f"batch:{m.thread.removeprefix('@batch:')}:accepted"
+        if m.key == root_key:
+            return None
+        root = await self.outbox.get(root_key)
+        return root.platform_id if root else None  # none: post in the conversation
+
+    async def failed_try(self, m: Message, error: str, retry_after: float | None,
+                         permanent: bool) -> None:
+        if not permanent and m.attempts + 1 < self.attempts:
+            log.info("sender %s: %s not delivered (try %d): %s", self.platform.name, m.key,
+                     m.attempts + 1, error)
+            await self.outbox.retry(m, error, retry_after)
+            return
+        log.warning("sender %s: %s failed for good: %s", self.platform.name, m.key, error)
+        await self.outbox.failed(m, error)
+        if not m.key.endswith(REPORTED) and m.kind != "progress":
+            lang = m.payload.get("lang", "en")
+            what = (say("what_image", lang, row=m.payload["row"]) if m.payload.get("row")
+                    else say("what_message", lang))
+            await self.outbox.put(m.key + REPORTED, platform=m.platform,
+                                  conversation=m.conversation, thread=m.thread, kind="text",
+                                  payload={"text": say("undelivered", lang, what=what,
+                                                       error=error[:300]),
+                                           "lang": lang, "context": m.payload.get("context")})

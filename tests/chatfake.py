@@ -1,0 +1,172 @@
+"""An in-process chat platform for tests: it implements bot.platform.Platform and records
+everything posted, with switches for the faults real platforms have."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bot.platform import DeliveryError, DownloadError, FileRef, Incoming, Outgoing, Platform
+
+
+@dataclass
+class Post:
+    id: str
+    conversation: str
+    thread: str | None
+    text: str
+    file: str | None = None  # the file's name
+    data: bytes | None = None
+    image: bool = False
+    mention: str | None = None
+    buttons: tuple = ()
+    edits: list[str] = field(default_factory=list)
+
+    @property
+    def shown(self) -> str:
+        """What the message says now (after its edits)."""
+        return self.edits[-1] if self.edits else self.text
+
+
+class MemoryPlatform(Platform):
+    def __init__(self, name: str = "test", *, can_edit: bool = True, has_buttons: bool = True,
+                 has_threads: bool = True, default_lang: str | None = None,
+                 file_hint: str | None = None):
+        self.name, self.can_edit, self.has_buttons = name, can_edit, has_buttons
+        self.has_threads, self.default_lang, self.file_hint = has_threads, default_lang, file_hint
+        self.posts: list[Post] = []
+        self.files: dict[str, bytes] = {}
+        self.faults: list[BaseException] = []  # raised by the next sends and edits, in order
+        self.calls = 0
+        self._ids = itertools.count(1)
+        self._messages = itertools.count(1)
+
+    # --- what a person does ---------------------------------------------------------
+    def upload(self, name: str, data: bytes) -> FileRef:
+        key = f"F{len(self.files) + 1}"
+        self.files[key] = data
+        return FileRef(name, len(data), {"id": key})
+
+    def message(self, text: str = "", *, user: str = "U1", conversation: str = "C1",
+                files: tuple[FileRef, ...] = (), thread: str | None = None, **extra) -> Incoming:
+        return Incoming(self.name, user, conversation, text, message=f"M{next(self._messages)}",
+                        thread=thread, files=files, **extra)
+
+    # --- the interface ---------------------------------------------------------------
+    async def _fault(self) -> None:
+        self.calls += 1
+        if self.faults:
+            fault = self.faults.pop(0)
+            if isinstance(fault, float):
+                await asyncio.sleep(fault)
+            else:
+                raise fault
+
+    async def send(self, out: Outgoing) -> str:
+        await self._fault()
+        post = Post(f"P{next(self._ids)}", out.conversation, out.thread, out.text,
+                    out.file.name if out.file else None,
+                    out.file.read_bytes() if out.file else None, out.image, out.mention,
+                    out.buttons)
+        self.posts.append(post)
+        return post.id
+
+    async def edit(self, message_id: str, out: Outgoing) -> None:
+        await self._fault()
+        post = next(p for p in self.posts if p.id == message_id)
+        post.edits.append(out.text)
+        post.buttons = out.buttons
+
+    async def download(self, handle: dict) -> bytes:
+        if handle.get("id") not in self.files:
+            raise DownloadError("download_failed", reason="the platform no longer has it")
+        return self.files[handle["id"]]
+
+    # --- reading what was posted ------------------------------------------------------
+    def texts(self, conversation: str | None = None) -> list[str]:
+        return [p.shown for p in self.posts if conversation in (None, p.conversation)]
+
+    def in_thread(self, thread: str) -> list[Post]:
+        return [p for p in self.posts if p.thread == thread]
+
+
+def rate_limited(seconds: float = 0.0) -> DeliveryError:
+    return DeliveryError("429 rate limited", retry_after=seconds)
+
+
+def server_error() -> DeliveryError:
+    return DeliveryError("500 internal error")
+
+
+def permanent(reason: str = "channel_not_found") -> DeliveryError:
+    return DeliveryError(reason, permanent=True)
+
+
+def example(name: str) -> bytes:
+    return (Path(__file__).resolve().parent.parent / "examples" / name).read_bytes()
+
+
+class World:
+    """A chat core over test platforms on one data folder, with an in-process executor."""
+
+    def __init__(self, config, platforms: list[MemoryPlatform] | None = None, *, clock=None,
+                 local_admins: tuple[str, ...] = ()):
+        import time
+        self.config = config
+        self.platforms = platforms or [MemoryPlatform()]
+        self.platform = self.platforms[0]
+        self.clock = clock or time.time
+        self.local_admins = local_admins
+        self.task = None
+
+    async def __aenter__(self) -> "World":
+        from bot.core import ChatCore
+        from executor.workflow import load_templates
+        from storage.queue import open_queue
+        self.queue = await open_queue(self.config, clock=self.clock)
+        templates, _ = load_templates(self.config.templates_dir)
+        self.core = ChatCore(self.config, self.queue, self.platforms, templates=templates,
+                             clock=self.clock, local_admins=self.local_admins)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop_executor()
+        await self.queue.close()
+
+    async def send(self, text: str = "", *, platform: MemoryPlatform | None = None,
+                   **fields) -> list[Post]:
+        """A person writes; returns what the bot posted in answer (after one pump)."""
+        p = platform or self.platform
+        before = len(p.posts)
+        await self.core.chat.receive(p.message(text, **fields))
+        await self.core.pump()
+        return p.posts[before:]
+
+    def start_executor(self) -> None:
+        from executor.worker import Worker
+        self.worker = Worker(self.config, self.queue, owner="test-executor")
+        self.task = asyncio.create_task(self.worker.run())
+
+    async def stop_executor(self) -> None:
+        if self.task:
+            self.worker.stopping.set()
+            await self.task
+            self.task = None
+
+    async def finish(self, timeout: float = 60) -> None:
+        """Until no job is queued or running and everything owed has been posted."""
+        async with asyncio.timeout(timeout):
+            while True:
+                if self.task and self.task.done():
+                    self.task.result()
+                await self.core.pump()
+                active = await self.queue.active_counts()
+                pending = [await self.core.outbox.next_due(p.name) for p in self.platforms]
+                caught_up = await self.core.outbox.cursor(self.core.notifier.cursor) >= \
+                    await self.queue.last_event_seq()
+                if not active["queued"] and not active["running"] and caught_up and \
+                        all(t is None for t in pending):
+                    return
+                await asyncio.sleep(0.05)
