@@ -113,9 +113,10 @@ class Chat:
     def zone(self, msg: Incoming) -> ZoneInfo:
         for name in (msg.tz, self.config.chat.timezone):
             try:
-                return ZoneInfo(name) if name else ZoneInfo("UTC")
+                if name:
+                    return ZoneInfo(name)
             except (ValueError, KeyError, OSError):
-                continue
+                continue  # a zone this machine does not know: the next one
         return ZoneInfo("UTC")
 
     # --- Receiving --------------------------------------------------------------------
@@ -272,7 +273,8 @@ async def gen(chat: Chat, turn: Turn, cmd: Command) -> None:
     upload = lookup.found
     if upload is None:
         if lookup.ambiguous:
-            turn.say("file_ambiguous", names=", ".join(u.name for u in lookup.candidates),
+            turn.say("file_ambiguous", names=", ".join(
+                u.name for u in sorted(lookup.candidates, key=lambda u: u.id)),
                      template=name)
             return
         if cmd.args["file"]:
@@ -358,9 +360,9 @@ async def queue_(chat: Chat, turn: Turn, cmd: Command) -> None:
     else:
         turn.say("queue_running")
     active = await chat.queue.active_counts()
-    eta = await chat.queue.eta(active["queued"] - 1) if active["queued"] else 0.0
-    turn.add("queue_counts", queued=active["queued"], running=active["running"],
-             eta=_eta(turn.lang, eta))
+    turn.add("queue_counts", queued=active["queued"], running=active["running"])
+    if active["queued"]:
+        turn.add("queue_eta", eta=_eta(turn.lang, await chat.queue.eta(active["queued"] - 1)))
     now = chat.clock()
     for job in await chat.queue.running():
         turn.add("queue_job", job=job["id"], batch=job["batch_id"], template=job["template"],

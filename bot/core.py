@@ -68,6 +68,19 @@ class ChatCore:
             while await sender.run_once():
                 pass
 
+    async def settle(self, timeout: float = 10.0) -> None:
+        """Wait (with the loops running) until what is owed now has been posted: the
+        terminal prints a command's replies before it reads the next one."""
+        deadline = self.clock() + timeout
+        while self.clock() < deadline:
+            caught_up = await self.outbox.cursor(self.notifier.cursor) >= \
+                await self.queue.last_event_seq()
+            due = [await self.outbox.next_due(name) for name in self.platforms]
+            if caught_up and all(t is None or t > self.clock() for t in due):
+                return
+            self.wake()
+            await asyncio.sleep(0.05)
+
     def start(self) -> None:
         if not self.platforms:
             return

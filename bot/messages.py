@@ -192,6 +192,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "file_ambiguous": ("Several spreadsheets came with this message ({names}); name one: /gen "
                        "{template} FILE", "这条消息带有多个表格（{names}）；请指定一个：/gen "
                        "{template} 文件名"),
+    "file_hint_dm": ("Send the file to me in a direct (1:1) chat first; then /gen here can "
+                     "name it.", "请先在与我的单聊中发送文件；之后即可在这里用 /gen 引用它。"),
     "recent_files": ("Files you sent lately: {files}", "你最近发送的文件：{files}"),
     "file_age": ("{name} ({minutes:,} min ago)", "{name}（{minutes:,} 分钟前）"),
     "download_failed": ('could not fetch "{file}": {reason}', "无法获取“{file}”：{reason}"),
@@ -212,8 +214,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "queue_paused": ("The queue is paused (by {by}): running jobs finish, none start.",
                      "队列已暂停（由 {by}）：运行中的任务会完成，不再启动新任务。"),
     "queue_running": ("The queue is running.", "队列运行中。"),
-    "queue_counts": ("{queued:,} queued, {running:,} running; {eta}",
-                     "排队 {queued:,}，运行中 {running:,}；{eta}"),
+    "queue_counts": ("{queued:,} queued, {running:,} running", "排队 {queued:,}，运行中 {running:,}"),
+    "queue_eta": ("all queued jobs {eta}", "全部排队任务{eta}"),
     "queue_job": ("job {job}: batch {batch} · {template} · row {row} · {minutes:.1f} min",
                   "任务 {job}：批次 {batch} · {template} · 第 {row} 行 · {minutes:.1f} 分钟"),
     "canceled": ("Canceled: {ended:,} queued jobs ended, {asked:,} running told to stop.",

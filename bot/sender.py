@@ -3,9 +3,9 @@
 One sender per platform, so a rate-limited Slack never holds up DingTalk. Each round
 takes the due messages — at most the oldest of each thread, so threads stay in order —
 and posts them concurrently (different threads only). A message the platform refuses
-for now (429 with Retry-After, 5xx, a timeout) goes back with a backoff; one it refuses
-for good, or that fails `attempts` times, is recorded as failed and reported in its
-conversation. Progress messages are edited in place where the platform can, at most
+for now goes back: after its Retry-After (a rate limit: no attempt used), or with a
+doubling backoff (5xx, a timeout); one it refuses for good, or that fails `attempts`
+times, is recorded as failed and reported in its conversation. Progress messages are edited in place where the platform can, at most
 every `progress_every` seconds.
 
 A crash between posting and marking sent posts that one message again on restart:
@@ -117,7 +117,7 @@ class Sender:
 
     async def failed_try(self, m: Message, error: str, retry_after: float | None,
                          permanent: bool) -> None:
-        if not permanent and m.attempts + 1 < self.attempts:
+        if not permanent and (retry_after is not None or m.attempts + 1 < self.attempts):
             log.info("sender %s: %s not delivered (try %d): %s", self.platform.name, m.key,
                      m.attempts + 1, error)
             await self.outbox.retry(m, error, retry_after)

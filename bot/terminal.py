@@ -116,6 +116,7 @@ async def chat(config: Config, user: str | None = None, *, executor: bool = True
             text, files = attach(line.strip())
             await core.chat.receive(Incoming(NAME, me, CONVERSATION, text,
                                              message=uuid.uuid4().hex, files=files))
+            await core.settle()
         return await _finish(core, who, first, supervisor, stdout)
     finally:
         await core.stop()

@@ -9,8 +9,8 @@ normal operation nothing is sent twice and nothing owed is lost.
   payload and, once the first version is sent, asks for an edit of that message.
 - `due` hands out, per thread, only the oldest unsent message, so each thread gets
   its messages in order even while one of them is being retried.
-- `retry` backs off (doubling, at least the platform's Retry-After); `failed` records
-  a permanent error.
+- `retry` waits as long as the platform's Retry-After says (a rate limit uses no
+  attempt), else backs off, doubling; `failed` records a permanent error.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, 0, $7, $7, $7)
 ON CONFLICT (key) DO NOTHING RETURNING id"""
 
 # A newer progress state: replace the payload; a sent one goes back to pending (an edit),
-# due no sooner than the hold its last send set (edits at most every few seconds).
+# due no sooner than the hold its last send set (edits at most every few seconds). The
+# same state again changes nothing: no edit that would show what is already shown.
 PUT_PROGRESS = """
 INSERT INTO outbox (key, platform, conversation, thread, kind, payload, status, attempts,
                     version, next_at, created_at, updated_at)
@@ -43,7 +44,7 @@ ON CONFLICT (key) DO UPDATE SET payload = excluded.payload, status = 'pending',
   next_at = CASE WHEN outbox.status = 'pending' OR outbox.next_at > excluded.next_at
                  THEN outbox.next_at ELSE excluded.next_at END,
   updated_at = excluded.updated_at
-WHERE outbox.status <> 'failed'"""
+WHERE outbox.status <> 'failed' AND outbox.payload <> excluded.payload"""
 
 # The oldest unsent message of each thread of one platform, if it is due. Progress edits
 # wait for older messages but hold none up: a throttled edit must not delay images.
@@ -68,7 +69,7 @@ KEEP_PLATFORM_ID = """
 UPDATE outbox SET platform_id = COALESCE(platform_id, $2), next_at = $3 WHERE id = $1"""
 
 RETRY = """
-UPDATE outbox SET attempts = attempts + 1, next_at = $2, error = $3, updated_at = $4
+UPDATE outbox SET attempts = attempts + $5, next_at = $2, error = $3, updated_at = $4
 WHERE id = $1 AND status = 'pending'"""
 
 FAILED = """
@@ -142,9 +143,14 @@ class Outbox:
         return False
 
     async def retry(self, message: Message, error: str, retry_after: float | None = None) -> None:
+        """Try again later: when the platform said (a rate limit, which is not the
+        message's fault and uses no attempt), else after a doubling backoff."""
+        if retry_after is not None:
+            await self.db.execute(RETRY, message.id, self.clock() + retry_after, error,
+                                  self.clock(), 0)
+            return
         wait = min(self.backoff * 2 ** message.attempts, self.backoff_max)
-        await self.db.execute(RETRY, message.id, self.clock() + max(wait, retry_after or 0),
-                              error, self.clock())
+        await self.db.execute(RETRY, message.id, self.clock() + wait, error, self.clock(), 1)
 
     async def failed(self, message: Message, error: str) -> None:
         await self.db.execute(FAILED, message.id, error, self.clock())

@@ -1,0 +1,314 @@
+"""Every command, file rule, permission and limit of the chat core, on the test platform."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from openpyxl import load_workbook
+
+from bot.commands import NAMES
+from tests.chatfake import MemoryPlatform, World
+from tests.conftest import ROOT, executor_config
+
+BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
+
+
+def config(tmp_path, demo_models, **chat):
+    return executor_config(tmp_path / "data", demo_models,
+                           chat={"admins": ["test:BOSS"], "viewers": ["test:V"], **chat})
+
+
+@pytest.fixture
+async def world(tmp_path, demo_models):
+    async with World(config(tmp_path, demo_models)) as w:
+        yield w
+
+
+def sheet(rows: int, name: str = "sheet.csv", title: str = "Title") -> tuple[str, bytes]:
+    lines = ["image,title"] + [f"bottle.png,{title} {i}" for i in range(rows)]
+    return name, "\n".join(lines).encode()
+
+
+async def upload(w: World, rows: int = 2, *, user: str = "U1", conversation: str = "C1",
+                 name: str = "sheet.csv", text: str = "") -> list:
+    """A person sends a sheet and the picture its rows name."""
+    p = w.platform
+    files = (p.upload(*sheet(rows, name)), p.upload("bottle.png", BOTTLE))
+    return await w.send(text, user=user, conversation=conversation, files=files)
+
+
+async def audit(w: World) -> list[tuple]:
+    return [(a["user_id"], a["action"], a["allowed"], a["detail"].get("refusal"))
+            for a in reversed(await w.core.access.audit_log())]
+
+
+# --- reading commands -------------------------------------------------------------------
+
+async def test_help_templates_template_queue_and_status_answer(world):
+    (help_,) = await world.send("/help")
+    assert help_.text.splitlines()[0].startswith("Commands") and "/gen TEMPLATE [FILE]" in help_.text
+    (one,) = await world.send("help cancel")  # without the slash, too
+    assert one.text.startswith("usage: /cancel BATCH | job JOB | mine | all")
+    (listing,) = await world.send("@genbot templates")  # and after a mention
+    assert [line.split(" — ")[0] for line in listing.text.splitlines()[1:]] == \
+        ["material_swap", "product_main", "social_thumb"]
+    (info,) = await world.send("/template social_thumb")
+    assert info.text.startswith("social_thumb: Social media thumbnail") and "  image* (image)" in info.text
+    example = load_workbook(io.BytesIO(info.data))
+    assert info.file == "social_thumb-en.xlsx" and example.active["A1"].value == "image"
+    (nope,) = await world.send("/template social_thum")
+    assert nope.text.startswith('no template "social_thum" — did you mean social_thumb?')
+    (queue,) = await world.send("/queue")
+    assert queue.text == "The queue is running.\n0 queued, 0 running"
+    (status,) = await world.send("/status")
+    assert status.text == "You have no batches yet."
+    (unknown,) = await world.send("/frobnicate now")
+    assert unknown.text == 'unknown command "/frobnicate"; /help lists the commands'
+    (bad,) = await world.send("/status twelve")
+    assert bad.text == '"twelve" is not a batch number\nusage: /status [BATCH]'
+
+
+# --- /gen and the inbox -------------------------------------------------------------------
+
+async def test_gen_finds_the_file_named_or_the_latest_sheet_else_lists_what_it_has(world):
+    p = world.platform
+    (none,) = await world.send("/gen social_thumb")
+    assert none.text == ("I have no spreadsheet from you. Send one (.xlsx, .csv …), then type "
+                         "/gen social_thumb FILE.")
+    await upload(world, conversation="DM")  # sent in a DM, used in the channel
+    accepted, _progress = await world.send("/gen social_thumb sheet.csv")
+    assert accepted.text.startswith("Batch 1 accepted: 2 social_thumb jobs")
+    (missing,) = await world.send("/gen social_thumb other.xlsx")
+    assert missing.text == ('I have no file "other.xlsx" from you.\n'
+                            "Files you sent lately: bottle.png (0 min ago), sheet.csv (0 min ago)")
+    accepted, _ = await world.send("gen social_thumb")  # FILE omitted: the latest sheet
+    assert accepted.text.startswith("Batch 2 accepted")
+    two = (p.upload(*sheet(1, "a.csv")), p.upload(*sheet(1, "b.csv")))
+    (ambiguous,) = await world.send("/gen social_thumb", files=two)
+    assert ambiguous.text == ("Several spreadsheets came with this message (a.csv, b.csv); "
+                              "name one: /gen social_thumb FILE")
+    (typo,) = await world.send("/gen socal_thumb sheet.csv")
+    assert typo.text.startswith('no template "socal_thumb" — did you mean social_thumb?')
+    assert await world.queue.batches_of("test:U1") == [1, 2]
+
+
+async def test_a_platform_hint_says_how_to_send_a_file(tmp_path, demo_models):
+    group = MemoryPlatform("test", file_hint="file_hint_dm")
+    async with World(config(tmp_path, demo_models), [group]) as w:
+        (reply,) = await w.send("/gen social_thumb sheet.xlsx")
+        assert reply.text.endswith("Send the file to me in a direct (1:1) chat first; then /gen "
+                                   "here can name it.")
+
+
+async def test_a_bad_sheet_is_reported_by_cell_and_nothing_is_queued(world):
+    p = world.platform
+    bad = p.upload("bad.csv", b"image,title,width\nbottle.png,A,12\nmissing.png,B,1080\n")
+    (reply,) = await world.send("/gen social_thumb bad.csv",
+                                files=(bad, p.upload("bottle.png", BOTTLE)))
+    assert reply.text.splitlines()[:3] == [
+        "bad.csv: 2 of 2 rows have problems; nothing was queued.",
+        'row 2, column "width": 12 is less than 64',
+        'row 3, column "image": no image "missing.png" among the files sent with the sheet or '
+        "in the assets folder"]
+    assert await world.queue.batches_of("test:U1") == []
+    # --skip-invalid: the good rows go ahead, the report says which were skipped
+    good = p.upload("mixed.csv", b"image,title\nbottle.png,A\nmissing.png,B\n")
+    posts = await world.send("/gen social_thumb mixed.csv --skip-invalid",
+                             files=(good, p.upload("bottle.png", BOTTLE)))
+    assert posts[0].text.startswith("mixed.csv: 1 of 2 rows have problems and are skipped")
+    assert posts[1].text.startswith("Batch 1 accepted: 1 social_thumb jobs")
+
+
+async def test_dry_run_reports_and_queues_nothing(world):
+    (reply,) = await upload(world, 3, text="/gen social_thumb sheet.csv --dry-run")
+    assert reply.text == ("sheet.csv: all 3 rows are valid for social_thumb.\n"
+                          "Dry run: 3 social_thumb jobs would be queued; nothing was queued.")
+    assert await world.queue.batches_of("test:U1") == []
+
+
+async def test_at_schedules_in_the_readers_time_zone_and_priority_is_kept(tmp_path, demo_models):
+    async with World(config(tmp_path, demo_models, timezone="Asia/Shanghai")) as w:
+        accepted, _ = await upload(w, text="/gen social_thumb sheet.csv --at 21:30 --priority urgent")
+        zone = ZoneInfo("Asia/Shanghai")
+        now = datetime.now(zone)
+        at = now.replace(hour=21, minute=30, second=0, microsecond=0)
+        if at <= now:
+            at += timedelta(days=1)
+        assert accepted.text == (f"Batch 1 accepted: 2 social_thumb jobs, to start at "
+                                 f"{at:%Y-%m-%d %H:%M} (Asia/Shanghai).")
+        jobs = await w.queue.batch_jobs(1)
+        assert {j["not_before"] for j in jobs} == {at.timestamp()} and jobs[0]["priority"] == 0
+        assert await w.queue.claim("exec") is None  # not before its time
+        (status,) = await w.send("/status")
+        assert status.text.endswith(f"starts at {at:%Y-%m-%d %H:%M} (Asia/Shanghai)")
+        (past,) = await w.send("/gen social_thumb --at 2020-01-01T00:00")
+        assert past.text.startswith('"2020-01-01T00:00" has already passed')
+
+
+async def test_a_message_delivered_twice_queues_and_answers_once(world):
+    p = world.platform
+    files = (p.upload(*sheet(2)), p.upload("bottle.png", BOTTLE))
+    msg = p.message("/gen social_thumb sheet.csv", files=files)
+    await world.core.chat.receive(msg)
+    await world.core.chat.receive(msg)  # the platform retried its webhook
+    await world.core.pump()
+    assert await world.queue.batches_of("test:U1") == [1]
+    assert len(p.posts) == 2 and p.posts[0].text.startswith("Batch 1 accepted")  # and progress
+
+
+# --- permissions, ownership, limits, audit -----------------------------------------------------
+
+async def test_roles_ownership_and_the_audit_log(world):
+    await upload(world, user="U1", text="/gen social_thumb sheet.csv")
+    (viewer,) = await upload(world, user="V", text="/gen social_thumb sheet.csv")
+    assert viewer.text == "/gen needs the submitter role; you are viewer. Ask an admin."
+    (status,) = await world.send("/status 1", user="V")  # viewers read status
+    assert status.text.startswith("Batch 1 · social_thumb · test:U1\n")
+    (pause,) = await world.send("/pause", user="U1")
+    assert pause.text == "/pause needs the admin role; you are submitter. Ask an admin."
+    (paused,) = await world.send("/pause", user="BOSS")
+    assert paused.text.startswith("Paused")
+    (queue,) = await world.send("/queue", user="V")
+    assert queue.text.startswith("The queue is paused (by test:BOSS)")
+    (other,) = await world.send("/cancel 1", user="U2")
+    assert other.text == "batch 1 was submitted by test:U1; only they or an admin may cancel it."
+    (everything,) = await world.send("/cancel all", user="U1")
+    assert everything.text == "only admins may /cancel all."
+    job, *_batch_ended = await world.send("/cancel job 1", user="U1")  # their own job
+    assert job.text == "Canceled: 1 queued jobs ended, 0 running told to stop."
+    by_admin, *_batch_ended = await world.send("cancel #1", user="BOSS")
+    assert by_admin.text == "Canceled: 1 queued jobs ended, 0 running told to stop."
+    (again,) = await world.send("/cancel 1", user="U1")
+    assert again.text == "Nothing to cancel: no queued or running jobs there."
+    (gone,) = await world.send("/cancel 99", user="U1")
+    assert gone.text == "There is no batch 99."
+    (resumed,) = await world.send("/resume", user="BOSS")
+    assert resumed.text == "Resumed: jobs start again."
+    assert await audit(world) == [
+        ("V", "gen", False, "refused_role"), ("U1", "pause", False, "refused_role"),
+        ("BOSS", "pause", True, None), ("U2", "cancel", False, "refused_not_owner"),
+        ("U1", "cancel", False, "refused_admin_only"), ("BOSS", "cancel", True, None),
+        ("BOSS", "resume", True, None)]
+
+
+async def test_cancel_mine_and_retry_of_failed_jobs(world):
+    await upload(world, 3, user="U1", text="/gen social_thumb sheet.csv")
+    q = world.queue
+    for _ in range(2):  # the executor fails two rows for good
+        await q.fail(await q.claim("exec"), "node gen: out of memory", retry=False)
+    await world.core.pump()
+    root = world.platform.posts[0]
+    (other,) = await world.send("/retry 1", user="U2")
+    assert other.text.startswith("batch 1 was submitted by test:U1")
+    retried, accepted, _progress = await world.send("/retry 1", user="U1")
+    assert retried.text == "Batch 1: its 2 failed jobs go again as batch 2."
+    assert accepted.thread == root.id  # in the first batch's thread
+    assert accepted.text.startswith("Batch 2 accepted: 2 social_thumb jobs")
+    assert accepted.text.endswith("(a retry of batch 1's failed jobs)")
+    assert (await q.batch(2))["submitter"] == "test:U1"
+    mine, *_batch_ended = await world.send("/cancel mine", user="U1")
+    assert mine.text == "Canceled: 3 queued jobs ended, 0 running told to stop."
+    (none,) = await world.send("/retry 2", user="U1")
+    assert none.text == "Batch 2 has no failed jobs."
+
+
+async def test_grant_and_revoke(world):
+    (refused,) = await world.send("/grant U3 viewer", user="U1")
+    assert refused.text.startswith("/grant needs the admin role")
+    (granted,) = await world.send("/grant <@U3> viewer", user="BOSS")
+    assert granted.text == "test:U3 is now viewer."
+    (gen,) = await upload(world, user="U3", text="/gen social_thumb sheet.csv")
+    assert gen.text.startswith("/gen needs the submitter role; you are viewer")
+    (revoked,) = await world.send("/revoke @U3", user="BOSS")
+    assert revoked.text == "test:U3's granted role is removed; they are now submitter."
+    (none,) = await world.send("/revoke U3", user="BOSS")
+    assert none.text == "test:U3 has no granted role."
+    (admin,) = await world.send("/revoke test:BOSS", user="BOSS")
+    assert admin.text == "test:BOSS is an admin in the config; /revoke cannot change that."
+    (bad,) = await world.send("/grant U3 owner", user="BOSS")
+    assert bad.text.startswith('"owner" is not a role')
+
+
+async def test_conversations_outside_the_allow_list_are_refused_but_help_works(tmp_path,
+                                                                               demo_models):
+    async with World(config(tmp_path, demo_models, conversations=["test:C1"])) as w:
+        (refused,) = await w.send("/queue", conversation="C9")
+        assert refused.text.startswith("I don't take commands in this conversation")
+        (help_,) = await w.send("/help", conversation="C9")
+        assert help_.text.startswith("Commands")
+        (ok,) = await w.send("/queue", conversation="C1")
+        assert ok.text.startswith("The queue is running")
+
+
+async def test_per_person_limits_refuse_clearly_and_are_audited(tmp_path, demo_models):
+    limits = dict(submitter_max_rows=3, submitter_max_queued=4, submitter_per_minute=2)
+    async with World(config(tmp_path, demo_models, **limits)) as w:
+        (rows,) = await upload(w, 5, text="/gen social_thumb sheet.csv")
+        assert rows.text == "this sheet has 5 rows; you may submit 3 at a time."
+        accepted, _ = await upload(w, 3, text="/gen social_thumb sheet.csv")
+        assert accepted.text.startswith("Batch 1 accepted")
+        (queued,) = await upload(w, 2, text="/gen social_thumb sheet.csv")
+        assert queued.text == ("you have 3 jobs queued or running; with these 2 that would pass "
+                               "your limit of 4.")
+        await w.send("/cancel mine")
+        accepted, _ = await upload(w, 1, text="/gen social_thumb sheet.csv")
+        (rate,) = await upload(w, 1, text="/gen social_thumb sheet.csv")
+        assert rate.text.startswith("you have submitted 2 times in the last minute (limit 2)")
+        posts = await upload(w, 5, user="BOSS", text="/gen social_thumb sheet.csv")
+        assert posts[0].text.startswith("Batch 3 accepted")  # admins have no such limits
+        assert [a[3] for a in await audit(w)] == ["limit_rows", "limit_queued", "limit_rate"]
+
+
+# --- languages ----------------------------------------------------------------------------
+
+async def test_languages_by_person_conversation_locale_and_platform(tmp_path, demo_models):
+    languages = ["test:C1=zh", "test:U9=en", "dt=zh"]
+    dingtalk = MemoryPlatform("dt2", default_lang="zh")
+    async with World(config(tmp_path, demo_models, languages=languages),
+                     [MemoryPlatform(), dingtalk]) as w:
+        assert (await w.send("/status", user="U1"))[0].text == "你还没有提交过批次。"
+        assert (await w.send("/status", user="U9"))[0].text == "You have no batches yet."
+        assert (await w.send("/status", conversation="C2"))[0].text == "You have no batches yet."
+        assert (await w.send("/status", conversation="C2", lang="zh-CN"))[0].text == \
+            "你还没有提交过批次。"
+        assert (await w.send("/status", platform=dingtalk))[0].text == "你还没有提交过批次。"
+
+
+# --- any text gets a reply, never an exception ---------------------------------------------
+
+WORDS = sorted(NAMES)
+
+
+def test_any_text_gets_a_reply_and_never_an_error(tmp_path, demo_models):
+    texts = st.one_of(
+        st.text(max_size=80),
+        st.builds(lambda w, rest: f"/{w} {rest}", st.sampled_from(WORDS), st.text(max_size=40)),
+        st.builds(lambda w, a, b: f"{w} {a} {b}", st.sampled_from(WORDS),
+                  st.sampled_from(["social_thumb", "1", "job 1", "mine", "all", "--at", "U1",
+                                   "--dry-run", "--priority", "sheet.csv", '"x', "—at"]),
+                  st.text(max_size=20)))
+
+    with asyncio.Runner() as runner:
+        w = World(config(tmp_path, demo_models, admins=["test:U1"]))
+        runner.run(w.__aenter__())
+        runner.run(upload(w, 1))
+
+        @settings(max_examples=150, deadline=None,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture])
+        @given(texts)
+        def check(text):
+            msg = w.platform.message(text)
+            runner.run(w.core.chat.receive(msg))
+            first = runner.run(w.core.outbox.get(f"reply:test:{msg.message}:0"))
+            assert first is not None, text
+            assert "(ref " not in first.payload["text"] and "编号" not in first.payload["text"]
+        try:
+            check()
+        finally:
+            runner.run(w.__aexit__(None, None, None))
