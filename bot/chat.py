@@ -11,6 +11,7 @@ replies here are only about the command itself.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import re
@@ -88,7 +89,6 @@ class Chat:
         self.platforms, self.clock, self.on_owed = platforms, clock, on_owed
         settings = config.chat
         if local_admins:  # the person at `genbot chat`'s terminal owns the machine
-            import dataclasses
             settings = dataclasses.replace(settings, admins=[*settings.admins, *local_admins])
         self.permissions = Permissions(settings, access, queue, clock=clock)
         self.languages = {where: lang for where, _, lang in
@@ -392,6 +392,8 @@ async def retry(chat: Chat, turn: Turn, cmd: Command) -> None:
         return
     if again is None:
         turn.say("nothing_to_retry", batch=batch_id)
+    elif not again.created:
+        turn.say("retried_already", batch=batch_id, new=again.batch_id)
     else:
         turn.say("retried", batch=batch_id, jobs=again.jobs, new=again.batch_id)
 

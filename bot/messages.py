@@ -224,6 +224,8 @@ CATALOG: dict[str, tuple[str, str]] = {
                           "没有可取消的任务：那里没有排队或运行中的任务。"),
     "retried": ("Batch {batch}: its {jobs:,} failed jobs go again as batch {new}.",
                 "批次 {batch}：{jobs:,} 个失败任务作为批次 {new} 重新运行。"),
+    "retried_already": ("Batch {batch}'s failed jobs are already being retried as batch {new}.",
+                        "批次 {batch} 的失败任务已在作为批次 {new} 重试。"),
     "nothing_to_retry": ("Batch {batch} has no failed jobs.", "批次 {batch} 没有失败的任务。"),
     "paused_now": ("Paused: no new jobs start; running ones finish. /resume goes on.",
                    "已暂停：不再启动新任务，运行中的任务会完成。/resume 恢复。"),

@@ -320,12 +320,15 @@ class Queue:
         failed = [j for j in await self.batch_jobs(batch_id) if j["status"] == Status.FAILED]
         if batch is None or not failed:
             return None
+        meta = {k: v for k, v in batch["meta"].items() if k != "at"}  # it starts now
         return await self.enqueue(Submission(
             batch["template"], batch["submitter"],
             [NewJob(j["row"], j["params"], j["affinity"]) for j in failed],
             platform=batch["platform"], conversation=batch["conversation"],
             thread=batch["thread"] or f"@batch:{batch_id}", priority=Priority(batch["priority"]),
-            meta={**batch["meta"], "retry_of": batch_id, "retried_by": by}))
+            # The same failed jobs are retried once, however often /retry is typed.
+            idempotency_key=f"retry:{batch_id}:{len(failed)}:{max(j['id'] for j in failed)}",
+            meta={**meta, "retry_of": batch_id, "retried_by": by}))
 
     async def pause(self, by: str = "") -> bool:
         """Stop claiming (running jobs finish). Persisted. Returns False if already paused."""

@@ -11,7 +11,7 @@ import pytest
 from openpyxl import load_workbook
 from PIL import Image
 
-from tests.chatfake import MemoryPlatform, World, example
+from tests.chatfake import MemoryPlatform, World, example, rate_limited, server_error
 from tests.conftest import ROOT, executor_config
 
 
@@ -67,7 +67,7 @@ async def test_the_whole_story_from_upload_to_summary(tmp_path, demo_models, lan
         assert await w.core.outbox.counts() == {"sent": len(p.posts)}
 
 
-async def test_a_restart_mid_batch_delivers_the_rest_exactly_once(tmp_path, demo_models):
+async def test_a_restart_mid_batch_under_429s_delivers_the_rest_exactly_once(tmp_path, demo_models):
     config = chat_config(tmp_path, demo_models)
     platform = MemoryPlatform()
     async with World(config, [platform]) as w:
@@ -80,12 +80,16 @@ async def test_a_restart_mid_batch_delivers_the_rest_exactly_once(tmp_path, demo
         await w.stop_executor()
         while await w.core.notifier.run_once():
             pass
+        platform.faults = [rate_limited(0.0), server_error()]
         sender = w.core.senders["test"]
-        await sender.run_once()  # one more post, then the service dies
+        for _ in range(3):
+            await sender.run_once()  # a 429, a 500, one more post; then the service dies
         delivered = len(platform.posts)
     # A new process: fresh objects over the same database and the same chat account.
+    platform.faults = [rate_limited(0.0), rate_limited(0.0), server_error()]
     async with World(config, [platform]) as again:
         await again.finish()
+    assert platform.faults == []
     names = Counter((x.thread, x.text, x.file) for x in platform.posts)
     assert all(n == 1 for n in names.values()), names
     assert delivered < len(platform.posts)
