@@ -94,3 +94,22 @@ async def test_a_restart_mid_batch_under_429s_delivers_the_rest_exactly_once(tmp
     assert all(n == 1 for n in names.values()), names
     assert delivered < len(platform.posts)
     assert sum(1 for x in platform.posts if x.image) == 3  # two images and the contact sheet
+
+
+async def test_the_background_loops_deliver_without_being_pumped(tmp_path, demo_models):
+    """What `genbot serve` runs: the notifier and sender loops, woken by what is owed."""
+    async with World(chat_config(tmp_path, demo_models)) as w:
+        w.core.start()
+        try:
+            p = w.platform
+            await w.core.chat.receive(p.message("/help"))
+            await w.core.chat.receive(p.message(files=upload_examples(p)))
+            await w.core.chat.receive(p.message("/gen social_thumb social_thumb.xlsx"))
+            w.start_executor()
+            async with asyncio.timeout(60):
+                while not any(x.file == "results.xlsx" for x in p.posts):
+                    await asyncio.sleep(0.05)
+            assert p.posts[0].text.startswith("Commands") and p.posts[1].text.startswith("Got ")
+            assert sum(1 for x in p.posts if x.image) == 3
+        finally:
+            await w.core.stop()
