@@ -165,6 +165,7 @@ CATALOG: dict[str, tuple[str, str]] = {
     "milestone": ("Batch {batch}: {percent}% — {done:,}/{total:,} done, {failed:,} failed",
                   "批次 {batch}：{percent}% — 已完成 {done:,}/{total:,}，失败 {failed:,}"),
     "button_cancel": ("Cancel batch", "取消批次"),
+    "button_keep": ("Keep it", "不取消"),
     "confirm_cancel": ("Cancel batch {batch}? Queued jobs end now, a running one at its next "
                        "step.", "取消批次 {batch}？排队中的任务立即结束，运行中的任务在下一步停止。"),
     "undelivered": ("I could not post {what} here: {error}", "无法在此发送{what}：{error}"),
@@ -196,6 +197,11 @@ CATALOG: dict[str, tuple[str, str]] = {
                      "name it.", "请先在与我的单聊中发送文件；之后即可在这里用 /gen 引用它。"),
     "recent_files": ("Files you sent lately: {files}", "你最近发送的文件：{files}"),
     "file_age": ("{name} ({minutes:,} min ago)", "{name}（{minutes:,} 分钟前）"),
+    "download_html": ('could not fetch "{file}": Slack sent its sign-in page instead of the '
+                      "file (the bot token is wrong or lacks files:read)",
+                      "无法获取“{file}”：Slack 返回的是登录页而不是文件（机器人令牌有误或缺少 files:read 权限）"),
+    "download_size": ('could not fetch "{file}" whole: got {got:,} bytes of {expected:,}; send '
+                      "it again", "“{file}”下载不完整：收到 {got:,} 字节，应为 {expected:,} 字节；请重新发送"),
     "download_failed": ('could not fetch "{file}": {reason}', "无法获取“{file}”：{reason}"),
     "dry_run": ("Dry run: {jobs:,} {template} jobs would be queued; nothing was queued.",
                 "试运行：将提交 {jobs:,} 个 {template} 任务；实际未提交任何任务。"),

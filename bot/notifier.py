@@ -138,7 +138,8 @@ class Notifier:
                                total=d["total"])
         buttons = [] if finished else [{
             "label": say("button_cancel", lang), "command": f"/cancel {batch['id']}",
-            "confirm": say("confirm_cancel", lang, batch=batch["id"])}]
+            "confirm": say("confirm_cancel", lang, batch=batch["id"]),
+            "deny": say("button_keep", lang)}]
         await self.outbox.put_progress(
             f"batch:{batch['id']}:progress", platform=batch["platform"],
             conversation=batch["conversation"], thread=thread_of(batch),

@@ -14,6 +14,7 @@ languages — is the core's, written once. A third platform is one module.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ class Button:
     label: str
     command: str
     confirm: str | None = None  # a question to confirm first, where the platform can ask
+    deny: str | None = None  # the answer that leaves things as they are
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,12 @@ class DownloadError(Exception):
         super().__init__(code)
 
 
+Receive = Callable[[Incoming], Awaitable[None]]
+
+
 class Platform:
-    """Override `send` and `download`; `edit` where the platform can edit."""
+    """Override `send` and `download`; `edit` where the platform can edit; `attach` and
+    `start` where messages arrive by HTTP routes or a connection the adapter opens."""
 
     name = "platform"
     can_edit = False
@@ -101,6 +107,13 @@ class Platform:
     async def download(self, handle: dict[str, Any]) -> bytes:
         """The bytes of a file announced with `handle`, or DownloadError."""
         raise NotImplementedError
+
+    def attach(self, app: Any, receive: Receive) -> None:
+        """Add the platform's routes to the service's aiohttp app; hand what arrives to
+        `receive` (bot.chat.Chat.receive)."""
+
+    async def start(self) -> None:
+        """Open what the platform needs open (a Socket Mode or Stream connection)."""
 
     async def close(self) -> None:
         """Release connections."""

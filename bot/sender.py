@@ -39,6 +39,7 @@ class Sender:
         self.attempts, self.progress_every, self.clock = attempts, progress_every, clock
         self.limit = asyncio.Semaphore(concurrency)
         self.wake = asyncio.Event()
+        self.inflight: set[int] = set()  # a round started while another still posts skips these
 
     async def run_once(self, limit: int = 50) -> int:
         """Post every message due now (one per thread); returns how many were tried."""
@@ -64,6 +65,15 @@ class Sender:
                 pass
 
     async def deliver(self, m: Message) -> None:
+        if m.id in self.inflight:
+            return
+        self.inflight.add(m.id)
+        try:
+            await self._deliver(m)
+        finally:
+            self.inflight.discard(m.id)
+
+    async def _deliver(self, m: Message) -> None:
         async with self.limit:
             try:
                 out = await self.outgoing(m)
@@ -97,7 +107,7 @@ class Sender:
             conversation=m.conversation, thread=thread, text=p.get("text", ""),
             file=self.store.path(path) if path else None, image=m.kind == "image",
             mention=mention.split(":", 1)[1] if mention and ":" in mention else mention,
-            buttons=tuple(Button(b["label"], b["command"], b.get("confirm"))
+            buttons=tuple(Button(b["label"], b["command"], b.get("confirm"), b.get("deny"))
                           for b in p.get("buttons", ())) if self.platform.has_buttons else (),
             context=p.get("context") or {})
 

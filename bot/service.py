@@ -48,42 +48,75 @@ def load_checked_templates(config: Config) -> dict:
     return templates
 
 
+def configured_platforms(config: Config) -> list[Platform]:
+    """The chat platforms the config turns on."""
+    platforms: list[Platform] = []
+    if config.slack.bot_token:
+        from bot.slack import Slack
+        platforms.append(Slack(config))
+    return platforms
+
+
+class Service:
+    """The running pieces of `genbot serve`, started and stopped as one."""
+
+    def __init__(self, config: Config, *, executor: bool = True,
+                 platforms: list[Platform] | None = None):
+        self.config, self.executor = config, executor
+        self.platforms = configured_platforms(config) if platforms is None else platforms
+        self.supervisor: Supervisor | None = None
+
+    async def start(self) -> None:
+        config = self.config
+        templates = load_checked_templates(config)
+        self.queue = await open_queue(config)
+        self.core = ChatCore(config, self.queue, self.platforms, templates=templates)
+        app = build_app(self.queue)
+        for platform in self.platforms:
+            platform.attach(app, self.core.chat.receive)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, config.service.host, config.service.port)
+        try:
+            await site.start()
+        except OSError as e:
+            await self.runner.cleanup()
+            await self.queue.close()
+            raise SystemExit(f"genbot: cannot listen on {config.service.host}:"
+                             f"{config.service.port}: {e.strerror or e}") from None
+        self.port = self.runner.addresses[0][1]
+        log.info("genbot serving on http://%s:%s (database %s, config %s, chat: %s)",
+                 config.service.host, self.port, self.queue.db.display_url, config.source,
+                 ", ".join(p.name for p in self.platforms) or "none configured")
+        if self.executor:
+            self.supervisor = Supervisor(config)
+            self.supervisor.start()
+        self.core.start()
+        for platform in self.platforms:
+            await platform.start()
+
+    async def stop(self) -> None:
+        log.info("genbot stopping")
+        await self.core.stop()
+        if self.supervisor:
+            await self.supervisor.stop()
+        await self.runner.cleanup()
+        await self.queue.close()
+
+
 async def serve(config: Config, *, ready: asyncio.Event | None = None,
                 executor: bool = True, platforms: list[Platform] | None = None) -> None:
     """Run until SIGINT/SIGTERM. `executor`: also run and supervise an executor process.
-    `platforms`: the chat platforms whose messages this service delivers."""
-    templates = load_checked_templates(config)
-    queue = await open_queue(config)
-    core = ChatCore(config, queue, platforms or [], templates=templates)
-    runner = web.AppRunner(build_app(queue), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, config.service.host, config.service.port)
-    try:
-        await site.start()
-    except OSError as e:
-        await runner.cleanup()
-        await queue.close()
-        raise SystemExit(f"genbot: cannot listen on {config.service.host}:{config.service.port}: "
-                         f"{e.strerror or e}") from None
-    log.info("genbot serving on http://%s:%s (database %s, config %s)", config.service.host,
-             config.service.port, queue.db.display_url, config.source)
+    `platforms`: the chat platforms (default: those the config turns on)."""
+    service = Service(config, executor=executor, platforms=platforms)
+    await service.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    supervisor = None
-    if executor:
-        supervisor = Supervisor(config)
-        supervisor.start()
-    core.start()
     if ready is not None:
         ready.set()
     try:
         await stop.wait()
     finally:
-        log.info("genbot stopping")
-        await core.stop()
-        if supervisor:
-            await supervisor.stop()
-        await runner.cleanup()
-        await queue.close()
+        await service.stop()

@@ -41,8 +41,8 @@ class ServiceConfig:
     """The service process: where it listens and where it keeps its files."""
 
     host: str = key("127.0.0.1", "Bind address of the HTTP service; 0.0.0.0 accepts other hosts.")
-    port: int = key(8080, "Port of the HTTP service (chat callbacks, API, dashboard, /healthz).",
-                    min=1, max=65535)
+    port: int = key(8080, "Port of the HTTP service (chat callbacks, API, dashboard, /healthz); "
+                    "0 picks a free one (it is logged).", min=0, max=65535)
     data_dir: str = key("./data", "SQLite database, outputs and wake-up sockets live here "
                         "(relative to the config file's folder).")
     log_level: str = key("info", "How much the service and its executors log.",
@@ -159,6 +159,23 @@ class ChatConfig:
 
 
 @dataclass(frozen=True)
+class SlackConfig:
+    """The Slack bot (docs/slack.md). Off until bot_token is set."""
+
+    bot_token: str = key("", "Bot token (xoxb-…) of the Slack app; env GENBOT_SLACK_BOT_TOKEN.",
+                         secret=True)
+    signing_secret: str = key("", "Signing secret of the Slack app: every request to "
+                              "/slack/events is checked with it.", secret=True)
+    app_token: str = key("", "App-level token (xapp-…, scope connections:write): set it to use "
+                         "Socket Mode, for a bot with no public URL (behind a firewall).",
+                         secret=True)
+    api_url: str = key("https://slack.com/api/", "Slack Web API base URL (a proxy, or a test "
+                       "server).")
+    channels: list[str] = key((), "Channel ids the bot serves, e.g. [\"C0123ABCD\"]; direct "
+                              "messages always. Empty: every channel it is invited to.")
+
+
+@dataclass(frozen=True)
 class ExecutorConfig:
     """The GPU executor: its device, how it batches, caches models, and guards against leaks."""
 
@@ -229,6 +246,7 @@ class Config:
     templates: TemplatesConfig = field(default_factory=TemplatesConfig)
     intake: IntakeConfig = field(default_factory=IntakeConfig)
     chat: ChatConfig = field(default_factory=ChatConfig)
+    slack: SlackConfig = field(default_factory=SlackConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     models: dict[str, ModelEntry] = field(default_factory=lambda: dict(DEMO_MODELS),
                                           metadata={"table": True})
@@ -474,6 +492,10 @@ def _check_relations(config: Config) -> None:
     except (ValueError, KeyError, OSError):
         raise ConfigError(f'{config.source}: [chat] timezone = "{chat.timezone}": expected an '
                           "IANA time zone such as UTC or Asia/Shanghai") from None
+    slack = config.slack
+    if slack.bot_token and not (slack.signing_secret or slack.app_token):
+        raise ConfigError(f"{config.source}: [slack] bot_token is set: expected signing_secret "
+                          "(for /slack/events) or app_token (for Socket Mode) too")
     url = config.database.url
     if url and not url.startswith(("sqlite://", "postgres://", "postgresql://")):
         raise ConfigError(f"{config.source}: [database] url: expected sqlite:///path or "

@@ -152,7 +152,8 @@ def executor_config(data_dir: Path, demo_folder: Path, *, db_url: str | None = N
             "queue": {"poll_interval": 0.1, "heartbeat_seconds": 1.0, "lease_seconds": 10.0,
                       "retry_backoff": 0.0, **(queue or {})},
             "executor": {"progress_interval": 0.0, **(executor or {})}}
-    data.update(sections)
+    for name, table in sections.items():
+        data.setdefault(name, {}).update(table)
     if db_url:
         data["database"] = {"url": db_url}
     if models:

@@ -1,0 +1,247 @@
+"""A Slack Web API on loopback, speaking what genbot and slack_sdk call, with fault switches;
+and helpers that sign requests as Slack does and post them to the service's /slack/events."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections import Counter
+from urllib.parse import urlencode
+
+import aiohttp
+from aiohttp import web
+from slack_sdk.signature import SignatureVerifier
+
+TOKEN = "xoxb-test-token"
+SECRET = "test-signing-secret"
+BOT = "UBOT"
+LOGIN_PAGE = "<!DOCTYPE html><html><body>Sign in to Slack</body></html>"
+
+
+class FakeSlack:
+    def __init__(self):
+        self.messages: list[dict] = []  # what the bot posted: channel, ts, thread_ts, text, blocks, updates
+        self.files: list[dict] = []  # what the bot uploaded: id, name, data, channel, thread_ts, comment
+        self.shared: dict[str, dict] = {}  # files people shared: id -> {name, data}
+        self.responses: list[dict] = []  # posts to response_url
+        self.people: dict[str, dict] = {}  # users.info answers
+        self.faults: list[tuple[int, dict]] = []  # (status, headers) for the next Web API calls
+        self.calls: Counter = Counter()
+        self._ts = itertools.count(1)
+        self._ids = itertools.count(1)
+        self._uploads: dict[str, dict] = {}
+        # Stall the upload that completes after this many: the test kills the service meanwhile.
+        self.stall_after: int | None = None
+        self.stalled = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def start(self) -> "FakeSlack":
+        app = web.Application(client_max_size=64 * 2**20)
+        app.router.add_post("/api/{method}", self.api)
+        app.router.add_get("/api/{method}", self.api)
+        app.router.add_get("/download/{id}", self.download)
+        app.router.add_post("/upload/{id}", self.upload)
+        app.router.add_post("/respond/{id}", self.respond)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.base = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+        return self
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.base}/api/"
+
+    # --- what people do -------------------------------------------------------------
+    def share(self, name: str, data: bytes, *, complete: bool = True) -> dict:
+        """A file a person shares, as a file_share event lists it."""
+        fid = f"F{next(self._ids):04d}"
+        self.shared[fid] = {"name": name, "data": data}
+        if not complete:  # Slack sometimes sends only the id: files.info tells the rest
+            return {"id": fid, "file_access": "check_file_info"}
+        return self._file(fid)
+
+    def _file(self, fid: str) -> dict:
+        f = self.shared[fid]
+        return {"id": fid, "name": f["name"], "title": f["name"], "size": len(f["data"]),
+                "mimetype": "application/octet-stream", "url_private": f"{self.base}/download/{fid}",
+                "url_private_download": f"{self.base}/download/{fid}?dl=1"}
+
+    def response_url(self) -> str:
+        return f"{self.base}/respond/{next(self._ids)}"
+
+    # --- reading what the bot did -------------------------------------------------------
+    def thread(self, ts: str) -> list[dict]:
+        """Everything in a thread, messages and files, in the order posted."""
+        items = [m for m in self.messages if m["thread_ts"] == ts] + \
+            [f for f in self.files if f["thread_ts"] == ts]
+        return sorted(items, key=lambda x: x["order"])
+
+    def top(self, channel: str) -> list[dict]:
+        return [m for m in self.messages if m["channel"] == channel and not m["thread_ts"]]
+
+    # --- the Web API ------------------------------------------------------------------
+    async def api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        self.calls[method] += 1
+        args = dict(request.query)
+        if request.content_type == "application/json":
+            args.update(await request.json())
+        elif request.can_read_body:
+            args.update(await request.post())
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ") or args.get("token")
+        if token != TOKEN:
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        if self.faults and method not in ("auth.test", "users.info"):
+            status, headers = self.faults.pop(0)
+            error = "ratelimited" if status == 429 else "internal_error"
+            return web.json_response({"ok": False, "error": error}, status=status, headers=headers)
+        if method == "files.completeUploadExternal" and self.stall_after is not None and \
+                len(self.files) >= self.stall_after:
+            self.stall_after = None
+            self.stalled.set()
+            await self.release.wait()
+            if request.transport is None or request.transport.is_closing():
+                return web.Response(status=499)  # the caller died: nothing was posted
+        handler = getattr(self, "m_" + method.replace(".", "_"), None)
+        if handler is None:
+            return web.json_response({"ok": False, "error": "unknown_method"})
+        return web.json_response({"ok": True, **handler(args)})
+
+    def m_auth_test(self, a):
+        return {"url": "https://fake.slack.com/", "team": "Fake", "user": "genbot",
+                "team_id": "T1", "user_id": BOT, "bot_id": "B1"}
+
+    def m_users_info(self, a):
+        return {"user": {"id": a["user"], **self.people.get(a["user"], {})}}
+
+    def m_files_info(self, a):
+        return {"file": self._file(a["file"])}
+
+    def m_chat_postMessage(self, a):
+        ts = f"{1_700_000_000 + next(self._ts)}.000100"
+        blocks = a.get("blocks")
+        self.messages.append({"channel": a["channel"], "ts": ts, "thread_ts": a.get("thread_ts"),
+                              "text": a.get("text", ""), "updates": [], "order": time.monotonic(),
+                              "blocks": json.loads(blocks) if isinstance(blocks, str) else blocks})
+        return {"channel": a["channel"], "ts": ts}
+
+    def m_chat_update(self, a):
+        m = next((m for m in self.messages if m["ts"] == a["ts"]), None)
+        if m is None:
+            raise web.HTTPOk(text=json.dumps({"ok": False, "error": "message_not_found"}),
+                             content_type="application/json")
+        blocks = a.get("blocks")
+        m["updates"].append({"text": a.get("text", ""), "blocks": json.loads(blocks)
+                             if isinstance(blocks, str) else blocks})
+        return {"channel": a["channel"], "ts": a["ts"]}
+
+    def m_files_getUploadURLExternal(self, a):
+        fid = f"FU{next(self._ids):04d}"
+        self._uploads[fid] = {"name": a["filename"], "length": int(a["length"]), "data": None}
+        return {"upload_url": f"{self.base}/upload/{fid}", "file_id": fid}
+
+    def m_files_completeUploadExternal(self, a):
+        done = []
+        for f in json.loads(a["files"]):
+            up = self._uploads[f["id"]]
+            self.files.append({"id": f["id"], "name": up["name"], "data": up["data"],
+                               "channel": a.get("channel_id"), "thread_ts": a.get("thread_ts"),
+                               "comment": a.get("initial_comment"), "order": time.monotonic()})
+            done.append({"id": f["id"], "name": up["name"], "title": f.get("title")})
+        return {"files": done}
+
+    async def upload(self, request: web.Request) -> web.Response:
+        self._uploads[request.match_info["id"]]["data"] = await request.read()
+        return web.Response(text="OK")
+
+    async def download(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return web.Response(text=LOGIN_PAGE, content_type="text/html")  # as Slack does
+        return web.Response(body=self.shared[request.match_info["id"]]["data"],
+                            content_type="application/octet-stream")
+
+    async def respond(self, request: web.Request) -> web.Response:
+        self.responses.append(await request.json())
+        return web.Response(text="ok")
+
+
+# --- Slack's side of /slack/events ---------------------------------------------------------
+
+def signed_headers(body: str, content_type: str, *, timestamp: int | None = None,
+                   secret: str = SECRET, retry: int | None = None) -> dict:
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    headers = {"Content-Type": content_type, "X-Slack-Request-Timestamp": ts,
+               "X-Slack-Signature": SignatureVerifier(secret).generate_signature(
+                   timestamp=ts, body=body)}
+    if retry is not None:
+        headers.update({"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"})
+    return headers
+
+
+class SlackClient:
+    """Posts signed events, slash commands and clicks to the service, as Slack would."""
+
+    def __init__(self, service_url: str, fake: FakeSlack):
+        self.url = f"{service_url}/slack/events"
+        self.fake = fake
+        self._n = itertools.count(1)
+        self.session = aiohttp.ClientSession()
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def post(self, body: str, content_type: str, **sign) -> aiohttp.ClientResponse:
+        async with self.session.post(self.url, data=body.encode(),
+                                     headers=signed_headers(body, content_type, **sign)) as r:
+            await r.read()
+            return r
+
+    async def event(self, event: dict, *, event_id: str | None = None, **sign):
+        body = json.dumps({"token": "x", "team_id": "T1", "api_app_id": "A1",
+                           "type": "event_callback", "event_id": event_id or f"Ev{next(self._n)}",
+                           "event_time": int(time.time()), "event": event,
+                           "authorizations": [{"team_id": "T1", "user_id": BOT, "is_bot": True}]})
+        return await self.post(body, "application/json", **sign)
+
+    async def message(self, text: str, *, user: str = "U1", channel: str = "C1",
+                      files: list[dict] = (), im: bool = False, thread_ts: str | None = None,
+                      **sign):
+        ts = f"{1_600_000_000 + next(self._n)}.000200"
+        event = {"type": "message", "user": user, "channel": channel, "text": text, "ts": ts,
+                 "channel_type": "im" if im else "channel", "event_ts": ts}
+        if files:
+            event.update(subtype="file_share", files=list(files))
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        return await self.event(event, **sign), ts
+
+    async def command(self, command: str, text: str = "", *, user: str = "U1",
+                      channel: str = "C1", **sign):
+        body = urlencode({"token": "x", "team_id": "T1", "team_domain": "fake",
+                          "channel_id": channel, "channel_name": "general", "user_id": user,
+                          "user_name": user.lower(), "command": command, "text": text,
+                          "api_app_id": "A1", "response_url": self.fake.response_url(),
+                          "trigger_id": f"trig{next(self._n)}"})
+        return await self.post(body, "application/x-www-form-urlencoded", **sign)
+
+    async def click(self, message: dict, *, user: str = "U1", **sign):
+        """A click on the message's button."""
+        button = message["updates"][-1]["blocks"][1]["elements"][0] if message["updates"] \
+            else message["blocks"][1]["elements"][0]
+        payload = {"type": "block_actions", "user": {"id": user}, "team": {"id": "T1"},
+                   "api_app_id": "A1", "channel": {"id": message["channel"]},
+                   "container": {"type": "message", "message_ts": message["ts"],
+                                 "thread_ts": message["thread_ts"], "channel_id": message["channel"]},
+                   "response_url": self.fake.response_url(), "trigger_id": f"t{next(self._n)}",
+                   "actions": [{"action_id": button["action_id"], "block_id": "b",
+                                "value": button["value"], "type": "button",
+                                "action_ts": f"{time.time():.6f}"}]}
+        return await self.post(urlencode({"payload": json.dumps(payload)}),
+                               "application/x-www-form-urlencoded", **sign)

@@ -1,0 +1,271 @@
+"""The Slack adapter against a fake Slack Web API on loopback: requests really signed and
+posted to the service's /slack/events, files really downloaded and uploaded."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import io
+import json
+import time
+
+import pytest
+from openpyxl import load_workbook
+from PIL import Image
+
+from bot.service import Service
+from tests.chatfake import World
+from tests.conftest import PYTHON, ROOT, executor_config, python_env
+from tests.slackfake import BOT, SECRET, TOKEN, FakeSlack, SlackClient, signed_headers
+
+ASSETS = ROOT / "examples" / "assets"
+
+
+def slack_config(tmp_path, demo_models, fake: FakeSlack, *, chat=None, **slack):
+    return executor_config(
+        tmp_path / "data", demo_models, service={"port": 0},
+        chat={"progress_every": 0.5, "admins": ["slack:BOSS"], "viewers": ["slack:V"],
+              **(chat or {})},
+        slack={"bot_token": TOKEN, "signing_secret": SECRET, "api_url": fake.api_url, **slack})
+
+
+class SlackWorld(World):
+    """The real service (HTTP app, chat core, Slack adapter) with an in-process executor."""
+
+    def __init__(self, config, fake: FakeSlack):
+        super().__init__(config)
+        self.fake = fake
+
+    async def __aenter__(self) -> "SlackWorld":
+        self.service = Service(self.config, executor=False)
+        await self.service.start()
+        self.queue, self.core = self.service.queue, self.service.core
+        self.platforms = list(self.service.platforms)
+        self.slack = SlackClient(f"http://127.0.0.1:{self.service.port}", self.fake)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop_executor()
+        await self.slack.close()
+        await self.service.stop()
+
+    async def until(self, check, timeout: float = 30.0):
+        async with asyncio.timeout(timeout):
+            while not (found := check()):
+                await asyncio.sleep(0.02)
+        return found
+
+
+@pytest.fixture
+async def fake():
+    f = await FakeSlack().start()
+    yield f
+    await f.stop()
+
+
+def share_examples(fake: FakeSlack, template: str) -> list[dict]:
+    return [fake.share(f"{template}.xlsx", (ROOT / "examples" / f"{template}.xlsx").read_bytes()),
+            *[fake.share(n, (ASSETS / n).read_bytes()) for n in ("bottle.png", "chair.png")]]
+
+
+async def test_url_verification_and_requests_not_from_slack(tmp_path, demo_models, fake):
+    async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
+        body = json.dumps({"type": "url_verification", "challenge": "c-123", "token": "x"})
+        async with w.slack.session.post(w.slack.url, data=body,
+                                        headers=signed_headers(body, "application/json")) as r:
+            assert r.status == 200 and (await r.json())["challenge"] == "c-123"
+        bad, _ = await w.slack.message("<@UBOT> help", secret="not-the-secret")
+        stale, _ = await w.slack.message("<@UBOT> help", timestamp=int(time.time()) - 600)
+        assert (bad.status, stale.status) == (401, 401)
+        await asyncio.sleep(0.3)
+        assert fake.messages == []  # nothing was handled
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+async def test_the_whole_story_upload_gen_progress_images_summary(tmp_path, demo_models, fake,
+                                                                  lang):
+    chat = {"languages": ["slack:T1=zh"]} if lang == "zh" else {}
+    async with SlackWorld(slack_config(tmp_path, demo_models, fake, chat=chat), fake) as w:
+        files = share_examples(fake, "product_main")
+        r, _ = await w.slack.message("", channel="D1", im=True, files=files)  # a DM with the files
+        assert r.status == 200
+        got = await w.until(lambda: fake.top("D1"))
+        assert got[0]["text"].startswith("Got product_main.xlsx" if lang == "en"
+                                         else "已收到 product_main.xlsx")
+
+        r = await w.slack.command("/gen", "product_main product_main.xlsx")
+        assert r.status == 200
+        (accepted,) = await w.until(lambda: fake.top("C1"))
+        assert accepted["text"].startswith("Batch 1 accepted: 2 product_main jobs" if lang == "en"
+                                           else "批次 1 已接收：2 个 product_main 任务")
+        progress = (await w.until(lambda: fake.thread(accepted["ts"])))[0]
+        assert progress["blocks"][1]["elements"][0]["value"] == "/cancel 1"
+
+        w.start_executor()
+        await w.finish(timeout=120)
+        thread = fake.thread(accepted["ts"])
+        assert progress["updates"], "the progress message was edited in place"
+        final = progress["updates"][-1]
+        assert "2/2" in final["text"] and len(final["blocks"]) == 1  # no Cancel button now
+        images = [x for x in thread if "data" in x and x["name"].endswith(".png")
+                  and x["name"] != "contact.png"]
+        assert [x["comment"].split(" · ")[:2] for x in images] == (
+            [["row 2", "BTL-001"], ["row 3", "BTL-002"]] if lang == "en"
+            else [["第 2 行", "BTL-001"], ["第 3 行", "BTL-002"]])
+        assert all(Image.open(io.BytesIO(x["data"])).size == (128, 128) for x in images)
+        summary = next(x for x in thread if x.get("text", "").startswith(("<@U1> Batch 1 fin",
+                                                                           "<@U1> 批次 1 已完成")))
+        names = [x.get("name") for x in thread]
+        assert names[-2:] == ["contact.png", "results.xlsx"]
+        assert thread.index(summary) == len(thread) - 3  # the summary, then its two files
+        rows = list(load_workbook(io.BytesIO(thread[-1]["data"])).active.iter_rows(values_only=True))
+        assert len(rows) == 3 and rows[1][0] == 2
+        assert len(fake.files) == 4  # two images, the contact sheet, the results: once each
+
+
+async def test_files_named_earlier_downloads_checked_and_a_retried_event_queues_once(
+        tmp_path, demo_models, fake):
+    async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
+        sheet = fake.share("thumbs.csv", b"image,title\nbottle.png,A\n", complete=False)
+        image = fake.share("bottle.png", (ASSETS / "bottle.png").read_bytes())
+        event = {"type": "message", "subtype": "file_share", "user": "U1", "channel": "C1",
+                 "channel_type": "channel", "text": f"<@{BOT}> gen social_thumb",
+                 "ts": "1600000000.000001", "files": [sheet, image]}
+        first = await w.slack.event(event, event_id="EvSAME")
+        again = await w.slack.event(event, event_id="EvSAME", retry=1)  # Slack's retry
+        mention = await w.slack.event({**event, "type": "app_mention"}, event_id="EvOTHER")
+        assert (first.status, again.status, mention.status) == (200, 200, 200)
+        # The thread of the message is the batch's thread: acceptance and progress go there.
+        await w.until(lambda: len(fake.thread("1600000000.000001")) >= 2)
+        await asyncio.sleep(0.3)
+        assert await w.queue.batches_of("slack:U1") == [1]
+        assert fake.calls["files.info"] == 1  # the incomplete file object, looked up once
+
+        # A download with a wrong token gets Slack's login page: said plainly.
+        adapter = w.service.platforms[0]
+        adapter.settings = dataclasses.replace(adapter.settings, bot_token="xoxb-wrong")
+        await w.slack.message(f"<@{BOT}> gen social_thumb", files=[
+            fake.share("other.csv", b"image,title\nbottle.png,B\n"), image])
+        reply = await w.until(lambda: [m for m in fake.messages if "sign-in page" in m["text"]])
+        assert reply[0]["text"].startswith('could not fetch "other.csv": Slack sent its sign-in page')
+
+
+async def test_pause_refused_to_a_submitter_and_the_cancel_button_checks_who_clicks(
+        tmp_path, demo_models, fake):
+    async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
+        await w.slack.command("/genbot", "pause", user="U1")
+        refused = await w.until(lambda: fake.top("C1"))
+        assert refused[0]["text"] == "/pause needs the admin role; you are submitter. Ask an admin."
+        await w.slack.message("", channel="D1", im=True, files=share_examples(fake, "social_thumb"))
+        await w.slack.command("/gen", "social_thumb social_thumb.xlsx --at +2h")
+        accepted = (await w.until(lambda: [m for m in fake.top("C1") if "accepted" in m["text"]]))[0]
+        progress = (await w.until(lambda: fake.thread(accepted["ts"])))[0]
+
+        await w.slack.click(progress, user="V")
+        no = await w.until(lambda: [m for m in fake.thread(accepted["ts"]) if "needs" in m["text"]])
+        assert no[0]["text"] == "/cancel needs the submitter role; you are viewer. Ask an admin."
+        await w.slack.click(progress, user="U1")
+        yes = await w.until(lambda: [m for m in fake.thread(accepted["ts"])
+                                     if m["text"].startswith("Canceled")])
+        assert yes[0]["text"] == "Canceled: 2 queued jobs ended, 0 running told to stop."
+        assert {j["status"] for j in await w.queue.batch_jobs(1)} == {"canceled"}
+        audit = [(a["user_id"], a["action"], a["allowed"]) for a in
+                 reversed(await w.core.access.audit_log())]
+        assert audit == [("U1", "pause", False), ("V", "cancel", False)]
+
+
+async def test_a_429_storm_delivers_every_image_once_in_order(tmp_path, demo_models, fake):
+    async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
+        rows = "\n".join(f"{n},Title {i}" for i, n in enumerate(["bottle.png", "chair.png"] * 3))
+        files = [fake.share("six.csv", f"image,title\n{rows}\n".encode()),
+                 *[fake.share(n, (ASSETS / n).read_bytes()) for n in ("bottle.png", "chair.png")]]
+        _, ts = await w.slack.message(f"<@{BOT}> gen social_thumb six.csv", files=files)
+        await w.until(lambda: len(fake.thread(ts)) >= 2)  # acceptance and progress, in its thread
+        # From here on, most calls are refused with 429 (Retry-After 0 or 1) or a 500.
+        fake.faults = [(429, {"Retry-After": "1" if i % 5 == 1 else "0"}) if i % 4 else (500, {})
+                       for i in range(24)]
+        w.start_executor()
+        await w.finish(timeout=120)
+        images = [x["comment"] for x in fake.thread(ts) if x.get("name", "").startswith("thumb_")]
+        assert images == [f"row {r} · Title {r - 2} · 1:1 · 1080" for r in range(2, 8)]
+        assert len(fake.files) == 6 + 2 and fake.faults == []  # every fault was met
+
+
+def six_thumbs(fake: FakeSlack) -> list[dict]:
+    rows = "\n".join(f"{n},Title {i}" for i, n in enumerate(["bottle.png", "chair.png"] * 3))
+    return [fake.share("six.csv", f"image,title\n{rows}\n".encode()),
+            *[fake.share(n, (ASSETS / n).read_bytes()) for n in ("bottle.png", "chair.png")]]
+
+
+async def start_serve(config_file, log) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        PYTHON, "-m", "bot.cli", "serve", "--config", str(config_file), cwd=ROOT,
+        env=python_env(), stdout=log, stderr=log)
+
+
+async def healthy(url: str, timeout: float = 60) -> None:
+    import aiohttp
+    async with asyncio.timeout(timeout), aiohttp.ClientSession() as s:
+        while True:
+            try:
+                async with s.get(f"{url}/healthz") as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+
+
+@pytest.mark.slow
+async def test_the_service_killed_mid_batch_delivers_the_rest_exactly_once(tmp_path, demo_models,
+                                                                           fake):
+    import signal
+    import socket
+    executor_config(tmp_path / "data", demo_models)  # links the demo models into data/
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "config.toml"
+    config.write_text(f"""
+[service]
+data_dir = "{tmp_path / 'data'}"
+port = {port}
+[queue]
+poll_interval = 0.1
+[chat]
+progress_every = 0.5
+[slack]
+bot_token = "{TOKEN}"
+signing_secret = "{SECRET}"
+api_url = "{fake.api_url}"
+""")
+    url = f"http://127.0.0.1:{port}"
+    with open(tmp_path / "serve.log", "ab") as log:
+        serve = await start_serve(config, log)
+        slack = SlackClient(url, fake)
+        try:
+            await healthy(url)
+            fake.stall_after = 3  # the fourth file upload hangs: the service dies meanwhile
+            _, ts = await slack.message(f"<@{BOT}> gen social_thumb six.csv",
+                                        files=six_thumbs(fake))
+            async with asyncio.timeout(120):
+                await fake.stalled.wait()
+            serve.send_signal(signal.SIGKILL)
+            await serve.wait()
+            fake.release.set()
+            delivered = len(fake.files)
+            serve = await start_serve(config, log)
+            async with asyncio.timeout(180):
+                while not any(f["name"] == "results.xlsx" for f in fake.files):
+                    await asyncio.sleep(0.1)
+        finally:
+            await slack.close()
+            if serve.returncode is None:
+                serve.send_signal(signal.SIGTERM)
+                await serve.wait()
+    thread = fake.thread(ts)
+    names = [x.get("name") or x["text"][:20] for x in thread]
+    thumbs = [n for n in names if n.startswith("thumb_")]
+    assert delivered == 3 and sorted(thumbs) == [f"thumb_{r}.png" for r in range(2, 8)]
+    assert len(set(names)) == len(names), names  # nothing twice: images, summary, acceptance
+    assert names[-2:] == ["contact.png", "results.xlsx"]
