@@ -15,6 +15,7 @@ from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
 TOKEN = "xoxb-test-token"
+APP_TOKEN = "xapp-test-token"
 SECRET = "test-signing-secret"
 BOT = "UBOT"
 LOGIN_PAGE = "<!DOCTYPE html><html><body>Sign in to Slack</body></html>"
@@ -32,6 +33,9 @@ class FakeSlack:
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
         self._uploads: dict[str, dict] = {}
+        self.not_in: set[str] = set()  # channels the bot was never invited to
+        self.sockets: list[web.WebSocketResponse] = []  # Socket Mode connections
+        self.acks: list[dict] = []  # what came back over them
         # Stall the upload that completes after this many: the test kills the service meanwhile.
         self.stall_after: int | None = None
         self.stalled = asyncio.Event()
@@ -44,6 +48,7 @@ class FakeSlack:
         app.router.add_get("/download/{id}", self.download)
         app.router.add_post("/upload/{id}", self.upload)
         app.router.add_post("/respond/{id}", self.respond)
+        app.router.add_get("/socket", self.socket)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -96,7 +101,7 @@ class FakeSlack:
         elif request.can_read_body:
             args.update(await request.post())
         token = request.headers.get("Authorization", "").removeprefix("Bearer ") or args.get("token")
-        if token != TOKEN:
+        if token != (APP_TOKEN if method == "apps.connections.open" else TOKEN):
             return web.json_response({"ok": False, "error": "invalid_auth"})
         if self.faults and method not in ("auth.test", "users.info"):
             status, headers = self.faults.pop(0)
@@ -109,6 +114,8 @@ class FakeSlack:
             await self.release.wait()
             if request.transport is None or request.transport.is_closing():
                 return web.Response(status=499)  # the caller died: nothing was posted
+        if method == "chat.postMessage" and args.get("channel") in self.not_in:
+            return web.json_response({"ok": False, "error": "not_in_channel"})
         handler = getattr(self, "m_" + method.replace(".", "_"), None)
         if handler is None:
             return web.json_response({"ok": False, "error": "unknown_method"})
@@ -117,6 +124,29 @@ class FakeSlack:
     def m_auth_test(self, a):
         return {"url": "https://fake.slack.com/", "team": "Fake", "user": "genbot",
                 "team_id": "T1", "user_id": BOT, "bot_id": "B1"}
+
+    def m_apps_connections_open(self, a):
+        return {"url": f"{self.base.replace('http', 'ws')}/socket"}
+
+    async def socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_json({"type": "hello", "num_connections": 1,
+                            "debug_info": {"host": "fake"}, "connection_info": {"app_id": "A1"}})
+        self.sockets.append(ws)
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                self.acks.append(json.loads(msg.data))
+        self.sockets.remove(ws)
+        return ws
+
+    async def push(self, kind: str, payload: dict) -> str:
+        """An envelope down the Socket Mode connection, as Slack sends one."""
+        envelope = f"env-{next(self._ids)}"
+        await self.sockets[-1].send_json({"envelope_id": envelope, "type": kind,
+                                          "payload": payload, "accepts_response_payload": True,
+                                          "retry_attempt": 0})
+        return envelope
 
     def m_users_info(self, a):
         return {"user": {"id": a["user"], **self.people.get(a["user"], {})}}

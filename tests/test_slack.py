@@ -16,7 +16,7 @@ from PIL import Image
 from bot.service import Service
 from tests.chatfake import World
 from tests.conftest import PYTHON, ROOT, executor_config, python_env
-from tests.slackfake import BOT, SECRET, TOKEN, FakeSlack, SlackClient, signed_headers
+from tests.slackfake import APP_TOKEN, BOT, SECRET, TOKEN, FakeSlack, SlackClient, signed_headers
 
 ASSETS = ROOT / "examples" / "assets"
 
@@ -191,6 +191,43 @@ async def test_a_429_storm_delivers_every_image_once_in_order(tmp_path, demo_mod
         assert len(fake.files) == 6 + 2 and fake.faults == []  # every fault was met
 
 
+async def test_socket_mode_for_a_bot_with_no_public_url(tmp_path, demo_models, fake):
+    config = slack_config(tmp_path, demo_models, fake, signing_secret="", app_token=APP_TOKEN)
+    async with SlackWorld(config, fake) as w:
+        await w.until(lambda: fake.sockets)
+        envelope = await fake.push("slash_commands", {
+            "command": "/genbot", "text": "help status", "user_id": "U1", "channel_id": "C1",
+            "team_id": "T1", "trigger_id": "t1", "response_url": fake.response_url()})
+        await w.until(lambda: [a for a in fake.acks if a.get("envelope_id") == envelope])
+        (reply,) = await w.until(lambda: fake.top("C1"))
+        assert reply["text"].startswith("usage: /status [BATCH]")
+        async with w.slack.session.post(w.slack.url, data="{}") as r:
+            assert r.status == 404  # no HTTP endpoint without a signing secret
+
+
+async def test_channels_not_served_are_told_so_at_once(tmp_path, demo_models, fake):
+    async with SlackWorld(slack_config(tmp_path, demo_models, fake, channels=["C9"]), fake) as w:
+        r = await w.slack.command("/genbot", "queue", channel="C1")
+        assert r.status == 200 and "genbot does not serve this channel" in await r.text()
+        await w.slack.message(f"<@{BOT}> queue", channel="C1")
+        await w.slack.command("/genbot", "queue", channel="C9")
+        (served,) = await w.until(lambda: fake.top("C9"))
+        assert served["text"].startswith("The queue is running")
+        await asyncio.sleep(0.3)
+        assert fake.top("C1") == []
+
+
+async def test_a_command_where_the_bot_is_not_invited_is_answered_to_the_person_alone(
+        tmp_path, demo_models, fake):
+    fake.not_in.add("C7")
+    async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
+        await w.slack.command("/genbot", "queue", channel="C7")
+        (answer,) = await w.until(lambda: fake.responses)
+        assert answer == {"response_type": "ephemeral",
+                          "text": "The queue is running.\n0 queued, 0 running"}
+        assert (await w.core.outbox.counts()) == {"sent": 1}
+
+
 def six_thumbs(fake: FakeSlack) -> list[dict]:
     rows = "\n".join(f"{n},Title {i}" for i, n in enumerate(["bottle.png", "chair.png"] * 3))
     return [fake.share("six.csv", f"image,title\n{rows}\n".encode()),
@@ -269,3 +306,18 @@ api_url = "{fake.api_url}"
     assert delivered == 3 and sorted(thumbs) == [f"thumb_{r}.png" for r in range(2, 8)]
     assert len(set(names)) == len(names), names  # nothing twice: images, summary, acceptance
     assert names[-2:] == ["contact.png", "results.xlsx"]
+
+
+def test_the_committed_manifest_asks_for_what_the_adapter_uses():
+    import yaml
+    manifest = yaml.safe_load((ROOT / "docs" / "slack-manifest.yaml").read_text())
+    commands = {c["command"] for c in manifest["features"]["slash_commands"]}
+    assert commands == {"/gen", "/genbot"}
+    settings = manifest["settings"]
+    urls = [c["url"] for c in manifest["features"]["slash_commands"]] + \
+        [settings["event_subscriptions"]["request_url"], settings["interactivity"]["request_url"]]
+    assert all(u.endswith("/slack/events") for u in urls)
+    assert {"app_mention", "message.im", "message.channels"} <= \
+        set(settings["event_subscriptions"]["bot_events"])
+    assert {"chat:write", "files:write", "files:read", "commands"} <= \
+        set(manifest["oauth_config"]["scopes"]["bot"])

@@ -1,0 +1,115 @@
+"""How fast genbot acknowledges Slack while the executor is busy generating. Asserts nothing;
+record results in docs/benchmarks.md.
+
+  python bench/ack_bench.py [--requests 100] [--rounds 3] [--rows 200]
+
+The real service (HTTP app, chat core, Slack adapter, a supervised executor process)
+runs here against a fake Slack Web API on loopback. Signed slash commands
+(`/genbot status`, which also makes the core read the queue and post a reply) are
+posted one after another and the time to the HTTP answer is measured — what Slack
+holds to 3 s. Rounds alternate between an idle executor (queue paused, nothing running)
+and a busy one (product_main on the demo models), so drift on a noisy machine hits both
+alike. Prints p50/p99 of each and the busy/idle ratio. Target: p99 < 100 ms busy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bot.service import Service  # noqa: E402
+from executor import demo  # noqa: E402
+from storage import config as cfg  # noqa: E402
+from tests.slackfake import BOT, SECRET, TOKEN, FakeSlack, SlackClient  # noqa: E402
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+async def measure(slack: SlackClient, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        r = await slack.command("/genbot", "status 1", user="BOSS")
+        out.append((time.perf_counter() - start) * 1000)
+        assert r.status == 200
+        await asyncio.sleep(0.01)
+    return out
+
+
+async def main(args) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="genbot-ack-"))
+    demo.build(tmp / "data" / "models" / "demo")
+    fake = await FakeSlack().start()
+    (tmp / "config.toml").write_text(  # a file: the executor process reads it too
+        f'[service]\ndata_dir = "{tmp / "data"}"\nport = 0\nlog_level = "warning"\n'
+        f'[queue]\npoll_interval = 0.1\n[chat]\nadmins = ["slack:BOSS"]\n'
+        f'[slack]\nbot_token = "{TOKEN}"\nsigning_secret = "{SECRET}"\n'
+        f'api_url = "{fake.api_url}"\n')
+    config = cfg.load(str(tmp / "config.toml"))
+    service = Service(config, executor=True)
+    await service.start()
+    slack = SlackClient(f"http://127.0.0.1:{service.port}", fake)
+    queue = service.queue
+    try:
+        await queue.pause(by="bench")
+        rows = "\n".join(f"SKU-{i},bottle.png,a bottle {i},0.8,1.0" for i in range(args.rows))
+        files = [fake.share("many.csv", ("sku,product_image,prompt,control_scale,upscale\n"
+                                         + rows).encode()),
+                 fake.share("bottle.png", (ROOT / "examples/assets/bottle.png").read_bytes())]
+        await slack.message(f"<@{BOT}> gen product_main many.csv", user="BOSS", files=files)
+        for _ in range(600):
+            if await queue.batches_of("slack:BOSS"):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise SystemExit(f"the sheet was not queued: {[m['text'] for m in fake.messages]}")
+        idle: list[float] = []
+        busy: list[float] = []
+        for _ in range(args.rounds):
+            await queue.pause(by="bench")
+            while (await queue.active_counts())["running"]:
+                await asyncio.sleep(0.1)
+            idle += await measure(slack, args.requests)
+            await queue.resume(by="bench")
+            while not (await queue.active_counts())["running"]:
+                progress = await queue.batch_progress(1)
+                if progress.done >= progress.total:
+                    jobs = await queue.batch_jobs(1)
+                    raise SystemExit(f"the batch ended before the measurement: {progress.counts}"
+                                     f" {jobs[0]['error']}")
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1.0)  # into the denoising loop
+            busy += await measure(slack, args.requests)
+        done = (await queue.batch_progress(1)).done
+    finally:
+        await slack.close()
+        await service.stop()
+        await fake.stop()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(f"{len(idle)} signed /genbot status per phase; {done} product_main jobs ran meanwhile")
+    for name, values in (("idle executor", idle), ("busy executor", busy)):
+        print(f"{name:14}  p50 {statistics.median(values):6.1f} ms   "
+              f"p99 {percentile(values, 99):6.1f} ms   max {max(values):6.1f} ms")
+    print(f"busy/idle: p50 x{statistics.median(busy) / statistics.median(idle):.2f}, "
+          f"p99 x{percentile(busy, 99) / percentile(idle, 99):.2f}  (target: busy p99 < 100 ms)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=200)
+    asyncio.run(main(parser.parse_args()))
