@@ -192,6 +192,7 @@ class FakeSlack:
         return web.Response(text="OK")
 
     async def download(self, request: web.Request) -> web.Response:
+        self.calls["download"] += 1
         if request.headers.get("Authorization") != f"Bearer {TOKEN}":
             return web.Response(text=LOGIN_PAGE, content_type="text/html")  # as Slack does
         return web.Response(body=self.shared[request.match_info["id"]]["data"],

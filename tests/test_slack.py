@@ -228,6 +228,24 @@ async def test_a_command_where_the_bot_is_not_invited_is_answered_to_the_person_
         assert (await w.core.outbox.counts()) == {"sent": 1}
 
 
+async def test_downloads_cut_short_or_too_big_are_refused_plainly(tmp_path, demo_models, fake):
+    config = slack_config(tmp_path, demo_models, fake)
+    config = dataclasses.replace(config, intake=dataclasses.replace(config.intake, max_file_mb=1))
+    async with SlackWorld(config, fake) as w:
+        short = {**fake.share("short.csv", b"image,title\n"), "size": 999}
+        await w.slack.message(f"<@{BOT}> gen social_thumb short.csv", files=[short])
+        (cut,) = await w.until(lambda: fake.thread(fake.messages[0]["thread_ts"])
+                               if fake.messages else None)
+        assert cut["text"] == ('could not fetch "short.csv" whole: got 12 bytes of 999; send it '
+                               "again")
+        assert fake.calls["download"] == 1
+        big = {**fake.share("big.csv", b"x"), "size": 5 * 2**20}
+        _, ts = await w.slack.message(f"<@{BOT}> gen social_thumb big.csv", files=[big])
+        (refused,) = await w.until(lambda: fake.thread(ts))
+        assert refused["text"] == '"big.csv" is 5.0 MB; the limit is 1 MB'
+        assert fake.calls["download"] == 1  # refused before downloading
+
+
 def six_thumbs(fake: FakeSlack) -> list[dict]:
     rows = "\n".join(f"{n},Title {i}" for i, n in enumerate(["bottle.png", "chair.png"] * 3))
     return [fake.share("six.csv", f"image,title\n{rows}\n".encode()),
