@@ -122,7 +122,8 @@ class Chat:
     # --- Receiving --------------------------------------------------------------------
     async def receive(self, msg: Incoming) -> None:
         """Handle one message; owe its replies. Never raises."""
-        turn = Turn(msg, Who(msg.platform, msg.user, msg.conversation), "en", ZoneInfo("UTC"))
+        turn = Turn(msg, Who(msg.platform, msg.user, msg.conversation, msg.platform_admin), "en",
+                    ZoneInfo("UTC"))
         try:
             turn.lang, turn.zone = self.language(msg), self.zone(msg)
             uploads = [await self.inbox.record(
@@ -194,21 +195,28 @@ class Chat:
             self.on_owed()
 
     def attachments(self, upload: Upload) -> Callable[[str], Awaitable[bytes | None]]:
-        """The files sent with a sheet, by name, for the image cells of its rows. A local
-        upload (the terminal) also offers the files beside it, as `genbot run` does."""
+        """The files sent with a sheet, by name, for the image cells of its rows: those of
+        its message, else the person's latest upload of that name (platforms that carry
+        one file per message). A local upload (the terminal) also offers the files beside
+        it, as `genbot run` does."""
         cache: dict[str, list[Upload]] = {}
 
         async def get(name: str) -> bytes | None:
             if "files" not in cache:
                 cache["files"] = [] if upload.message is None else await self.inbox.message_files(
                     platform=upload.platform, message=upload.message)
-            for key in (name_key(name), name_key(PurePosixPath(name).name)):
-                found = next((f for f in cache["files"] if name_key(f.name) == key), None)
-                if found:
-                    try:
-                        return await self.platforms[upload.platform].download(found.handle)
-                    except DownloadError:
-                        return None
+            base = PurePosixPath(name).name
+            found = next((f for key in (name_key(name), name_key(base))
+                          for f in cache["files"] if name_key(f.name) == key), None)
+            if found is None:  # sent on its own (DingTalk: one file per message)
+                found = (await self.inbox.find_sheet(
+                    platform=upload.platform, user=upload.user,
+                    conversation=upload.conversation, name=base)).found
+            if found is not None and found.id != upload.id:
+                try:
+                    return await self.platforms[upload.platform].download(found.handle)
+                except DownloadError:
+                    return None
             folder = upload.handle.get("folder")
             if folder:
                 from bot.images import folder_attachments

@@ -152,6 +152,7 @@ CATALOG: dict[str, tuple[str, str]] = {
     "progress": ("Batch {batch} {bar} {done:,}/{total:,} done, {failed:,} failed",
                  "批次 {batch} {bar} 已完成 {done:,}/{total:,}，失败 {failed:,}"),
     "progress_step": ("row {row}: step {step}/{total}", "第 {row} 行：第 {step}/{total} 步"),
+    "batch_prefix": ("Batch {batch} · ", "批次 {batch} · "),
     "image_caption": ("row {row} · {values}", "第 {row} 行 · {values}"),
     "job_failed": ("row {row} failed: {error}", "第 {row} 行失败：{error}"),
     "summary": ("Batch {batch} finished in {minutes:.1f} min: {succeeded:,} of "

@@ -100,11 +100,16 @@ class Notifier:
     def _lang(self, batch: dict) -> str:
         return batch["meta"].get("lang", "en")
 
-    async def _owe(self, key: str, batch: dict, kind: str, payload: dict) -> None:
+    async def _owe(self, key: str, batch: dict, kind: str, payload: dict, *,
+                   answer: bool = False) -> None:
+        """`answer`: it answers the submitting message (the acceptance, the summary), so
+        it carries that message's context (e.g. DingTalk's sessionWebhook, which can
+        @-mention the submitter)."""
+        context = batch["meta"].get("context", {}) if answer else {}
         await self.outbox.put(key, platform=batch["platform"], conversation=batch["conversation"],
                               thread=thread_of(batch), kind=kind,
                               payload={**payload, "batch": batch["id"], "lang": self._lang(batch),
-                                       "context": batch["meta"].get("context", {})})
+                                       "context": context})
 
     async def accepted(self, batch: dict) -> None:
         progress = await self.queue.batch_progress(batch["id"])
@@ -120,7 +125,8 @@ class Notifier:
                        if eta is not None else say("eta_unknown", lang))
         if batch["meta"].get("retry_of"):
             text += say("retry_of", lang, batch=batch["meta"]["retry_of"])
-        await self._owe(f"batch:{batch['id']}:accepted", batch, "text", {"text": text})
+        await self._owe(f"batch:{batch['id']}:accepted", batch, "text", {"text": text},
+                        answer=True)
 
     async def progress(self, batch: dict, step_event: dict | None) -> None:
         progress = await self.queue.batch_progress(batch["id"])
@@ -145,8 +151,7 @@ class Notifier:
             conversation=batch["conversation"], thread=thread_of(batch),
             payload={"text": text, "done": progress.done, "total": progress.total,
                      "failed": failed, "batch": batch["id"], "finished": finished,
-                     "buttons": buttons, "lang": lang,
-                     "context": batch["meta"].get("context", {})})
+                     "buttons": buttons, "lang": lang})
 
     async def milestones(self, batch: dict, done: int, total: int, failed: int) -> None:
         """Where a message cannot be edited: one message at each quarter passed (the
@@ -198,7 +203,8 @@ class Notifier:
                    succeeded=len(done), total=len(jobs),
                    failed=sum(j["status"] == "failed" for j in jobs),
                    canceled=sum(j["status"] == "canceled" for j in jobs), minutes=minutes)
-        await self._owe(key, batch, "text", {"text": text, "mention": batch["submitter"]})
+        await self._owe(key, batch, "text", {"text": text, "mention": batch["submitter"]},
+                        answer=True)
         if images:
             contact = self.store.write(f"{folder}/contact.png",
                                        contact_sheet(images, font=self.font))

@@ -31,6 +31,7 @@ class Who:
     platform: str
     user: str
     conversation: str | None = None
+    platform_admin: bool = False  # e.g. DingTalk's isAdmin, when [dingtalk] platform_admins
 
     @property
     def id(self) -> str:
@@ -56,7 +57,7 @@ class Permissions:
 
     async def role(self, who: Who) -> str:
         s = self.settings
-        if who.id in s.admins:
+        if who.id in s.admins or who.platform_admin:
             return "admin"
         granted = await self.access.granted_role(who.platform, who.user)
         if granted:

@@ -41,6 +41,7 @@ class Incoming:
     workspace: str | None = None  # Slack team, DingTalk corp: a unit languages can be set for
     lang: str | None = None  # the person's locale, if the platform knows it
     tz: str | None = None  # their IANA time zone, if the platform knows it
+    platform_admin: bool = False  # the platform says they administer it (and config trusts that)
     context: dict[str, Any] = field(default_factory=dict)  # opaque to the core, for replies
 
 
@@ -64,6 +65,7 @@ class Outgoing:
     mention: str | None = None  # a user id (without platform) to mention
     buttons: tuple[Button, ...] = ()
     context: dict[str, Any] = field(default_factory=dict)  # from the Incoming it answers
+    progress: bool = False  # a batch's progress message (edited later where `can_edit`)
 
 
 class DeliveryError(Exception):
@@ -94,6 +96,7 @@ class Platform:
     can_edit = False
     has_buttons = False
     has_threads = False
+    captions = True  # an image or file can carry text; else the text goes just before it
     default_lang: str | None = None  # e.g. DingTalk: zh, unless [chat] languages says otherwise
     file_hint: str | None = None  # a message code: how to send this platform's bot a file
 

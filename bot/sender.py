@@ -15,6 +15,7 @@ at least once, in normal operation exactly once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -77,6 +78,12 @@ class Sender:
         async with self.limit:
             try:
                 out = await self.outgoing(m)
+                if out.file is not None and out.text and not self.platform.captions:
+                    if m.platform_id is None:  # the caption goes first, once
+                        first = await asyncio.wait_for(self.platform.send(
+                            dataclasses.replace(out, file=None, image=False)), TIMEOUT)
+                        await self.outbox.mark(m, first)
+                    out = dataclasses.replace(out, text="")
                 edit = m.kind == "progress" and m.platform_id and self.platform.can_edit
                 call = (self.platform.edit(m.platform_id, out) if edit
                         else self.platform.send(out))
@@ -103,13 +110,16 @@ class Sender:
         thread = await self.thread(m)
         path = p.get("path")
         mention = p.get("mention")
+        text = p.get("text", "")
+        if not self.platform.has_threads and p.get("batch") and m.key.startswith("job:"):
+            text = say("batch_prefix", p.get("lang", "en"), batch=p["batch"]) + text  # no thread says it
         return Outgoing(
-            conversation=m.conversation, thread=thread, text=p.get("text", ""),
+            conversation=m.conversation, thread=thread, text=text,
             file=self.store.path(path) if path else None, image=m.kind == "image",
             mention=mention.split(":", 1)[1] if mention and ":" in mention else mention,
             buttons=tuple(Button(b["label"], b["command"], b.get("confirm"), b.get("deny"))
                           for b in p.get("buttons", ())) if self.platform.has_buttons else (),
-            context=p.get("context") or {})
+            context=p.get("context") or {}, progress=m.kind == "progress")
 
     async def thread(self, m: Message) -> str | None:
         """The platform's thread id. "@batch:N" is the thread the batch's acceptance

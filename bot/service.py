@@ -54,6 +54,9 @@ def configured_platforms(config: Config) -> list[Platform]:
     if config.slack.bot_token:
         from bot.slack import Slack
         platforms.append(Slack(config))
+    if config.dingtalk.app_key:
+        from bot.dingtalk import DingTalk
+        platforms.append(DingTalk(config))
     return platforms
 
 

@@ -176,6 +176,27 @@ class SlackConfig:
 
 
 @dataclass(frozen=True)
+class DingTalkConfig:
+    """The DingTalk bot (docs/dingtalk.md). Off until app_key is set."""
+
+    app_key: str = key("", "AppKey (Client ID) of the DingTalk internal app whose robot this is.")
+    app_secret: str = key("", "AppSecret (Client Secret); env GENBOT_DINGTALK_APP_SECRET.",
+                          secret=True)
+    robot_code: str = key("", "The robot's code; empty: the AppKey (as DingTalk sets it by "
+                          "default).")
+    mode: str = key("stream", "stream: genbot connects out to DingTalk (no public URL needed); "
+                    "http: DingTalk posts to /dingtalk/callback.", choices=("stream", "http"))
+    api_url: str = key("https://api.dingtalk.com", "DingTalk OpenAPI base URL (a proxy, or a "
+                       "test server).")
+    oapi_url: str = key("https://oapi.dingtalk.com", "DingTalk legacy API base URL (media "
+                        "upload).")
+    card_template_id: str = key("", "An interactive card template with a `text` variable: "
+                                "progress is one card updated in place. Empty: milestone "
+                                "messages at 25/50/75%.")
+    platform_admins: bool = key(False, "DingTalk's own admins (isAdmin) are genbot admins.")
+
+
+@dataclass(frozen=True)
 class ExecutorConfig:
     """The GPU executor: its device, how it batches, caches models, and guards against leaks."""
 
@@ -247,6 +268,7 @@ class Config:
     intake: IntakeConfig = field(default_factory=IntakeConfig)
     chat: ChatConfig = field(default_factory=ChatConfig)
     slack: SlackConfig = field(default_factory=SlackConfig)
+    dingtalk: DingTalkConfig = field(default_factory=DingTalkConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     models: dict[str, ModelEntry] = field(default_factory=lambda: dict(DEMO_MODELS),
                                           metadata={"table": True})
@@ -496,6 +518,8 @@ def _check_relations(config: Config) -> None:
     if slack.bot_token and not (slack.signing_secret or slack.app_token):
         raise ConfigError(f"{config.source}: [slack] bot_token is set: expected signing_secret "
                           "(for /slack/events) or app_token (for Socket Mode) too")
+    if config.dingtalk.app_key and not config.dingtalk.app_secret:
+        raise ConfigError(f"{config.source}: [dingtalk] app_key is set: expected app_secret too")
     url = config.database.url
     if url and not url.startswith(("sqlite://", "postgres://", "postgresql://")):
         raise ConfigError(f"{config.source}: [database] url: expected sqlite:///path or "

@@ -76,6 +76,8 @@ FAILED = """
 UPDATE outbox SET status = 'failed', attempts = attempts + 1, error = $2, updated_at = $3
 WHERE id = $1 AND status = 'pending'"""
 
+MARK = "UPDATE outbox SET platform_id = $2 WHERE id = $1 AND status = 'pending'"
+
 BY_KEY = f"SELECT {_COLUMNS} FROM outbox WHERE key = $1"
 COUNTS = "SELECT status, COUNT(*) AS n FROM outbox GROUP BY status"
 
@@ -141,6 +143,11 @@ class Outbox:
             return True
         await self.db.execute(KEEP_PLATFORM_ID, message.id, platform_id, until)
         return False
+
+    async def mark(self, message: Message, platform_id: str) -> None:
+        """Record a first part as posted (a caption sent before its image), so a retry
+        posts only the rest."""
+        await self.db.execute(MARK, message.id, platform_id)
 
     async def retry(self, message: Message, error: str, retry_after: float | None = None) -> None:
         """Try again later: when the platform said (a rate limit, which is not the

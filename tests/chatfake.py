@@ -170,3 +170,27 @@ class World:
                         all(t is None for t in pending):
                     return
                 await asyncio.sleep(0.05)
+
+
+class ServiceWorld(World):
+    """The real service (HTTP app, chat core, the configured platforms) with an in-process
+    executor started on demand."""
+
+    async def __aenter__(self) -> "ServiceWorld":
+        from bot.service import Service
+        self.service = Service(self.config, executor=False)
+        await self.service.start()
+        self.queue, self.core = self.service.queue, self.service.core
+        self.platforms = list(self.service.platforms)
+        self.url = f"http://127.0.0.1:{self.service.port}"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop_executor()
+        await self.service.stop()
+
+    async def until(self, check, timeout: float = 30.0):
+        async with asyncio.timeout(timeout):
+            while not (found := check()):
+                await asyncio.sleep(0.02)
+        return found

@@ -13,8 +13,7 @@ import pytest
 from openpyxl import load_workbook
 from PIL import Image
 
-from bot.service import Service
-from tests.chatfake import World
+from tests.chatfake import ServiceWorld
 from tests.conftest import PYTHON, ROOT, executor_config, python_env
 from tests.slackfake import APP_TOKEN, BOT, SECRET, TOKEN, FakeSlack, SlackClient, signed_headers
 
@@ -29,31 +28,21 @@ def slack_config(tmp_path, demo_models, fake: FakeSlack, *, chat=None, **slack):
         slack={"bot_token": TOKEN, "signing_secret": SECRET, "api_url": fake.api_url, **slack})
 
 
-class SlackWorld(World):
-    """The real service (HTTP app, chat core, Slack adapter) with an in-process executor."""
+class SlackWorld(ServiceWorld):
+    """The real service with the Slack adapter, and a Slack that signs what it posts."""
 
     def __init__(self, config, fake: FakeSlack):
         super().__init__(config)
         self.fake = fake
 
     async def __aenter__(self) -> "SlackWorld":
-        self.service = Service(self.config, executor=False)
-        await self.service.start()
-        self.queue, self.core = self.service.queue, self.service.core
-        self.platforms = list(self.service.platforms)
-        self.slack = SlackClient(f"http://127.0.0.1:{self.service.port}", self.fake)
+        await super().__aenter__()
+        self.slack = SlackClient(self.url, self.fake)
         return self
 
     async def __aexit__(self, *exc) -> None:
-        await self.stop_executor()
         await self.slack.close()
-        await self.service.stop()
-
-    async def until(self, check, timeout: float = 30.0):
-        async with asyncio.timeout(timeout):
-            while not (found := check()):
-                await asyncio.sleep(0.02)
-        return found
+        await super().__aexit__(*exc)
 
 
 @pytest.fixture

@@ -1,0 +1,204 @@
+"""The DingTalk adapter against a fake DingTalk OpenAPI and Stream gateway on loopback:
+Stream frames really pushed over a websocket, HTTP callbacks really signed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+
+from tests.chatfake import ServiceWorld
+from tests.conftest import ROOT, executor_config
+from tests.dingtalkfake import APP_KEY, APP_SECRET, FakeDingTalk, post_callback, robot_message
+
+ASSETS = ROOT / "examples" / "assets"
+SHEET = (ROOT / "examples" / "social_thumb.xlsx").read_bytes()
+
+
+@pytest.fixture
+async def fake():
+    f = await FakeDingTalk().start()
+    yield f
+    await f.stop()
+
+
+def ding_config(tmp_path, demo_models, fake: FakeDingTalk, *, chat=None, **dingtalk):
+    return executor_config(
+        tmp_path / "data", demo_models, service={"port": 0},
+        chat={"progress_every": 0.5, "admins": ["dingtalk:boss"], **(chat or {})},
+        dingtalk={"app_key": APP_KEY, "app_secret": APP_SECRET, "api_url": fake.base,
+                  "oapi_url": fake.base, **dingtalk})
+
+
+class DingWorld(ServiceWorld):
+    def __init__(self, config, fake: FakeDingTalk):
+        super().__init__(config)
+        self.fake = fake
+
+    async def __aenter__(self) -> "DingWorld":
+        await super().__aenter__()
+        self.session = aiohttp.ClientSession()
+        if self.config.dingtalk.mode == "stream":
+            await self.until(lambda: self.fake.sockets)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.session.close()
+        await super().__aexit__(*exc)
+
+    async def say(self, **message) -> dict:
+        """A person writes to the robot: over Stream, or by the signed HTTP callback."""
+        body = robot_message(self.fake, **message)
+        if self.config.dingtalk.mode == "stream":
+            frame = await self.fake.push(body)
+            await self.until(lambda: [a for a in self.fake.acks
+                                      if a["headers"]["messageId"] == frame])
+        else:
+            assert await post_callback(self.session, self.url, body) == 200
+        return body
+
+    async def gen(self, text: str = "/gen social_thumb social_thumb.xlsx", **where) -> None:
+        """/gen, and wait for its acceptance (the work runs after the acknowledgement)."""
+        before = len(self.fake.session_replies)
+        await self.say(text=text, **where)
+        await self.until(lambda: [r for r in self.fake.session_replies[before:]
+                                  if "已接收" in r["text"]["content"]
+                                  or "accepted" in r["text"]["content"]])
+
+    async def send_sheet_and_pictures(self, user: str = "staff1") -> None:
+        """One file per message: that is how DingTalk delivers files to a robot (1:1 only)."""
+        await self.say(user=user, file=("social_thumb.xlsx", SHEET))
+        for name in ("bottle.png", "chair.png"):
+            await self.say(user=user, file=(name, (ASSETS / name).read_bytes()))
+
+
+@pytest.mark.parametrize("mode", ["stream", "http"])
+async def test_the_whole_story_in_a_one_to_one_chat(tmp_path, demo_models, fake, mode):
+    async with DingWorld(ding_config(tmp_path, demo_models, fake, mode=mode), fake) as w:
+        await w.send_sheet_and_pictures()
+        got = await w.until(lambda: fake.session_replies)
+        assert got[0]["text"]["content"].startswith("已收到 social_thumb.xlsx")  # Chinese by default
+        await w.say(text="/gen social_thumb social_thumb.xlsx")
+        accepted = await w.until(lambda: [r for r in fake.session_replies
+                                          if "已接收" in r["text"]["content"]])
+        assert accepted[0]["text"]["content"].startswith("批次 1 已接收：2 个 social_thumb 任务")
+        w.start_executor()
+        await w.finish(timeout=120)
+        to = "user:staff1"
+        captions = [t for t in fake.texts(to) if t.startswith("批次 1 · 第")]
+        assert captions == ["批次 1 · 第 2 行 · 新品上市 · 限时九折 · 1:1 · 1080",
+                            "批次 1 · 第 3 行 · Autumn collection · 4:5 · 1080"]
+        assert len(fake.images(to)) == 3  # two images and the contact sheet
+        summary = [r for r in fake.session_replies if "已完成" in r["text"]["content"]]
+        assert summary[0]["at"] == {"atUserIds": ["staff1"]}
+        (results,) = [m for m in fake.sent if m["key"] == "sampleFile"]
+        assert results["param"]["fileName"] == "results.xlsx" and results["to"] == to
+        assert fake.media[results["param"]["mediaId"]][0] == "file"
+
+
+async def test_a_file_sent_in_one_to_one_and_gen_in_a_group(tmp_path, demo_models, fake):
+    async with DingWorld(ding_config(tmp_path, demo_models, fake, mode="http"), fake) as w:
+        await w.say(group="cidGroup1", text="@genbot /gen social_thumb")
+        (none,) = await w.until(lambda: fake.session_replies)
+        assert none["text"]["content"].startswith("我还没有收到你的表格")
+        assert none["text"]["content"].endswith("请先在与我的单聊中发送文件；之后即可在这里用 /gen 引用它。")
+        await w.send_sheet_and_pictures()
+        await w.gen("@genbot gen social_thumb social_thumb.xlsx", group="cidGroup1")
+        w.start_executor()
+        await w.finish(timeout=120)
+        group = "group:cidGroup1"
+        assert [t for t in fake.texts(group) if t.startswith("批次 1 · 第")] == [
+            "批次 1 · 第 2 行 · 新品上市 · 限时九折 · 1:1 · 1080",
+            "批次 1 · 第 3 行 · Autumn collection · 4:5 · 1080"]
+        assert len(fake.images(group)) == 3
+        assert await w.queue.batches_of("dingtalk:staff1") == [1]
+
+
+async def test_bad_signatures_and_stale_timestamps_are_refused(tmp_path, demo_models, fake):
+    async with DingWorld(ding_config(tmp_path, demo_models, fake, mode="http"), fake) as w:
+        body = robot_message(fake, text="/help")
+        stale = int((time.time() - 2 * 3600) * 1000)
+        assert await post_callback(w.session, w.url, body, secret="wrong") == 403
+        assert await post_callback(w.session, w.url, body, timestamp=stale) == 403
+        async with w.session.post(f"{w.url}/dingtalk/callback", json=body) as r:
+            assert r.status == 403  # no signature at all
+        assert fake.session_replies == [] and fake.sent == []
+
+
+async def test_token_expiry_qps_limits_and_throttled_users_lose_nothing(tmp_path, demo_models,
+                                                                         fake, monkeypatch):
+    monkeypatch.setattr("bot.dingtalk_api.FLOW_WAIT", 0.5)  # DingTalk's minute, shortened
+    async with DingWorld(ding_config(tmp_path, demo_models, fake), fake) as w:
+        await w.send_sheet_and_pictures()
+        await w.gen()
+        fake.expire_tokens()  # mid-batch: the next robot call is refused with 401
+        fake.faults = ["qps", "qps", "flow", "500", "qps", "flow", "qps"]
+        w.start_executor()
+        await w.finish(timeout=120)
+        assert fake.faults == [] and fake.calls["token"] >= 2
+        to = "user:staff1"
+        assert [t for t in fake.texts(to) if t.startswith("批次 1 · 第")] == [
+            "批次 1 · 第 2 行 · 新品上市 · 限时九折 · 1:1 · 1080",
+            "批次 1 · 第 3 行 · Autumn collection · 4:5 · 1080"]
+        assert len(fake.images(to)) == 3
+
+
+async def test_a_restart_mid_batch_delivers_the_rest_exactly_once(tmp_path, demo_models, fake):
+    config = ding_config(tmp_path, demo_models, fake, mode="http")
+    async with DingWorld(config, fake) as w:
+        await w.send_sheet_and_pictures()
+        await w.gen()
+        fake.faults = ["ok"] * 3 + ["500"] * 40  # three posts get through, then the service dies
+        w.start_executor()
+        async with asyncio.timeout(60):
+            while any((await w.queue.active_counts()).values()) or fake.faults[:1] == ["ok"]:
+                await asyncio.sleep(0.05)
+        before = len(fake.sent)
+    assert before == 3
+    fake.faults = []
+    async with DingWorld(config, fake) as again:
+        await again.finish(timeout=120)
+    to = "user:staff1"
+    captions = [t for t in fake.texts(to) if t.startswith("批次 1 · 第")]
+    assert captions == ["批次 1 · 第 2 行 · 新品上市 · 限时九折 · 1:1 · 1080",
+                        "批次 1 · 第 3 行 · Autumn collection · 4:5 · 1080"]
+    assert len(fake.images(to)) == 3 and len([m for m in fake.sent if m["key"] == "sampleFile"]) == 1
+    texts = [str(m["param"]) for m in fake.sent]
+    assert len(texts) == len(set(texts))  # nothing twice
+
+
+async def test_the_stream_connection_dropped_mid_batch_reconnects_and_goes_on(tmp_path,
+                                                                              demo_models, fake):
+    async with DingWorld(ding_config(tmp_path, demo_models, fake), fake) as w:
+        await w.send_sheet_and_pictures()
+        await w.gen()
+        w.start_executor()
+        await fake.drop()
+        await w.until(lambda: fake.connections >= 2 and fake.sockets, timeout=30)
+        await w.say(text="/status 1")
+        await w.finish(timeout=120)
+        status = [r for r in fake.session_replies if r["text"]["content"].startswith("批次 1 · ")]
+        assert status, "a command over the new connection was answered"
+        assert len(fake.images("user:staff1")) == 3
+
+
+async def test_progress_on_a_card_and_platform_admins(tmp_path, demo_models, fake):
+    config = ding_config(tmp_path, demo_models, fake, card_template_id="tpl.progress",
+                         platform_admins=True, chat={"languages": ["dingtalk=en"]})
+    async with DingWorld(config, fake) as w:
+        await w.say(user="staff2", text="/pause")
+        refused = await w.until(lambda: fake.session_replies)
+        assert refused[0]["text"]["content"].startswith("/pause needs the admin role")
+        await w.say(user="staff3", text="/pause", admin=True)  # a DingTalk admin
+        await w.until(lambda: len(fake.session_replies) >= 2)
+        assert fake.session_replies[1]["text"]["content"].startswith("Paused")
+        await w.say(user="staff3", text="/resume", admin=True)
+        await w.send_sheet_and_pictures()
+        await w.gen()
+        w.start_executor()
+        await w.finish(timeout=120)
+        (card,) = fake.cards.values()
+        assert card[0].startswith("Batch 1 ░") and card[-1].startswith("Batch 1 ████")
+        assert not [m for m in fake.sent if "25%" in m["param"].get("content", "")]
