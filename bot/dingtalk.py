@@ -178,6 +178,10 @@ class DingTalk(Platform):
                 return f"session:{uuid.uuid4().hex[:12]}"
             except (DeliveryError, aiohttp.ClientError, asyncio.TimeoutError) as e:
                 log.info("dingtalk: sessionWebhook refused (%s); using the robot API", e)
+        if "\n" in text:  # several lines: markdown keeps them apart and titles the notice
+            title = text.splitlines()[0][:40]
+            return await self.api.send(out.conversation, "sampleMarkdown", {
+                "title": title, "text": "  \n".join(text.splitlines())})
         return await self.api.send(out.conversation, "sampleText", {"content": text})
 
     async def edit(self, message_id: str, out: Outgoing) -> None:

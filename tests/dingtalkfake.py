@@ -144,8 +144,9 @@ class FakeDingTalk:
         return web.json_response({"success": True})
 
     def texts(self, to: str) -> list[str]:
-        return [m["param"].get("content", "") for m in self.sent
-                if m["to"] == to and m["key"] == "sampleText"]
+        """Text and markdown messages, as their readers see them."""
+        return [m["param"].get("content") or m["param"].get("text", "").replace("  \n", "\n")
+                for m in self.sent if m["to"] == to and m["key"] in ("sampleText", "sampleMarkdown")]
 
     def images(self, to: str) -> list[bytes]:
         return [self.media[m["param"]["photoURL"]][2] for m in self.sent
@@ -183,6 +184,16 @@ class FakeDingTalk:
             "data": json.dumps(data, ensure_ascii=False)})
         return message_id
 
+    async def ping(self) -> str:
+        """The gateway's keep-alive: a SYSTEM frame the client must echo."""
+        message_id = f"ping-{next(self._n)}"
+        await self.sockets[-1].send_json({
+            "specVersion": "1.0", "type": "SYSTEM",
+            "headers": {"messageId": message_id, "topic": "ping", "contentType": "application/json",
+                        "time": str(int(time.time() * 1000))},
+            "data": json.dumps({"opaque": message_id})})
+        return message_id
+
     async def drop(self) -> None:
         """The connection dies (a network blip, a gateway restart)."""
         for ws in list(self.sockets):
@@ -191,7 +202,7 @@ class FakeDingTalk:
 
 def robot_message(fake: FakeDingTalk, *, user: str = "staff1", group: str | None = None,
                   text: str | None = None, file: tuple[str, bytes] | None = None,
-                  admin: bool = False) -> dict:
+                  admin: bool = False, expired: bool = False) -> dict:
     """What DingTalk delivers for one message to the robot (callback body or Stream data)."""
     n = next(fake._n)
     body = {"msgId": f"msg{n}", "createAt": int(time.time() * 1000),
@@ -200,7 +211,7 @@ def robot_message(fake: FakeDingTalk, *, user: str = "staff1", group: str | None
             "senderStaffId": user, "senderNick": user, "senderCorpId": "corp1",
             "isAdmin": admin, "chatbotUserId": "$:bot", "robotCode": APP_KEY,
             "sessionWebhook": f"{fake.base}/robot/sendBySession/{n}",
-            "sessionWebhookExpiredTime": int((time.time() + 5400) * 1000)}
+            "sessionWebhookExpiredTime": int((time.time() + (-10 if expired else 5400)) * 1000)}
     if file:
         body.update(msgtype="file", content={"downloadCode": fake.give(*file), "fileName": file[0]})
     else:

@@ -4,6 +4,7 @@ Stream frames really pushed over a websocket, HTTP callbacks really signed."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import aiohttp
@@ -114,6 +115,10 @@ async def test_a_file_sent_in_one_to_one_and_gen_in_a_group(tmp_path, demo_model
             "批次 1 · 第 3 行 · Autumn collection · 4:5 · 1080"]
         assert len(fake.images(group)) == 3
         assert await w.queue.batches_of("dingtalk:staff1") == [1]
+        await w.say(group="cidGroup1", text="@genbot help", expired=True)  # its reply link is gone
+        (help_,) = await w.until(lambda: [m for m in fake.sent if m["key"] == "sampleMarkdown"])
+        assert help_["to"] == group and help_["param"]["title"].startswith("命令")
+        assert "  \n/gen TEMPLATE" in help_["param"]["text"]
 
 
 async def test_bad_signatures_and_stale_timestamps_are_refused(tmp_path, demo_models, fake):
@@ -175,6 +180,10 @@ async def test_the_stream_connection_dropped_mid_batch_reconnects_and_goes_on(tm
         await w.send_sheet_and_pictures()
         await w.gen()
         w.start_executor()
+        ping = await fake.ping()
+        (echo,) = await w.until(lambda: [a for a in fake.acks
+                                         if a["headers"]["messageId"] == ping])
+        assert echo["code"] == 200 and json.loads(echo["data"]) == {"opaque": ping}
         await fake.drop()
         await w.until(lambda: fake.connections >= 2 and fake.sockets, timeout=30)
         await w.say(text="/status 1")
@@ -202,3 +211,39 @@ async def test_progress_on_a_card_and_platform_admins(tmp_path, demo_models, fak
         (card,) = fake.cards.values()
         assert card[0].startswith("Batch 1 ░") and card[-1].startswith("Batch 1 ████")
         assert not [m for m in fake.sent if "25%" in m["param"].get("content", "")]
+
+
+def test_messages_are_parsed_alike_from_both_modes_and_signatures_checked(tmp_path, demo_models):
+    import io
+    import os
+
+    from PIL import Image
+
+    from bot.dingtalk import MEDIA_MAX, DingTalk, fit_image
+    from tests.dingtalkfake import sign
+    config = executor_config(tmp_path / "data", demo_models, dingtalk={
+        "app_key": APP_KEY, "app_secret": APP_SECRET, "platform_admins": True})
+    ding = DingTalk(config)
+    rich = {"msgtype": "richText", "msgId": "m1", "senderStaffId": "s1", "conversationType": "2",
+            "conversationId": "cid9", "isAdmin": True,
+            "content": '{"richText": [{"text": "@genbot"}, {"text": "status 3"}]}'}
+    got = ding.incoming(rich)
+    assert (got.text, got.conversation, got.platform_admin) == ("@genbot status 3", "group:cid9",
+                                                                True)
+    picture = {"msgtype": "picture", "msgId": "m2", "senderStaffId": "s1",
+               "conversationType": "1", "content": {"downloadCode": "dc9"}}
+    (f,) = ding.incoming(picture).files
+    assert (f.name, f.handle) == ("picture-m2.png", {"code": "dc9"})
+    assert ding.incoming({"msgtype": "audio", "senderStaffId": "s1"}) is None
+    now = 1_800_000_000_000
+    assert ding.signed(str(now), sign(now), now_ms=now)
+    assert not ding.signed(str(now), sign(now, "other"), now_ms=now)
+    assert not ding.signed(str(now - 3_600_001), sign(now - 3_600_001), now_ms=now)
+    # An image over DingTalk's 20 MB is re-encoded as a JPEG that fits.
+    noise = Image.frombytes("RGB", (3000, 3000), os.urandom(3000 * 3000 * 3))
+    buf = io.BytesIO()
+    noise.save(buf, "BMP")
+    assert len(buf.getvalue()) > MEDIA_MAX
+    data, name = fit_image(buf.getvalue(), "big.bmp")
+    assert name == "big.jpg" and len(data) <= MEDIA_MAX
+    assert fit_image(b"small", "a.png") == (b"small", "a.png")
