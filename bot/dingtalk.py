@@ -24,7 +24,6 @@ import json
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,6 @@ from storage.config import Config
 log = logging.getLogger("genbot.dingtalk")
 SIGN_WINDOW_MS = 3_600_000  # DingTalk's callback timestamps are good for an hour
 MEDIA_MAX = 20 * 2**20  # media/upload takes images and files up to 20 MB
-SEEN = 5000
 BACKOFF_MAX = 30.0
 
 
@@ -59,8 +57,6 @@ class DingTalk(Platform):
                                robot_code=d.robot_code or d.app_key, api_url=d.api_url,
                                oapi_url=d.oapi_url)
         self.receive: Receive | None = None
-        self.seen: OrderedDict[str, None] = OrderedDict()
-        self.tasks: set[asyncio.Task] = set()
         self.stream: Stream | None = None
 
     # --- wiring -------------------------------------------------------------------------
@@ -72,16 +68,11 @@ class DingTalk(Platform):
     async def start(self) -> None:
         if self.settings.mode == "stream":
             self.stream = Stream(self)
-            self._keep(asyncio.create_task(self.stream.run(), name="dingtalk-stream"))
+            self.spawn(self.stream.run(), name="dingtalk-stream")
 
     async def close(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
+        await super().close()
         await self.api.close()
-
-    def _keep(self, task: asyncio.Task) -> None:
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
 
     # --- inbound ------------------------------------------------------------------------
     async def callback(self, request: web.Request) -> web.Response:
@@ -109,17 +100,9 @@ class DingTalk(Platform):
     def handle(self, body: dict) -> None:
         """A robot message, from either mode: handed to the core once, in the background."""
         incoming = self.incoming(body)
-        if incoming is None or not self._first(incoming.message or uuid.uuid4().hex):
+        if incoming is None or not self.once(incoming.message or uuid.uuid4().hex):
             return
-        self._keep(asyncio.create_task(self.receive(incoming)))
-
-    def _first(self, key: str) -> bool:
-        if key in self.seen:
-            return False
-        self.seen[key] = None
-        if len(self.seen) > SEEN:
-            self.seen.popitem(last=False)
-        return True
+        self.spawn(self.receive(incoming))
 
     def incoming(self, body: dict) -> Incoming | None:
         user = body.get("senderStaffId") or body.get("senderId")
@@ -265,8 +248,7 @@ class Stream(DingTalkStreamClient):
                     delay = 1.0
                     log.info("dingtalk: Stream connected")
                     async for raw in websocket:
-                        self.adapter._keep(asyncio.create_task(
-                            self.background_task(json.loads(raw))))
+                        self.adapter.spawn(self.background_task(json.loads(raw)))
                 log.warning("dingtalk: Stream closed; reconnecting")
             except asyncio.CancelledError:
                 raise

@@ -14,6 +14,8 @@ languages — is the core's, written once. A third platform is one module.
 
 from __future__ import annotations
 
+import asyncio
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +70,9 @@ class Outgoing:
     progress: bool = False  # a batch's progress message (edited later where `can_edit`)
 
 
+SEEN = 5000  # message keys remembered by `once`
+
+
 class DeliveryError(Exception):
     """The platform did not take a message. `retry_after`: it said when to try again;
     `permanent`: trying again cannot help (a deleted channel, a revoked token)."""
@@ -111,6 +116,29 @@ class Platform:
         """The bytes of a file announced with `handle`, or DownloadError."""
         raise NotImplementedError
 
+    # --- what every adapter needs inbound ----------------------------------------------
+    def once(self, key: str) -> bool:
+        """True the first time a message key is seen lately: platforms retry deliveries
+        they think were missed, and may send one message as two events."""
+        seen = self.__dict__.setdefault("_seen", OrderedDict())
+        if key in seen:
+            return False
+        seen[key] = None
+        if len(seen) > SEEN:
+            seen.popitem(last=False)
+        return True
+
+    def spawn(self, work: Awaitable[Any], name: str | None = None) -> asyncio.Task:
+        """Run `work` in the background (after the platform was answered), kept until done
+        and canceled by `close`."""
+        tasks = self.__dict__.setdefault("_tasks", set())
+        task = asyncio.ensure_future(work)
+        if name:
+            task.set_name(name)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return task
+
     def attach(self, app: Any, receive: Receive) -> None:
         """Add the platform's routes to the service's aiohttp app; hand what arrives to
         `receive` (bot.chat.Chat.receive)."""
@@ -119,4 +147,6 @@ class Platform:
         """Open what the platform needs open (a Socket Mode or Stream connection)."""
 
     async def close(self) -> None:
-        """Release connections."""
+        """Release connections; stop background work."""
+        for task in list(self.__dict__.get("_tasks", ())):
+            task.cancel()

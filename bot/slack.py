@@ -21,9 +21,9 @@ outbox as a DeliveryError (with Retry-After), or as permanent for errors no retr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
-from collections import OrderedDict
 from typing import Any
 
 import aiohttp
@@ -50,7 +50,6 @@ PERMANENT = frozenset({
     "restricted_action", "message_not_found", "cant_update_message", "msg_too_long",
     "invalid_blocks", "file_not_found", "file_deleted", "invalid_arguments",
 })
-SEEN = 5000  # recent messages remembered, to handle each once
 NOT_SERVED = ("genbot does not serve this channel; ask an admin. · 此频道未启用 genbot，请联系管理员。")
 
 
@@ -73,9 +72,7 @@ class Slack(Platform):
         self.app.event("app_mention")(self.on_message)
         self.app.action("cancel_batch")(self.on_button)
         self.receive: Receive | None = None
-        self.seen: OrderedDict[str, None] = OrderedDict()
         self.people: dict[str, tuple[str | None, str | None]] = {}  # user -> (locale, tz)
-        self.tasks: set[asyncio.Task] = set()
         self.session: aiohttp.ClientSession | None = None
         self.socket = None
 
@@ -99,8 +96,7 @@ class Slack(Platform):
     async def close(self) -> None:
         if self.socket is not None:
             await self.socket.close_async()
-        for task in list(self.tasks):
-            task.cancel()
+        await super().close()
         if self.session is not None:
             await self.session.close()
 
@@ -108,18 +104,8 @@ class Slack(Platform):
         """The core's work runs after the acknowledgement, never in its way."""
         async def handle() -> None:
             locale, tz = await self.person(incoming.user)
-            await self.receive(Incoming(**{**incoming.__dict__, "lang": locale, "tz": tz}))
-        task = asyncio.create_task(handle())
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    def _first(self, key: str) -> bool:
-        if key in self.seen:
-            return False
-        self.seen[key] = None
-        if len(self.seen) > SEEN:
-            self.seen.popitem(last=False)
-        return True
+            await self.receive(dataclasses.replace(incoming, lang=locale, tz=tz))
+        self.spawn(handle())
 
     def serves(self, channel: str, direct: bool) -> bool:
         return direct or not self.settings.channels or channel in self.settings.channels
@@ -159,7 +145,7 @@ class Slack(Platform):
         direct = event.get("channel_type") == "im"
         if not (direct or f"<@{context.bot_user_id}>" in text) or not event.get("user"):
             return
-        if not self.serves(channel, direct) or not self._first(f"{channel}:{event['ts']}"):
+        if not self.serves(channel, direct) or not self.once(f"{channel}:{event['ts']}"):
             return
         files = tuple([await self.file(f) for f in event.get("files", [])])
         self._spawn(Incoming(
