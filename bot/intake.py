@@ -100,6 +100,15 @@ async def intake(template: Template, filename: str, data: bytes, *, settings: In
     except SheetError as e:
         result.file_issues.append(Issue(e.code, e.details))
         return result
+    return await intake_sheet(template, sheet, settings=settings, images=images,
+                              skip_invalid=skip_invalid)
+
+
+async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConfig,
+                       images: ImageResolver, skip_invalid: bool = False) -> Intake:
+    """The checks on rows already read: from a file, or given as JSON by the API."""
+    filename = sheet.filename
+    result = Intake(template.name, filename)
     result.rows = len(sheet.rows)
     if not sheet.rows:
         result.file_issues.append(Issue("no_rows", {"file": filename}))

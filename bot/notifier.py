@@ -51,11 +51,7 @@ class Notifier:
         self.font, self.clock = font, clock
 
     def columns(self, template: str, jobs: list[dict]) -> list[str]:
-        """Parameter names in the template's order (the database may reorder JSON keys)."""
-        t = self.templates.get(template)
-        if t is not None:
-            return list(t.params)
-        return sorted({n for j in jobs for n in j["params"].get("params", {})})
+        return columns_of(self.templates.get(template), jobs)
 
     def key_values(self, template: str, job: dict) -> list[str]:
         """The values that tell a row apart: not images, not seeds."""
@@ -180,7 +176,6 @@ class Notifier:
         key = f"batch:{batch['id']}:summary"
         if await self.outbox.get(key):
             return  # owed already (a replayed event): the files are written too
-        from executor.contact import contact_sheet
         jobs = await self.queue.batch_jobs(batch["id"])
         lang = self._lang(batch)
         done = [j for j in jobs if j["status"] == "succeeded"]
@@ -192,10 +187,8 @@ class Notifier:
                 await self.images(batch, job)
             elif job["status"] == "failed":
                 await self.failure(batch, job)
-        folder = f"outputs/batch_{batch['id']}"
-        results = self.store.write(f"{folder}/results.xlsx", results_xlsx(
-            jobs, self.columns(batch["template"], jobs), lang))
-        images = [(self.store.path(o), f"row {j['row']}") for j in done for o in j["outputs"]]
+        results, contact = summary_files(self.store, batch, jobs,
+                                         self.columns(batch["template"], jobs), self.font)
         started = min((j["started_at"] for j in jobs if j["started_at"]), default=None)
         finished = max((j["finished_at"] for j in jobs if j["finished_at"]), default=None)
         minutes = (finished - started) / 60 if started and finished else 0
@@ -205,14 +198,34 @@ class Notifier:
                    canceled=sum(j["status"] == "canceled" for j in jobs), minutes=minutes)
         await self._owe(key, batch, "text", {"text": text, "mention": batch["submitter"]},
                         answer=True)
-        if images:
-            contact = self.store.write(f"{folder}/contact.png",
-                                       contact_sheet(images, font=self.font))
+        if contact:
             await self._owe(f"{key}:contact", batch, "image", {"path": contact, "text": ""})
         # Last in the thread: once it is sent, every image of the batch has been delivered.
         delete = [] if self.auto_save else [o for j in done for o in j["outputs"]]
         await self._owe(f"{key}:results", batch, "file", {"path": results, "text": "",
                                                           "delete_after": delete})
+
+
+def columns_of(template, jobs: list[dict]) -> list[str]:
+    """Parameter names in the template's order (the database may reorder JSON keys)."""
+    if template is not None:
+        return list(template.params)
+    return sorted({n for j in jobs for n in j["params"].get("params", {})})
+
+
+def summary_files(store: FileStore, batch: dict, jobs: list[dict], columns: list[str],
+                  font: str = "") -> tuple[str, str | None]:
+    """The batch's results .xlsx and contact sheet (None without images), written to the
+    store; their relative paths."""
+    from executor.contact import contact_sheet
+    folder = f"outputs/batch_{batch['id']}"
+    results = store.write(f"{folder}/results.xlsx",
+                          results_xlsx(jobs, columns, batch["meta"].get("lang", "en")))
+    images = [(store.path(o), f"row {j['row']}") for j in jobs if j["status"] == "succeeded"
+              for o in j["outputs"]]
+    contact = store.write(f"{folder}/contact.png", contact_sheet(images, font=font)) \
+        if images else None
+    return results, contact
 
 
 def thread_of(batch: dict) -> str:

@@ -15,6 +15,7 @@ import signal
 
 from aiohttp import web
 
+from bot.api import Api
 from bot.core import ChatCore
 from bot.platform import Platform
 from bot.supervisor import Supervisor
@@ -75,6 +76,7 @@ class Service:
         self.queue = await open_queue(config)
         self.core = ChatCore(config, self.queue, self.platforms, templates=templates)
         app = build_app(self.queue)
+        Api(config, self.queue, self.core.chat.permissions, self.core.store, templates).routes(app)
         for platform in self.platforms:
             platform.attach(app, self.core.chat.receive)
         self.runner = web.AppRunner(app, access_log=None)

@@ -176,6 +176,16 @@ class SlackConfig:
 
 
 @dataclass(frozen=True)
+class ApiConfig:
+    """The REST API under /api/v1 (docs/api.md)."""
+
+    tokens: list[str] = key((), "Bearer tokens, as \"TOKEN=USER\": a request with the token acts "
+                            "as api:USER, whose role [chat] gives (admins = [\"api:ci\"]). "
+                            "Empty: the API is closed. Use env GENBOT_API_TOKENS for real ones.",
+                            secret=True)
+
+
+@dataclass(frozen=True)
 class DingTalkConfig:
     """The DingTalk bot (docs/dingtalk.md). Off until app_key is set."""
 
@@ -267,6 +277,7 @@ class Config:
     templates: TemplatesConfig = field(default_factory=TemplatesConfig)
     intake: IntakeConfig = field(default_factory=IntakeConfig)
     chat: ChatConfig = field(default_factory=ChatConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
     slack: SlackConfig = field(default_factory=SlackConfig)
     dingtalk: DingTalkConfig = field(default_factory=DingTalkConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
@@ -518,6 +529,11 @@ def _check_relations(config: Config) -> None:
     if slack.bot_token and not (slack.signing_secret or slack.app_token):
         raise ConfigError(f"{config.source}: [slack] bot_token is set: expected signing_secret "
                           "(for /slack/events) or app_token (for Socket Mode) too")
+    for entry in config.api.tokens:
+        token, _, user = entry.partition("=")
+        if len(token) < 16 or not user or ":" in user:
+            raise ConfigError(f"{config.source}: [api] tokens: expected \"TOKEN=USER\" with a "
+                              "token of at least 16 characters and a user name without ':'")
     if config.dingtalk.app_key and not config.dingtalk.app_secret:
         raise ConfigError(f"{config.source}: [dingtalk] app_key is set: expected app_secret too")
     url = config.database.url

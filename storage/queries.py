@@ -259,6 +259,13 @@ BATCHES_SINCE = "SELECT COUNT(*) AS n FROM batches WHERE submitter = $1 AND crea
 LATEST_BATCH = "SELECT id FROM batches WHERE submitter = $1 ORDER BY id DESC LIMIT 1"
 BATCHES_OF = "SELECT id FROM batches WHERE submitter = $1 AND id > $2 ORDER BY id"
 
+# The API's job list: newest first, a page after the cursor, each filter optional.
+PAGE_JOBS = """
+SELECT * FROM jobs
+WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1) AND (CAST($2 AS BIGINT) IS NULL OR batch_id = $2)
+  AND (CAST($3 AS TEXT) IS NULL OR status = $3) AND (CAST($4 AS TEXT) IS NULL OR submitter = $4)
+ORDER BY id DESC LIMIT $5"""
+
 # /queue: what runs now.
 RUNNING_JOBS = """
 SELECT j.id, j.batch_id, j.row, j.submitter, j.started_at, j.lease_owner, b.template

@@ -402,6 +402,16 @@ class Queue:
     async def batches_of(self, submitter: str, after: int = 0) -> list[int]:
         return [r["id"] for r in await self.db.fetch(q.BATCHES_OF, submitter, after)]
 
+    async def page_jobs(self, *, before: int | None = None, batch: int | None = None,
+                        status: str | None = None, submitter: str | None = None,
+                        limit: int = 100) -> list[dict[str, Any]]:
+        """Jobs newest first, those with an id below `before` (a cursor), filtered."""
+        rows = await self.db.fetch(q.PAGE_JOBS, before, batch, status, submitter, limit)
+        for row in rows:
+            for key in ("params", "outputs"):
+                row[key] = _loads(row[key])
+        return rows
+
     async def running(self) -> list[dict[str, Any]]:
         """Running jobs with their batch's template, oldest first."""
         return await self.db.fetch(q.RUNNING_JOBS)

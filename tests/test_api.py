@@ -1,0 +1,167 @@
+"""The REST API on the real service: tokens and roles, submitting (multipart and JSON rows),
+reading, paging, cancel/retry/pause, outputs, the events WebSocket, the OpenAPI document."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import aiohttp
+import pytest
+from openpyxl import load_workbook
+from PIL import Image
+
+from tests.chatfake import ServiceWorld
+from tests.conftest import ROOT, executor_config
+
+ADMIN, ALICE, BOB, VIEWER = ("admin-token-0000001", "alice-token-000001", "bob-token-00000001",
+                             "viewer-token-00001")
+BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
+
+
+def api_config(tmp_path, demo_models, **chat):
+    return executor_config(
+        tmp_path / "data", demo_models, service={"port": 0},
+        api={"tokens": [f"{ADMIN}=ops", f"{ALICE}=alice", f"{BOB}=bob", f"{VIEWER}=vic"]},
+        chat={"admins": ["api:ops"], "viewers": ["api:vic"], **chat})
+
+
+class ApiWorld(ServiceWorld):
+    async def __aenter__(self) -> "ApiWorld":
+        await super().__aenter__()
+        self.http = aiohttp.ClientSession(self.url)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.http.close()
+        await super().__aexit__(*exc)
+
+    async def call(self, method: str, path: str, token: str | None = ALICE, **kw):
+        headers = kw.pop("headers", {})
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        async with self.http.request(method, f"/api/v1{path}", headers=headers, **kw) as r:
+            body = await r.read()
+            kind = r.content_type
+            return r.status, (json.loads(body) if kind == "application/json" else body)
+
+    async def submit(self, rows: int = 2, token: str = ALICE, key: str | None = None, **fields):
+        form = aiohttp.FormData()
+        form.add_field("template", fields.pop("template", "social_thumb"))
+        for name, value in fields.items():
+            form.add_field(name, str(value))
+        sheet = "image,title\n" + "\n".join(f"bottle.png,Title {i}" for i in range(rows))
+        form.add_field("sheet", sheet.encode(), filename="sheet.csv")
+        form.add_field("bottle", BOTTLE, filename="bottle.png")
+        return await self.call("POST", "/batches", token, data=form,
+                               headers={"Idempotency-Key": key} if key else {})
+
+
+@pytest.fixture
+async def api(tmp_path, demo_models):
+    async with ApiWorld(api_config(tmp_path, demo_models)) as w:
+        yield w
+
+
+async def test_tokens_are_required_and_errors_are_json(api):
+    status, body = await api.call("GET", "/queue", token=None)
+    assert status == 401 and body["error"]["code"] == "unauthorized"
+    status, body = await api.call("GET", "/queue", token="not-a-token-at-all")
+    assert status == 401
+    status, body = await api.call("GET", "/batches/99")
+    assert (status, body["error"]["code"]) == (404, "no_batch")
+    status, body = await api.call("GET", "/jobs?limit=abc")
+    assert (status, body["error"]["code"]) == (400, "bad_query")
+    status, doc = await api.call("GET", "/openapi.json", token=None)  # public, like any docs
+    assert status == 200 and doc["openapi"].startswith("3.")
+    documented = {p for p in doc["paths"]}
+    served = {r.resource.canonical.replace("{id:\\d+}", "{id}").replace("{index:\\d+}", "{index}")
+              for r in api.service.runner.app.router.routes()
+              if r.resource and r.resource.canonical.startswith("/api/v1/")}
+    assert served - {"/api/v1/openapi.json"} == documented
+
+
+async def test_submit_read_page_and_download_a_batch(api):
+    status, batch = await api.submit(3, key="nightly-42")
+    assert status == 201 and (batch["id"], batch["total"], batch["submitter"]) == (1, 3, "api:alice")
+    again_status, again = await api.submit(3, key="nightly-42")  # a retried request
+    assert again_status == 200 and again["id"] == 1
+    status, page = await api.call("GET", "/jobs?limit=2")
+    assert [j["row"] for j in page["jobs"]] == [4, 3] and page["next_cursor"] is not None
+    status, rest = await api.call("GET", f"/jobs?limit=2&cursor={page['next_cursor']}")
+    assert [j["row"] for j in rest["jobs"]] == [2] and rest["next_cursor"] is None
+    status, not_yet = await api.call("GET", "/batches/1/files/results.xlsx")
+    assert (status, not_yet["error"]["code"]) == (404, "not_yet")
+
+    api.start_executor()
+    await api.finish(timeout=60)
+    status, done = await api.call("GET", "/batches/1")
+    assert done["done"] == 3 and done["counts"] == {"succeeded": 3}
+    status, job = await api.call("GET", "/jobs/1")
+    assert job["status"] == "succeeded" and job["outputs"] == ["/api/v1/jobs/1/outputs/0"]
+    status, image = await api.call("GET", "/jobs/1/outputs/0", token=VIEWER)
+    assert status == 200 and Image.open(io.BytesIO(image)).size[0] == 1080
+    status, results = await api.call("GET", "/batches/1/files/results.xlsx")
+    assert status == 200 and load_workbook(io.BytesIO(results)).active.max_row == 4
+    status, contact = await api.call("GET", "/batches/1/files/contact.png")
+    assert status == 200 and Image.open(io.BytesIO(contact)).format == "PNG"
+
+
+async def test_json_rows_and_problems_by_row_and_column(api):
+    status, body = await api.call("POST", "/batches", json={
+        "template": "social_thumb", "rows": [{"image": "bottle.png", "title": "A", "width": 12},
+                                             {"image": "nope.png", "title": "B"}]})
+    assert status == 422 and body["error"]["code"] == "invalid_sheet"
+    problems = [(p["row"], p["column"], p["code"]) for p in body["error"]["problems"]]
+    # JSON rows carry no files: images come from the assets folder or an allowed URL.
+    assert problems == [(2, "image", "image_not_found"), (2, "width", "too_small"),
+                        (3, "image", "image_not_found")]
+    status, body = await api.call("POST", "/batches", json={
+        "template": "social_thumb", "rows": [{"title": "no image column"}], "dry_run": True})
+    assert status == 422 and body["error"]["problems"][0]["code"] == "missing_column"
+    status, body = await api.call("POST", "/batches", json={
+        "template": "social_thumb", "rows": [{"title": "x"}], "not_before": "yesterday"})
+    assert (status, body["error"]["code"]) == (422, "bad_time")
+    status, body = await api.call("POST", "/batches", json={"template": "nope", "rows": []})
+    assert (status, body["error"]["code"]) == (422, "no_template")
+    status, body = await api.call("POST", "/batches", data=b"x",
+                                  headers={"Content-Type": "text/plain"})
+    assert status == 415
+
+
+async def test_the_same_permission_rules_as_chat(api):
+    status, body = await api.submit(1, token=VIEWER)
+    assert (status, body["error"]["code"]) == (403, "refused_role")
+    await api.submit(2, token=ALICE)
+    status, body = await api.call("POST", "/batches/1/cancel", token=BOB)
+    assert (status, body["error"]["code"]) == (403, "refused_not_owner")
+    status, body = await api.call("POST", "/queue/pause", token=ALICE)
+    assert (status, body["error"]["code"]) == (403, "refused_role")
+    status, body = await api.call("POST", "/queue/pause", token=ADMIN)
+    assert (status, body) == (200, {"paused": True, "changed": True})
+    status, body = await api.call("GET", "/queue", token=VIEWER)
+    assert body["paused"] is True and body["queued"] == 2
+    status, body = await api.call("POST", "/jobs/1/cancel", token=ALICE)
+    assert (status, body) == (200, {"ended": [1], "asked": []})
+    status, body = await api.call("POST", "/batches/1/cancel", token=ADMIN)
+    assert body == {"ended": [2], "asked": []}
+    status, body = await api.call("POST", "/batches/1/retry", token=ALICE)
+    assert (status, body["error"]["code"]) == (409, "nothing_to_retry")
+    audit = [(a["user_id"], a["action"], a["allowed"]) for a in
+             reversed(await api.core.access.audit_log())]
+    assert ("vic", "gen", False) in audit and ("ops", "pause", True) in audit
+    assert ("bob", "cancel", False) in audit and ("ops", "cancel", True) in audit
+
+
+async def test_events_stream_and_resume_from_a_sequence_number(api):
+    async with api.http.ws_connect(f"/api/v1/events?after=0&token={ALICE}") as ws:
+        await api.submit(1)
+        first = await ws.receive_json(timeout=10)
+        assert (first["kind"], first["batch_id"]) == ("submitted", 1)
+    await api.submit(1)
+    async with api.http.ws_connect(f"/api/v1/events?after={first['seq']}&token={ALICE}") as ws:
+        second = await ws.receive_json(timeout=10)  # only what came after
+        assert (second["kind"], second["batch_id"]) == ("submitted", 2)
+    with pytest.raises(aiohttp.WSServerHandshakeError):
+        async with api.http.ws_connect("/api/v1/events"):
+            pass
