@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from bot.commands import Command, CommandError, parse_time
 from bot.messages import say
@@ -111,7 +112,7 @@ class Api:
 
     async def batch(self, request: web.Request) -> web.Response:
         await self.allowed(request, "status")
-        return web.json_response(await self._batch(int(request.match_info["id"])))
+        return web.json_response(await self._batch(_in_path(request, "id")))
 
     async def _batch(self, batch_id: int) -> dict:
         batch = await self.queue.batch(batch_id)
@@ -133,8 +134,8 @@ class Api:
         q = request.query
         try:
             limit = min(int(q.get("limit", PAGE)), 1000)
-            cursor = int(q["cursor"]) if q.get("cursor") else None
-            batch = int(q["batch"]) if q.get("batch") else None
+            cursor = _number(q["cursor"]) if q.get("cursor") else None
+            batch = _number(q["batch"]) if q.get("batch") else None
         except ValueError:
             raise ApiError(400, "bad_query", "limit, cursor and batch are whole numbers") from None
         status = q.get("status")
@@ -149,7 +150,7 @@ class Api:
 
     async def job(self, request: web.Request) -> web.Response:
         await self.allowed(request, "status")
-        job = await self._job(int(request.match_info["id"]))
+        job = await self._job(_in_path(request, "id"))
         return web.json_response(_job(job))
 
     async def _job(self, job_id: int) -> dict:
@@ -160,15 +161,15 @@ class Api:
 
     async def output(self, request: web.Request) -> web.StreamResponse:
         await self.allowed(request, "status")
-        job = await self._job(int(request.match_info["id"]))
-        index = int(request.match_info["index"])
+        job = await self._job(_in_path(request, "id"))
+        index = _in_path(request, "index")
         if index >= len(job["outputs"]):
             raise ApiError(404, "no_output", f"job {job['id']} has {len(job['outputs'])} outputs")
         return self._file(job["outputs"][index])
 
     async def batch_file(self, request: web.Request) -> web.StreamResponse:
         await self.allowed(request, "status")
-        batch_id, name = int(request.match_info["id"]), request.match_info["name"]
+        batch_id, name = _in_path(request, "id"), request.match_info["name"]
         if name not in ("contact.png", "results.xlsx"):
             raise ApiError(404, "no_file", "a batch has contact.png and results.xlsx")
         relative = f"outputs/batch_{batch_id}/{name}"
@@ -197,7 +198,7 @@ class Api:
         reconnects with the last seq it saw misses nothing."""
         await self.allowed(request, "status")
         try:
-            seq = int(request.query.get("after", "0"))
+            seq = _number(request.query.get("after", "0"))
         except ValueError:
             raise ApiError(400, "bad_query", "after is a sequence number") from None
         ws = web.WebSocketResponse(heartbeat=30)
@@ -224,21 +225,21 @@ class Api:
         return web.json_response({"paused": False, "changed": await self.queue.resume(by=who.id)})
 
     async def cancel_batch(self, request: web.Request) -> web.Response:
-        batch_id = int(request.match_info["id"])
+        batch_id = _in_path(request, "id")
         owner = (await self._batch(batch_id))["submitter"]
         who, _ = await self.allowed(request, "cancel", {"target": ("batch", batch_id)}, owner=owner)
         result = await self.queue.cancel(batch=batch_id, by=who.id)
         return web.json_response({"ended": result.ended, "asked": result.asked})
 
     async def cancel_job(self, request: web.Request) -> web.Response:
-        job = await self._job(int(request.match_info["id"]))
+        job = await self._job(_in_path(request, "id"))
         who, _ = await self.allowed(request, "cancel", {"target": ("job", job["id"])},
                                     owner=job["submitter"])
         result = await self.queue.cancel(job=job["id"], by=who.id)
         return web.json_response({"ended": result.ended, "asked": result.asked})
 
     async def retry(self, request: web.Request) -> web.Response:
-        batch_id = int(request.match_info["id"])
+        batch_id = _in_path(request, "id")
         owner = (await self._batch(batch_id))["submitter"]
         who, _ = await self.allowed(request, "retry", {"batch": batch_id}, owner=owner)
         try:
@@ -331,15 +332,19 @@ async def _form(request: web.Request) -> dict[str, Any]:
     if not request.content_type.startswith("multipart/"):
         raise ApiError(415, "bad_content_type", "send multipart/form-data or application/json")
     form: dict[str, Any] = {"files": {}}
-    async for part in await request.multipart():
-        if part.filename:
-            data = bytes(await part.read())
-            if part.name == "sheet":
-                form["sheet"] = (part.filename, data)
-            else:
-                form["files"][part.filename] = data
-        elif part.name:
-            form[part.name] = await part.text()
+    try:
+        async for part in await request.multipart():
+            if part.filename:
+                data = bytes(await part.read())
+                if part.name == "sheet":
+                    form["sheet"] = (part.filename, data)
+                else:
+                    form["files"][part.filename] = data
+            elif part.name:
+                form[part.name] = await part.text()
+    except (ValueError, AssertionError, HttpProcessingError) as e:  # a malformed body
+        raise ApiError(400, "bad_multipart", f"the multipart body cannot be read: {e}"[:300]) \
+            from None
     return form
 
 
@@ -350,6 +355,26 @@ def _form_files(form: dict):
         from pathlib import PurePosixPath
         return files.get(name) or files.get(PurePosixPath(name).name)
     return get
+
+
+BIGGEST = 2**63 - 1  # ids are 64-bit in the database
+
+
+def _number(text: str) -> int:
+    """A whole number the database can hold (ValueError otherwise; routes match digits only,
+    so a path id that is too big is simply not found)."""
+    value = int(text)
+    if not 0 <= value <= BIGGEST:
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
+def _in_path(request: web.Request, name: str) -> int:
+    try:
+        return _number(request.match_info[name])
+    except ValueError:
+        raise ApiError(404, "not_found", f"no such {name}: {request.match_info[name][:30]}") \
+            from None
 
 
 def _flag(value: Any) -> bool:

@@ -17,7 +17,7 @@ def _json(schema: dict, description: str = "OK") -> dict:
 
 def _id(name: str, what: str) -> dict:
     return {"name": name, "in": "path", "required": True, "description": what,
-            "schema": {"type": "integer", "minimum": 0}}
+            "schema": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}}
 
 
 ERRORS = {str(code): {"$ref": f"#/components/responses/Error{code}"}

@@ -165,3 +165,56 @@ async def test_events_stream_and_resume_from_a_sequence_number(api):
     with pytest.raises(aiohttp.WSServerHandshakeError):
         async with api.http.ws_connect("/api/v1/events"):
             pass
+
+
+@pytest.mark.slow
+def test_no_request_the_openapi_document_allows_gets_a_5xx(tmp_path, demo_models):
+    """schemathesis generates requests from the document; the service runs in its own
+    process (the calls are blocking), with a valid admin token on most of them."""
+    import socket
+    import subprocess
+    import time
+
+    import requests
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from bot.openapi import document
+    from tests.conftest import PYTHON, python_env
+    executor_config(tmp_path / "data", demo_models)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "config.toml"
+    config.write_text(f'[service]\ndata_dir = "{tmp_path / "data"}"\nport = {port}\n'
+                      f'[api]\ntokens = ["{ADMIN}=ops"]\n[chat]\nadmins = ["api:ops"]\n')
+    url = f"http://127.0.0.1:{port}"
+    with open(tmp_path / "serve.log", "ab") as log:
+        serve = subprocess.Popen([PYTHON, "-m", "bot.cli", "serve", "--no-executor", "--config",
+                                  str(config)], cwd=ROOT, env=python_env(), stdout=log, stderr=log)
+    try:
+        for _ in range(300):
+            try:
+                if requests.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                time.sleep(0.1)
+        schema = schemathesis.openapi.from_dict(document())
+        seen = set()
+
+        @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(case=schema.as_strategy(), authorized=st.booleans())
+        def check(case, authorized):
+            if case.path == "/api/v1/events":
+                return  # a WebSocket: tested in test_events_stream_and_resume…
+            if authorized:
+                case.headers = {**(case.headers or {}), "Authorization": f"Bearer {ADMIN}"}
+            response = case.call(base_url=url, timeout=20)
+            seen.add((case.method, case.path))
+            assert response.status_code < 500, (case.method, case.formatted_path, response.text)
+        check()
+        assert len(seen) >= 12  # most operations were exercised
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
