@@ -17,6 +17,7 @@ from aiohttp import web
 
 from bot.api import Api
 from bot.core import ChatCore
+from bot.metrics import Metrics
 from bot.platform import Platform
 from bot.supervisor import Supervisor
 from storage.config import Config
@@ -77,6 +78,10 @@ class Service:
         self.core = ChatCore(config, self.queue, self.platforms, templates=templates)
         app = build_app(self.queue)
         Api(config, self.queue, self.core.chat.permissions, self.core.store, templates).routes(app)
+        self.metrics = Metrics(self.queue, self.core.outbox, self.core.store,
+                               restarts=lambda: self.supervisor.restarts if self.supervisor else 0)
+        await self.metrics.start()
+        app.router.add_get("/metrics", self.metrics.handler)
         for platform in self.platforms:
             platform.attach(app, self.core.chat.receive)
         self.runner = web.AppRunner(app, access_log=None)

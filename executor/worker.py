@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import logging
 import os
 import signal
@@ -157,7 +158,9 @@ class Worker:
         from executor import devices
         devices.release(self.device, refreeze=self.cache.changed)
         self.cache.changed = False
-        used = devices.in_use(self.device) - self.cache.resident_bytes()
+        in_use = devices.in_use(self.device)
+        used = in_use - self.cache.resident_bytes()
+        self.report(in_use, devices.total_memory(self.device))
         if self.baseline is None:
             self.baseline = used
         drift = (used - self.baseline) / 2**20
@@ -176,6 +179,20 @@ class Worker:
         if jobs_limit and self.stats["jobs"] >= jobs_limit:
             log.info("recycling the executor", extra={"jobs": self.stats["jobs"]})
             self.exit_code = EXIT_RECYCLE
+
+    def report(self, in_use: int, total: float) -> None:
+        """What the service's /metrics shows of this executor: a small file in the data
+        folder, rewritten after every group of jobs (the service reads it when scraped)."""
+        stats = {"owner": self.owner, "device": self.device, "at": time.time(),
+                 "jobs": self.stats["jobs"], "memory_in_use": in_use,
+                 "memory_total": None if total == float("inf") else total,
+                 "models_resident": self.cache.resident_bytes(),
+                 "cache": {k: v for k, v in self.cache.stats.items() if ":" not in k}}
+        try:
+            FileStore(self.config.data_dir).write(
+                f"executors/{self.owner.replace(':', '_')}.json", json.dumps(stats).encode())
+        except OSError as e:
+            log.warning("cannot write executor stats: %s", e)
 
     def build_missing_demo_models(self) -> None:
         missing = [self.config.models[n].path.removeprefix("demo:")

@@ -80,6 +80,8 @@ MARK = "UPDATE outbox SET platform_id = $2 WHERE id = $1 AND status = 'pending'"
 
 BY_KEY = f"SELECT {_COLUMNS} FROM outbox WHERE key = $1"
 COUNTS = "SELECT status, COUNT(*) AS n FROM outbox GROUP BY status"
+COUNTS_BY_PLATFORM = """
+SELECT platform, status, COUNT(*) AS n FROM outbox GROUP BY platform, status"""
 
 CURSOR = "SELECT seq FROM cursors WHERE name = $1"
 SET_CURSOR = """
@@ -168,6 +170,9 @@ class Outbox:
 
     async def counts(self) -> dict[str, int]:
         return {r["status"]: r["n"] for r in await self.db.fetch(COUNTS)}
+
+    async def counts_by_platform(self) -> list[dict[str, Any]]:
+        return await self.db.fetch(COUNTS_BY_PLATFORM)
 
     async def cursor(self, name: str) -> int:
         """The last event seq `name` has handled (0 before the first)."""

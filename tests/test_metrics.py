@@ -1,0 +1,62 @@
+"""/metrics on the real service: queue depth, job durations and waits, delivery state, and
+what the executor reports of its memory and model cache."""
+
+from __future__ import annotations
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import ROOT
+from tests.test_api import ALICE, ApiWorld, api_config
+
+
+def samples(text: str) -> dict[tuple, float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+async def test_metrics_after_a_batch(tmp_path, demo_models):
+    async with ApiWorld(api_config(tmp_path, demo_models)) as w:
+        form = aiohttp.FormData()
+        form.add_field("template", "product_main")
+        form.add_field("sheet", (ROOT / "examples/product_main.xlsx").read_bytes(),
+                       filename="product_main.xlsx")
+        form.add_field("pictures", (ROOT / "examples/assets/bottle.png").read_bytes(),
+                       filename="bottle.png")
+        status, batch = await w.call("POST", "/batches", ALICE, data=form)
+        assert status == 201, batch
+        async with w.http.get("/metrics") as r:
+            before = samples(await r.text())
+        assert before[("genbot_jobs", (("priority", "normal"), ("status", "queued")))] == 2
+        assert before[("genbot_queue_paused", ())] == 0
+        w.start_executor()
+        await w.finish(timeout=120)
+        async with w.http.get("/metrics") as r:
+            assert r.headers["Content-Type"].startswith("text/plain")
+            after = samples(await r.text())
+    assert after[("genbot_jobs", (("priority", "normal"), ("status", "succeeded")))] == 2
+    assert after[("genbot_jobs", (("priority", "normal"), ("status", "queued")))] == 0
+    assert after[("genbot_job_duration_seconds_count", (("status", "succeeded"),))] == 2
+    assert after[("genbot_job_wait_seconds_count", ())] == 2
+    executor = (("executor", "test-executor"),)
+    assert after[("genbot_model_cache", executor + (("kind", "loads"),))] >= 1
+    assert after[("genbot_executor_memory_bytes",
+                  (("device", "cpu"), ("executor", "test-executor"), ("what", "in_use")))] > 0
+    assert after[("genbot_executor_restarts", ())] == 0
+
+
+def test_the_grafana_dashboard_only_uses_metrics_the_service_exports():
+    import json
+    import re
+
+    from bot.metrics import Metrics
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    used = {name for p in dashboard["panels"] for t in p["targets"]
+            for name in re.findall(r"genbot_[a-z_]+", t["expr"])}
+    metrics = Metrics.__new__(Metrics)
+    Metrics.__init__(metrics, None, None, None)
+    exported = set()
+    for family in metrics.registry.collect():
+        suffixes = ("_bucket", "_count", "_sum") if family.type == "histogram" else ("",)
+        exported |= {family.name + suffix for suffix in suffixes}
+    assert used and used <= exported, used - exported
