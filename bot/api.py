@@ -64,8 +64,9 @@ class Api:
     # --- who is asking ---------------------------------------------------------------------
     def who(self, request: web.Request) -> Who:
         auth = request.headers.get("Authorization", "")
-        token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else \
-            request.query.get("token", "")  # browsers cannot set headers on a WebSocket
+        token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
+        if not token and request.path == f"{PREFIX}/events":
+            token = request.query.get("token", "")  # browsers cannot set a WebSocket's headers
         user = self.tokens.get(token)
         if not token or user is None:
             raise ApiError(401, "unauthorized", "a valid Bearer token is required",

@@ -68,6 +68,8 @@ async def test_tokens_are_required_and_errors_are_json(api):
     assert status == 401 and body["error"]["code"] == "unauthorized"
     status, body = await api.call("GET", "/queue", token="not-a-token-at-all")
     assert status == 401
+    status, body = await api.call("GET", f"/queue?token={ALICE}", token=None)
+    assert status == 401  # tokens in URLs end up in logs: only the WebSocket may
     status, body = await api.call("GET", "/batches/99")
     assert (status, body["error"]["code"]) == (404, "no_batch")
     status, body = await api.call("GET", "/jobs?limit=abc")
