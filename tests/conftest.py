@@ -125,6 +125,14 @@ def python_env() -> dict[str, str]:
 PYTHON = sys.executable
 
 
+def free_port() -> int:
+    """A loopback port nobody listens on (for a service started in a child process)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 # --- the executor: demo models built once per run, configs pointing at them ------------
 
 @pytest.fixture(scope="session")

@@ -173,7 +173,6 @@ async def test_events_stream_and_resume_from_a_sequence_number(api):
 def test_no_request_the_openapi_document_allows_gets_a_5xx(tmp_path, demo_models):
     """schemathesis generates requests from the document; the service runs in its own
     process (the calls are blocking), with a valid admin token on most of them."""
-    import socket
     import subprocess
     import time
 
@@ -183,11 +182,9 @@ def test_no_request_the_openapi_document_allows_gets_a_5xx(tmp_path, demo_models
     from hypothesis import strategies as st
 
     from bot.openapi import document
-    from tests.conftest import PYTHON, python_env
+    from tests.conftest import PYTHON, free_port, python_env
     executor_config(tmp_path / "data", demo_models)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     config = tmp_path / "config.toml"
     config.write_text(f'[service]\ndata_dir = "{tmp_path / "data"}"\nport = {port}\n'
                       f'[api]\ntokens = ["{ADMIN}=ops"]\n[chat]\nadmins = ["api:ops"]\n')

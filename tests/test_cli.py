@@ -15,7 +15,7 @@ import pytest
 from bot.cli import main
 from storage import config as cfg
 from storage.queue import NewJob, Priority, Submission, open_queue
-from tests.conftest import PYTHON, ROOT, python_env
+from tests.conftest import PYTHON, ROOT, free_port, python_env
 
 
 @pytest.fixture
@@ -82,12 +82,6 @@ def test_unreachable_database_is_reported_plainly(workdir, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.startswith("genbot: cannot open database postgres://nobody:***@127.0.0.1:1/none")
     assert "secret" not in err and "Traceback" not in err
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get_json(url: str):

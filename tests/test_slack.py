@@ -14,7 +14,7 @@ from openpyxl import load_workbook
 from PIL import Image
 
 from tests.chatfake import ServiceWorld
-from tests.conftest import PYTHON, ROOT, executor_config, python_env
+from tests.conftest import PYTHON, ROOT, executor_config, free_port, python_env
 from tests.slackfake import APP_TOKEN, BOT, SECRET, TOKEN, FakeSlack, SlackClient, signed_headers
 
 ASSETS = ROOT / "examples" / "assets"
@@ -264,11 +264,8 @@ async def healthy(url: str, timeout: float = 60) -> None:
 async def test_the_service_killed_mid_batch_delivers_the_rest_exactly_once(tmp_path, demo_models,
                                                                            fake):
     import signal
-    import socket
     executor_config(tmp_path / "data", demo_models)  # links the demo models into data/
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     config = tmp_path / "config.toml"
     config.write_text(f"""
 [service]

@@ -12,8 +12,8 @@ import pytest
 
 from bot.supervisor import Supervisor
 from storage.queue import Status, Submission, open_queue
-from tests.conftest import PYTHON, executor_config, python_env
-from tests.test_cli import free_port, get_json
+from tests.conftest import PYTHON, executor_config, free_port, python_env
+from tests.test_cli import get_json
 from tests.test_worker import example_jobs, with_generate
 
 
