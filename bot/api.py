@@ -256,6 +256,12 @@ class Api:
         """multipart: template, sheet (a file), priority, not_before, skip_invalid, dry_run;
         or JSON: {template, rows: [{column: value}], …}. Idempotency-Key makes a retry safe."""
         who, role = await self.allowed(request, "gen")
+        key = request.headers.get("Idempotency-Key")
+        if key is not None and not 0 < len(key) <= 150:
+            raise ApiError(400, "bad_idempotency_key", "Idempotency-Key is 1 to 150 characters")
+        key = f"api:{who.user}:{key}" if key else None
+        if key and (earlier := await self.queue.batch_by_key(key)) is not None:
+            return web.json_response(await self._batch(earlier))  # a retried request: the same batch
         form = await _form(request)
         name = str(form.get("template") or "")
         template = self.templates.get(name)
@@ -285,11 +291,10 @@ class Api:
         except Refused as e:
             raise ApiError(429 if e.code == "limit_rate" else 403, e.code, e.render(),
                            **_plain(e.details)) from None
-        key = request.headers.get("Idempotency-Key")
         try:
             done = await self.queue.enqueue(Submission(
                 name, who.id, result.jobs, platform="api", priority=Priority[priority.upper()],
-                idempotency_key=f"api:{who.user}:{key}" if key else None, not_before=not_before,
+                idempotency_key=key, not_before=not_before,
                 meta={"sheet": result.filename, "lang": "en"}))
         except QueueFull as e:
             raise ApiError(409, "queue_full", str(e), free=e.free, limit=e.limit) from None

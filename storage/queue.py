@@ -396,6 +396,10 @@ class Queue:
         """Submissions by one submitter after `since` (a rate limit)."""
         return await self.db.fetchval(q.BATCHES_SINCE, submitter, since)
 
+    async def batch_by_key(self, idempotency_key: str) -> int | None:
+        row = await self.db.fetchrow(q.BATCH_BY_IDEMPOTENCY_KEY, idempotency_key)
+        return row["id"] if row else None
+
     async def latest_batch(self, submitter: str) -> int | None:
         return await self.db.fetchval(q.LATEST_BATCH, submitter)
 

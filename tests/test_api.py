@@ -217,3 +217,15 @@ def test_no_request_the_openapi_document_allows_gets_a_5xx(tmp_path, demo_models
     finally:
         serve.terminate()
         serve.wait(timeout=30)
+
+
+async def test_a_retried_submit_returns_its_batch_even_past_the_rate_limit(tmp_path, demo_models):
+    async with ApiWorld(api_config(tmp_path, demo_models, submitter_per_minute=1)) as w:
+        status, first = await w.submit(1, key="k-1")
+        assert status == 201
+        status, again = await w.submit(1, key="k-1")
+        assert (status, again["id"]) == (200, first["id"])
+        status, other = await w.submit(1, key="k-2")
+        assert (status, other["error"]["code"]) == (429, "limit_rate")
+        status, bad = await w.submit(1, key="x" * 151)
+        assert (status, bad["error"]["code"]) == (400, "bad_idempotency_key")
