@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
+from urllib.parse import unquote
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -342,10 +343,11 @@ async def _form(request: web.Request) -> dict[str, Any]:
         async for part in await request.multipart():
             if part.filename:
                 data = bytes(await part.read())
+                filename = unquote(part.filename)  # aiohttp's client percent-encodes "/"
                 if part.name == "sheet":
-                    form["sheet"] = (part.filename, data)
+                    form["sheet"] = (filename, data)
                 else:
-                    form["files"][part.filename] = data
+                    form["files"][filename] = data
             elif part.name:
                 form[part.name] = await part.text()
     except (ValueError, AssertionError, HttpProcessingError) as e:  # a malformed body

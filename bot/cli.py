@@ -9,6 +9,7 @@
   genbot validate TEMPLATE SHEET    the bot's report on a sheet, without queueing anything
   genbot run TEMPLATE SHEET         one-shot: queue the sheet, run it here, show progress
   genbot chat [--as USER]           the chat commands in a terminal (no Slack/DingTalk needed)
+  genbot submit TEMPLATE SHEET      send a sheet to a running genbot (REST API); --wait follows it
   genbot worker                     run one executor (one per GPU)
   genbot models [demo]              the model registry; build the demo models
 """
@@ -272,6 +273,12 @@ def cmd_run(args) -> int:
                      priority=Priority[args.priority.upper()], lang=args.lang)
 
 
+def cmd_submit(args) -> int:
+    from bot.submit import submit
+    return submit(args.template, Path(args.sheet), server=args.server, token=args.token,
+                  priority=args.priority, wait=args.wait, key=args.idempotency_key)
+
+
 def cmd_chat(args) -> int:
     from bot.terminal import chat
     from storage.logs import setup_logging
@@ -313,6 +320,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--priority", choices=PRIORITIES, default="normal")
     run.add_argument("--lang", choices=("en", "zh"), default="en")
     run.set_defaults(func=cmd_run)
+    submit = sub.add_parser("submit", help="send a sheet to a running genbot over its API")
+    submit.add_argument("template")
+    submit.add_argument("sheet")
+    submit.add_argument("--server", metavar="URL",
+                        help="default: $GENBOT_SERVER, else http://127.0.0.1:8080")
+    submit.add_argument("--token", metavar="T", help="default: $GENBOT_TOKEN")
+    submit.add_argument("--priority", choices=PRIORITIES, default="normal")
+    submit.add_argument("--wait", action="store_true",
+                        help="follow the batch with a progress bar; exit 1 if a job fails")
+    submit.add_argument("--idempotency-key", metavar="KEY",
+                        help="the same key again returns the first batch (safe retries)")
+    submit.set_defaults(func=cmd_submit)
     chat = sub.add_parser("chat", parents=[common],
                           help="type chat commands here; replies, progress and images printed")
     chat.add_argument("--as", dest="as_user", metavar="USER",

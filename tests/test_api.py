@@ -229,3 +229,30 @@ async def test_a_retried_submit_returns_its_batch_even_past_the_rate_limit(tmp_p
         assert (status, other["error"]["code"]) == (429, "limit_rate")
         status, bad = await w.submit(1, key="x" * 151)
         assert (status, bad["error"]["code"]) == (400, "bad_idempotency_key")
+
+
+async def test_genbot_submit_sends_the_sheet_and_its_pictures_and_waits(tmp_path, demo_models):
+    import asyncio
+
+    from tests.conftest import PYTHON, python_env
+    async with ApiWorld(api_config(tmp_path, demo_models)) as w:
+        w.start_executor()
+
+        async def genbot(*args: str, token: str = ALICE) -> tuple[int, str, str]:
+            env = python_env() | {"GENBOT_TOKEN": token}
+            proc = await asyncio.create_subprocess_exec(
+                PYTHON, "-m", "bot.cli", "submit", *args, "--server", w.url, cwd=ROOT, env=env,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(proc.communicate(), 120)
+            return proc.returncode, out.decode(), err.decode()
+
+        code, out, err = await genbot("social_thumb", "examples/social_thumb.xlsx", "--wait")
+        assert code == 0, err
+        assert out.splitlines()[0].startswith("batch 1: 2 social_thumb jobs")
+        assert "batch 1: 2 of 2 succeeded" in out and out.rstrip().endswith("results.xlsx")
+        jobs = await w.queue.batch_jobs(1)
+        assert {j["status"] for j in jobs} == {"succeeded"}  # the pictures went along
+        code, _, err = await genbot("social_thumb", "examples/social_thumb.xlsx", token=VIEWER)
+        assert code == 1 and "needs the submitter role" in err
+        code, _, err = await genbot("nope", "examples/social_thumb.xlsx")
+        assert code == 1 and "no template 'nope'" in err
