@@ -35,6 +35,7 @@ from storage.files import FileStore
 from storage.inbox import Inbox, Upload, is_sheet, name_key
 from storage.outbox import Outbox
 from storage.queue import Priority, Queue, QueueFull, Submission
+from storage.schedules import Schedules
 
 log = logging.getLogger("genbot.chat")
 
@@ -91,6 +92,7 @@ class Chat:
         if local_admins:  # the person at `genbot chat`'s terminal owns the machine
             settings = dataclasses.replace(settings, admins=[*settings.admins, *local_admins])
         self.permissions = Permissions(settings, access, queue, clock=clock)
+        self.schedules = Schedules(queue.db, clock=clock)
         self.languages = {where: lang for where, _, lang in
                           (e.rpartition("=") for e in config.chat.languages)}
 
@@ -267,16 +269,18 @@ def _unknown_template(chat: Chat, turn: Turn, name: str) -> None:
 
 # --- The commands -------------------------------------------------------------------------
 
-@handles("gen")
-async def gen(chat: Chat, turn: Turn, cmd: Command) -> None:
-    msg, lang = turn.msg, turn.lang
-    name = cmd.args["template"]
+async def find_and_check(chat: Chat, turn: Turn, name: str, file: str | None, *,
+                         skip_invalid: bool, fetched: dict[str, bytes] | None = None):
+    """The sheet a command names (or the person's latest), downloaded and through intake:
+    (upload, its bytes, result); or None, with the reason replied. `fetched` collects the pictures
+    its rows named."""
+    msg = turn.msg
     template = chat.templates.get(name)
     if template is None:
         _unknown_template(chat, turn, name)
-        return
+        return None
     lookup = await chat.inbox.find_sheet(platform=msg.platform, user=msg.user,
-                                         conversation=msg.conversation, name=cmd.args["file"],
+                                         conversation=msg.conversation, name=file,
                                          message=msg.message)
     upload = lookup.found
     if upload is None:
@@ -284,30 +288,50 @@ async def gen(chat: Chat, turn: Turn, cmd: Command) -> None:
             turn.say("file_ambiguous", names=", ".join(
                 u.name for u in sorted(lookup.candidates, key=lambda u: u.id)),
                      template=name)
-            return
-        if cmd.args["file"]:
-            turn.say("file_not_found", file=cmd.args["file"][:120])
+            return None
+        if file:
+            turn.say("file_not_found", file=file[:120])
         else:
             turn.say("no_sheet", template=name)
         _recent(turn, lookup.candidates, chat.clock())
         platform = chat.platforms.get(msg.platform)
         if platform is not None and platform.file_hint:
             turn.add(platform.file_hint)
-        return
-    platform = chat.platforms[upload.platform]
+        return None
     try:
-        data = await platform.download(upload.handle)
+        data = await chat.platforms[upload.platform].download(upload.handle)
     except DownloadError as e:
         turn.say(e.code, **{"file": upload.name, **e.details})
-        return
+        return None
     from bot.images import ImageResolver
     from bot.intake import intake
+    attachments = chat.attachments(upload)
+    if fetched is not None:
+        inner = attachments
+
+        async def attachments(ref: str) -> bytes | None:
+            data = await inner(ref)
+            if data is not None:
+                fetched[ref] = data
+            return data
     settings = chat.config.intake
-    skip = cmd.options["skip_invalid"]
     images = ImageResolver(settings, chat.store, assets_dir=chat.config.assets_dir,
-                           attachments=chat.attachments(upload))
+                           attachments=attachments)
     result = await intake(template, upload.name, data, settings=settings, images=images,
-                          skip_invalid=skip)
+                          skip_invalid=skip_invalid)
+    return upload, data, result
+
+
+@handles("gen")
+async def gen(chat: Chat, turn: Turn, cmd: Command) -> None:
+    msg, lang = turn.msg, turn.lang
+    name = cmd.args["template"]
+    skip = cmd.options["skip_invalid"]
+    found = await find_and_check(chat, turn, name, cmd.args["file"], skip_invalid=skip)
+    if found is None:
+        return
+    upload, _, result = found
+    settings = chat.config.intake
     report = result.report(lang, settings.max_problems_shown, skip_invalid=skip)
     if not result.jobs:
         turn.replies.append(Reply(report))
@@ -457,6 +481,55 @@ async def revoke(chat: Chat, turn: Turn, cmd: Command) -> None:
         turn.say("revoked", user=target.id, role=await chat.permissions.role(target))
     else:
         turn.say("revoke_none", user=target.id)
+
+
+@handles("schedule")
+async def schedule(chat: Chat, turn: Turn, cmd: Command) -> None:
+    """The sheet and the pictures it names are copied now: chat uploads expire."""
+    from bot.schedules import next_fire
+    fetched: dict[str, bytes] = {}
+    found = await find_and_check(chat, turn, cmd.args["template"], cmd.args["file"],
+                                 skip_invalid=False, fetched=fetched)
+    if found is None:
+        return
+    upload, data, result = found
+    if not result.ok:
+        turn.replies.append(Reply(result.report(turn.lang, chat.config.intake.max_problems_shown)))
+        return
+    folder = f"schedules/{uuid.uuid4().hex}"
+    sheet = chat.store.write(f"{folder}/sheet{PurePosixPath(upload.name).suffix.lower()}", data)
+    files = {name: chat.store.write(f"{folder}/files/{i}{PurePosixPath(name).suffix.lower()}", b)
+             for i, (name, b) in enumerate(sorted(fetched.items()))}
+    zone = str(turn.zone)
+    msg = turn.msg
+    schedule_id = await chat.schedules.add(
+        cron=cmd.args["cron"], timezone=zone, template=cmd.args["template"], sheet=sheet,
+        files=files, submitter=turn.who.id, platform=msg.platform, conversation=msg.conversation,
+        priority=int(Priority[cmd.options["priority"].upper()]),
+        meta={"lang": turn.lang, "sheet": upload.name})
+    when = next_fire(cmd.args["cron"], zone, chat.clock())
+    turn.say("scheduled", id=schedule_id, template=cmd.args["template"], sheet=upload.name,
+             cron=cmd.args["cron"], zone=zone, next=f"{when:%Y-%m-%d %H:%M}")
+
+
+@handles("schedules")
+async def schedules(chat: Chat, turn: Turn, cmd: Command) -> None:
+    from bot.schedules import next_fire
+    rows = await chat.schedules.all()
+    if not rows:
+        turn.say("schedules_none")
+        return
+    turn.replies.append(Reply("\n".join(say(
+        "schedule_line", turn.lang, id=r["id"], template=r["template"],
+        sheet=r["meta"].get("sheet", "-"), cron=r["cron"], zone=r["timezone"], by=r["submitter"],
+        next=f"{next_fire(r['cron'], r['timezone'], max(r['fired_at'], chat.clock())):%Y-%m-%d %H:%M}")
+        for r in rows)))
+
+
+@handles("unschedule")
+async def unschedule(chat: Chat, turn: Turn, cmd: Command) -> None:
+    removed = await chat.schedules.remove(cmd.args["id"])
+    turn.say("unscheduled" if removed else "no_schedule", id=cmd.args["id"])
 
 
 @handles("help")

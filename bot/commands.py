@@ -47,6 +47,10 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
     Spec("template", "NAME", ("name",), aliases=("模板",)),
     Spec("grant", "USER admin|submitter|viewer", ("user", "role"), aliases=("授权",)),
     Spec("revoke", "USER", ("user",), aliases=("撤销",)),
+    Spec("schedule", '"CRON" TEMPLATE [FILE]', ("cron", "template", "file?"),
+         {"--priority": PRIORITIES}, aliases=("定时",)),
+    Spec("schedules", "", aliases=("定时列表",)),
+    Spec("unschedule", "ID", ("id",), aliases=("取消定时",)),
     Spec("help", "[COMMAND]", ("command?",), aliases=("帮助", "?")),
 ]}
 NAMES = {alias: s.name for s in SPECS.values() for alias in (s.name, *s.aliases)}
@@ -173,6 +177,14 @@ def _check_args(spec: Spec, given: list[str]) -> dict[str, Any]:
         args.setdefault(n, None)
     if spec.name in ("status", "retry") and args["batch"] is not None:
         args["batch"] = _number(spec.name, args["batch"], "batch")
+    if spec.name == "unschedule":
+        args["id"] = _number(spec.name, args["id"], "schedule")
+    if spec.name == "schedule":
+        from bot.schedules import trigger
+        try:
+            trigger(args["cron"], "UTC")
+        except ValueError:
+            raise CommandError("bad_cron", spec.name, value=args["cron"][:60]) from None
     if spec.name == "cancel":
         args["target"] = _cancel_target(args["target"])
     if spec.name == "grant":
@@ -218,6 +230,8 @@ def _check_options(spec: Spec, options: dict[str, Any], now: datetime) -> dict[s
         out["priority"] = out["priority"].lower()
     if "at" in out:
         out["at"] = parse_time(out["at"], now)
+    if spec.name == "schedule":
+        out.setdefault("priority", "normal")
     if spec.name == "gen":
         out.setdefault("priority", "normal")
         out.setdefault("skip_invalid", False)

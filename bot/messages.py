@@ -244,6 +244,16 @@ CATALOG: dict[str, tuple[str, str]] = {
     "template_info": ("{name}: {description}\nColumns (* required):\n{columns}\nAn example "
                       "sheet is attached.", "{name}：{description}\n列（* 为必填）：\n{columns}\n"
                       "附示例表格。"),
+    "bad_cron": ('"{value}" is not a cron line: five fields, minute hour day month weekday, '
+                 'e.g. "0 9 * * 1-5"', "“{value}”不是 cron 表达式：应为五段（分 时 日 月 周），例如 "
+                 '"0 9 * * 1-5"'),
+    "scheduled": ("Schedule {id}: {template} from {sheet} at \"{cron}\" ({zone}); next run "
+                  "{next}.", "定时 {id}：{template}，表格 {sheet}，时间“{cron}”（{zone}）；下次运行 {next}。"),
+    "schedules_none": ("No recurring batches.", "没有定时批次。"),
+    "schedule_line": ("{id}: {template} from {sheet} at \"{cron}\" ({zone}), by {by}; next {next}",
+                      "{id}：{template}，表格 {sheet}，“{cron}”（{zone}），由 {by} 创建；下次 {next}"),
+    "unscheduled": ("Schedule {id} removed.", "已删除定时 {id}。"),
+    "no_schedule": ("There is no schedule {id}.", "没有定时 {id}。"),
     "granted": ("{user} is now {role}.", "{user} 现在的角色是 {role}。"),
     "revoked": ("{user}'s granted role is removed; they are now {role}.",
                 "已撤销 {user} 被授予的角色；其现在的角色是 {role}。"),
@@ -268,6 +278,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "help_template": ("a template's columns, with an example sheet", "模板的列说明及示例表格"),
     "help_grant": ("give a user a role (admins)", "为用户授予角色（管理员）"),
     "help_revoke": ("take a user's granted role away (admins)", "撤销用户被授予的角色（管理员）"),
+    "help_schedule": ("run a sheet on a cron, e.g. \"0 9 * * 1-5\" (admins)",
+                      "按 cron 定时运行表格，例如 \"0 9 * * 1-5\"（管理员）"),
+    "help_schedules": ("the recurring batches", "定时批次列表"),
+    "help_unschedule": ("stop a recurring batch (admins)", "停止定时批次（管理员）"),
     "help_help": ("this list, or one command's usage", "显示本列表，或某个命令的用法"),
 }
 

@@ -23,7 +23,8 @@ from storage.queue import Queue
 RANK = {"none": 0, "viewer": 1, "submitter": 2, "admin": 3}
 NEEDS = {"help": "none", "status": "viewer", "queue": "viewer", "templates": "viewer",
          "template": "viewer", "gen": "submitter", "cancel": "submitter", "retry": "submitter",
-         "pause": "admin", "resume": "admin", "grant": "admin", "revoke": "admin"}
+         "pause": "admin", "resume": "admin", "grant": "admin", "revoke": "admin",
+         "schedule": "admin", "schedules": "viewer", "unschedule": "admin"}
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from aiohttp import web
 from bot.api import Api
 from bot.core import ChatCore
 from bot.metrics import Metrics
+from bot.schedules import Scheduler
 from bot.platform import Platform
 from bot.supervisor import Supervisor
 from storage.config import Config
@@ -102,11 +103,14 @@ class Service:
             self.supervisor = Supervisor(config)
             self.supervisor.start()
         self.core.start()
+        self.scheduler = Scheduler(config, self.queue, self.core.store, templates)
+        self.scheduler.start()
         for platform in self.platforms:
             await platform.start()
 
     async def stop(self) -> None:
         log.info("genbot stopping")
+        self.scheduler.stop()
         await self.core.stop()
         if self.supervisor:
             await self.supervisor.stop()

@@ -184,3 +184,29 @@ class Cursor(Model):
 
     class Meta:
         table = "cursors"
+
+
+class Schedule(Model):
+    """A recurring batch: a sheet run on a cron, kept here so it survives restarts.
+
+    The sheet and the pictures it names are copied into the file store when the
+    schedule is made (chat uploads expire); each firing reads them again, so seeds left
+    empty are new each time.
+    """
+
+    id = fields.BigIntField(primary_key=True)
+    cron = fields.CharField(max_length=100, description="five fields, as crontab")
+    timezone = fields.CharField(max_length=64)
+    template = fields.CharField(max_length=200)
+    sheet = fields.CharField(max_length=300, description="the sheet, relative to the file store")
+    files = fields.JSONField(default=dict, description="picture name -> its stored path")
+    submitter = fields.CharField(max_length=200, description="platform:user id")
+    platform = fields.CharField(max_length=32)
+    conversation = fields.CharField(max_length=200, null=True)
+    priority = fields.SmallIntField()
+    meta = fields.JSONField(default=dict)
+    created_at = fields.FloatField()
+    fired_at = fields.FloatField(description="the last fire time queued (creation at first)")
+
+    class Meta:
+        table = "schedules"

@@ -11,6 +11,9 @@ from pathlib import Path
 from bot.platform import DeliveryError, DownloadError, FileRef, Incoming, Outgoing, Platform
 
 
+MESSAGE_IDS = itertools.count(1)  # unique across instances, as a platform's message ids are
+
+
 @dataclass
 class Post:
     id: str
@@ -41,7 +44,6 @@ class MemoryPlatform(Platform):
         self.faults: list[BaseException] = []  # raised by the next sends and edits, in order
         self.calls = 0
         self._ids = itertools.count(1)
-        self._messages = itertools.count(1)
 
     # --- what a person does ---------------------------------------------------------
     def upload(self, name: str, data: bytes) -> FileRef:
@@ -51,7 +53,7 @@ class MemoryPlatform(Platform):
 
     def message(self, text: str = "", *, user: str = "U1", conversation: str = "C1",
                 files: tuple[FileRef, ...] = (), thread: str | None = None, **extra) -> Incoming:
-        return Incoming(self.name, user, conversation, text, message=f"M{next(self._messages)}",
+        return Incoming(self.name, user, conversation, text, message=f"M{next(MESSAGE_IDS)}",
                         thread=thread, files=files, **extra)
 
     # --- the interface ---------------------------------------------------------------

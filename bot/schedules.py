@@ -1,0 +1,121 @@
+"""Recurring batches, fired on time by APScheduler.
+
+A schedule is a cron (APScheduler's CronTrigger, in the schedule's time zone), a
+template and a sheet stored with its pictures. APScheduler's AsyncIOScheduler runs
+`tick` every few seconds: each schedule whose next fire time has come is claimed in
+the database (one service queues it, however many run) and its sheet goes through
+intake again — seeds left empty are new each time — into a batch in the conversation
+that made it. Firings missed while the service was down are queued once, not once each.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from storage.config import Config
+from storage.files import FileStore
+from storage.queue import Priority, Queue, QueueFull, Submission
+from storage.schedules import Schedules
+
+log = logging.getLogger("genbot.schedules")
+TICK = 15.0  # seconds between looks at the schedules
+
+
+DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def trigger(cron: str, timezone: str):
+    """APScheduler's trigger for a five-field crontab line (ValueError when it is not one).
+    Weekday numbers mean what crontab says (0 and 7 Sunday, 1 Monday); APScheduler 3
+    counts from Monday, so they are given to it as names."""
+    from apscheduler.triggers.cron import CronTrigger
+    fields = cron.split()
+    if len(fields) != 5:
+        raise ValueError("a cron line has five fields: minute hour day month weekday")
+    weekday = re.sub(r"(?<![/\d])([0-7])(?!\d)", lambda m: DAYS[int(m[1])], fields[4])
+    minute, hour, day, month, _ = fields
+    return CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=weekday,
+                       timezone=ZoneInfo(timezone))
+
+
+def next_fire(cron: str, timezone: str, after: float) -> datetime | None:
+    zone = ZoneInfo(timezone)
+    return trigger(cron, timezone).get_next_fire_time(None, datetime.fromtimestamp(after, zone))
+
+
+class Scheduler:
+    def __init__(self, config: Config, queue: Queue, store: FileStore, templates: dict, *,
+                 clock: Callable[[], float] = time.time):
+        self.config, self.queue, self.store, self.templates = config, queue, store, templates
+        self.clock = clock
+        self.rows = Schedules(queue.db, clock=clock)
+        self.apscheduler = None
+
+    def start(self) -> None:
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+        from apscheduler.triggers.interval import IntervalTrigger
+        self.apscheduler = AsyncIOScheduler()
+        self.apscheduler.add_job(self.tick, IntervalTrigger(seconds=TICK), id="schedules",
+                                 max_instances=1, coalesce=True, next_run_time=datetime.now())
+        self.apscheduler.start()
+
+    def stop(self) -> None:
+        if self.apscheduler is not None and self.apscheduler.running:
+            self.apscheduler.shutdown(wait=False)
+
+    async def tick(self) -> list[int]:
+        """Queue every schedule whose time has come; returns the batches queued."""
+        now = self.clock()
+        queued = []
+        for row in await self.rows.all():
+            when = next_fire(row["cron"], row["timezone"], row["fired_at"])
+            if when is None or when.timestamp() > now:
+                continue
+            if not await self.rows.claim(row["id"], now):
+                continue  # another service queued this firing
+            try:
+                batch = await self.fire(row, when.timestamp())
+            except Exception:
+                log.exception("schedule %s could not fire", row["id"])
+                continue
+            if batch is not None:
+                queued.append(batch)
+        return queued
+
+    async def fire(self, row: dict, at: float) -> int | None:
+        from bot.images import ImageResolver
+        from bot.intake import intake
+        template = self.templates.get(row["template"])
+        if template is None:
+            log.warning("schedule %s: template %s is gone", row["id"], row["template"])
+            return None
+        files = row["files"]
+
+        async def attachments(name: str) -> bytes | None:
+            path = files.get(name)
+            return self.store.path(path).read_bytes() if path else None
+        settings = self.config.intake
+        images = ImageResolver(settings, self.store, assets_dir=self.config.assets_dir,
+                               attachments=attachments)
+        sheet = self.store.path(row["sheet"])
+        result = await intake(template, row["meta"].get("sheet", sheet.name), sheet.read_bytes(),
+                              settings=settings, images=images, skip_invalid=True)
+        if not result.jobs:
+            log.warning("schedule %s: nothing to queue: %s", row["id"], result.report())
+            return None
+        try:
+            done = await self.queue.enqueue(Submission(
+                row["template"], row["submitter"], result.jobs, platform=row["platform"],
+                conversation=row["conversation"], priority=Priority(row["priority"]),
+                idempotency_key=f"schedule:{row['id']}:{int(at)}",
+                meta={**row["meta"], "schedule": row["id"]}))
+        except QueueFull as e:
+            log.warning("schedule %s: %s", row["id"], e)
+            return None
+        log.info("schedule %s fired: batch %s", row["id"], done.batch_id)
+        return done.batch_id

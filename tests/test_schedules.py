@@ -1,0 +1,103 @@
+"""Recurring batches with a controlled clock: made in chat, fired on time, once, surviving a
+restart, listed, removed; and only by admins."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from bot.schedules import Scheduler, next_fire
+from executor.workflow import load_templates
+from tests.chatfake import World
+from tests.conftest import FakeClock, ROOT, executor_config
+
+BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
+START = datetime(2026, 12, 2, 8, 0, tzinfo=timezone.utc).timestamp()  # a Wednesday, 08:00 UTC
+
+
+def config(tmp_path, demo_models):
+    return executor_config(tmp_path / "data", demo_models,
+                           chat={"admins": ["test:BOSS"], "timezone": "UTC"})
+
+
+def scheduler(w: World, clock) -> Scheduler:
+    templates, _ = load_templates(w.config.templates_dir)
+    return Scheduler(w.config, w.queue, w.core.store, templates, clock=clock)
+
+
+async def test_a_schedule_fires_on_time_once_survives_a_restart_and_is_removed(tmp_path,
+                                                                             demo_models):
+    clock = FakeClock(START)
+    cfg = config(tmp_path, demo_models)
+    async with World(cfg, clock=clock) as w:
+        p = w.platform
+        files = (p.upload("daily.csv", b"image,title\nbottle.png,Daily {date}\n"),
+                 p.upload("bottle.png", BOTTLE))
+        (refused,) = await w.send('/schedule "0 9 * * *" social_thumb daily.csv', user="U1",
+                                  files=files)
+        assert refused.text.startswith("/schedule needs the admin role")
+        (made,) = await w.send('/schedule "0 9 * * *" social_thumb daily.csv', user="BOSS",
+                               files=files)
+        assert made.text == ('Schedule 1: social_thumb from daily.csv at "0 9 * * *" (UTC); '
+                             "next run 2026-12-02 09:00.")
+        (bad,) = await w.send('/schedule "every day" social_thumb', user="BOSS")
+        assert bad.text.startswith('"every day" is not a cron line')
+        s = scheduler(w, clock)
+        assert await s.tick() == []  # 08:00: not yet
+        clock.advance(3600 + 30)  # 09:00:30
+        (batch,) = await s.tick()
+        assert await s.tick() == []  # once per firing
+        posts = await w.send(f"/status {batch}", user="BOSS")
+        (status,) = [x for x in posts if x.text.startswith(f"Batch {batch} · ")]
+        assert "social_thumb · test:BOSS" in status.text
+        jobs = await w.queue.batch_jobs(batch)
+        assert len(jobs) == 1 and jobs[0]["params"]["params"]["title"].startswith("Daily")
+    # A restart: new objects over the same database; the 09:00 firing is not repeated.
+    async with World(cfg, clock=clock) as again:
+        s = scheduler(again, clock)
+        assert await s.tick() == []
+        clock.advance(24 * 3600)  # the next day, 09:00:30
+        (second,) = await s.tick()
+        assert second == batch + 1
+        posts = await again.send("/schedules", user="U1")  # viewers and up may list
+        (listing,) = [x for x in posts if x.thread is None and x.text.startswith("1:")]
+        assert listing.text == ('1: social_thumb from daily.csv at "0 9 * * *" (UTC), by '
+                                "test:BOSS; next 2026-12-04 09:00")
+        (gone,) = await again.send("/unschedule 1", user="BOSS")
+        assert gone.text == "Schedule 1 removed."
+        clock.advance(24 * 3600)
+        assert await s.tick() == []
+        (none,) = await again.send("/schedules", user="BOSS")
+        assert none.text == "No recurring batches."
+
+
+async def test_missed_firings_are_queued_once_not_once_each(tmp_path, demo_models):
+    clock = FakeClock(START)
+    async with World(config(tmp_path, demo_models), clock=clock) as w:
+        p = w.platform
+        await w.send('/schedule "*/10 * * * *" social_thumb s.csv', user="BOSS", files=(
+            p.upload("s.csv", b"image,title\nbottle.png,T\n"), p.upload("bottle.png", BOTTLE)))
+        clock.advance(5 * 3600)  # the service was down through 30 firings
+        s = scheduler(w, clock)
+        assert len(await s.tick()) == 1 and await s.tick() == []
+
+
+def test_cron_lines_follow_the_schedules_time_zone():
+    after = datetime(2026, 12, 2, 0, 0, tzinfo=timezone.utc).timestamp()
+    when = next_fire("0 9 * * *", "Asia/Shanghai", after)
+    assert when.isoformat() == "2026-12-02T09:00:00+08:00"
+    # Weekdays as crontab counts them: 1 is Monday, 0 and 7 Sunday, 1-5 Monday to Friday.
+    assert next_fire("0 9 * * 1", "UTC", after).isoformat() == "2026-12-07T09:00:00+00:00"
+    assert next_fire("0 9 * * 0", "UTC", after).isoformat() == "2026-12-06T09:00:00+00:00"
+    assert next_fire("0 9 * * 7", "UTC", after).isoformat() == "2026-12-06T09:00:00+00:00"
+    assert next_fire("30 8 * * 1-5", "UTC", after).isoformat() == "2026-12-02T08:30:00+00:00"
+    assert next_fire("0 12 * * 6", "UTC", after).isoformat() == "2026-12-05T12:00:00+00:00"
+
+
+async def test_the_service_runs_the_schedules_on_apscheduler(tmp_path, demo_models):
+    from tests.chatfake import ServiceWorld
+    cfg = executor_config(tmp_path / "data", demo_models, service={"port": 0})
+    async with ServiceWorld(cfg) as w:
+        job = w.service.scheduler.apscheduler.get_job("schedules")
+        assert w.service.scheduler.apscheduler.running and job is not None
+        assert job.trigger.interval.total_seconds() == 15
+    assert not w.service.scheduler.apscheduler.running
