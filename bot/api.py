@@ -23,6 +23,7 @@ from bot.permissions import Permissions, Refused, Who
 from storage.config import Config
 from storage.files import FileStore
 from storage.queue import Priority, Queue, QueueFull, Status, Submission
+from storage.schedules import Schedules
 
 PREFIX = "/api/v1"
 PAGE = 100  # jobs per page unless asked for fewer (at most 1000)
@@ -42,6 +43,7 @@ class Api:
         self.config, self.queue, self.permissions = config, queue, permissions
         self.store, self.templates = store, templates
         self.tokens = {t: u for t, _, u in (e.partition("=") for e in config.api.tokens)}
+        self.schedules = Schedules(queue.db, clock=queue.clock)
 
     def routes(self, app: web.Application) -> None:
         r = app.router
@@ -61,6 +63,9 @@ class Api:
         r.add_post(f"{PREFIX}/jobs/{{id:\\d+}}/cancel", self.cancel_job)
         r.add_get(f"{PREFIX}/jobs/{{id:\\d+}}/outputs/{{index:\\d+}}", self.output)
         r.add_get(f"{PREFIX}/events", self.events)
+        r.add_get(f"{PREFIX}/schedules", self.schedule_list)
+        r.add_post(f"{PREFIX}/schedules", self.schedule)
+        r.add_delete(f"{PREFIX}/schedules/{{id:\\d+}}", self.unschedule)
 
     # --- who is asking ---------------------------------------------------------------------
     def who(self, request: web.Request) -> Who:
@@ -303,12 +308,74 @@ class Api:
         body["problems"] = problems
         return web.json_response(body, status=201 if done.created else 200)
 
-    async def _intake(self, template, form: dict, skip: bool):
+    # --- schedules (the twin of /schedule, /schedules, /unschedule) ---------------------
+    async def schedule_list(self, request: web.Request) -> web.Response:
+        from bot.schedules import next_fire
+        await self.allowed(request, "schedules")
+        now = self.queue.clock()
+        return web.json_response({"schedules": [{
+            "id": r["id"], "cron": r["cron"], "timezone": r["timezone"], "template": r["template"],
+            "sheet": r["meta"].get("sheet"), "submitter": r["submitter"],
+            "next": next_fire(r["cron"], r["timezone"], max(r["fired_at"], now)).isoformat()}
+            for r in await self.schedules.all()]})
+
+    async def schedule(self, request: web.Request) -> web.Response:
+        """multipart: cron, template, sheet, its pictures, priority, timezone (IANA; UTC)."""
+        from bot.schedules import make, next_fire, trigger
+        who, _ = await self.allowed(request, "schedule")
+        form = await _form(request)
+        cron, zone = str(form.get("cron") or ""), str(form.get("timezone") or "UTC")
+        try:
+            trigger(cron, zone)
+        except (ValueError, KeyError):
+            raise ApiError(422, "bad_cron", say("bad_cron", value=cron[:60]) +
+                           f" (time zone {zone[:40]})") from None
+        template = self.templates.get(str(form.get("template") or ""))
+        if template is None:
+            raise ApiError(422, "no_template", f"no template {form.get('template')!r}",
+                           templates=sorted(self.templates))
+        priority = str(form.get("priority") or "normal").upper()
+        if priority not in Priority.__members__:
+            raise ApiError(422, "bad_priority", say("bad_priority", value=priority[:40]))
+        if not isinstance(form.get("sheet"), tuple):
+            raise ApiError(422, "no_rows", "a schedule needs a sheet file (multipart field sheet)")
+        fetched: dict[str, bytes] = {}
+        result = await self._intake(template, form, False, fetched)
+        if not result.ok:
+            raise ApiError(422, "invalid_sheet", result.report(), problems=[
+                {"row": i.row, "column": i.column, "code": i.code, "message": i.render()}
+                for i in result.file_issues + result.issues])
+        name, data = form["sheet"]
+        schedule_id = await make(self.schedules, self.store, cron=cron, timezone=zone,
+                                 template=template.name, sheet_name=name, sheet=data,
+                                 pictures=fetched, submitter=who.id, platform="api",
+                                 conversation=None, priority=int(Priority[priority]), lang="en")
+        return web.json_response({"id": schedule_id, "next": next_fire(
+            cron, zone, self.queue.clock()).isoformat()}, status=201)
+
+    async def unschedule(self, request: web.Request) -> web.Response:
+        await self.allowed(request, "unschedule")
+        schedule_id = _in_path(request, "id")
+        if not await self.schedules.remove(schedule_id):
+            raise ApiError(404, "no_schedule", f"there is no schedule {schedule_id}")
+        return web.json_response({"removed": schedule_id})
+
+    async def _intake(self, template, form: dict, skip: bool,
+                      fetched: dict[str, bytes] | None = None):
         from bot.images import ImageResolver
         from bot.intake import intake, intake_sheet
         from bot.sheets import Sheet
+        files = _form_files(form)
+        if fetched is not None:  # remember the pictures the rows named (a schedule keeps them)
+            named = files
+
+            async def files(ref: str) -> bytes | None:
+                data = await named(ref)
+                if data is not None:
+                    fetched[ref] = data
+                return data
         images = ImageResolver(self.config.intake, self.store, assets_dir=self.config.assets_dir,
-                               attachments=_form_files(form))
+                               attachments=files)
         settings = self.config.intake
         sheet = form.get("sheet")
         if isinstance(sheet, tuple):

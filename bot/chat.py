@@ -486,7 +486,7 @@ async def revoke(chat: Chat, turn: Turn, cmd: Command) -> None:
 @handles("schedule")
 async def schedule(chat: Chat, turn: Turn, cmd: Command) -> None:
     """The sheet and the pictures it names are copied now: chat uploads expire."""
-    from bot.schedules import next_fire
+    from bot.schedules import make, next_fire
     fetched: dict[str, bytes] = {}
     found = await find_and_check(chat, turn, cmd.args["template"], cmd.args["file"],
                                  skip_invalid=False, fetched=fetched)
@@ -496,17 +496,12 @@ async def schedule(chat: Chat, turn: Turn, cmd: Command) -> None:
     if not result.ok:
         turn.replies.append(Reply(result.report(turn.lang, chat.config.intake.max_problems_shown)))
         return
-    folder = f"schedules/{uuid.uuid4().hex}"
-    sheet = chat.store.write(f"{folder}/sheet{PurePosixPath(upload.name).suffix.lower()}", data)
-    files = {name: chat.store.write(f"{folder}/files/{i}{PurePosixPath(name).suffix.lower()}", b)
-             for i, (name, b) in enumerate(sorted(fetched.items()))}
     zone = str(turn.zone)
-    msg = turn.msg
-    schedule_id = await chat.schedules.add(
-        cron=cmd.args["cron"], timezone=zone, template=cmd.args["template"], sheet=sheet,
-        files=files, submitter=turn.who.id, platform=msg.platform, conversation=msg.conversation,
-        priority=int(Priority[cmd.options["priority"].upper()]),
-        meta={"lang": turn.lang, "sheet": upload.name})
+    schedule_id = await make(
+        chat.schedules, chat.store, cron=cmd.args["cron"], timezone=zone,
+        template=cmd.args["template"], sheet_name=upload.name, sheet=data, pictures=fetched,
+        submitter=turn.who.id, platform=turn.msg.platform, conversation=turn.msg.conversation,
+        priority=int(Priority[cmd.options["priority"].upper()]), lang=turn.lang)
     when = next_fire(cmd.args["cron"], zone, chat.clock())
     turn.say("scheduled", id=schedule_id, template=cmd.args["template"], sheet=upload.name,
              cron=cmd.args["cron"], zone=zone, next=f"{when:%Y-%m-%d %H:%M}")

@@ -116,6 +116,28 @@ def document() -> dict[str, Any]:
                                            "content": {"image/png": {}}},
                 errors=("401", "403", "404"),
                 parameters=[_id("id", "job id"), _id("index", "which output, from 0")])},
+            "/api/v1/schedules": {
+                "get": _op("Recurring batches with their next run", _json(
+                    {"type": "object", "properties": {"schedules": {
+                        "type": "array", "items": {"type": "object"}}}})),
+                "post": {
+                    "summary": "Run a sheet on a crontab line (admins)",
+                    "requestBody": {"required": True, "content": {"multipart/form-data": {
+                        "schema": {"type": "object", "required": ["cron", "template", "sheet"],
+                                   "properties": {
+                                       "cron": {"type": "string", "example": "0 9 * * 1-5"},
+                                       "timezone": {"type": "string", "default": "UTC"},
+                                       "template": {"type": "string"},
+                                       "priority": {"type": "string", "enum": priorities},
+                                       "sheet": {"type": "string", "format": "binary"}}}}}},
+                    "responses": {"201": _json({"type": "object", "properties": {
+                        "id": {"type": "integer"}, "next": {"type": "string"}}}, "scheduled"),
+                                  **{e: ERRORS[e] for e in ("400", "401", "403", "422")},
+                                  "415": {"$ref": "#/components/responses/Error400"}}}},
+            "/api/v1/schedules/{id}": {"delete": _op(
+                "Remove a schedule (admins)", _json({"type": "object", "properties": {
+                    "removed": {"type": "integer"}}}), errors=("401", "403", "404"),
+                parameters=[_id("id", "schedule id")])},
             "/api/v1/events": {"get": _op(
                 "WebSocket: queue events and progress from `after` on (resumable)",
                 {"description": "switches to a WebSocket"}, errors=("400", "401", "403"),

@@ -48,6 +48,22 @@ def next_fire(cron: str, timezone: str, after: float) -> datetime | None:
     return trigger(cron, timezone).get_next_fire_time(None, datetime.fromtimestamp(after, zone))
 
 
+async def make(rows: Schedules, store: FileStore, *, cron: str, timezone: str, template: str,
+               sheet_name: str, sheet: bytes, pictures: dict[str, bytes], submitter: str,
+               platform: str, conversation: str | None, priority: int, lang: str) -> int:
+    """Store the sheet and the pictures its rows named (uploads expire), and the schedule."""
+    import uuid
+    from pathlib import PurePosixPath
+    folder = f"schedules/{uuid.uuid4().hex}"
+    stored = store.write(f"{folder}/sheet{PurePosixPath(sheet_name).suffix.lower()}", sheet)
+    files = {name: store.write(f"{folder}/files/{i}{PurePosixPath(name).suffix.lower()}", data)
+             for i, (name, data) in enumerate(sorted(pictures.items()))}
+    return await rows.add(cron=cron, timezone=timezone, template=template, sheet=stored,
+                          files=files, submitter=submitter, platform=platform,
+                          conversation=conversation, priority=priority,
+                          meta={"lang": lang, "sheet": sheet_name})
+
+
 class Scheduler:
     def __init__(self, config: Config, queue: Queue, store: FileStore, templates: dict, *,
                  clock: Callable[[], float] = time.time):

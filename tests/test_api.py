@@ -256,3 +256,28 @@ async def test_genbot_submit_sends_the_sheet_and_its_pictures_and_waits(tmp_path
         assert code == 1 and "needs the submitter role" in err
         code, _, err = await genbot("nope", "examples/social_thumb.xlsx")
         assert code == 1 and "no template 'nope'" in err
+
+
+async def test_schedules_through_the_api(api):
+    def form(cron: str) -> aiohttp.FormData:
+        f = aiohttp.FormData()
+        f.add_field("cron", cron)
+        f.add_field("timezone", "Asia/Shanghai")
+        f.add_field("template", "social_thumb")
+        f.add_field("sheet", b"image,title\nbottle.png,Daily\n", filename="daily.csv")
+        f.add_field("pictures", BOTTLE, filename="bottle.png")
+        return f
+    status, body = await api.call("POST", "/schedules", ALICE, data=form("0 9 * * 1-5"))
+    assert (status, body["error"]["code"]) == (403, "refused_role")
+    status, body = await api.call("POST", "/schedules", ADMIN, data=form("9am daily"))
+    assert (status, body["error"]["code"]) == (422, "bad_cron")
+    status, made = await api.call("POST", "/schedules", ADMIN, data=form("0 9 * * 1-5"))
+    assert status == 201 and made["id"] == 1 and made["next"].endswith("T09:00:00+08:00")
+    status, listing = await api.call("GET", "/schedules", VIEWER)
+    (only,) = listing["schedules"]
+    assert (only["cron"], only["timezone"], only["sheet"], only["submitter"]) == \
+        ("0 9 * * 1-5", "Asia/Shanghai", "daily.csv", "api:ops")
+    status, body = await api.call("DELETE", "/schedules/1", ADMIN)
+    assert (status, body) == (200, {"removed": 1})
+    status, body = await api.call("DELETE", "/schedules/1", ADMIN)
+    assert (status, body["error"]["code"]) == (404, "no_schedule")
