@@ -362,18 +362,12 @@ class Api:
 
     async def _intake(self, template, form: dict, skip: bool,
                       fetched: dict[str, bytes] | None = None):
-        from bot.images import ImageResolver
+        from bot.images import ImageResolver, recording
         from bot.intake import intake, intake_sheet
         from bot.sheets import Sheet
         files = _form_files(form)
-        if fetched is not None:  # remember the pictures the rows named (a schedule keeps them)
-            named = files
-
-            async def files(ref: str) -> bytes | None:
-                data = await named(ref)
-                if data is not None:
-                    fetched[ref] = data
-                return data
+        if fetched is not None:
+            files = recording(files, fetched)
         images = ImageResolver(self.config.intake, self.store, assets_dir=self.config.assets_dir,
                                attachments=files)
         settings = self.config.intake

@@ -303,17 +303,11 @@ async def find_and_check(chat: Chat, turn: Turn, name: str, file: str | None, *,
     except DownloadError as e:
         turn.say(e.code, **{"file": upload.name, **e.details})
         return None
-    from bot.images import ImageResolver
+    from bot.images import ImageResolver, recording
     from bot.intake import intake
     attachments = chat.attachments(upload)
     if fetched is not None:
-        inner = attachments
-
-        async def attachments(ref: str) -> bytes | None:
-            data = await inner(ref)
-            if data is not None:
-                fetched[ref] = data
-            return data
+        attachments = recording(attachments, fetched)
     settings = chat.config.intake
     images = ImageResolver(settings, chat.store, assets_dir=chat.config.assets_dir,
                            attachments=attachments)

@@ -53,6 +53,17 @@ def folder_attachments(folder: Path) -> Attachments:
     return get
 
 
+def recording(attachments: Attachments, into: dict[str, bytes]) -> Attachments:
+    """`attachments` that also keep what they found in `into` (a schedule stores the
+    pictures its sheet named)."""
+    async def get(name: str) -> bytes | None:
+        data = await attachments(name)
+        if data is not None:
+            into[name] = data
+        return data
+    return get
+
+
 class ImageResolver:
     def __init__(self, settings: IntakeConfig, store: FileStore, *, assets_dir: Path,
                  attachments: Attachments | None = None):
