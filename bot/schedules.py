@@ -6,6 +6,7 @@ template and a sheet stored with its pictures. APScheduler's AsyncIOScheduler ru
 the database (one service queues it, however many run) and its sheet goes through
 intake again — seeds left empty are new each time — into a batch in the conversation
 that made it. Firings missed while the service was down are queued once, not once each.
+The same scheduler runs retention daily at 03:30 ([queue] retention_days).
 """
 
 from __future__ import annotations
@@ -74,11 +75,28 @@ class Scheduler:
 
     def start(self) -> None:
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
+        from apscheduler.triggers.cron import CronTrigger
         from apscheduler.triggers.interval import IntervalTrigger
         self.apscheduler = AsyncIOScheduler()
         self.apscheduler.add_job(self.tick, IntervalTrigger(seconds=TICK), id="schedules",
                                  max_instances=1, coalesce=True, next_run_time=datetime.now())
+        self.apscheduler.add_job(self.retention, CronTrigger(hour=3, minute=30), id="retention",
+                                 max_instances=1, coalesce=True)
         self.apscheduler.start()
+
+    async def retention(self) -> list[int]:
+        """Forget batches finished more than [queue] retention_days ago, outputs included."""
+        days = self.config.queue.retention_days
+        if not days:
+            return []
+        forgotten: list[int] = []
+        while ids := await self.queue.forget_finished(self.clock() - days * 86400):
+            for batch_id in ids:
+                self.store.delete_folder(f"outputs/batch_{batch_id}")
+            forgotten += ids
+        if forgotten:
+            log.info("retention: forgot %d batches finished over %g days ago", len(forgotten), days)
+        return forgotten
 
     def stop(self) -> None:
         if self.apscheduler is not None and self.apscheduler.running:

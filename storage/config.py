@@ -91,6 +91,9 @@ class QueueConfig:
                                    min=0, max=604_800)
     poll_interval: float = key(5.0, "Fallback polling of an idle executor, in seconds; new work "
                                "normally wakes it at once.", min=0.05, max=3600)
+    retention_days: float = key(0.0, "Forget batches finished more than this many days ago: "
+                                "their jobs, events and output files (checked daily). 0 keeps "
+                                "everything.", min=0, max=36_500)
 
 
 @dataclass(frozen=True)

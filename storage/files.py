@@ -44,6 +44,15 @@ class FileStore:
             return False
         return True
 
+    def delete_folder(self, relative: str) -> bool:
+        """Remove a folder and all in it (a forgotten batch's outputs)."""
+        import shutil
+        target = self.path(relative)
+        if not target.is_dir():
+            return False
+        shutil.rmtree(target)
+        return True
+
     def put_input(self, data: bytes, suffix: str = ".png") -> str:
         """Store an input file under its content hash: the same image is stored once."""
         relative = f"inputs/{hashlib.sha256(data).hexdigest()}{suffix}"

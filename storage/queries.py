@@ -266,6 +266,16 @@ WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1) AND (CAST($2 AS BIGINT) IS NULL OR
   AND (CAST($3 AS TEXT) IS NULL OR status = $3) AND (CAST($4 AS TEXT) IS NULL OR submitter = $4)
 ORDER BY id DESC LIMIT $5"""
 
+# Retention: batches created and wholly finished before $1.
+OLD_BATCHES = """
+SELECT b.id FROM batches b WHERE b.created_at < $1 AND NOT EXISTS (
+  SELECT 1 FROM jobs j WHERE j.batch_id = b.id
+    AND (j.status IN ('queued', 'running') OR COALESCE(j.finished_at, 0) >= $1))
+ORDER BY b.id LIMIT $2"""
+FORGET_EVENTS = "DELETE FROM events WHERE batch_id = $1"
+FORGET_JOBS = "DELETE FROM jobs WHERE batch_id = $1"
+FORGET_BATCH = "DELETE FROM batches WHERE id = $1"
+
 # /queue: what runs now.
 RUNNING_JOBS = """
 SELECT j.id, j.batch_id, j.row, j.submitter, j.started_at, j.lease_owner, b.template

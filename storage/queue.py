@@ -330,6 +330,16 @@ class Queue:
             idempotency_key=f"retry:{batch_id}:{len(failed)}:{max(j['id'] for j in failed)}",
             meta={**meta, "retry_of": batch_id, "retried_by": by}))
 
+    async def forget_finished(self, before: float, limit: int = 500) -> list[int]:
+        """Delete batches wholly finished before `before`, with their jobs and events
+        (retention); returns their ids, for their output files to go too."""
+        ids = [r["id"] for r in await self.db.fetch(q.OLD_BATCHES, before, limit)]
+        for batch_id in ids:
+            async with self.db.transaction() as tx:
+                for sql in (q.FORGET_EVENTS, q.FORGET_JOBS, q.FORGET_BATCH):
+                    await self.db.execute(sql, batch_id, client=tx)
+        return ids
+
     async def pause(self, by: str = "") -> bool:
         """Stop claiming (running jobs finish). Persisted. Returns False if already paused."""
         return await self.db.execute(q.SET_PAUSED, True, by, self.clock()) > 0

@@ -478,3 +478,19 @@ async def test_release_hands_the_job_back_without_using_an_attempt(queue):
     await queue.cancel(job=again.job_id, by="admin")
     assert await queue.release(again, "executor stopped") == Status.CANCELED
     assert len(await queue.batch_jobs(lease.batch_id)) == 2
+
+
+async def test_retention_forgets_only_batches_wholly_finished_before_the_cutoff(queue, clock):
+    old = (await queue.enqueue(sub("alice", 2))).batch_id
+    lingering = (await queue.enqueue(sub("bob", 2))).batch_id
+    for lease in [await queue.claim("exec") for _ in range(4)]:
+        if (lease.batch_id, lease.row) != (lingering, 3):  # bob's second job keeps running
+            await queue.complete(lease, [f"outputs/batch_{lease.batch_id}/{lease.row}.png"])
+    clock.advance(10 * 86400)
+    recent = (await queue.enqueue(sub("carol", 1))).batch_id
+    await drain(queue)  # bob's job ends only now (its lease long expired), then carol's
+    assert await queue.forget_finished(clock() - 7 * 86400) == [old]
+    assert await queue.batch(old) is None and await queue.batch_jobs(old) == []
+    assert [e for e in await queue.events_after(0) if e["batch_id"] == old] == []
+    assert await queue.batch(lingering) is not None and await queue.batch(recent) is not None
+    assert await queue.forget_finished(clock() - 7 * 86400) == []

@@ -101,3 +101,20 @@ async def test_the_service_runs_the_schedules_on_apscheduler(tmp_path, demo_mode
         assert w.service.scheduler.apscheduler.running and job is not None
         assert job.trigger.interval.total_seconds() == 15
     assert not w.service.scheduler.apscheduler.running
+
+
+async def test_retention_runs_on_the_scheduler_and_removes_outputs(tmp_path, demo_models):
+    from storage.queue import NewJob, Submission
+    clock = FakeClock(START)
+    cfg = executor_config(tmp_path / "data", demo_models, queue={"retention_days": 7})
+    async with World(cfg, clock=clock) as w:
+        batch = (await w.queue.enqueue(Submission("t", "cli:me", [NewJob(2, {})]))).batch_id
+        lease = await w.queue.claim("exec")
+        path = w.core.store.write(f"outputs/batch_{batch}/2.png", b"png")
+        await w.queue.complete(lease, [path])
+        s = scheduler(w, clock)
+        assert await s.retention() == []  # finished today
+        clock.advance(8 * 86400)
+        assert await s.retention() == [batch]
+        assert not w.core.store.path(f"outputs/batch_{batch}").exists()
+        assert await w.queue.batch(batch) is None
