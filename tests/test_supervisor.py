@@ -97,7 +97,8 @@ async def run_supervised(tmp_path, script: str, wait_for) -> Supervisor:
 COUNTING_CHILD = """
 import sys, pathlib
 runs = pathlib.Path(sys.argv[1])
-runs.write_text(runs.read_text() + "x" if runs.exists() else "x")
+with open(runs, "a") as f:  # appending: a child killed mid-write never empties the count
+    f.write("x")
 sys.exit({code})
 """
 
