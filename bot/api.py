@@ -135,6 +135,13 @@ class Api:
                 "files": {"contact": f"{PREFIX}/batches/{batch_id}/files/contact.png",
                           "results": f"{PREFIX}/batches/{batch_id}/files/results.xlsx"}}
 
+    async def _owner(self, batch_id: int) -> str:
+        """Who submitted a batch (for cancel and retry): one row, no progress to compute."""
+        batch = await self.queue.batch(batch_id)
+        if batch is None:
+            raise ApiError(404, "no_batch", f"there is no batch {batch_id}")
+        return batch["submitter"]
+
     async def jobs(self, request: web.Request) -> web.Response:
         """Jobs by id, newest first, a page at a time: `cursor` is the last id seen."""
         await self.allowed(request, "status")
@@ -233,7 +240,7 @@ class Api:
 
     async def cancel_batch(self, request: web.Request) -> web.Response:
         batch_id = _in_path(request, "id")
-        owner = (await self._batch(batch_id))["submitter"]
+        owner = await self._owner(batch_id)
         who, _ = await self.allowed(request, "cancel", {"target": ("batch", batch_id)}, owner=owner)
         result = await self.queue.cancel(batch=batch_id, by=who.id)
         return web.json_response({"ended": result.ended, "asked": result.asked})
@@ -247,7 +254,7 @@ class Api:
 
     async def retry(self, request: web.Request) -> web.Response:
         batch_id = _in_path(request, "id")
-        owner = (await self._batch(batch_id))["submitter"]
+        owner = await self._owner(batch_id)
         who, _ = await self.allowed(request, "retry", {"batch": batch_id}, owner=owner)
         try:
             again = await self.queue.retry_failed(batch_id, by=who.id)

@@ -46,7 +46,7 @@ def test_a_script_runs_a_sheet_and_sees_replies_progress_and_images(tmp_path, de
     assert out[1:3] == ["The queue is running.", "0 queued, 0 running"]
     assert out[3].startswith("Batch 1 accepted: 2 social_thumb jobs.")
     images = [line for line in out if line.startswith("image: ")]
-    assert len(images) == 3 and images[-1].startswith("image: ")
+    assert len(images) == 3 and images[-1].split("  ")[0].endswith("contact.png")
     assert images[0].endswith("row 2 · 新品上市 · 限时九折 · 1:1 · 1080")
     for line in images:
         assert Path(line.removeprefix("image: ").split("  ")[0]).is_file()
