@@ -264,7 +264,21 @@ PAGE_JOBS = """
 SELECT * FROM jobs
 WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1) AND (CAST($2 AS BIGINT) IS NULL OR batch_id = $2)
   AND (CAST($3 AS TEXT) IS NULL OR status = $3) AND (CAST($4 AS TEXT) IS NULL OR submitter = $4)
-ORDER BY id DESC LIMIT $5"""
+ORDER BY id DESC LIMIT $5 OFFSET $6"""
+
+COUNT_JOBS = """
+SELECT COUNT(*) AS n FROM jobs
+WHERE (CAST($1 AS BIGINT) IS NULL OR batch_id = $1) AND (CAST($2 AS TEXT) IS NULL OR status = $2)
+  AND (CAST($3 AS TEXT) IS NULL OR submitter = $3)"""
+
+# The dashboard's and the API's batch list: newest first, then their jobs counted.
+PAGE_BATCHES = """
+SELECT id, template, submitter, platform, priority, total_jobs, meta, created_at FROM batches
+WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1) AND (CAST($2 AS TEXT) IS NULL OR submitter = $2)
+ORDER BY id DESC LIMIT $3"""
+BATCH_RANGE_COUNTS = """
+SELECT batch_id, status, COUNT(*) AS n FROM jobs WHERE batch_id BETWEEN $1 AND $2
+GROUP BY batch_id, status"""
 
 # Retention: batches created and wholly finished before $1.
 OLD_BATCHES = """

@@ -418,13 +418,31 @@ class Queue:
 
     async def page_jobs(self, *, before: int | None = None, batch: int | None = None,
                         status: str | None = None, submitter: str | None = None,
-                        limit: int = 100) -> list[dict[str, Any]]:
-        """Jobs newest first, those with an id below `before` (a cursor), filtered."""
-        rows = await self.db.fetch(q.PAGE_JOBS, before, batch, status, submitter, limit)
+                        limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+        """Jobs newest first, filtered: those with an id below `before` (a cursor, for
+        scripts walking everything), or from `offset` on (for a view that jumps about)."""
+        rows = await self.db.fetch(q.PAGE_JOBS, before, batch, status, submitter, limit, offset)
         for row in rows:
             for key in ("params", "outputs"):
                 row[key] = _loads(row[key])
         return rows
+
+    async def count_jobs(self, *, batch: int | None = None, status: str | None = None,
+                         submitter: str | None = None) -> int:
+        """How many jobs page_jobs would walk through, with the same filters."""
+        return await self.db.fetchval(q.COUNT_JOBS, batch, status, submitter)
+
+    async def page_batches(self, *, before: int | None = None, submitter: str | None = None,
+                           limit: int = 50) -> list[dict[str, Any]]:
+        """Batches newest first, each with its jobs counted by status."""
+        rows = await self.db.fetch(q.PAGE_BATCHES, before, submitter, limit)
+        if not rows:
+            return []
+        by_id = {r["id"]: {**r, "meta": _loads(r["meta"]), "counts": {}} for r in rows}
+        for c in await self.db.fetch(q.BATCH_RANGE_COUNTS, rows[-1]["id"], rows[0]["id"]):
+            if c["batch_id"] in by_id:
+                by_id[c["batch_id"]]["counts"][c["status"]] = c["n"]
+        return list(by_id.values())
 
     async def running(self) -> list[dict[str, Any]]:
         """Running jobs with their batch's template, oldest first."""

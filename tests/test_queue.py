@@ -379,6 +379,30 @@ async def test_positions_counts_eta_and_progress(queue, clock):
     assert await queue.batch_progress(999) is None
 
 
+async def test_pages_of_jobs_and_batches_by_cursor_and_offset(queue):
+    a = await queue.enqueue(sub("alice", 3))
+    b = await queue.enqueue(sub("bob", 2))
+    await drain(queue)  # all five succeed
+    c = await queue.enqueue(sub("alice", 2))
+    ids = [j["id"] for j in await queue.page_jobs(limit=100)]
+    assert ids == sorted(ids, reverse=True) and len(ids) == 7
+    assert [j["id"] for j in await queue.page_jobs(offset=2, limit=3)] == ids[2:5]
+    assert [j["id"] for j in await queue.page_jobs(before=ids[2], limit=3)] == ids[3:6]
+    assert await queue.page_jobs(offset=50) == []
+    assert await queue.count_jobs() == 7
+    assert await queue.count_jobs(submitter="alice") == 5
+    assert await queue.count_jobs(status="queued") == 2
+    assert await queue.count_jobs(batch=b.batch_id, status="succeeded") == 2
+    batches = await queue.page_batches()
+    assert [(x["id"], x["total_jobs"], x["counts"]) for x in batches] == [
+        (c.batch_id, 2, {"queued": 2}), (b.batch_id, 2, {"succeeded": 2}),
+        (a.batch_id, 3, {"succeeded": 3})]
+    assert [x["id"] for x in await queue.page_batches(before=c.batch_id, limit=1)] == [b.batch_id]
+    assert [x["id"] for x in await queue.page_batches(submitter="alice")] == [c.batch_id,
+                                                                               a.batch_id]
+    assert await queue.page_batches(before=a.batch_id) == []
+
+
 async def test_event_log_records_every_transition_in_order(queue, clock):
     b = await queue.enqueue(sub("alice", 2))
     lease = await queue.claim("w")
