@@ -10,22 +10,25 @@ come back with the same row and column messages, as JSON. Errors are always
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from typing import Any
 from urllib.parse import unquote
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from bot.commands import Command, CommandError, parse_time
 from bot.messages import say
 from bot.permissions import Permissions, Refused, Who
+from bot.sessions import Sessions, session_secret
 from storage.config import Config
 from storage.files import FileStore
 from storage.queue import Priority, Queue, QueueFull, Status, Submission
 from storage.schedules import Schedules
 
 PREFIX = "/api/v1"
+THUMB_MIN, THUMB_MAX = 16, 1024
 PAGE = 100  # jobs per page unless asked for fewer (at most 1000)
 EVENTS_POLL = 0.3
 
@@ -43,9 +46,14 @@ class Api:
         self.config, self.queue, self.permissions = config, queue, permissions
         self.store, self.templates = store, templates
         self.tokens = {t: u for t, _, u in (e.partition("=") for e in config.api.tokens)}
+        self.sessions = Sessions(self.tokens, session_secret(config.api.session_secret,
+                                                             config.data_dir),
+                                 hours=config.api.session_hours, clock=queue.clock)
         self.schedules = Schedules(queue.db, clock=queue.clock)
+        self.streams: set[web.WebSocketResponse] = set()  # open /events, closed at shutdown
 
     def routes(self, app: web.Application) -> None:
+        app.on_shutdown.append(self._close_streams)
         r = app.router
         r.add_get(f"{PREFIX}/openapi.json", self.openapi)
         r.add_get(f"{PREFIX}/queue", self.queue_status)
@@ -53,6 +61,7 @@ class Api:
         r.add_post(f"{PREFIX}/queue/resume", self.resume)
         r.add_get(f"{PREFIX}/templates", self.template_list)
         r.add_get(f"{PREFIX}/templates/{{name}}", self.template)
+        r.add_get(f"{PREFIX}/batches", self.batches)
         r.add_post(f"{PREFIX}/batches", self.submit)
         r.add_get(f"{PREFIX}/batches/{{id:\\d+}}", self.batch)
         r.add_post(f"{PREFIX}/batches/{{id:\\d+}}/cancel", self.cancel_batch)
@@ -69,12 +78,20 @@ class Api:
 
     # --- who is asking ---------------------------------------------------------------------
     def who(self, request: web.Request) -> Who:
+        """api:USER, from a Bearer token or the dashboard's session cookie."""
         auth = request.headers.get("Authorization", "")
         token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
         if not token and request.path == f"{PREFIX}/events":
-            token = request.query.get("token", "")  # browsers cannot set a WebSocket's headers
-        user = self.tokens.get(token)
-        if not token or user is None:
+            token = request.query.get("token", "")  # scripts' WebSockets may not set headers
+        if token:
+            user = self.sessions.user_of(token)
+        elif (session := self.sessions.of(request)) is not None:
+            if (why := self.sessions.forged(request, session)) is not None:
+                raise ApiError(403, "csrf", why)
+            user = session.user
+        else:
+            user = None
+        if user is None:
             raise ApiError(401, "unauthorized", "a valid Bearer token is required",
                            headers_hint="Authorization: Bearer TOKEN")
         return Who("api", user, "api")
@@ -102,7 +119,8 @@ class Api:
             "queued": active["queued"], "running": active["running"],
             "counts": await self.queue.counts(),
             "eta_seconds": await self.queue.eta(active["queued"] - 1) if active["queued"] else 0,
-            "jobs": [_running(j) for j in await self.queue.running()]})
+            "jobs": [_running(j) for j in await self.queue.running()],
+            "seq": await self.queue.last_event_seq()})
 
     async def template_list(self, request: web.Request) -> web.Response:
         await self.allowed(request, "templates")
@@ -135,6 +153,25 @@ class Api:
                 "files": {"contact": f"{PREFIX}/batches/{batch_id}/files/contact.png",
                           "results": f"{PREFIX}/batches/{batch_id}/files/results.xlsx"}}
 
+    async def batches(self, request: web.Request) -> web.Response:
+        """Batches newest first with their jobs counted, a page at a time."""
+        await self.allowed(request, "status")
+        q = request.query
+        try:
+            limit = min(int(q.get("limit", 50)), 500)
+            cursor = _number(q["cursor"]) if q.get("cursor") else None
+        except ValueError:
+            raise ApiError(400, "bad_query", "limit and cursor are whole numbers") from None
+        if limit < 1:
+            raise ApiError(400, "bad_query", "limit is at least 1")
+        rows = await self.queue.page_batches(before=cursor, submitter=q.get("submitter"),
+                                             limit=limit)
+        return web.json_response({"batches": [{
+            "id": b["id"], "template": b["template"], "submitter": b["submitter"],
+            "priority": Priority(b["priority"]).name.lower(), "created_at": b["created_at"],
+            "total": b["total_jobs"], "counts": b["counts"], "sheet": b["meta"].get("sheet")}
+            for b in rows], "next_cursor": rows[-1]["id"] if len(rows) == limit else None})
+
     async def _owner(self, batch_id: int) -> str:
         """Who submitted a batch (for cancel and retry): one row, no progress to compute."""
         batch = await self.queue.batch(batch_id)
@@ -143,24 +180,33 @@ class Api:
         return batch["submitter"]
 
     async def jobs(self, request: web.Request) -> web.Response:
-        """Jobs by id, newest first, a page at a time: `cursor` is the last id seen."""
+        """Jobs by id, newest first, a page at a time: `cursor` is the last id seen; or
+        `offset` (then `total` comes too), for a view that jumps to any row."""
         await self.allowed(request, "status")
         q = request.query
         try:
             limit = min(int(q.get("limit", PAGE)), 1000)
             cursor = _number(q["cursor"]) if q.get("cursor") else None
             batch = _number(q["batch"]) if q.get("batch") else None
+            offset = _number(q["offset"]) if q.get("offset") else None
         except ValueError:
-            raise ApiError(400, "bad_query", "limit, cursor and batch are whole numbers") from None
+            raise ApiError(400, "bad_query", "limit, cursor, offset and batch are whole numbers") \
+                from None
         status = q.get("status")
         if status is not None and status not in Status.__members__.values():
             raise ApiError(400, "bad_query", f"status is one of {', '.join(s.value for s in Status)}")
         if limit < 1:
             raise ApiError(400, "bad_query", "limit is at least 1")
-        rows = await self.queue.page_jobs(before=cursor, batch=batch, status=status,
-                                          submitter=q.get("submitter"), limit=limit)
-        return web.json_response({"jobs": [_job(j) for j in rows],
-                                  "next_cursor": rows[-1]["id"] if len(rows) == limit else None})
+        if offset is not None and cursor is not None:
+            raise ApiError(400, "bad_query", "use cursor or offset, not both")
+        filters = {"batch": batch, "status": status, "submitter": q.get("submitter")}
+        rows = await self.queue.page_jobs(before=cursor, limit=limit, offset=min(
+            offset or 0, BIGGEST_OFFSET), **filters)
+        body = {"jobs": [_job(j) for j in rows],
+                "next_cursor": rows[-1]["id"] if len(rows) == limit else None}
+        if offset is not None:
+            body["total"] = await self.queue.count_jobs(**filters)
+        return web.json_response(body)
 
     async def job(self, request: web.Request) -> web.Response:
         await self.allowed(request, "status")
@@ -179,7 +225,32 @@ class Api:
         index = _in_path(request, "index")
         if index >= len(job["outputs"]):
             raise ApiError(404, "no_output", f"job {job['id']} has {len(job['outputs'])} outputs")
-        return self._file(job["outputs"][index])
+        if "size" not in request.query:
+            return self._file(job["outputs"][index])
+        try:
+            size = int(request.query["size"])
+        except ValueError:
+            size = 0
+        if not THUMB_MIN <= size <= THUMB_MAX:
+            raise ApiError(400, "bad_query", f"size is {THUMB_MIN} to {THUMB_MAX} pixels")
+        return self._file(await asyncio.to_thread(self._thumbnail, job["outputs"][index], size))
+
+    def _thumbnail(self, relative: str, size: int) -> str:
+        """A JPEG at most size×size beside the image, made once (retention removes it with
+        the batch's folder)."""
+        from PIL import Image, UnidentifiedImageError
+        thumb = f"{relative.rsplit('.', 1)[0]}.thumb{size}.jpg"
+        try:
+            if self.store.path(thumb).is_file():
+                return thumb
+            with Image.open(self.store.path(relative)) as im:
+                im.thumbnail((size, size))
+                buf = io.BytesIO()
+                im.convert("RGB").save(buf, "JPEG", quality=82)
+        except (ValueError, OSError, UnidentifiedImageError):
+            return relative  # not there, or not a picture: _file says which
+        self.store.write(thumb, buf.getvalue())
+        return thumb
 
     async def batch_file(self, request: web.Request) -> web.StreamResponse:
         await self.allowed(request, "status")
@@ -218,6 +289,7 @@ class Api:
         ws = web.WebSocketResponse(heartbeat=30)
         await ws.prepare(request)
         closing = asyncio.ensure_future(ws.receive())  # the client's close (it sends nothing else)
+        self.streams.add(ws)
         try:
             while not closing.done():
                 for event in await self.queue.events_after(seq, 500):
@@ -225,9 +297,16 @@ class Api:
                     await ws.send_json(event)
                 await asyncio.wait([closing], timeout=EVENTS_POLL)
         finally:
+            self.streams.discard(ws)
             closing.cancel()
             await ws.close()
         return ws
+
+    async def _close_streams(self, app: web.Application) -> None:
+        """A stopping service says goodbye to event streams (a dashboard reconnects to the
+        next one) rather than waiting for each to hang up."""
+        for ws in list(self.streams):
+            await ws.close(code=WSCloseCode.GOING_AWAY, message=b"service stopping")
 
     # --- changing ------------------------------------------------------------------------
     async def pause(self, request: web.Request) -> web.Response:
@@ -434,6 +513,7 @@ def _form_files(form: dict):
 
 
 BIGGEST = 2**63 - 1  # ids are 64-bit in the database
+BIGGEST_OFFSET = 2**31 - 1  # past any real row; SQLite's OFFSET is a 64-bit integer too
 
 
 def _number(text: str) -> int:

@@ -44,7 +44,8 @@ def document() -> dict[str, Any]:
         "openapi": "3.0.3",
         "info": {"title": "genbot", "version": "1",
                  "description": "Batch image generation: the queue, for scripts. Every call needs "
-                                "`Authorization: Bearer TOKEN` ([api] tokens); roles and limits "
+                                "`Authorization: Bearer TOKEN` ([api] tokens), or the dashboard's "
+                                "session cookie plus X-CSRF-Token for changes; roles and limits "
                                 "are the chat's."},
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
@@ -60,7 +61,15 @@ def document() -> dict[str, Any]:
                 "One template", _json(_ref("Template")), errors=("401", "403", "404"),
                 parameters=[{"name": "name", "in": "path", "required": True,
                              "schema": {"type": "string"}}])},
-            "/api/v1/batches": {"post": {
+            "/api/v1/batches": {"get": _op(
+                "Batches, newest first, with their jobs counted by status",
+                _json(_ref("BatchPage")), errors=("400", "401", "403"), parameters=[
+                    {"name": "cursor", "in": "query", "schema": {"type": "integer"},
+                     "description": "next_cursor of the previous page"},
+                    {"name": "limit", "in": "query",
+                     "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
+                    {"name": "submitter", "in": "query", "schema": {"type": "string"}}]),
+                                "post": {
                 "summary": "Submit a batch: a sheet (multipart) or rows (JSON)",
                 "parameters": [{"name": "Idempotency-Key", "in": "header", "required": False,
                                 "schema": {"type": "string", "maxLength": 150},
@@ -100,6 +109,8 @@ def document() -> dict[str, Any]:
                 errors=("400", "401", "403"), parameters=[
                     {"name": "cursor", "in": "query", "schema": {"type": "integer"},
                      "description": "next_cursor of the previous page"},
+                    {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0},
+                     "description": "instead of cursor: skip this many (the answer has `total`)"},
                     {"name": "limit", "in": "query",
                      "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
                     {"name": "batch", "in": "query", "schema": {"type": "integer"}},
@@ -114,8 +125,11 @@ def document() -> dict[str, Any]:
             "/api/v1/jobs/{id}/outputs/{index}": {"get": _op(
                 "A finished job's image", {"description": "the image",
                                            "content": {"image/png": {}}},
-                errors=("401", "403", "404"),
-                parameters=[_id("id", "job id"), _id("index", "which output, from 0")])},
+                errors=("400", "401", "403", "404"),
+                parameters=[_id("id", "job id"), _id("index", "which output, from 0"),
+                            {"name": "size", "in": "query", "description":
+                             "a JPEG thumbnail at most this many pixels wide and high",
+                             "schema": {"type": "integer", "minimum": 16, "maximum": 1024}}])},
             "/api/v1/schedules": {
                 "get": _op("Recurring batches with their next run", _json(
                     {"type": "object", "properties": {"schedules": {
@@ -162,7 +176,9 @@ def document() -> dict[str, Any]:
                 "Queue": {"type": "object", "properties": {
                     "paused": {"type": "boolean"}, "queued": {"type": "integer"},
                     "running": {"type": "integer"}, "eta_seconds": {"type": "number", "nullable": True},
-                    "counts": {"type": "object"}, "jobs": {"type": "array", "items": {"type": "object"}}}},
+                    "counts": {"type": "object"}, "jobs": {"type": "array", "items": {"type": "object"}},
+                    "seq": {"type": "integer", "description": "the last event's sequence number: "
+                            "/events?after=seq streams what happens from now"}}},
                 "Paused": {"type": "object", "properties": {"paused": {"type": "boolean"},
                                                             "changed": {"type": "boolean"}}},
                 "Template": {"type": "object", "properties": {
@@ -182,6 +198,13 @@ def document() -> dict[str, Any]:
                     "outputs": {"type": "array", "items": {"type": "string"}}}},
                 "JobPage": {"type": "object", "properties": {
                     "jobs": {"type": "array", "items": _ref("Job")},
+                    "next_cursor": {"type": "integer", "nullable": True},
+                    "total": {"type": "integer", "description": "with offset: how many match"}}},
+                "BatchPage": {"type": "object", "properties": {
+                    "batches": {"type": "array", "items": {"type": "object", "properties": {
+                        "id": {"type": "integer"}, "template": {"type": "string"},
+                        "submitter": {"type": "string"}, "total": {"type": "integer"},
+                        "counts": {"type": "object"}}}},
                     "next_cursor": {"type": "integer", "nullable": True}}},
                 "Canceled": {"type": "object", "properties": {
                     "ended": {"type": "array", "items": {"type": "integer"}},

@@ -1,8 +1,8 @@
 """`genbot serve`: the long-running service process.
 
-One aiohttp app. It hosts /healthz over the queue and runs the chat core's delivery
-loops (bot.core) for the chat platforms configured; the platforms' endpoints, the API
-and the dashboard join this same app and process.
+One aiohttp app: /healthz, the chat platforms' endpoints, the REST API, the dashboard
+and /metrics, with the chat core's delivery loops (bot.core) and the scheduler in the
+same process.
 The executor runs beside it as a supervised child process (bot.supervisor), so
 the GPU code can crash without taking the service down.
 """
@@ -17,6 +17,7 @@ from aiohttp import web
 
 from bot.api import Api
 from bot.core import ChatCore
+from bot.dashboard import Dashboard
 from bot.metrics import Metrics
 from bot.schedules import Scheduler
 from bot.platform import Platform
@@ -78,7 +79,9 @@ class Service:
         self.queue = await open_queue(config)
         self.core = ChatCore(config, self.queue, self.platforms, templates=templates)
         app = build_app(self.queue)
-        Api(config, self.queue, self.core.chat.permissions, self.core.store, templates).routes(app)
+        api = Api(config, self.queue, self.core.chat.permissions, self.core.store, templates)
+        api.routes(app)
+        Dashboard(api).routes(app)
         self.metrics = Metrics(self.queue, self.core.outbox, self.core.store,
                                restarts=lambda: self.supervisor.restarts if self.supervisor else 0)
         await self.metrics.start()

@@ -186,6 +186,11 @@ class ApiConfig:
                             "as api:USER, whose role [chat] gives (admins = [\"api:ci\"]). "
                             "Empty: the API is closed. Use env GENBOT_API_TOKENS for real ones.",
                             secret=True)
+    session_hours: float = key(12.0, "How long a dashboard sign-in lasts (a session cookie; "
+                               "removing the token from `tokens` ends it at once).")
+    session_secret: str = key("", "Key that signs dashboard sessions; empty: a random one kept "
+                              "in data_dir/session.key. Env GENBOT_API_SESSION_SECRET.",
+                              secret=True)
 
 
 @dataclass(frozen=True)

@@ -19,17 +19,19 @@ ADMIN, ALICE, BOB, VIEWER = ("admin-token-0000001", "alice-token-000001", "bob-t
 BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
 
 
-def api_config(tmp_path, demo_models, **chat):
+def api_config(tmp_path, demo_models, tokens: tuple[str, ...] = (), **chat):
     return executor_config(
         tmp_path / "data", demo_models, service={"port": 0},
-        api={"tokens": [f"{ADMIN}=ops", f"{ALICE}=alice", f"{BOB}=bob", f"{VIEWER}=vic"]},
+        api={"tokens": [f"{ADMIN}=ops", f"{ALICE}=alice", f"{BOB}=bob", f"{VIEWER}=vic",
+                        *tokens]},
         chat={"admins": ["api:ops"], "viewers": ["api:vic"], **chat})
 
 
 class ApiWorld(ServiceWorld):
     async def __aenter__(self) -> "ApiWorld":
         await super().__aenter__()
-        self.http = aiohttp.ClientSession(self.url)
+        # unsafe: keep cookies from an IP address (the service is on 127.0.0.1)
+        self.http = aiohttp.ClientSession(self.url, cookie_jar=aiohttp.CookieJar(unsafe=True))
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -281,3 +283,149 @@ async def test_schedules_through_the_api(api):
     assert (status, body) == (200, {"removed": 1})
     status, body = await api.call("DELETE", "/schedules/1", ADMIN)
     assert (status, body["error"]["code"]) == (404, "no_schedule")
+
+
+# --- every route against every role -------------------------------------------------------
+NOBODY = "nobody-token-00001"
+ROLES = {"anonymous": None, "none": NOBODY, "viewer": VIEWER, "other": BOB, "owner": ALICE,
+         "admin": ADMIN}
+NO, ANY, V, S, O, A = range(6)  # who gets past the permission check: anyone … only admins
+ROUTES = [  # method, path, who passes, the answer once past the check
+    ("GET", "/queue", V, 200), ("GET", "/templates", V, 200),
+    ("GET", "/templates/social_thumb", V, 200), ("GET", "/batches", V, 200),
+    ("GET", "/batches/1", V, 200), ("GET", "/batches/1/files/results.xlsx", V, 404),
+    ("GET", "/jobs", V, 200), ("GET", "/jobs/1", V, 200), ("GET", "/jobs/1/outputs/0", V, 404),
+    ("GET", "/schedules", V, 200),
+    ("POST", "/batches", S, 415), ("POST", "/batches/1/retry", O, 409),
+    ("POST", "/jobs/2/cancel", O, 200), ("POST", "/batches/1/cancel", O, 200),
+    ("POST", "/queue/pause", A, 200), ("POST", "/queue/resume", A, 200),
+    ("POST", "/schedules", A, 415), ("DELETE", "/schedules/9", A, 404),
+]
+
+
+async def test_every_route_answers_each_role_as_the_rules_say(tmp_path, demo_models):
+    """Anonymous: 401. Below the route's role (or not the owner): 403 with a refusal code.
+    At or above it: the route's own answer (which may be a 404 or 409 about the thing)."""
+    config = api_config(tmp_path, demo_models, tokens=(f"{NOBODY}=nobody",), default_role="none",
+                        submitters=["api:alice", "api:bob"])
+    async with ApiWorld(config) as w:
+        await w.submit(3, token=ALICE)
+        rank = {"anonymous": NO, "none": ANY, "viewer": V, "other": S, "owner": O, "admin": A}
+        for method, path, needs, answer in ROUTES:
+            for role, token in ROLES.items():
+                await w.queue.resume()  # each call starts from the same state
+                status, body = await w.call(method, path, token)
+                passes = rank[role] >= needs and not (needs == O and role == "other")
+                expected = 401 if role == "anonymous" else answer if passes else 403
+                assert status == expected, (method, path, role, body)
+                if status == 403:
+                    assert body["error"]["code"].startswith("refused_"), body
+
+
+async def test_listing_batches_paging_by_offset_thumbnails_and_pause_events(api):
+    for rows in (2, 3):
+        await api.submit(rows)
+    status, listing = await api.call("GET", "/batches?limit=1", VIEWER)
+    assert [(b["id"], b["total"], b["counts"]) for b in listing["batches"]] == \
+        [(2, 3, {"queued": 3})] and listing["next_cursor"] == 2
+    status, rest = await api.call("GET", "/batches?cursor=2", VIEWER)
+    assert [b["id"] for b in rest["batches"]] == [1] and rest["next_cursor"] is None
+    status, page = await api.call("GET", "/jobs?offset=1&limit=2", VIEWER)
+    assert [j["id"] for j in page["jobs"]] == [4, 3] and page["total"] == 5
+    status, page = await api.call("GET", "/jobs?offset=0&batch=1", VIEWER)
+    assert [j["id"] for j in page["jobs"]] == [2, 1] and page["total"] == 2
+    status, body = await api.call("GET", "/jobs?offset=1&cursor=3", VIEWER)
+    assert (status, body["error"]["code"]) == (400, "bad_query")
+
+    status, queue = await api.call("GET", "/queue", VIEWER)
+    seq = queue["seq"]  # the stream from now on
+    await api.call("POST", "/queue/pause", ADMIN)
+    async with api.http.ws_connect(f"/api/v1/events?after={seq}&token={VIEWER}") as ws:
+        paused = await ws.receive_json(timeout=10)
+        await api.call("POST", "/queue/resume", ADMIN)
+        resumed = await ws.receive_json(timeout=10)
+    assert [(e["kind"], e["data"]) for e in (paused, resumed)] == \
+        [("paused", {"by": "api:ops"}), ("resumed", {"by": "api:ops"})]
+
+    api.start_executor()
+    await api.finish(timeout=60)
+    status, thumb = await api.call("GET", "/jobs/1/outputs/0?size=128", VIEWER)
+    image = Image.open(io.BytesIO(thumb))
+    assert status == 200 and image.format == "JPEG" and max(image.size) == 128
+    assert api.service.core.store.path("outputs/batch_1").is_dir()
+    status, again = await api.call("GET", "/jobs/1/outputs/0?size=128", VIEWER)
+    assert again == thumb  # made once, then served
+    status, body = await api.call("GET", "/jobs/1/outputs/0?size=5000", VIEWER)
+    assert (status, body["error"]["code"]) == (400, "bad_query")
+
+
+# --- the dashboard's session: a cookie for a token, CSRF-safe ----------------------------
+async def test_a_dashboard_session_acts_as_its_token_and_changes_need_the_csrf_token(api):
+    async def sign_in(token, **headers):
+        async with api.http.post("/dashboard/session", json={"token": token},
+                                 headers=headers) as r:
+            return r.status, await r.json(), r.cookies
+    status, body, _ = await sign_in("wrong-token-123456")
+    assert (status, body["error"]["code"]) == (401, "unauthorized")
+    status, body, _ = await sign_in(ADMIN, Origin="https://evil.example")
+    assert (status, body["error"]["code"]) == (403, "csrf")
+    status, me, cookies = await sign_in(ADMIN, Origin=api.url)
+    assert status == 200 and (me["user"], me["role"]) == ("api:ops", "admin")
+    assert "pause" in me["may"] and me["csrf"]
+    cookie = cookies["genbot_session"]
+    assert cookie["httponly"] and cookie["samesite"] == "Strict"
+
+    async def with_cookie(method, path, **headers):
+        async with api.http.request(method, f"/api/v1{path}", headers=headers) as r:
+            return r.status, await r.json()
+    assert (await with_cookie("GET", "/queue"))[0] == 200  # reading needs no CSRF token
+    status, body = await with_cookie("POST", "/queue/pause")
+    assert (status, body["error"]["code"]) == (403, "csrf")
+    status, body = await with_cookie("POST", "/queue/pause", **{"X-CSRF-Token": "guess"})
+    assert (status, body["error"]["code"]) == (403, "csrf")
+    status, body = await with_cookie("POST", "/queue/pause", Origin="https://evil.example",
+                                     **{"X-CSRF-Token": me["csrf"]})
+    assert (status, body["error"]["code"]) == (403, "csrf")
+    assert not await api.queue.paused()
+    status, body = await with_cookie("POST", "/queue/pause", Origin=api.url,
+                                     **{"X-CSRF-Token": me["csrf"]})
+    assert (status, body["paused"]) == (200, True)
+    audit = [(a["user_id"], a["action"], a["allowed"]) for a in await api.core.access.audit_log()]
+    assert ("ops", "pause", True) in audit  # the cookie acted as the token's user
+
+    with pytest.raises(aiohttp.WSServerHandshakeError):  # a cross-site page's WebSocket
+        async with api.http.ws_connect("/api/v1/events", headers={"Origin": "https://evil.example"}):
+            pass
+    async with api.http.ws_connect("/api/v1/events?after=0", headers={"Origin": api.url}) as ws:
+        assert (await ws.receive_json(timeout=10))["kind"] == "paused"
+
+    async with api.http.delete("/dashboard/session") as r:
+        assert r.status == 403  # signing out is a change too
+    async with api.http.delete("/dashboard/session", headers={"X-CSRF-Token": me["csrf"]}) as r:
+        assert r.status == 200
+    async with api.http.get("/dashboard/session") as r:
+        assert r.status == 401
+    assert (await with_cookie("GET", "/queue"))[0] == 401
+
+
+async def test_wrong_tokens_at_sign_in_are_slowed_down(api):
+    for _ in range(10):
+        async with api.http.post("/dashboard/session", json={"token": "guess-0000000000"}) as r:
+            assert r.status == 401
+    async with api.http.post("/dashboard/session", json={"token": ADMIN}) as r:
+        assert r.status == 429  # even the right one, for a minute
+
+
+async def test_the_dashboard_page_is_served_with_a_strict_policy(api):
+    async with api.http.get("/", allow_redirects=False) as r:
+        assert (r.status, r.headers["Location"]) == (302, "/dashboard/")
+    async with api.http.get("/dashboard/") as r:
+        page = await r.text()
+        policy = r.headers["Content-Security-Policy"]
+    assert '<script src="app.js"' in page and "frame-ancestors 'none'" in policy
+    assert "script-src 'self'" in policy and "unsafe" not in policy
+    for asset, kind in (("app.js", "text/javascript"), ("app.css", "text/css")):
+        async with api.http.get(f"/dashboard/{asset}") as r:
+            assert r.status == 200 and r.content_type == kind
+    async with api.http.get("/dashboard/../storage/config.py") as r:
+        assert r.status == 404

@@ -1,0 +1,138 @@
+"""Dashboard sessions: an API token traded once for a signed cookie, and CSRF checks.
+
+The cookie holds the user, a fingerprint of the token it came from and an expiry,
+signed with HMAC: nothing is stored server-side, and taking a token out of [api] tokens
+ends its sessions at once (the fingerprint no longer matches). It is HttpOnly and
+SameSite=Strict; on top of that, anything sent with the cookie that changes state must
+carry the session's CSRF token in X-CSRF-Token and come from this origin. A Bearer
+token needs neither: a browser never attaches one on its own.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+COOKIE = "genbot_session"
+CSRF_HEADER = "X-CSRF-Token"
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+@dataclass(frozen=True)
+class Session:
+    user: str
+    csrf: str
+    expires: float
+
+
+class Sessions:
+    def __init__(self, tokens: dict[str, str], secret: bytes, *, hours: float = 12.0,
+                 clock: Callable[[], float] = time.time):
+        self.tokens, self.secret, self.hours, self.clock = tokens, secret, hours, clock
+
+    # --- tokens ------------------------------------------------------------------------
+    def user_of(self, token: str) -> str | None:
+        """The user a token acts as, compared in constant time."""
+        found = None
+        for known, user in self.tokens.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                found = user
+        return found
+
+    def _print(self, token: str) -> str:
+        return hmac.new(self.secret, b"token:" + token.encode(), hashlib.sha256).hexdigest()[:16]
+
+    # --- cookies -----------------------------------------------------------------------
+    def issue(self, token: str) -> str | None:
+        """A cookie value for a valid token, else None."""
+        user = self.user_of(token)
+        if user is None:
+            return None
+        body = _b64(json.dumps({"u": user, "t": self._print(token),
+                                "e": int(self.clock() + self.hours * 3600),
+                                "n": secrets.token_hex(8)}, separators=(",", ":")).encode())
+        return f"{body}.{self._sign(body)}"
+
+    def read(self, cookie: str) -> Session | None:
+        """The session a cookie carries, if it is signed by us, unexpired and its token
+        is still configured."""
+        body, _, signature = cookie.partition(".")
+        if not body or not hmac.compare_digest(signature, self._sign(body)):
+            return None
+        try:
+            data = json.loads(_unb64(body))
+            user, fingerprint, expires = str(data["u"]), str(data["t"]), float(data["e"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        if expires < self.clock():
+            return None
+        if not any(u == user and hmac.compare_digest(self._print(t), fingerprint)
+                   for t, u in self.tokens.items()):
+            return None
+        return Session(user, self._sign("csrf:" + cookie), expires)
+
+    def _sign(self, text: str) -> str:
+        return _b64(hmac.new(self.secret, text.encode(), hashlib.sha256).digest())
+
+    # --- requests ----------------------------------------------------------------------
+    def of(self, request: web.Request) -> Session | None:
+        cookie = request.cookies.get(COOKIE)
+        return self.read(cookie) if cookie else None
+
+    def forged(self, request: web.Request, session: Session) -> str | None:
+        """Why a cookie-carried request must not be trusted, or None. Reading is always
+        fine (another origin cannot read the answer); a change needs our CSRF token, and
+        anything naming an Origin (a WebSocket too) must name ours."""
+        origin = request.headers.get("Origin")
+        if origin is not None and urlsplit(origin).netloc != request.host:  # (TLS may end at
+            # a proxy in front, so the scheme is not compared)
+            return f"requests from {origin[:80]} are not accepted with a session cookie"
+        if request.method not in SAFE_METHODS and not hmac.compare_digest(
+                request.headers.get(CSRF_HEADER, ""), session.csrf):
+            return f"a change made with a session cookie needs the {CSRF_HEADER} header"
+        return None
+
+    def set_cookie(self, response: web.StreamResponse, value: str, request: web.Request) -> None:
+        response.set_cookie(COOKIE, value, max_age=int(self.hours * 3600), path="/",
+                            httponly=True, samesite="Strict", secure=request.secure)
+
+    @staticmethod
+    def clear_cookie(response: web.StreamResponse) -> None:
+        response.del_cookie(COOKIE, path="/")
+
+
+def session_secret(configured: str, data_dir: Path) -> bytes:
+    """[api] session_secret, else a random key kept in data_dir/session.key, so sessions
+    outlive a restart."""
+    if configured:
+        return configured.encode()
+    path = data_dir / "session.key"
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_bytes(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key.hex())
+    return key
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

@@ -1,0 +1,572 @@
+"use strict";
+// The genbot dashboard: plain JS over /api/v1, served as is (no build step).
+// Text from the server goes into the page through textContent only, never as HTML.
+// The server decides what each person may do; buttons here only mirror its answer.
+
+const API = "/api/v1";
+const ROW = 34;        // px per row of the job list (fixed, so the list can be virtual)
+const PAGE = 100;      // jobs fetched per page of the list
+const REFRESH_MS = 400; // at most this often after queue events
+
+const TEXT = {
+  en: {
+    overview: "Overview", jobs: "Jobs", submit: "Submit", sign_out: "Sign out",
+    sign_in: "Sign in", token: "API token", sign_in_hint: "Use a token from [api] tokens in the service's config.",
+    live: "live", offline: "reconnecting…",
+    queue: "Queue", running_state: "Running", paused_state: "Paused",
+    paused_by: "paused by {by}", pause: "Pause", resume: "Resume", admins_only: "Admins only",
+    eta: "Queue clears in about {t}", eta_unknown: "No estimate yet", now_running: "Running now",
+    nothing_running: "Nothing is running.", recent: "Recent batches", no_batches: "No batches yet.",
+    batch: "Batch {id}", template: "Template", submitter: "Submitter", priority: "Priority",
+    created: "Created", progress: "Progress", row: "Row", status: "Status", job: "Job",
+    enqueued: "Queued at", took: "Took", error: "Error", all: "All",
+    n_jobs: "{n} jobs", loading: "loading…", cancel: "Cancel", cancel_batch: "Cancel batch",
+    retry: "Retry failed", contact: "Contact sheet", results: "Results (.xlsx)",
+    done_of: "{done} of {total} done", step: "step {step}/{total}",
+    sheet: "Sheet (.xlsx, .xls, .ods, .csv)", pictures: "Pictures the sheet names (optional)",
+    not_before: "Start at (optional, e.g. 22:00 or 2026-12-24 09:00)", skip_invalid: "Skip invalid rows",
+    send: "Submit batch", sending: "Submitting…", params: "Columns this template reads",
+    required: "required", optional: "optional", default: "default {v}",
+    problems: "The sheet has problems; nothing was queued:", submitted: "Batch {id} queued: {n} jobs",
+    canceled_n: "Canceled {n}", asked_n: "{n} running job(s) asked to stop",
+    load_more: "Load more", refused: "Refused",
+    queued: "queued", running: "running", succeeded: "succeeded", failed: "failed", canceled: "canceled",
+    low: "low", normal: "normal", high: "high", urgent: "urgent",
+  },
+  zh: {
+    overview: "概览", jobs: "任务", submit: "提交", sign_out: "退出",
+    sign_in: "登录", token: "API 令牌", sign_in_hint: "使用服务配置 [api] tokens 中的令牌。",
+    live: "实时", offline: "重新连接中…",
+    queue: "队列", running_state: "运行中", paused_state: "已暂停",
+    paused_by: "由 {by} 暂停", pause: "暂停", resume: "恢复", admins_only: "仅管理员",
+    eta: "预计约 {t} 后清空", eta_unknown: "暂无预计时间", now_running: "正在运行",
+    nothing_running: "当前没有运行的任务。", recent: "最近的批次", no_batches: "还没有批次。",
+    batch: "批次 {id}", template: "模板", submitter: "提交人", priority: "优先级",
+    created: "创建时间", progress: "进度", row: "行", status: "状态", job: "任务",
+    enqueued: "入队时间", took: "耗时", error: "错误", all: "全部",
+    n_jobs: "{n} 个任务", loading: "加载中…", cancel: "取消", cancel_batch: "取消批次",
+    retry: "重试失败项", contact: "缩略图总览", results: "结果表 (.xlsx)",
+    done_of: "已完成 {done}/{total}", step: "第 {step}/{total} 步",
+    sheet: "表格 (.xlsx, .xls, .ods, .csv)", pictures: "表格引用的图片（可选）",
+    not_before: "开始时间（可选，如 22:00 或 2026-12-24 09:00）", skip_invalid: "跳过无效行",
+    send: "提交批次", sending: "提交中…", params: "此模板读取的列",
+    required: "必填", optional: "可选", default: "默认 {v}",
+    problems: "表格有问题，未加入队列：", submitted: "批次 {id} 已入队：{n} 个任务",
+    canceled_n: "已取消 {n} 个", asked_n: "已要求 {n} 个运行中的任务停止",
+    load_more: "加载更多", refused: "被拒绝",
+    queued: "排队中", running: "运行中", succeeded: "成功", failed: "失败", canceled: "已取消",
+    low: "低", normal: "普通", high: "高", urgent: "紧急",
+  },
+};
+const STATUSES = ["queued", "running", "succeeded", "failed", "canceled"];
+const PRIORITIES = ["urgent", "high", "normal", "low"];
+
+let lang = localStorage.getItem("genbot.lang") ||
+  (navigator.language.toLowerCase().startsWith("zh") ? "zh" : "en");
+let me = null;                 // {user, role, csrf, may} once signed in
+let seq = 0;                   // the last event seen, to resume the stream from
+let socket = null;
+let view = null;               // the view on screen: {refresh()}
+let refreshTimer = null;
+const steps = new Map();       // job id -> {node, step, total}, from progress events
+
+// --- small helpers -------------------------------------------------------------------
+function t(key, vars = {}) {
+  const text = (TEXT[lang] && TEXT[lang][key]) || TEXT.en[key] || key;
+  return text.replace(/\{(\w+)\}/g, (_, k) => String(vars[k] ?? ""));
+}
+
+function h(tag, attrs = {}, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "text") el.textContent = v;
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const kid of kids.flat()) {
+    if (kid !== null && kid !== undefined && kid !== false) {
+      el.append(kid instanceof Node ? kid : String(kid));
+    }
+  }
+  return el;
+}
+
+async function call(method, path, body) {
+  const headers = {};
+  if (method !== "GET" && me) headers["X-CSRF-Token"] = me.csrf;
+  let payload = body;
+  if (body && !(body instanceof FormData)) {
+    headers["Content-Type"] = "application/json";
+    payload = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, {method, headers, body: payload, credentials: "same-origin"});
+  } catch (e) {
+    return {ok: false, status: 0, data: {error: {code: "network", message: String(e)}}};
+  }
+  let data = {};
+  try { data = await response.json(); } catch (e) { /* a file, or an empty body */ }
+  if (response.status === 401 && path !== "/dashboard/session") signedOut();
+  return {ok: response.ok, status: response.status, data};
+}
+
+function toast(message, kind = "error") {
+  const box = document.getElementById("toast") || document.body.appendChild(
+    h("div", {id: "toast", role: "alert"}));
+  box.className = kind;
+  box.textContent = message;
+  clearTimeout(box.timer);
+  box.timer = setTimeout(() => { box.textContent = ""; box.className = ""; }, 6000);
+}
+
+function failure(r) {
+  toast(`${r.status === 403 ? t("refused") + ": " : ""}${r.data.error ? r.data.error.message : r.status}`);
+}
+
+function when(seconds) {
+  return seconds ? new Date(seconds * 1000).toLocaleString(lang === "zh" ? "zh-CN" : "en-GB") : "";
+}
+
+function span(seconds) {
+  if (seconds === null || seconds === undefined) return "";
+  const s = Math.round(seconds);
+  if (seconds < 10) return `${seconds.toFixed(1)} s`;
+  if (s < 90) return `${s} s`;
+  if (s < 5400) return `${Math.round(s / 60)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
+function badge(status) {
+  return h("span", {class: `badge ${status}`, "data-status": status, text: t(status)});
+}
+
+function mayTouch(command, owner) {
+  return me.may.includes(command) && (me.role === "admin" || owner === me.user);
+}
+
+function randomKey() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function progressBar(jobId) {
+  const s = steps.get(jobId);
+  return h("div", {class: "step", "data-progress": jobId},
+    h("progress", {max: s ? s.total : 1, value: s ? s.step : 0}),
+    h("span", {class: "muted", text: s ? `${t("step", s)} ${s.node || ""}` : ""}));
+}
+
+function paintProgress(jobId) {
+  const s = steps.get(jobId);
+  for (const el of document.querySelectorAll(`[data-progress="${jobId}"]`)) {
+    el.querySelector("progress").max = s.total;
+    el.querySelector("progress").value = s.step;
+    el.querySelector("span").textContent = `${t("step", s)} ${s.node || ""}`;
+  }
+}
+
+// --- live events ---------------------------------------------------------------------
+function connect() {
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const ws = new WebSocket(`${scheme}://${location.host}${API}/events?after=${seq}`);
+  socket = ws;
+  ws.onopen = () => setLive(true);
+  ws.onmessage = (m) => {
+    const event = JSON.parse(m.data);
+    seq = Math.max(seq, event.seq);
+    if (event.kind === "progress") {
+      steps.set(event.job_id, event.data);
+      paintProgress(event.job_id);
+      return;
+    }
+    if (event.job_id && event.kind !== "running") steps.delete(event.job_id);
+    soon();
+  };
+  ws.onclose = () => {
+    setLive(false);
+    if (me && socket === ws) setTimeout(() => { if (me && socket === ws) connect(); }, 1000);
+  };
+}
+
+function setLive(on) {
+  const el = document.getElementById("live");
+  el.hidden = false;
+  el.className = on ? "live on" : "live";
+  el.textContent = on ? t("live") : t("offline");
+}
+
+function soon() {
+  if (refreshTimer) return;
+  refreshTimer = setTimeout(async () => {
+    refreshTimer = null;
+    if (view) await view.refresh();
+  }, REFRESH_MS);
+}
+
+// --- views ---------------------------------------------------------------------------
+async function overview(main) {
+  const box = h("div", {class: "overview"});
+  main.replaceChildren(box);
+  async function refresh() {
+    const [q, b] = await Promise.all([call("GET", `${API}/queue`), call("GET", `${API}/batches?limit=15`)]);
+    if (!q.ok || !b.ok) return failure(q.ok ? b : q);
+    const paused = q.data.paused;
+    const admin = me.may.includes("pause");
+    const action = paused ? "resume" : "pause";
+    const button = h("button", {
+      id: "pause-toggle", "data-action": action, disabled: !admin, title: admin ? null : t("admins_only"),
+      onclick: async () => {
+        const r = await call("POST", `${API}/queue/${action}`);
+        if (!r.ok) return failure(r);
+        refresh();
+      }}, t(action));
+    const totals = Object.fromEntries(STATUSES.map((s) => [s,
+      Object.values(q.data.counts[s] || {}).reduce((a, n) => a + n, 0)]));
+    box.replaceChildren(
+      h("section", {class: "card state"},
+        h("h2", {text: t("queue")}),
+        h("p", {}, h("strong", {id: "queue-state", "data-paused": String(paused),
+          text: paused ? t("paused_state") : t("running_state")}),
+          paused && q.data.changed_by ? h("span", {class: "muted", text: ` · ${t("paused_by", {by: q.data.changed_by})}`}) : null),
+        button,
+        h("p", {class: "muted", id: "eta", text: q.data.queued ? (q.data.eta_seconds ? t("eta", {t: span(q.data.eta_seconds)}) : t("eta_unknown")) : ""})),
+      h("section", {class: "card counts"},
+        ...STATUSES.map((s) => h("a", {class: "count", href: `#/jobs?status=${s}`, "data-count": s},
+          h("b", {text: String(totals[s])}), badge(s)))),
+      h("section", {class: "card"},
+        h("h2", {text: t("now_running")}),
+        q.data.jobs.length ? h("ul", {class: "running"}, ...q.data.jobs.map((j) => h("li", {"data-job": j.id},
+          h("a", {href: `#/batches/${j.batch}`, text: `${t("batch", {id: j.batch})} · ${t("row")} ${j.row}`}),
+          h("span", {class: "muted", text: ` ${j.template} · ${j.submitter}`}), progressBar(j.id))))
+          : h("p", {class: "muted", text: t("nothing_running")})),
+      h("section", {class: "card"},
+        h("h2", {text: t("recent")}),
+        b.data.batches.length ? batchTable(b.data.batches) : h("p", {class: "muted", text: t("no_batches")})));
+  }
+  await refresh();
+  return {refresh};
+}
+
+function batchTable(batches) {
+  return h("table", {class: "batches"},
+    h("tr", {}, ...["batch", "template", "submitter", "progress", "created"].map((k) => h("th", {text: t(k, {id: ""})}))),
+    ...batches.map((b) => {
+      const done = ["succeeded", "failed", "canceled"].reduce((a, s) => a + (b.counts[s] || 0), 0);
+      return h("tr", {"data-batch": b.id},
+        h("td", {}, h("a", {href: `#/batches/${b.id}`, text: `#${b.id}`})),
+        h("td", {text: b.template}), h("td", {text: b.submitter}),
+        h("td", {}, h("progress", {max: b.total, value: done}),
+          h("span", {class: "muted", text: ` ${done}/${b.total}`}),
+          ...STATUSES.filter((s) => b.counts[s] && s !== "succeeded").map((s) => badge(s))),
+        h("td", {class: "muted", text: when(b.created_at)}));
+    }));
+}
+
+async function jobList(main, params) {
+  // A virtual list: the scroller is as tall as every row, but only the rows in view exist,
+  // fetched a page at a time by offset; 20,000 jobs cost what 40 rows do.
+  const status = params.get("status") || "";
+  const filter = h("select", {id: "status-filter", onchange: () => {
+    location.hash = filter.value ? `#/jobs?status=${filter.value}` : "#/jobs";
+  }}, h("option", {value: "", text: t("all")}),
+  ...STATUSES.map((s) => h("option", {value: s, selected: s === status, text: t(s)})));
+  const count = h("span", {class: "muted", id: "job-count", text: t("loading")});
+  const scroller = h("div", {class: "scroller", id: "job-list", tabindex: 0});
+  const spacer = h("div", {class: "spacer-y"});
+  scroller.append(spacer);
+  main.replaceChildren(h("div", {class: "toolbar"}, filter, count),
+    h("div", {class: "jobrow head"}, ...["job", "batch", "row", "status", "submitter", "enqueued", "took", "error"]
+      .map((k) => h("span", {text: t(k, {id: ""})})), h("span")),
+    scroller);
+  let total = 0;
+  let pages = new Map();
+  const loading = new Set();
+  const query = (p) => `${API}/jobs?offset=${p * PAGE}&limit=${PAGE}${status ? `&status=${status}` : ""}`;
+
+  async function load(p) {
+    if (pages.has(p) || loading.has(p)) return;
+    loading.add(p);
+    const r = await call("GET", query(p));
+    loading.delete(p);
+    if (!r.ok) return failure(r);
+    pages.set(p, r.data.jobs);
+    total = r.data.total;
+    paint();
+  }
+  function visiblePages() {
+    const first = Math.floor(scroller.scrollTop / ROW / PAGE);
+    const last = Math.floor((scroller.scrollTop + scroller.clientHeight) / ROW / PAGE);
+    return first === last ? [first] : [first, last];
+  }
+  let painting = false;
+  function paint() {
+    painting = false;
+    spacer.style.height = `${total * ROW}px`;
+    count.textContent = t("n_jobs", {n: total.toLocaleString()});
+    const first = Math.max(0, Math.floor(scroller.scrollTop / ROW) - 5);
+    const last = Math.min(total, Math.ceil((scroller.scrollTop + scroller.clientHeight) / ROW) + 5);
+    const rows = [];
+    for (let i = first; i < last; i++) {
+      const p = Math.floor(i / PAGE);
+      const page = pages.get(p);
+      if (!page) { load(p); rows.push(placed(h("div", {class: "jobrow pending", text: t("loading")}), i)); continue; }
+      const job = page[i - p * PAGE];
+      if (job) rows.push(placed(jobRow(job), i));
+    }
+    scroller.replaceChildren(spacer, ...rows);
+  }
+  function placed(row, i) {
+    row.style.top = `${i * ROW}px`;
+    row.dataset.index = i;
+    return row;
+  }
+  scroller.addEventListener("scroll", () => {
+    if (!painting) { painting = true; requestAnimationFrame(paint); }
+  });
+  async function refresh() {  // fetch the pages in view afresh, then swap them in at once
+    const fresh = new Map();
+    await Promise.all(visiblePages().map(async (p) => {
+      const r = await call("GET", query(p));
+      if (r.ok) { fresh.set(p, r.data.jobs); total = r.data.total; }
+    }));
+    pages = fresh;
+    paint();
+  }
+  await load(0);
+  return {refresh};
+}
+
+function jobRow(j) {
+  const active = j.status === "queued" || j.status === "running";
+  return h("div", {class: `jobrow ${j.status}`, "data-job": j.id},
+    h("span", {text: `#${j.id}`}),
+    h("span", {}, h("a", {href: `#/batches/${j.batch}`, text: `#${j.batch}`})),
+    h("span", {text: String(j.row)}), h("span", {}, badge(j.status)),
+    h("span", {text: j.submitter}), h("span", {class: "muted", text: when(j.enqueued_at)}),
+    h("span", {class: "muted", text: j.started_at && j.finished_at ? span(j.finished_at - j.started_at) : ""}),
+    h("span", {class: "error", title: j.error || null, text: j.error || ""}),
+    h("span", {}, active && mayTouch("cancel", j.submitter)
+      ? h("button", {class: "small", "data-cancel-job": j.id, onclick: () => cancel(`${API}/jobs/${j.id}/cancel`)}, t("cancel"))
+      : null));
+}
+
+async function cancel(path) {
+  const r = await call("POST", path);
+  if (!r.ok) return failure(r);
+  const ended = t("canceled_n", {n: r.data.ended.length});
+  toast(r.data.asked.length ? `${ended} · ${t("asked_n", {n: r.data.asked.length})}` : ended, "ok");
+  soon();
+}
+
+async function batchPage(main, id) {
+  const head = h("div", {class: "card batch-head"});
+  const grid = h("div", {class: "grid", id: "thumbs"});
+  const more = h("button", {class: "link", hidden: true, text: t("load_more")});
+  main.replaceChildren(head, grid, more);
+  const cards = new Map();   // job id -> [status, card]: a card is rebuilt only when it changes
+  let shown = 0;             // rows 1..shown are on the page
+
+  function card(j) {
+    const known = cards.get(j.id);
+    if (known && known[0] === j.status && j.status !== "running") return known[1];
+    const made = h("figure", {class: `thumb ${j.status}`, "data-job": j.id},
+      j.outputs.length
+        ? h("a", {href: j.outputs[0], target: "_blank"}, h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: `${t("row")} ${j.row}`}))
+        : h("div", {class: "empty"}, badge(j.status)),
+      h("figcaption", {}, `${t("row")} ${j.row} `, badge(j.status)),
+      j.status === "running" ? progressBar(j.id) : null,
+      j.error ? h("p", {class: "error", title: j.error, text: j.error}) : null);
+    cards.set(j.id, [j.status, made]);
+    return made;
+  }
+  async function loadRows(total) {
+    // The API lists newest first, so the sheet's first rows are its last offsets.
+    shown = Math.min(total, Math.max(shown, 200));
+    const jobs = [];
+    for (let got = 0; got < shown; got += 1000) {
+      const r = await call("GET", `${API}/jobs?batch=${id}&offset=${total - shown + got}&limit=${Math.min(1000, shown - got)}`);
+      if (!r.ok) return failure(r);
+      jobs.push(...r.data.jobs);
+    }
+    grid.replaceChildren(...jobs.reverse().map(card));  // unchanged cards move, not reload
+    more.hidden = shown >= total;
+  }
+  async function refresh() {
+    const r = await call("GET", `${API}/batches/${id}`);
+    if (!r.ok) return failure(r);
+    const b = r.data;
+    const active = (b.counts.queued || 0) + (b.counts.running || 0);
+    head.replaceChildren(
+      h("h2", {text: t("batch", {id})}),
+      h("p", {}, h("strong", {text: b.template}), h("span", {class: "muted", text: ` · ${b.submitter} · ${t(b.priority)} · ${when(b.created_at)}${b.meta.sheet ? " · " + b.meta.sheet : ""}`})),
+      h("p", {}, h("progress", {id: "batch-progress", max: b.total, value: b.done}),
+        h("span", {id: "batch-done", text: ` ${t("done_of", b)}`}),
+        ...STATUSES.filter((s) => b.counts[s]).map((s) => h("span", {class: "pair"}, badge(s), ` ${b.counts[s]}`)),
+        active && b.eta_seconds ? h("span", {class: "muted", text: ` · ${t("eta", {t: span(b.eta_seconds)})}`}) : null),
+      h("p", {class: "actions"},
+        active && mayTouch("cancel", b.submitter) ? h("button", {id: "cancel-batch", onclick: () => cancel(`${API}/batches/${id}/cancel`)}, t("cancel_batch")) : null,
+        b.counts.failed && !active && mayTouch("retry", b.submitter) ? h("button", {id: "retry-batch", onclick: retry}, t("retry")) : null,
+        b.done >= b.total ? h("a", {href: b.files.contact, target: "_blank", text: t("contact")}) : null,
+        b.done >= b.total ? h("a", {href: b.files.results, text: t("results")}) : null));
+    await loadRows(b.total);
+  }
+  async function retry() {
+    const r = await call("POST", `${API}/batches/${id}/retry`);
+    if (!r.ok) return failure(r);
+    location.hash = `#/batches/${r.data.batch}`;
+  }
+  more.addEventListener("click", () => { shown += 200; refresh(); });
+  await refresh();
+  return {refresh};
+}
+
+async function submitForm(main) {
+  const r = await call("GET", `${API}/templates`);
+  if (!r.ok) { failure(r); return {refresh() {}}; }
+  const templates = r.data.templates;
+  let key = randomKey();  // one key per filled-in form: a double click queues one batch
+  const choice = h("select", {name: "template", id: "template", required: true},
+    ...templates.map((tp) => h("option", {value: tp.name, text: `${tp.name} — ${tp.description || ""}`})));
+  const help = h("div", {class: "params"});
+  const showParams = () => {
+    const tp = templates.find((x) => x.name === choice.value);
+    help.replaceChildren(h("h3", {text: t("params")}), h("table", {},
+      ...(tp ? tp.params : []).map((p) => h("tr", {},
+        h("td", {}, h("code", {text: p.name})),
+        h("td", {class: "muted", text: p.type}),
+        h("td", {text: p.required ? t("required") : (p.default !== null ? t("default", {v: JSON.stringify(p.default)}) : t("optional"))}),
+        h("td", {class: "muted", text: [p.help, p.allowed].filter(Boolean).join(" · ")})))));
+  };
+  choice.addEventListener("change", showParams);
+  const sheet = h("input", {type: "file", name: "sheet", id: "sheet", required: true, accept: ".xlsx,.xlsm,.xls,.ods,.csv"});
+  const pictures = h("input", {type: "file", name: "pictures", id: "pictures", multiple: true, accept: "image/*"});
+  const priority = h("select", {name: "priority", id: "priority"},
+    ...PRIORITIES.map((p) => h("option", {value: p, selected: p === "normal", text: t(p)})));
+  const notBefore = h("input", {type: "text", name: "not_before", id: "not_before", autocomplete: "off"});
+  const skip = h("input", {type: "checkbox", name: "skip_invalid", id: "skip_invalid"});
+  const send = h("button", {type: "submit", id: "send", text: t("send")});
+  const report = h("div", {id: "report"});
+  const form = h("form", {class: "card submit", id: "submit-form"},
+    h("label", {}, t("template"), choice), help,
+    h("label", {}, t("sheet"), sheet),
+    h("label", {}, t("pictures"), pictures),
+    h("label", {}, t("priority"), priority),
+    h("label", {}, t("not_before"), notBefore),
+    h("label", {class: "inline"}, skip, ` ${t("skip_invalid")}`),
+    send, report);
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const body = new FormData();
+    body.append("template", choice.value);
+    body.append("priority", priority.value);
+    if (notBefore.value.trim()) body.append("not_before", notBefore.value.trim());
+    if (skip.checked) body.append("skip_invalid", "1");
+    body.append("sheet", sheet.files[0], sheet.files[0].name);
+    for (const f of pictures.files) body.append("picture", f, f.name);
+    send.disabled = true;
+    send.textContent = t("sending");
+    const res = await submitWith(body, key);
+    send.disabled = false;
+    send.textContent = t("send");
+    if (res.ok) {
+      key = randomKey();
+      toast(t("submitted", {id: res.data.id, n: res.data.total}), "ok");
+      location.hash = `#/batches/${res.data.id}`;
+      return;
+    }
+    const err = res.data.error || {message: String(res.status)};
+    report.replaceChildren(h("p", {class: "error", text: err.code === "invalid_sheet" ? t("problems") : err.message}),
+      err.problems ? h("ul", {class: "problems"}, ...err.problems.map((p) => h("li", {text: p.message}))) : null);
+  });
+  main.replaceChildren(form);
+  showParams();
+  return {refresh() {}};
+}
+
+async function submitWith(body, key) {
+  const response = await fetch(`${API}/batches`, {method: "POST", body, credentials: "same-origin",
+    headers: {"X-CSRF-Token": me.csrf, "Idempotency-Key": key}});
+  let data = {};
+  try { data = await response.json(); } catch (e) { /* empty */ }
+  return {ok: response.ok, status: response.status, data};
+}
+
+// --- sign-in and routing -------------------------------------------------------------
+function signInForm() {
+  const input = h("input", {type: "password", id: "token", autocomplete: "current-password", required: true});
+  const note = h("p", {class: "error", id: "sign-in-error"});
+  const form = h("form", {class: "card sign-in", id: "sign-in"},
+    h("h2", {text: t("sign_in")}), h("label", {}, t("token"), input),
+    h("p", {class: "muted", text: t("sign_in_hint")}), h("button", {type: "submit", text: t("sign_in")}), note);
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const r = await call("POST", "/dashboard/session", {token: input.value});
+    if (!r.ok) { note.textContent = r.data.error ? r.data.error.message : String(r.status); return; }
+    signedIn(r.data);
+  });
+  document.getElementById("main").replaceChildren(form);
+  input.focus();
+}
+
+function signedOut() {
+  me = null;
+  view = null;
+  if (socket) { const s = socket; socket = null; s.close(); }
+  for (const id of ["nav", "me", "sign-out", "live"]) document.getElementById(id).hidden = true;
+  signInForm();
+}
+
+async function signedIn(session) {
+  me = session;
+  document.getElementById("nav").hidden = false;
+  const who = document.getElementById("me");
+  who.hidden = false;
+  who.textContent = `${me.user} (${me.role})`;
+  document.getElementById("sign-out").hidden = false;
+  const q = await call("GET", `${API}/queue`);
+  if (q.ok) seq = q.data.seq;
+  connect();
+  await route();
+}
+
+async function route() {
+  if (!me) return;
+  const [path, query] = (location.hash.slice(1) || "/").split("?");
+  const params = new URLSearchParams(query || "");
+  const main = document.getElementById("main");
+  for (const a of document.querySelectorAll("#nav a")) {
+    a.classList.toggle("here", a.getAttribute("href") === `#${path}`);
+  }
+  const batch = path.match(/^\/batches\/(\d+)$/);
+  view = null;
+  if (batch) view = await batchPage(main, batch[1]);
+  else if (path === "/jobs") view = await jobList(main, params);
+  else if (path === "/submit") view = await submitForm(main);
+  else view = await overview(main);
+  document.body.dataset.view = path;
+}
+
+function translate() {
+  document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";
+  for (const el of document.querySelectorAll("[data-t]")) el.textContent = t(el.dataset.t);
+  document.getElementById("lang").textContent = lang === "zh" ? "English" : "中文";
+}
+
+window.addEventListener("hashchange", route);
+document.addEventListener("DOMContentLoaded", async () => {
+  translate();
+  document.getElementById("lang").addEventListener("click", () => {
+    lang = lang === "zh" ? "en" : "zh";
+    localStorage.setItem("genbot.lang", lang);
+    translate();
+    if (me) route(); else signInForm();
+  });
+  document.getElementById("sign-out").addEventListener("click", async () => {
+    await call("DELETE", "/dashboard/session");
+    signedOut();
+  });
+  const r = await call("GET", "/dashboard/session");
+  if (r.ok) signedIn(r.data); else signedOut();
+});

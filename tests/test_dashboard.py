@@ -1,0 +1,206 @@
+"""The dashboard in a real headless Chromium against the real service: a 20,000-job list
+that stays light, pause seen live by another viewer, a viewer refused, live step
+progress, and a sheet submitted through the form and watched to the end."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from storage.queue import NewJob, Submission
+from tests.browser import launched
+from tests.chatfake import ServiceWorld
+from tests.conftest import ROOT, executor_config
+
+ADMIN, ALICE, VIEWER = "admin-token-0000001", "alice-token-000001", "viewer-token-00001"
+BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
+LOAD_BOUND = 20.0  # seconds: a hang detector on a noisy 2-core machine, not a benchmark
+
+pytestmark = pytest.mark.slow
+
+
+def dashboard_config(tmp_path, demo_models, **queue):
+    return executor_config(
+        tmp_path / "data", demo_models, service={"port": 0}, queue=queue,
+        api={"tokens": [f"{ADMIN}=ops", f"{ALICE}=alice", f"{VIEWER}=vic"]},
+        chat={"admins": ["api:ops"], "viewers": ["api:vic"], "default_role": "submitter"})
+
+
+class DashWorld(ServiceWorld):
+    """The service, and no script error on any page it served by the end of the test."""
+
+    page_errors: list[str]
+
+    async def __aenter__(self) -> "DashWorld":
+        self.page_errors = []
+        return await super().__aenter__()
+
+    async def __aexit__(self, *exc) -> None:
+        await super().__aexit__(*exc)
+        assert not self.page_errors
+
+
+@pytest.fixture
+async def browser():
+    async with launched() as b:
+        yield b
+
+
+async def signed_in(browser, world, token: str, hash_: str = ""):
+    """A fresh browser context signed in through the sign-in form."""
+    context = await browser.new_context()
+    page = await context.new_page()
+    page.on("pageerror", lambda e: world.page_errors.append(str(e)))
+    await page.goto(f"{world.url}/dashboard/")
+    await page.fill("#token", token)
+    await page.click("#sign-in button[type=submit]")
+    await page.wait_for_selector("#me:not([hidden])")
+    if hash_:
+        await page.evaluate("h => { location.hash = h; }", hash_)
+    return page
+
+
+async def enqueue_many(queue, n: int, per_batch: int = 5000) -> None:
+    for start in range(0, n, per_batch):
+        await queue.enqueue(Submission("social_thumb", "api:alice", [
+            NewJob(row=i + 2, params={"title": f"t{i}"}) for i in range(min(per_batch, n - start))],
+            platform="api"))
+
+
+async def test_twenty_thousand_jobs_load_and_scroll_with_a_bounded_page(tmp_path, demo_models,
+                                                                      browser):
+    async with DashWorld(dashboard_config(tmp_path, demo_models, max_queue_size=25_000)) as w:
+        await enqueue_many(w.queue, 20_000)
+        page = await signed_in(browser, w, VIEWER)
+        fetched: list[str] = []
+        page.on("request", lambda r: fetched.append(r.url) if "/api/v1/jobs" in r.url else None)
+        started = time.monotonic()
+        await page.evaluate("location.hash = '#/jobs'")
+        await page.wait_for_selector('#job-list .jobrow[data-index="0"][data-job="20000"]')
+        assert time.monotonic() - started < LOAD_BOUND
+        assert await page.text_content("#job-count") == "20,000 jobs"
+        assert await page.locator("#job-list .jobrow").count() < 60  # only the rows in view
+
+        # Jump to the middle, then to the end: the rows there come from their own pages.
+        for index, job in ((10_000, 10_000), (19_999, 1)):
+            await page.eval_on_selector("#job-list", f"el => {{ el.scrollTop = {index} * 34; }}")
+            await page.wait_for_selector(f'#job-list .jobrow[data-index="{index}"][data-job="{job}"]',
+                                         timeout=LOAD_BOUND * 1000)
+            assert await page.locator("#job-list .jobrow").count() < 60
+        # And a wheel scroll like a person's, rows following.
+        await page.eval_on_selector("#job-list", "el => { el.scrollTop = 0; }")
+        await page.wait_for_selector('#job-list .jobrow[data-job="20000"]')
+        await page.hover("#job-list")
+        for _ in range(10):
+            await page.mouse.wheel(0, 600)
+        await page.wait_for_selector('#job-list .jobrow[data-index="170"]')
+        assert await page.locator("#job-list .jobrow").count() < 60
+        # Pages of a hundred, a few of them — never the whole list.
+        assert 3 <= len(fetched) <= 12, fetched
+        assert all("limit=100" in url for url in fetched)
+        # A viewer is shown no cancel buttons.
+        assert await page.locator("[data-cancel-job]").count() == 0
+
+
+async def test_admin_pauses_and_another_page_sees_it_live_while_a_viewer_is_refused(
+        tmp_path, demo_models, browser):
+    async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
+        await enqueue_many(w.queue, 3)
+        admin = await signed_in(browser, w, ADMIN)
+        viewer = await signed_in(browser, w, VIEWER)
+        for page in (admin, viewer):
+            await page.wait_for_selector('#queue-state[data-paused="false"]')
+            await page.wait_for_selector(".live.on")
+        assert await viewer.is_disabled("#pause-toggle")
+        assert await admin.is_enabled("#pause-toggle")
+
+        await admin.click('#pause-toggle[data-action="pause"]')
+        await viewer.wait_for_selector('#queue-state[data-paused="true"]')  # no reload
+        assert "api:ops" in await viewer.text_content(".state")
+        assert await w.queue.paused()
+
+        # The viewer forces the request the disabled button would make: the API refuses it.
+        refused = await viewer.evaluate("""async () => {
+            const s = await (await fetch('/dashboard/session')).json();
+            const r = await fetch('/api/v1/queue/resume', {method: 'POST',
+                                                            headers: {'X-CSRF-Token': s.csrf}});
+            return [r.status, (await r.json()).error.code];
+        }""")
+        assert refused == [403, "refused_role"]
+        # Without the CSRF token even an admin's cookie changes nothing.
+        forged = await admin.evaluate("""async () => {
+            const r = await fetch('/api/v1/queue/resume', {method: 'POST'});
+            return [r.status, (await r.json()).error.code];
+        }""")
+        assert forged == [403, "csrf"]
+        assert await w.queue.paused()
+
+        await admin.click('#pause-toggle[data-action="resume"]')
+        await viewer.wait_for_selector('#queue-state[data-paused="false"]')
+
+
+async def test_running_job_step_progress_is_live(tmp_path, demo_models, browser):
+    async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
+        await enqueue_many(w.queue, 2)
+        page = await signed_in(browser, w, VIEWER)
+        await page.wait_for_selector(".live.on")
+        lease = await w.queue.claim("exec-a")  # as an executor would
+        await page.wait_for_selector(f'ul.running li[data-job="{lease.job_id}"]')
+        for step in (3, 7):
+            await w.queue.progress(lease, {"node": "generate", "step": step, "total": 8})
+            bar = f'[data-progress="{lease.job_id}"] progress'
+            await page.wait_for_function("([bar, step]) => document.querySelector(bar)?.value == step",
+                                         arg=[bar, step])
+        assert "step 7/8" in await page.text_content(f'[data-progress="{lease.job_id}"]')
+        assert await page.get_attribute(f'[data-progress="{lease.job_id}"] progress', "max") == "8"
+
+
+async def test_submit_a_sheet_through_the_form_and_watch_it_finish(tmp_path, demo_models,
+                                                                  browser):
+    async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
+        page = await signed_in(browser, w, ALICE, "#/submit")
+        await page.wait_for_selector("#submit-form")
+        await page.select_option("#template", "social_thumb")
+        assert "title" in await page.text_content(".params")
+
+        # A bad sheet: the problems come back by row and column, nothing queued.
+        await page.set_input_files("#sheet", files=[{
+            "name": "bad.csv", "mimeType": "text/csv", "buffer": b"image,title\nmissing.png,A\n"}])
+        await page.click("#send")
+        await page.wait_for_selector("#report ul.problems li")
+        assert "row 2" in (await page.text_content("#report")).lower()
+        assert await w.queue.active_counts() == {"queued": 0, "running": 0}
+
+        # A good one, with the picture it names; the queue paused so we see it wait first.
+        await w.queue.pause(by="test")
+        sheet = b"image,title\nbottle.png,First\nbottle.png,Second\nbottle.png,Third\n"
+        await page.set_input_files("#sheet", files=[{"name": "sheet.csv", "mimeType": "text/csv",
+                                                     "buffer": sheet}])
+        await page.set_input_files("#pictures", files=[{"name": "bottle.png",
+                                                        "mimeType": "image/png", "buffer": BOTTLE}])
+        await page.select_option("#priority", "high")
+        await page.click("#send")
+        await page.wait_for_function("() => location.hash === '#/batches/1'")
+        await page.wait_for_selector('#thumbs figure[data-job="3"] [data-status="queued"]')
+        assert await page.get_attribute("#batch-progress", "value") == "0"
+        assert (await w.queue.batch(1))["priority"] == 1  # high
+
+        seen: set[str] = set()
+        w.start_executor()
+        await w.queue.resume(by="test")
+        async with asyncio.timeout(120):
+            while (value := await page.get_attribute("#batch-progress", "value")) != "3":
+                seen.add(value)
+                await asyncio.sleep(0.05)
+        assert "3 of 3 done" in await page.text_content("#batch-done")
+        assert seen >= {"0"}
+        # Every row's thumbnail loads, small: made by the API from the full image.
+        await page.wait_for_function("""() => {
+            const imgs = [...document.querySelectorAll('#thumbs img')];
+            return imgs.length === 3 && imgs.every(i => i.complete && i.naturalWidth > 0);
+        }""")
+        widths = await page.eval_on_selector_all("#thumbs img", "imgs => imgs.map(i => i.naturalWidth)")
+        assert all(0 < width <= 256 for width in widths)
+        assert await page.locator('a:has-text("Contact sheet")').count() == 1
