@@ -93,8 +93,6 @@ class Chat:
             settings = dataclasses.replace(settings, admins=[*settings.admins, *local_admins])
         self.permissions = Permissions(settings, access, queue, clock=clock)
         self.schedules = Schedules(queue.db, clock=clock)
-        self.languages = {where: lang for where, _, lang in
-                          (e.rpartition("=") for e in config.chat.languages)}
 
     # --- Where and in what language ---------------------------------------------------
     def language(self, msg: Incoming) -> str:
@@ -102,10 +100,10 @@ class Chat:
         (from [chat] languages); then the person's own locale; then the platform's default;
         then [chat] language."""
         p = msg.platform
-        for where in (f"{p}:{msg.user}", f"{p}:{msg.conversation}",
-                      f"{p}:{msg.workspace}" if msg.workspace else None, p):
-            if where in self.languages:
-                return self.languages[where]
+        given = self.config.chat.language_at(f"{p}:{msg.user}", f"{p}:{msg.conversation}",
+                                             f"{p}:{msg.workspace}" if msg.workspace else None, p)
+        if given:
+            return given
         locale = (msg.lang or "").lower()[:2]
         if locale in LANGS:
             return locale

@@ -160,6 +160,13 @@ CATALOG: dict[str, tuple[str, str]] = {
                 "and results sheet attached.",
                 "批次 {batch} 已完成，用时 {minutes:.1f} 分钟：{total:,} 张中成功 "
                 "{succeeded:,} 张，失败 {failed:,}，取消 {canceled:,}。附联系表和结果表。"),
+    "digest": ("genbot, the last 24 hours: {batches:,} batches submitted; {succeeded:,} images "
+               "made, {failed:,} failed, {canceled:,} canceled{mean}. Now: {queued:,} queued{paused}.",
+               "genbot 过去 24 小时：提交 {batches:,} 个批次；生成 {succeeded:,} 张图，失败 "
+               "{failed:,}，取消 {canceled:,}{mean}。当前：排队 {queued:,}{paused}。"),
+    "digest_mean": (", {seconds:.1f} s each on average", "，平均每张 {seconds:.1f} 秒"),
+    "digest_paused": (", the queue is paused", "，队列已暂停"),
+    "digest_top": ("Most images: {who}.", "生成最多：{who}。"),
     "accepted_at": ("Batch {batch} accepted: {jobs:,} {template} jobs, to start at {at}.",
                     "批次 {batch} 已接收：{jobs:,} 个 {template} 任务，将于 {at} 开始。"),
     "retry_of": (" (a retry of batch {batch}'s failed jobs)", "（重试批次 {batch} 中失败的任务）"),

@@ -6,7 +6,8 @@ template and a sheet stored with its pictures. APScheduler's AsyncIOScheduler ru
 the database (one service queues it, however many run) and its sheet goes through
 intake again — seeds left empty are new each time — into a batch in the conversation
 that made it. Firings missed while the service was down are queued once, not once each.
-The same scheduler runs retention daily at 03:30 ([queue] retention_days).
+The same scheduler runs retention daily at 03:30 ([queue] retention_days), and posts
+the daily digest to [chat] digest at [chat] digest_at.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from collections.abc import Callable
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+from bot.messages import say
 from storage.config import Config
 from storage.files import FileStore
+from storage.outbox import Outbox
 from storage.queue import Priority, Queue, QueueFull, Submission
 from storage.schedules import Schedules
 
@@ -67,9 +70,9 @@ async def make(rows: Schedules, store: FileStore, *, cron: str, timezone: str, t
 
 class Scheduler:
     def __init__(self, config: Config, queue: Queue, store: FileStore, templates: dict, *,
-                 clock: Callable[[], float] = time.time):
+                 outbox: Outbox | None = None, clock: Callable[[], float] = time.time):
         self.config, self.queue, self.store, self.templates = config, queue, store, templates
-        self.clock = clock
+        self.outbox, self.clock = outbox, clock
         self.rows = Schedules(queue.db, clock=clock)
         self.apscheduler = None
 
@@ -82,7 +85,36 @@ class Scheduler:
                                  max_instances=1, coalesce=True, next_run_time=datetime.now())
         self.apscheduler.add_job(self.retention, CronTrigger(hour=3, minute=30), id="retention",
                                  max_instances=1, coalesce=True)
+        chat = self.config.chat
+        if chat.digest and self.outbox is not None:
+            hour, minute = chat.digest_at.split(":")
+            self.apscheduler.add_job(self.digest, CronTrigger(
+                hour=int(hour), minute=int(minute), timezone=ZoneInfo(chat.timezone)),
+                id="digest", max_instances=1, coalesce=True)
         self.apscheduler.start()
+
+    async def digest(self) -> bool:
+        """Owe [chat] digest a summary of the last 24 hours: once a day, however many
+        services run (the outbox key is the day). False: owed already."""
+        chat = self.config.chat
+        platform, _, conversation = chat.digest.partition(":")
+        lang = chat.language_at(chat.digest, platform) or chat.language
+        now = self.clock()
+        day = datetime.fromtimestamp(now, ZoneInfo(chat.timezone)).date().isoformat()
+        d = await self.queue.digest(now - 86400, now)
+        finished, active = d["finished"], await self.queue.active_counts()
+        text = say("digest", lang, batches=d["batches"], succeeded=finished.get("succeeded", 0),
+                   failed=finished.get("failed", 0), canceled=finished.get("canceled", 0),
+                   queued=active["queued"],
+                   mean=say("digest_mean", lang, seconds=d["mean_seconds"])
+                   if d["mean_seconds"] is not None else "",
+                   paused=say("digest_paused", lang) if await self.queue.paused() else "")
+        if d["top"]:
+            text += ("" if lang == "zh" else " ") + say("digest_top", lang, who=", ".join(f"{who} ({n:,})"
+                                                              for who, n in d["top"]))
+        return await self.outbox.put(f"digest:{chat.digest}:{day}", platform=platform,
+                                     conversation=conversation, thread=None, kind="text",
+                                     payload={"text": text, "lang": lang})
 
     async def retention(self) -> list[int]:
         """Forget batches finished more than [queue] retention_days ago, outputs included."""

@@ -106,7 +106,8 @@ class Service:
             self.supervisor = Supervisor(config)
             self.supervisor.start()
         self.core.start()
-        self.scheduler = Scheduler(config, self.queue, self.core.store, templates)
+        self.scheduler = Scheduler(config, self.queue, self.core.store, templates,
+                                   outbox=self.core.outbox)
         self.scheduler.start()
         for platform in self.platforms:
             await platform.start()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +160,14 @@ class ChatConfig:
     delivery_attempts: int = key(12, "Tries to post one message (backing off, honouring "
                                  "Retry-After) before it is recorded as failed and reported.",
                                  min=1, max=1000)
+    digest: str = key("", "Where a daily digest of the last 24 hours goes, as "
+                      "platform:conversation (e.g. \"slack:C0123\"); empty: no digest.")
+    digest_at: str = key("09:00", "When the digest is posted: HH:MM in [chat] timezone.")
+
+    def language_at(self, *places: str | None) -> str | None:
+        """The language [chat] languages gives the first of `places` it names."""
+        given = {where: lang for where, _, lang in (e.rpartition("=") for e in self.languages)}
+        return next((given[p] for p in places if p and p in given), None)
 
 
 @dataclass(frozen=True)
@@ -533,6 +542,12 @@ def _check_relations(config: Config) -> None:
     except (ValueError, KeyError, OSError):
         raise ConfigError(f'{config.source}: [chat] timezone = "{chat.timezone}": expected an '
                           "IANA time zone such as UTC or Asia/Shanghai") from None
+    if chat.digest and not re.fullmatch(r"[a-z]+:\S+", chat.digest):
+        raise ConfigError(f'{config.source}: [chat] digest = "{chat.digest}": expected '
+                          '"platform:conversation", e.g. "slack:C0123"')
+    if not re.fullmatch(r"([01]?\d|2[0-3]):[0-5]\d", chat.digest_at):
+        raise ConfigError(f'{config.source}: [chat] digest_at = "{chat.digest_at}": expected a '
+                          'time of day as HH:MM, e.g. "09:00"')
     slack = config.slack
     if slack.bot_token and not (slack.signing_secret or slack.app_token):
         raise ConfigError(f"{config.source}: [slack] bot_token is set: expected signing_secret "

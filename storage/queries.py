@@ -280,6 +280,16 @@ BATCH_RANGE_COUNTS = """
 SELECT batch_id, status, COUNT(*) AS n FROM jobs WHERE batch_id BETWEEN $1 AND $2
 GROUP BY batch_id, status"""
 
+# The daily digest: what finished in ($1, $2], and who made the most.
+DIGEST_JOBS = """
+SELECT status, COUNT(*) AS n, AVG(finished_at - started_at) AS seconds FROM jobs
+WHERE finished_at > $1 AND finished_at <= $2 GROUP BY status"""
+DIGEST_BATCHES = "SELECT COUNT(*) AS n FROM batches WHERE created_at > $1 AND created_at <= $2"
+DIGEST_SUBMITTERS = """
+SELECT submitter, COUNT(*) AS n FROM jobs
+WHERE finished_at > $1 AND finished_at <= $2 AND status = 'succeeded'
+GROUP BY submitter ORDER BY n DESC, submitter LIMIT 3"""
+
 # Retention: batches created and wholly finished before $1.
 OLD_BATCHES = """
 SELECT b.id FROM batches b WHERE b.created_at < $1 AND NOT EXISTS (

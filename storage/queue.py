@@ -480,6 +480,17 @@ class Queue:
             eta = await self.eta(await self.db.fetchval(q.JOBS_AHEAD, last))
         return BatchProgress(batch_id, batch["total_jobs"], counts, ahead, eta)
 
+    async def digest(self, since: float, until: float) -> dict[str, Any]:
+        """What happened after `since`, up to `until`: batches made, jobs finished by status with their
+        mean run time, the three busiest submitters."""
+        finished = {r["status"]: r for r in await self.db.fetch(q.DIGEST_JOBS, since, until)}
+        ok = finished.get("succeeded")
+        return {"batches": await self.db.fetchval(q.DIGEST_BATCHES, since, until),
+                "finished": {s: r["n"] for s, r in finished.items()},
+                "mean_seconds": float(ok["seconds"]) if ok and ok["seconds"] is not None else None,
+                "top": [(r["submitter"], r["n"])
+                        for r in await self.db.fetch(q.DIGEST_SUBMITTERS, since, until)]}
+
     async def events_after(self, seq: int, limit: int = 1000) -> list[dict[str, Any]]:
         """Events with a sequence number above `seq`, oldest first: resume from the last seen."""
         rows = await self.db.fetch(q.EVENTS_AFTER, seq, limit)

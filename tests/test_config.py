@@ -145,3 +145,12 @@ def test_check_config_cli_prints_the_line_and_exits_2(tmp_path):
     good = subprocess.run([PYTHON, "-m", "bot.cli", "check-config"], capture_output=True,
                           text=True, env=python_env(), cwd=tmp_path)
     assert good.returncode == 0 and "config OK (built-in defaults)" in good.stdout
+
+
+def test_digest_settings_are_checked(tmp_path):
+    assert error_of(tmp_path, '[chat]\ndigest = "C0123"\n', {}).endswith(
+        '[chat] digest = "C0123": expected "platform:conversation", e.g. "slack:C0123"')
+    assert error_of(tmp_path, '[chat]\ndigest_at = "9am"\n', {}).endswith(
+        '[chat] digest_at = "9am": expected a time of day as HH:MM, e.g. "09:00"')
+    config = load_text(tmp_path, '[chat]\ndigest = "dingtalk:cid42"\ndigest_at = "7:05"\n', {})
+    assert (config.chat.digest, config.chat.digest_at) == ("dingtalk:cid42", "7:05")

@@ -21,7 +21,8 @@ def config(tmp_path, demo_models):
 
 def scheduler(w: World, clock) -> Scheduler:
     templates, _ = load_templates(w.config.templates_dir)
-    return Scheduler(w.config, w.queue, w.core.store, templates, clock=clock)
+    return Scheduler(w.config, w.queue, w.core.store, templates, outbox=w.core.outbox,
+                     clock=clock)
 
 
 async def test_a_schedule_fires_on_time_once_survives_a_restart_and_is_removed(tmp_path,
@@ -95,11 +96,16 @@ def test_cron_lines_follow_the_schedules_time_zone():
 
 async def test_the_service_runs_the_schedules_on_apscheduler(tmp_path, demo_models):
     from tests.chatfake import ServiceWorld
-    cfg = executor_config(tmp_path / "data", demo_models, service={"port": 0})
+    cfg = executor_config(tmp_path / "data", demo_models, service={"port": 0}, chat={
+        "digest": "slack:C0123", "digest_at": "18:45", "timezone": "Asia/Shanghai"})
     async with ServiceWorld(cfg) as w:
         job = w.service.scheduler.apscheduler.get_job("schedules")
         assert w.service.scheduler.apscheduler.running and job is not None
         assert job.trigger.interval.total_seconds() == 15
+        digest = w.service.scheduler.apscheduler.get_job("digest")
+        fields = {f.name: str(f) for f in digest.trigger.fields}
+        assert (fields["hour"], fields["minute"], str(digest.trigger.timezone)) == \
+            ("18", "45", "Asia/Shanghai")
     assert not w.service.scheduler.apscheduler.running
 
 
@@ -118,3 +124,32 @@ async def test_retention_runs_on_the_scheduler_and_removes_outputs(tmp_path, dem
         assert await s.retention() == [batch]
         assert not w.core.store.path(f"outputs/batch_{batch}").exists()
         assert await w.queue.batch(batch) is None
+
+
+async def test_the_daily_digest_is_posted_once_a_day_in_the_conversations_language(
+        tmp_path, demo_models):
+    from storage.queue import NewJob, Submission
+    clock = FakeClock(START)
+    cfg = executor_config(tmp_path / "data", demo_models, chat={
+        "digest": "test:ops-room", "languages": ["test:ops-room=zh"], "timezone": "Asia/Shanghai"})
+    async with World(cfg, clock=clock) as w:
+        for who, rows in (("test:U1", 3), ("test:U2", 2)):
+            await w.queue.enqueue(Submission("t", who, [NewJob(r, {}) for r in range(rows)]))
+        for outcome in ("ok", "ok", "ok", "fail"):
+            lease = await w.queue.claim("exec")
+            clock.advance(4)
+            if outcome == "ok":
+                await w.queue.complete(lease)
+            else:
+                await w.queue.fail(lease, "boom", retry=False)
+        await w.queue.pause(by="test:BOSS")
+        s = scheduler(w, clock)
+        assert await s.digest() is True
+        assert await s.digest() is False  # once a day, however many services run
+        await w.core.pump()
+        (post,) = [p for p in w.platform.posts if p.conversation == "ops-room"]
+        assert post.text == ("genbot 过去 24 小时：提交 2 个批次；生成 3 张图，失败 1，取消 0，"
+                             "平均每张 4.0 秒。当前：排队 1，队列已暂停。"
+                             "生成最多：test:U1 (2), test:U2 (1)。")
+        clock.advance(86400)
+        assert await s.digest() is True  # the next day's
