@@ -10,6 +10,7 @@ the GPU code can crash without taking the service down.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 
@@ -20,6 +21,7 @@ from bot.core import ChatCore
 from bot.dashboard import Dashboard
 from bot.metrics import Metrics
 from bot.schedules import Scheduler
+from bot.sessions import local_token
 from bot.platform import Platform
 from bot.supervisor import Supervisor
 from storage.config import Config
@@ -75,9 +77,16 @@ class Service:
 
     async def start(self) -> None:
         config = self.config
+        local_admins: tuple[str, ...] = ()
+        if not config.api.tokens:  # a fresh install: one admin token, kept in data_dir
+            token = local_token(config.data_dir)
+            config = dataclasses.replace(config, api=dataclasses.replace(
+                config.api, tokens=[f"{token}=local"]))
+            local_admins = ("api:local",)
         templates = load_checked_templates(config)
         self.queue = await open_queue(config)
-        self.core = ChatCore(config, self.queue, self.platforms, templates=templates)
+        self.core = ChatCore(config, self.queue, self.platforms, templates=templates,
+                             local_admins=local_admins)
         app = build_app(self.queue)
         api = Api(config, self.queue, self.core.chat.permissions, self.core.store, templates)
         api.routes(app)
@@ -102,6 +111,9 @@ class Service:
         log.info("genbot serving on http://%s:%s (database %s, config %s, chat: %s)",
                  config.service.host, self.port, self.queue.db.display_url, config.source,
                  ", ".join(p.name for p in self.platforms) or "none configured")
+        log.info("dashboard: http://%s:%s/dashboard/%s", config.service.host, self.port,
+                 f" (no [api] tokens configured: sign in as admin with the token in "
+                 f"{config.data_dir / 'local-admin.token'})" if local_admins else "")
         if self.executor:
             self.supervisor = Supervisor(config)
             self.supervisor.start()

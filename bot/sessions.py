@@ -117,17 +117,28 @@ def session_secret(configured: str, data_dir: Path) -> bytes:
     outlive a restart."""
     if configured:
         return configured.encode()
-    path = data_dir / "session.key"
+    return bytes.fromhex(_kept(data_dir / "session.key", lambda: secrets.token_hex(32)))
+
+
+def local_token(data_dir: Path) -> str:
+    """With no [api] tokens configured, one admin token for whoever can read this
+    machine's data_dir (as Jupyter does), so a fresh install's dashboard can be opened."""
+    return _kept(data_dir / "local-admin.token", lambda: secrets.token_urlsafe(24))
+
+
+def _kept(path: Path, make: Callable[[], str]) -> str:
+    """The secret in `path`, made (readable by this user only) when missing or empty."""
     try:
-        return bytes.fromhex(path.read_text().strip())
-    except (FileNotFoundError, ValueError):
+        if text := path.read_text().strip():
+            return text
+    except FileNotFoundError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_bytes(32)
+    text = make()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(key.hex())
-    return key
+        f.write(text + "\n")
+    return text
 
 
 def _b64(data: bytes) -> str:

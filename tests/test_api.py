@@ -429,3 +429,21 @@ async def test_the_dashboard_page_is_served_with_a_strict_policy(api):
             assert r.status == 200 and r.content_type == kind
     async with api.http.get("/dashboard/../storage/config.py") as r:
         assert r.status == 404
+
+
+async def test_a_fresh_install_without_tokens_gets_one_local_admin_token(tmp_path, demo_models):
+    import stat
+    cfg = executor_config(tmp_path / "data", demo_models, service={"port": 0})
+    async with ApiWorld(cfg) as w:
+        path = tmp_path / "data" / "local-admin.token"
+        token = path.read_text().strip()
+        assert len(token) >= 24 and stat.S_IMODE(path.stat().st_mode) == 0o600
+        status, body = await w.call("POST", "/queue/pause", token)
+        assert (status, body["paused"]) == (200, True)
+        async with w.http.post("/dashboard/session", json={"token": token}) as r:
+            assert (await r.json())["role"] == "admin"
+    async with ApiWorld(cfg) as again:  # the same token after a restart
+        assert (await again.call("GET", "/queue", token))[0] == 200
+    async with ApiWorld(api_config(tmp_path / "other", demo_models)) as configured:
+        assert (await configured.call("GET", "/queue", token))[0] == 401
+        assert not (tmp_path / "other" / "data" / "local-admin.token").exists()
