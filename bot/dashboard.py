@@ -67,8 +67,8 @@ class Dashboard:
         if origin is not None and urlsplit(origin).netloc != request.host:
             raise ApiError(403, "csrf", "sign in from the dashboard's own page")
         address = request.remote or "?"
-        recent = self.failures.setdefault(address, deque(maxlen=SIGN_IN_TRIES))
         now = time.monotonic()
+        recent = self.failures.get(address, ())
         if len(recent) == SIGN_IN_TRIES and now - recent[0] < 60:
             raise ApiError(429, "too_many_tries", "too many wrong tokens; wait a minute")
         try:
@@ -77,7 +77,9 @@ class Dashboard:
             raise ApiError(400, "bad_json", 'send {"token": "…"}') from None
         cookie = self.sessions.issue(token) if token else None
         if cookie is None:
-            recent.append(now)
+            if len(self.failures) > 10_000:  # forget addresses quiet for a minute
+                self.failures = {a: d for a, d in self.failures.items() if now - d[-1] < 60}
+            self.failures.setdefault(address, deque(maxlen=SIGN_IN_TRIES)).append(now)
             raise ApiError(401, "unauthorized", "that token is not one of [api] tokens")
         session = self.sessions.read(cookie)
         response = web.json_response(await self._describe(session.user, session.csrf))
