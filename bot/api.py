@@ -26,6 +26,7 @@ from storage.config import Config
 from storage.files import FileStore
 from storage.queue import Priority, Queue, QueueFull, Status, Submission
 from storage.schedules import Schedules
+from storage.workers import Workers
 
 PREFIX = "/api/v1"
 THUMB_MIN, THUMB_MAX = 16, 1024
@@ -50,6 +51,7 @@ class Api:
                                                              config.data_dir),
                                  hours=config.api.session_hours, clock=queue.clock)
         self.schedules = Schedules(queue.db, clock=queue.clock)
+        self.workers = Workers.of(queue)
         self.streams: set[web.WebSocketResponse] = set()  # open /events, closed at shutdown
 
     def routes(self, app: web.Application) -> None:
@@ -59,6 +61,7 @@ class Api:
         r.add_get(f"{PREFIX}/queue", self.queue_status)
         r.add_post(f"{PREFIX}/queue/pause", self.pause)
         r.add_post(f"{PREFIX}/queue/resume", self.resume)
+        r.add_get(f"{PREFIX}/workers", self.worker_list)
         r.add_get(f"{PREFIX}/templates", self.template_list)
         r.add_get(f"{PREFIX}/templates/{{name}}", self.template)
         r.add_get(f"{PREFIX}/batches", self.batches)
@@ -120,7 +123,13 @@ class Api:
             "counts": await self.queue.counts(),
             "eta_seconds": await self.queue.eta(active["queued"] - 1) if active["queued"] else 0,
             "jobs": [_running(j) for j in await self.queue.running()],
+            "workers": [_worker(w) for w in await self.workers.all() if w["state"] != "stopped"],
             "seq": await self.queue.last_event_seq()})
+
+    async def worker_list(self, request: web.Request) -> web.Response:
+        """Every executor the registry knows, stopped ones included, on any host."""
+        await self.allowed(request, "queue")
+        return web.json_response({"workers": [_worker(w) for w in await self.workers.all()]})
 
     async def template_list(self, request: web.Request) -> web.Response:
         await self.allowed(request, "templates")
@@ -554,6 +563,14 @@ def _job(j: dict) -> dict:
             "outputs": [f"{PREFIX}/jobs/{j['id']}/outputs/{i}" for i in range(len(j["outputs"]))],
             "enqueued_at": j["enqueued_at"], "started_at": j["started_at"],
             "finished_at": j["finished_at"]}
+
+
+def _worker(w: dict) -> dict:
+    return {"id": w["id"], "host": w["host"], "pid": w["pid"], "device": w["device"],
+            "version": w["version"], "state": w["state"], "job": w["job_id"],
+            "memory_used": w["memory_used"], "memory_total": w["memory_total"],
+            "models": w["models"], "allow": w["allow"], "jobs_run": w["stats"].get("jobs", 0),
+            "started_at": w["started_at"], "seen_at": w["seen_at"]}
 
 
 def _running(j: dict) -> dict:

@@ -36,6 +36,7 @@ from storage.inbox import Inbox, Upload, is_sheet, name_key
 from storage.outbox import Outbox
 from storage.queue import Priority, Queue, QueueFull, Submission
 from storage.schedules import Schedules
+from storage.workers import Workers
 
 log = logging.getLogger("genbot.chat")
 
@@ -391,6 +392,12 @@ async def queue_(chat: Chat, turn: Turn, cmd: Command) -> None:
     for job in await chat.queue.running():
         turn.add("queue_job", job=job["id"], batch=job["batch_id"], template=job["template"],
                  row=job["row"], minutes=(now - (job["started_at"] or now)) / 60)
+    workers = [w for w in await Workers.of(chat.queue).all() if w["state"] != "stopped"]
+    for w in workers:
+        turn.add(f"queue_worker_{w['state']}", name=w["id"], device=w["device"], job=w["job_id"],
+                 minutes=(now - w["seen_at"]) / 60)
+    if not any(w["state"] in ("idle", "busy") for w in workers):
+        turn.add("queue_no_workers")
 
 
 @handles("cancel")

@@ -2,30 +2,29 @@
 
 Queue depth and delivery state come from the database; job durations and waits are
 observed from the event log as jobs end (from the service's start on: counters start
-at zero after a restart, which Prometheus handles); executors report their memory and
-model cache in a small file after each group of jobs (executor.worker.report).
+at zero after a restart, which Prometheus handles); executors' memory and model cache
+come from their heartbeats in the worker registry (storage.workers), whatever host they
+run on.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
 
-from storage.files import FileStore
 from storage.outbox import Outbox
 from storage.queue import TERMINAL, Priority, Queue, Status
+from storage.workers import STATES, Workers
 
 CACHE_KINDS = ("loads", "hits", "promotions", "offloads", "evictions", "lora_loads", "lora_hits",
                "clears")
 
 
 class Metrics:
-    def __init__(self, queue: Queue, outbox: Outbox, store: FileStore,
-                 restarts: Callable[[], int] = lambda: 0):
-        self.queue, self.outbox, self.store, self.restarts = queue, outbox, store, restarts
+    def __init__(self, queue: Queue, outbox: Outbox, restarts: Callable[[], int] = lambda: 0):
+        self.queue, self.outbox, self.restarts = queue, outbox, restarts
         r = self.registry = CollectorRegistry()
         self.jobs = Gauge("genbot_jobs", "Jobs by status and priority", ["status", "priority"],
                           registry=r)
@@ -48,6 +47,9 @@ class Metrics:
                             registry=r)
         self.executor_seen = Gauge("genbot_executor_report_time", "When an executor last "
                                    "reported (Unix time)", ["executor"], registry=r)
+        self.workers_by_state = Gauge("genbot_workers", "Executors in the registry by state "
+                                      "(lost: silent for a lease)", ["state"], registry=r)
+        self.workers = Workers.of(queue)
         self.seq: int | None = None
 
     async def start(self) -> None:
@@ -70,7 +72,7 @@ class Metrics:
             self.outbox_messages.labels(row["platform"], row["status"]).set(row["n"])
         self.executor_restarts.set(self.restarts())
         await self.observe_ended_jobs()
-        self.read_executor_reports()
+        await self.read_workers()
 
     async def observe_ended_jobs(self) -> None:
         if self.seq is None:
@@ -85,20 +87,17 @@ class Metrics:
                             job["finished_at"] - job["started_at"])
                         self.wait.observe(max(0.0, job["started_at"] - job["enqueued_at"]))
 
-    def read_executor_reports(self) -> None:
-        folder = self.store.path("executors")
-        if not folder.is_dir():
-            return
-        for path in folder.glob("*.json"):
-            try:
-                report = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue  # being rewritten: the next scrape reads it
-            name, device = report.get("owner", path.stem), report.get("device", "?")
-            self.executor_seen.labels(name).set(report.get("at", 0))
+    async def read_workers(self) -> None:
+        rows = await self.workers.all()
+        for state in STATES:
+            self.workers_by_state.labels(state).set(sum(w["state"] == state for w in rows))
+        for w in rows:
+            name = w["id"]
+            self.executor_seen.labels(name).set(w["seen_at"])
+            cache = w["stats"].get("cache", {})
             for kind in CACHE_KINDS:
-                self.cache.labels(name, kind).set(report.get("cache", {}).get(kind, 0))
-            for what, key in (("in_use", "memory_in_use"), ("models", "models_resident"),
-                              ("total", "memory_total")):
-                if report.get(key) is not None:
-                    self.memory.labels(name, device, what).set(report[key])
+                self.cache.labels(name, kind).set(cache.get(kind, 0))
+            for what, value in (("in_use", w["memory_used"]), ("total", w["memory_total"]),
+                                ("models", w["stats"].get("models_resident"))):
+                if value is not None:
+                    self.memory.labels(name, w["device"], what).set(value)

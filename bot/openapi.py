@@ -52,6 +52,10 @@ def document() -> dict[str, Any]:
         "paths": {
             "/api/v1/queue": {"get": _op("Queue state: paused, counts, running jobs, ETA",
                                          _json(_ref("Queue")))},
+            "/api/v1/workers": {"get": _op(
+                "Executors on every host: device, memory, resident models, what each runs, "
+                "and idle, busy, stopped or lost", _json({"type": "object", "properties": {
+                    "workers": {"type": "array", "items": _ref("Worker")}}}))},
             "/api/v1/queue/pause": {"post": _op("Pause (admins)", _json(_ref("Paused")))},
             "/api/v1/queue/resume": {"post": _op("Resume (admins)", _json(_ref("Paused")))},
             "/api/v1/templates": {"get": _op("Templates and their parameters", _json(
@@ -177,8 +181,20 @@ def document() -> dict[str, Any]:
                     "paused": {"type": "boolean"}, "queued": {"type": "integer"},
                     "running": {"type": "integer"}, "eta_seconds": {"type": "number", "nullable": True},
                     "counts": {"type": "object"}, "jobs": {"type": "array", "items": {"type": "object"}},
+                    "workers": {"type": "array", "items": _ref("Worker"),
+                                "description": "executors not stopped"},
                     "seq": {"type": "integer", "description": "the last event's sequence number: "
                             "/events?after=seq streams what happens from now"}}},
+                "Worker": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "host": {"type": "string"},
+                    "device": {"type": "string"}, "version": {"type": "string"},
+                    "state": {"type": "string", "enum": ["idle", "busy", "stopped", "lost"]},
+                    "job": {"type": "integer", "nullable": True},
+                    "memory_used": {"type": "integer", "nullable": True},
+                    "memory_total": {"type": "integer", "nullable": True},
+                    "models": {"type": "array", "items": {"type": "string"}},
+                    "allow": {"type": "array", "items": {"type": "string"}, "nullable": True},
+                    "jobs_run": {"type": "integer"}, "seen_at": {"type": "number"}}},
                 "Paused": {"type": "object", "properties": {"paused": {"type": "boolean"},
                                                             "changed": {"type": "boolean"}}},
                 "Template": {"type": "object", "properties": {

@@ -25,6 +25,7 @@ from storage.files import FileStore
 from storage.outbox import Outbox
 from storage.queue import Priority, Queue, QueueFull, Submission
 from storage.schedules import Schedules
+from storage.workers import Workers
 
 log = logging.getLogger("genbot.schedules")
 TICK = 15.0  # seconds between looks at the schedules
@@ -117,7 +118,9 @@ class Scheduler:
                                      payload={"text": text, "lang": lang})
 
     async def retention(self) -> list[int]:
-        """Forget batches finished more than [queue] retention_days ago, outputs included."""
+        """Forget batches finished more than [queue] retention_days ago, outputs included
+        (and executors stopped or lost over a day ago)."""
+        await Workers.of(self.queue).forget(self.clock() - 86400)
         days = self.config.queue.retention_days
         if not days:
             return []

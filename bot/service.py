@@ -91,8 +91,8 @@ class Service:
         api = Api(config, self.queue, self.core.chat.permissions, self.core.store, templates)
         api.routes(app)
         Dashboard(api).routes(app)
-        self.metrics = Metrics(self.queue, self.core.outbox, self.core.store,
-                               restarts=lambda: self.supervisor.restarts if self.supervisor else 0)
+        self.metrics = Metrics(self.queue, self.core.outbox, restarts=lambda:
+                               self.supervisor.restarts if self.supervisor else 0)
         await self.metrics.start()
         app.router.add_get("/metrics", self.metrics.handler)
         for platform in self.platforms:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
-import json
 import logging
 import os
 import signal
@@ -20,14 +20,17 @@ import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
+from importlib.metadata import version as _version
 
 from storage.config import Config, ConfigError
 from storage.files import FileStore
 from storage.logs import setup_logging
 from storage.queue import Lease, Queue, open_queue
+from storage.workers import Workers
 
 log = logging.getLogger("genbot.executor")
 
+VERSION = _version("genbot")
 EXIT_RECYCLE = 75  # "start me again": after recycle_after_jobs, or memory drift
 
 
@@ -71,6 +74,9 @@ class Worker:
         self.baseline: int | None = None
         self.exit_code = 0
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.workers = Workers.of(self.queue)
+        self.started_at = time.time()
+        self.memory: tuple[int | None, float] = (None, float("inf"))  # in use, total
 
     # --- the loop --------------------------------------------------------------------
     async def run(self) -> int:
@@ -78,17 +84,24 @@ class Worker:
         await asyncio.to_thread(self.build_missing_demo_models)
         log.info("executor ready", extra={"owner": self.owner, "device": self.device,
                                           "dtype": str(self.dtype).removeprefix("torch.")})
-        while not self.stopping.is_set():
-            leases = await self.claim()
-            if not leases:
-                await self.idle()
-                continue
-            await self.execute(leases)
-            self.after_jobs()
-            if self.exit_code:
-                break
-            if self.config.queue.batch_delay:
-                await self.sleep(self.config.queue.batch_delay)
+        beating = asyncio.create_task(self.beat_forever())
+        try:
+            while not self.stopping.is_set():
+                leases = await self.claim()
+                if not leases:
+                    await self.idle()
+                    continue
+                await self.execute(leases)
+                self.after_jobs()
+                await self.beat()  # idle again, at once, with fresh memory figures
+                if self.exit_code:
+                    break
+                if self.config.queue.batch_delay:
+                    await self.sleep(self.config.queue.batch_delay)
+        finally:
+            beating.cancel()
+            with contextlib.suppress(Exception):  # the database may be what failed
+                await self.workers.stopped(self.owner)
         return self.exit_code
 
     async def claim(self) -> list[Lease]:
@@ -116,6 +129,7 @@ class Worker:
         from executor.runner import JobRun
         now = time.monotonic()
         self.running = {lease.job_id: Running(lease, now) for lease in leases}
+        await self.beat()  # busy, at once
         runs = [JobRun(lease.job_id, lease.batch_id, lease.params) for lease in leases]
         watch = asyncio.create_task(self.watch())
         try:
@@ -181,18 +195,28 @@ class Worker:
             self.exit_code = EXIT_RECYCLE
 
     def report(self, in_use: int, total: float) -> None:
-        """What the service's /metrics shows of this executor: a small file in the data
-        folder, rewritten after every group of jobs (the service reads it when scraped)."""
-        stats = {"owner": self.owner, "device": self.device, "at": time.time(),
-                 "jobs": self.stats["jobs"], "memory_in_use": in_use,
-                 "memory_total": None if total == float("inf") else total,
-                 "models_resident": self.cache.resident_bytes(),
-                 "cache": {k: v for k, v in self.cache.stats.items() if ":" not in k}}
+        self.memory = (in_use, total)
+
+    # --- the worker registry ------------------------------------------------------------
+    async def beat_forever(self) -> None:
+        while True:
+            await self.beat()
+            await asyncio.sleep(self.config.queue.heartbeat_seconds)
+
+    async def beat(self) -> None:
+        """This executor's row in the registry: where it runs, what it holds and does —
+        what /queue, the API, the dashboard and /metrics show of it, on any host."""
+        in_use, total = self.memory
         try:
-            FileStore(self.config.data_dir).write(
-                f"executors/{self.owner.replace(':', '_')}.json", json.dumps(stats).encode())
-        except OSError as e:
-            log.warning("cannot write executor stats: %s", e)
+            await self.workers.beat(
+                self.owner, host=socket.gethostname(), pid=os.getpid(), device=str(self.device),
+                version=VERSION, job=next(iter(self.running), None), memory_used=in_use,
+                memory_total=None if total == float("inf") else int(total),
+                models=sorted(self.cache.resident()), started_at=self.started_at,
+                stats={"jobs": self.stats["jobs"], "models_resident": self.cache.resident_bytes(),
+                       "cache": {k: v for k, v in self.cache.stats.items() if ":" not in k}})
+        except Exception as e:  # noqa: BLE001 - the database away for a moment: next beat
+            log.warning("cannot write to the worker registry: %s", e)
 
     def build_missing_demo_models(self) -> None:
         missing = [self.config.models[n].path.removeprefix("demo:")

@@ -210,3 +210,27 @@ class Schedule(Model):
 
     class Meta:
         table = "schedules"
+
+
+class Worker(Model):
+    """An executor process, as its heartbeats describe it: where it runs, what it holds,
+    what it is doing. One row per process (its lease owner name); kept after it stops so
+    `/queue` and the dashboard can say it stopped or was lost."""
+
+    id = fields.CharField(max_length=200, primary_key=True, description="its lease owner name")
+    host = fields.CharField(max_length=200)
+    pid = fields.IntField()
+    device = fields.CharField(max_length=32)
+    version = fields.CharField(max_length=32)
+    state = fields.CharField(max_length=16, description="idle, busy, stopped or lost")
+    job_id = fields.BigIntField(null=True, description="the job it runs (the first of a group)")
+    memory_total = fields.BigIntField(null=True, description="device memory, bytes")
+    memory_used = fields.BigIntField(null=True)
+    models = fields.JSONField(default=list, description="models resident on its device")
+    allow = fields.JSONField(null=True, description="models it may run, null for any")
+    stats = fields.JSONField(default=dict, description="jobs run, model cache counters")
+    started_at = fields.FloatField()
+    seen_at = fields.FloatField(description="its last heartbeat")
+
+    class Meta:
+        table = "workers"

@@ -291,7 +291,7 @@ ROLES = {"anonymous": None, "none": NOBODY, "viewer": VIEWER, "other": BOB, "own
          "admin": ADMIN}
 NO, ANY, V, S, O, A = range(6)  # who gets past the permission check: anyone … only admins
 ROUTES = [  # method, path, who passes, the answer once past the check
-    ("GET", "/queue", V, 200), ("GET", "/templates", V, 200),
+    ("GET", "/queue", V, 200), ("GET", "/workers", V, 200), ("GET", "/templates", V, 200),
     ("GET", "/templates/social_thumb", V, 200), ("GET", "/batches", V, 200),
     ("GET", "/batches/1", V, 200), ("GET", "/batches/1/files/results.xlsx", V, 404),
     ("GET", "/jobs", V, 200), ("GET", "/jobs/1", V, 200), ("GET", "/jobs/1/outputs/0", V, 404),
@@ -339,6 +339,7 @@ async def test_listing_batches_paging_by_offset_thumbnails_and_pause_events(api)
 
     status, queue = await api.call("GET", "/queue", VIEWER)
     seq = queue["seq"]  # the stream from now on
+    assert queue["workers"] == []  # no executor has started yet
     await api.call("POST", "/queue/pause", ADMIN)
     async with api.http.ws_connect(f"/api/v1/events?after={seq}&token={VIEWER}") as ws:
         paused = await ws.receive_json(timeout=10)
@@ -349,6 +350,12 @@ async def test_listing_batches_paging_by_offset_thumbnails_and_pause_events(api)
 
     api.start_executor()
     await api.finish(timeout=60)
+    status, queue = await api.call("GET", "/queue", VIEWER)
+    (worker,) = queue["workers"]
+    assert (worker["id"], worker["device"], worker["jobs_run"]) == ("test-executor", "cpu", 5)
+    await api.stop_executor()
+    status, body = await api.call("GET", "/workers", VIEWER)
+    assert [(x["id"], x["state"]) for x in body["workers"]] == [("test-executor", "stopped")]
     status, thumb = await api.call("GET", "/jobs/1/outputs/0?size=128", VIEWER)
     image = Image.open(io.BytesIO(thumb))
     assert status == 200 and image.format == "JPEG" and max(image.size) == 128

@@ -65,7 +65,8 @@ async def test_help_templates_template_queue_and_status_answer(world):
     (nope,) = await world.send("/template social_thum")
     assert nope.text.startswith('no template "social_thum" — did you mean social_thumb?')
     (queue,) = await world.send("/queue")
-    assert queue.text == "The queue is running.\n0 queued, 0 running"
+    assert queue.text == ("The queue is running.\n0 queued, 0 running\n"
+                          "No executor is running: queued jobs wait until one starts.")
     (status,) = await world.send("/status")
     assert status.text == "You have no batches yet."
     (unknown,) = await world.send("/frobnicate now")

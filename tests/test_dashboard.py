@@ -141,12 +141,17 @@ async def test_admin_pauses_and_another_page_sees_it_live_while_a_viewer_is_refu
         await viewer.wait_for_selector('#queue-state[data-paused="false"]')
 
 
-async def test_running_job_step_progress_is_live(tmp_path, demo_models, browser):
+async def test_running_job_step_progress_and_executors_are_live(tmp_path, demo_models, browser):
+    from storage.workers import Workers
     async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
         await enqueue_many(w.queue, 2)
         page = await signed_in(browser, w, VIEWER)
         await page.wait_for_selector(".live.on")
-        lease = await w.queue.claim("exec-a")  # as an executor would
+        await page.wait_for_selector("#no-workers")
+        lease = await w.queue.claim("exec-a")  # as an executor would, with its heartbeat
+        await Workers.of(w.queue).beat("exec-a", host="gpu7", pid=1, device="cuda:0",
+                                       version="0.1.0", job=lease.job_id, models=["sdxl"],
+                                       memory_used=6 * 2**30, memory_total=80 * 2**30)
         await page.wait_for_selector(f'ul.running li[data-job="{lease.job_id}"]')
         for step in (3, 7):
             await w.queue.progress(lease, {"node": "generate", "step": step, "total": 8})
@@ -155,6 +160,9 @@ async def test_running_job_step_progress_is_live(tmp_path, demo_models, browser)
                                          arg=[bar, step])
         assert "step 7/8" in await page.text_content(f'[data-progress="{lease.job_id}"]')
         assert await page.get_attribute(f'[data-progress="{lease.job_id}"] progress', "max") == "8"
+        row = await page.text_content('[data-worker="exec-a"]')
+        assert "cuda:0" in row and "busy" in row and "6.0 GiB / 80.0 GiB" in row and "sdxl" in row
+        assert await page.locator("#no-workers").count() == 0
 
 
 async def test_submit_a_sheet_through_the_form_and_watch_it_finish(tmp_path, demo_models,

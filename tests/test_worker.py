@@ -177,6 +177,31 @@ async def test_progress_goes_to_the_event_log_per_step(config):
     assert all(p["row"] == done["row"] for p in progress)
 
 
+async def test_the_executor_keeps_its_row_in_the_worker_registry(config):
+    import socket
+
+    from storage.workers import Workers
+    async with Harness(config) as h:
+        workers = Workers.of(h.queue)
+        job = with_generate((await example_jobs(config, "product_main"))[0], steps=30)
+        batch = await h.submit("product_main", [job])
+        h.start()
+        async with asyncio.timeout(60):  # busy on it, while it runs
+            while not [w for w in await workers.all() if w["state"] == "busy"]:
+                await asyncio.sleep(0.02)
+        (busy,) = await workers.all()
+        assert (busy["id"], busy["host"], busy["device"], busy["job_id"]) == \
+            ("test-executor", socket.gethostname(), "cpu", (await h.queue.batch_jobs(batch))[0]["id"])
+        await h.wait(batch)
+        async with asyncio.timeout(10):
+            while (row := (await workers.all())[0])["state"] != "idle":
+                await asyncio.sleep(0.02)
+        assert row["job_id"] is None and row["stats"]["jobs"] == 1 and row["memory_used"] > 0
+        assert row["models"] == ["sdxl"] and row["version"] and row["stats"]["cache"]["loads"]
+        await h.stop()
+        assert [w["state"] for w in await workers.all()] == ["stopped"]
+
+
 async def test_cancel_lands_within_one_denoising_step(config):
     async with Harness(config) as h:
         job = with_generate((await example_jobs(config, "product_main"))[0], steps=100)

@@ -32,6 +32,8 @@ const TEXT = {
     load_more: "Load more", refused: "Refused",
     queued: "queued", running: "running", succeeded: "succeeded", failed: "failed", canceled: "canceled",
     low: "low", normal: "normal", high: "high", urgent: "urgent",
+    workers: "Executors", no_workers: "No executor is running: queued jobs wait until one starts.",
+    idle: "idle", busy: "busy", lost: "lost", stopped: "stopped", seen: "seen {t} ago",
   },
   zh: {
     overview: "概览", jobs: "任务", submit: "提交", sign_out: "退出",
@@ -56,6 +58,8 @@ const TEXT = {
     load_more: "加载更多", refused: "被拒绝",
     queued: "排队中", running: "运行中", succeeded: "成功", failed: "失败", canceled: "已取消",
     low: "低", normal: "普通", high: "高", urgent: "紧急",
+    workers: "执行器", no_workers: "没有运行中的执行器：排队任务将等待执行器启动。",
+    idle: "空闲", busy: "忙碌", lost: "失联", stopped: "已停止", seen: "{t} 前有心跳",
   },
 };
 const STATUSES = ["queued", "running", "succeeded", "failed", "canceled"];
@@ -136,6 +140,10 @@ function span(seconds) {
   if (s < 90) return `${s} s`;
   if (s < 5400) return `${Math.round(s / 60)} min`;
   return `${(s / 3600).toFixed(1)} h`;
+}
+
+function bytes(n) {
+  return n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(1)} GiB` : `${Math.round(n / 2 ** 20)} MiB`;
 }
 
 function badge(status) {
@@ -241,6 +249,16 @@ async function overview(main) {
           h("a", {href: `#/batches/${j.batch}`, text: `${t("batch", {id: j.batch})} · ${t("row")} ${j.row}`}),
           h("span", {class: "muted", text: ` ${j.template} · ${j.submitter}`}), progressBar(j.id))))
           : h("p", {class: "muted", text: t("nothing_running")})),
+      h("section", {class: "card workers"},
+        h("h2", {text: t("workers")}),
+        q.data.workers.some((w) => w.state === "idle" || w.state === "busy") ? null
+          : h("p", {class: "error", id: "no-workers", text: t("no_workers")}),
+        q.data.workers.length ? h("table", {}, ...q.data.workers.map((w) => h("tr", {"data-worker": w.id},
+          h("td", {}, h("strong", {text: w.id})), h("td", {class: "muted", text: `${w.device} · v${w.version}`}),
+          h("td", {}, badge(w.state), w.job ? h("span", {text: ` #${w.job}`}) : null),
+          h("td", {class: "muted", text: w.memory_used ? bytes(w.memory_used) + (w.memory_total ? ` / ${bytes(w.memory_total)}` : "") : ""}),
+          h("td", {class: "muted", text: w.models.join(", ")}),
+          h("td", {class: "muted", text: t("seen", {t: span(Date.now() / 1000 - w.seen_at)})})))) : null),
       h("section", {class: "card"},
         h("h2", {text: t("recent")}),
         b.data.batches.length ? batchTable(b.data.batches) : h("p", {class: "muted", text: t("no_batches")})));

@@ -1,0 +1,89 @@
+"""The worker registry: every executor process writes a heartbeat row here.
+
+A heartbeat says where the worker runs (host, device, version), what it holds (device
+memory, resident models, what it may run) and what it is doing (idle, or busy on a
+job). Readers see the workers of every host on one database; one that has not beaten
+for `lost_after` seconds is marked lost (and a `worker_lost` event says so) — its job,
+if any, comes back to the queue through its lease, as any job of a dead process does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from storage.db import Database
+
+BEAT = """
+INSERT INTO workers (id, host, pid, device, version, state, job_id, memory_total, memory_used,
+                     models, allow, stats, started_at, seen_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)
+ON CONFLICT (id) DO UPDATE SET state = excluded.state, job_id = excluded.job_id,
+  memory_total = excluded.memory_total, memory_used = excluded.memory_used,
+  models = excluded.models, allow = excluded.allow, stats = excluded.stats,
+  seen_at = excluded.seen_at"""
+STOPPED = "UPDATE workers SET state = 'stopped', job_id = NULL, seen_at = $2 WHERE id = $1"
+# Silent past the deadline: lost. RETURNING lets the caller log each one once.
+LOSE = """
+UPDATE workers SET state = 'lost' WHERE state IN ('idle', 'busy') AND seen_at < $1
+RETURNING id, job_id, seen_at"""
+LOST_EVENT = "INSERT INTO events (at, kind, data) VALUES ($1, 'worker_lost', $2)"
+ALL = "SELECT * FROM workers ORDER BY started_at, id"
+# Stopped and lost workers are forgotten after a while; live ones never.
+FORGET = "DELETE FROM workers WHERE state IN ('stopped', 'lost') AND seen_at < $1"
+
+STATES = ("idle", "busy", "stopped", "lost")
+
+
+class Workers:
+    def __init__(self, db: Database, *, lost_after: float,
+                 clock: Callable[[], float] = time.time):
+        self.db, self.lost_after, self.clock = db, lost_after, clock
+
+    @classmethod
+    def of(cls, queue) -> "Workers":
+        """The registry beside a queue: lost after one lease of silence (by then any job
+        it held can be claimed again anyway)."""
+        return cls(queue.db, lost_after=queue.settings.lease_seconds, clock=queue.clock)
+
+    async def beat(self, worker: str, *, host: str, pid: int, device: str, version: str,
+                   job: int | None, memory_total: int | None = None,
+                   memory_used: int | None = None, models: list[str] = (),
+                   allow: list[str] | None = None, stats: dict[str, Any] | None = None,
+                   started_at: float | None = None) -> None:
+        """I am alive, and this is me now (busy when `job` is set)."""
+        now = self.clock()
+        await self.db.execute(
+            BEAT, worker, host, pid, device, version, "busy" if job else "idle", job,
+            memory_total, memory_used, json.dumps(list(models)),
+            None if allow is None else json.dumps(list(allow)), json.dumps(stats or {}),
+            started_at or now)
+
+    async def stopped(self, worker: str) -> None:
+        await self.db.execute(STOPPED, worker, self.clock())
+
+    async def all(self) -> list[dict[str, Any]]:
+        """Every known worker, oldest first, the silent ones marked lost first."""
+        await self.sweep()
+        rows = await self.db.fetch(ALL)
+        for row in rows:
+            for key in ("models", "allow", "stats"):
+                if isinstance(row[key], (str, bytes)):
+                    row[key] = json.loads(row[key])
+        return rows
+
+    async def sweep(self) -> list[str]:
+        """Mark workers silent for `lost_after` seconds lost; returns their names."""
+        now = self.clock()
+        async with self.db.transaction() as tx:
+            lost = await self.db.fetch(LOSE, now - self.lost_after, client=tx)
+            for row in lost:
+                await self.db.execute(LOST_EVENT, now, json.dumps(
+                    {"worker": row["id"], "job": row["job_id"], "seen_at": row["seen_at"]}),
+                    client=tx)
+        return [row["id"] for row in lost]
+
+    async def forget(self, before: float) -> int:
+        return await self.db.execute(FORGET, before)
