@@ -70,7 +70,8 @@ class Sender:
             return
         self.inflight.add(m.id)
         try:
-            await self._deliver(m)
+            if await self.outbox.claim(m):  # else another round or service has it
+                await self._deliver(m)
         finally:
             self.inflight.discard(m.id)
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import fcntl
 import functools
+import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,11 +23,29 @@ from tortoise.context import TortoiseContext, _current_context
 from tortoise.migrations.executor import MigrationExecutor, MigrationTarget
 from tortoise.transactions import in_transaction
 
+log = logging.getLogger("genbot.db")
 APP = "storage"
 APPS = {APP: {"models": ["storage.models"], "default_connection": "default",
               "migrations": "storage.migrations"}}
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 MIGRATION_LOCK_ID = 0x67656E62  # "genb": PostgreSQL advisory lock key for migrations
+
+
+RECONNECT_TRIES = 6  # about 3 s of backoff in all
+
+
+def _connection_lost(error: BaseException) -> bool:
+    """Is this (or what caused it) PostgreSQL's connection going away? (InternalClientError:
+    asyncpg's word for a connection the drop left mid-protocol.)"""
+    import asyncpg
+    lost = (asyncpg.ConnectionDoesNotExistError, asyncpg.InternalClientError,
+            asyncpg.AdminShutdownError, asyncpg.CannotConnectNowError,
+            asyncpg.PostgresConnectionError, ConnectionError)
+    while error is not None:
+        if isinstance(error, lost):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 class DatabaseError(Exception):
@@ -136,7 +155,9 @@ class Database:
         return _to_sqlite(text) if self.dialect == "sqlite" else text
 
     async def fetch(self, sql: str, *args: Any, client=None) -> list[dict]:
-        return await (client or self.client).execute_query_dict(self.sql(sql), list(args))
+        if client is not None:
+            return await client.execute_query_dict(self.sql(sql), list(args))
+        return await self._again(lambda c: c.execute_query_dict(self.sql(sql), list(args)))
 
     async def fetchrow(self, sql: str, *args: Any, client=None) -> dict | None:
         rows = await self.fetch(sql, *args, client=client)
@@ -148,8 +169,27 @@ class Database:
 
     async def execute(self, sql: str, *args: Any, client=None) -> int:
         """Run a statement; returns the number of rows it changed."""
-        count, _ = await (client or self.client).execute_query(self.sql(sql), list(args))
+        if client is not None:
+            count, _ = await client.execute_query(self.sql(sql), list(args))
+            return count
+        count, _ = await self._again(lambda c: c.execute_query(self.sql(sql), list(args)))
         return count
+
+    async def _again(self, call):
+        """Run one statement (no transaction open); when PostgreSQL dropped the pooled
+        connection under it (a restart, a failover, an idle connection killed), run it
+        again on a fresh one, backing off for a few seconds. A connection found dead when
+        the statement is sent never ran it; the queue's statements are fenced by lease
+        tokens and keys, so one that did run and is sent again changes nothing more."""
+        for attempt in range(RECONNECT_TRIES):
+            try:
+                return await call(self.client)
+            except Exception as e:
+                if self.dialect != "postgres" or attempt == RECONNECT_TRIES - 1 \
+                        or not _connection_lost(e):
+                    raise
+                log.warning("database connection lost (%s); trying again", e)
+                await asyncio.sleep(0.1 * 2 ** attempt)
 
     async def execute_many(self, sql: str, rows: list[list[Any]], client=None) -> None:
         await (client or self.client).execute_many(self.sql(sql), rows)

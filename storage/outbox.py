@@ -9,6 +9,9 @@ normal operation nothing is sent twice and nothing owed is lost.
   payload and, once the first version is sent, asks for an edit of that message.
 - `due` hands out, per thread, only the oldest unsent message, so each thread gets
   its messages in order even while one of them is being retried.
+- `claim` gives a due message to one sender only — of this service or of another on the
+  same database — for `CLAIM_SECONDS`; a sender that dies mid-send leaves it to fall due
+  again then (sent at least once, never lost).
 - `retry` waits as long as the platform's Retry-After says (a rate limit uses no
   attempt), else backs off, doubling; `failed` records a permanent error.
 """
@@ -76,6 +79,12 @@ FAILED = """
 UPDATE outbox SET status = 'failed', attempts = attempts + 1, error = $2, updated_at = $3
 WHERE id = $1 AND status = 'pending'"""
 
+# Compare-and-set on the next_at and version `due` read: of two senders, one moves it on.
+CLAIM = """
+UPDATE outbox SET next_at = $3 WHERE id = $1 AND status = 'pending' AND next_at = $2
+  AND version = $4"""
+CLAIM_SECONDS = 120.0  # longer than any one post with its upload takes
+
 MARK = "UPDATE outbox SET platform_id = $2 WHERE id = $1 AND status = 'pending'"
 
 BY_KEY = f"SELECT {_COLUMNS} FROM outbox WHERE key = $1"
@@ -131,6 +140,11 @@ class Outbox:
 
     async def due(self, platform: str, limit: int = 50) -> list[Message]:
         return [_message(r) for r in await self.db.fetch(DUE, platform, self.clock(), limit)]
+
+    async def claim(self, message: Message, seconds: float = CLAIM_SECONDS) -> bool:
+        """Mine to send now (False: another sender took it, or it changed since `due`)."""
+        return await self.db.execute(CLAIM, message.id, message.next_at,
+                                     self.clock() + seconds, message.version) > 0
 
     async def next_due(self, platform: str) -> float | None:
         return await self.db.fetchval(NEXT_DUE, platform)

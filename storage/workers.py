@@ -19,7 +19,7 @@ from storage.db import Database
 BEAT = """
 INSERT INTO workers (id, host, pid, device, version, state, job_id, memory_total, memory_used,
                      models, allow, stats, started_at, seen_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 ON CONFLICT (id) DO UPDATE SET state = excluded.state, job_id = excluded.job_id,
   memory_total = excluded.memory_total, memory_used = excluded.memory_used,
   models = excluded.models, allow = excluded.allow, stats = excluded.stats,
@@ -59,7 +59,7 @@ class Workers:
             BEAT, worker, host, pid, device, version, "busy" if job else "idle", job,
             memory_total, memory_used, json.dumps(list(models)),
             None if allow is None else json.dumps(list(allow)), json.dumps(stats or {}),
-            started_at or now)
+            started_at or now, now)
 
     async def stopped(self, worker: str) -> None:
         await self.db.execute(STOPPED, worker, self.clock())

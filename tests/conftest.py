@@ -96,6 +96,15 @@ def db_url(request, tmp_path):
 
 
 @pytest.fixture
+def pg_url():
+    """An empty PostgreSQL schema of its own (skipped without PostgreSQL, except in CI)."""
+    require_pg()
+    url, schema = make_pg_schema()
+    yield url
+    drop_pg_schema(schema)
+
+
+@pytest.fixture
 def clock():
     return FakeClock()
 

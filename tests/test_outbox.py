@@ -121,3 +121,17 @@ async def test_cursors_resume_where_the_reader_stopped(outbox):
     await outbox.advance("notifier", 41)
     await outbox.advance("notifier", 42)
     assert await outbox.cursor("notifier") == 42 and await outbox.cursor("other") == 0
+
+
+async def test_a_due_message_is_claimed_by_one_sender_and_falls_due_again_if_it_dies(outbox,
+                                                                                    clock):
+    await owe(outbox, "job:1:image", kind="image", path="1.png")
+    (m,) = await outbox.due("slack")
+    (same,) = await outbox.due("slack")  # another service read it too
+    assert await outbox.claim(m, seconds=60)
+    assert not await outbox.claim(same, seconds=60)  # one sender only
+    assert await outbox.due("slack") == []  # claimed: not due to anyone
+    clock.advance(61)  # the claimer died without a word
+    (again,) = await outbox.due("slack")
+    assert again.id == m.id and await outbox.claim(again)
+    assert await outbox.sent(again, "P1")

@@ -161,3 +161,16 @@ async def test_auto_save_off_deletes_a_batchs_images_once_its_summary_is_sent(ou
     await s.run_once()
     assert not store.path(image).exists() and store.path(results).exists()
     assert [x.file for x in p.posts] == [None, "a.png", "results.xlsx"]
+
+
+async def test_two_services_sending_from_one_outbox_post_each_message_once(outbox, tmp_path,
+                                                                           clock):
+    platform = MemoryPlatform()
+    for i in range(20):
+        await owe(outbox, f"job:{i}:text", thread=f"@batch:{i % 3}")
+    # Two senders (as two services on one database would run) in overlapping rounds.
+    a, b = sender(outbox, platform, tmp_path, clock), sender(outbox, platform, tmp_path, clock)
+    for _ in range(40):
+        await asyncio.gather(a.run_once(), b.run_once(), a.run_once())
+    texts = [p.text for p in platform.posts]
+    assert sorted(texts) == sorted(f"job:{i}:text" for i in range(20))

@@ -213,7 +213,8 @@ async def test_a_command_where_the_bot_is_not_invited_is_answered_to_the_person_
         await w.slack.command("/genbot", "queue", channel="C7")
         (answer,) = await w.until(lambda: fake.responses)
         assert answer == {"response_type": "ephemeral",
-                          "text": "The queue is running.\n0 queued, 0 running"}
+                          "text": "The queue is running.\n0 queued, 0 running\nNo executor is "
+                                  "running: queued jobs wait until one starts."}
         assert (await w.core.outbox.counts()) == {"sent": 1}
 
 

@@ -44,7 +44,10 @@ def test_a_script_runs_a_sheet_and_sees_replies_progress_and_images(tmp_path, de
     assert done.returncode == 0, done.stdout + done.stderr
     assert out[0].startswith("genbot chat as terminal:") and "(admin)" in out[0]
     assert out[1:3] == ["The queue is running.", "0 queued, 0 running"]
-    assert out[3].startswith("Batch 1 accepted: 2 social_thumb jobs.")
+    accepted = next(i for i, line in enumerate(out) if line.startswith("Batch 1 accepted"))
+    assert out[accepted].startswith("Batch 1 accepted: 2 social_thumb jobs.")
+    # Then the executor, if it has said hello yet (it starts beside the chat).
+    assert all(line.startswith(("executor ", "No executor")) for line in out[3:accepted])
     images = [line for line in out if line.startswith("image: ")]
     assert len(images) == 3 and images[-1].split("  ")[0].endswith("contact.png")
     assert images[0].endswith("row 2 · 新品上市 · 限时九折 · 1:1 · 1080")

@@ -1,0 +1,200 @@
+"""Many executors on one PostgreSQL queue: real `genbot worker` processes beside the service.
+
+A batch spreads over three workers and every image reaches the chat exactly once, with
+one worker SIGKILLed mid-job; a worker SIGSTOPped past its lease cannot finish the job
+another took over; workers whose database connections are cut reconnect and go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+from collections import Counter
+
+import pytest
+
+from storage import config as cfg
+from storage.workers import Workers
+from tests.chatfake import ServiceWorld, example
+from tests.conftest import PYTHON, executor_config, python_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+BOTTLE = example("assets/bottle.png")
+
+
+def scale_config(tmp_path, demo_models, pg_url):
+    """One config file for the service and every worker: the shared queue, short leases."""
+    data = tmp_path / "data"
+    executor_config(data, demo_models)  # links the demo models into the data folder
+    path = tmp_path / "genbot.toml"
+    path.write_text(f"""
+[service]
+data_dir = "{data}"
+port = 0
+[database]
+url = "{pg_url}"
+[queue]
+lease_seconds = 3.0
+heartbeat_seconds = 0.5
+poll_interval = 1.0
+retry_backoff = 0.0
+[executor]
+max_batch = 1
+progress_interval = 0.2
+""")
+    return path, cfg.load(str(path), env={})
+
+
+class Fleet:
+    """`genbot worker` processes on the config's queue, their output in log files."""
+
+    def __init__(self, tmp_path, config_file):
+        self.tmp_path, self.config_file = tmp_path, config_file
+        self.procs: dict[int, subprocess.Popen] = {}
+
+    def start(self, n: int) -> None:
+        for i in range(n):
+            log = open(self.tmp_path / f"worker{len(self.procs)}.log", "wb")
+            proc = subprocess.Popen([PYTHON, "-m", "bot.cli", "worker", "--config",
+                                     str(self.config_file)], env=python_env(), stdout=log,
+                                    stderr=subprocess.STDOUT)
+            self.procs[proc.pid] = proc
+
+    def owner_pid(self, owner: str) -> int:
+        return int(owner.rsplit(":", 1)[1])
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in self.tmp_path.glob("worker*.log"))
+
+
+class ChatService(ServiceWorld):
+    """The service (no executor of its own) with the test chat platform."""
+
+    async def __aenter__(self) -> "ChatService":
+        from bot.service import Service
+        self.service = Service(self.config, executor=False, platforms=self.platforms)
+        await self.service.start()
+        self.queue, self.core = self.service.queue, self.service.core
+        self.url = f"http://127.0.0.1:{self.service.port}"
+        return self
+
+
+async def idle_workers(queue, n: int, timeout: float = 240) -> list[dict]:
+    workers = Workers.of(queue)
+    async with asyncio.timeout(timeout):
+        while len(idle := [w for w in await workers.all() if w["state"] == "idle"]) < n:
+            await asyncio.sleep(0.2)
+    return idle
+
+
+def sheet(rows: int, steps: int) -> bytes:
+    lines = ["sku,product_image,prompt,steps"] + [
+        f"SKU-{i},bottle.png,a bottle number {i},{steps}" for i in range(rows)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+async def test_three_workers_share_a_batch_and_a_killed_one_loses_nothing(tmp_path, demo_models,
+                                                                          pg_url):
+    config_file, config = scale_config(tmp_path, demo_models, pg_url)
+    fleet = Fleet(tmp_path, config_file)
+    try:
+        async with ChatService(config) as w:
+            fleet.start(3)
+            await idle_workers(w.queue, 3)
+            p = w.platform
+            files = (p.upload("rows.csv", sheet(9, 12)), p.upload("bottle.png", BOTTLE))
+            await w.send("/gen product_main rows.csv", files=files)
+            async with asyncio.timeout(120):  # a job under way, then its worker is killed
+                while not (running := await w.queue.running()):
+                    await asyncio.sleep(0.05)
+            victim = running[0]
+            os.kill(fleet.owner_pid(victim["lease_owner"]), signal.SIGKILL)
+            await w.finish(timeout=240)
+
+            jobs = await w.queue.batch_jobs(1)
+            assert [j["status"] for j in jobs] == ["succeeded"] * 9, fleet.logs()
+            killed = next(j for j in jobs if j["id"] == victim["id"])
+            assert killed["attempts"] == 2 and killed["lease_owner"] != victim["lease_owner"]
+            starts = [e["data"]["owner"] for e in await w.queue.events_after(0)
+                      if e["kind"] == "running"]
+            assert len(set(starts)) == 3  # all three took part
+            # Every image in the chat exactly once, and the summary after them.
+            images = Counter(x.file for x in p.posts if x.image and x.file != "contact.png")
+            assert len(images) == 9 and set(images.values()) == {1}, images
+            (summary,) = [i for i, x in enumerate(p.posts) if x.text.startswith("Batch 1 finished")]
+            assert summary > max(i for i, x in enumerate(p.posts) if x.file in images)
+            states = {x["id"]: x["state"] for x in await Workers.of(w.queue).all()}
+            async with asyncio.timeout(30):  # silent past its lease: lost
+                while states[victim["lease_owner"]] != "lost":
+                    await asyncio.sleep(0.2)
+                    states = {x["id"]: x["state"] for x in await Workers.of(w.queue).all()}
+            assert sorted(states.values()) == ["idle", "idle", "lost"], fleet.logs()[-3000:]
+    finally:
+        fleet.stop()
+    assert "Traceback" not in fleet.logs()
+
+
+async def test_a_stopped_worker_is_fenced_and_cut_connections_are_made_again(tmp_path,
+                                                                            demo_models, pg_url):
+    import asyncpg
+    config_file, config = scale_config(tmp_path, demo_models, pg_url)
+    fleet = Fleet(tmp_path, config_file)
+    try:
+        async with ChatService(config) as w:
+            fleet.start(2)
+            await idle_workers(w.queue, 2)
+            p = w.platform
+            files = (p.upload("rows.csv", sheet(1, 40)), p.upload("bottle.png", BOTTLE))
+            await w.send("/gen product_main rows.csv", files=files)
+            async with asyncio.timeout(120):
+                while not [e for e in await w.queue.events_after(0) if e["kind"] == "progress"]:
+                    await asyncio.sleep(0.05)
+            (running,) = await w.queue.running()
+            stalled = fleet.owner_pid(running["lease_owner"])
+            os.kill(stalled, signal.SIGSTOP)  # past its lease: the other worker takes over
+            async with asyncio.timeout(120):
+                while (await w.queue.job(running["id"]))["status"] != "succeeded":
+                    await asyncio.sleep(0.1)
+            os.kill(stalled, signal.SIGCONT)  # it wakes to a lease it no longer holds
+            await asyncio.sleep(3)
+            done = await w.queue.job(running["id"])
+            assert done["lease_owner"] != running["lease_owner"] and done["attempts"] == 2
+            kinds = [e["kind"] for e in await w.queue.events_after(0)
+                     if e["job_id"] == running["id"] and e["kind"] != "progress"]
+            assert kinds == ["running", "queued", "running", "succeeded"]  # finished once
+
+            # Cut every database connection (the workers' and the service's): all of them
+            # connect again and go on.
+            conn = await asyncpg.connect(pg_url.split("?")[0].replace("postgres://",
+                                                                      "postgresql://", 1))
+            try:
+                cut = await conn.fetchval(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE pid <> pg_backend_pid() AND datname = current_database()")
+            finally:
+                await conn.close()
+            assert cut >= 2
+            files = (p.upload("more.csv", sheet(4, 6)), p.upload("bottle.png", BOTTLE))
+            await w.send("/gen product_main more.csv", files=files)
+            await w.finish(timeout=180)
+            assert {j["status"] for j in await w.queue.batch_jobs(2)} == {"succeeded"}
+            images = Counter((x.thread, x.file) for x in p.posts
+                             if x.image and x.file != "contact.png")
+            assert len(images) == 5 and set(images.values()) == {1}, images
+    finally:
+        fleet.stop()
