@@ -299,12 +299,17 @@ class Api:
         await ws.prepare(request)
         closing = asyncio.ensure_future(ws.receive())  # the client's close (it sends nothing else)
         self.streams.add(ws)
+        bell = self.queue.bell
+        poll = EVENTS_POLL * (10 if bell.live else 1)  # PostgreSQL rings when events come
         try:
             while not closing.done():
+                seen = bell.rung
                 for event in await self.queue.events_after(seq, 500):
                     seq = event["seq"]
                     await ws.send_json(event)
-                await asyncio.wait([closing], timeout=EVENTS_POLL)
+                rang = asyncio.ensure_future(bell.wait(seen, poll))
+                await asyncio.wait([closing, rang], return_when=asyncio.FIRST_COMPLETED)
+                rang.cancel()
         finally:
             self.streams.discard(ws)
             closing.cancel()

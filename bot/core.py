@@ -28,6 +28,7 @@ from storage.queue import Queue
 
 log = logging.getLogger("genbot.core")
 NOTIFIER_POLL = 0.3  # seconds between reads of the event log when it had nothing new
+# (on PostgreSQL the database rings at once; then this is only the fallback, x10)
 PURGE_EVERY = 3600.0
 
 
@@ -100,14 +101,18 @@ class ChatCore:
             await platform.close()
 
     async def _notify(self) -> None:
+        """Follow the event log: at once when the database rings (PostgreSQL), else by
+        polling; polling stays as the fallback either way."""
+        bell = self.queue.bell
         while True:
+            seen = bell.rung
             try:
                 if await self.notifier.run_once():
                     self.wake()
                     continue
             except Exception:
                 log.exception("notifier: cannot follow the event log; trying again")
-            await asyncio.sleep(NOTIFIER_POLL)
+            await bell.wait(seen, NOTIFIER_POLL * (10 if bell.live else 1))
 
     async def _purge(self) -> None:
         while True:

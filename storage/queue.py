@@ -23,7 +23,7 @@ from typing import Any
 from storage import queries as q
 from storage.config import Config, QueueConfig
 from storage.db import Database
-from storage.wakeup import PostgresWaker, SocketWaker, Waker
+from storage.wakeup import EventBell, PostgresWaker, SocketWaker, Waker
 
 
 class Priority(IntEnum):
@@ -135,6 +135,9 @@ class Queue:
         self.settings = settings
         self.clock = clock
         self.waker = waker or self._default_waker(db)
+        # Readers of the event log (the notifier, the API's stream) wait on this.
+        self.bell = EventBell(None if db.dialect == "sqlite" else
+                              PostgresWaker(db.url, None, prefix="genbot_events"))
 
     @staticmethod
     def _default_waker(db: Database) -> Waker:
@@ -144,6 +147,7 @@ class Queue:
 
     async def close(self) -> None:
         await self.waker.close()
+        await self.bell.close()
         await self.db.close()
 
     def _sql(self, text: str) -> str:

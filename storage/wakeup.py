@@ -1,10 +1,15 @@
-"""Waking an idle executor the moment work arrives, instead of making it poll.
+"""Waking an idle executor the moment work arrives, and event readers the moment events
+are written, instead of making them poll.
 
 SQLite (one host): each waiting process binds a Unix datagram socket in a folder
 derived from the database path; whoever enqueues sends one byte to every socket
 there. PostgreSQL (many hosts): LISTEN/NOTIFY on a channel named after the schema.
 Either way, polling remains as the fallback, so a lost signal costs at most
 `poll_interval`, never a stuck job.
+
+`EventBell`: on PostgreSQL a trigger NOTIFYs on every insert into `events` (migration
+0009), so the service hears state changes and progress from workers on any host at
+once; on SQLite readers poll.
 """
 
 from __future__ import annotations
@@ -118,12 +123,14 @@ class SocketWaker(Waker):
 class PostgresWaker(Waker):
     """LISTEN/NOTIFY: wakes executors on every host sharing the database."""
 
-    def __init__(self, url: str, run_notify) -> None:
+    def __init__(self, url: str, run_notify, *, prefix: str = "genbot_queue",
+                 on_notify=None) -> None:
         super().__init__()
         parts = urlsplit(url.replace("postgresql://", "postgres://", 1))
         query = parse_qs(parts.query)
         schema = query.pop("schema", ["public"])[-1]
-        self.channel = f"genbot_queue_{schema}"[:63]
+        self.channel = f"{prefix}_{schema}"[:63]
+        self._on_signal = on_notify or self._event.set
         self._dsn = urlunsplit(parts._replace(scheme="postgresql",
                                               query=urlencode(query, doseq=True)))
         self._run_notify = run_notify
@@ -142,17 +149,23 @@ class PostgresWaker(Waker):
         await super().listen()
 
     def _on_notify(self, *_args) -> None:
-        self._event.set()
+        self._on_signal()
 
     async def notify(self) -> None:
         self._event.set()
         await self._run_notify(self.channel)
 
-    async def wait(self, timeout: float) -> bool:
+    async def relisten(self) -> bool:
+        """Listen again if the listening connection was lost; True if it was (a signal
+        may have been missed meanwhile: look again)."""
         if self._listening and (self._conn is None or self._conn.is_closed()):
-            await self.listen()  # the listening connection was lost: reconnect
-            if self._conn is not None:
-                return True  # look again: a signal may have been missed meanwhile
+            await self.listen()
+            return self._conn is not None
+        return False
+
+    async def wait(self, timeout: float) -> bool:
+        if await self.relisten():
+            return True
         return await super().wait(timeout)
 
     async def close(self) -> None:
@@ -161,3 +174,48 @@ class PostgresWaker(Waker):
                 await self._conn.close()
             self._conn = None
         await super().close()
+
+
+class EventBell:
+    """"New rows in the event log", told to every reader in this process at once.
+
+    A reader notes `rung` before it reads the log and passes it to `wait`: a ring that
+    came in between returns at once, so none is missed. With no listener (SQLite) it
+    only times out, and readers poll."""
+
+    def __init__(self, listener: PostgresWaker | None = None) -> None:
+        self.rung = 0
+        self._changed = asyncio.Event()
+        self.listener = listener
+        if listener is not None:
+            listener._on_signal = self.ring
+
+    @property
+    def live(self) -> bool:
+        return self.listener is not None
+
+    def ring(self) -> None:
+        self.rung += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def wait(self, seen: int, timeout: float) -> bool:
+        """Until the bell rings after `seen`, or `timeout`; True if it rang."""
+        if self.listener is not None:
+            if not self.listener._listening:  # the first wait: listen, then look again
+                await self.listener.listen()
+                return True
+            if await self.listener.relisten():
+                return True
+        if self.rung != seen:
+            return True
+        changed = self._changed
+        try:
+            await asyncio.wait_for(changed.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def close(self) -> None:
+        if self.listener is not None:
+            await self.listener.close()

@@ -518,3 +518,26 @@ async def test_retention_forgets_only_batches_wholly_finished_before_the_cutoff(
     assert [e for e in await queue.events_after(0) if e["batch_id"] == old] == []
     assert await queue.batch(lingering) is not None and await queue.batch(recent) is not None
     assert await queue.forget_finished(clock() - 7 * 86400) == []
+
+
+async def test_event_readers_hear_new_events_from_another_connection(db_url, clock):
+    """PostgreSQL rings every reader when anyone writes an event (a worker on another
+    host); SQLite readers are told nothing and poll."""
+    writer = Queue(await Database(db_url).open(), queue_settings(), clock=clock)
+    reader = Queue(await Database(db_url).open(), queue_settings(), clock=clock)
+    try:
+        bell = reader.bell
+        assert await bell.wait(bell.rung, 0.01) is bell.live  # first wait: starts listening
+        seen = bell.rung
+        if not bell.live:
+            assert await bell.wait(seen, 0.05) is False
+            return
+        waiting = [asyncio.create_task(bell.wait(seen, 30)) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        await writer.enqueue(sub("alice", 1))
+        assert await asyncio.gather(*waiting) == [True] * 3  # rung, not timed out
+        assert await bell.wait(seen, 30) is True  # a ring since `seen` is not missed
+        assert [e["kind"] for e in await reader.events_after(0)] == ["submitted"]
+    finally:
+        await writer.close()
+        await reader.close()
