@@ -64,6 +64,14 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self.config.models)
 
+    def size(self, name: str) -> int:
+        """Bytes of a model's files on disk: about what it takes in device memory at
+        16 bits (what placement compares with an executor's budget). 0: not there yet."""
+        path = self.config.model_path(self.config.models[name])
+        if path.is_file():
+            return path.stat().st_size
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
     def needs_demo(self) -> list[str]:
         """Demo models the config names that are not built yet."""
         return [n for n, e in self.config.models.items()

@@ -75,6 +75,7 @@ class Worker:
         self.exit_code = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self.workers = Workers.of(self.queue)
+        self.allowed: list[str] | None = None  # set by placement() once models are on disk
         self.started_at = time.time()
         self.memory: tuple[int | None, float] = (None, float("inf"))  # in use, total
 
@@ -82,6 +83,7 @@ class Worker:
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
         await asyncio.to_thread(self.build_missing_demo_models)
+        self.allowed = self.placement()
         log.info("executor ready", extra={"owner": self.owner, "device": self.device,
                                           "dtype": str(self.dtype).removeprefix("torch.")})
         beating = asyncio.create_task(self.beat_forever())
@@ -104,8 +106,26 @@ class Worker:
                 await self.workers.stopped(self.owner)
         return self.exit_code
 
+    def placement(self) -> list[str] | None:
+        """The models this executor takes jobs for: [executor] models (or all of [models])
+        less those whose files would not fit its device memory; None: anything."""
+        chosen = list(self.settings.models)
+        unknown = sorted(set(chosen) - set(self.registry.names))
+        if unknown:
+            raise ConfigError(f"[executor] models: {', '.join(unknown)} not in [models] "
+                              f"(known: {', '.join(self.registry.names) or 'none'})")
+        budget = self.cache.vram_budget
+        if not chosen and budget == float("inf"):
+            return None
+        too_big = {n for n in self.registry.names if self.registry.size(n) > budget}
+        if too_big:
+            log.info("models too big for this executor's memory, left to others: %s",
+                     ", ".join(sorted(too_big)))
+        return [n for n in chosen or self.registry.names if n not in too_big]
+
     async def claim(self) -> list[Lease]:
-        first = await self.queue.claim(self.owner, prefer=self.cache.resident())
+        first = await self.queue.claim(self.owner, prefer=self.cache.resident(),
+                                       only=self.allowed)
         if first is None:
             return []
         more = await self.queue.claim_followers(first, self.settings.max_batch - 1) \
@@ -212,7 +232,8 @@ class Worker:
                 self.owner, host=socket.gethostname(), pid=os.getpid(), device=str(self.device),
                 version=VERSION, job=next(iter(self.running), None), memory_used=in_use,
                 memory_total=None if total == float("inf") else int(total),
-                models=sorted(self.cache.resident()), started_at=self.started_at,
+                models=sorted(self.cache.resident()), allow=self.allowed,
+                started_at=self.started_at,
                 stats={"jobs": self.stats["jobs"], "models_resident": self.cache.resident_bytes(),
                        "cache": {k: v for k, v in self.cache.stats.items() if ":" not in k}})
         except Exception as e:  # noqa: BLE001 - the database away for a moment: next beat

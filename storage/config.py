@@ -233,6 +233,9 @@ class ExecutorConfig:
     max_batch: int = key(4, "Images one pipeline call may make for jobs of one batch with the same "
                          "shape (model, size, steps, LoRAs). 1 turns micro-batching off.",
                          min=1, max=64)
+    models: list[str] = key((), "Models (names from [models]) this executor takes jobs for, e.g. "
+                            "[\"sdxl\"] on a small GPU; empty: every model whose files fit its "
+                            "device memory. Jobs for other models are left to other executors.")
     vram_budget_gb: float = key(0.0, "Memory the model cache may keep on the device; past it the "
                                 "least recently used model moves to CPU RAM. 0: 85% of the "
                                 "device's memory (no limit on the CPU).", min=0, max=4096)

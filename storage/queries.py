@@ -13,25 +13,42 @@ failed, canceled.
 from __future__ import annotations
 
 import functools
+import re
 
 _DIALECT = {
     "sqlite": {
         "{skip_locked}": "",
-        "{json_list($5)}": "SELECT value FROM json_each($5)",
         # Without statistics SQLite prefers the index that yields turn order and walks
         # the whole class; this one finds a submitter's jobs for a model directly.
         "{by_submitter}": "INDEXED BY jobs_queued_by_submitter",
     },
     "postgres": {
         "{skip_locked}": "FOR UPDATE SKIP LOCKED",
-        "{json_list($5)}": "SELECT jsonb_array_elements_text(CAST($5 AS jsonb))",
         "{by_submitter}": "",
     },
 }
 
 
+# {json_list($N)}: the JSON list in parameter N, as rows.
+_JSON_LIST = {"sqlite": r"SELECT value FROM json_each(\1)",
+              "postgres": r"SELECT jsonb_array_elements_text(CAST(\1 AS jsonb))"}
+
+# Placement: a worker that may run only some models ($6, a JSON list) claims only jobs
+# needing one of them, or none; {allowed} is empty for a worker that runs anything.
+ALLOWED = {"{allowed}": "AND (affinity IS NULL OR affinity IN ({json_list($6)}))",
+           "{allowed_h}": "AND (h.affinity IS NULL OR h.affinity IN ({json_list($6)}))"}
+ANYTHING = {"{allowed}": "", "{allowed_h}": ""}
+
+
+def placed(sql: str, only: bool) -> str:
+    for placeholder, text in (ALLOWED if only else ANYTHING).items():
+        sql = sql.replace(placeholder, text)
+    return sql
+
+
 @functools.cache
 def for_dialect(sql: str, dialect: str) -> str:
+    sql = re.sub(r"\{json_list\((\$\d+)\)\}", _JSON_LIST[dialect], sql)
     for placeholder, text in _DIALECT[dialect].items():
         sql = sql.replace(placeholder, text)
     return sql
@@ -110,7 +127,7 @@ UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
 # The next job in claim order: priority class, then round-robin turn among
 # submitters (fair_rank), then FIFO (id).
 _HEAD = """
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 {allowed}
 ORDER BY priority, fair_rank, id LIMIT 1 {skip_locked}"""
 
 _NOT_PAUSED_RETURNING = """
@@ -129,6 +146,7 @@ WHERE id = COALESCE(
    WHERE j.status = 'queued' AND j.not_before <= $4 AND j.affinity IN ({json_list($5)})
      AND (j.priority, j.submitter) = (
        SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
+         {allowed_h}
        ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
    ORDER BY j.fair_rank, j.id LIMIT 1 {skip_locked}),
   (""" + _HEAD + "))" + _NOT_PAUSED_RETURNING

@@ -195,22 +195,25 @@ class Queue:
 
     # --- Executing ----------------------------------------------------------------
 
-    async def claim(self, owner: str, prefer: Sequence[str] = ()) -> Lease | None:
+    async def claim(self, owner: str, prefer: Sequence[str] = (),
+                    only: Sequence[str] | None = None) -> Lease | None:
         """Take the next job under a lease, or None when nothing is claimable (or paused).
 
         `prefer`: affinities (e.g. loaded models) to favour within the current
         submitter's turn, so a resident model is reused without breaking fairness.
+        `only`: the affinities this worker can run (its model allow-list, what fits its
+        memory); jobs needing another model are left to other workers. None: any.
 
         Expired leases are taken back by claims, in one statement on the common path:
         a claim that saw an expired lease sweeps it back to the queue after taking its
         own job; a claim that found nothing sweeps and looks once more.
         """
         now = self.clock()
-        row = await self._take(owner, prefer, now)
+        row = await self._take(owner, prefer, only, now)
         if row is None:
             if await self.db.fetchrow(q.ANY_LEASE_EXPIRED, now):
                 await self.db.execute(q.EXPIRE_LEASES, now, self.settings.max_attempts)
-                row = await self._take(owner, prefer, now)
+                row = await self._take(owner, prefer, only, now)
         elif row["expired_seen"]:
             await self.db.execute(q.EXPIRE_LEASES, now, self.settings.max_attempts)
         if row is None:
@@ -220,17 +223,22 @@ class Queue:
                      priority=Priority(row["priority"]), submitter=row["submitter"],
                      affinity=row["affinity"])
 
-    async def _take(self, owner: str, prefer: Sequence[str], now: float) -> dict | None:
+    async def _take(self, owner: str, prefer: Sequence[str], only: Sequence[str] | None,
+                    now: float) -> dict | None:
         token = uuid.uuid4().hex
         expires = now + self.settings.lease_seconds
-        if not prefer:
-            row = await self.db.fetchrow(self._sql(q.CLAIM), owner, token, expires, now)
-        else:
-            row = await self.db.fetchrow(self._sql(q.CLAIM_PREFERRING), owner, token, expires,
-                                         now, _dumps(list(prefer)))
-            if row is not None and row["affinity"] in prefer:
-                await self.db.execute(q.GIVE_BACK_TURN, row["fair_rank"], row["priority"],
-                                      row["submitter"], now)
+        if not prefer and only is None:
+            row = await self.db.fetchrow(self._sql(q.placed(q.CLAIM, False)), owner, token,
+                                         expires, now)
+            return None if row is None else {**row, "token": token}
+        args = [owner, token, expires, now, _dumps(list(prefer))]
+        if only is not None:
+            args.append(_dumps(list(only)))
+        row = await self.db.fetchrow(self._sql(q.placed(q.CLAIM_PREFERRING, only is not None)),
+                                     *args)
+        if row is not None and row["affinity"] in prefer:
+            await self.db.execute(q.GIVE_BACK_TURN, row["fair_rank"], row["priority"],
+                                  row["submitter"], now)
         return None if row is None else {**row, "token": token}
 
     async def claim_followers(self, lease: Lease, limit: int) -> list[Lease]:

@@ -168,6 +168,22 @@ async def test_affinity_preference_stays_within_the_submitters_turn(queue):
                      ("bob", "sdxl"), ("alice", "sd"), ("alice", "sd")]
 
 
+async def test_a_worker_takes_only_jobs_for_models_it_may_run(queue):
+    await queue.enqueue(sub("alice", 3, affinity=["sdxl", "sd", None]))
+    await queue.enqueue(sub("bob", 2, affinity=["flux", "sdxl"], priority=Priority.HIGH))
+    small = []  # a worker with room for sd only: the head jobs (flux, sdxl) are not its
+    while (lease := await queue.claim("small-gpu", only=["sd"])) is not None:
+        small.append((lease.submitter, lease.affinity))
+        await queue.complete(lease)
+    assert small == [("alice", "sd"), ("alice", None)]
+    big = []  # one that may run both takes the rest, its loaded model first in a turn
+    while (lease := await queue.claim("big-gpu", prefer=["sdxl"], only=["sdxl", "flux"])) \
+            is not None:
+        big.append((lease.submitter, lease.affinity))
+        await queue.complete(lease)
+    assert big == [("bob", "sdxl"), ("bob", "flux"), ("alice", "sdxl")]  # sdxl loaded
+
+
 async def test_affinity_groups_one_submitters_jobs_by_model(queue):
     models = ["a", "b", "c"] * 10
     await queue.enqueue(sub("alice", 30, affinity=models))

@@ -202,6 +202,35 @@ async def test_the_executor_keeps_its_row_in_the_worker_registry(config):
         assert [w["state"] for w in await workers.all()] == ["stopped"]
 
 
+async def test_an_executor_takes_only_jobs_for_models_it_may_run_and_can_hold(tmp_path,
+                                                                             demo_models):
+    from storage.config import ConfigError
+    from storage.workers import Workers
+    only_sdxl = executor_config(tmp_path / "a", demo_models, executor={"models": ["sdxl"]})
+    async with Harness(only_sdxl) as h:
+        swap = (await example_jobs(only_sdxl, "material_swap"))[0]  # needs sd15
+        main = with_generate((await example_jobs(only_sdxl, "product_main"))[0], steps=2)
+        left = await h.submit("material_swap", [swap])
+        done = (await h.run("product_main", [main]))[0]
+        assert done["status"] == "succeeded"
+        assert [j["status"] for j in await h.queue.batch_jobs(left)] == ["queued"]
+        assert (await Workers.of(h.queue).all())[0]["allow"] == ["sdxl"]
+    # A device too small for any checkpoint: only jobs that need no model.
+    tiny = executor_config(tmp_path / "b", demo_models, executor={"vram_budget_gb": 0.001})
+    async with Harness(tiny) as h:
+        main = with_generate((await example_jobs(tiny, "product_main"))[0], steps=2)
+        left = await h.submit("product_main", [main])
+        thumb = (await h.run("social_thumb", (await example_jobs(tiny, "social_thumb"))[:1]))[0]
+        assert thumb["status"] == "succeeded"
+        assert [j["status"] for j in await h.queue.batch_jobs(left)] == ["queued"]
+        allow = (await Workers.of(h.queue).all())[0]["allow"]
+        assert "sdxl" not in allow and "sd15" not in allow  # (small LoRAs would fit)
+    unknown = executor_config(tmp_path / "c", demo_models, executor={"models": ["sdxxl"]})
+    async with Harness(unknown) as h:
+        with pytest.raises(ConfigError, match="sdxxl not in \\[models\\]"):
+            await h.worker.run()
+
+
 async def test_cancel_lands_within_one_denoising_step(config):
     async with Harness(config) as h:
         job = with_generate((await example_jobs(config, "product_main"))[0], steps=100)
