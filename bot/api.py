@@ -235,14 +235,15 @@ class Api:
         if index >= len(job["outputs"]):
             raise ApiError(404, "no_output", f"job {job['id']} has {len(job['outputs'])} outputs")
         if "size" not in request.query:
-            return self._file(job["outputs"][index])
+            return await self._file(job["outputs"][index])
         try:
             size = int(request.query["size"])
         except ValueError:
             size = 0
         if not THUMB_MIN <= size <= THUMB_MAX:
             raise ApiError(400, "bad_query", f"size is {THUMB_MIN} to {THUMB_MAX} pixels")
-        return self._file(await asyncio.to_thread(self._thumbnail, job["outputs"][index], size))
+        return await self._file(await asyncio.to_thread(self._thumbnail, job["outputs"][index],
+                                                        size))
 
     def _thumbnail(self, relative: str, size: int) -> str:
         """A JPEG at most size×size beside the image, made once (retention removes it with
@@ -267,7 +268,8 @@ class Api:
         if name not in ("contact.png", "results.xlsx"):
             raise ApiError(404, "no_file", "a batch has contact.png and results.xlsx")
         relative = f"outputs/batch_{batch_id}/{name}"
-        if not self.store.path(relative).is_file():  # made when asked, once the batch is done
+        if not (await asyncio.to_thread(self.store.path, relative)).is_file():  # made when
+            # asked, once the batch is done
             batch = await self._batch(batch_id)
             if batch["done"] < batch["total"]:
                 raise ApiError(404, "not_yet", f"batch {batch_id} is not finished")
@@ -276,11 +278,11 @@ class Api:
             jobs = await self.queue.batch_jobs(batch_id)
             await asyncio.to_thread(summary_files, self.store, raw, jobs, columns_of(
                 self.templates.get(raw["template"]), jobs), self.config.executor.font)
-        return self._file(relative)
+        return await self._file(relative)
 
-    def _file(self, relative: str) -> web.StreamResponse:
+    async def _file(self, relative: str) -> web.StreamResponse:
         try:
-            path = self.store.path(relative)
+            path = await asyncio.to_thread(self.store.path, relative)  # (may fetch it)
         except ValueError:
             raise ApiError(404, "no_file", "not in the output store") from None
         if not path.is_file():

@@ -21,7 +21,7 @@ from bot.platform import Platform
 from bot.sender import Sender
 from storage.access import Access
 from storage.config import Config
-from storage.files import FileStore
+from storage.files import open_store
 from storage.inbox import Inbox
 from storage.outbox import Outbox
 from storage.queue import Queue
@@ -39,7 +39,7 @@ class ChatCore:
         self.config, self.queue, self.clock = config, queue, clock
         self.platforms = {p.name: p for p in platforms}
         db = queue.db
-        self.store = FileStore(config.data_dir)
+        self.store = open_store(config)
         self.outbox = Outbox(db, clock=clock)
         self.inbox = Inbox(db, config.chat.inbox_keep_hours * 3600, clock=clock)
         self.access = Access(db, clock=clock)

@@ -15,6 +15,7 @@ For each batch submitted from a chat platform:
 
 from __future__ import annotations
 
+import asyncio
 import io
 import time
 from collections.abc import Callable, Iterable
@@ -187,8 +188,9 @@ class Notifier:
                 await self.images(batch, job)
             elif job["status"] == "failed":
                 await self.failure(batch, job)
-        results, contact = summary_files(self.store, batch, jobs,
-                                         self.columns(batch["template"], jobs), self.font)
+        results, contact = await asyncio.to_thread(  # (reads every image: off the loop)
+            summary_files, self.store, batch, jobs, self.columns(batch["template"], jobs),
+            self.font)
         started = min((j["started_at"] for j in jobs if j["started_at"]), default=None)
         finished = max((j["finished_at"] for j in jobs if j["finished_at"]), default=None)
         minutes = (finished - started) / 60 if started and finished else 0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bot.supervisor import Supervisor
 from storage.config import Config
-from storage.files import FileStore
+from storage.files import FileStore, open_store
 from storage.queue import Priority, Queue, Submission, open_queue
 
 BAR = 30
@@ -41,7 +41,7 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
     except OSError as e:
         print(f"genbot: cannot read {sheet}: {e.strerror or e}", file=sys.stderr)
         return 2
-    store = FileStore(config.data_dir)
+    store = open_store(config)
     images = ImageResolver(config.intake, store, assets_dir=config.assets_dir,
                            attachments=folder_attachments(sheet.resolve().parent))
     result = await intake(templates[name], sheet.name, data, settings=config.intake, images=images)

@@ -12,6 +12,7 @@ the daily digest to [chat] digest at [chat] digest_at.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -167,11 +168,11 @@ class Scheduler:
 
         async def attachments(name: str) -> bytes | None:
             path = files.get(name)
-            return self.store.path(path).read_bytes() if path else None
+            return (await asyncio.to_thread(self.store.path, path)).read_bytes() if path else None
         settings = self.config.intake
         images = ImageResolver(settings, self.store, assets_dir=self.config.assets_dir,
                                attachments=attachments)
-        sheet = self.store.path(row["sheet"])
+        sheet = await asyncio.to_thread(self.store.path, row["sheet"])
         result = await intake(template, row["meta"].get("sheet", sheet.name), sheet.read_bytes(),
                               settings=settings, images=images, skip_invalid=True)
         if not result.jobs:

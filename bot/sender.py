@@ -104,7 +104,7 @@ class Sender:
             hold = self.progress_every if m.kind == "progress" else 0.0
             await self.outbox.sent(m, sent_id, hold=hold)
             for path in m.payload.get("delete_after") or ():
-                self.store.delete(path)
+                await asyncio.to_thread(self.store.delete, path)
 
     async def outgoing(self, m: Message) -> Outgoing:
         p = m.payload
@@ -116,7 +116,8 @@ class Sender:
             text = say("batch_prefix", p.get("lang", "en"), batch=p["batch"]) + text  # no thread says it
         return Outgoing(
             conversation=m.conversation, thread=thread, text=text,
-            file=self.store.path(path) if path else None, image=m.kind == "image",
+            file=await asyncio.to_thread(self.store.path, path) if path else None,
+            image=m.kind == "image",
             mention=mention.split(":", 1)[1] if mention and ":" in mention else mention,
             buttons=tuple(Button(b["label"], b["command"], b.get("confirm"), b.get("deny"))
                           for b in p.get("buttons", ())) if self.platform.has_buttons else (),

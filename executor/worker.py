@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import version as _version
 
 from storage.config import Config, ConfigError
-from storage.files import FileStore
+from storage.files import open_store
 from storage.logs import setup_logging
 from storage.queue import Lease, Queue, open_queue
 from storage.workers import Workers
@@ -65,7 +65,7 @@ class Worker:
         self.registry = Registry(self.config)
         self.cache = ModelCache(self.registry, self.device, self.dtype, vram_budget=vram,
                                 ram_budget=s.ram_budget_gb * 2**30)
-        self.runner = Runner(Context(FileStore(self.config.data_dir), self.cache, font=s.font,
+        self.runner = Runner(Context(open_store(self.config), self.cache, font=s.font,
                                      upscaler=s.upscaler),
                              control=self, max_batch=s.max_batch, on_oom=self.cache.clear)
         self.running: dict[int, Running] = {}

@@ -224,6 +224,25 @@ class DingTalkConfig:
 
 
 @dataclass(frozen=True)
+class StorageConfig:
+    """Outputs and stored inputs: a folder, or an S3 bucket many hosts share (docs/deploy.md)."""
+
+    backend: str = key("local", "local: files under data_dir. s3: an S3-compatible bucket, with "
+                       "data_dir as each host's cache of it (pip install 'genbot[s3]').",
+                       choices=("local", "s3"))
+    bucket: str = key("", "The bucket (s3).")
+    prefix: str = key("", "Key prefix inside the bucket, e.g. \"genbot/\" (s3).")
+    endpoint: str = key("", "The store's URL, e.g. http://minio:9000; empty: AWS S3 (s3).")
+    region: str = key("us-east-1", "Region (s3).")
+    access_key: str = key("", "Access key id; empty: the usual AWS sources (env, profile, role). "
+                          "Env GENBOT_STORAGE_ACCESS_KEY.", secret=True)
+    secret_key: str = key("", "Secret access key; env GENBOT_STORAGE_SECRET_KEY.", secret=True)
+    attempts: int = key(10, "Tries per upload or download while the store is unavailable, "
+                        "backing off up to 20 s between them (about 2 minutes in all).",
+                        min=1, max=100)
+
+
+@dataclass(frozen=True)
 class ExecutorConfig:
     """The GPU executor: its device, how it batches, caches models, and guards against leaks."""
 
@@ -300,6 +319,7 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     slack: SlackConfig = field(default_factory=SlackConfig)
     dingtalk: DingTalkConfig = field(default_factory=DingTalkConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     models: dict[str, ModelEntry] = field(default_factory=lambda: dict(DEMO_MODELS),
                                           metadata={"table": True})
@@ -560,6 +580,8 @@ def _check_relations(config: Config) -> None:
         if len(token) < 16 or not user or ":" in user:
             raise ConfigError(f"{config.source}: [api] tokens: expected \"TOKEN=USER\" with a "
                               "token of at least 16 characters and a user name without ':'")
+    if config.storage.backend == "s3" and not config.storage.bucket:
+        raise ConfigError(f"{config.source}: [storage] backend = \"s3\": expected bucket too")
     if config.dingtalk.app_key and not config.dingtalk.app_secret:
         raise ConfigError(f"{config.source}: [dingtalk] app_key is set: expected app_secret too")
     url = config.database.url

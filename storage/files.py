@@ -1,16 +1,25 @@
-"""The file store: input images and, later, outputs. A local folder for now.
+"""The file store: input images and outputs, behind one interface.
 
-Every write is atomic (a temp file, then rename), so a crash never leaves half a file
-under a name someone will read. Paths handed out are relative to the store's root,
-so what the database records stays valid if the folder moves.
+`FileStore`: a local folder (the default). `ObjectStore`: an S3-compatible bucket
+(AWS S3, MinIO, Ceph …) that executors on many hosts write to and the service reads
+from; each host keeps what it wrote or fetched in its own folder, so code that needs a
+file on disk (pillow, an upload to chat) still gets a path.
+
+Every local write is atomic (a temp file, then rename), so a crash never leaves half a
+file under a name someone will read. Paths handed out are relative to the store's
+root (object keys, less the prefix), so what the database records stays valid on any
+host and if the folder moves. `open_store(config)` picks the one [storage] asks for.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 from pathlib import Path
+
+log = logging.getLogger("genbot.files")
 
 
 class FileStore:
@@ -18,13 +27,18 @@ class FileStore:
         self.root = Path(root)
 
     def path(self, relative: str) -> Path:
+        """The file on this host, to read."""
+        return self.local(relative)
+
+    def local(self, relative: str) -> Path:
+        """Where the file is (or would be) in this host's folder."""
         full = (self.root / relative).resolve()
         if not full.is_relative_to(self.root.resolve()):
             raise ValueError(f"{relative!r} is outside the file store")
         return full
 
     def write(self, relative: str, data: bytes) -> str:
-        target = self.path(relative)
+        target = self.local(relative)
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
         try:
@@ -39,7 +53,7 @@ class FileStore:
     def delete(self, relative: str) -> bool:
         """Remove a file (e.g. an image once delivered, when auto_save is off)."""
         try:
-            self.path(relative).unlink()
+            self.local(relative).unlink()
         except FileNotFoundError:
             return False
         return True
@@ -47,7 +61,7 @@ class FileStore:
     def delete_folder(self, relative: str) -> bool:
         """Remove a folder and all in it (a forgotten batch's outputs)."""
         import shutil
-        target = self.path(relative)
+        target = self.local(relative)
         if not target.is_dir():
             return False
         shutil.rmtree(target)
@@ -59,3 +73,95 @@ class FileStore:
         if not self.path(relative).exists():
             self.write(relative, data)
         return relative
+
+
+class StoreUnavailable(OSError):
+    """The object store did not answer through all its tries; the caller's work stays
+    unrecorded (a job is retried, a delivery too)."""
+
+
+class ObjectStore(FileStore):
+    """An S3-compatible bucket, with `root` as this host's cache of it.
+
+    A write lands in the cache, then in the bucket before it returns (botocore retries
+    while the store is away, backing off: `attempts`), so a job recorded as done has
+    its image where every host can fetch it. `path` fetches what this host lacks.
+    """
+
+    def __init__(self, root: Path, *, bucket: str, prefix: str = "", endpoint: str = "",
+                 region: str = "us-east-1", access_key: str = "", secret_key: str = "",
+                 attempts: int = 10):
+        super().__init__(root)
+        import boto3
+        from botocore.config import Config as BotoConfig
+        self.bucket, self.prefix = bucket, prefix
+        self.s3 = boto3.client(
+            "s3", endpoint_url=endpoint or None, region_name=region,
+            aws_access_key_id=access_key or None, aws_secret_access_key=secret_key or None,
+            config=BotoConfig(retries={"mode": "standard", "total_max_attempts": attempts},
+                              connect_timeout=5, read_timeout=60,
+                              s3={"addressing_style": "path"}))
+
+    def _key(self, relative: str) -> str:
+        self.local(relative)  # refuses paths outside the store
+        return f"{self.prefix}{relative}"
+
+    def path(self, relative: str) -> Path:
+        """The file on this host, fetched from the bucket if another host wrote it.
+        (A key the bucket lacks gives a path that does not exist, as a folder would.)"""
+        local = self.local(relative)
+        if not local.exists():
+            data = self._call("download", relative, lambda: self._get(relative))
+            if data is not None:
+                super().write(relative, data)
+        return local
+
+    def _get(self, relative: str) -> bytes | None:
+        try:
+            return self.s3.get_object(Bucket=self.bucket, Key=self._key(relative))["Body"].read()
+        except self.s3.exceptions.NoSuchKey:
+            return None
+
+    def write(self, relative: str, data: bytes) -> str:
+        super().write(relative, data)
+        self._call("upload", relative, lambda: self.s3.put_object(
+            Bucket=self.bucket, Key=self._key(relative), Body=data))
+        return relative
+
+    def delete(self, relative: str) -> bool:
+        here = super().delete(relative)
+        self._call("delete", relative, lambda: self.s3.delete_object(
+            Bucket=self.bucket, Key=self._key(relative)))
+        return here
+
+    def delete_folder(self, relative: str) -> bool:
+        here = super().delete_folder(relative)
+        prefix = self._key(relative.rstrip("/") + "/")
+
+        def remove() -> int:
+            gone = 0
+            for page in self.s3.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=prefix):
+                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                if keys:
+                    self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
+                    gone += len(keys)
+            return gone
+        return bool(self._call("delete", relative, remove)) or here
+
+    def _call(self, what: str, relative: str, call):
+        from botocore.exceptions import BotoCoreError, ClientError
+        try:
+            return call()
+        except (BotoCoreError, ClientError) as e:
+            raise StoreUnavailable(f"object store: cannot {what} {relative}: {e}") from e
+
+
+def open_store(config) -> FileStore:
+    """The store [storage] asks for, rooted (or cached) in data_dir."""
+    s = config.storage
+    if s.backend == "s3":
+        return ObjectStore(config.data_dir, bucket=s.bucket, prefix=s.prefix,
+                           endpoint=s.endpoint, region=s.region, access_key=s.access_key,
+                           secret_key=s.secret_key, attempts=s.attempts)
+    return FileStore(config.data_dir)

@@ -25,12 +25,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 BOTTLE = example("assets/bottle.png")
 
 
-def scale_config(tmp_path, demo_models, pg_url):
-    """One config file for the service and every worker: the shared queue, short leases."""
-    data = tmp_path / "data"
+def scale_config(tmp_path, demo_models, pg_url, *, host: str = "", storage: str = ""):
+    """One config file for the service and every worker: the shared queue, short leases.
+    `host`: a data folder of its own (with `storage`, an object store they share)."""
+    data = tmp_path / f"data{host}"
     executor_config(data, demo_models)  # links the demo models into the data folder
-    path = tmp_path / "genbot.toml"
-    path.write_text(f"""
+    path = tmp_path / f"genbot{host}.toml"
+    path.write_text(f"""{storage}
 [service]
 data_dir = "{data}"
 port = 0
@@ -108,6 +109,20 @@ def sheet(rows: int, steps: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+async def gen(w, name: str, rows: int, steps: int) -> None:
+    """/gen product_main with a sheet of `rows` rows and the picture they name."""
+    p = w.platform
+    await w.send(f"/gen product_main {name}", files=(p.upload(name, sheet(rows, steps)),
+                                                      p.upload("bottle.png", BOTTLE)))
+
+
+async def under_way(queue, timeout: float = 120) -> None:
+    """Until some job has reported a denoising step."""
+    async with asyncio.timeout(timeout):
+        while not [e for e in await queue.events_after(0) if e["kind"] == "progress"]:
+            await asyncio.sleep(0.05)
+
+
 async def test_three_workers_share_a_batch_and_a_killed_one_loses_nothing(tmp_path, demo_models,
                                                                           pg_url):
     config_file, config = scale_config(tmp_path, demo_models, pg_url)
@@ -117,8 +132,7 @@ async def test_three_workers_share_a_batch_and_a_killed_one_loses_nothing(tmp_pa
             fleet.start(3)
             await idle_workers(w.queue, 3)
             p = w.platform
-            files = (p.upload("rows.csv", sheet(9, 12)), p.upload("bottle.png", BOTTLE))
-            await w.send("/gen product_main rows.csv", files=files)
+            await gen(w, "rows.csv", 9, 12)
             async with asyncio.timeout(120):  # a job under way, then its worker is killed
                 while not (running := await w.queue.running()):
                     await asyncio.sleep(0.05)
@@ -159,11 +173,8 @@ async def test_a_stopped_worker_is_fenced_and_cut_connections_are_made_again(tmp
             fleet.start(2)
             await idle_workers(w.queue, 2)
             p = w.platform
-            files = (p.upload("rows.csv", sheet(1, 40)), p.upload("bottle.png", BOTTLE))
-            await w.send("/gen product_main rows.csv", files=files)
-            async with asyncio.timeout(120):
-                while not [e for e in await w.queue.events_after(0) if e["kind"] == "progress"]:
-                    await asyncio.sleep(0.05)
+            await gen(w, "rows.csv", 1, 40)
+            await under_way(w.queue)
             (running,) = await w.queue.running()
             stalled = fleet.owner_pid(running["lease_owner"])
             os.kill(stalled, signal.SIGSTOP)  # past its lease: the other worker takes over
@@ -189,8 +200,7 @@ async def test_a_stopped_worker_is_fenced_and_cut_connections_are_made_again(tmp
             finally:
                 await conn.close()
             assert cut >= 2
-            files = (p.upload("more.csv", sheet(4, 6)), p.upload("bottle.png", BOTTLE))
-            await w.send("/gen product_main more.csv", files=files)
+            await gen(w, "more.csv", 4, 6)
             await w.finish(timeout=180)
             assert {j["status"] for j in await w.queue.batch_jobs(2)} == {"succeeded"}
             images = Counter((x.thread, x.file) for x in p.posts
@@ -198,3 +208,49 @@ async def test_a_stopped_worker_is_fenced_and_cut_connections_are_made_again(tmp
             assert len(images) == 5 and set(images.values()) == {1}, images
     finally:
         fleet.stop()
+
+
+async def test_workers_on_another_host_share_outputs_through_an_object_store(tmp_path,
+                                                                            demo_models,
+                                                                            pg_url):
+    """The service and a worker with separate folders (as on two hosts) and one S3 bucket
+    (moto's server): pictures go up from the chat side and down to the worker, images the
+    other way; the store goes away mid-job and the upload waits for it."""
+    import boto3
+
+    from tests.test_files import S3Server
+    s3 = S3Server()
+    s3.start()
+    boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1",
+                 aws_access_key_id="test", aws_secret_access_key="test").create_bucket(
+        Bucket="studio")
+    storage = (f'[storage]\nbackend = "s3"\nbucket = "studio"\nendpoint = "{s3.endpoint}"\n'
+               'access_key = "test"\nsecret_key = "test"\n')
+    _, config = scale_config(tmp_path, demo_models, pg_url, host="-bot", storage=storage)
+    worker_file, _ = scale_config(tmp_path, demo_models, pg_url, host="-gpu", storage=storage)
+    fleet = Fleet(tmp_path, worker_file)
+    try:
+        async with ChatService(config) as w:
+            fleet.start(1)
+            await idle_workers(w.queue, 1)
+            p = w.platform
+            await gen(w, "rows.csv", 2, 30)
+            await under_way(w.queue)  # then the store goes away for a while
+            s3.stop()
+            await asyncio.sleep(4)
+            s3.start()
+            await w.finish(timeout=240)
+            jobs = await w.queue.batch_jobs(1)
+            assert [j["status"] for j in jobs] == ["succeeded", "succeeded"], fleet.logs()
+            assert [j["attempts"] for j in jobs] == [1, 1]  # waited out, not failed
+            images = [x for x in p.posts if x.image and x.file != "contact.png"]
+            assert len(images) == 2
+            for job in jobs:  # made on the worker's host, fetched by the service's
+                (output,) = job["outputs"]
+                assert (tmp_path / "data-gpu" / output).is_file()
+                assert (tmp_path / "data-bot" / output).is_file()
+            # The bottle went up from the chat side and down to the worker.
+            assert list((tmp_path / "data-gpu" / "inputs").iterdir())
+    finally:
+        fleet.stop()
+        s3.stop()
