@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from bot.api import Api, ApiError
 from bot.permissions import NEEDS, RANK, Who
+from bot.sessions import foreign
 
 WEB = Path(__file__).parent / "web"
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
@@ -63,8 +63,7 @@ class Dashboard:
         return web.json_response(await self._describe(session.user, session.csrf))
 
     async def sign_in(self, request: web.Request) -> web.Response:
-        origin = request.headers.get("Origin")
-        if origin is not None and urlsplit(origin).netloc != request.host:
+        if foreign(request):  # no signing someone in from another site
             raise ApiError(403, "csrf", "sign in from the dashboard's own page")
         address = request.remote or "?"
         now = time.monotonic()

@@ -94,10 +94,9 @@ class Sessions:
         """Why a cookie-carried request must not be trusted, or None. Reading is always
         fine (another origin cannot read the answer); a change needs our CSRF token, and
         anything naming an Origin (a WebSocket too) must name ours."""
-        origin = request.headers.get("Origin")
-        if origin is not None and urlsplit(origin).netloc != request.host:  # (TLS may end at
-            # a proxy in front, so the scheme is not compared)
-            return f"requests from {origin[:80]} are not accepted with a session cookie"
+        if foreign(request):
+            return f"requests from {request.headers['Origin'][:80]} are not accepted with a " \
+                   "session cookie"
         if request.method not in SAFE_METHODS and not hmac.compare_digest(
                 request.headers.get(CSRF_HEADER, ""), session.csrf):
             return f"a change made with a session cookie needs the {CSRF_HEADER} header"
@@ -110,6 +109,13 @@ class Sessions:
     @staticmethod
     def clear_cookie(response: web.StreamResponse) -> None:
         response.del_cookie(COOKIE, path="/")
+
+
+def foreign(request: web.Request) -> bool:
+    """Does the request name an Origin other than this service's host? (TLS may end at a
+    proxy in front, so the scheme is not compared.)"""
+    origin = request.headers.get("Origin")
+    return origin is not None and urlsplit(origin).netloc != request.host
 
 
 def session_secret(configured: str, data_dir: Path) -> bytes:

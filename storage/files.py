@@ -14,12 +14,9 @@ host and if the folder moves. `open_store(config)` picks the one [storage] asks 
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import tempfile
 from pathlib import Path
-
-log = logging.getLogger("genbot.files")
 
 
 class FileStore:

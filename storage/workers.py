@@ -25,7 +25,9 @@ ON CONFLICT (id) DO UPDATE SET state = excluded.state, job_id = excluded.job_id,
   models = excluded.models, allow = excluded.allow, stats = excluded.stats,
   seen_at = excluded.seen_at"""
 STOPPED = "UPDATE workers SET state = 'stopped', job_id = NULL, seen_at = $2 WHERE id = $1"
-# Silent past the deadline: lost. RETURNING lets the caller log each one once.
+# Silent past the deadline: lost. RETURNING lets the caller log each one once. (The
+# SELECT first: reading the registry should not take the write lock when none is lost.)
+ANY_SILENT = "SELECT 1 AS x FROM workers WHERE state IN ('idle', 'busy') AND seen_at < $1 LIMIT 1"
 LOSE = """
 UPDATE workers SET state = 'lost' WHERE state IN ('idle', 'busy') AND seen_at < $1
 RETURNING id, job_id, seen_at"""
@@ -77,6 +79,8 @@ class Workers:
     async def sweep(self) -> list[str]:
         """Mark workers silent for `lost_after` seconds lost; returns their names."""
         now = self.clock()
+        if not await self.db.fetchrow(ANY_SILENT, now - self.lost_after):
+            return []
         async with self.db.transaction() as tx:
             lost = await self.db.fetch(LOSE, now - self.lost_after, client=tx)
             for row in lost:
