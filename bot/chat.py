@@ -69,6 +69,10 @@ class Turn:
         else:
             self.replies.append(Reply(text))
 
+    def append(self, code: str, **details: Any) -> None:
+        """Continue the last line of the last reply."""
+        self.replies[-1] = Reply(self.replies[-1].text + say(code, self.lang, **details))
+
 
 Handler = Callable[["Chat", Turn, Command], Awaitable[None]]
 HANDLERS: dict[str, Handler] = {}
@@ -396,8 +400,16 @@ async def queue_(chat: Chat, turn: Turn, cmd: Command) -> None:
     for w in workers:
         turn.add(f"queue_worker_{w['state']}", name=w["id"], device=w["device"], job=w["job_id"],
                  minutes=(now - w["seen_at"]) / 60)
-    if not any(w["state"] in ("idle", "busy") for w in workers):
+        if w["allow"] is not None and w["state"] != "lost":
+            turn.append("queue_worker_takes", models=", ".join(w["allow"]) or "-")
+    live = [w for w in workers if w["state"] in ("idle", "busy")]
+    if not live:
         turn.add("queue_no_workers")
+    elif all(w["allow"] is not None for w in live):  # placement: is anyone taking these?
+        taken = {m for w in live for m in w["allow"]}
+        for model, jobs in (await chat.queue.queued_by_affinity()).items():
+            if model not in taken:
+                turn.add("queue_unplaced", jobs=jobs, model=model)
 
 
 @handles("cancel")

@@ -328,6 +328,11 @@ BATCH_COUNTS = "SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = $1 GROUP
 
 COUNTS = "SELECT status, priority, COUNT(*) AS n FROM jobs GROUP BY status, priority"
 
+# /queue: which models the queued jobs wait for (placement: is any executor taking them?).
+QUEUED_BY_AFFINITY = """
+SELECT affinity, COUNT(*) AS n FROM jobs WHERE status = 'queued' AND affinity IS NOT NULL
+GROUP BY affinity ORDER BY affinity"""
+
 RUNNING_EXECUTORS = """
 SELECT COUNT(DISTINCT lease_owner) AS n FROM jobs WHERE status = 'running'"""
 

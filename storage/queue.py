@@ -467,6 +467,10 @@ class Queue:
             out[row["status"]][Priority(row["priority"]).name.lower()] = row["n"]
         return out
 
+    async def queued_by_affinity(self) -> dict[str, int]:
+        """Queued jobs by the model they need."""
+        return {r["affinity"]: r["n"] for r in await self.db.fetch(q.QUEUED_BY_AFFINITY)}
+
     async def average_duration(self, last: int = 20) -> float | None:
         """Mean run time of the last `last` succeeded jobs, or None before the first."""
         value = await self.db.fetchval(q.RECENT_DURATION, last)

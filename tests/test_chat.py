@@ -77,6 +77,26 @@ async def test_help_templates_template_queue_and_status_answer(world):
 
 # --- /gen and the inbox -------------------------------------------------------------------
 
+async def test_queue_names_each_executor_and_jobs_no_executor_takes(world):
+    from storage.queue import NewJob, Submission
+    from storage.workers import Workers
+    workers = Workers.of(world.queue)
+    await workers.beat("gpu1:7", host="gpu1", pid=7, device="cuda:0", version="0.1.0", job=None,
+                       allow=["sdxl"])
+    await workers.beat("gpu2:8", host="gpu2", pid=8, device="cuda:1", version="0.1.0", job=None,
+                       started_at=1.0)
+    await workers.stopped("gpu2:8")
+    await world.queue.enqueue(Submission("t", "test:U1", [
+        NewJob(2, {}, affinity="sd15"), NewJob(3, {}, affinity="sd15"),
+        NewJob(4, {}, affinity="sdxl")]))
+    (queue,) = await world.send("/queue")
+    assert queue.text.splitlines()[3:] == [  # after state, counts and ETA
+        "executor gpu1:7 (cuda:0): idle · takes sdxl",
+        "2 queued jobs need sd15, which no running executor takes."]
+    (zh,) = await world.send("/queue", lang="zh")
+    assert zh.text.splitlines()[-1] == "2 个排队任务需要 sd15，没有运行中的执行器接收。"
+
+
 async def test_gen_finds_the_file_named_or_the_latest_sheet_else_lists_what_it_has(world):
     p = world.platform
     (none,) = await world.send("/gen social_thumb")
