@@ -151,7 +151,8 @@ async def test_running_job_step_progress_and_executors_are_live(tmp_path, demo_m
         lease = await w.queue.claim("exec-a")  # as an executor would, with its heartbeat
         await Workers.of(w.queue).beat("exec-a", host="gpu7", pid=1, device="cuda:0",
                                        version="0.1.0", job=lease.job_id, models=["sdxl"],
-                                       memory_used=6 * 2**30, memory_total=80 * 2**30)
+                                       memory_used=6 * 2**30, memory_total=80 * 2**30,
+                                       allow=["sdxl", "sd15"])
         await page.wait_for_selector(f'ul.running li[data-job="{lease.job_id}"]')
         for step in (3, 7):
             await w.queue.progress(lease, {"node": "generate", "step": step, "total": 8})
@@ -161,7 +162,8 @@ async def test_running_job_step_progress_and_executors_are_live(tmp_path, demo_m
         assert "step 7/8" in await page.text_content(f'[data-progress="{lease.job_id}"]')
         assert await page.get_attribute(f'[data-progress="{lease.job_id}"] progress', "max") == "8"
         row = await page.text_content('[data-worker="exec-a"]')
-        assert "cuda:0" in row and "busy" in row and "6.0 GiB / 80.0 GiB" in row and "sdxl" in row
+        assert "cuda:0" in row and "busy" in row and "6.0 GiB / 80.0 GiB" in row
+        assert "sdxl · takes sdxl, sd15" in row
         assert await page.locator("#no-workers").count() == 0
 
 

@@ -254,3 +254,23 @@ async def test_workers_on_another_host_share_outputs_through_an_object_store(tmp
     finally:
         fleet.stop()
         s3.stop()
+
+
+async def test_two_services_on_one_database_post_each_message_once(tmp_path, demo_models,
+                                                                   pg_url):
+    """Two `genbot serve --no-executor` for availability: both follow the event log and
+    run senders for the same platform; each message is posted by one of them, once."""
+    from tests.chatfake import MemoryPlatform
+    _, config = scale_config(tmp_path, demo_models, pg_url)
+    a_chat, b_chat = MemoryPlatform(), MemoryPlatform()
+    async with ChatService(config, [a_chat]) as a, ChatService(config, [b_chat]) as b:
+        a.start_executor()
+        await gen(a, "rows.csv", 6, 2)
+        await a.finish(timeout=180)
+        await b.finish(timeout=60)
+        posts = a_chat.posts + b_chat.posts
+        images = Counter((x.thread, x.file) for x in posts if x.image)
+        assert len(images) == 7 and set(images.values()) == {1}, images  # 6 + contact sheet
+        summaries = [x for x in posts if x.text.startswith("Batch 1 finished")]
+        assert len(summaries) == 1
+        assert list(await a.core.outbox.counts()) == ["sent"]  # nothing pending or failed

@@ -34,6 +34,7 @@ const TEXT = {
     low: "low", normal: "normal", high: "high", urgent: "urgent",
     workers: "Executors", no_workers: "No executor is running: queued jobs wait until one starts.",
     idle: "idle", busy: "busy", lost: "lost", stopped: "stopped", seen: "seen {t} ago",
+    takes: "takes",
   },
   zh: {
     overview: "概览", jobs: "任务", submit: "提交", sign_out: "退出",
@@ -60,6 +61,7 @@ const TEXT = {
     low: "低", normal: "普通", high: "高", urgent: "紧急",
     workers: "执行器", no_workers: "没有运行中的执行器：排队任务将等待执行器启动。",
     idle: "空闲", busy: "忙碌", lost: "失联", stopped: "已停止", seen: "{t} 前有心跳",
+    takes: "接收",
   },
 };
 const STATUSES = ["queued", "running", "succeeded", "failed", "canceled"];
@@ -257,7 +259,8 @@ async function overview(main) {
           h("td", {}, h("strong", {text: w.id})), h("td", {class: "muted", text: `${w.device} · v${w.version}`}),
           h("td", {}, badge(w.state), w.job ? h("span", {text: ` #${w.job}`}) : null),
           h("td", {class: "muted", text: w.memory_used ? bytes(w.memory_used) + (w.memory_total ? ` / ${bytes(w.memory_total)}` : "") : ""}),
-          h("td", {class: "muted", text: w.models.join(", ")}),
+          h("td", {class: "muted", text: w.models.join(", ") +
+            (w.allow ? ` · ${t("takes")} ${w.allow.join(", ") || "-"}` : "")}),
           h("td", {class: "muted", text: t("seen", {t: span(Date.now() / 1000 - w.seen_at)})})))) : null),
       h("section", {class: "card"},
         h("h2", {text: t("recent")}),
