@@ -136,8 +136,7 @@ class Queue:
         self.clock = clock
         self.waker = waker or self._default_waker(db)
         # Readers of the event log (the notifier, the API's stream) wait on this.
-        self.bell = EventBell(None if db.dialect == "sqlite" else
-                              PostgresWaker(db.url, None, prefix="genbot_events"))
+        self.bell = EventBell(None if db.dialect == "sqlite" else db.url)
 
     @staticmethod
     def _default_waker(db: Database) -> Waker:

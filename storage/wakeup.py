@@ -156,12 +156,13 @@ class PostgresWaker(Waker):
         await self._run_notify(self.channel)
 
     async def relisten(self) -> bool:
-        """Listen again if the listening connection was lost; True if it was (a signal
-        may have been missed meanwhile: look again)."""
-        if self._listening and (self._conn is None or self._conn.is_closed()):
-            await self.listen()
-            return self._conn is not None
-        return False
+        """Listen if not yet, or again if the listening connection was lost; True when it
+        just started (a signal may have been missed meanwhile: look again)."""
+        if self._listening and self._conn is not None and not self._conn.is_closed():
+            return False
+        first = not self._listening
+        await self.listen()
+        return first or self._conn is not None
 
     async def wait(self, timeout: float) -> bool:
         if await self.relisten():
@@ -183,12 +184,12 @@ class EventBell:
     came in between returns at once, so none is missed. With no listener (SQLite) it
     only times out, and readers poll."""
 
-    def __init__(self, listener: PostgresWaker | None = None) -> None:
+    def __init__(self, url: str | None = None) -> None:
+        """`url`: a PostgreSQL database to LISTEN on; None (SQLite): polling only."""
         self.rung = 0
         self._changed = asyncio.Event()
-        self.listener = listener
-        if listener is not None:
-            listener._on_signal = self.ring
+        self.listener = None if url is None else PostgresWaker(
+            url, None, prefix="genbot_events", on_notify=self.ring)
 
     @property
     def live(self) -> bool:
@@ -201,12 +202,8 @@ class EventBell:
 
     async def wait(self, seen: int, timeout: float) -> bool:
         """Until the bell rings after `seen`, or `timeout`; True if it rang."""
-        if self.listener is not None:
-            if not self.listener._listening:  # the first wait: listen, then look again
-                await self.listener.listen()
-                return True
-            if await self.listener.relisten():
-                return True
+        if self.listener is not None and await self.listener.relisten():
+            return True
         if self.rung != seen:
             return True
         changed = self._changed
