@@ -4,6 +4,7 @@ everything posted, with switches for the faults real platforms have."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,7 +193,12 @@ class ServiceWorld(World):
         await self.service.stop()
 
     async def until(self, check, timeout: float = 30.0):
+        """Until check() (plain or async) returns something truthy; returns it."""
         async with asyncio.timeout(timeout):
-            while not (found := check()):
+            while not (found := await _value(check())):
                 await asyncio.sleep(0.02)
         return found
+
+
+async def _value(x):
+    return await x if inspect.isawaitable(x) else x
