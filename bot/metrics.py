@@ -9,6 +9,7 @@ run on.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 
 from aiohttp import web
@@ -23,8 +24,9 @@ CACHE_KINDS = ("loads", "hits", "promotions", "offloads", "evictions", "lora_loa
 
 
 class Metrics:
-    def __init__(self, queue: Queue, outbox: Outbox, restarts: Callable[[], int] = lambda: 0):
-        self.queue, self.outbox, self.restarts = queue, outbox, restarts
+    def __init__(self, queue: Queue, outbox: Outbox, restarts: Callable[[], int] = lambda: 0,
+                 token: str = ""):
+        self.queue, self.outbox, self.restarts, self.token = queue, outbox, restarts, token
         r = self.registry = CollectorRegistry()
         self.jobs = Gauge("genbot_jobs", "Jobs by status and priority", ["status", "priority"],
                           registry=r)
@@ -56,6 +58,11 @@ class Metrics:
         self.seq = await self.queue.last_event_seq()
 
     async def handler(self, request: web.Request) -> web.Response:
+        if self.token and not hmac.compare_digest(
+                request.headers.get("Authorization", "").encode(), f"Bearer {self.token}".encode()):
+            raise web.HTTPUnauthorized(text="genbot /metrics: send Authorization: Bearer "
+                                       "<[api] metrics_token>\n",
+                                       headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
         await self.refresh()
         return web.Response(body=generate_latest(self.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -92,7 +92,8 @@ class Service:
         api.routes(app)
         Dashboard(api).routes(app)
         self.metrics = Metrics(self.queue, self.core.outbox, restarts=lambda:
-                               self.supervisor.restarts if self.supervisor else 0)
+                               self.supervisor.restarts if self.supervisor else 0,
+                               token=config.api.metrics_token)
         await self.metrics.start()
         app.router.add_get("/metrics", self.metrics.handler)
         for platform in self.platforms:

@@ -200,6 +200,10 @@ class ApiConfig:
     session_secret: str = key("", "Key that signs dashboard sessions; empty: a random one kept "
                               "in data_dir/session.key. Env GENBOT_API_SESSION_SECRET.",
                               secret=True)
+    metrics_token: str = key("", "Bearer token Prometheus must send to read /metrics "
+                             "(authorization: credentials in its scrape config); empty: "
+                             "/metrics is open, so keep the port private. Env "
+                             "GENBOT_API_METRICS_TOKEN.", secret=True)
 
 
 @dataclass(frozen=True)

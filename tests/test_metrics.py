@@ -3,6 +3,8 @@ what the executor reports of its memory and model cache."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -43,6 +45,24 @@ async def test_metrics_after_a_batch(tmp_path, demo_models):
     assert after[("genbot_executor_memory_bytes",
                   (("device", "cpu"), ("executor", "test-executor"), ("what", "in_use")))] > 0
     assert after[("genbot_executor_restarts", ())] == 0
+
+
+async def test_a_metrics_token_is_asked_of_every_scrape(tmp_path, demo_models):
+    config = api_config(tmp_path, demo_models)
+    config = dataclasses.replace(config, api=dataclasses.replace(config.api,
+                                                                 metrics_token="scrape-me"))
+    async with ApiWorld(config) as w:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Bearer {ALICE}"},
+                        {"Authorization": "scrape-me"}):
+            async with w.http.get("/metrics", headers=headers) as r:
+                assert r.status == 401, headers
+                assert r.headers["WWW-Authenticate"].startswith("Bearer")
+                assert "genbot_jobs" not in await r.text()
+        async with w.http.get("/metrics", headers={"Authorization": "Bearer scrape-me"}) as r:
+            assert r.status == 200
+            assert ("genbot_queue_paused", ()) in samples(await r.text())
+        async with w.http.get("/healthz") as r:  # probes stay open
+            assert r.status == 200
 
 
 def test_the_grafana_dashboard_only_uses_metrics_the_service_exports():
