@@ -25,7 +25,7 @@ import aiohttp
 from bot.messages import say
 from bot.platform import Button, DeliveryError, Outgoing, Platform
 from storage.files import FileStore
-from storage.outbox import Message, Outbox
+from storage.outbox import CLAIM_SECONDS, Message, Outbox
 
 log = logging.getLogger("genbot.sender")
 TIMEOUT = 120.0  # seconds one platform call may take before it counts as a failed try
@@ -35,8 +35,9 @@ REPORTED = ":undelivered"  # key suffix of the notice about a failed message
 class Sender:
     def __init__(self, outbox: Outbox, platform: Platform, store: FileStore, *,
                  attempts: int = 12, progress_every: float = 3.0, concurrency: int = 4,
-                 clock: Callable[[], float] = time.time):
+                 claim_seconds: float = CLAIM_SECONDS, clock: Callable[[], float] = time.time):
         self.outbox, self.platform, self.store = outbox, platform, store
+        self.claim_seconds = claim_seconds
         self.attempts, self.progress_every, self.clock = attempts, progress_every, clock
         self.limit = asyncio.Semaphore(concurrency)
         self.wake = asyncio.Event()
@@ -70,10 +71,31 @@ class Sender:
             return
         self.inflight.add(m.id)
         try:
-            if await self.outbox.claim(m):  # else another round or service has it
+            held = await self.outbox.claim(m, self.claim_seconds)
+            if held is None:  # another round or service has it
+                return
+            holding = asyncio.create_task(self.hold(m, held))
+            try:
                 await self._deliver(m)
+            finally:
+                holding.cancel()
         finally:
             self.inflight.discard(m.id)
+
+    async def hold(self, m: Message, held: float) -> None:
+        """Renew the claim on m while it is being sent, however long an upload takes; a
+        sender that dies stops renewing, and m falls due again soon after."""
+        while True:
+            await asyncio.sleep(self.claim_seconds / 3)
+            try:
+                renewed = await self.outbox.renew(m, held, self.claim_seconds)
+            except Exception:  # the database away for a moment: the claim has time left
+                log.warning("sender %s: could not renew the claim on %s", self.platform.name,
+                            m.key, exc_info=True)
+                continue
+            if renewed is None:
+                return
+            held = renewed
 
     async def _deliver(self, m: Message) -> None:
         async with self.limit:

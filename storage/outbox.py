@@ -10,8 +10,9 @@ normal operation nothing is sent twice and nothing owed is lost.
 - `due` hands out, per thread, only the oldest unsent message, so each thread gets
   its messages in order even while one of them is being retried.
 - `claim` gives a due message to one sender only — of this service or of another on the
-  same database — for `CLAIM_SECONDS`; a sender that dies mid-send leaves it to fall due
-  again then (sent at least once, never lost).
+  same database — for `CLAIM_SECONDS`, which the sender `renew`s while its platform call
+  lasts; a sender that dies mid-send leaves the message to fall due again within
+  `CLAIM_SECONDS` (sent at least once, never lost).
 - `retry` waits as long as the platform's Retry-After says (a rate limit uses no
   attempt), else backs off, doubling; `failed` records a permanent error.
 """
@@ -83,7 +84,11 @@ WHERE id = $1 AND status = 'pending'"""
 CLAIM = """
 UPDATE outbox SET next_at = $3 WHERE id = $1 AND status = 'pending' AND next_at = $2
   AND version = $4"""
-CLAIM_SECONDS = 120.0  # longer than any one post with its upload takes
+# Holding on: only the claimer's own last claim time matches, so a renewal that lands after
+# the send was recorded (a retry time set, or sent) changes nothing.
+RENEW = """
+UPDATE outbox SET next_at = $3 WHERE id = $1 AND status = 'pending' AND next_at = $2"""
+CLAIM_SECONDS = 30.0  # how soon the message of a sender that died mid-send falls due again
 
 MARK = "UPDATE outbox SET platform_id = $2 WHERE id = $1 AND status = 'pending'"
 
@@ -141,10 +146,19 @@ class Outbox:
     async def due(self, platform: str, limit: int = 50) -> list[Message]:
         return [_message(r) for r in await self.db.fetch(DUE, platform, self.clock(), limit)]
 
-    async def claim(self, message: Message, seconds: float = CLAIM_SECONDS) -> bool:
-        """Mine to send now (False: another sender took it, or it changed since `due`)."""
-        return await self.db.execute(CLAIM, message.id, message.next_at,
-                                     self.clock() + seconds, message.version) > 0
+    async def claim(self, message: Message, seconds: float = CLAIM_SECONDS) -> float | None:
+        """Mine to send now, until the time returned; None: another sender took it, or it
+        changed since `due`."""
+        until = self.clock() + seconds
+        return until if await self.db.execute(CLAIM, message.id, message.next_at, until,
+                                              message.version) > 0 else None
+
+    async def renew(self, message: Message, held: float,
+                    seconds: float = CLAIM_SECONDS) -> float | None:
+        """Hold the claim that lasts until `held` for longer: the send is still under way.
+        None: the claim is no longer this sender's (sent, set to retry, or taken over)."""
+        until = self.clock() + seconds
+        return until if await self.db.execute(RENEW, message.id, held, until) > 0 else None
 
     async def next_due(self, platform: str) -> float | None:
         return await self.db.fetchval(NEXT_DUE, platform)

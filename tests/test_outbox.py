@@ -133,5 +133,14 @@ async def test_a_due_message_is_claimed_by_one_sender_and_falls_due_again_if_it_
     assert await outbox.due("slack") == []  # claimed: not due to anyone
     clock.advance(61)  # the claimer died without a word
     (again,) = await outbox.due("slack")
-    assert again.id == m.id and await outbox.claim(again)
+    held = await outbox.claim(again, seconds=60)
+    assert again.id == m.id and held is not None
+    clock.advance(50)
+    renewed = await outbox.renew(again, held, seconds=60)  # the upload goes on: still mine
+    assert renewed == clock() + 60
+    assert await outbox.renew(again, held) is None  # only the latest claim time holds it
+    clock.advance(50)  # 100 s after the claim
+    assert await outbox.due("slack") == []
     assert await outbox.sent(again, "P1")
+    assert await outbox.renew(again, renewed) is None  # sent: nothing left to hold
+    assert await outbox.counts() == {"sent": 1}

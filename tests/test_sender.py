@@ -174,3 +174,33 @@ async def test_two_services_sending_from_one_outbox_post_each_message_once(outbo
         await asyncio.gather(a.run_once(), b.run_once(), a.run_once())
     texts = [p.text for p in platform.posts]
     assert sorted(texts) == sorted(f"job:{i}:text" for i in range(20))
+
+
+async def test_a_slow_send_keeps_its_claim_and_a_dead_senders_message_falls_due_soon(
+        outbox, tmp_path):
+    """Claims are renewed while a send lasts, so another service never posts a long upload
+    again; a sender that dies mid-send lets go of its message within one claim's length."""
+    real = Outbox(outbox.db)  # the real clock: claims are renewed in real time
+    platform = MemoryPlatform()
+    a, b = (Sender(real, platform, FileStore(tmp_path), claim_seconds=1.5) for _ in range(2))
+    platform.faults = [3.0]  # the first send takes two claim lengths
+    await owe(real, "job:1:text", thread="@batch:1")
+    slow = asyncio.create_task(a.run_once())
+    while platform.calls < 1:  # a is sending
+        await asyncio.sleep(0.02)
+    while not slow.done():  # the other service looks for due messages all along
+        await b.run_once()
+        await asyncio.sleep(0.1)
+    assert [p.text for p in platform.posts] == ["job:1:text"]
+
+    platform.faults = [60.0]  # a hangs in its next send, and dies there
+    await owe(real, "job:2:text", thread="@batch:2")
+    dying = asyncio.create_task(a.run_once())
+    while platform.calls < 2:
+        await asyncio.sleep(0.02)
+    dying.cancel()
+    async with asyncio.timeout(10):  # falls due 1.5 s after its last renewal
+        while len(platform.posts) < 2:
+            await b.run_once()
+            await asyncio.sleep(0.05)
+    assert [p.text for p in platform.posts] == ["job:1:text", "job:2:text"]
