@@ -2,7 +2,8 @@
 
 A batch spreads over three workers and every image reaches the chat exactly once, with
 one worker SIGKILLed mid-job; a worker SIGSTOPped past its lease cannot finish the job
-another took over; workers whose database connections are cut reconnect and go on.
+another took over; workers whose database connections are cut reconnect and go on. Two
+service processes share the chat: one killed mid-upload, the other posts the rest.
 """
 
 from __future__ import annotations
@@ -19,22 +20,24 @@ import pytest
 from storage import config as cfg
 from storage.workers import Workers
 from tests.chatfake import ServiceWorld, example
-from tests.conftest import PYTHON, executor_config, python_env
+from tests.conftest import PYTHON, executor_config, free_port, python_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 BOTTLE = example("assets/bottle.png")
 
 
-def scale_config(tmp_path, demo_models, pg_url, *, host: str = "", storage: str = ""):
+def scale_config(tmp_path, demo_models, pg_url, *, host: str = "", extra: str = "",
+                 port: int = 0, name: str = ""):
     """One config file for the service and every worker: the shared queue, short leases.
-    `host`: a data folder of its own (with `storage`, an object store they share)."""
+    `host`: a data folder of its own (with a [storage] section in `extra`, an object store
+    they share). `extra`: more sections. `name`: the file's, when one data folder has two."""
     data = tmp_path / f"data{host}"
     executor_config(data, demo_models)  # links the demo models into the data folder
-    path = tmp_path / f"genbot{host}.toml"
-    path.write_text(f"""{storage}
+    path = tmp_path / f"genbot{host}{name}.toml"
+    path.write_text(f"""{extra}
 [service]
 data_dir = "{data}"
-port = 0
+port = {port}
 [database]
 url = "{pg_url}"
 [queue]
@@ -226,8 +229,8 @@ async def test_workers_on_another_host_share_outputs_through_an_object_store(tmp
         Bucket="studio")
     storage = (f'[storage]\nbackend = "s3"\nbucket = "studio"\nendpoint = "{s3.endpoint}"\n'
                'access_key = "test"\nsecret_key = "test"\n')
-    _, config = scale_config(tmp_path, demo_models, pg_url, host="-bot", storage=storage)
-    worker_file, _ = scale_config(tmp_path, demo_models, pg_url, host="-gpu", storage=storage)
+    _, config = scale_config(tmp_path, demo_models, pg_url, host="-bot", extra=storage)
+    worker_file, _ = scale_config(tmp_path, demo_models, pg_url, host="-gpu", extra=storage)
     fleet = Fleet(tmp_path, worker_file)
     try:
         async with ChatService(config) as w:
@@ -274,3 +277,61 @@ async def test_two_services_on_one_database_post_each_message_once(tmp_path, dem
         summaries = [x for x in posts if x.text.startswith("Batch 1 finished")]
         assert len(summaries) == 1
         assert list(await a.core.outbox.counts()) == ["sent"]  # nothing pending or failed
+
+
+async def test_a_service_killed_mid_upload_leaves_the_rest_to_the_other_one(tmp_path, demo_models,
+                                                                           pg_url):
+    """Two `genbot serve --no-executor` processes on one database for one Slack app, as
+    behind a load balancer, and a worker. The one posting the batch is SIGKILLed in the
+    middle of an upload; the other, already running, posts the rest: every image once."""
+    from tests.slackfake import BOT, SECRET, TOKEN, FakeSlack, SlackClient
+    from tests.test_slack import healthy, six_thumbs, start_serve
+
+    fake = await FakeSlack().start()
+    slack = f"""
+[slack]
+bot_token = "{TOKEN}"
+signing_secret = "{SECRET}"
+api_url = "{fake.api_url}"
+[chat]
+progress_every = 0.5
+"""
+    ports = free_port(), free_port()
+    (a_file, _), (b_file, _) = (scale_config(tmp_path, demo_models, pg_url, extra=slack, port=p,
+                                             name=f"-{n}") for n, p in zip("ab", ports))
+    a_url, b_url = (f"http://127.0.0.1:{p}" for p in ports)
+    fleet = Fleet(tmp_path, a_file)
+    services: list[asyncio.subprocess.Process] = []
+    client = SlackClient(a_url, fake)
+    try:
+        with open(tmp_path / "serve.log", "ab") as log:
+            services.append(await start_serve(a_file, log, "--no-executor"))
+            await healthy(a_url)
+            fleet.start(1)
+            fake.stall_after = 3  # the fourth upload hangs
+            _, ts = await client.message(f"<@{BOT}> gen social_thumb six.csv",
+                                         files=six_thumbs(fake))
+            async with asyncio.timeout(180):
+                await fake.stalled.wait()
+            services.append(await start_serve(b_file, log, "--no-executor"))
+            await healthy(b_url)
+            services[0].send_signal(signal.SIGKILL)  # a dies in the middle of the upload
+            await services[0].wait()
+            fake.release.set()
+            delivered = len(fake.files)
+            async with asyncio.timeout(180):  # b takes it on once a's claim runs out
+                while not any(f["name"] == "results.xlsx" for f in fake.files):
+                    await asyncio.sleep(0.1)
+    finally:
+        await client.close()
+        for serve in services:
+            if serve.returncode is None:
+                serve.send_signal(signal.SIGTERM)
+                await serve.wait()
+        fleet.stop()
+        await fake.stop()
+    names = [x.get("name") or x["text"][:20] for x in fake.thread(ts)]
+    thumbs = [n for n in names if n.startswith("thumb_")]
+    assert delivered == 3 and sorted(thumbs) == [f"thumb_{r}.png" for r in range(2, 8)]
+    assert len(set(names)) == len(names), names  # nothing twice
+    assert names[-2:] == ["contact.png", "results.xlsx"]

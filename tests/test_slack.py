@@ -245,9 +245,9 @@ def six_thumbs(fake: FakeSlack) -> list[dict]:
             *[fake.share(n, (ASSETS / n).read_bytes()) for n in ("bottle.png", "chair.png")]]
 
 
-async def start_serve(config_file, log) -> asyncio.subprocess.Process:
+async def start_serve(config_file, log, *options: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        PYTHON, "-m", "bot.cli", "serve", "--config", str(config_file), cwd=ROOT,
+        PYTHON, "-m", "bot.cli", "serve", "--config", str(config_file), *options, cwd=ROOT,
         env=python_env(), stdout=log, stderr=log)
 
 
