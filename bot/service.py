@@ -116,7 +116,7 @@ class Service:
                  f" (no [api] tokens configured: sign in as admin with the token in "
                  f"{config.data_dir / 'local-admin.token'})" if local_admins else "")
         if self.executor:
-            self.supervisor = Supervisor(config)
+            self.supervisor = Supervisor(config, queue=self.queue)
             self.supervisor.start()
         self.core.start()
         self.scheduler = Scheduler(config, self.queue, self.core.store, templates,

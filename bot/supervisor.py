@@ -17,6 +17,8 @@ import sys
 import time
 
 from storage.config import Config
+from storage.queue import Queue
+from storage.workers import owner_name
 
 log = logging.getLogger("genbot.supervisor")
 
@@ -26,8 +28,9 @@ STABLE_AFTER = 60.0  # seconds an executor must live for its backoff to reset
 
 
 class Supervisor:
-    def __init__(self, config: Config, *, command: list[str] | None = None, stderr=None):
-        self.config = config
+    def __init__(self, config: Config, *, command: list[str] | None = None, stderr=None,
+                 queue: Queue | None = None):
+        self.config, self.queue = config, queue  # queue: to take a dead executor's job back
         self.command = command or self.default_command(config)
         self.stderr = stderr  # where the executor's log goes (default: the service's stderr)
         self.process: asyncio.subprocess.Process | None = None
@@ -64,6 +67,7 @@ class Supervisor:
             code = await self.process.wait()
             if self._stopping.is_set():
                 break
+            await self._take_back(self.process.pid)
             if code == EXIT_CONFIG:
                 log.error("the executor refused its configuration (see above); not restarting "
                           "it until genbot is restarted", extra={"pid": self.process.pid})
@@ -85,6 +89,17 @@ class Supervisor:
             except asyncio.TimeoutError:
                 pass
             delay = min(delay * 2, self.config.executor.restart_backoff_max)
+
+    async def _take_back(self, pid: int) -> None:
+        """The executor is dead for sure: its job goes back to the queue now rather than
+        when its lease runs out, and the next executor takes it at once."""
+        if self.queue is None:
+            return
+        try:
+            if await self.queue.owner_died(owner_name(pid)):
+                log.warning("the dead executor's job goes back to the queue", extra={"pid": pid})
+        except Exception:  # the database away: the lease brings it back in time anyway
+            log.exception("could not hand the dead executor's job back; its lease will")
 
     async def stop(self, grace: float = 20.0) -> None:
         """SIGTERM: the executor hands its running job back and exits; SIGKILL after `grace`."""

@@ -26,7 +26,7 @@ from storage.config import Config, ConfigError
 from storage.files import open_store
 from storage.logs import setup_logging
 from storage.queue import Lease, Queue, open_queue
-from storage.workers import Workers
+from storage.workers import Workers, owner_name
 
 log = logging.getLogger("genbot.executor")
 
@@ -50,7 +50,7 @@ class Running:
 class Worker:
     config: Config
     queue: Queue
-    owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    owner: str = field(default_factory=owner_name)
 
     def __post_init__(self):
         from executor import devices  # loads torch: the executor is where it lives

@@ -119,6 +119,12 @@ UPDATE jobs SET
   lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
 WHERE status = 'running' AND lease_expires_at < $1"""
 
+# The executor holding these leases is known dead (its supervisor saw it exit): they end
+# now, and the next claim sweeps them back through EXPIRE_LEASES, attempt counted.
+END_LEASES_OF = """
+UPDATE jobs SET lease_expires_at = $2
+WHERE status = 'running' AND lease_owner = $1 AND lease_expires_at > $2"""
+
 _CLAIM_SET = """
 UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
   lease_token = $2, lease_expires_at = $3, started_at = $4, updated_at = $4

@@ -287,6 +287,14 @@ class Queue:
         row = await self.db.fetchrow(q.RELEASE, lease.job_id, lease.token, reason, self.clock())
         return Status(row["status"]) if row else None
 
+    async def owner_died(self, owner: str) -> int:
+        """`owner` is gone for sure (its supervisor saw it exit): its jobs are taken back by
+        the next claim instead of when their leases would have run out. Returns how many."""
+        ended = await self.db.execute(q.END_LEASES_OF, owner, self.clock())
+        if ended:
+            await self.waker.notify()
+        return ended
+
     async def progress(self, lease: Lease, data: dict[str, Any]) -> bool:
         """A progress event (e.g. {"node", "step", "total"}) for a job this lease holds."""
         return await self.db.fetchrow(q.PROGRESS, lease.job_id, lease.token, self.clock(),

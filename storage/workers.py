@@ -10,6 +10,8 @@ if any, comes back to the queue through its lease, as any job of a dead process 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +39,11 @@ ALL = "SELECT * FROM workers ORDER BY started_at, id"
 FORGET = "DELETE FROM workers WHERE state IN ('stopped', 'lost') AND seen_at < $1"
 
 STATES = ("idle", "busy", "stopped", "lost")
+
+
+def owner_name(pid: int | None = None) -> str:
+    """What an executor process is called in leases and here: host:pid."""
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
 
 
 class Workers:

@@ -225,6 +225,18 @@ async def test_expired_lease_reclaimed_counting_an_attempt(queue, clock):
     assert job["outputs"] == ["fresh.png"] and job["attempts"] == 2 and job["lease_owner"] == "w2"
 
 
+async def test_a_dead_owners_jobs_come_back_without_waiting_out_the_lease(queue, clock):
+    await queue.enqueue(sub("alice", 2))
+    dead, alive = await queue.claim("host:41"), await queue.claim("host:42")
+    assert await queue.owner_died("host:41") == 1  # its supervisor saw it exit
+    clock.advance(0.001)
+    again = await queue.claim("host:43")
+    assert (again.job_id, again.attempts) == (dead.job_id, 2)
+    assert not (await queue.heartbeat(dead)).held  # fenced, as after any lost lease
+    assert (await queue.heartbeat(alive)).held  # another owner's lease is untouched
+    assert await queue.owner_died("host:41") == 0  # nothing left to take back
+
+
 async def test_poison_job_fails_after_max_attempts_and_queue_moves_on(queue, clock):
     await queue.enqueue(sub("alice", 1))
     poison = None
