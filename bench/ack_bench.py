@@ -80,16 +80,16 @@ async def main(args) -> None:
         busy: list[float] = []
         for _ in range(args.rounds):
             await queue.pause(by="bench")
-            while (await queue.active_counts())["running"]:
+            while (await queue.active_counts()).running:
                 await asyncio.sleep(0.1)
             idle += await measure(slack, args.requests)
             await queue.resume(by="bench")
-            while not (await queue.active_counts())["running"]:
+            while not (await queue.active_counts()).running:
                 progress = await queue.batch_progress(1)
                 if progress.done >= progress.total:
                     jobs = await queue.batch_jobs(1)
                     raise SystemExit(f"the batch ended before the measurement: {progress.counts}"
-                                     f" {jobs[0]['error']}")
+                                     f" {jobs[0].error}")
                 await asyncio.sleep(0.1)
             await asyncio.sleep(1.0)  # into the denoising loop
             busy += await measure(slack, args.requests)
@@ -98,7 +98,8 @@ async def main(args) -> None:
         await slack.close()
         await service.stop()
         await fake.stop()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}")
     print(f"{len(idle)} signed /genbot status per phase; {done} product_main jobs ran meanwhile")
     for name, values in (("idle executor", idle), ("busy executor", busy)):
         print(f"{name:14}  p50 {statistics.median(values):6.1f} ms   "

@@ -44,7 +44,7 @@ async def start(folder: Path, jobs: int) -> Service:
     for start_row in range(0, jobs, 5000):
         n = min(5000, jobs - start_row)
         await service.queue.enqueue(Submission("social_thumb", "api:bench", [
-            NewJob(row=i + 2, params={"title": f"t{i}"}) for i in range(n)], platform="api"))
+            NewJob(row=i + 2, workflow={"title": f"t{i}"}) for i in range(n)], platform="api"))
     return service
 
 
@@ -65,7 +65,8 @@ async def measure(page, url: str, jobs: int) -> dict[str, float]:
         times = []
         for _ in range(10):
             t0 = time.perf_counter()
-            await page.evaluate(f"fetch('/api/v1/jobs?offset={offset}&limit=100').then(r => r.json())")
+            await page.evaluate(
+                f"fetch('/api/v1/jobs?offset={offset}&limit=100').then(r => r.json())")
             times.append(time.perf_counter() - t0)
         api[name] = statistics.median(times)
     return {"first_row": first, "jump_to_end": end, "dom_rows": rows, **api}

@@ -89,7 +89,7 @@ class Executor:
         await self.queue.enqueue(Submission("bench", "alice", jobs))
         while True:
             counts = await self.queue.active_counts()
-            if not counts["queued"] and not counts["running"]:
+            if not counts.total:
                 return time.perf_counter() - started
             await asyncio.sleep(0.02)
 

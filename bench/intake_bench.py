@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT))
 
 import openpyxl  # noqa: E402
 
-from bot.images import ImageResolver, folder_attachments  # noqa: E402
-from bot.intake import intake  # noqa: E402
-from bot.sheets import read_sheet  # noqa: E402
+from bot.intake.check import intake  # noqa: E402
+from bot.intake.images import ImageResolver, folder_attachments  # noqa: E402
+from bot.intake.sheets import read_sheet  # noqa: E402
 from executor.workflow import load_templates  # noqa: E402
 from storage.config import IntakeConfig  # noqa: E402
 from storage.files import FileStore  # noqa: E402

@@ -1,4 +1,5 @@
-"""Queue benchmark: prints figures and ratios; asserts nothing. Record results in docs/benchmarks.md.
+"""Queue benchmark: prints figures and ratios; asserts nothing.
+Record results in docs/benchmarks.md.
 
   python bench/queue_bench.py [--pg postgres://postgres@127.0.0.1:5432/test] [--quick]
 
@@ -127,7 +128,7 @@ async def worker_latency(url: str, polling_only: bool) -> None:
             continue
         print("claimed", lease.row, time.time(), flush=True)
         await queue.complete(lease, [])
-        if lease.params.get("last"):
+        if lease.workflow.get("last"):
             break
     await queue.close()
 
@@ -287,14 +288,16 @@ def main() -> None:
         for w in (1, 4):
             queue_rates, bare_rates = [], []
             for _ in range(rounds):  # interleaved, so both see the same machine weather
-                queue_rates.append(with_db(backend, lambda url: bench_throughput(url, w, n)))
-                bare_rates.append(with_db(backend, lambda url: bench_throughput(url, w, n, True)))
+                queue_rates.append(with_db(backend, lambda url, w=w: bench_throughput(url, w, n)))
+                bare_rates.append(with_db(backend,
+                                          lambda url, w=w: bench_throughput(url, w, n, True)))
             rates[w] = statistics.median(queue_rates)
             ratio = statistics.median(q / b for q, b in zip(queue_rates, bare_rates))
             aim = (f"  {rates[w] / target:.2f}x target" if (backend, w) in
                    (("sqlite", 1), ("postgres", 4)) else "")
-            print(f"   {backend:8}  {w} worker{'s' if w > 1 else ' '}  queue {rates[w]:7,.0f} jobs/s"
-                  f"  bare {statistics.median(bare_rates):7,.0f} jobs/s  queue/bare {ratio:.2f}{aim}")
+            print(f"   {backend:8}  {w} worker{'s' if w > 1 else ' '}  queue {rates[w]:7,.0f} "
+                  f"jobs/s  bare {statistics.median(bare_rates):7,.0f} jobs/s  "
+                  f"queue/bare {ratio:.2f}{aim}")
         print(f"   {backend:8}  4 vs 1 workers: {rates[4] / rates[1]:.2f}x")
 
     print(f"\n3. enqueue-to-claim latency, idle executor in another process, {samples} samples "

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from queue_bench import bench_throughput, drop_pg, fresh_pg, open_queue, pct  # noqa: E402
+
 from storage.queue import NewJob, Submission  # noqa: E402
 
 POLL = 0.3  # bot.core.NOTIFIER_POLL
@@ -56,8 +57,8 @@ async def read_events(url: str, n: int, bell: bool) -> list[float]:
         while len(seen) < n:
             rung = queue.bell.rung
             for event in await queue.events_after(seq):
-                seq = event["seq"]
-                seen.append(time.time() - event["at"])
+                seq = event.seq
+                seen.append(time.time() - event.at)
             if bell:
                 await queue.bell.wait(rung, POLL * 10)
             else:
@@ -95,7 +96,7 @@ def main() -> None:
     rates: dict[int, list[float]] = {w: [] for w in counts}
     for _ in range(rounds):
         for w in counts:
-            rates[w].append(with_pg(lambda url: bench_throughput(url, w, n)))
+            rates[w].append(with_pg(lambda url, w=w: bench_throughput(url, w, n)))
     base = statistics.median(rates[1])
     for w in counts:
         rate = statistics.median(rates[w])
@@ -107,7 +108,8 @@ def main() -> None:
     for _ in range(2):  # alternating halves
         bell += with_pg(lambda url: asyncio.run(read_events(url, samples // 2, True)))
         poll += with_pg(lambda url: asyncio.run(read_events(url, samples // 2, False)))
-    print(f"   LISTEN/NOTIFY: p50 {pct(bell, .5) * 1000:6.1f} ms  p99 {pct(bell, .99) * 1000:6.1f} ms")
+    print(f"   LISTEN/NOTIFY: p50 {pct(bell, .5) * 1000:6.1f} ms  p99 "
+          f"{pct(bell, .99) * 1000:6.1f} ms")
     print(f"   polling {POLL:g} s: p50 {pct(poll, .5) * 1000:6.1f} ms  p99 "
           f"{pct(poll, .99) * 1000:6.1f} ms")
     print(f"   p50 ratio poll/notify: {statistics.median(poll) / statistics.median(bell):.1f}x")

@@ -260,6 +260,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "template_info": ("{name}: {description}\nColumns (* required):\n{columns}\nAn example "
                       "sheet is attached.", "{name}：{description}\n列（* 为必填）：\n{columns}\n"
                       "附示例表格。"),
+    "bad_timezone": ('"{value}" is not a time zone: use an IANA name such as Asia/Shanghai or UTC',
+                     "“{value}”不是时区：请用 IANA 名称，如 Asia/Shanghai 或 UTC"),
     "bad_cron": ('"{value}" is not a cron line: five fields, minute hour day month weekday, '
                  'e.g. "0 9 * * 1-5"', "“{value}”不是 cron 表达式：应为五段（分 时 日 月 周），例如 "
                  '"0 9 * * 1-5"'),
@@ -300,6 +302,15 @@ CATALOG: dict[str, tuple[str, str]] = {
     "help_unschedule": ("stop a recurring batch (admins)", "停止定时批次（管理员）"),
     "help_help": ("this list, or one command's usage", "显示本列表，或某个命令的用法"),
 }
+
+
+BAR = 20  # characters in a progress bar
+
+
+def bar(done: int, total: int) -> str:
+    """Progress as people read it: ████████░░░░░░░░░░░░"""
+    filled = round(BAR * done / total) if total else BAR
+    return "█" * filled + "░" * (BAR - filled)
 
 
 def say(code: str, lang: str = "en", **details: Any) -> str:

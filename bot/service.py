@@ -16,15 +16,17 @@ import signal
 
 from aiohttp import web
 
-from bot.api import Api
-from bot.core import ChatCore
-from bot.dashboard import Dashboard
-from bot.metrics import Metrics
-from bot.schedules import Scheduler
-from bot.sessions import local_token
-from bot.platform import Platform
+from bot.app.core import App, load_templates
+from bot.chat.core import ChatCore
+from bot.chat.platform import Platform
+from bot.scheduler import Scheduler
 from bot.supervisor import Supervisor
+from bot.web.api import Api
+from bot.web.dashboard import Dashboard
+from bot.web.metrics import Metrics
+from bot.web.sessions import local_token
 from storage.config import Config
+from storage.files import open_store
 from storage.queue import Queue, open_queue
 
 log = logging.getLogger("genbot.service")
@@ -33,8 +35,9 @@ QUEUE = web.AppKey("queue", Queue)
 
 async def healthz(request: web.Request) -> web.Response:
     queue = request.app[QUEUE]
+    active = await queue.active_counts()
     return web.json_response({"status": "ok", "paused": await queue.paused(),
-                              **await queue.active_counts()})
+                              "queued": active.queued, "running": active.running})
 
 
 def build_app(queue: Queue) -> web.Application:
@@ -44,24 +47,14 @@ def build_app(queue: Queue) -> web.Application:
     return app
 
 
-def load_checked_templates(config: Config) -> dict:
-    """Templates are checked at start-up: broken ones are logged, the others serve."""
-    from executor.workflow import load_templates
-    templates, errors = load_templates(config.templates_dir)
-    for error in errors:
-        log.error("template not loaded: %s", error)
-    log.info("templates: %s", ", ".join(templates) or f"none in {config.templates_dir}")
-    return templates
-
-
 def configured_platforms(config: Config) -> list[Platform]:
     """The chat platforms the config turns on."""
     platforms: list[Platform] = []
     if config.slack.bot_token:
-        from bot.slack import Slack
+        from bot.chat.slack import Slack
         platforms.append(Slack(config))
     if config.dingtalk.app_key:
-        from bot.dingtalk import DingTalk
+        from bot.chat.dingtalk.adapter import DingTalk
         platforms.append(DingTalk(config))
     return platforms
 
@@ -83,12 +76,13 @@ class Service:
             config = dataclasses.replace(config, api=dataclasses.replace(
                 config.api, tokens=[f"{token}=local"]))
             local_admins = ("api:local",)
-        templates = load_checked_templates(config)
+        templates = load_templates(config)
         self.queue = await open_queue(config)
-        self.core = ChatCore(config, self.queue, self.platforms, templates=templates,
-                             local_admins=local_admins)
+        self.app = App(config, self.queue, open_store(config), templates,
+                       local_admins=local_admins)
+        self.core = ChatCore(self.app, self.platforms)
         app = build_app(self.queue)
-        api = Api(config, self.queue, self.core.chat.permissions, self.core.store, templates)
+        api = Api(self.app)
         api.routes(app)
         Dashboard(api).routes(app)
         self.metrics = Metrics(self.queue, self.core.outbox, restarts=lambda:
@@ -119,8 +113,7 @@ class Service:
             self.supervisor = Supervisor(config, queue=self.queue)
             self.supervisor.start()
         self.core.start()
-        self.scheduler = Scheduler(config, self.queue, self.core.store, templates,
-                                   outbox=self.core.outbox)
+        self.scheduler = Scheduler(self.app, outbox=self.core.outbox)
         self.scheduler.start()
         for platform in self.platforms:
             await platform.start()

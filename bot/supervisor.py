@@ -86,7 +86,7 @@ class Supervisor:
             self.restarts += 1
             try:
                 await asyncio.wait_for(self._stopping.wait(), delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             delay = min(delay * 2, self.config.executor.restart_backoff_max)
 
@@ -109,7 +109,7 @@ class Supervisor:
             process.terminate()
             try:
                 await asyncio.wait_for(process.wait(), grace)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 process.kill()
                 await process.wait()
         if self._task:

@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw, ImageFilter
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bot.sheets import example_rows, write_example  # noqa: E402
+from bot.intake.sheets import example_rows, write_example  # noqa: E402
 from executor.workflow import load_templates  # noqa: E402
 
 # (template, header language): one set of sheets with Chinese headers.

@@ -140,8 +140,10 @@ class ModelCache:
                 return (cls.from_single_file(str(info.path), **common, **single)
                         if info.single_file else cls.from_pretrained(str(info.path), **common))
             if info.kind == "upscaler":
-                pipe = diffusers.StableDiffusionUpscalePipeline.from_pretrained(str(info.path), **common)
+                pipe = diffusers.StableDiffusionUpscalePipeline.from_pretrained(
+                    str(info.path), **common)
             else:
+                assert info.family is not None  # the registry knows every checkpoint's family
                 cls = getattr(diffusers, PIPELINE_CLASSES[(info.family, "txt2img", False)])
                 if info.single_file:
                     pipe = cls.from_single_file(str(info.path), **common, **single)
@@ -201,6 +203,7 @@ class ModelCache:
         keep = {model, *([controlnet] if controlnet else [])}
         base = self._get(model, "checkpoint", keep)
         family = base.info.family
+        assert family is not None  # the registry knows every checkpoint's family
         cn = None
         if controlnet:
             cn_unit = self._get(controlnet, "controlnet", keep)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from executor.ops import load_font
+from executor.ops.image import load_font
 
 CELL = 256
 

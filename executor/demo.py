@@ -76,8 +76,12 @@ def _scheduler():
 
 def build_checkpoint(family: str, out: Path) -> None:
     import torch
-    from diffusers import AutoencoderKL, StableDiffusionPipeline, StableDiffusionXLPipeline, \
-        UNet2DConditionModel
+    from diffusers import (
+        AutoencoderKL,
+        StableDiffusionPipeline,
+        StableDiffusionXLPipeline,
+        UNet2DConditionModel,
+    )
     torch.manual_seed({"sd15": 15, "sdxl": 10}[family])
     with tempfile.TemporaryDirectory() as tmp:
         tok = _tokenizer(Path(tmp))
@@ -115,8 +119,13 @@ def build_controlnet(family: str, out: Path) -> None:
 def build_upscaler(out: Path) -> None:
     """A Stable Diffusion upscaler (the x4 upscaler's design) that doubles the size."""
     import torch
-    from diffusers import AutoencoderKL, DDIMScheduler, DDPMScheduler, \
-        StableDiffusionUpscalePipeline, UNet2DConditionModel
+    from diffusers import (
+        AutoencoderKL,
+        DDIMScheduler,
+        DDPMScheduler,
+        StableDiffusionUpscalePipeline,
+        UNet2DConditionModel,
+    )
     torch.manual_seed(4)
     with tempfile.TemporaryDirectory() as tmp:
         tok = _tokenizer(Path(tmp))

@@ -106,7 +106,8 @@ class Registry:
             raise ModelError(f"{where}: expected a diffusers folder or a .safetensors file")
         family = defaults.get("family", family)
         if entry.config:
-            entry = replace(entry, config=str(self.config.model_path(replace(entry, path=entry.config))))
+            entry = replace(entry,
+                            config=str(self.config.model_path(replace(entry, path=entry.config))))
         return ModelInfo(name, file, kind, family, file.is_file() and kind != "lora", entry,
                          defaults)
 

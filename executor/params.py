@@ -155,13 +155,13 @@ def coerce(p: Param, raw: Any) -> Any:
         if isinstance(raw, bool):
             raise Problem("not_number", value=raw)
         try:
-            value = float(raw if isinstance(raw, (int, float)) else _number_text(str(raw)))
+            number = float(raw if isinstance(raw, (int, float)) else _number_text(str(raw)))
         except ValueError:
             raise Problem("not_number", value=raw) from None
-        if not math.isfinite(value):
+        if not math.isfinite(number):
             raise Problem("not_number", value=raw)
-        _check_range(p, value)
-        return value
+        _check_range(p, number)
+        return number
     if kind == "bool":
         if isinstance(raw, bool):
             return raw

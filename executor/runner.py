@@ -1,8 +1,8 @@
 """Run bound workflows: the DAG of each job, node by node, with micro-batched generation.
 
 Jobs of one batch share a template, so they run in lockstep: node by node, every job
-at once. Ordinary ops run per job; `generate` runs once per group of jobs with the
-same shape (executor.generation.shape), up to `max_batch` images per pipeline call.
+at once. Ordinary ops run per job; a batched op (`generate`) runs once per group of
+jobs whose inputs have the same shape (the op's `shape`), up to `max_batch` per call.
 Each job keeps its own values, outputs and error: one job's bad input, or an
 out-of-memory error, never fails the others.
 
@@ -16,24 +16,33 @@ import logging
 import time
 import traceback
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any, Protocol
 
 from executor.models import ModelError
-from executor.ops import REGISTRY, Context, OpError
+from executor.ops import REGISTRY, Context, Op, OpError
 
 log = logging.getLogger("genbot.executor")
 
 
+class Stop(StrEnum):
+    """Why a running job must stop before its end."""
+    CANCELED = "canceled"  # someone asked; the job ends canceled
+    TIMEOUT = "timeout"  # past [executor] job_timeout; it fails
+    SHUTDOWN = "shutdown"  # the executor is stopping; the job goes back to the queue
+    LEASE_LOST = "lease lost"  # another executor may have it now; this one records nothing
+
+
 class Control(Protocol):
     def step(self, job_ids: list[int], node: str, step: int, total: int) -> None: ...
-    def stop_reason(self, job_id: int) -> str | None: ...  # "canceled", "timeout", ...
+    def stop_reason(self, job_id: int) -> Stop | None: ...
 
 
 class NoControl:
-    def step(self, job_ids, node, step, total) -> None:
+    def step(self, job_ids: list[int], node: str, step: int, total: int) -> None:
         pass
 
-    def stop_reason(self, job_id) -> None:
+    def stop_reason(self, job_id: int) -> Stop | None:
         return None
 
 
@@ -47,7 +56,7 @@ class JobRun:
     outputs: list[str] = field(default_factory=list)
     error: str | None = None
     retryable: bool = False
-    stopped: str | None = None
+    stopped: Stop | None = None
     oom_retried: bool = False
 
     @property
@@ -83,29 +92,27 @@ class Runner:
             live = [r for r in runs if r.live]
             if not live:
                 break
-            if node["op"] == "generate":
-                for chunk in self._chunks(live, index):
-                    self._call(chunk, index, batched=True)
-            else:
-                for r in live:
-                    self._call([r], index, batched=False)
+            spec = REGISTRY[node["op"]]
+            for chunk in (self._chunks(spec, live, index) if spec.batched else [[r] for r in live]):
+                self._call(chunk, index)
             for r in live:
                 if r.live and (reason := self.control.stop_reason(r.id)):
                     r.stopped = reason
+        ops = {n["id"]: REGISTRY[n["op"]] for n in nodes}
         for r in runs:
-            if r.live:
-                r.outputs = [r.values[f"{nid}.path"] for nid in r.workflow["outputs"]]
+            if r.live:  # the outputs: what each saving node gave, in template order
+                r.outputs = [r.values[f"{nid}.{ops[nid].output}"] for nid in r.workflow["outputs"]]
 
-    def _chunks(self, live: list[JobRun], index: int) -> list[list[JobRun]]:
-        from executor.generation import shape
-        groups: dict[tuple, list[JobRun]] = {}
+    def _chunks(self, spec: Op, live: list[JobRun], index: int) -> list[list[JobRun]]:
+        assert spec.shape is not None
+        groups: dict[Any, list[JobRun]] = {}
         for r in live:
             inputs = _resolve(r.workflow["nodes"][index]["inputs"], r.values)
-            groups.setdefault(shape(inputs), []).append(r)
+            groups.setdefault(spec.shape(inputs), []).append(r)
         return [g[i:i + self.max_batch] for g in groups.values()
                 for i in range(0, len(g), self.max_batch)]
 
-    def _call(self, chunk: list[JobRun], index: int, *, batched: bool) -> None:
+    def _call(self, chunk: list[JobRun], index: int) -> None:
         for r in chunk:  # canceled (or timed out) while an earlier call ran
             if reason := self.control.stop_reason(r.id):
                 r.stopped = reason
@@ -113,6 +120,8 @@ class Runner:
         if not chunk:
             return
         node = chunk[0].workflow["nodes"][index]
+        spec = REGISTRY[node["op"]]
+        batched = spec.batched
         ids = [r.id for r in chunk]
         # A job's own calls add to its list of models (save records them); a batched
         # call's list is copied to each of its jobs below.
@@ -124,11 +133,7 @@ class Runner:
         log.info("node start", extra=extra)
         try:
             inputs = [_resolve(r.workflow["nodes"][index]["inputs"], r.values) for r in chunk]
-            if batched:
-                from executor.generation import generate_batch
-                results = generate_batch(ctx, inputs)
-            else:
-                results = [REGISTRY[node["op"]](ctx, **inputs[0])]
+            results = spec.run(ctx, inputs) if batched else [spec.run(ctx, **inputs[0])]
         except Exception as e:  # noqa: BLE001 - attributed to the job(s) below
             self._failed(chunk, index, e, extra)
             return
@@ -136,15 +141,14 @@ class Runner:
         for r, result in zip(chunk, results):
             if batched:
                 r.used_models += used
-            self._store(r, node, result)
+            self._store(r, node["id"], spec, result)
 
-    def _store(self, r: JobRun, node: dict, result: Any) -> None:
-        if node["op"] == "save":
-            r.values[f"{node['id']}.path"] = result
-        elif isinstance(result, dict):
-            r.values.update({f"{node['id']}.{k}": v for k, v in result.items()})
+    @staticmethod
+    def _store(r: JobRun, node: str, spec: Op, result: Any) -> None:
+        if isinstance(result, dict):  # an op with several outputs
+            r.values.update({f"{node}.{k}": v for k, v in result.items()})
         else:
-            r.values[f"{node['id']}.image"] = result
+            r.values[f"{node}.{spec.output}"] = result
 
     def _failed(self, chunk: list[JobRun], index: int, error: Exception, extra: dict) -> None:
         from executor.devices import out_of_memory
@@ -158,12 +162,12 @@ class Runner:
             for r in chunk:
                 if oom:
                     r.oom_retried = True
-                self._call([r], index, batched=chunk[0].workflow["nodes"][index]["op"] == "generate")
+                self._call([r], index)
             return
         r = chunk[0]
         if oom and not r.oom_retried:
             r.oom_retried = True
-            self._call([r], index, batched=chunk[0].workflow["nodes"][index]["op"] == "generate")
+            self._call([r], index)
             return
         node = r.workflow["nodes"][index]
         if r.stopped or self.control.stop_reason(r.id):

@@ -20,8 +20,9 @@ import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from importlib.metadata import version as _version
 
+from executor import VERSION
+from executor.runner import JobRun, Stop
 from storage.config import Config, ConfigError
 from storage.files import open_store
 from storage.logs import setup_logging
@@ -30,7 +31,6 @@ from storage.workers import Workers, owner_name
 
 log = logging.getLogger("genbot.executor")
 
-VERSION = _version("genbot")
 EXIT_RECYCLE = 75  # "start me again": after recycle_after_jobs, or memory drift
 
 
@@ -39,7 +39,7 @@ class Running:
     """One job of the group being run, as the event loop tracks it."""
     lease: Lease
     started: float
-    stop: str | None = None  # why it must stop: canceled, timeout, lease lost
+    stop: Stop | None = None  # why it must stop
     recorded: bool = False  # its end is already written (e.g. canceled mid-run)
     last_progress: float = 0.0
     step: int = 0
@@ -142,15 +142,14 @@ class Worker:
     async def sleep(self, seconds: float) -> None:
         try:
             await asyncio.wait_for(self.stopping.wait(), seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def execute(self, leases: list[Lease]) -> None:
-        from executor.runner import JobRun
         now = time.monotonic()
         self.running = {lease.job_id: Running(lease, now) for lease in leases}
         await self.beat()  # busy, at once
-        runs = [JobRun(lease.job_id, lease.batch_id, lease.params) for lease in leases]
+        runs = [JobRun(lease.job_id, lease.batch_id, lease.workflow) for lease in leases]
         watch = asyncio.create_task(self.watch())
         try:
             await asyncio.to_thread(self.runner.run, runs)
@@ -165,17 +164,17 @@ class Worker:
             await self.finish(run)
         self.running = {}
 
-    async def finish(self, run) -> None:
+    async def finish(self, run: JobRun) -> None:
         job = self.running[run.id]
         lease, extra = job.lease, {"batch": job.lease.batch_id, "job": run.id}
         stop = job.stop or run.stopped
-        if job.recorded or stop == "lease lost":
+        if job.recorded or stop == Stop.LEASE_LOST:
             return
-        if stop == "shutdown":
+        if stop == Stop.SHUTDOWN:
             await self.queue.release(lease, "executor stopped; the job will run again")
-        elif stop == "canceled":
+        elif stop == Stop.CANCELED:
             await self.queue.fail(lease, "canceled", retry=False)
-        elif stop == "timeout":
+        elif stop == Stop.TIMEOUT:
             await self.queue.fail(lease, f"timed out after {self.settings.job_timeout:g} s "
                                   "([executor] job_timeout)", retry=False)
         elif run.error:
@@ -268,31 +267,32 @@ class Worker:
 
     async def heartbeat(self) -> None:
         for job in self.running.values():
-            if job.recorded or job.stop == "lease lost":
+            if job.recorded or job.stop == Stop.LEASE_LOST:
                 continue
             state = await self.queue.heartbeat(job.lease)
             if not state.held:
-                job.stop = "lease lost"
-                log.warning("lease lost", extra={"job": job.lease.job_id})
+                job.stop = Stop.LEASE_LOST
+                log.warning("lease lost: another executor may run the job",
+                            extra={"job": job.lease.job_id})
 
     async def check_stops(self) -> None:
         if self.stopping.is_set():
             for job in self.running.values():
-                job.stop = job.stop or "shutdown"
+                job.stop = job.stop or Stop.SHUTDOWN
         canceled = await self.queue.cancels_asked(self.owner)
         now = time.monotonic()
         for job_id, job in self.running.items():
             if job.stop:
                 continue
             if job_id in canceled:
-                job.stop = "canceled"
+                job.stop = Stop.CANCELED
                 # The job ends now; its pipeline stops at the end of this step.
                 await self.queue.fail(job.lease, f"canceled at step {job.step} of {job.total}",
                                       retry=False)
                 job.recorded = True
                 log.info("job canceled", extra={"job": job_id, "step": job.step})
             elif now - job.started > self.settings.job_timeout:
-                job.stop = "timeout"
+                job.stop = Stop.TIMEOUT
 
     async def on_step(self, job_ids: list[int], node: str, step: int, total: int) -> None:
         now = time.monotonic()
@@ -310,6 +310,7 @@ class Worker:
     # Control, called from the runner's thread:
     def step(self, job_ids: list[int], node: str, step: int, total: int) -> None:
         """After each denoising step: report it, and learn of a cancel before the next."""
+        assert self.loop is not None  # set by run(), which starts every job
         future = asyncio.run_coroutine_threadsafe(self.on_step(job_ids, node, step, total),
                                                   self.loop)
         try:
@@ -317,7 +318,7 @@ class Worker:
         except Exception as e:  # noqa: BLE001 - a slow database must not kill the job
             log.warning("progress not recorded: %s", e)
 
-    def stop_reason(self, job_id: int) -> str | None:
+    def stop_reason(self, job_id: int) -> Stop | None:
         job = self.running.get(job_id)
         return job.stop if job else None
 

@@ -23,10 +23,19 @@ import secrets
 import string
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from executor.params import SEED_MAX, TYPES, Param, Problem, coerce, normalize_header, \
-    parse_aspect, parse_color, parse_size
+from executor.params import (
+    SEED_MAX,
+    TYPES,
+    Param,
+    Problem,
+    coerce,
+    normalize_header,
+    parse_aspect,
+    parse_color,
+    parse_size,
+)
 from executor.signatures import OPS, REQUIRED, SAMPLERS, Input
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -169,7 +178,7 @@ class _Loader:
     def __init__(self, file: str):
         self.file = file
 
-    def fail(self, path: str, message: str):
+    def fail(self, path: str, message: str) -> NoReturn:
         raise TemplateError(self.file, path, message)
 
     def keys(self, obj: Any, allowed, path: str, what: str) -> dict:
@@ -191,11 +200,13 @@ class _Loader:
         spec = self.keys(spec, PARAM_KEYS, path, "a parameter")
         kind = spec.get("type")
         if kind not in TYPES:
-            self.fail(f"{path}.type", f'"{kind}" is not a parameter type{_suggest(str(kind), TYPES)};'
+            self.fail(f"{path}.type",
+                      f'"{kind}" is not a parameter type{_suggest(str(kind), TYPES)};'
                       f" expected one of {', '.join(TYPES)}")
         choices = spec.get("choices", [])
         if kind == "choice":
-            if not (isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices)):
+            if not (isinstance(choices, list) and choices
+                    and all(isinstance(c, str) for c in choices)):
                 self.fail(f"{path}.choices", "a choice parameter needs a list of strings")
             if len({normalize_header(c) for c in choices}) != len(choices):
                 self.fail(f"{path}.choices", "two choices differ only in case or width")
@@ -209,7 +220,8 @@ class _Loader:
         if "min" in spec and "max" in spec and spec["min"] > spec["max"]:
             self.fail(path, f"min {spec['min']} is more than max {spec['max']}")
         aliases = spec.get("aliases", [])
-        if not (isinstance(aliases, list) and all(isinstance(a, str) and a.strip() for a in aliases)):
+        if not (isinstance(aliases, list)
+                and all(isinstance(a, str) and a.strip() for a in aliases)):
             self.fail(f"{path}.aliases", "aliases are a list of column headers")
         required = spec.get("required", False)
         if not isinstance(required, bool):
@@ -223,7 +235,8 @@ class _Loader:
             try:
                 param = replace(param, default=coerce(param, spec["default"]))
             except Problem as e:
-                self.fail(f"{path}.default", f"{spec['default']!r} is not a valid {kind} ({e.code})")
+                self.fail(f"{path}.default",
+                          f"{spec['default']!r} is not a valid {kind} ({e.code})")
         if param.default is not None and kind == "image":
             self.fail(f"{path}.default", "an image parameter has no default")
         return param
@@ -293,7 +306,8 @@ class _Loader:
             out = []
             for i, item in enumerate(expr):
                 ipath = f"{path}[{i}]"
-                if not isinstance(item, dict) or set(item) - {"name", "weight"} or "name" not in item:
+                if not isinstance(item, dict) or set(item) - {"name", "weight"} \
+                        or "name" not in item:
                     self.fail(ipath, 'expected {"name": <lora>, "weight": <number>}')
                 out.append({"name": self.check_expr(item["name"], Input("model"), f"{ipath}.name"),
                             "weight": self.check_expr(item.get("weight", 1.0),
@@ -351,8 +365,8 @@ class _Loader:
                     expr = parse_expr(value)
                 except ValueError as e:
                     self.fail(ipath, str(e))
-                for e in _walk(expr):
-                    if isinstance(e, dict) and "@" in e:
+                for part in _walk(expr):
+                    if isinstance(part, dict) and "@" in part:
                         self.fail(ipath, 'the key "@" is reserved')
                 inputs[iname] = self.check_expr(expr, sig.inputs[iname], ipath)
             missing = [i for i, spec_ in sig.inputs.items() if spec_.required and i not in inputs]
@@ -425,8 +439,10 @@ class _Loader:
                 try:
                     if inp.type == "aspect":
                         parse_aspect(choice)
-                    elif choice not in allowed:
-                        raise ValueError
+                    else:
+                        assert allowed is not None  # only an aspect input has no list of values
+                        if choice not in allowed:
+                            raise ValueError
                 except ValueError:
                     self.fail(f"params.{name}.choices", f'"{choice}" is not a valid value for '
                               f"{path.removeprefix('nodes.')}")
@@ -541,7 +557,8 @@ def safe_output_name(name: str, fmt: str | None = None) -> str:
             refuse("bad_char", part)
     if len(path.encode()) > 240:
         refuse("too_long")
-    if fmt and not path.lower().endswith(f".{fmt}") and not (fmt == "jpg" and path.lower().endswith(".jpeg")):
+    if fmt and not path.lower().endswith(f".{fmt}") \
+            and not (fmt == "jpg" and path.lower().endswith(".jpeg")):
         path = f"{path}.{fmt}"
     return path
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from storage.db import Database
+from storage.records import AuditEntry, Grant
 
 SET_GRANT = """
 INSERT INTO grants (platform, user_id, role, granted_by, granted_at) VALUES ($1, $2, $3, $4, $5)
@@ -19,7 +20,8 @@ ON CONFLICT (platform, user_id) DO UPDATE
 SET role = excluded.role, granted_by = excluded.granted_by, granted_at = excluded.granted_at"""
 GRANT_OF = "SELECT role FROM grants WHERE platform = $1 AND user_id = $2"
 REVOKE = "DELETE FROM grants WHERE platform = $1 AND user_id = $2"
-GRANTS = "SELECT platform, user_id, role, granted_by, granted_at FROM grants ORDER BY platform, user_id"
+GRANTS = ("SELECT platform, user_id, role, granted_by, granted_at FROM grants "
+          "ORDER BY platform, user_id")
 
 AUDIT = """
 INSERT INTO audit (at, platform, user_id, conversation, action, allowed, detail)
@@ -43,19 +45,15 @@ class Access:
         """False: the user had no granted role."""
         return await self.db.execute(REVOKE, platform, user) > 0
 
-    async def grants(self) -> list[dict[str, Any]]:
-        return await self.db.fetch(GRANTS)
+    async def grants(self) -> list[Grant]:
+        return [Grant(r["platform"], r["user_id"], r["role"], r["granted_by"], r["granted_at"])
+                for r in await self.db.fetch(GRANTS)]
 
     async def audit(self, *, platform: str, user: str, conversation: str | None, action: str,
                     allowed: bool, **detail: Any) -> None:
         await self.db.execute(AUDIT, self.clock(), platform, user, conversation, action,
                               allowed, json.dumps(detail, ensure_ascii=False, default=str))
 
-    async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
+    async def audit_log(self, limit: int = 100) -> list[AuditEntry]:
         """Newest first."""
-        rows = await self.db.fetch(AUDIT_RECENT, limit)
-        for row in rows:
-            row["allowed"] = bool(row["allowed"])
-            if isinstance(row["detail"], (str, bytes)):
-                row["detail"] = json.loads(row["detail"])
-        return rows
+        return [AuditEntry.from_row(r) for r in await self.db.fetch(AUDIT_RECENT, limit)]

@@ -1,4 +1,5 @@
-"""genbot's configuration: one schema, read from TOML and the environment, checked whole at start-up.
+"""genbot's configuration: one schema, read from TOML and the environment, checked whole
+at start-up.
 
 Every key is declared once, here, with its default and the reason it exists.
 `config.example.toml` is rendered from these declarations (a test keeps the two
@@ -15,9 +16,10 @@ import difflib
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ENV_PREFIX = "GENBOT_"
 CONFIG_ENV = "GENBOT_CONFIG"
@@ -54,7 +56,8 @@ class ServiceConfig:
 
 @dataclass(frozen=True)
 class DatabaseConfig:
-    """Where the queue lives. SQLite for one host; PostgreSQL when executors on many hosts share it."""
+    ("Where the queue lives. SQLite for one host; PostgreSQL when executors on many hosts "
+     "share it.")
 
     url: str = key("", "Empty: SQLite at data_dir/genbot.sqlite3. Or sqlite:///path/file.sqlite3, "
                    "or postgres://user:password@host:5432/db (env GENBOT_DATABASE_URL).",
@@ -250,9 +253,11 @@ class StorageConfig:
 class ExecutorConfig:
     """The GPU executor: its device, how it batches, caches models, and guards against leaks."""
 
-    device: str = key("auto", "auto picks cuda, then mps, then cpu; or name one: cpu, cuda, cuda:1, mps.")
+    device: str = key("auto", "auto picks cuda, then mps, then cpu; or name one: cpu, cuda, "
+                      "cuda:1, mps.")
     dtype: str = key("auto", "auto: bfloat16 on CUDA GPUs that support it, else float16; "
-                     "float16 on mps; float32 on the CPU.", choices=("auto", "float32", "float16", "bfloat16"))
+                     "float16 on mps; float32 on the CPU.",
+                     choices=("auto", "float32", "float16", "bfloat16"))
     max_batch: int = key(4, "Images one pipeline call may make for jobs of one batch with the same "
                          "shape (model, size, steps, LoRAs). 1 turns micro-batching off.",
                          min=1, max=64)
@@ -271,8 +276,9 @@ class ExecutorConfig:
     memory_drift_mb: float = key(2048.0, "Growth of memory in use between jobs, beyond what it was "
                                  "after the models loaded, that drops and rebuilds the model "
                                  "cache (a leak guard). 0: off.", min=0, max=1_000_000)
-    recycle_after_jobs: int = key(0, "Restart the executor process after this many jobs (0: never); "
-                                  "the service starts a fresh one at once.", min=0, max=10_000_000)
+    recycle_after_jobs: int = key(0, "Restart the executor process after this many jobs "
+                                  "(0: never); the service starts a fresh one at once.",
+                                  min=0, max=10_000_000)
     recycle_on_drift: bool = key(False, "On memory drift restart the executor process instead of "
                                  "rebuilding the cache.")
     restart_backoff_max: float = key(60.0, "Longest wait, in seconds, before the service restarts "
@@ -362,7 +368,8 @@ class Config:
 
 def sections() -> dict[str, type]:
     """Section name -> its dataclass, in file order."""
-    return {f.name: f.default_factory for f in dataclasses.fields(Config)
+    # A section field's default factory is its dataclass.
+    return {f.name: cast(type, f.default_factory) for f in dataclasses.fields(Config)
             if not f.metadata.get("internal") and not f.metadata.get("table")}
 
 
@@ -442,7 +449,8 @@ def _did_you_mean(word: str, options) -> str:
     return f" — did you mean {close[0]}?" if close else ""
 
 
-def locate(cli_path: str | None = None, env: dict[str, str] | None = None) -> Path | None:
+def locate(cli_path: str | None = None,
+           env: Mapping[str, str] | None = None) -> Path | None:
     """The file to read: --config, else $GENBOT_CONFIG, else ./config.toml if present."""
     env = os.environ if env is None else env
     for chosen, label in ((cli_path, "--config"), (env.get(CONFIG_ENV), CONFIG_ENV)):
@@ -485,7 +493,8 @@ def from_dict(data: dict[str, Any], *, source: str = "built-in defaults", base_d
             models[model] = _model_entry(model, raw, f"environment {name}")
     for section, body in data.items():
         if section not in known:
-            raise ConfigError(f"{source}: unknown section [{section}]{_did_you_mean(section, known)}")
+            raise ConfigError(f"{source}: unknown section "
+                              f"[{section}]{_did_you_mean(section, known)}")
         if not isinstance(body, dict):
             raise ConfigError(f"{source}: {section} must be a [{section}] table")
         fields = {f.name: f for f in dataclasses.fields(known[section])}
@@ -505,7 +514,8 @@ def from_dict(data: dict[str, Any], *, source: str = "built-in defaults", base_d
             name = f"{ENV_PREFIX}{section}_{f.name}".upper()
             if name in env:
                 parsed = _parse_env(f, env[name], name)
-                values.setdefault(section, {})[f.name] = _check_value(f, parsed, f"environment {name}")
+                values.setdefault(section, {})[f.name] = _check_value(
+                    f, parsed, f"environment {name}")
     config = Config(**{s: known[s](**values.get(s, {})) for s in known}, models=models,
                     source=source, base_dir=base_dir)
     _check_relations(config)
@@ -534,10 +544,13 @@ def _model_entry(name: str, value: Any, where: str) -> ModelEntry:
     if not isinstance(path, str) or not path.strip():
         raise ConfigError(f"{where}: path: expected a diffusers folder, a .safetensors file "
                           'or "demo:<name>"')
-    checks = {"steps": (int, 1, 200), "guidance": ((int, float), 0, 50), "size": (int, 64, 8192)}
+    # key -> (the number types it takes, lowest, highest); type[float] admits int
+    checks: dict[str, tuple[type[float] | tuple[type[float], ...], int, int]] = {
+        "steps": (int, 1, 200), "guidance": ((int, float), 0, 50), "size": (int, 64, 8192)}
     for k, (kind, low, high) in checks.items():
         v = value.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, kind) or not low <= v <= high):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, kind)
+                              or not low <= v <= high):
             raise ConfigError(f"{where}: {k} = {v!r}: expected a number from {low} to {high}")
     guidance = value.get("guidance")
     config = value.get("config")
@@ -551,8 +564,9 @@ def _check_relations(config: Config) -> None:
     q = config.queue
     if q.heartbeat_seconds * 2 > q.lease_seconds:
         raise ConfigError(
-            f"{config.source}: [queue] heartbeat_seconds = {q.heartbeat_seconds:g}: expected at most "
-            f"half of lease_seconds ({q.lease_seconds:g}), so one late heartbeat does not lose the lease")
+            f"{config.source}: [queue] heartbeat_seconds = {q.heartbeat_seconds:g}: expected at "
+            f"most half of lease_seconds ({q.lease_seconds:g}), so one late heartbeat does not "
+            "lose the lease")
     if q.retry_backoff > q.retry_backoff_max:
         raise ConfigError(
             f"{config.source}: [queue] retry_backoff = {q.retry_backoff:g}: expected at most "
@@ -611,23 +625,25 @@ def render_example() -> str:
            "# come from the environment as GENBOT_<SECTION>_<KEY>, e.g. GENBOT_DATABASE_URL;",
            "# use that for secrets. Generated from storage/config.py: edit there.", ""]
     for section, cls in sections().items():
+        assert cls.__doc__ is not None  # dataclasses always have one; ours are written
         out.append(f"# {cls.__doc__.strip()}")
         out.append(f"[{section}]")
         for f in dataclasses.fields(cls):
             out.append(f"# {f.metadata['why']}")
             out.append(f"{f.name} = {_toml_value(f.default)}")
         out.append("")
-    out += ["# Logical model name -> weights: a diffusers folder (SD 1.5 or SDXL family, a ControlNet,",
-            "# an upscaler), a single-file .safetensors checkpoint, or a LoRA .safetensors file.",
-            "# Loaded strictly offline. A table sets defaults a sheet may leave empty:",
-            '#   sdxl = { path = "/models/sdxl-base", steps = 30, guidance = 5.0 }',
-            "# A single-file checkpoint takes its configuration from a diffusers folder of the same",
-            "# family (nothing is downloaded):",
-            '#   dreamshaper = { path = "/models/dreamshaper_8.safetensors", config = "/models/sd15" }',
-            "# Names given here replace the defaults below, which are genbot's demo models: tiny,",
-            "# random weights (their images are noise), built on first start or by",
-            "# `genbot models demo`, so every shipped template runs on a CPU out of the box.",
-            "[models]"]
+    out += [
+        "# Logical model name -> weights: a diffusers folder (SD 1.5 or SDXL family, a ControlNet,",
+        "# an upscaler), a single-file .safetensors checkpoint, or a LoRA .safetensors file.",
+        "# Loaded strictly offline. A table sets defaults a sheet may leave empty:",
+        '#   sdxl = { path = "/models/sdxl-base", steps = 30, guidance = 5.0 }',
+        "# A single-file checkpoint takes its configuration from a diffusers folder of the same",
+        "# family (nothing is downloaded):",
+        '#   dreamshaper = { path = "/models/dreamshaper_8.safetensors", config = "/models/sd15" }',
+        "# Names given here replace the defaults below, which are genbot's demo models: tiny,",
+        "# random weights (their images are noise), built on first start or by",
+        "# `genbot models demo`, so every shipped template runs on a CPU out of the box.",
+        "[models]"]
     out += [f"{name} = {_toml_value(entry.path)}" for name, entry in DEMO_MODELS.items()]
     out.append("")
     return "\n".join(out)

@@ -41,10 +41,11 @@ def _connection_lost(error: BaseException) -> bool:
     lost = (asyncpg.ConnectionDoesNotExistError, asyncpg.InternalClientError,
             asyncpg.AdminShutdownError, asyncpg.CannotConnectNowError,
             asyncpg.PostgresConnectionError, ConnectionError)
-    while error is not None:
-        if isinstance(error, lost):
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, lost):
             return True
-        error = error.__cause__ or error.__context__
+        cause = cause.__cause__ or cause.__context__
     return False
 
 
@@ -53,6 +54,7 @@ class DatabaseError(Exception):
 
 
 def tortoise_config(url: str, pool_size: int = 10) -> dict[str, Any]:
+    connection: dict[str, Any]  # tortoise's connection config: engine, credentials
     if url.startswith("sqlite://"):
         path = sqlite_path(url)
         # Order matters: busy_timeout first, so switching to WAL waits for other openers.
@@ -119,12 +121,16 @@ class Database:
 
     @property
     def client(self):
-        assert self._ctx is not None, "database is not open"
-        return self._ctx.connections.get("default")
+        return self._context.connections.get("default")
 
-    async def open(self, *, migrate: bool = True) -> "Database":
+    @property
+    def _context(self) -> TortoiseContext:
+        assert self._ctx is not None, "database is not open"
+        return self._ctx
+
+    async def open(self, *, migrate: bool = True) -> Database:
         if self.dialect == "sqlite":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            sqlite_path(self.url).parent.mkdir(parents=True, exist_ok=True)
         self._ctx = TortoiseContext()
         try:
             with _active(self._ctx):  # tortoise resolves connections through it
@@ -197,7 +203,7 @@ class Database:
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
         """A write transaction: BEGIN IMMEDIATE on SQLite, a normal one on PostgreSQL."""
-        with _active(self._ctx):  # tortoise tracks the open transaction in it
+        with _active(self._context):  # tortoise tracks the open transaction in it
             async with in_transaction("default") as tx:
                 yield tx
 
@@ -205,7 +211,7 @@ class Database:
 
     async def pending_migrations(self) -> list[str]:
         executor = MigrationExecutor(self.client, APPS)
-        with _active(self._ctx):
+        with _active(self._context):
             plan = await executor.plan()
         return [step.migration.name for step in plan if not step.backward]
 
@@ -220,14 +226,15 @@ class Database:
         targets = [MigrationTarget(APP, target)] if target else None
         async with self._migration_lock():
             executor = MigrationExecutor(self.client, APPS)
-            with _active(self._ctx):
+            with _active(self._context):
                 await executor.migrate(targets, progress=progress)
         return applied
 
     @contextlib.asynccontextmanager
     async def _migration_lock(self) -> AsyncIterator[None]:
         if self.dialect == "sqlite":
-            lock_path = self.path.with_name(self.path.name + ".migrate-lock")
+            path = sqlite_path(self.url)
+            lock_path = path.with_name(path.name + ".migrate-lock")
             fd = open(lock_path, "a")
             try:
                 await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)

@@ -18,6 +18,14 @@ import os
 import tempfile
 from pathlib import Path
 
+OUTPUTS = "outputs"
+
+
+def batch_folder(batch_id: int) -> str:
+    """Where a batch's files go in the store: its images (each under the name its
+    template gives), contact.png and results.xlsx."""
+    return f"{OUTPUTS}/batch_{batch_id}"
+
 
 class FileStore:
     def __init__(self, root: Path):

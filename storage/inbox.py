@@ -16,14 +16,13 @@ sent lately, for the reply to list. Names match after NFKC and case folding, so
 
 from __future__ import annotations
 
-import json
 import time
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from storage.db import Database
+from storage.records import Lookup, Upload, encoded
 
 SHEET_SUFFIXES = (".xlsx", ".xlsm", ".xls", ".ods", ".csv", ".tsv")
 RECENT = 10  # uploads a "none or several" reply lists
@@ -42,7 +41,8 @@ SELECT {_COLUMNS}, name_key FROM attachments
 WHERE platform = $1 AND user_id = $2 AND expires_at > $3"""
 
 IN_MESSAGE = _MINE + " AND message_id = $4 ORDER BY received_at DESC, id DESC"
-BY_NAME = _MINE + " AND name_key = $4 ORDER BY (conversation = $5) DESC, received_at DESC, id DESC LIMIT 1"
+BY_NAME = (_MINE + " AND name_key = $4"
+           " ORDER BY (conversation = $5) DESC, received_at DESC, id DESC LIMIT 1")
 RECENT_UPLOADS = _MINE + " ORDER BY (conversation = $4) DESC, received_at DESC, id DESC LIMIT $5"
 
 MESSAGE_FILES = f"""
@@ -60,34 +60,6 @@ def is_sheet(name: str) -> bool:
     return name_key(name).endswith(SHEET_SUFFIXES)
 
 
-@dataclass(frozen=True)
-class Upload:
-    id: int
-    platform: str
-    user: str
-    conversation: str
-    message: str | None
-    name: str
-    size: int
-    handle: dict[str, Any]
-    received_at: float
-
-
-@dataclass(frozen=True)
-class Lookup:
-    found: Upload | None
-    ambiguous: bool = False  # several files fit: `candidates` are they
-    candidates: tuple[Upload, ...] = ()  # when nothing or several fit: what the person sent lately
-
-
-def _upload(row: dict) -> Upload:
-    handle = row["handle"]
-    return Upload(row["id"], row["platform"], row["user_id"], row["conversation"],
-                  row["message_id"], row["name"], row["size"],
-                  json.loads(handle) if isinstance(handle, (str, bytes)) else handle,
-                  row["received_at"])
-
-
 class Inbox:
     def __init__(self, db: Database, keep_seconds: float, *,
                  clock: Callable[[], float] = time.time):
@@ -97,15 +69,17 @@ class Inbox:
                      handle: dict[str, Any], message: str | None = None) -> Upload:
         now = self.clock()
         row = await self.db.fetchrow(RECORD, platform, user, conversation, message, name,
-                                     name_key(name), size, json.dumps(handle), now,
+                                     name_key(name), size, encoded(handle), now,
                                      now + self.keep_seconds)
-        return _upload(row)
+        assert row is not None  # INSERT ... RETURNING gives back the new row
+        return Upload.from_row(row)
 
     async def find_sheet(self, *, platform: str, user: str, conversation: str,
                          name: str | None = None, message: str | None = None) -> Lookup:
         now = self.clock()
         in_message = [] if message is None else [
-            _upload(r) for r in await self.db.fetch(IN_MESSAGE, platform, user, now, message)]
+            Upload.from_row(r)
+            for r in await self.db.fetch(IN_MESSAGE, platform, user, now, message)]
         if name is not None:
             key = name_key(name)
             same = [u for u in in_message if name_key(u.name) == key]
@@ -113,7 +87,7 @@ class Inbox:
                 return Lookup(same[0])
             row = await self.db.fetchrow(BY_NAME, platform, user, now, key, conversation)
             if row:
-                return Lookup(_upload(row))
+                return Lookup(Upload.from_row(row))
         else:
             sheets = [u for u in in_message if is_sheet(u.name)]
             if len(sheets) == 1:
@@ -131,12 +105,12 @@ class Inbox:
     async def recent(self, *, platform: str, user: str, conversation: str,
                      limit: int = RECENT) -> list[Upload]:
         """The person's latest uploads, this conversation's first."""
-        return [_upload(r) for r in await self.db.fetch(
+        return [Upload.from_row(r) for r in await self.db.fetch(
             RECENT_UPLOADS, platform, user, self.clock(), conversation, limit)]
 
     async def message_files(self, *, platform: str, message: str) -> list[Upload]:
         """Everything sent with one message: the images a sheet's rows may name."""
-        return [_upload(r) for r in await self.db.fetch(MESSAGE_FILES, platform, message,
+        return [Upload.from_row(r) for r in await self.db.fetch(MESSAGE_FILES, platform, message,
                                                         self.clock())]
 
     async def purge(self) -> int:

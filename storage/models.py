@@ -33,7 +33,7 @@ class Job(Model):
     id = fields.BigIntField(primary_key=True)
     batch = fields.ForeignKeyField("storage.Batch", related_name="jobs", on_delete=fields.CASCADE)
     row = fields.IntField(description="the row number the user sees in the sheet")
-    params = fields.JSONField()
+    workflow = fields.JSONField()  # the template with this row's values bound in
     status = fields.CharField(max_length=16)
     # Copied from the batch so a claim reads one table.
     priority = fields.SmallIntField()
@@ -81,7 +81,8 @@ class Event(Model):
 
 
 class QueueState(Model):
-    """A single row (id 1): whether claiming is paused. Lives in the database so pause survives restart."""
+    ("A single row (id 1): whether claiming is paused. "
+     "Lives in the database so pause survives restart.")
 
     id = fields.IntField(primary_key=True)
     paused = fields.BooleanField(default=False)

@@ -19,13 +19,12 @@ normal operation nothing is sent twice and nothing owed is lost.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from storage.db import Database
+from storage.records import Message, encoded
 
 _COLUMNS = ("id, key, platform, conversation, thread, kind, payload, status, attempts, "
             "version, next_at, platform_id, error")
@@ -103,29 +102,6 @@ INSERT INTO cursors (name, seq) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET seq = excluded.seq"""
 
 
-@dataclass(frozen=True)
-class Message:
-    id: int
-    key: str
-    platform: str
-    conversation: str
-    thread: str | None
-    kind: str  # text | image | file | progress
-    payload: dict[str, Any]
-    status: str  # pending | sent | failed
-    attempts: int
-    version: int
-    next_at: float
-    platform_id: str | None  # set once sent: what a progress edit edits
-    error: str | None
-
-
-def _message(row: dict) -> Message:
-    payload = row["payload"]
-    return Message(**{**row, "payload": json.loads(payload)
-                      if isinstance(payload, (str, bytes)) else payload})
-
-
 class Outbox:
     def __init__(self, db: Database, *, backoff: float = 2.0, backoff_max: float = 300.0,
                  clock: Callable[[], float] = time.time):
@@ -135,16 +111,17 @@ class Outbox:
                   kind: str, payload: dict[str, Any]) -> bool:
         """Owe a message. False: one with this key was owed already."""
         return await self.db.fetchrow(PUT, key, platform, conversation, thread, kind,
-                                      json.dumps(payload, ensure_ascii=False),
+                                      encoded(payload),
                                       self.clock()) is not None
 
     async def put_progress(self, key: str, *, platform: str, conversation: str,
                            thread: str | None, payload: dict[str, Any]) -> None:
         await self.db.execute(PUT_PROGRESS, key, platform, conversation, thread,
-                              json.dumps(payload, ensure_ascii=False), self.clock())
+                              encoded(payload), self.clock())
 
     async def due(self, platform: str, limit: int = 50) -> list[Message]:
-        return [_message(r) for r in await self.db.fetch(DUE, platform, self.clock(), limit)]
+        return [Message.from_row(r)
+                for r in await self.db.fetch(DUE, platform, self.clock(), limit)]
 
     async def claim(self, message: Message, seconds: float = CLAIM_SECONDS) -> float | None:
         """Mine to send now, until the time returned; None: another sender took it, or it
@@ -194,13 +171,15 @@ class Outbox:
 
     async def get(self, key: str) -> Message | None:
         row = await self.db.fetchrow(BY_KEY, key)
-        return _message(row) if row else None
+        return Message.from_row(row) if row else None
 
     async def counts(self) -> dict[str, int]:
         return {r["status"]: r["n"] for r in await self.db.fetch(COUNTS)}
 
-    async def counts_by_platform(self) -> list[dict[str, Any]]:
-        return await self.db.fetch(COUNTS_BY_PLATFORM)
+    async def counts_by_platform(self) -> dict[tuple[str, str], int]:
+        """(platform, status) -> messages."""
+        return {(r["platform"], r["status"]): r["n"]
+                for r in await self.db.fetch(COUNTS_BY_PLATFORM)}
 
     async def cursor(self, name: str) -> int:
         """The last event seq `name` has handled (0 before the first)."""

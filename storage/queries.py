@@ -76,11 +76,13 @@ WHERE status = 'queued' AND priority = $1 AND not_before <= $2"""
 
 # With nothing due at the class, the turn after every waiting job of it (or 0).
 CLASS_TURN_AFTER_ALL = """
-SELECT COALESCE(MAX(fair_rank) + 1, 0) AS turn FROM jobs WHERE status = 'queued' AND priority = $1"""
+SELECT COALESCE(MAX(fair_rank) + 1, 0) AS turn FROM jobs
+WHERE status = 'queued' AND priority = $1"""
 
 # A submitter's later submissions continue after their own waiting jobs (FIFO per person).
 SUBMITTER_LAST_TURN = """
-SELECT MAX(fair_rank) AS turn FROM jobs WHERE status = 'queued' AND priority = $1 AND submitter = $2"""
+SELECT MAX(fair_rank) AS turn FROM jobs
+WHERE status = 'queued' AND priority = $1 AND submitter = $2"""
 
 INSERT_BATCH = """
 INSERT INTO batches (template, submitter, platform, conversation, thread, priority,
@@ -88,7 +90,7 @@ INSERT INTO batches (template, submitter, platform, conversation, thread, priori
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id"""
 
 INSERT_JOB = """
-INSERT INTO jobs (batch_id, row, params, status, priority, submitter, fair_rank, affinity,
+INSERT INTO jobs (batch_id, row, workflow, status, priority, submitter, fair_rank, affinity,
                   attempts, not_before, cancel_requested, outputs, enqueued_at, updated_at)
 VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, 0, $8, FALSE, '[]', $9, $9)"""
 
@@ -138,7 +140,7 @@ ORDER BY priority, fair_rank, id LIMIT 1 {skip_locked}"""
 
 _NOT_PAUSED_RETURNING = """
 AND status = 'queued' AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, params, attempts, priority, submitter, affinity, fair_rank,
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
   EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4) AS expired_seen"""
 
 CLAIM = _CLAIM_SET + "WHERE id = (" + _HEAD + ")" + _NOT_PAUSED_RETURNING
@@ -297,7 +299,7 @@ WHERE (CAST($1 AS BIGINT) IS NULL OR batch_id = $1) AND (CAST($2 AS TEXT) IS NUL
 
 # The dashboard's and the API's batch list: newest first, then their jobs counted.
 PAGE_BATCHES = """
-SELECT id, template, submitter, platform, priority, total_jobs, meta, created_at FROM batches
+SELECT * FROM batches
 WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1) AND (CAST($2 AS TEXT) IS NULL OR submitter = $2)
 ORDER BY id DESC LIMIT $3"""
 BATCH_RANGE_COUNTS = """

@@ -12,42 +12,42 @@ The promises it keeps are listed in docs/queue.md; in short:
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum, StrEnum
 from typing import Any
 
 from storage import queries as q
 from storage.config import Config, QueueConfig
 from storage.db import Database
+from storage.records import (
+    ACTIVE,
+    TERMINAL,
+    ActiveCounts,
+    Batch,
+    BatchCounts,
+    Digest,
+    Event,
+    Job,
+    Priority,
+    QueueState,
+    RunningJob,
+    Status,
+    decoded,
+    encoded,
+)
 from storage.wakeup import EventBell, PostgresWaker, SocketWaker, Waker
 
-
-class Priority(IntEnum):
-    URGENT = 0
-    HIGH = 1
-    NORMAL = 2
-    LOW = 3
-
-
-class Status(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELED = "canceled"
-
-
-TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
+__all__ = ["ACTIVE", "TERMINAL", "BatchProgress", "CancelResult", "Enqueued", "Lease",
+           "LeaseState", "NewJob", "Priority", "Queue", "QueueFull", "Status", "Submission",
+           "open_queue"]
 
 
 @dataclass(frozen=True)
 class NewJob:
     row: int
-    params: dict[str, Any]
+    workflow: dict[str, Any]  # the bound workflow (executor.workflow.bind)
     affinity: str | None = None  # e.g. the model it needs; lets a claim prefer loaded models
 
 
@@ -88,11 +88,18 @@ class Lease:
     token: str
     owner: str
     row: int
-    params: dict[str, Any]
+    workflow: dict[str, Any]
     attempts: int
     priority: Priority
     submitter: str
     affinity: str | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], *, token: str, owner: str) -> Lease:
+        return cls(job_id=row["id"], batch_id=row["batch_id"], token=token, owner=owner,
+                   row=row["row"], workflow=decoded(row["workflow"]), attempts=row["attempts"],
+                   priority=Priority(row["priority"]), submitter=row["submitter"],
+                   affinity=row["affinity"])
 
 
 @dataclass(frozen=True)
@@ -119,13 +126,10 @@ class BatchProgress:
     def done(self) -> int:
         return sum(self.counts.get(s, 0) for s in TERMINAL)
 
-
-def _loads(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    @property
+    def failed(self) -> int:
+        """Jobs that ended without an image: failed or canceled."""
+        return self.counts.get(Status.FAILED, 0) + self.counts.get(Status.CANCELED, 0)
 
 
 class Queue:
@@ -141,6 +145,7 @@ class Queue:
     @staticmethod
     def _default_waker(db: Database) -> Waker:
         if db.dialect == "sqlite":
+            assert db.path is not None  # a SQLite database is a file
             return SocketWaker(db.path)
         return PostgresWaker(db.url, lambda channel: db.execute(q.NOTIFY, channel))
 
@@ -161,7 +166,7 @@ class Queue:
         n = len(sub.jobs)
         now = self.clock()
         prio = int(sub.priority)
-        params = [_dumps(job.params) for job in sub.jobs]
+        workflows = [encoded(job.workflow) for job in sub.jobs]
         async with self.db.transaction() as tx:
             if self.db.dialect == "postgres":
                 await self.db.fetch(q.LOCK_QUEUE_STATE, client=tx)
@@ -170,7 +175,9 @@ class Queue:
                                              client=tx)
                 if row:
                     return Enqueued(row["id"], row["total_jobs"], created=False)
-            active = sum((await self.db.fetchrow(q.ACTIVE_COUNTS, client=tx)).values())
+            counts = await self.db.fetchrow(q.ACTIVE_COUNTS, client=tx)
+            assert counts is not None  # an aggregate without GROUP BY returns one row
+            active = sum(counts.values())
             limit = self.settings.max_queue_size
             if active + n > limit:
                 raise QueueFull(n, max(0, limit - active), limit)
@@ -181,14 +188,14 @@ class Queue:
             start = turn if own is None else max(turn, own + 1)
             batch_id = await self.db.fetchval(
                 q.INSERT_BATCH, sub.template, sub.submitter, sub.platform, sub.conversation,
-                sub.thread, prio, sub.idempotency_key, n, _dumps(sub.meta), now, client=tx)
+                sub.thread, prio, sub.idempotency_key, n, encoded(sub.meta), now, client=tx)
             await self.db.execute_many(q.INSERT_JOB, [
-                [batch_id, job.row, params[i], prio, sub.submitter, start + i, job.affinity,
+                [batch_id, job.row, workflows[i], prio, sub.submitter, start + i, job.affinity,
                  float(sub.not_before), now]
                 for i, job in enumerate(sub.jobs)], client=tx)
-            await self.db.execute(q.INSERT_EVENT, now, "submitted", batch_id, None, _dumps({
+            await self.db.execute(q.INSERT_EVENT, now, "submitted", batch_id, None, encoded({
                 "template": sub.template, "submitter": sub.submitter, "jobs": n,
-                "priority": sub.priority.name.lower()}), client=tx)
+                "priority": sub.priority.label}), client=tx)
         await self.waker.notify()
         return Enqueued(batch_id, n, created=True)
 
@@ -217,10 +224,7 @@ class Queue:
             await self.db.execute(q.EXPIRE_LEASES, now, self.settings.max_attempts)
         if row is None:
             return None
-        return Lease(job_id=row["id"], batch_id=row["batch_id"], token=row["token"], owner=owner,
-                     row=row["row"], params=_loads(row["params"]), attempts=row["attempts"],
-                     priority=Priority(row["priority"]), submitter=row["submitter"],
-                     affinity=row["affinity"])
+        return Lease.from_row(row, token=row["token"], owner=owner)
 
     async def _take(self, owner: str, prefer: Sequence[str], only: Sequence[str] | None,
                     now: float) -> dict | None:
@@ -230,9 +234,9 @@ class Queue:
             row = await self.db.fetchrow(self._sql(q.placed(q.CLAIM, False)), owner, token,
                                          expires, now)
             return None if row is None else {**row, "token": token}
-        args = [owner, token, expires, now, _dumps(list(prefer))]
+        args = [owner, token, expires, now, encoded(list(prefer))]
         if only is not None:
-            args.append(_dumps(list(only)))
+            args.append(encoded(list(only)))
         row = await self.db.fetchrow(self._sql(q.placed(q.CLAIM_PREFERRING, only is not None)),
                                      *args)
         if row is not None and row["affinity"] in prefer:
@@ -251,10 +255,7 @@ class Queue:
                                    now + self.settings.lease_seconds, now, lease.batch_id,
                                    lease.affinity, limit)
         rows.sort(key=lambda r: (r["fair_rank"], r["id"]))
-        return [Lease(job_id=r["id"], batch_id=r["batch_id"], token=token, owner=lease.owner,
-                      row=r["row"], params=_loads(r["params"]), attempts=r["attempts"],
-                      priority=Priority(r["priority"]), submitter=r["submitter"],
-                      affinity=r["affinity"]) for r in rows]
+        return [Lease.from_row(r, token=token, owner=lease.owner) for r in rows]
 
     async def heartbeat(self, lease: Lease) -> LeaseState:
         """Extend the lease; also tells the executor whether a cancel was asked for."""
@@ -267,7 +268,7 @@ class Queue:
     async def complete(self, lease: Lease, outputs: Sequence[Any] = ()) -> Status | None:
         """Record success (or canceled, if a cancel came first). None: the lease was lost."""
         row = await self.db.fetchrow(q.COMPLETE, lease.job_id, lease.token,
-                                     _dumps(list(outputs)), self.clock())
+                                     encoded(list(outputs)), self.clock())
         return Status(row["status"]) if row else None
 
     async def fail(self, lease: Lease, error: str, *, retry: bool = True) -> Status | None:
@@ -298,7 +299,7 @@ class Queue:
     async def progress(self, lease: Lease, data: dict[str, Any]) -> bool:
         """A progress event (e.g. {"node", "step", "total"}) for a job this lease holds."""
         return await self.db.fetchrow(q.PROGRESS, lease.job_id, lease.token, self.clock(),
-                                      _dumps(data)) is not None
+                                      encoded(data)) is not None
 
     async def cancels_asked(self, owner: str) -> set[int]:
         """Jobs running under `owner` that someone asked to cancel."""
@@ -330,24 +331,9 @@ class Queue:
         return CancelResult(ended=sorted(r["id"] for r in rows if r["status"] == Status.CANCELED),
                             asked=sorted(r["id"] for r in rows if r["status"] == Status.RUNNING))
 
-    async def retry_failed(self, batch_id: int, by: str = "") -> Enqueued | None:
-        """Queue a batch's failed jobs again, as a new batch in the same place (conversation
-        and thread) for the same submitter. None: the batch has no failed jobs.
-        A new batch, not reset rows: the first attempt's record, events and messages stay
-        true, and the retry gets its own acceptance, progress and summary."""
-        batch = await self.batch(batch_id)
-        failed = [j for j in await self.batch_jobs(batch_id) if j["status"] == Status.FAILED]
-        if batch is None or not failed:
-            return None
-        meta = {k: v for k, v in batch["meta"].items() if k != "at"}  # it starts now
-        return await self.enqueue(Submission(
-            batch["template"], batch["submitter"],
-            [NewJob(j["row"], j["params"], j["affinity"]) for j in failed],
-            platform=batch["platform"], conversation=batch["conversation"],
-            thread=batch["thread"] or f"@batch:{batch_id}", priority=Priority(batch["priority"]),
-            # The same failed jobs are retried once, however often /retry is typed.
-            idempotency_key=f"retry:{batch_id}:{len(failed)}:{max(j['id'] for j in failed)}",
-            meta={**meta, "retry_of": batch_id, "retried_by": by}))
+    async def failed_jobs(self, batch_id: int) -> list[Job]:
+        """A batch's jobs that failed for good, in sheet order (what a retry runs again)."""
+        return [j for j in await self.batch_jobs(batch_id) if j.status == Status.FAILED]
 
     async def forget_finished(self, before: float, limit: int = 500) -> list[int]:
         """Delete batches wholly finished before `before`, with their jobs and events
@@ -370,37 +356,27 @@ class Queue:
         return changed
 
     async def paused(self) -> bool:
-        return (await self.state())["paused"]
+        return (await self.state()).paused
 
-    async def state(self) -> dict[str, Any]:
-        """{paused, changed_by, changed_at}: the pause flag and who last changed it."""
+    async def state(self) -> QueueState:
+        """The pause flag and who last changed it."""
         row = await self.db.fetchrow(q.QUEUE_STATE)
-        return {**row, "paused": bool(row["paused"])}
+        assert row is not None, "migration 0002 inserts the queue_state row"
+        return QueueState(bool(row["paused"]), row["changed_by"], row["changed_at"])
 
     # --- Reading ------------------------------------------------------------------
 
-    async def job(self, job_id: int) -> dict[str, Any] | None:
+    async def job(self, job_id: int) -> Job | None:
         row = await self.db.fetchrow(q.JOB, job_id)
-        if row:
-            for key in ("params", "outputs"):
-                row[key] = _loads(row[key])
-            row["cancel_requested"] = bool(row["cancel_requested"])
-        return row
+        return Job.from_row(row) if row else None
 
-    async def batch_jobs(self, batch_id: int) -> list[dict[str, Any]]:
+    async def batch_jobs(self, batch_id: int) -> list[Job]:
         """Every job of a batch, in sheet order."""
-        rows = await self.db.fetch(q.BATCH_JOBS, batch_id)
-        for row in rows:
-            for key in ("params", "outputs"):
-                row[key] = _loads(row[key])
-            row["cancel_requested"] = bool(row["cancel_requested"])
-        return rows
+        return [Job.from_row(r) for r in await self.db.fetch(q.BATCH_JOBS, batch_id)]
 
-    async def batch(self, batch_id: int) -> dict[str, Any] | None:
+    async def batch(self, batch_id: int) -> Batch | None:
         row = await self.db.fetchrow(q.BATCH, batch_id)
-        if row:
-            row["meta"] = _loads(row["meta"])
-        return row
+        return Batch.from_row(row) if row else None
 
     async def jobs_ahead(self, job_id: int) -> int | None:
         """Queued jobs that will be claimed before this one; None if it is not queued."""
@@ -413,9 +389,11 @@ class Queue:
         first = await self.db.fetchval(q.BATCH_FIRST_QUEUED, batch_id)
         return None if first is None else await self.db.fetchval(q.JOBS_AHEAD, first)
 
-    async def active_counts(self) -> dict[str, int]:
-        """{queued, running}: cheap at any history size, for health checks."""
-        return await self.db.fetchrow(q.ACTIVE_COUNTS)
+    async def active_counts(self) -> ActiveCounts:
+        """Queued and running jobs: cheap at any history size, for health checks."""
+        row = await self.db.fetchrow(q.ACTIVE_COUNTS)
+        assert row is not None
+        return ActiveCounts(row["queued"], row["running"])
 
     async def active_jobs_of(self, submitter: str) -> int:
         """Queued and running jobs of one submitter (a per-person limit)."""
@@ -437,14 +415,11 @@ class Queue:
 
     async def page_jobs(self, *, before: int | None = None, batch: int | None = None,
                         status: str | None = None, submitter: str | None = None,
-                        limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+                        limit: int = 100, offset: int = 0) -> list[Job]:
         """Jobs newest first, filtered: those with an id below `before` (a cursor, for
         scripts walking everything), or from `offset` on (for a view that jumps about)."""
         rows = await self.db.fetch(q.PAGE_JOBS, before, batch, status, submitter, limit, offset)
-        for row in rows:
-            for key in ("params", "outputs"):
-                row[key] = _loads(row[key])
-        return rows
+        return [Job.from_row(r) for r in rows]
 
     async def count_jobs(self, *, batch: int | None = None, status: str | None = None,
                          submitter: str | None = None) -> int:
@@ -452,26 +427,26 @@ class Queue:
         return await self.db.fetchval(q.COUNT_JOBS, batch, status, submitter)
 
     async def page_batches(self, *, before: int | None = None, submitter: str | None = None,
-                           limit: int = 50) -> list[dict[str, Any]]:
+                           limit: int = 50) -> list[BatchCounts]:
         """Batches newest first, each with its jobs counted by status."""
         rows = await self.db.fetch(q.PAGE_BATCHES, before, submitter, limit)
         if not rows:
             return []
-        by_id = {r["id"]: {**r, "meta": _loads(r["meta"]), "counts": {}} for r in rows}
+        counts: dict[int, dict[str, int]] = {r["id"]: {} for r in rows}
         for c in await self.db.fetch(q.BATCH_RANGE_COUNTS, rows[-1]["id"], rows[0]["id"]):
-            if c["batch_id"] in by_id:
-                by_id[c["batch_id"]]["counts"][c["status"]] = c["n"]
-        return list(by_id.values())
+            if c["batch_id"] in counts:
+                counts[c["batch_id"]][c["status"]] = c["n"]
+        return [BatchCounts(Batch.from_row(r), counts[r["id"]]) for r in rows]
 
-    async def running(self) -> list[dict[str, Any]]:
+    async def running(self) -> list[RunningJob]:
         """Running jobs with their batch's template, oldest first."""
-        return await self.db.fetch(q.RUNNING_JOBS)
+        return [RunningJob.from_row(r) for r in await self.db.fetch(q.RUNNING_JOBS)]
 
     async def counts(self) -> dict[str, dict[str, int]]:
         """{status: {priority: n}} over all jobs."""
         out: dict[str, dict[str, int]] = {s.value: {} for s in Status}
         for row in await self.db.fetch(q.COUNTS):
-            out[row["status"]][Priority(row["priority"]).name.lower()] = row["n"]
+            out[row["status"]][Priority(row["priority"]).label] = row["n"]
         return out
 
     async def queued_by_affinity(self) -> dict[str, int]:
@@ -503,23 +478,21 @@ class Queue:
             eta = await self.eta(await self.db.fetchval(q.JOBS_AHEAD, last))
         return BatchProgress(batch_id, batch["total_jobs"], counts, ahead, eta)
 
-    async def digest(self, since: float, until: float) -> dict[str, Any]:
-        """What happened after `since`, up to `until`: batches made, jobs finished by status with their
-        mean run time, the three busiest submitters."""
+    async def digest(self, since: float, until: float) -> Digest:
+        """What happened after `since`, up to `until`: batches made, jobs finished by
+        status with their mean run time, the three busiest submitters."""
         finished = {r["status"]: r for r in await self.db.fetch(q.DIGEST_JOBS, since, until)}
         ok = finished.get("succeeded")
-        return {"batches": await self.db.fetchval(q.DIGEST_BATCHES, since, until),
-                "finished": {s: r["n"] for s, r in finished.items()},
-                "mean_seconds": float(ok["seconds"]) if ok and ok["seconds"] is not None else None,
-                "top": [(r["submitter"], r["n"])
-                        for r in await self.db.fetch(q.DIGEST_SUBMITTERS, since, until)]}
+        return Digest(
+            batches=await self.db.fetchval(q.DIGEST_BATCHES, since, until),
+            finished={s: r["n"] for s, r in finished.items()},
+            mean_seconds=float(ok["seconds"]) if ok and ok["seconds"] is not None else None,
+            top=[(r["submitter"], r["n"])
+                 for r in await self.db.fetch(q.DIGEST_SUBMITTERS, since, until)])
 
-    async def events_after(self, seq: int, limit: int = 1000) -> list[dict[str, Any]]:
+    async def events_after(self, seq: int, limit: int = 1000) -> list[Event]:
         """Events with a sequence number above `seq`, oldest first: resume from the last seen."""
-        rows = await self.db.fetch(q.EVENTS_AFTER, seq, limit)
-        for row in rows:
-            row["data"] = _loads(row["data"])
-        return rows
+        return [Event.from_row(r) for r in await self.db.fetch(q.EVENTS_AFTER, seq, limit)]
 
     async def last_event_seq(self) -> int:
         return await self.db.fetchval(q.LAST_EVENT_SEQ)

@@ -7,12 +7,12 @@ several run on one database.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 from storage.db import Database
+from storage.records import Schedule, encoded
 
 ADD = """
 INSERT INTO schedules (cron, timezone, template, sheet, files, submitter, platform, conversation,
@@ -25,13 +25,6 @@ REMOVE = "DELETE FROM schedules WHERE id = $1 RETURNING id"
 CLAIM = "UPDATE schedules SET fired_at = $2 WHERE id = $1 AND fired_at < $2"
 
 
-def _row(row: dict) -> dict:
-    for key in ("files", "meta"):
-        if isinstance(row[key], (str, bytes)):
-            row[key] = json.loads(row[key])
-    return row
-
-
 class Schedules:
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time):
         self.db, self.clock = db, clock
@@ -39,17 +32,16 @@ class Schedules:
     async def add(self, *, cron: str, timezone: str, template: str, sheet: str,
                   files: dict[str, str], submitter: str, platform: str,
                   conversation: str | None, priority: int, meta: dict[str, Any]) -> int:
-        row = await self.db.fetchrow(ADD, cron, timezone, template, sheet, json.dumps(files),
-                                     submitter, platform, conversation, priority,
-                                     json.dumps(meta, ensure_ascii=False), self.clock())
-        return row["id"]
+        return await self.db.fetchval(ADD, cron, timezone, template, sheet, encoded(files),
+                                      submitter, platform, conversation, priority,
+                                      encoded(meta), self.clock())
 
-    async def all(self) -> list[dict]:
-        return [_row(r) for r in await self.db.fetch(ALL)]
+    async def all(self) -> list[Schedule]:
+        return [Schedule.from_row(r) for r in await self.db.fetch(ALL)]
 
-    async def get(self, schedule_id: int) -> dict | None:
+    async def get(self, schedule_id: int) -> Schedule | None:
         row = await self.db.fetchrow(ONE, schedule_id)
-        return _row(row) if row else None
+        return Schedule.from_row(row) if row else None
 
     async def remove(self, schedule_id: int) -> bool:
         return await self.db.fetchrow(REMOVE, schedule_id) is not None

@@ -23,7 +23,11 @@ import socket
 import tempfile
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    import asyncpg
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +55,7 @@ class Waker:
         try:
             await asyncio.wait_for(self._event.wait(), timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         finally:
             self._event.clear()
@@ -115,6 +119,7 @@ class SocketWaker(Waker):
                 asyncio.get_running_loop().remove_reader(self._sock.fileno())
             self._sock.close()
             self._sock = None
+            assert self._path is not None  # listen() names the socket before binding it
             with contextlib.suppress(FileNotFoundError):
                 self._path.unlink()
         await super().close()
@@ -134,7 +139,7 @@ class PostgresWaker(Waker):
         self._dsn = urlunsplit(parts._replace(scheme="postgresql",
                                               query=urlencode(query, doseq=True)))
         self._run_notify = run_notify
-        self._conn = None
+        self._conn: asyncpg.Connection | None = None
 
     async def listen(self) -> None:
         import asyncpg
@@ -210,7 +215,7 @@ class EventBell:
         try:
             await asyncio.wait_for(changed.wait(), timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     async def close(self) -> None:

@@ -9,14 +9,14 @@ if any, comes back to the queue through its lease, as any job of a dead process 
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from storage.db import Database
+from storage.records import WorkerInfo, encoded
 
 BEAT = """
 INSERT INTO workers (id, host, pid, device, version, state, job_id, memory_total, memory_used,
@@ -52,36 +52,31 @@ class Workers:
         self.db, self.lost_after, self.clock = db, lost_after, clock
 
     @classmethod
-    def of(cls, queue) -> "Workers":
+    def of(cls, queue) -> Workers:
         """The registry beside a queue: lost after one lease of silence (by then any job
         it held can be claimed again anyway)."""
         return cls(queue.db, lost_after=queue.settings.lease_seconds, clock=queue.clock)
 
     async def beat(self, worker: str, *, host: str, pid: int, device: str, version: str,
                    job: int | None, memory_total: int | None = None,
-                   memory_used: int | None = None, models: list[str] = (),
+                   memory_used: int | None = None, models: Sequence[str] = (),
                    allow: list[str] | None = None, stats: dict[str, Any] | None = None,
                    started_at: float | None = None) -> None:
         """I am alive, and this is me now (busy when `job` is set)."""
         now = self.clock()
         await self.db.execute(
             BEAT, worker, host, pid, device, version, "busy" if job else "idle", job,
-            memory_total, memory_used, json.dumps(list(models)),
-            None if allow is None else json.dumps(list(allow)), json.dumps(stats or {}),
+            memory_total, memory_used, encoded(list(models)),
+            None if allow is None else encoded(list(allow)), encoded(stats or {}),
             started_at or now, now)
 
     async def stopped(self, worker: str) -> None:
         await self.db.execute(STOPPED, worker, self.clock())
 
-    async def all(self) -> list[dict[str, Any]]:
+    async def all(self) -> list[WorkerInfo]:
         """Every known worker, oldest first, the silent ones marked lost first."""
         await self.sweep()
-        rows = await self.db.fetch(ALL)
-        for row in rows:
-            for key in ("models", "allow", "stats"):
-                if isinstance(row[key], (str, bytes)):
-                    row[key] = json.loads(row[key])
-        return rows
+        return [WorkerInfo.from_row(r) for r in await self.db.fetch(ALL)]
 
     async def sweep(self) -> list[str]:
         """Mark workers silent for `lost_after` seconds lost; returns their names."""
@@ -91,7 +86,7 @@ class Workers:
         async with self.db.transaction() as tx:
             lost = await self.db.fetch(LOSE, now - self.lost_after, client=tx)
             for row in lost:
-                await self.db.execute(LOST_EVENT, now, json.dumps(
+                await self.db.execute(LOST_EVENT, now, encoded(
                     {"worker": row["id"], "job": row["job_id"], "seen_at": row["seen_at"]}),
                     client=tx)
         return [row["id"] for row in lost]

@@ -9,8 +9,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bot.platform import DeliveryError, DownloadError, FileRef, Incoming, Outgoing, Platform
-
+from bot.chat.platform import DeliveryError, DownloadError, FileRef, Incoming, Outgoing, Platform
 
 MESSAGE_IDS = itertools.count(1)  # unique across instances, as a platform's message ids are
 
@@ -124,14 +123,17 @@ class World:
         self.local_admins = local_admins
         self.task = None
 
-    async def __aenter__(self) -> "World":
-        from bot.core import ChatCore
+    async def __aenter__(self) -> World:
+        from bot.app.core import App
+        from bot.chat.core import ChatCore
         from executor.workflow import load_templates
+        from storage.files import open_store
         from storage.queue import open_queue
         self.queue = await open_queue(self.config, clock=self.clock)
         templates, _ = load_templates(self.config.templates_dir)
-        self.core = ChatCore(self.config, self.queue, self.platforms, templates=templates,
-                             clock=self.clock, local_admins=self.local_admins)
+        self.app = App(self.config, self.queue, open_store(self.config), templates,
+                       clock=self.clock, local_admins=self.local_admins)
+        self.core = ChatCore(self.app, self.platforms)
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -169,7 +171,7 @@ class World:
                 pending = [await self.core.outbox.next_due(p.name) for p in self.platforms]
                 caught_up = await self.core.outbox.cursor(self.core.notifier.cursor) >= \
                     await self.queue.last_event_seq()
-                if not active["queued"] and not active["running"] and caught_up and \
+                if not active.total and caught_up and \
                         all(t is None for t in pending):
                     return
                 await asyncio.sleep(0.05)
@@ -179,11 +181,11 @@ class ServiceWorld(World):
     """The real service (HTTP app, chat core, the configured platforms) with an in-process
     executor started on demand."""
 
-    async def __aenter__(self) -> "ServiceWorld":
+    async def __aenter__(self) -> ServiceWorld:
         from bot.service import Service
         self.service = Service(self.config, executor=False)
         await self.service.start()
-        self.queue, self.core = self.service.queue, self.service.core
+        self.queue, self.core, self.app = self.service.queue, self.service.core, self.service.app
         self.platforms = list(self.service.platforms)
         self.url = f"http://127.0.0.1:{self.service.port}"
         return self

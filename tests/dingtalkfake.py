@@ -34,7 +34,7 @@ class FakeDingTalk:
         self.calls: Counter = Counter()
         self._n = itertools.count(1)
 
-    async def start(self) -> "FakeDingTalk":
+    async def start(self) -> FakeDingTalk:
         app = web.Application(client_max_size=64 * 2**20)
         r = app.router
         r.add_post("/v1.0/oauth2/accessToken", self.access_token)
@@ -73,7 +73,8 @@ class FakeDingTalk:
         self.tokens.clear()
 
     def _authorized(self, request: web.Request) -> bool:
-        token = request.headers.get("x-acs-dingtalk-access-token") or request.query.get("access_token")
+        token = (request.headers.get("x-acs-dingtalk-access-token")
+                 or request.query.get("access_token"))
         return token in self.tokens
 
     # --- files ----------------------------------------------------------------------------
@@ -146,7 +147,8 @@ class FakeDingTalk:
     def texts(self, to: str) -> list[str]:
         """Text and markdown messages, as their readers see them."""
         return [m["param"].get("content") or m["param"].get("text", "").replace("  \n", "\n")
-                for m in self.sent if m["to"] == to and m["key"] in ("sampleText", "sampleMarkdown")]
+                for m in self.sent
+                if m["to"] == to and m["key"] in ("sampleText", "sampleMarkdown")]
 
     def images(self, to: str) -> list[bytes]:
         return [self.media[m["param"]["photoURL"]][2] for m in self.sent

@@ -57,7 +57,8 @@ def ods(rows) -> bytes:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return (f'<table:table-cell office:value-type="float" office:value="{v}">'
                     f"<text:p>{v}</text:p></table:table-cell>")
-        return f'<table:table-cell office:value-type="string"><text:p>{escape(str(v))}</text:p></table:table-cell>'
+        return (f'<table:table-cell office:value-type="string"><text:p>{escape(str(v))}</text:p>'
+                "</table:table-cell>")
     body = "".join("<table:table-row>" + "".join(cell(v) for v in r) + "</table:table-row>"
                    for r in rows)
     content = (

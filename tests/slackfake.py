@@ -23,8 +23,10 @@ LOGIN_PAGE = "<!DOCTYPE html><html><body>Sign in to Slack</body></html>"
 
 class FakeSlack:
     def __init__(self):
-        self.messages: list[dict] = []  # what the bot posted: channel, ts, thread_ts, text, blocks, updates
-        self.files: list[dict] = []  # what the bot uploaded: id, name, data, channel, thread_ts, comment
+        # what the bot posted: channel, ts, thread_ts, text, blocks, updates
+        self.messages: list[dict] = []
+        # what the bot uploaded: id, name, data, channel, thread_ts, comment
+        self.files: list[dict] = []
         self.shared: dict[str, dict] = {}  # files people shared: id -> {name, data}
         self.responses: list[dict] = []  # posts to response_url
         self.people: dict[str, dict] = {}  # users.info answers
@@ -41,7 +43,7 @@ class FakeSlack:
         self.stalled = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def start(self) -> "FakeSlack":
+    async def start(self) -> FakeSlack:
         app = web.Application(client_max_size=64 * 2**20)
         app.router.add_post("/api/{method}", self.api)
         app.router.add_get("/api/{method}", self.api)
@@ -75,7 +77,8 @@ class FakeSlack:
     def _file(self, fid: str) -> dict:
         f = self.shared[fid]
         return {"id": fid, "name": f["name"], "title": f["name"], "size": len(f["data"]),
-                "mimetype": "application/octet-stream", "url_private": f"{self.base}/download/{fid}",
+                "mimetype": "application/octet-stream",
+                "url_private": f"{self.base}/download/{fid}",
                 "url_private_download": f"{self.base}/download/{fid}?dl=1"}
 
     def response_url(self) -> str:
@@ -100,7 +103,8 @@ class FakeSlack:
             args.update(await request.json())
         elif request.can_read_body:
             args.update(await request.post())
-        token = request.headers.get("Authorization", "").removeprefix("Bearer ") or args.get("token")
+        token = (request.headers.get("Authorization", "").removeprefix("Bearer ")
+                 or args.get("token"))
         if token != (APP_TOKEN if method == "apps.connections.open" else TOKEN):
             return web.json_response({"ok": False, "error": "invalid_auth"})
         if self.faults and method not in ("auth.test", "users.info"):
@@ -269,7 +273,8 @@ class SlackClient:
         payload = {"type": "block_actions", "user": {"id": user}, "team": {"id": "T1"},
                    "api_app_id": "A1", "channel": {"id": message["channel"]},
                    "container": {"type": "message", "message_ts": message["ts"],
-                                 "thread_ts": message["thread_ts"], "channel_id": message["channel"]},
+                                 "thread_ts": message["thread_ts"],
+                                 "channel_id": message["channel"]},
                    "response_url": self.fake.response_url(), "trigger_id": f"t{next(self._n)}",
                    "actions": [{"action_id": button["action_id"], "block_id": "b",
                                 "value": button["value"], "type": "button",

@@ -28,7 +28,7 @@ def api_config(tmp_path, demo_models, tokens: tuple[str, ...] = (), **chat):
 
 
 class ApiWorld(ServiceWorld):
-    async def __aenter__(self) -> "ApiWorld":
+    async def __aenter__(self) -> ApiWorld:
         await super().__aenter__()
         # unsafe: keep cookies from an IP address (the service is on 127.0.0.1)
         self.http = aiohttp.ClientSession(self.url, cookie_jar=aiohttp.CookieJar(unsafe=True))
@@ -85,9 +85,24 @@ async def test_tokens_are_required_and_errors_are_json(api):
     assert served - {"/api/v1/openapi.json"} == documented
 
 
+async def test_who_asks_is_known_before_anything_is_looked_up(api):
+    """Without a token nothing says which batches, jobs or schedules exist: 401, not 404."""
+    for method, path in (("POST", "/batches/99/cancel"), ("POST", "/batches/99/retry"),
+                         ("POST", "/jobs/99/cancel"), ("DELETE", "/schedules/99"),
+                         ("GET", "/batches/99"), ("GET", "/jobs/99"),
+                         ("POST", f"/batches/{2**70}/cancel")):
+        status, body = await api.call(method, path, token=None)
+        assert (status, body["error"]["code"]) == (401, "unauthorized"), (method, path)
+    status, body = await api.call("POST", "/batches/99/cancel", token=VIEWER)
+    assert (status, body["error"]["code"]) == (403, "refused_role")  # nor to a viewer
+    status, body = await api.call("POST", "/batches/99/cancel", token=ALICE)
+    assert (status, body["error"]["code"]) == (404, "no_batch")
+
+
 async def test_submit_read_page_and_download_a_batch(api):
     status, batch = await api.submit(3, key="nightly-42")
-    assert status == 201 and (batch["id"], batch["total"], batch["submitter"]) == (1, 3, "api:alice")
+    assert status == 201 \
+        and (batch["id"], batch["total"], batch["submitter"]) == (1, 3, "api:alice")
     again_status, again = await api.submit(3, key="nightly-42")  # a retried request
     assert again_status == 200 and again["id"] == 1
     status, page = await api.call("GET", "/jobs?limit=2")
@@ -151,7 +166,7 @@ async def test_the_same_permission_rules_as_chat(api):
     assert body == {"ended": [2], "asked": []}
     status, body = await api.call("POST", "/batches/1/retry", token=ALICE)
     assert (status, body["error"]["code"]) == (409, "nothing_to_retry")
-    audit = [(a["user_id"], a["action"], a["allowed"]) for a in
+    audit = [(a.user, a.action, a.allowed) for a in
              reversed(await api.core.access.audit_log())]
     assert ("vic", "gen", False) in audit and ("ops", "pause", True) in audit
     assert ("bob", "cancel", False) in audit and ("ops", "cancel", True) in audit
@@ -183,7 +198,7 @@ def test_no_request_the_openapi_document_allows_gets_a_5xx(tmp_path, demo_models
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from bot.openapi import document
+    from bot.web.openapi import document
     from tests.conftest import PYTHON, free_port, python_env
     executor_config(tmp_path / "data", demo_models)
     port = free_port()
@@ -253,7 +268,7 @@ async def test_genbot_submit_sends_the_sheet_and_its_pictures_and_waits(tmp_path
         assert out.splitlines()[0].startswith("batch 1: 2 social_thumb jobs")
         assert "batch 1: 2 of 2 succeeded" in out and out.rstrip().endswith("results.xlsx")
         jobs = await w.queue.batch_jobs(1)
-        assert {j["status"] for j in jobs} == {"succeeded"}  # the pictures went along
+        assert {j.status for j in jobs} == {"succeeded"}  # the pictures went along
         code, _, err = await genbot("social_thumb", "examples/social_thumb.xlsx", token=VIEWER)
         assert code == 1 and "needs the submitter role" in err
         code, _, err = await genbot("nope", "examples/social_thumb.xlsx")
@@ -289,15 +304,15 @@ async def test_schedules_through_the_api(api):
 NOBODY = "nobody-token-00001"
 ROLES = {"anonymous": None, "none": NOBODY, "viewer": VIEWER, "other": BOB, "owner": ALICE,
          "admin": ADMIN}
-NO, ANY, V, S, O, A = range(6)  # who gets past the permission check: anyone … only admins
+NO, ANY, V, S, OWNER, A = range(6)  # who gets past the permission check: anyone … only admins
 ROUTES = [  # method, path, who passes, the answer once past the check
     ("GET", "/queue", V, 200), ("GET", "/workers", V, 200), ("GET", "/templates", V, 200),
     ("GET", "/templates/social_thumb", V, 200), ("GET", "/batches", V, 200),
     ("GET", "/batches/1", V, 200), ("GET", "/batches/1/files/results.xlsx", V, 404),
     ("GET", "/jobs", V, 200), ("GET", "/jobs/1", V, 200), ("GET", "/jobs/1/outputs/0", V, 404),
     ("GET", "/schedules", V, 200),
-    ("POST", "/batches", S, 415), ("POST", "/batches/1/retry", O, 409),
-    ("POST", "/jobs/2/cancel", O, 200), ("POST", "/batches/1/cancel", O, 200),
+    ("POST", "/batches", S, 415), ("POST", "/batches/1/retry", OWNER, 409),
+    ("POST", "/jobs/2/cancel", OWNER, 200), ("POST", "/batches/1/cancel", OWNER, 200),
     ("POST", "/queue/pause", A, 200), ("POST", "/queue/resume", A, 200),
     ("POST", "/schedules", A, 415), ("DELETE", "/schedules/9", A, 404),
 ]
@@ -310,12 +325,13 @@ async def test_every_route_answers_each_role_as_the_rules_say(tmp_path, demo_mod
                         submitters=["api:alice", "api:bob"])
     async with ApiWorld(config) as w:
         await w.submit(3, token=ALICE)
-        rank = {"anonymous": NO, "none": ANY, "viewer": V, "other": S, "owner": O, "admin": A}
+        rank = {"anonymous": NO, "none": ANY, "viewer": V, "other": S, "owner": OWNER,
+                "admin": A}
         for method, path, needs, answer in ROUTES:
             for role, token in ROLES.items():
                 await w.queue.resume()  # each call starts from the same state
                 status, body = await w.call(method, path, token)
-                passes = rank[role] >= needs and not (needs == O and role == "other")
+                passes = rank[role] >= needs and not (needs == OWNER and role == "other")
                 expected = 401 if role == "anonymous" else answer if passes else 403
                 assert status == expected, (method, path, role, body)
                 if status == 403:
@@ -397,7 +413,7 @@ async def test_a_dashboard_session_acts_as_its_token_and_changes_need_the_csrf_t
     status, body = await with_cookie("POST", "/queue/pause", Origin=api.url,
                                      **{"X-CSRF-Token": me["csrf"]})
     assert (status, body["paused"]) == (200, True)
-    audit = [(a["user_id"], a["action"], a["allowed"]) for a in await api.core.access.audit_log()]
+    audit = [(a.user, a.action, a.allowed) for a in await api.core.access.audit_log()]
     assert ("ops", "pause", True) in audit  # the cookie acted as the token's user
 
     with pytest.raises(aiohttp.WSServerHandshakeError):  # a cross-site page's WebSocket

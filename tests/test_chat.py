@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openpyxl import load_workbook
 
-from bot.commands import NAMES
+from bot.chat.commands import COMMANDS
 from tests.chatfake import MemoryPlatform, World
 from tests.conftest import ROOT, executor_config
 
@@ -44,7 +44,7 @@ async def upload(w: World, rows: int = 2, *, user: str = "U1", conversation: str
 
 
 async def audit(w: World) -> list[tuple]:
-    return [(a["user_id"], a["action"], a["allowed"], a["detail"].get("refusal"))
+    return [(a.user, a.action, a.allowed, a.detail.get("refusal"))
             for a in reversed(await w.core.access.audit_log())]
 
 
@@ -52,14 +52,16 @@ async def audit(w: World) -> list[tuple]:
 
 async def test_help_templates_template_queue_and_status_answer(world):
     (help_,) = await world.send("/help")
-    assert help_.text.splitlines()[0].startswith("Commands") and "/gen TEMPLATE [FILE]" in help_.text
+    assert help_.text.splitlines()[0].startswith("Commands") \
+        and "/gen TEMPLATE [FILE]" in help_.text
     (one,) = await world.send("help cancel")  # without the slash, too
     assert one.text.startswith("usage: /cancel BATCH | job JOB | mine | all")
     (listing,) = await world.send("@genbot templates")  # and after a mention
     assert [line.split(" — ")[0] for line in listing.text.splitlines()[1:]] == \
         ["material_swap", "product_main", "social_thumb"]
     (info,) = await world.send("/template social_thumb")
-    assert info.text.startswith("social_thumb: Social media thumbnail") and "  image* (image)" in info.text
+    assert info.text.startswith("social_thumb: Social media thumbnail") \
+        and "  image* (image)" in info.text
     example = load_workbook(io.BytesIO(info.data))
     assert info.file == "social_thumb-en.xlsx" and example.active["A1"].value == "image"
     (nope,) = await world.send("/template social_thum")
@@ -155,7 +157,8 @@ async def test_dry_run_reports_and_queues_nothing(world):
 
 async def test_at_schedules_in_the_readers_time_zone_and_priority_is_kept(tmp_path, demo_models):
     async with World(config(tmp_path, demo_models, timezone="Asia/Shanghai")) as w:
-        accepted, _ = await upload(w, text="/gen social_thumb sheet.csv --at 21:30 --priority urgent")
+        accepted, _ = await upload(
+            w, text="/gen social_thumb sheet.csv --at 21:30 --priority urgent")
         zone = ZoneInfo("Asia/Shanghai")
         now = datetime.now(zone)
         at = now.replace(hour=21, minute=30, second=0, microsecond=0)
@@ -164,7 +167,7 @@ async def test_at_schedules_in_the_readers_time_zone_and_priority_is_kept(tmp_pa
         assert accepted.text == (f"Batch 1 accepted: 2 social_thumb jobs, to start at "
                                  f"{at:%Y-%m-%d %H:%M} (Asia/Shanghai).")
         jobs = await w.queue.batch_jobs(1)
-        assert {j["not_before"] for j in jobs} == {at.timestamp()} and jobs[0]["priority"] == 0
+        assert {j.not_before for j in jobs} == {at.timestamp()} and jobs[0].priority == 0
         assert await w.queue.claim("exec") is None  # not before its time
         (status,) = await w.send("/status")
         assert status.text.endswith(f"starts at {at:%Y-%m-%d %H:%M} (Asia/Shanghai)")
@@ -232,7 +235,7 @@ async def test_cancel_mine_and_retry_of_failed_jobs(world):
     assert accepted.thread == root.id  # in the first batch's thread
     assert accepted.text.startswith("Batch 2 accepted: 2 social_thumb jobs")
     assert accepted.text.endswith("(a retry of batch 1's failed jobs)")
-    assert (await q.batch(2))["submitter"] == "test:U1"
+    assert (await q.batch(2)).submitter == "test:U1"
     (twice,) = await world.send("/retry 1", user="U1")
     assert twice.text == "Batch 1's failed jobs are already being retried as batch 2."
     mine, *_batch_ended = await world.send("/cancel mine", user="U1")
@@ -305,7 +308,7 @@ async def test_languages_by_person_conversation_locale_and_platform(tmp_path, de
 
 # --- any text gets a reply, never an exception ---------------------------------------------
 
-WORDS = sorted(NAMES)
+WORDS = sorted(COMMANDS.names)
 
 
 def test_any_text_gets_a_reply_and_never_an_error(tmp_path, demo_models):

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from bot.cli import main
+from bot.cli.genbot import main
 from storage import config as cfg
 from storage.queue import NewJob, Priority, Submission, open_queue
 from tests.conftest import PYTHON, ROOT, free_port, python_env
@@ -161,8 +161,9 @@ def test_templates_show_and_broken_ones(workdir, capsys):
 
 
 def test_template_example_writes_a_sheet_that_reads_back(workdir, capsys):
-    from bot.sheets import read_sheet
-    code, out = run_cli(capsys, "template", "example", "social_thumb", "-o", "x.xlsx", "--lang", "zh")
+    from bot.intake.sheets import read_sheet
+    code, out = run_cli(capsys, "template", "example", "social_thumb", "-o", "x.xlsx",
+                        "--lang", "zh")
     assert code == 0 and out.strip() == "wrote x.xlsx"
     sheet = read_sheet("x.xlsx", (workdir / "x.xlsx").read_bytes(), max_unpacked_bytes=2**26)
     assert sheet.headers[:3] == ["图片", "标题", "比例"] and len(sheet.rows) == 2
@@ -172,7 +173,8 @@ def test_template_example_writes_a_sheet_that_reads_back(workdir, capsys):
 
 
 def test_validate_reports_like_the_bot(workdir, capsys):
-    code, out = run_cli(capsys, "validate", "product_main", str(ROOT / "examples" / "product_main.xlsx"))
+    code, out = run_cli(capsys, "validate", "product_main",
+                        str(ROOT / "examples" / "product_main.xlsx"))
     assert code == 0 and out.strip() == "product_main.xlsx: all 2 rows are valid for product_main."
     bad = workdir / "bad.csv"
     bad.write_text("sku,prompt,product_image,steps\nA,p,nothere.png,500\n", encoding="utf-8")

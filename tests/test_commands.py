@@ -7,17 +7,26 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bot.commands import SPECS, Command, CommandError, help_text, parse, parse_time
+from bot.app.core import CancelTarget
+from bot.app.permissions import Action, Role
+from bot.app.values import start_time
+from bot.chat.commands import COMMANDS
+from bot.chat.grammar import Command, CommandError
 from bot.messages import CATALOG
+from storage.records import Priority
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 12, 2, 20, 0, tzinfo=SHANGHAI)
 
 
+SPECS = COMMANDS.specs
+
+
 def p(text: str) -> Command:
-    return parse(text, now=NOW)
+    return COMMANDS.parse(text, now=NOW)
 
 
 def error(text: str) -> CommandError:
@@ -26,22 +35,25 @@ def error(text: str) -> CommandError:
     return caught.value
 
 
-GEN_DEFAULTS = {"priority": "normal", "skip_invalid": False, "dry_run": False, "at": None}
+GEN_DEFAULTS = {"priority": Priority.NORMAL, "skip_invalid": False, "dry_run": False, "at": None}
 
 
 @pytest.mark.parametrize("text", [
-    "/gen product_main sheet.xlsx", "gen product_main sheet.xlsx", "@genbot gen product_main sheet.xlsx",
+    "/gen product_main sheet.xlsx", "gen product_main sheet.xlsx",
+    "@genbot gen product_main sheet.xlsx",
     "<@U024BE7LH> /gen product_main sheet.xlsx", "@机器人 生成 product_main sheet.xlsx",
     "／ｇｅｎ product_main sheet.xlsx", "  GEN   product_main   sheet.xlsx  ",
 ])
 def test_gen_in_every_form(text):
-    assert p(text) == Command("gen", {"template": "product_main", "file": "sheet.xlsx"}, GEN_DEFAULTS)
+    assert p(text) == Command("gen", {"template": "product_main", "file": "sheet.xlsx"},
+                              GEN_DEFAULTS)
 
 
 def test_gen_options_quotes_and_phone_dashes():
     cmd = p('/gen social_thumb "my sheet (v2).xlsx" —priority HIGH --skip-invalid --dry-run')
     assert cmd.args == {"template": "social_thumb", "file": "my sheet (v2).xlsx"}
-    assert cmd.options == {**GEN_DEFAULTS, "priority": "high", "skip_invalid": True, "dry_run": True}
+    assert cmd.options == {**GEN_DEFAULTS, "priority": Priority.HIGH, "skip_invalid": True,
+                           "dry_run": True}
     assert p("/gen social_thumb “我的 表格.xlsx” --priority=low").args["file"] == "我的 表格.xlsx"
     assert p("/gen social_thumb").args == {"template": "social_thumb", "file": None}
     at = p("/gen social_thumb s.csv --at 21:30").options["at"]
@@ -53,20 +65,25 @@ def test_gen_options_quotes_and_phone_dashes():
     ("/status #12", "status", {"batch": 12}, {}),
     ("状态 12", "status", {"batch": 12}, {}),
     ("/queue", "queue", {}, {}),
-    ("/cancel 12", "cancel", {"target": ("batch", 12)}, {}),
-    ("/cancel job 7", "cancel", {"target": ("job", 7)}, {}),
-    ("/cancel j7", "cancel", {"target": ("job", 7)}, {}),
-    ("/cancel batch #3", "cancel", {"target": ("batch", 3)}, {}),
-    ("/cancel mine", "cancel", {"target": ("mine", None)}, {}),
-    ("取消 全部", "cancel", {"target": ("all", None)}, {}),
+    ("/cancel 12", "cancel", {"target": CancelTarget.batch(12)}, {}),
+    ("/cancel job 7", "cancel", {"target": CancelTarget.job(7)}, {}),
+    ("/cancel j7", "cancel", {"target": CancelTarget.job(7)}, {}),
+    ("/cancel batch #3", "cancel", {"target": CancelTarget.batch(3)}, {}),
+    ("/cancel mine", "cancel", {"target": CancelTarget.mine()}, {}),
+    ("取消 全部", "cancel", {"target": CancelTarget.everything()}, {}),
     ("/retry 12", "retry", {"batch": 12}, {}),
     ("/pause", "pause", {}, {}),
     ("暂停", "pause", {}, {}),
     ("/resume", "resume", {}, {}),
     ("/templates", "templates", {}, {}),
     ("/template product_main", "template", {"name": "product_main"}, {}),
-    ("/grant U123 Admin", "grant", {"user": "U123", "role": "admin"}, {}),
-    ("/grant <@U123> viewer", "grant", {"user": "<@U123>", "role": "viewer"}, {}),
+    ("/grant U123 Admin", "grant", {"user": "U123", "role": Role.ADMIN}, {}),
+    ("/grant <@U123> viewer", "grant", {"user": "<@U123>", "role": Role.VIEWER}, {}),
+    ('/schedule "0 9 * * 1-5" social_thumb daily.csv', "schedule",
+     {"cron": "0 9 * * 1-5", "template": "social_thumb", "file": "daily.csv"},
+     {"priority": Priority.NORMAL}),
+    ("/schedules", "schedules", {}, {}),
+    ("/unschedule #4", "unschedule", {"id": 4}, {}),
     ("/revoke U123", "revoke", {"user": "U123"}, {}),
     ("/help", "help", {"command": None}, {}),
     ("/help /gen", "help", {"command": "gen"}, {}),
@@ -91,12 +108,16 @@ def test_every_command(text, name, args, options):
     ('/gen a "b.xlsx', "unbalanced_quote", "A quote is not closed", "引号未闭合"),
     ("/status twelve", "not_an_id", '"twelve" is not a batch number\nusage: /status [BATCH]',
      "不是有效的编号"),
-    ("/cancel", "missing_argument", "TARGET is missing\nusage: /cancel BATCH | job JOB | mine | all",
-     "缺少 TARGET"),
+    ("/cancel", "missing_argument",
+     "TARGET is missing\nusage: /cancel BATCH | job JOB | mine | all", "缺少 TARGET"),
     ("/cancel job x", "not_an_id", '"x" is not a job number', "不是有效的编号"),
     ("/grant U1 boss", "bad_role", '"boss" is not a role', "不是角色"),
     ("/help frob", "unknown_command", 'unknown command "frob"', "未知命令"),
     ("/pause now", "extra_argument", 'unexpected "now"\nusage: /pause', "多余的参数"),
+    ("/cancel 7 8", "extra_argument", 'unexpected "8"\nusage: /cancel', "多余的参数"),
+    ('/schedule "every day" social_thumb', "bad_cron", '"every day" is not a cron line',
+     "不是 cron"),
+    ("/gen a --at 25:00", "bad_time", 'or +2h\nusage: /gen', "不是时间"),
 ])
 def test_mistakes_get_a_specific_line_and_the_usage_in_both_languages(text, code, en, zh):
     e = error(text)
@@ -115,7 +136,7 @@ def test_mistakes_get_a_specific_line_and_the_usage_in_both_languages(text, code
     ("+1d", NOW + timedelta(days=1)),
 ])
 def test_at_times(raw, expected):
-    assert parse_time(raw, NOW) == expected
+    assert start_time(raw, NOW) == expected
 
 
 @pytest.mark.parametrize("raw, code", [("25:00", "bad_time"), ("tomorrow-ish", "bad_time"),
@@ -127,10 +148,19 @@ def test_bad_at_times(raw, code):
 
 def test_help_lists_every_command_in_both_languages():
     for lang in ("en", "zh"):
-        text = help_text(lang=lang)
+        text = COMMANDS.help(lang=lang)
         assert all(f"/{name}" in text for name in SPECS)
-    assert help_text("gen", "zh").startswith("用法：/gen TEMPLATE [FILE]")
+    assert COMMANDS.help("gen", "zh").startswith("用法：/gen TEMPLATE [FILE]")
     assert all(f"help_{name}" in CATALOG for name in SPECS)
+
+
+def test_each_command_is_declared_once_with_its_role_and_handler():
+    """One registry: the grammar, the permission and the dispatch read the same entry."""
+    assert set(SPECS) == {a.value for a in Action}
+    assert COMMANDS.names["生成"] == "gen" and COMMANDS.names["暂停"] == "pause"
+    assert SPECS["pause"].role is Role.ADMIN and SPECS["gen"].role is Role.SUBMITTER
+    assert SPECS["status"].role is Role.VIEWER and SPECS["help"].role is Role.NONE
+    assert all(callable(s.handler) for s in SPECS.values())
 
 
 @settings(max_examples=400, deadline=None)

@@ -88,7 +88,8 @@ def test_where_config_comes_from(tmp_path, monkeypatch):
     named = tmp_path / "named.toml"
     named.write_text("[queue]\nmax_attempts = 6\n")
     assert cfg.load(str(named), env={"GENBOT_CONFIG": str(other)}).queue.max_attempts == 6
-    with pytest.raises(cfg.ConfigError, match=r"missing.toml: config file not found \(named by --config\)"):
+    with pytest.raises(cfg.ConfigError,
+                       match=r"missing.toml: config file not found \(named by --config\)"):
         cfg.load(str(tmp_path / "missing.toml"), env={})
     with pytest.raises(cfg.ConfigError, match="named by GENBOT_CONFIG"):
         cfg.load(env={"GENBOT_CONFIG": str(tmp_path / "gone.toml")})
@@ -119,17 +120,20 @@ def test_environment_overrides_and_secrets(tmp_path):
     assert config.queue.max_attempts == 7 and config.queue.auto_save is False
     assert config.queue.batch_delay == 1.5
     message = error_of(tmp_path, "", {"GENBOT_QUEUE_MAX_ATTEMPTS": "many"})
-    assert message == "environment GENBOT_QUEUE_MAX_ATTEMPTS='many': expected an integer from 1 to 100"
+    assert message == \
+        "environment GENBOT_QUEUE_MAX_ATTEMPTS='many': expected an integer from 1 to 100"
     message = error_of(tmp_path, "", {"GENBOT_QUEUE_MAX_ATTEMPTS": "500"})
-    assert message == "environment GENBOT_QUEUE_MAX_ATTEMPTS = 500: expected an integer from 1 to 100"
+    assert message == \
+        "environment GENBOT_QUEUE_MAX_ATTEMPTS = 500: expected an integer from 1 to 100"
 
 
 def test_example_file_documents_every_key_and_matches_the_schema():
     text = (ROOT / "config.example.toml").read_text(encoding="utf-8")
-    assert text == cfg.render_example(), "regenerate: python -m storage.config > config.example.toml"
+    assert text == cfg.render_example(), \
+        "regenerate: python -m storage.config > config.example.toml"
     parsed = cfg.load(str(ROOT / "config.example.toml"), env={})
     assert parsed.queue == cfg.QueueConfig() and parsed.service == cfg.ServiceConfig()
-    for section, cls in cfg.sections().items():
+    for _section, cls in cfg.sections().items():
         for f in cls.__dataclass_fields__.values():
             assert f"\n{f.name} = " in text and f.metadata["why"]
 

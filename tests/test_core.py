@@ -40,7 +40,8 @@ async def test_the_whole_story_from_upload_to_summary(tmp_path, demo_models, lan
         assert accepted.thread is None and progress.thread == accepted.id  # a thread per batch
         assert accepted.text == ("Batch 1 accepted: 2 social_thumb jobs. 0 jobs ahead; no "
                                  "estimate yet." if lang == "en" else
-                                 "批次 1 已接收：2 个 social_thumb 任务。前面还有 0 个任务；暂无预计时间。")
+                                 "批次 1 已接收：2 个 social_thumb 任务。"
+                                 "前面还有 0 个任务；暂无预计时间。")
         assert [b.command for b in progress.buttons] == ["/cancel 1"]
 
         w.start_executor()
@@ -48,13 +49,15 @@ async def test_the_whole_story_from_upload_to_summary(tmp_path, demo_models, lan
         thread = p.in_thread(accepted.id)
         assert thread[0] is progress
         assert progress.shown.startswith("Batch 1 ████████████████████ 2/2 done, 0 failed"
-                                         if lang == "en" else "批次 1 ████████████████████ 已完成 2/2")
+                                         if lang == "en" else
+                                         "批次 1 ████████████████████ 已完成 2/2")
         assert progress.buttons == ()  # finished: the Cancel button is gone
         images = [x for x in thread if x.image and x.file != "contact.png"]
         assert [x.text for x in images] == (
             ["row 2 · 新品上市 · 限时九折 · 1:1 · 1080", "row 3 · Autumn collection · 4:5 · 1080"]
             if lang == "en" else
-            ["第 2 行 · 新品上市 · 限时九折 · 1:1 · 1080", "第 3 行 · Autumn collection · 4:5 · 1080"])
+            ["第 2 行 · 新品上市 · 限时九折 · 1:1 · 1080",
+             "第 3 行 · Autumn collection · 4:5 · 1080"])
         for x in images:
             assert Image.open(io.BytesIO(x.data)).size[0] == 1080
         summary, contact, results = thread[-3:]
@@ -75,7 +78,7 @@ async def test_a_restart_mid_batch_under_429s_delivers_the_rest_exactly_once(tmp
         await w.send("/gen social_thumb social_thumb.xlsx")
         w.start_executor()
         async with asyncio.timeout(60):
-            while any((await w.queue.active_counts()).values()):
+            while (await w.queue.active_counts()).total:
                 await asyncio.sleep(0.05)
         await w.stop_executor()
         while await w.core.notifier.run_once():

@@ -33,7 +33,7 @@ class DashWorld(ServiceWorld):
 
     page_errors: list[str]
 
-    async def __aenter__(self) -> "DashWorld":
+    async def __aenter__(self) -> DashWorld:
         self.page_errors = []
         return await super().__aenter__()
 
@@ -65,7 +65,8 @@ async def signed_in(browser, world, token: str, hash_: str = ""):
 async def enqueue_many(queue, n: int, per_batch: int = 5000) -> None:
     for start in range(0, n, per_batch):
         await queue.enqueue(Submission("social_thumb", "api:alice", [
-            NewJob(row=i + 2, params={"title": f"t{i}"}) for i in range(min(per_batch, n - start))],
+            NewJob(row=i + 2, workflow={"title": f"t{i}"})
+            for i in range(min(per_batch, n - start))],
             platform="api"))
 
 
@@ -86,8 +87,9 @@ async def test_twenty_thousand_jobs_load_and_scroll_with_a_bounded_page(tmp_path
         # Jump to the middle, then to the end: the rows there come from their own pages.
         for index, job in ((10_000, 10_000), (19_999, 1)):
             await page.eval_on_selector("#job-list", f"el => {{ el.scrollTop = {index} * 34; }}")
-            await page.wait_for_selector(f'#job-list .jobrow[data-index="{index}"][data-job="{job}"]',
-                                         timeout=LOAD_BOUND * 1000)
+            await page.wait_for_selector(
+                f'#job-list .jobrow[data-index="{index}"][data-job="{job}"]',
+                timeout=LOAD_BOUND * 1000)
             assert await page.locator("#job-list .jobrow").count() < 60
         # And a wheel scroll like a person's, rows following.
         await page.eval_on_selector("#job-list", "el => { el.scrollTop = 0; }")
@@ -164,8 +166,8 @@ async def test_running_job_step_progress_and_executors_are_live(tmp_path, demo_m
         for step in (3, 7):
             await w.queue.progress(lease, {"node": "generate", "step": step, "total": 8})
             bar = f'[data-progress="{lease.job_id}"] progress'
-            await page.wait_for_function("([bar, step]) => document.querySelector(bar)?.value == step",
-                                         arg=[bar, step])
+            await page.wait_for_function(
+                "([bar, step]) => document.querySelector(bar)?.value == step", arg=[bar, step])
         assert "step 7/8" in await page.text_content(f'[data-progress="{lease.job_id}"]')
         assert await page.get_attribute(f'[data-progress="{lease.job_id}"] progress', "max") == "8"
         row = await page.text_content('[data-worker="exec-a"]')
@@ -188,7 +190,7 @@ async def test_submit_a_sheet_through_the_form_and_watch_it_finish(tmp_path, dem
         await page.click("#send")
         await page.wait_for_selector("#report ul.problems li")
         assert "row 2" in (await page.text_content("#report")).lower()
-        assert await w.queue.active_counts() == {"queued": 0, "running": 0}
+        assert (await w.queue.active_counts()).total == 0
 
         # A good one, with the picture it names; the queue paused so we see it wait first.
         await w.queue.pause(by="test")
@@ -202,7 +204,7 @@ async def test_submit_a_sheet_through_the_form_and_watch_it_finish(tmp_path, dem
         await page.wait_for_function("() => location.hash === '#/batches/1'")
         await page.wait_for_selector('#thumbs figure[data-job="3"] [data-status="queued"]')
         assert await page.get_attribute("#batch-progress", "value") == "0"
-        assert (await w.queue.batch(1))["priority"] == 1  # high
+        assert (await w.queue.batch(1)).priority == 1  # high
 
         seen: set[str] = set()
         w.start_executor()
@@ -218,6 +220,7 @@ async def test_submit_a_sheet_through_the_form_and_watch_it_finish(tmp_path, dem
             const imgs = [...document.querySelectorAll('#thumbs img')];
             return imgs.length === 3 && imgs.every(i => i.complete && i.naturalWidth > 0);
         }""")
-        widths = await page.eval_on_selector_all("#thumbs img", "imgs => imgs.map(i => i.naturalWidth)")
+        widths = await page.eval_on_selector_all("#thumbs img",
+                                                 "imgs => imgs.map(i => i.naturalWidth)")
         assert all(0 < width <= 256 for width in widths)
         assert await page.locator('a:has-text("Contact sheet")').count() == 1

@@ -38,7 +38,7 @@ class DingWorld(ServiceWorld):
         super().__init__(config)
         self.fake = fake
 
-    async def __aenter__(self) -> "DingWorld":
+    async def __aenter__(self) -> DingWorld:
         await super().__aenter__()
         self.session = aiohttp.ClientSession()
         if self.config.dingtalk.mode == "stream":
@@ -80,7 +80,8 @@ async def test_the_whole_story_in_a_one_to_one_chat(tmp_path, demo_models, fake,
     async with DingWorld(ding_config(tmp_path, demo_models, fake, mode=mode), fake) as w:
         await w.send_sheet_and_pictures()
         got = await w.until(lambda: fake.session_replies)
-        assert got[0]["text"]["content"].startswith("已收到 social_thumb.xlsx")  # Chinese by default
+        # Chinese by default
+        assert got[0]["text"]["content"].startswith("已收到 social_thumb.xlsx")
         await w.say(text="/gen social_thumb social_thumb.xlsx")
         accepted = await w.until(lambda: [r for r in fake.session_replies
                                           if "已接收" in r["text"]["content"]])
@@ -104,7 +105,8 @@ async def test_a_file_sent_in_one_to_one_and_gen_in_a_group(tmp_path, demo_model
         await w.say(group="cidGroup1", text="@genbot /gen social_thumb")
         (none,) = await w.until(lambda: fake.session_replies)
         assert none["text"]["content"].startswith("我还没有收到你的表格")
-        assert none["text"]["content"].endswith("请先在与我的单聊中发送文件；之后即可在这里用 /gen 引用它。")
+        assert none["text"]["content"].endswith(
+            "请先在与我的单聊中发送文件；之后即可在这里用 /gen 引用它。")
         await w.send_sheet_and_pictures()
         await w.gen("@genbot gen social_thumb social_thumb.xlsx", group="cidGroup1")
         w.start_executor()
@@ -134,7 +136,7 @@ async def test_bad_signatures_and_stale_timestamps_are_refused(tmp_path, demo_mo
 
 async def test_token_expiry_qps_limits_and_throttled_users_lose_nothing(tmp_path, demo_models,
                                                                          fake, monkeypatch):
-    monkeypatch.setattr("bot.dingtalk_api.FLOW_WAIT", 0.5)  # DingTalk's minute, shortened
+    monkeypatch.setattr("bot.chat.dingtalk.api.FLOW_WAIT", 0.5)  # DingTalk's minute, shortened
     async with DingWorld(ding_config(tmp_path, demo_models, fake), fake) as w:
         await w.send_sheet_and_pictures()
         await w.gen()
@@ -158,7 +160,7 @@ async def test_a_restart_mid_batch_delivers_the_rest_exactly_once(tmp_path, demo
         fake.faults = ["ok"] * 3 + ["500"] * 40  # three posts get through, then the service dies
         w.start_executor()
         async with asyncio.timeout(60):
-            while any((await w.queue.active_counts()).values()) or fake.faults[:1] == ["ok"]:
+            while (await w.queue.active_counts()).total or fake.faults[:1] == ["ok"]:
                 await asyncio.sleep(0.05)
         before = len(fake.sent)
     assert before == 3
@@ -169,7 +171,8 @@ async def test_a_restart_mid_batch_delivers_the_rest_exactly_once(tmp_path, demo
     captions = [t for t in fake.texts(to) if t.startswith("批次 1 · 第")]
     assert captions == ["批次 1 · 第 2 行 · 新品上市 · 限时九折 · 1:1 · 1080",
                         "批次 1 · 第 3 行 · Autumn collection · 4:5 · 1080"]
-    assert len(fake.images(to)) == 3 and len([m for m in fake.sent if m["key"] == "sampleFile"]) == 1
+    assert len(fake.images(to)) == 3 \
+        and len([m for m in fake.sent if m["key"] == "sampleFile"]) == 1
     texts = [str(m["param"]) for m in fake.sent]
     assert len(texts) == len(set(texts))  # nothing twice
 
@@ -219,7 +222,7 @@ def test_messages_are_parsed_alike_from_both_modes_and_signatures_checked(tmp_pa
 
     from PIL import Image
 
-    from bot.dingtalk import MEDIA_MAX, DingTalk, fit_image
+    from bot.chat.dingtalk.adapter import MEDIA_MAX, DingTalk, fit_image
     from tests.dingtalkfake import sign
     config = executor_config(tmp_path / "data", demo_models, dingtalk={
         "app_key": APP_KEY, "app_secret": APP_SECRET, "platform_admins": True})

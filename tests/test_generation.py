@@ -14,7 +14,7 @@ from tests.conftest import ROOT, executor_config
 
 torch = pytest.importorskip("torch")
 from executor.cache import ModelCache  # noqa: E402 - needs torch
-from executor.generation import SCHEDULERS, generate_batch, shape  # noqa: E402
+from executor.ops.diffusion import SCHEDULERS, generate_batch, shape  # noqa: E402
 
 
 def make_cache(config, vram: float = float("inf"), ram: float = float("inf")) -> ModelCache:
@@ -127,7 +127,8 @@ def test_lru_eviction_under_the_budgets(ctx, tmp_path, demo_models):
 
 
 def test_mismatched_models_are_clear_errors(ctx):
-    with pytest.raises(ModelError, match='ControlNet "canny_sdxl" is for sdxl; model "sd15" is sd15'):
+    with pytest.raises(ModelError,
+                       match='ControlNet "canny_sdxl" is for sdxl; model "sd15" is sd15'):
         generate_batch(ctx, [inputs(control_image="inputs/bottle.png", controlnet="canny_sdxl")])
     with pytest.raises(ModelError, match='model "walnut" is a lora, not a checkpoint'):
         generate_batch(ctx, [inputs(model="walnut")])

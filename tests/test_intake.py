@@ -10,8 +10,8 @@ import pytest
 from aiohttp import web
 from PIL import Image
 
-from bot.images import ImageResolver
-from bot.intake import intake
+from bot.intake.check import intake
+from bot.intake.images import ImageResolver
 from executor.workflow import load_template, load_templates
 from storage.config import IntakeConfig
 from storage.files import FileStore
@@ -62,7 +62,7 @@ async def run(template, filename, data, settings, resolver, **kw):
 
 
 def prompts(result):
-    return [job.params["nodes"][0]["inputs"]["prompt"] for job in result.jobs]
+    return [job.workflow["nodes"][0]["inputs"]["prompt"] for job in result.jobs]
 
 
 # --- encodings, formats, layouts ----------------------------------------------------------
@@ -73,7 +73,7 @@ async def test_csv_encodings_from_the_field(template, settings, resolver, encodi
     result = await run(template, "sheet.csv", data, settings, resolver)
     assert result.ok, result.report()
     assert prompts(result) == ["红色连衣裙，白色背景"]
-    assert result.jobs[0].params["outputs"] == {"out": "裙-01/2.png"}
+    assert result.jobs[0].workflow["outputs"] == {"out": "裙-01/2.png"}
 
 
 async def test_delimiters_are_sniffed_and_tsv_is_tab(template, settings, resolver):
@@ -88,7 +88,7 @@ async def test_ods_xls_and_xlsm(template, settings, resolver, name, make):
     rows = [["prompt", "sku", "steps"], ["from " + name, "O1", 12.0]]
     result = await run(template, name, make(rows), settings, resolver)
     assert result.ok and prompts(result) == ["from " + name], result.report()
-    assert result.jobs[0].params["params"]["steps"] == 12
+    assert result.jobs[0].workflow["params"]["steps"] == 12
 
 
 async def test_merged_cells_fill_their_range(template, settings, resolver):
@@ -102,13 +102,13 @@ async def test_formulas_give_their_cached_values(template, settings, resolver):
     data = xlsx([HEAD, ["p", 7, "=10*2", "A"]], cached={"C2": 20})
     result = await run(template, "s.xlsx", data, settings, resolver)
     assert result.ok, result.report()
-    assert result.jobs[0].params["params"]["steps"] == 20
+    assert result.jobs[0].workflow["params"]["steps"] == 20
 
 
 async def test_42_point_0_is_a_whole_number(template, settings, resolver):
     result = await run(template, "s.xlsx", xlsx([HEAD, ["p", 42.0, 42.0, "A"]]), settings, resolver)
-    assert result.jobs[0].params["params"]["seed"] == 42
-    assert result.jobs[0].params["params"]["steps"] == 42
+    assert result.jobs[0].workflow["params"]["seed"] == 42
+    assert result.jobs[0].workflow["params"]["steps"] == 42
 
 
 async def test_blank_rows_are_skipped_but_row_numbers_stay_excels(template, settings, resolver):
@@ -129,14 +129,14 @@ async def test_values_pass_through_unchanged(template, settings, resolver, nasty
                        ("s.csv", csv_bytes([HEAD, [nasty, None, None, "A"]]))):
         result = await run(template, name, data, settings, resolver)
         assert prompts(result) == [nasty], name
-        stored = json.loads(json.dumps(result.jobs[0].params))
+        stored = json.loads(json.dumps(result.jobs[0].workflow))
         assert stored["params"]["prompt"] == nasty
 
 
 async def test_headers_match_by_alias_case_spaces_and_width(template, settings, resolver):
     data = xlsx([["  ＰＲＯＭＰＴ ", "货号", "步数"], ["p", "A", 5]])
     result = await run(template, "s.xlsx", data, settings, resolver)
-    assert result.ok and result.jobs[0].params["params"]["steps"] == 5
+    assert result.ok and result.jobs[0].workflow["params"]["steps"] == 5
 
 
 async def test_misspelled_header_is_named_with_a_suggestion(template, settings, resolver):
@@ -200,11 +200,12 @@ async def test_skip_invalid_queues_the_valid_rows(template, settings, resolver):
 
 
 async def test_seeds_left_empty_are_drawn_and_stored(template, settings, resolver):
-    result = await run(template, "s.csv", csv_bytes([HEAD, ["a", "", "", "A"], ["b", "9", "", "B"]]),
+    result = await run(template, "s.csv",
+                       csv_bytes([HEAD, ["a", "", "", "A"], ["b", "9", "", "B"]]),
                        settings, resolver)
-    seeds = [job.params["params"]["seed"] for job in result.jobs]
+    seeds = [job.workflow["params"]["seed"] for job in result.jobs]
     assert isinstance(seeds[0], int) and seeds[1] == 9
-    assert result.jobs[0].params["nodes"][0]["inputs"]["seed"] == seeds[0]
+    assert result.jobs[0].workflow["nodes"][0]["inputs"]["seed"] == seeds[0]
 
 
 async def test_path_traversal_in_output_names(template, settings, resolver):
@@ -308,12 +309,13 @@ async def test_image_cells_resolve_to_stored_rgb_pngs(tmp_path, template, settin
         [["b", None, None, "B", "pics/logo.png"]]
     result = await run(template, "s.xlsx", xlsx(rows), settings, images)
     assert result.ok, result.report()
-    paths = {job.params["params"]["ref"] for job in result.jobs}
+    paths = {job.workflow["params"]["ref"] for job in result.jobs}
     assert len(paths) == 2 and all(p.startswith("inputs/") and p.endswith(".png") for p in paths)
     assert len(list((tmp_path / "store" / "inputs").iterdir())) == 2  # stored once each
-    logo = Image.open(store.path(result.jobs[-1].params["params"]["ref"]))
+    logo = Image.open(store.path(result.jobs[-1].workflow["params"]["ref"]))
     assert logo.mode == "RGB" and logo.getpixel((0, 0)) == (255, 255, 255)  # transparent -> white
-    assert result.jobs[0].params["nodes"][0]["inputs"]["init_image"] == result.jobs[0].params["params"]["ref"]
+    assert result.jobs[0].workflow["nodes"][0]["inputs"]["init_image"] == \
+        result.jobs[0].workflow["params"]["ref"]
 
 
 @pytest.mark.parametrize("ref, code", [
@@ -369,7 +371,7 @@ async def test_allow_listed_downloads(tmp_path, template, image_server):
     assert (await codes(*resolver_with(), "/a.png"))[0] == ["image_private_address"]
     settings, images = resolver_with(allow_private_urls=True)
     found, result = await codes(settings, images, "/a.png")
-    assert found == [] and result.jobs[0].params["params"]["ref"].startswith("inputs/")
+    assert found == [] and result.jobs[0].workflow["params"]["ref"].startswith("inputs/")
     assert (await codes(settings, images, "/gone.png"))[0] == ["image_download_failed"]
     # A redirect is checked like the first request: elsewhere.test is not allow-listed.
     assert (await codes(settings, images, "/away"))[0] == ["image_url_not_allowed"]
@@ -385,7 +387,7 @@ async def test_every_example_sheet_validates(tmp_path, name, ext):
     templates, errors = load_templates(ROOT / "templates")
     assert not errors
     sheet = ROOT / "examples" / f"{name}.{ext}"
-    from bot.images import folder_attachments
+    from bot.intake.images import folder_attachments
     settings = IntakeConfig()
     images = ImageResolver(settings, FileStore(tmp_path), assets_dir=tmp_path,
                            attachments=folder_attachments(sheet.parent))

@@ -4,6 +4,7 @@ and nothing on the chat side loads torch."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 
 import pytest
@@ -40,7 +41,7 @@ def test_imports_point_one_way(package, forbidden):
 
 def test_chat_side_starts_without_torch():
     # The notifier and `genbot run` use the pillow ops (contact sheets): no torch there.
-    code = ("import sys, bot.cli, bot.service, bot.notifier, bot.run, storage.queue, "
+    code = ("import sys, bot.cli, bot.service, bot.chat.notifier, bot.cli.run, storage.queue, "
             "executor.ops, executor.contact\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             f"{sorted(HEAVY)!r}))")
@@ -48,3 +49,88 @@ def test_chat_side_starts_without_torch():
                           env=python_env(), cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+# --- no import cycles, one application layer, a bot/ that shows its parts --------------------
+
+PRODUCT = ("bot", "executor", "storage")
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Product module -> the product modules it imports, anywhere in it (lazy imports too)."""
+    modules = {}
+    for package in PRODUCT:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def test_no_import_cycle_among_product_modules():
+    graph = module_graph()
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(module):]
+                                                                + [module]))
+        if module in done:
+            return
+        for imported in sorted(graph[module]):
+            visit(imported, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+def test_bots_parts_depend_one_way():
+    """app below the fronts; intake below app; no front imports another front."""
+    graph = module_graph()
+
+    def part(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+    edges = {(part(a), part(b)) for a, targets in graph.items() for b in targets
+             if a.startswith("bot.") and b.startswith("bot.") and part(a) != part(b)}
+    assert not {e for e in edges if e[0] in ("bot.app", "bot.intake", "bot.errors",
+                                              "bot.messages", "bot.conventions")
+                and e[1] in ("bot.chat", "bot.web", "bot.cli", "bot.service", "bot.scheduler")}
+    assert ("bot.web", "bot.chat") not in edges and ("bot.chat", "bot.web") not in edges
+    assert ("bot.intake", "bot.app") not in edges
+
+
+def test_bot_shows_its_parts():
+    top = sorted(p.name for p in (ROOT / "bot").iterdir()
+                 if p.name != "__pycache__" and not p.name.startswith("."))
+    assert top == ["__init__.py", "app", "chat", "cli", "conventions.py", "errors.py",
+                   "intake", "messages.py", "scheduler.py", "service.py", "supervisor.py", "web"]
+
+
+def test_the_queue_is_fed_by_the_application_layer_only():
+    callers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "bot").rglob("*.py")
+                     if ".enqueue(" in p.read_text(encoding="utf-8"))
+    assert callers == ["bot/app/core.py"]
+
+
+def test_one_source_for_the_version():
+    from importlib.metadata import version
+
+    from executor import VERSION
+    assert VERSION == version("genbot")
+    hard_coded = [str(p.relative_to(ROOT)) for pkg in PRODUCT for p in (ROOT / pkg).rglob("*.py")
+                  if re.search(r'VERSION\s*=\s*"\d+\.\d', p.read_text(encoding="utf-8"))]
+    assert hard_coded == []

@@ -69,7 +69,7 @@ def test_the_grafana_dashboard_only_uses_metrics_the_service_exports():
     import json
     import re
 
-    from bot.metrics import Metrics
+    from bot.web.metrics import Metrics
     dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
     used = {name for p in dashboard["panels"] for t in p["targets"]
             for name in re.findall(r"genbot_[a-z_]+", t["expr"])}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+
 import pytest
 
 from storage.db import APPS, Database, tortoise_config
@@ -39,13 +40,13 @@ async def test_upgrade_from_an_older_schema_keeps_rows(db_url, start):
     db = await Database(db_url).open()  # opening applies the rest
     try:
         assert await db.pending_migrations() == []
-        rows = await db.fetch("SELECT id, status, params FROM jobs ORDER BY id")
+        rows = await db.fetch("SELECT id, status, workflow FROM jobs ORDER BY id")
         assert [(r["id"], r["status"]) for r in rows] == [(1, "queued"), (2, "succeeded")]
-        assert "kept" in str(rows[0]["params"])
+        assert "kept" in str(rows[0]["workflow"])
         queue = Queue(db, queue_settings())
         lease = await queue.claim("w")  # the old job runs under the new schema
-        assert lease.job_id == 1 and lease.params == {"prompt": "kept"}
-        assert [e["kind"] for e in await queue.events_after(0)] == ["running"]
+        assert lease.job_id == 1 and lease.workflow == {"prompt": "kept"}
+        assert [e.kind for e in await queue.events_after(0)] == ["running"]
     finally:
         await db.close()
 

@@ -8,11 +8,11 @@ import pytest
 from openpyxl import load_workbook
 from PIL import Image
 
-from bot.notifier import Notifier
+from bot.chat.notifier import Notifier
+from executor.workflow import load_templates
 from storage.db import Database
 from storage.files import FileStore
 from storage.outbox import Outbox
-from executor.workflow import load_templates
 from storage.queue import NewJob, Queue, Submission
 from tests.conftest import ROOT, queue_settings
 

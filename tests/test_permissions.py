@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import pytest
 
-from bot.commands import parse
-from bot.permissions import Permissions, Refused, Who
+from bot.app.permissions import NEEDS, Action, Permissions, Role, Who, allowed_actions
+from bot.errors import Refused
 from storage.access import Access
 from storage.config import ChatConfig
 from storage.db import Database
 from storage.queue import NewJob, Queue, Submission
 from tests.conftest import queue_settings
 
-NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
 ADMIN = Who("slack", "UADMIN", "C1")
 ALICE = Who("slack", "UALICE", "C1")
 VIEWER = Who("dingtalk", "viewer7", "G1")
@@ -33,57 +30,67 @@ async def env(db_url, clock):
     await queue.close()
 
 
-def cmd(text: str):
-    return parse(text, now=NOW)
-
-
-async def refused(perms, who, text, **kw) -> Refused:
+async def refused(call) -> Refused:
     with pytest.raises(Refused) as caught:
-        await perms.check(who, cmd(text), **kw)
+        await call
     return caught.value
 
 
-@pytest.mark.parametrize("text, admin, submitter, viewer", [
-    ("/help", True, True, True), ("/status", True, True, True), ("/queue", True, True, True),
-    ("/templates", True, True, True), ("/template product_main", True, True, True),
-    ("/gen product_main", True, True, False), ("/cancel mine", True, True, False),
-    ("/retry 3", True, True, False), ("/cancel all", True, False, False),
-    ("/pause", True, False, False), ("/resume", True, False, False),
-    ("/grant U1 viewer", True, False, False), ("/revoke U1", True, False, False),
+def test_every_action_needs_a_role_and_the_dashboard_mirrors_them():
+    assert set(NEEDS) == set(Action)
+    assert allowed_actions(Role.NONE) == ["help"]
+    assert "gen" in allowed_actions(Role.SUBMITTER) \
+        and "pause" not in allowed_actions(Role.SUBMITTER)
+    assert allowed_actions(Role.ADMIN) == sorted(a.value for a in Action)
+
+
+@pytest.mark.parametrize("action, admin, submitter, viewer", [
+    (Action.HELP, True, True, True), (Action.STATUS, True, True, True),
+    (Action.QUEUE, True, True, True), (Action.TEMPLATES, True, True, True),
+    (Action.TEMPLATE, True, True, True), (Action.GEN, True, True, False),
+    (Action.CANCEL, True, True, False), (Action.RETRY, True, True, False),
+    (Action.PAUSE, True, False, False), (Action.RESUME, True, False, False),
+    (Action.GRANT, True, False, False), (Action.REVOKE, True, False, False),
+    (Action.SCHEDULE, True, False, False), (Action.UNSCHEDULE, True, False, False),
 ])
-async def test_what_each_role_may_do(env, text, admin, submitter, viewer):
+async def test_what_each_role_may_do(env, action, admin, submitter, viewer):
     perms, _, _ = env
     for who, allowed in ((ADMIN, admin), (ALICE, submitter), (VIEWER, viewer)):
         if allowed:
-            await perms.check(who, cmd(text))
+            await perms.require(who, action)
         else:
-            await refused(perms, who, text)
+            e = await refused(perms.require(who, action))
+            assert e.code == "refused_role"
 
 
-async def test_submitters_cancel_and_retry_only_their_own_batches(env):
+async def test_submitters_touch_only_their_own_and_admins_are_audited(env):
     perms, access, _ = env
-    await perms.check(ALICE, cmd("/cancel 7"), owner="slack:UALICE")
-    e = await refused(perms, ALICE, "/retry 7", owner="slack:UBOB")
-    assert e.render("en") == "batch 7 was submitted by slack:UBOB; only they or an admin may retry it."
+    await perms.own(ALICE, Role.SUBMITTER, Action.CANCEL, owner="slack:UALICE", subject=7)
+    e = await refused(perms.own(ALICE, Role.SUBMITTER, Action.RETRY, owner="slack:UBOB",
+                                subject=7))
+    assert e.render("en") == \
+        "batch 7 was submitted by slack:UBOB; only they or an admin may retry it."
     assert "只有提交者或管理员" in e.render("zh")
-    await perms.check(ADMIN, cmd("/cancel 7"), owner="slack:UBOB")  # admins may, audited
+    await perms.own(ADMIN, Role.ADMIN, Action.CANCEL, owner="slack:UBOB", subject=7)
     log = await access.audit_log()
-    assert [(r["user_id"], r["action"], r["allowed"]) for r in log] == \
+    assert [(r.user, r.action, r.allowed) for r in log] == \
         [("UADMIN", "cancel", True), ("UALICE", "retry", False)]
-    assert log[1]["detail"]["refusal"] == "refused_not_owner" and log[1]["conversation"] == "C1"
+    assert log[1].detail["refusal"] == "refused_not_owner" and log[1].conversation == "C1"
+    assert log[0].detail["owner"] == "slack:UBOB"
 
 
 async def test_roles_come_from_config_then_grants_and_admins_cannot_be_demoted(env):
     perms, access, _ = env
-    assert [await perms.role(w) for w in (ADMIN, ALICE, VIEWER)] == ["admin", "submitter", "viewer"]
+    assert [await perms.role(w) for w in (ADMIN, ALICE, VIEWER)] == \
+        [Role.ADMIN, Role.SUBMITTER, Role.VIEWER]
     await access.grant("slack", "UALICE", "admin", by="slack:UADMIN")
     await access.grant("slack", "UADMIN", "viewer", by="slack:UALICE")
-    assert await perms.role(ALICE) == "admin" and await perms.role(ADMIN) == "admin"
+    assert await perms.role(ALICE) == Role.ADMIN and await perms.role(ADMIN) == Role.ADMIN
     await access.grant("slack", "UALICE", "viewer", by="slack:UADMIN")  # replaces
-    assert await perms.role(ALICE) == "viewer"
+    assert await perms.role(ALICE) == Role.VIEWER
     assert await access.revoke("slack", "UALICE") and not await access.revoke("slack", "UALICE")
-    assert await perms.role(ALICE) == "submitter"
-    e = await refused(perms, VIEWER, "/gen product_main")
+    assert await perms.role(ALICE) == Role.SUBMITTER
+    e = await refused(perms.require(VIEWER, Action.GEN))
     assert e.render("en") == "/gen needs the submitter role; you are viewer. Ask an admin."
 
 
@@ -91,27 +98,28 @@ async def test_default_role_none_and_the_conversation_allow_list(env):
     perms, access, queue = env
     strict = Permissions(ChatConfig(default_role="none", admins=("slack:UADMIN",),
                                     conversations=("slack:C1",)), access, queue)
-    await strict.check(STRANGER, cmd("/help"))
-    await refused(strict, STRANGER, "/status")
-    e = await refused(strict, Who("slack", "UADMIN", "C9"), "/pause")
+    await strict.require(STRANGER, Action.HELP)
+    await refused(strict.require(STRANGER, Action.STATUS))
+    e = await refused(strict.require(Who("slack", "UADMIN", "C9"), Action.PAUSE))
     assert e.code == "refused_conversation"
-    await strict.check(ADMIN, cmd("/pause"))
+    await strict.require(ADMIN, Action.PAUSE)
+    await strict.require(Who("slack", "UADMIN"), Action.PAUSE)  # not in a conversation: no list
 
 
 async def test_per_person_limits(env, clock):
     perms, access, queue = env
     with pytest.raises(Refused, match="limit_rows"):
-        await perms.check_submission(ALICE, "submitter", 11)
+        await perms.limits(ALICE, Role.SUBMITTER, 11)
     await queue.enqueue(Submission("t", ALICE.id, [NewJob(i, {}) for i in range(8)]))
     with pytest.raises(Refused) as e:
-        await perms.check_submission(ALICE, "submitter", 8)
+        await perms.limits(ALICE, Role.SUBMITTER, 8)
     assert e.value.render("en").startswith("you have 8 jobs queued or running")
-    await perms.check_submission(ALICE, "submitter", 7)
+    await perms.limits(ALICE, Role.SUBMITTER, 7)
     await queue.enqueue(Submission("t", ALICE.id, [NewJob(1, {})]))
     with pytest.raises(Refused, match="limit_rate"):  # two submissions this minute
-        await perms.check_submission(ALICE, "submitter", 1)
+        await perms.limits(ALICE, Role.SUBMITTER, 1)
     clock.advance(61)
-    await perms.check_submission(ALICE, "submitter", 1)
-    await perms.check_submission(ADMIN, "admin", 10_000)  # admins: the intake and queue limits
-    refusals = [r["detail"]["refusal"] for r in await access.audit_log() if not r["allowed"]]
+    await perms.limits(ALICE, Role.SUBMITTER, 1)
+    await perms.limits(ADMIN, Role.ADMIN, 10_000)  # admins: the intake and queue limits
+    refusals = [r.detail["refusal"] for r in await access.audit_log() if not r.allowed]
     assert refusals == ["limit_rate", "limit_queued", "limit_rows"]

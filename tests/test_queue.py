@@ -8,12 +8,13 @@ import pytest
 
 from storage.db import Database
 from storage.queue import NewJob, Priority, Queue, QueueFull, Status, Submission
+from storage.records import ActiveCounts
 from tests.conftest import queue_settings
 
 
 def sub(submitter="alice", n=1, *, priority=Priority.NORMAL, key=None, not_before=0.0,
         affinity=None, template="t"):
-    jobs = [NewJob(row=i + 2, params={"prompt": f"{submitter}-{i}"},
+    jobs = [NewJob(row=i + 2, workflow={"prompt": f"{submitter}-{i}"},
                    affinity=affinity[i] if isinstance(affinity, list) else affinity)
             for i in range(n)]
     return Submission(template=template, submitter=submitter, jobs=jobs, priority=priority,
@@ -35,12 +36,12 @@ async def test_enqueue_stores_batch_and_jobs_whole(queue):
     result = await queue.enqueue(sub("alice", 3))
     assert result.created and result.jobs == 3
     batch = await queue.batch(result.batch_id)
-    assert batch["template"] == "t" and batch["submitter"] == "alice" and batch["total_jobs"] == 3
+    assert batch.template == "t" and batch.submitter == "alice" and batch.total_jobs == 3
     leases = await drain(queue)
-    assert [l.row for l in leases] == [2, 3, 4]
-    assert [l.params for l in leases] == [{"prompt": f"alice-{i}"} for i in range(3)]
+    assert [lease.row for lease in leases] == [2, 3, 4]
+    assert [lease.workflow for lease in leases] == [{"prompt": f"alice-{i}"} for i in range(3)]
     job = await queue.job(leases[0].job_id)
-    assert job["status"] == "succeeded" and job["outputs"] == [f"{leases[0].job_id}.png"]
+    assert job.status == "succeeded" and job.outputs == [f"{leases[0].job_id}.png"]
 
 
 async def test_params_round_trip_unchanged(queue):
@@ -48,7 +49,7 @@ async def test_params_round_trip_unchanged(queue):
              "nested": {"list": [1, None, "x"]}}
     await queue.enqueue(Submission("t", "alice", [NewJob(2, nasty)]))
     lease = await queue.claim("w")
-    assert lease.params == nasty
+    assert lease.workflow == nasty
 
 
 async def test_idempotency_key_returns_existing_batch(queue):
@@ -103,7 +104,7 @@ async def test_priority_classes_first(queue):
     await queue.enqueue(sub("bob", 2, priority=Priority.NORMAL))
     await queue.enqueue(sub("carol", 1, priority=Priority.URGENT))
     await queue.enqueue(sub("dave", 1, priority=Priority.HIGH))
-    order = [(l.submitter, l.priority) for l in await drain(queue)]
+    order = [(lease.submitter, lease.priority) for lease in await drain(queue)]
     assert [p for _, p in order] == [Priority.URGENT, Priority.HIGH, Priority.NORMAL,
                                      Priority.NORMAL, Priority.LOW, Priority.LOW]
 
@@ -114,12 +115,12 @@ async def test_round_robin_between_submitters_fifo_within(queue):
     await queue.enqueue(sub("alice", 1))  # alice's second batch continues after her first
     await queue.enqueue(sub("carol", 1))
     leases = await drain(queue)
-    assert [l.submitter for l in leases] == ["alice", "bob", "carol", "alice", "bob", "alice",
-                                             "alice", "alice"]
-    alice = [l.params["prompt"] for l in leases if l.submitter == "alice"]
+    assert [lease.submitter for lease in leases] == ["alice", "bob", "carol", "alice", "bob",
+                                                     "alice", "alice", "alice"]
+    alice = [lease.workflow["prompt"] for lease in leases if lease.submitter == "alice"]
     assert alice == ["alice-0", "alice-1", "alice-2", "alice-3", "alice-0"]
-    assert [l.batch_id for l in leases if l.submitter == "alice"] == sorted(
-        l.batch_id for l in leases if l.submitter == "alice")
+    assert [lease.batch_id for lease in leases if lease.submitter == "alice"] == sorted(
+        lease.batch_id for lease in leases if lease.submitter == "alice")
 
 
 async def test_newcomer_behind_a_big_batch_starts_within_a_few_claims(db_url, clock):
@@ -222,7 +223,7 @@ async def test_expired_lease_reclaimed_counting_an_attempt(queue, clock):
     assert await queue.fail(first, "boom") is None
     assert await queue.complete(second, ["fresh.png"]) == Status.SUCCEEDED
     job = await queue.job(first.job_id)
-    assert job["outputs"] == ["fresh.png"] and job["attempts"] == 2 and job["lease_owner"] == "w2"
+    assert job.outputs == ["fresh.png"] and job.attempts == 2 and job.lease_owner == "w2"
 
 
 async def test_a_dead_owners_jobs_come_back_without_waiting_out_the_lease(queue, clock):
@@ -248,8 +249,8 @@ async def test_poison_job_fails_after_max_attempts_and_queue_moves_on(queue, clo
     await queue.enqueue(sub("bob", 1))
     assert (await queue.claim("w")).submitter == "bob"  # the queue moved on
     job = await queue.job(poison)
-    assert job["status"] == "failed" and job["attempts"] == 3
-    assert "lease expired" in job["error"] and "doomed-3" in job["error"]
+    assert job.status == "failed" and job.attempts == 3
+    assert "lease expired" in job.error and "doomed-3" in job.error
     assert await queue.claim("w") is None
 
 
@@ -260,7 +261,7 @@ async def test_a_claim_that_sees_an_expired_lease_sweeps_it(queue, clock):
     clock.advance(11)
     # This claim takes bob's job in one statement and notices alice's lost lease...
     assert (await queue.claim("w1")).submitter == "bob"
-    assert (await queue.job(lost.job_id))["status"] == "queued"
+    assert (await queue.job(lost.job_id)).status == "queued"
     # ...so the very next claim runs it again.
     again = await queue.claim("w2")
     assert (again.job_id, again.attempts) == (lost.job_id, 2)
@@ -282,7 +283,7 @@ async def test_failed_attempt_retries_with_backoff_then_fails(queue, clock):
     assert lease.attempts == 3
     assert await queue.fail(lease, "third time") == Status.FAILED
     job = await queue.job(lease.job_id)
-    assert job["status"] == "failed" and job["error"] == "third time"
+    assert job.status == "failed" and job.error == "third time"
 
 
 async def test_non_retryable_failure_fails_at_once(queue):
@@ -299,7 +300,7 @@ async def test_cancel_queued_is_immediate_and_final(queue, clock):
     assert len(result.ended) == 3 and result.asked == []
     assert await queue.claim("w") is None
     job = await queue.job(result.ended[0])
-    assert job["status"] == "canceled" and job["error"] == "canceled by slack:U1"
+    assert job.status == "canceled" and job.error == "canceled by slack:U1"
     again = await queue.cancel(batch=b.batch_id)
     assert again.ended == [] and again.asked == []
 
@@ -315,7 +316,7 @@ async def test_cancel_running_is_recorded_then_observed(queue, clock):
     assert await queue.fail(lease, "stopped at step 3/20") == Status.CANCELED
     clock.advance(100)
     assert await queue.claim("w") is None
-    assert (await queue.job(lease.job_id))["status"] == "canceled"
+    assert (await queue.job(lease.job_id)).status == "canceled"
 
 
 async def test_cancel_wins_over_a_late_completion_and_over_lease_expiry(queue, clock):
@@ -327,7 +328,7 @@ async def test_cancel_wins_over_a_late_completion_and_over_lease_expiry(queue, c
     await queue.cancel(job=b.job_id)
     clock.advance(11)  # w2 died after the cancel: the sweep ends the job canceled, no retry
     assert await queue.claim("w3") is None
-    assert (await queue.job(b.job_id))["status"] == "canceled"
+    assert (await queue.job(b.job_id)).status == "canceled"
 
 
 async def test_cancel_scopes(queue):
@@ -368,7 +369,7 @@ async def test_pause_holds_across_restart(db_url, clock):
     queue = Queue(db, queue_settings(), clock=clock)
     try:
         state = await queue.state()
-        assert state["paused"] and state["changed_by"] == "admin"
+        assert state.paused and state.changed_by == "admin"
         assert await queue.claim("w") is None
         await queue.enqueue(sub("bob", 1))  # submissions are still accepted while paused
         assert await queue.claim("w") is None
@@ -403,7 +404,7 @@ async def test_positions_counts_eta_and_progress(queue, clock):
     assert progress.eta_seconds == pytest.approx(12)
     job = (await queue.claim("w"))
     assert await queue.jobs_ahead(job.job_id) is None  # running, not queued
-    assert await queue.active_counts() == {"queued": 3, "running": 1}
+    assert await queue.active_counts() == ActiveCounts(queued=3, running=1)
     assert await queue.batch_progress(999) is None
 
 
@@ -412,21 +413,22 @@ async def test_pages_of_jobs_and_batches_by_cursor_and_offset(queue):
     b = await queue.enqueue(sub("bob", 2))
     await drain(queue)  # all five succeed
     c = await queue.enqueue(sub("alice", 2))
-    ids = [j["id"] for j in await queue.page_jobs(limit=100)]
+    ids = [j.id for j in await queue.page_jobs(limit=100)]
     assert ids == sorted(ids, reverse=True) and len(ids) == 7
-    assert [j["id"] for j in await queue.page_jobs(offset=2, limit=3)] == ids[2:5]
-    assert [j["id"] for j in await queue.page_jobs(before=ids[2], limit=3)] == ids[3:6]
+    assert [j.id for j in await queue.page_jobs(offset=2, limit=3)] == ids[2:5]
+    assert [j.id for j in await queue.page_jobs(before=ids[2], limit=3)] == ids[3:6]
     assert await queue.page_jobs(offset=50) == []
     assert await queue.count_jobs() == 7
     assert await queue.count_jobs(submitter="alice") == 5
     assert await queue.count_jobs(status="queued") == 2
     assert await queue.count_jobs(batch=b.batch_id, status="succeeded") == 2
     batches = await queue.page_batches()
-    assert [(x["id"], x["total_jobs"], x["counts"]) for x in batches] == [
+    assert [(x.batch.id, x.batch.total_jobs, x.counts) for x in batches] == [
         (c.batch_id, 2, {"queued": 2}), (b.batch_id, 2, {"succeeded": 2}),
         (a.batch_id, 3, {"succeeded": 3})]
-    assert [x["id"] for x in await queue.page_batches(before=c.batch_id, limit=1)] == [b.batch_id]
-    assert [x["id"] for x in await queue.page_batches(submitter="alice")] == [c.batch_id,
+    assert [x.batch.id for x in await queue.page_batches(before=c.batch_id, limit=1)] == \
+        [b.batch_id]
+    assert [x.batch.id for x in await queue.page_batches(submitter="alice")] == [c.batch_id,
                                                                                a.batch_id]
     assert await queue.page_batches(before=a.batch_id) == []
 
@@ -439,24 +441,24 @@ async def test_event_log_records_every_transition_in_order(queue, clock):
     await queue.pause("me")
     await queue.resume("me")
     events = await queue.events_after(0)
-    assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
-    kinds = [(e["kind"], e["job_id"]) for e in events]
+    assert [e.seq for e in events] == sorted(e.seq for e in events)
+    kinds = [(e.kind, e.job_id) for e in events]
     j1, j2 = lease.job_id, lease.job_id + 1
     assert kinds[:3] == [("submitted", None), ("running", j1), ("queued", j1)]
     assert sorted(kinds[3:5]) == [("canceled", j1), ("canceled", j2)]  # one statement, any order
     assert kinds[5:] == [("paused", None), ("resumed", None)]
-    assert events[0]["data"]["jobs"] == 2 and events[0]["batch_id"] == b.batch_id
-    assert events[2]["data"]["error"] == "oops" and events[2]["data"]["from"] == "running"
+    assert events[0].data["jobs"] == 2 and events[0].batch_id == b.batch_id
+    assert events[2].data["error"] == "oops" and events[2].data["from"] == "running"
     # Consumers resume from their last sequence number.
-    assert await queue.events_after(events[3]["seq"]) == events[4:]
-    assert await queue.last_event_seq() == events[-1]["seq"]
+    assert await queue.events_after(events[3].seq) == events[4:]
+    assert await queue.last_event_seq() == events[-1].seq
 
 
 async def test_cancel_request_on_running_job_is_an_event(queue):
     await queue.enqueue(sub("alice", 1))
     lease = await queue.claim("w")
     await queue.cancel(job=lease.job_id)
-    kinds = [e["kind"] for e in await queue.events_after(0)]
+    kinds = [e.kind for e in await queue.events_after(0)]
     assert kinds == ["submitted", "running", "cancel_requested"]
 
 
@@ -503,8 +505,8 @@ async def test_progress_is_an_event_only_while_the_lease_is_held(queue, clock):
     other = await queue.claim("w2")  # the lease expired: w2 took the job over
     assert other.job_id == lease.job_id
     assert not await queue.progress(lease, {"node": "gen", "step": 4, "total": 8})
-    events = [e for e in await queue.events_after(0) if e["kind"] == "progress"]
-    assert [(e["job_id"], e["data"]["step"]) for e in events] == [(lease.job_id, 3)]
+    events = [e for e in await queue.events_after(0) if e.kind == "progress"]
+    assert [(e.job_id, e.data["step"]) for e in events] == [(lease.job_id, 3)]
 
 
 async def test_cancels_asked_lists_the_owners_running_jobs_to_stop(queue):
@@ -543,7 +545,7 @@ async def test_retention_forgets_only_batches_wholly_finished_before_the_cutoff(
     await drain(queue)  # bob's job ends only now (its lease long expired), then carol's
     assert await queue.forget_finished(clock() - 7 * 86400) == [old]
     assert await queue.batch(old) is None and await queue.batch_jobs(old) == []
-    assert [e for e in await queue.events_after(0) if e["batch_id"] == old] == []
+    assert [e for e in await queue.events_after(0) if e.batch_id == old] == []
     assert await queue.batch(lingering) is not None and await queue.batch(recent) is not None
     assert await queue.forget_finished(clock() - 7 * 86400) == []
 
@@ -565,7 +567,7 @@ async def test_event_readers_hear_new_events_from_another_connection(db_url, clo
         await writer.enqueue(sub("alice", 1))
         assert await asyncio.gather(*waiting) == [True] * 3  # rung, not timed out
         assert await bell.wait(seen, 30) is True  # a ring since `seen` is not missed
-        assert [e["kind"] for e in await reader.events_after(0)] == ["submitted"]
+        assert [e.kind for e in await reader.events_after(0)] == ["submitted"]
     finally:
         await writer.close()
         await reader.close()

@@ -12,8 +12,14 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
-                                 rule, run_state_machine_as_test)
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from storage.db import Database
 from storage.queue import NewJob, Priority, Queue, QueueFull, Submission
@@ -199,7 +205,8 @@ class QueueMachine(RuleBasedStateMachine):
     def enqueue(self, submitter, priority, affinities, delay, key):
         now = self.clock.now
         expect = self.ref.check_enqueue(submitter, int(priority), len(affinities), now, key)
-        sub = Submission("t", submitter, [NewJob(i + 2, {"i": i}, a) for i, a in enumerate(affinities)],
+        sub = Submission("t", submitter,
+                         [NewJob(i + 2, {"i": i}, a) for i, a in enumerate(affinities)],
                          priority=priority, idempotency_key=key, not_before=now + delay)
         try:
             result = self.run(self.queue.enqueue(sub))
@@ -306,11 +313,11 @@ class QueueMachine(RuleBasedStateMachine):
         events = self.run(self.queue.events_after(self.first_seq, 100_000))
         by_job = defaultdict(list)
         for e in events:
-            if e["job_id"] is not None:
-                by_job[e["job_id"]].append(e["kind"])
+            if e.job_id is not None:
+                by_job[e.job_id].append(e.kind)
         assert dict(by_job) == {j.id: j.events for j in self.ref.jobs.values() if j.events}
-        assert [e["kind"] for e in events if e["kind"] in ("paused", "resumed")] == self.pause_events
-        assert sum(e["kind"] == "submitted" for e in events) == len(self.batches)
+        assert [e.kind for e in events if e.kind in ("paused", "resumed")] == self.pause_events
+        assert sum(e.kind == "submitted" for e in events) == len(self.batches)
 
 
 @pytest.mark.slow

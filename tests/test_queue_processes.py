@@ -44,7 +44,8 @@ class Proc:
             try:
                 line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
             except threadqueue.Empty:
-                raise AssertionError(f"no {prefix!r} within {timeout}s; saw {self.seen[-5:]}")
+                raise AssertionError(
+                    f"no {prefix!r} within {timeout}s; saw {self.seen[-5:]}") from None
             self.seen.append(line)
             if line == "<eof>":
                 err = self.p.stderr.read()
@@ -94,8 +95,9 @@ def enqueue(url, n, submitter="alice"):
 
 
 def job_rows(url):
-    return run(_with_queue(url, lambda q: q.db.fetch(
-        "SELECT id, status, attempts, outputs, lease_owner FROM jobs ORDER BY id")))
+    async def read(queue):
+        return sorted(await queue.page_jobs(limit=1_000_000), key=lambda j: j.id)
+    return run(_with_queue(url, read))
 
 
 def events(url):
@@ -116,10 +118,10 @@ def test_no_double_claim_4_processes_x_2000_jobs(db_url):
         for w in workers:
             w.kill()
     rows = job_rows(db_url)
-    assert sorted(ran) == [r["id"] for r in rows]  # each job executed exactly once
-    assert all(r["status"] == "succeeded" and r["attempts"] == 1 for r in rows)
+    assert sorted(ran) == [r.id for r in rows]  # each job executed exactly once
+    assert all(r.status == "succeeded" and r.attempts == 1 for r in rows)
     assert not any(line.startswith("lost") for w in workers for line in w.seen)
-    per_worker = Counter(r["lease_owner"] for r in rows)
+    per_worker = Counter(r.lease_owner for r in rows)
     assert len(per_worker) == 4, per_worker  # all four really competed for the same jobs
 
 
@@ -138,8 +140,8 @@ def test_sigkilled_executor_job_runs_exactly_once_more(db_url):
     lines = rescuer.finish()
     assert [line for line in lines if line.startswith("ran")] == [f"ran {job} 2"]
     [row] = job_rows(db_url)
-    assert (row["status"], row["attempts"], row["lease_owner"]) == ("succeeded", 2, "rescuer")
-    kinds = [e["kind"] for e in events(db_url) if e["job_id"] == int(job)]
+    assert (row.status, row.attempts, row.lease_owner) == ("succeeded", 2, "rescuer")
+    kinds = [e.kind for e in events(db_url) if e.job_id == int(job)]
     assert kinds == ["running", "queued", "running", "succeeded"]
 
 
@@ -161,9 +163,9 @@ def test_sigstopped_executor_cannot_finish_a_job_taken_over(db_url):
     finally:
         stale.kill()
     [row] = job_rows(db_url)
-    assert row["status"] == "succeeded" and row["lease_owner"] == "fresh"
-    assert "stale.png" not in str(row["outputs"]) and f"{job}.png" in str(row["outputs"])
-    assert [e["kind"] for e in events(db_url)].count("succeeded") == 1
+    assert row.status == "succeeded" and row.lease_owner == "fresh"
+    assert "stale.png" not in str(row.outputs) and f"{job}.png" in str(row.outputs)
+    assert [e.kind for e in events(db_url)].count("succeeded") == 1
 
 
 def test_acknowledged_enqueues_survive_sigkill(db_url):

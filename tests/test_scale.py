@@ -60,7 +60,7 @@ class Fleet:
         self.procs: dict[int, subprocess.Popen] = {}
 
     def start(self, n: int) -> None:
-        for i in range(n):
+        for _ in range(n):
             log = open(self.tmp_path / f"worker{len(self.procs)}.log", "wb")
             proc = subprocess.Popen([PYTHON, "-m", "bot.cli", "worker", "--config",
                                      str(self.config_file)], env=python_env(), stdout=log,
@@ -89,7 +89,7 @@ class Fleet:
 class ChatService(ServiceWorld):
     """The service (no executor of its own) with the test chat platform."""
 
-    async def __aenter__(self) -> "ChatService":
+    async def __aenter__(self) -> ChatService:
         from bot.service import Service
         self.service = Service(self.config, executor=False, platforms=self.platforms)
         await self.service.start()
@@ -101,7 +101,7 @@ class ChatService(ServiceWorld):
 async def idle_workers(queue, n: int, timeout: float = 240) -> list[dict]:
     workers = Workers.of(queue)
     async with asyncio.timeout(timeout):
-        while len(idle := [w for w in await workers.all() if w["state"] == "idle"]) < n:
+        while len(idle := [w for w in await workers.all() if w.state == "idle"]) < n:
             await asyncio.sleep(0.2)
     return idle
 
@@ -122,7 +122,7 @@ async def gen(w, name: str, rows: int, steps: int) -> None:
 async def under_way(queue, timeout: float = 120) -> None:
     """Until some job has reported a denoising step."""
     async with asyncio.timeout(timeout):
-        while not [e for e in await queue.events_after(0) if e["kind"] == "progress"]:
+        while not [e for e in await queue.events_after(0) if e.kind == "progress"]:
             await asyncio.sleep(0.05)
 
 
@@ -140,26 +140,26 @@ async def test_three_workers_share_a_batch_and_a_killed_one_loses_nothing(tmp_pa
                 while not (running := await w.queue.running()):
                     await asyncio.sleep(0.05)
             victim = running[0]
-            os.kill(fleet.owner_pid(victim["lease_owner"]), signal.SIGKILL)
+            os.kill(fleet.owner_pid(victim.lease_owner), signal.SIGKILL)
             await w.finish(timeout=240)
 
             jobs = await w.queue.batch_jobs(1)
-            assert [j["status"] for j in jobs] == ["succeeded"] * 9, fleet.logs()
-            killed = next(j for j in jobs if j["id"] == victim["id"])
-            assert killed["attempts"] == 2 and killed["lease_owner"] != victim["lease_owner"]
-            starts = [e["data"]["owner"] for e in await w.queue.events_after(0)
-                      if e["kind"] == "running"]
+            assert [j.status for j in jobs] == ["succeeded"] * 9, fleet.logs()
+            killed = next(j for j in jobs if j.id == victim.id)
+            assert killed.attempts == 2 and killed.lease_owner != victim.lease_owner
+            starts = [e.data["owner"] for e in await w.queue.events_after(0)
+                      if e.kind == "running"]
             assert len(set(starts)) == 3  # all three took part
             # Every image in the chat exactly once, and the summary after them.
             images = Counter(x.file for x in p.posts if x.image and x.file != "contact.png")
             assert len(images) == 9 and set(images.values()) == {1}, images
             (summary,) = [i for i, x in enumerate(p.posts) if x.text.startswith("Batch 1 finished")]
             assert summary > max(i for i, x in enumerate(p.posts) if x.file in images)
-            states = {x["id"]: x["state"] for x in await Workers.of(w.queue).all()}
+            states = {x.id: x.state for x in await Workers.of(w.queue).all()}
             async with asyncio.timeout(30):  # silent past its lease: lost
-                while states[victim["lease_owner"]] != "lost":
+                while states[victim.lease_owner] != "lost":
                     await asyncio.sleep(0.2)
-                    states = {x["id"]: x["state"] for x in await Workers.of(w.queue).all()}
+                    states = {x.id: x.state for x in await Workers.of(w.queue).all()}
             assert sorted(states.values()) == ["idle", "idle", "lost"], fleet.logs()[-3000:]
     finally:
         fleet.stop()
@@ -179,17 +179,17 @@ async def test_a_stopped_worker_is_fenced_and_cut_connections_are_made_again(tmp
             await gen(w, "rows.csv", 1, 40)
             await under_way(w.queue)
             (running,) = await w.queue.running()
-            stalled = fleet.owner_pid(running["lease_owner"])
+            stalled = fleet.owner_pid(running.lease_owner)
             os.kill(stalled, signal.SIGSTOP)  # past its lease: the other worker takes over
             async with asyncio.timeout(120):
-                while (await w.queue.job(running["id"]))["status"] != "succeeded":
+                while (await w.queue.job(running.id)).status != "succeeded":
                     await asyncio.sleep(0.1)
             os.kill(stalled, signal.SIGCONT)  # it wakes to a lease it no longer holds
             await asyncio.sleep(3)
-            done = await w.queue.job(running["id"])
-            assert done["lease_owner"] != running["lease_owner"] and done["attempts"] == 2
-            kinds = [e["kind"] for e in await w.queue.events_after(0)
-                     if e["job_id"] == running["id"] and e["kind"] != "progress"]
+            done = await w.queue.job(running.id)
+            assert done.lease_owner != running.lease_owner and done.attempts == 2
+            kinds = [e.kind for e in await w.queue.events_after(0)
+                     if e.job_id == running.id and e.kind != "progress"]
             assert kinds == ["running", "queued", "running", "succeeded"]  # finished once
 
             # Cut every database connection (the workers' and the service's): all of them
@@ -205,7 +205,7 @@ async def test_a_stopped_worker_is_fenced_and_cut_connections_are_made_again(tmp
             assert cut >= 2
             await gen(w, "more.csv", 4, 6)
             await w.finish(timeout=180)
-            assert {j["status"] for j in await w.queue.batch_jobs(2)} == {"succeeded"}
+            assert {j.status for j in await w.queue.batch_jobs(2)} == {"succeeded"}
             images = Counter((x.thread, x.file) for x in p.posts
                              if x.image and x.file != "contact.png")
             assert len(images) == 5 and set(images.values()) == {1}, images
@@ -244,12 +244,12 @@ async def test_workers_on_another_host_share_outputs_through_an_object_store(tmp
             s3.start()
             await w.finish(timeout=240)
             jobs = await w.queue.batch_jobs(1)
-            assert [j["status"] for j in jobs] == ["succeeded", "succeeded"], fleet.logs()
-            assert [j["attempts"] for j in jobs] == [1, 1]  # waited out, not failed
+            assert [j.status for j in jobs] == ["succeeded", "succeeded"], fleet.logs()
+            assert [j.attempts for j in jobs] == [1, 1]  # waited out, not failed
             images = [x for x in p.posts if x.image and x.file != "contact.png"]
             assert len(images) == 2
             for job in jobs:  # made on the worker's host, fetched by the service's
-                (output,) = job["outputs"]
+                (output,) = job.outputs
                 assert (tmp_path / "data-gpu" / output).is_file()
                 assert (tmp_path / "data-bot" / output).is_file()
             # The bottle went up from the chat side and down to the worker.

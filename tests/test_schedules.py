@@ -3,15 +3,15 @@ restart, listed, removed; and only by admins."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from bot.schedules import Scheduler, next_fire
-from executor.workflow import load_templates
+from bot.app.values import next_fire
+from bot.scheduler import Scheduler
 from tests.chatfake import World
-from tests.conftest import FakeClock, ROOT, executor_config
+from tests.conftest import ROOT, FakeClock, executor_config
 
 BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
-START = datetime(2026, 12, 2, 8, 0, tzinfo=timezone.utc).timestamp()  # a Wednesday, 08:00 UTC
+START = datetime(2026, 12, 2, 8, 0, tzinfo=UTC).timestamp()  # a Wednesday, 08:00 UTC
 
 
 def config(tmp_path, demo_models):
@@ -20,9 +20,7 @@ def config(tmp_path, demo_models):
 
 
 def scheduler(w: World, clock) -> Scheduler:
-    templates, _ = load_templates(w.config.templates_dir)
-    return Scheduler(w.config, w.queue, w.core.store, templates, outbox=w.core.outbox,
-                     clock=clock)
+    return Scheduler(w.app, outbox=w.core.outbox)
 
 
 async def test_a_schedule_fires_on_time_once_survives_a_restart_and_is_removed(tmp_path,
@@ -51,7 +49,7 @@ async def test_a_schedule_fires_on_time_once_survives_a_restart_and_is_removed(t
         (status,) = [x for x in posts if x.text.startswith(f"Batch {batch} · ")]
         assert "social_thumb · test:BOSS" in status.text
         jobs = await w.queue.batch_jobs(batch)
-        assert len(jobs) == 1 and jobs[0]["params"]["params"]["title"].startswith("Daily")
+        assert len(jobs) == 1 and jobs[0].values["title"].startswith("Daily")
     # A restart: new objects over the same database; the 09:00 firing is not repeated.
     async with World(cfg, clock=clock) as again:
         s = scheduler(again, clock)
@@ -83,7 +81,7 @@ async def test_missed_firings_are_queued_once_not_once_each(tmp_path, demo_model
 
 
 def test_cron_lines_follow_the_schedules_time_zone():
-    after = datetime(2026, 12, 2, 0, 0, tzinfo=timezone.utc).timestamp()
+    after = datetime(2026, 12, 2, 0, 0, tzinfo=UTC).timestamp()
     when = next_fire("0 9 * * *", "Asia/Shanghai", after)
     assert when.isoformat() == "2026-12-02T09:00:00+08:00"
     # Weekdays as crontab counts them: 1 is Monday, 0 and 7 Sunday, 1-5 Monday to Friday.

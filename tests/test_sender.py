@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from bot.sender import Sender
+from bot.chat.sender import Sender
 from storage.db import Database
 from storage.files import FileStore
 from storage.outbox import Outbox
@@ -64,7 +64,7 @@ async def test_without_threads_everything_goes_to_the_conversation(outbox, tmp_p
 async def test_rate_limits_5xx_and_timeouts_are_retried_honouring_retry_after(outbox, tmp_path,
                                                                             clock):
     p = MemoryPlatform()
-    p.faults = [rate_limited(30), server_error(), asyncio.TimeoutError(), OSError("reset")]
+    p.faults = [rate_limited(30), server_error(), TimeoutError(), OSError("reset")]
     s = sender(outbox, p, tmp_path, clock)
     await owe(outbox, "batch:1:accepted")
     await s.run_once()

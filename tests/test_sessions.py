@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import stat
 
-from bot.sessions import Sessions, session_secret
+from bot.web.sessions import Sessions, session_secret
 
 
 class Clock:

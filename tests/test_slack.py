@@ -35,7 +35,7 @@ class SlackWorld(ServiceWorld):
         super().__init__(config)
         self.fake = fake
 
-    async def __aenter__(self) -> "SlackWorld":
+    async def __aenter__(self) -> SlackWorld:
         await super().__aenter__()
         self.slack = SlackClient(self.url, self.fake)
         return self
@@ -107,7 +107,8 @@ async def test_the_whole_story_upload_gen_progress_images_summary(tmp_path, demo
         names = [x.get("name") for x in thread]
         assert names[-2:] == ["contact.png", "results.xlsx"]
         assert thread.index(summary) == len(thread) - 3  # the summary, then its two files
-        rows = list(load_workbook(io.BytesIO(thread[-1]["data"])).active.iter_rows(values_only=True))
+        rows = list(load_workbook(io.BytesIO(thread[-1]["data"])).active
+                    .iter_rows(values_only=True))
         assert len(rows) == 3 and rows[1][0] == 2
         assert len(fake.files) == 4  # two images, the contact sheet, the results: once each
 
@@ -136,7 +137,8 @@ async def test_files_named_earlier_downloads_checked_and_a_retried_event_queues_
         await w.slack.message(f"<@{BOT}> gen social_thumb", files=[
             fake.share("other.csv", b"image,title\nbottle.png,B\n"), image])
         reply = await w.until(lambda: [m for m in fake.messages if "sign-in page" in m["text"]])
-        assert reply[0]["text"].startswith('could not fetch "other.csv": Slack sent its sign-in page')
+        assert reply[0]["text"].startswith(
+            'could not fetch "other.csv": Slack sent its sign-in page')
 
 
 async def test_pause_refused_to_a_submitter_and_the_cancel_button_checks_who_clicks(
@@ -147,7 +149,8 @@ async def test_pause_refused_to_a_submitter_and_the_cancel_button_checks_who_cli
         assert refused[0]["text"] == "/pause needs the admin role; you are submitter. Ask an admin."
         await w.slack.message("", channel="D1", im=True, files=share_examples(fake, "social_thumb"))
         await w.slack.command("/gen", "social_thumb social_thumb.xlsx --at +2h")
-        accepted = (await w.until(lambda: [m for m in fake.top("C1") if "accepted" in m["text"]]))[0]
+        accepted = (await w.until(
+            lambda: [m for m in fake.top("C1") if "accepted" in m["text"]]))[0]
         progress = (await w.until(lambda: fake.thread(accepted["ts"])))[0]
 
         await w.slack.click(progress, user="V")
@@ -157,8 +160,8 @@ async def test_pause_refused_to_a_submitter_and_the_cancel_button_checks_who_cli
         yes = await w.until(lambda: [m for m in fake.thread(accepted["ts"])
                                      if m["text"].startswith("Canceled")])
         assert yes[0]["text"] == "Canceled: 2 queued jobs ended, 0 running told to stop."
-        assert {j["status"] for j in await w.queue.batch_jobs(1)} == {"canceled"}
-        audit = [(a["user_id"], a["action"], a["allowed"]) for a in
+        assert {j.status for j in await w.queue.batch_jobs(1)} == {"canceled"}
+        audit = [(a.user, a.action, a.allowed) for a in
                  reversed(await w.core.access.audit_log())]
         assert audit == [("U1", "pause", False), ("V", "cancel", False)]
 
@@ -329,3 +332,47 @@ def test_the_committed_manifest_asks_for_what_the_adapter_uses():
         set(settings["event_subscriptions"]["bot_events"])
     assert {"chat:write", "files:write", "files:read", "commands"} <= \
         set(manifest["oauth_config"]["scopes"]["bot"])
+
+
+async def test_downloads_and_answers_each_keep_their_own_time_limit(tmp_path, monkeypatch):
+    """The shared HTTP session is made by whichever call comes first; each call still
+    waits only as long as it should (a download minutes, an ephemeral answer seconds)."""
+    import aiohttp
+    from aiohttp import web
+
+    from bot.chat import slack as adapter
+    from bot.chat.platform import DownloadError
+    from storage import config as cfg
+
+    async def sheet(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.5)  # a slow download, still well within its limit
+        return web.Response(body=b"a,b\n1,2\n", content_type="text/csv")
+
+    async def answer(request: web.Request) -> web.Response:
+        await asyncio.sleep(2.0)  # slower than an answer may take
+        return web.json_response({"ok": True})
+
+    server = web.Application()
+    server.router.add_get("/sheet.csv", sheet)
+    server.router.add_post("/respond", answer)
+    runner = web.AppRunner(server)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    monkeypatch.setattr(adapter, "RESPOND_TIMEOUT", aiohttp.ClientTimeout(total=0.3))
+    monkeypatch.setattr(adapter, "DOWNLOAD_TIMEOUT", aiohttp.ClientTimeout(total=0.3))
+    slack = adapter.Slack(cfg.from_dict({"service": {"data_dir": str(tmp_path)},
+                                         "slack": {"bot_token": TOKEN, "signing_secret": SECRET}}))
+    try:
+        with pytest.raises(DownloadError):  # a download slower than its limit is refused
+            await slack.download({"url": f"{base}/sheet.csv", "size": 8})
+        monkeypatch.setattr(adapter, "DOWNLOAD_TIMEOUT", aiohttp.ClientTimeout(total=5))
+        assert await slack.download({"url": f"{base}/sheet.csv", "size": 8}) == b"a,b\n1,2\n"
+        started = time.monotonic()
+        with pytest.raises(asyncio.TimeoutError):  # the session the download made: 0.3 s here
+            await slack._respond(f"{base}/respond", "only for you")
+        assert time.monotonic() - started < 1.5
+    finally:
+        await slack.close()
+        await runner.cleanup()

@@ -49,25 +49,25 @@ async def test_sigkill_of_the_executor_leaves_the_service_up_and_the_job_runs_on
     try:
         job = with_generate((await example_jobs(config, "product_main"))[0], steps=60)
         batch = (await queue.enqueue(Submission("product_main", "test:alice", [job]))).batch_id
-        job_id = (await queue.batch_jobs(batch))[0]["id"]
+        job_id = (await queue.batch_jobs(batch))[0].id
         async with asyncio.timeout(120):  # the executor starts (torch import) and runs it
-            while not any(e["kind"] == "progress" for e in await queue.events_after(0)):
+            while not any(e.kind == "progress" for e in await queue.events_after(0)):
                 assert service.poll() is None
                 await asyncio.sleep(0.1)
-        first = (await queue.job(job_id))["lease_owner"]
+        first = (await queue.job(job_id)).lease_owner
         os.kill(int(first.rsplit(":", 1)[1]), signal.SIGKILL)
 
         assert get_json(f"http://127.0.0.1:{port}/healthz")[0] == 200  # the service is up
         async with asyncio.timeout(120):
-            while (await queue.job(job_id))["status"] != Status.SUCCEEDED:
+            while (await queue.job(job_id)).status != Status.SUCCEEDED:
                 assert service.poll() is None
                 await asyncio.sleep(0.2)
         done = await queue.job(job_id)
-        kinds = [e["kind"] for e in await queue.events_after(0)
-                 if e["job_id"] == job_id and e["kind"] != "progress"]
+        kinds = [e.kind for e in await queue.events_after(0)
+                 if e.job_id == job_id and e.kind != "progress"]
         assert kinds == ["running", "queued", "running", "succeeded"]  # taken back once
-        assert done["attempts"] == 2 and done["lease_owner"] != first
-        assert len(done["outputs"]) == 1
+        assert done.attempts == 2 and done.lease_owner != first
+        assert len(done.outputs) == 1
     finally:
         await queue.close()
         service.send_signal(signal.SIGTERM)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from bot.terminal import attach
+from bot.chat.terminal import attach
 from tests.conftest import PYTHON, ROOT, executor_config, python_env
 
 
@@ -64,5 +64,6 @@ def test_as_another_user_the_roles_apply(tmp_path, demo_models):
     done = genbot_chat(config, "/pause\n/status\n", "--as", "bob", "--no-executor")
     out = done.stdout.splitlines()
     assert out[0].startswith("genbot chat as terminal:bob (viewer)")
-    assert out[1:] == ["/pause 需要 admin 角色，你的角色是 viewer。请联系管理员。", "你还没有提交过批次。"]
+    assert out[1:] == ["/pause 需要 admin 角色，你的角色是 viewer。请联系管理员。",
+                       "你还没有提交过批次。"]
     assert done.returncode == 0

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bot.images import ImageResolver, folder_attachments
-from bot.intake import intake
-from executor.ops import read_metadata
+from bot.intake.check import intake
+from bot.intake.images import ImageResolver, folder_attachments
+from executor.ops.image import read_metadata
 from executor.workflow import load_templates
 from storage.files import FileStore
 from storage.queue import NewJob, Status, Submission, open_queue
@@ -36,7 +36,7 @@ async def example_jobs(config, name: str) -> list[NewJob]:
 
 def with_generate(job: NewJob, row: int | None = None, **inputs) -> NewJob:
     """A copy of `job` with its generate node's inputs changed."""
-    workflow = copy.deepcopy(job.params)
+    workflow = copy.deepcopy(job.workflow)
     for node in workflow["nodes"]:
         if node["op"] == "generate":
             node["inputs"].update(inputs)
@@ -45,7 +45,7 @@ def with_generate(job: NewJob, row: int | None = None, **inputs) -> NewJob:
         for node in workflow["nodes"]:
             if node["op"] == "save":
                 node["inputs"]["name"] = workflow["outputs"][node["id"]] = f"row_{row}.png"
-    return NewJob(row=row or job.row, params=workflow, affinity=job.affinity)
+    return NewJob(row=row or job.row, workflow=workflow, affinity=job.affinity)
 
 
 class Harness:
@@ -92,12 +92,12 @@ class Harness:
                 if self.task.done():
                     self.task.result()  # raises what killed the loop
                 jobs = await self.queue.batch_jobs(batch)
-                if all(j["status"] in ("succeeded", "failed", "canceled") for j in jobs):
+                if all(j.status in ("succeeded", "failed", "canceled") for j in jobs):
                     return
                 await asyncio.sleep(0.05)
 
     def image(self, job: dict, i: int = 0) -> np.ndarray:
-        path = FileStore(self.config.data_dir).path(job["outputs"][i])
+        path = FileStore(self.config.data_dir).path(job.outputs[i])
         with Image.open(path) as im:
             return np.asarray(im.convert("RGB"), dtype=np.int16)
 
@@ -113,28 +113,28 @@ def config(tmp_path, demo_models):
 async def test_every_template_runs_end_to_end_from_its_example_sheet(config, name, size):
     async with Harness(config) as h:
         jobs = await h.run(name, await example_jobs(config, name))
-    assert [j["status"] for j in jobs] == ["succeeded"] * len(jobs)
+    assert [j.status for j in jobs] == ["succeeded"] * len(jobs)
     for job in jobs:
-        path = FileStore(config.data_dir).path(job["outputs"][0])
-        assert path.is_relative_to(config.data_dir / "outputs" / f"batch_{job['batch_id']}")
+        path = FileStore(config.data_dir).path(job.outputs[0])
+        assert path.is_relative_to(config.data_dir / "outputs" / f"batch_{job.batch_id}")
         with Image.open(path) as im:
             assert im.format == "PNG"
         meta = read_metadata(path)
-        assert meta["template"] == name and meta["row"] == job["row"]
-        assert meta["workflow"] == job["params"] and meta["genbot"]
-    assert Image.open(FileStore(config.data_dir).path(jobs[0]["outputs"][0])).size == size
+        assert meta["template"] == name and meta["row"] == job.row
+        assert meta["workflow"] == job.workflow and meta["genbot"]
+    assert Image.open(FileStore(config.data_dir).path(jobs[0].outputs[0])).size == size
 
 
 async def test_png_metadata_reproduces_the_image(config):
     async with Harness(config) as h:
         first = (await h.run("product_main", (await example_jobs(config, "product_main"))[:1]))[0]
-        meta = read_metadata(FileStore(config.data_dir).path(first["outputs"][0]))
-        assert meta["seeds"] == [first["params"]["params"]["seed"]]
+        meta = read_metadata(FileStore(config.data_dir).path(first.outputs[0]))
+        assert meta["seeds"] == [first.values["seed"]]
         assert set(meta["models"]) == {"sdxl", "canny_sdxl"}
-        again = (await h.run("product_main", [NewJob(row=meta["row"], params=meta["workflow"],
+        again = (await h.run("product_main", [NewJob(row=meta["row"], workflow=meta["workflow"],
                                                      affinity="sdxl")]))[0]
         assert np.array_equal(h.image(first), h.image(again))
-        other_seed = with_generate(NewJob(first["row"], meta["workflow"]), seed=meta["seeds"][0] + 1)
+        other_seed = with_generate(NewJob(first.row, meta["workflow"]), seed=meta["seeds"][0] + 1)
         different = (await h.run("product_main", [other_seed]))[0]
         assert not np.array_equal(h.image(first), h.image(different))
 
@@ -143,10 +143,10 @@ async def test_lora_swap_between_rows_keeps_the_base_loaded(config):
     async with Harness(config) as h:
         jobs = await h.run("material_swap", await example_jobs(config, "material_swap"))
         stats = h.worker.cache.stats
-        assert [j["params"]["nodes"][1]["inputs"]["loras"][0]["name"] for j in jobs] == \
+        assert [j.workflow["nodes"][1]["inputs"]["loras"][0]["name"] for j in jobs] == \
             ["walnut", "brushed_steel"]
-        assert (stats["loads:sd15"], stats["lora_loads:walnut"], stats["lora_loads:brushed_steel"]) \
-            == (1, 1, 1)
+        assert (stats["loads:sd15"], stats["lora_loads:walnut"],
+                stats["lora_loads:brushed_steel"]) == (1, 1, 1)
         await h.run("material_swap", await example_jobs(config, "material_swap"))
         assert (stats["loads:sd15"], stats["lora_loads"]) == (1, 2)
         assert stats["lora_hits"] >= 2
@@ -161,20 +161,22 @@ async def test_jobs_of_one_shape_run_as_one_pipeline_call(config, caplog):
     caplog.set_level(logging.INFO, logger="genbot.executor")
     async with Harness(config) as h:
         done = await h.run("product_main", jobs)
-    assert [j["status"] for j in done] == ["succeeded"] * 5
-    calls = [r.jobs for r in caplog.records if r.getMessage() == "node start" and r.op == "generate"]
+    assert [j.status for j in done] == ["succeeded"] * 5
+    calls = [r.jobs for r in caplog.records
+             if r.getMessage() == "node start" and r.op == "generate"]
     assert sorted(len(c) for c in calls) == [1, 4]  # max_batch 4, then the fifth
-    assert len({tuple(j["outputs"]) for j in done}) == 5  # each job its own image
+    assert len({tuple(j.outputs) for j in done}) == 5  # each job its own image
 
 
 async def test_progress_goes_to_the_event_log_per_step(config):
     async with Harness(config) as h:
         job = with_generate((await example_jobs(config, "product_main"))[0], steps=5)
         done = (await h.run("product_main", [job]))[0]
-        progress = [e["data"] for e in await h.queue.events_after(0)
-                    if e["kind"] == "progress" and e["job_id"] == done["id"]]
-    assert [(p["node"], p["step"], p["total"]) for p in progress] == [("gen", s, 5) for s in range(1, 6)]
-    assert all(p["row"] == done["row"] for p in progress)
+        progress = [e.data for e in await h.queue.events_after(0)
+                    if e.kind == "progress" and e.job_id == done.id]
+    assert [(p["node"], p["step"], p["total"]) for p in progress] == \
+        [("gen", s, 5) for s in range(1, 6)]
+    assert all(p["row"] == done.row for p in progress)
 
 
 async def test_the_executor_keeps_its_row_in_the_worker_registry(config):
@@ -187,19 +189,19 @@ async def test_the_executor_keeps_its_row_in_the_worker_registry(config):
         batch = await h.submit("product_main", [job])
         h.start()
         async with asyncio.timeout(60):  # busy on it, while it runs
-            while not [w for w in await workers.all() if w["state"] == "busy"]:
+            while not [w for w in await workers.all() if w.state == "busy"]:
                 await asyncio.sleep(0.02)
         (busy,) = await workers.all()
-        assert (busy["id"], busy["host"], busy["device"], busy["job_id"]) == \
-            ("test-executor", socket.gethostname(), "cpu", (await h.queue.batch_jobs(batch))[0]["id"])
+        assert (busy.id, busy.host, busy.device, busy.job_id) == \
+            ("test-executor", socket.gethostname(), "cpu", (await h.queue.batch_jobs(batch))[0].id)
         await h.wait(batch)
         async with asyncio.timeout(10):
-            while (row := (await workers.all())[0])["state"] != "idle":
+            while (row := (await workers.all())[0]).state != "idle":
                 await asyncio.sleep(0.02)
-        assert row["job_id"] is None and row["stats"]["jobs"] == 1 and row["memory_used"] > 0
-        assert row["models"] == ["sdxl"] and row["version"] and row["stats"]["cache"]["loads"]
+        assert row.job_id is None and row.stats["jobs"] == 1 and row.memory_used > 0
+        assert row.models == ["sdxl"] and row.version and row.stats["cache"]["loads"]
         await h.stop()
-        assert [w["state"] for w in await workers.all()] == ["stopped"]
+        assert [w.state for w in await workers.all()] == ["stopped"]
 
 
 async def test_an_executor_takes_only_jobs_for_models_it_may_run_and_can_hold(tmp_path,
@@ -212,18 +214,18 @@ async def test_an_executor_takes_only_jobs_for_models_it_may_run_and_can_hold(tm
         main = with_generate((await example_jobs(only_sdxl, "product_main"))[0], steps=2)
         left = await h.submit("material_swap", [swap])
         done = (await h.run("product_main", [main]))[0]
-        assert done["status"] == "succeeded"
-        assert [j["status"] for j in await h.queue.batch_jobs(left)] == ["queued"]
-        assert (await Workers.of(h.queue).all())[0]["allow"] == ["sdxl"]
+        assert done.status == "succeeded"
+        assert [j.status for j in await h.queue.batch_jobs(left)] == ["queued"]
+        assert (await Workers.of(h.queue).all())[0].allow == ["sdxl"]
     # A device too small for any checkpoint: only jobs that need no model.
     tiny = executor_config(tmp_path / "b", demo_models, executor={"vram_budget_gb": 0.001})
     async with Harness(tiny) as h:
         main = with_generate((await example_jobs(tiny, "product_main"))[0], steps=2)
         left = await h.submit("product_main", [main])
         thumb = (await h.run("social_thumb", (await example_jobs(tiny, "social_thumb"))[:1]))[0]
-        assert thumb["status"] == "succeeded"
-        assert [j["status"] for j in await h.queue.batch_jobs(left)] == ["queued"]
-        allow = (await Workers.of(h.queue).all())[0]["allow"]
+        assert thumb.status == "succeeded"
+        assert [j.status for j in await h.queue.batch_jobs(left)] == ["queued"]
+        allow = (await Workers.of(h.queue).all())[0].allow
         assert "sdxl" not in allow and "sd15" not in allow  # (small LoRAs would fit)
     unknown = executor_config(tmp_path / "c", demo_models, executor={"models": ["sdxxl"]})
     async with Harness(unknown) as h:
@@ -236,11 +238,11 @@ async def test_cancel_lands_within_one_denoising_step(config):
         job = with_generate((await example_jobs(config, "product_main"))[0], steps=100)
         batch = await h.submit("product_main", [job])
         h.start()
-        job_id = (await h.queue.batch_jobs(batch))[0]["id"]
+        job_id = (await h.queue.batch_jobs(batch))[0].id
 
         async def steps() -> list[int]:
-            return [e["data"]["step"] for e in await h.queue.events_after(0)
-                    if e["kind"] == "progress" and e["job_id"] == job_id]
+            return [e.data["step"] for e in await h.queue.events_after(0)
+                    if e.kind == "progress" and e.job_id == job_id]
         async with asyncio.timeout(60):
             while len(await steps()) < 3:
                 await asyncio.sleep(0.01)
@@ -249,13 +251,14 @@ async def test_cancel_lands_within_one_denoising_step(config):
         await h.wait(batch)
         await asyncio.sleep(0.3)  # nothing runs it again
         ended = (await h.queue.batch_jobs(batch))[0]
-        assert ended["status"] == Status.CANCELED and ended["attempts"] == 1
+        assert ended.status == Status.CANCELED and ended.attempts == 1
         assert max(await steps()) <= at_cancel + 1 < 100
-        assert ended["outputs"] == []
+        assert ended.outputs == []
 
 
-async def test_out_of_memory_retries_once_at_batch_one_then_fails_only_that_job(config, monkeypatch):
-    from executor import generation
+async def test_out_of_memory_retries_once_at_batch_one_then_fails_only_that_job(config,
+                                                                                monkeypatch):
+    from executor.ops import diffusion as generation
     config = executor_config(config.data_dir, config.models_dir / "demo",
                              executor={"max_batch": 4})
     base = (await example_jobs(config, "product_main"))[0]
@@ -272,20 +275,20 @@ async def test_out_of_memory_retries_once_at_batch_one_then_fails_only_that_job(
         done = await h.run("product_main", jobs)
         clears = h.worker.cache.stats["clears"]
     assert calls == [[1002, 1003, 1004], [1002], [1003], [1004]]
-    assert [j["status"] for j in done] == ["succeeded", "failed", "succeeded"]
-    assert "out of memory" in done[1]["error"] and done[1]["attempts"] == 1
+    assert [j.status for j in done] == ["succeeded", "failed", "succeeded"]
+    assert "out of memory" in done[1].error and done[1].attempts == 1
     assert clears >= 2  # the cache was freed after each out-of-memory error
 
 
 async def test_a_failing_job_fails_alone_with_a_clear_error(config):
     async with Harness(config) as h:
         good, bad = await example_jobs(config, "social_thumb")
-        bad.params["nodes"][0]["inputs"]["image"] = "inputs/missing.png"
+        bad.workflow["nodes"][0]["inputs"]["image"] = "inputs/missing.png"
         done = await h.run("social_thumb", [good, bad])
-    assert [j["status"] for j in done] == ["succeeded", "failed"]
-    assert done[1]["error"].startswith("node cropped (crop): cannot read input image "
+    assert [j.status for j in done] == ["succeeded", "failed"]
+    assert done[1].error.startswith("node cropped (crop): cannot read input image "
                                        "inputs/missing.png")
-    assert done[1]["attempts"] == 1  # bad input: not retried
+    assert done[1].attempts == 1  # bad input: not retried
 
 
 async def test_a_job_past_its_timeout_is_stopped_and_failed(config):
@@ -294,9 +297,9 @@ async def test_a_job_past_its_timeout_is_stopped_and_failed(config):
     async with Harness(config) as h:
         job = with_generate((await example_jobs(config, "product_main"))[0], steps=100)
         done = (await h.run("product_main", [job]))[0]
-        steps = [e["data"]["step"] for e in await h.queue.events_after(0) if e["kind"] == "progress"]
-    assert done["status"] == Status.FAILED and "timed out after 1 s" in done["error"]
-    assert max(steps, default=0) < 100 and done["attempts"] == 1
+        steps = [e.data["step"] for e in await h.queue.events_after(0) if e.kind == "progress"]
+    assert done.status == Status.FAILED and "timed out after 1 s" in done.error
+    assert max(steps, default=0) < 100 and done.attempts == 1
 
 
 async def test_stopping_hands_the_running_job_back_without_using_an_attempt(config):
@@ -305,11 +308,11 @@ async def test_stopping_hands_the_running_job_back_without_using_an_attempt(conf
         batch = await h.submit("product_main", [job])
         h.start()
         async with asyncio.timeout(60):
-            while not any(e["kind"] == "progress" for e in await h.queue.events_after(0)):
+            while not any(e.kind == "progress" for e in await h.queue.events_after(0)):
                 await asyncio.sleep(0.01)
         await h.stop()
         back = (await h.queue.batch_jobs(batch))[0]
-    assert back["status"] == Status.QUEUED and back["attempts"] == 0
+    assert back.status == Status.QUEUED and back.attempts == 0
 
 
 async def test_memory_drift_past_the_bound_rebuilds_the_model_cache(config):
@@ -334,7 +337,7 @@ async def test_upscale_uses_the_configured_diffusers_upscaler(config):
     async with Harness(config) as h:
         done = (await h.run("product_main", (await example_jobs(config, "product_main"))[:1]))[0]
         assert h.worker.cache.stats["loads:upscaler"] == 1
-    path = FileStore(config.data_dir).path(done["outputs"][0])
+    path = FileStore(config.data_dir).path(done.outputs[0])
     assert Image.open(path).size == (128, 128)
     assert "upscaler" in read_metadata(path)["models"]
 
@@ -346,7 +349,7 @@ async def test_batch_delay_rests_between_jobs_and_recycling_ends_the_loop(config
         jobs = await example_jobs(config, "social_thumb")
         batch = await h.submit("social_thumb", jobs + [copy.deepcopy(jobs[0])])
         exit_code = await asyncio.wait_for(h.worker.run(), 60)
-        done = sorted(await h.queue.batch_jobs(batch), key=lambda j: j["id"])
+        done = sorted(await h.queue.batch_jobs(batch), key=lambda j: j.id)
     assert exit_code == 75  # EXIT_RECYCLE: the supervisor starts a fresh executor at once
-    assert [j["status"] for j in done] == ["succeeded", "succeeded", "queued"]
-    assert done[1]["started_at"] - done[0]["finished_at"] >= 0.5  # the rest between jobs
+    assert [j.status for j in done] == ["succeeded", "succeeded", "queued"]
+    assert done[1].started_at - done[0].finished_at >= 0.5  # the rest between jobs

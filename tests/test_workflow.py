@@ -10,8 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from executor.params import Problem
-from executor.workflow import (TemplateError, affinity, bind, load_template, load_templates,
-                               safe_output_name)
+from executor.workflow import (
+    TemplateError,
+    affinity,
+    bind,
+    load_template,
+    load_templates,
+    safe_output_name,
+)
 from tests.conftest import ROOT
 
 BASE = {
@@ -91,7 +97,8 @@ def test_base_template_loads_and_tightens_params(tmp_path):
      "nodes.edges: its image is never saved or used (add a save node that takes it)"),
     (lambda d: d["nodes"].update(out={"op": "resize", "inputs": {"image": "@gen"}}),
      "nodes.out: its image is never saved or used"),
-    (lambda d: d["params"].update(unused={"type": "text"}), "params.unused: is never used by a node"),
+    (lambda d: d["params"].update(unused={"type": "text"}),
+     "params.unused: is never used by a node"),
     (lambda d: d["params"]["sku"].update(aliases=["Prompt"]),
      'params.sku: column "Prompt" would also match parameter "prompt"'),
     (lambda d: d["params"]["steps"].update(type="integer"),
@@ -104,7 +111,8 @@ def test_base_template_loads_and_tightens_params(tmp_path):
      'output: "../{sku}.png" is not a safe file name (output_parent)'),
     (lambda d: d.update(output="{sku name}.png"), "output: not a file name pattern"),
     (lambda d: d["nodes"]["gen"]["inputs"].update(negative="$ 5"),
-     'nodes.gen.inputs.negative: "$ 5" is not a parameter reference ($name); write $$ for a literal $'),
+     'nodes.gen.inputs.negative: "$ 5" is not a parameter reference ($name); '
+     'write $$ for a literal $'),
     (lambda d: (d["params"].update(where={"type": "text"}),
                 d["nodes"].update(wm={"op": "watermark", "inputs": {
                     "image": "@gen", "text": "x", "position": "$where"}}),
@@ -132,7 +140,8 @@ def test_a_broken_template_does_not_stop_the_others(tmp_path):
     write(tmp_path, bad, "bad")
     templates, errors = load_templates(tmp_path)
     assert list(templates) == ["t"]
-    assert len(errors) == 1 and errors[0].file.endswith("bad.json") and errors[0].path == "nodes.gen.op"
+    assert len(errors) == 1 and errors[0].file.endswith("bad.json") \
+        and errors[0].path == "nodes.gen.op"
 
 
 def test_every_shipped_template_loads():
@@ -190,11 +199,13 @@ def test_any_text_survives_bind_store_load_unchanged(prompt, sku):
 
 
 @pytest.mark.parametrize("name, code", [
-    ("../x.png", "output_parent"), ("a/../../x.png", "output_parent"), ("/etc/passwd", "output_absolute"),
-    ("\\\\server\\share", "output_absolute"), ("C:\\x.png", "output_drive"), ("c:x", "output_drive"),
+    ("../x.png", "output_parent"), ("a/../../x.png", "output_parent"),
+    ("/etc/passwd", "output_absolute"), ("\\\\server\\share", "output_absolute"),
+    ("C:\\x.png", "output_drive"), ("c:x", "output_drive"),
     ("a\x00b.png", "output_control"), ("CON.png", "output_reserved"), ("x/aux", "output_reserved"),
-    ("LPT1.txt", "output_reserved"), ("a//b.png", "output_empty_part"), ("a/./b.png", "output_empty_part"),
-    ("dir./x.png", "output_trailing"), ("ab:c.png", "output_bad_char"), ("a?b", "output_bad_char"), ("x" * 300, "output_too_long"),
+    ("LPT1.txt", "output_reserved"), ("a//b.png", "output_empty_part"),
+    ("a/./b.png", "output_empty_part"), ("dir./x.png", "output_trailing"),
+    ("ab:c.png", "output_bad_char"), ("a?b", "output_bad_char"), ("x" * 300, "output_too_long"),
 ])
 def test_output_names_stay_inside_the_batch_folder(name, code):
     with pytest.raises(Problem) as e:

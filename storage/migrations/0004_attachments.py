@@ -1,11 +1,12 @@
 """The attachment inbox: files people sent the bot, for a later /gen to name."""
 
-from tortoise import migrations
-from tortoise.migrations import operations as ops
 import functools
 from json import dumps, loads
-from tortoise import fields
+
+from tortoise import fields, migrations
 from tortoise.indexes import Index
+from tortoise.migrations import operations as ops
+
 
 class Migration(migrations.Migration):
     dependencies = [('storage', '0003_partial_indexes')]

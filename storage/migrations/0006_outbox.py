@@ -1,11 +1,12 @@
 """Durable delivery: the outbox of messages owed, and event-log cursors."""
 
-from tortoise import migrations
-from tortoise.migrations import operations as ops
 import functools
 from json import dumps, loads
-from tortoise import fields
+
+from tortoise import fields, migrations
 from tortoise.indexes import Index
+from tortoise.migrations import operations as ops
+
 
 class Migration(migrations.Migration):
     dependencies = [('storage', '0005_grants_audit')]

@@ -1,10 +1,11 @@
 """Recurring batches (schedules), kept in the database so they survive restarts."""
 
-from tortoise import migrations
-from tortoise.migrations import operations as ops
 import functools
 from json import dumps, loads
-from tortoise import fields
+
+from tortoise import fields, migrations
+from tortoise.migrations import operations as ops
+
 
 class Migration(migrations.Migration):
     dependencies = [('storage', '0006_outbox')]

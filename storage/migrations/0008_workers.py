@@ -1,10 +1,10 @@
 """The worker registry: one row per executor process, refreshed by its heartbeats."""
 
-from tortoise import migrations
-from tortoise.migrations import operations as ops
 import functools
 from json import dumps, loads
-from tortoise import fields
+
+from tortoise import fields, migrations
+from tortoise.migrations import operations as ops
 
 _json = dict(encoder=functools.partial(dumps, separators=(',', ':')), decoder=loads)
 

@@ -1,0 +1,162 @@
+"""Who may do what: roles, ownership and per-person limits, the same on every front.
+
+A person's role: admin if the config lists them (a grant cannot demote them), else a
+role given by /grant, else the config's submitters/viewers lists, else default_role.
+Admins do everything; submitters submit, and cancel or retry their own batches;
+viewers read; "none" may only ask for help. Every refusal and every admin action is
+written to the audit log (who, what, when, where), under the action's name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, NoReturn
+
+from bot.errors import Refused
+from storage.access import Access
+from storage.config import ChatConfig
+from storage.queue import Queue
+
+
+class Role(StrEnum):
+    NONE = "none"
+    VIEWER = "viewer"
+    SUBMITTER = "submitter"
+    ADMIN = "admin"
+
+    @property
+    def rank(self) -> int:
+        return list(Role).index(self)
+
+
+class Action(StrEnum):
+    """What people do, by the name chat, the API, the dashboard and the audit log share."""
+    HELP = "help"
+    STATUS = "status"
+    QUEUE = "queue"
+    TEMPLATES = "templates"
+    TEMPLATE = "template"
+    SCHEDULES = "schedules"
+    GEN = "gen"
+    CANCEL = "cancel"
+    RETRY = "retry"
+    PAUSE = "pause"
+    RESUME = "resume"
+    GRANT = "grant"
+    REVOKE = "revoke"
+    SCHEDULE = "schedule"
+    UNSCHEDULE = "unschedule"
+
+    @property
+    def needs(self) -> Role:
+        return NEEDS[self]
+
+
+# The one table of who may do what.
+NEEDS: dict[Action, Role] = {
+    Action.HELP: Role.NONE,
+    Action.STATUS: Role.VIEWER, Action.QUEUE: Role.VIEWER, Action.TEMPLATES: Role.VIEWER,
+    Action.TEMPLATE: Role.VIEWER, Action.SCHEDULES: Role.VIEWER,
+    Action.GEN: Role.SUBMITTER, Action.CANCEL: Role.SUBMITTER, Action.RETRY: Role.SUBMITTER,
+    Action.PAUSE: Role.ADMIN, Action.RESUME: Role.ADMIN, Action.GRANT: Role.ADMIN,
+    Action.REVOKE: Role.ADMIN, Action.SCHEDULE: Role.ADMIN, Action.UNSCHEDULE: Role.ADMIN,
+}
+
+
+def allowed_actions(role: Role) -> list[str]:
+    """Every action `role` may take (the dashboard shows the buttons for these)."""
+    return sorted(a.value for a in Action if role.rank >= a.needs.rank)
+
+
+@dataclass(frozen=True)
+class Who:
+    """A person, where they are asking from."""
+    platform: str
+    user: str
+    conversation: str | None = None  # None: not in a conversation (the command line)
+    platform_admin: bool = False  # e.g. DingTalk's isAdmin, when [dingtalk] platform_admins
+
+    @property
+    def id(self) -> str:
+        """As the queue records a submitter: platform:user."""
+        return f"{self.platform}:{self.user}"
+
+
+class Permissions:
+    def __init__(self, settings: ChatConfig, access: Access, queue: Queue, *,
+                 clock: Callable[[], float] = time.time):
+        self.settings, self.access, self.queue, self.clock = settings, access, queue, clock
+
+    async def role(self, who: Who) -> Role:
+        s = self.settings
+        if who.id in s.admins or who.platform_admin:
+            return Role.ADMIN
+        granted = await self.access.granted_role(who.platform, who.user)
+        if granted:
+            return Role(granted)
+        if who.id in s.submitters:
+            return Role.SUBMITTER
+        if who.id in s.viewers:
+            return Role.VIEWER
+        return Role(s.default_role)
+
+    async def require(self, who: Who, action: Action) -> Role:
+        """The person's role if they may take `action` from where they ask; else
+        Refused, audited. (Allowed admin actions are audited by whoever acts, once.)"""
+        role = await self.role(who)
+        if action is not Action.HELP and self.settings.conversations and \
+                who.conversation is not None and \
+                f"{who.platform}:{who.conversation}" not in self.settings.conversations:
+            await self.refuse(who, action, "refused_conversation")
+        if role.rank < action.needs.rank:
+            await self.refuse(who, action, "refused_role", command=action.value,
+                              needed=action.needs.value, role=role.value)
+        return role
+
+    async def own(self, who: Who, role: Role, action: Action, *, owner: str,
+                  subject: int) -> None:
+        """May `who` take `action` on what `owner` submitted (batch or job `subject`)?
+        Their own, yes; another's, only as an admin — and that is audited."""
+        if owner == who.id:
+            return
+        if role is not Role.ADMIN:
+            await self.refuse(who, action, "refused_not_owner", batch=subject, owner=owner,
+                              command=action.value)
+        await self.allowed(who, action, owner=owner, subject=subject)
+
+    async def admin_only(self, who: Who, role: Role, action: Action, what: str) -> None:
+        """A form of `action` only admins may take (e.g. /cancel all)."""
+        if role is not Role.ADMIN:
+            await self.refuse(who, action, "refused_admin_only", what=what)
+
+    async def limits(self, who: Who, role: Role, rows: int) -> None:
+        """Per-person limits on a submission of `rows` jobs (admins have none here)."""
+        if role is Role.ADMIN:
+            return
+        s = self.settings
+        if rows > s.submitter_max_rows:
+            await self.refuse(who, Action.GEN, "limit_rows", rows=rows, limit=s.submitter_max_rows)
+        active = await self.queue.active_jobs_of(who.id)
+        if active + rows > s.submitter_max_queued:
+            await self.refuse(who, Action.GEN, "limit_queued", active=active, rows=rows,
+                              limit=s.submitter_max_queued)
+        recent = await self.queue.batches_since(who.id, self.clock() - 60)
+        if recent >= s.submitter_per_minute:
+            await self.refuse(who, Action.GEN, "limit_rate", count=recent,
+                              limit=s.submitter_per_minute)
+
+    async def allowed(self, who: Who, action: Action, **detail: Any) -> None:
+        """Write an admin action to the audit log."""
+        await self.access.audit(platform=who.platform, user=who.user,
+                                conversation=who.conversation, action=action.value,
+                                allowed=True, **detail)
+
+    async def refuse(self, who: Who, action: Action, code: str, /, **details: Any) -> NoReturn:
+        """Audit the refusal, then raise it."""
+        await self.access.audit(platform=who.platform, user=who.user,
+                                conversation=who.conversation, action=action.value,
+                                allowed=False, refusal=code, **details)
+        raise Refused(code, **details)

@@ -1,0 +1,62 @@
+"""What a finished batch leaves beside its images: results.xlsx (every row as the sheet
+had it, with its status, output file and error) and contact.png (every image on one
+sheet). The summary posts them; the API and the dashboard serve them."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from bot.messages import say
+from executor.workflow import Template
+from storage.files import FileStore, batch_folder
+from storage.records import Batch, Job, Status
+
+RESULTS = "results.xlsx"
+CONTACT = "contact.png"
+
+
+def write_results(store: FileStore, batch: Batch, jobs: list[Job], template: Template | None,
+                  font: str = "") -> tuple[str, str | None]:
+    """Write the batch's results sheet and contact sheet (None: no image) into its
+    folder in the store; their paths there. Reads every image: run it off the loop."""
+    from executor.contact import contact_sheet
+    folder = batch_folder(batch.id)
+    results = store.write(f"{folder}/{RESULTS}", results_xlsx(
+        jobs, columns_of(template, jobs), batch.meta.get("lang", "en")))
+    images = [(store.path(o), f"row {j.row}") for j in jobs if j.status == Status.SUCCEEDED
+              for o in j.outputs]
+    contact = store.write(f"{folder}/{CONTACT}", contact_sheet(images, font=font)) \
+        if images else None
+    return results, contact
+
+
+def columns_of(template: Template | None, jobs: list[Job]) -> list[str]:
+    """Parameter names in the template's order (the database may reorder JSON keys)."""
+    if template is not None:
+        return list(template.params)
+    return sorted({n for j in jobs for n in j.values})
+
+
+def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en") -> bytes:
+    """The batch's rows as the sheet had them (columns `names`), plus status, output
+    file and error."""
+    from openpyxl import Workbook
+    book = Workbook()
+    sheet = book.active
+    sheet.title = "results"
+    sheet.append([say("col_row", lang), *names, say("col_status", lang),
+                  say("col_output", lang), say("col_error", lang)])
+    for job in jobs:
+        values = job.values
+        sheet.append([job.row, *[_cell(values.get(n)) for n in names], str(job.status),
+                      ", ".join(job.outputs), job.error or ""])
+    buf = io.BytesIO()
+    book.save(buf)
+    return buf.getvalue()
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, (list, dict)):
+        return str(value)
+    return value

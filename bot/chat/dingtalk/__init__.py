@@ -1,0 +1,1 @@
+"""DingTalk: the platform adapter (adapter) over DingTalk's OpenAPI (api)."""

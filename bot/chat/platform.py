@@ -1,0 +1,150 @@
+"""The platform interface: all the chat core needs from Slack, DingTalk, a terminal or a test.
+
+An adapter does two things and nothing more:
+
+- inbound, it turns what arrives (a message with its text and files, a button press)
+  into an `Incoming` and hands it to `bot.chat.receive.Chat.receive`;
+- outbound, it implements `Platform`: send text, send an image or a file, edit a
+  message (if `can_edit`), show buttons (if `has_buttons`), and download a file it
+  announced.
+
+Everything else — grammar, permissions, the inbox, the outbox and its retries,
+languages — is the core's, written once. A third platform is one module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bot.errors import Coded
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A file someone sent the bot, as the platform announced it."""
+    name: str
+    size: int
+    handle: dict[str, Any]  # what `download` needs: a URL, a file id, a downloadCode
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A message addressed to the bot, or a button press turned into the command it stands for."""
+    platform: str
+    user: str
+    conversation: str
+    text: str = ""
+    message: str | None = None  # the platform's id: ties files to it, makes a retry a no-op
+    thread: str | None = None  # where replies go; None: the conversation itself
+    files: tuple[FileRef, ...] = ()
+    workspace: str | None = None  # Slack team, DingTalk corp: a unit languages can be set for
+    lang: str | None = None  # the person's locale, if the platform knows it
+    tz: str | None = None  # their IANA time zone, if the platform knows it
+    platform_admin: bool = False  # the platform says they administer it (and config trusts that)
+    context: dict[str, Any] = field(default_factory=dict)  # opaque to the core, for replies
+
+
+@dataclass(frozen=True)
+class Button:
+    """A button that, pressed, comes back as `command` typed by whoever pressed it."""
+    label: str
+    command: str
+    confirm: str | None = None  # a question to confirm first, where the platform can ask
+    deny: str | None = None  # the answer that leaves things as they are
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One thing to post: text, an image or a file (with text as its caption)."""
+    conversation: str
+    thread: str | None  # the platform's thread id, or None
+    text: str = ""
+    file: Path | None = None
+    image: bool = False  # `file` is an image to show inline
+    mention: str | None = None  # a user id (without platform) to mention
+    buttons: tuple[Button, ...] = ()
+    context: dict[str, Any] = field(default_factory=dict)  # from the Incoming it answers
+    progress: bool = False  # a batch's progress message (edited later where `can_edit`)
+
+
+SEEN = 5000  # message keys remembered by `once`
+
+
+class DeliveryError(Exception):
+    """The platform did not take a message. `retry_after`: it said when to try again;
+    `permanent`: trying again cannot help (a deleted channel, a revoked token)."""
+
+    def __init__(self, reason: str, *, retry_after: float | None = None, permanent: bool = False):
+        self.reason, self.retry_after, self.permanent = reason, retry_after, permanent
+        super().__init__(reason)
+
+
+class DownloadError(Coded):
+    """A file could not be fetched, as a message code (bot.messages) and its details."""
+
+
+Receive = Callable[[Incoming], Awaitable[None]]
+
+
+class Platform:
+    """Override `send` and `download`; `edit` where the platform can edit; `attach` and
+    `start` where messages arrive by HTTP routes or a connection the adapter opens."""
+
+    name = "platform"
+    can_edit = False
+    has_buttons = False
+    has_threads = False
+    captions = True  # an image or file can carry text; else the text goes just before it
+    default_lang: str | None = None  # e.g. DingTalk: zh, unless [chat] languages says otherwise
+    file_hint: str | None = None  # a message code: how to send this platform's bot a file
+
+    async def send(self, out: Outgoing) -> str:
+        """Post `out`; return the platform's id of what was posted (to edit or thread it)."""
+        raise NotImplementedError
+
+    async def edit(self, message_id: str, out: Outgoing) -> None:
+        raise NotImplementedError(f"{self.name} cannot edit messages")
+
+    async def download(self, handle: dict[str, Any]) -> bytes:
+        """The bytes of a file announced with `handle`, or DownloadError."""
+        raise NotImplementedError
+
+    # --- what every adapter needs inbound ----------------------------------------------
+    def once(self, key: str) -> bool:
+        """True the first time a message key is seen lately: platforms retry deliveries
+        they think were missed, and may send one message as two events."""
+        seen = self.__dict__.setdefault("_seen", OrderedDict())
+        if key in seen:
+            return False
+        seen[key] = None
+        if len(seen) > SEEN:
+            seen.popitem(last=False)
+        return True
+
+    def spawn(self, work: Awaitable[Any], name: str | None = None) -> asyncio.Task:
+        """Run `work` in the background (after the platform was answered), kept until done
+        and canceled by `close`."""
+        tasks = self.__dict__.setdefault("_tasks", set())
+        task = asyncio.ensure_future(work)
+        if name:
+            task.set_name(name)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return task
+
+    def attach(self, app: Any, receive: Receive) -> None:
+        """Add the platform's routes to the service's aiohttp app; hand what arrives to
+        `receive` (bot.chat.receive.Chat.receive)."""
+
+    async def start(self) -> None:
+        """Open what the platform needs open (a Socket Mode or Stream connection)."""
+
+    async def close(self) -> None:
+        """Release connections; stop background work."""
+        for task in list(self.__dict__.get("_tasks", ())):
+            task.cancel()

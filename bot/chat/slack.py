@@ -1,0 +1,281 @@
+"""Slack: slack-bolt's AsyncApp over the chat core. Thin by design — every feature is the core's.
+
+Inbound (events, slash commands and button clicks share /slack/events, or arrive over
+Socket Mode): Bolt checks the signature and answers url_verification; each listener
+acknowledges at once and hands an `Incoming` to the core in a background task, so
+Slack hears back well within its 3 s. One message can come as both `message` and
+`app_mention`, and Slack retries what it thinks was not acknowledged: a message is
+handled once per channel and ts (and /gen is idempotent on it across restarts).
+
+Slack's facts (docs/slack.md): slash commands carry no files and cannot run in
+threads, so `/gen product_main sheet.xlsx` names a file uploaded earlier (the inbox
+records every `file_share` the bot sees); `/status` is Slack's own, so `/genbot status`
+works for every command; a wrong token downloads an HTML login page with status 200.
+
+Outbound: chat.postMessage (mentions as <@U…>), chat.update with Block Kit for the
+progress message and its Cancel button, files_upload_v2 into the batch's thread. The
+SDK retries rate limits and server errors once; what still fails goes back to the
+outbox as a DeliveryError (with Retry-After), or as permanent for errors no retry fixes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from typing import Any
+
+import aiohttp
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError, SlackRequestError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.chat.platform import (
+    DeliveryError,
+    DownloadError,
+    FileRef,
+    Incoming,
+    Outgoing,
+    Platform,
+    Receive,
+)
+from storage.config import Config
+
+log = logging.getLogger("genbot.slack")
+
+# Errors no retry can fix: record and report them.
+PERMANENT = frozenset({
+    "channel_not_found", "not_in_channel", "is_archived", "invalid_auth", "not_authed",
+    "account_inactive", "token_revoked", "token_expired", "missing_scope", "no_permission",
+    "restricted_action", "message_not_found", "cant_update_message", "msg_too_long",
+    "invalid_blocks", "file_not_found", "file_deleted", "invalid_arguments",
+})
+DOWNLOAD_TIMEOUT = aiohttp.ClientTimeout(total=120)  # a sheet of up to [intake] max_file_mb
+RESPOND_TIMEOUT = aiohttp.ClientTimeout(total=30)  # a short answer to the person who asked
+NOT_SERVED = ("genbot does not serve this channel; ask an admin. · "
+              "此频道未启用 genbot，请联系管理员。")
+
+
+class Slack(Platform):
+    name = "slack"
+    can_edit = True
+    has_buttons = True
+    has_threads = True
+
+    def __init__(self, config: Config):
+        s = self.settings = config.slack
+        self.max_bytes = int(config.intake.max_file_mb * 2**20)
+        self.client = AsyncWebClient(token=s.bot_token, base_url=s.api_url, retry_handlers=[
+            AsyncConnectionErrorRetryHandler(), AsyncRateLimitErrorRetryHandler(max_retry_count=1),
+            AsyncServerErrorRetryHandler(max_retry_count=1)])
+        self.app = AsyncApp(client=self.client, signing_secret=s.signing_secret,
+                            request_verification_enabled=bool(s.signing_secret))
+        self.app.command(re.compile(r"^/"))(self.on_command)
+        self.app.event("message")(self.on_message)
+        self.app.event("app_mention")(self.on_message)
+        self.app.action("cancel_batch")(self.on_button)
+        self.receive: Receive | None = None
+        self.people: dict[str, tuple[str | None, str | None]] = {}  # user -> (locale, tz)
+        self._session: aiohttp.ClientSession | None = None
+        self.socket: Any = None  # slack-bolt's AsyncSocketModeHandler, in Socket Mode
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """One session for file downloads and response_url answers, made when first needed;
+        each call says its own time limit (DOWNLOAD_TIMEOUT, RESPOND_TIMEOUT)."""
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    # --- wiring -------------------------------------------------------------------------
+    def attach(self, app: Any, receive: Receive) -> None:
+        self.receive = receive
+        if self.settings.signing_secret:
+            app.router.add_post("/slack/events", self.endpoint)
+
+    async def endpoint(self, request):
+        return await to_aiohttp_response(await self.app.async_dispatch(
+            await to_bolt_request(request)))
+
+    async def start(self) -> None:
+        if self.settings.app_token:
+            from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+            self.socket = AsyncSocketModeHandler(self.app, self.settings.app_token)
+            await self.socket.connect_async()
+            log.info("slack: connected over Socket Mode")
+
+    async def close(self) -> None:
+        if self.socket is not None:
+            await self.socket.close_async()
+        await super().close()
+        if self._session is not None:
+            await self._session.close()
+
+    def _spawn(self, incoming: Incoming) -> None:
+        """The core's work runs after the acknowledgement, never in its way."""
+        receive = self.receive
+        assert receive is not None, "attach() comes before any message"
+
+        async def handle() -> None:
+            locale, tz = await self.person(incoming.user)
+            await receive(dataclasses.replace(incoming, lang=locale, tz=tz))
+        self.spawn(handle())
+
+    def serves(self, channel: str, direct: bool) -> bool:
+        return direct or not self.settings.channels or channel in self.settings.channels
+
+    async def person(self, user: str) -> tuple[str | None, str | None]:
+        """Their locale and time zone, if the app may read them (users:read)."""
+        if user not in self.people:
+            try:
+                info = (await self.client.users_info(user=user, include_locale=True))["user"]
+                self.people[user] = (info.get("locale"), info.get("tz"))
+            except (TimeoutError, SlackApiError, aiohttp.ClientError, KeyError):
+                self.people[user] = (None, None)
+        return self.people[user]
+
+    # --- inbound ------------------------------------------------------------------------
+    async def on_command(self, ack, command: dict) -> None:
+        """/gen … and /genbot <any command>."""
+        direct = command.get("channel_name") == "directmessage" or \
+            command.get("channel_id", "").startswith("D")
+        if not self.serves(command.get("channel_id", ""), direct):
+            await ack(NOT_SERVED)
+            return
+        await ack()
+        name, text = command["command"].lstrip("/"), command.get("text") or ""
+        self._spawn(Incoming(
+            self.name, command["user_id"], command["channel_id"],
+            text if name == "genbot" else f"{name} {text}",
+            message=f"command:{command.get('trigger_id')}", workspace=command.get("team_id"),
+            context={"response_url": command.get("response_url")}))
+
+    async def on_message(self, event: dict, body: dict, context) -> None:
+        """A DM, or a channel message that mentions the bot; files come as file_share."""
+        if event.get("subtype") not in (None, "file_share", "thread_broadcast") or \
+                event.get("bot_id"):
+            return
+        channel, text = event.get("channel", ""), event.get("text") or ""
+        direct = event.get("channel_type") == "im"
+        if not (direct or f"<@{context.bot_user_id}>" in text) or not event.get("user"):
+            return
+        if not self.serves(channel, direct) or not self.once(f"{channel}:{event['ts']}"):
+            return
+        files = tuple([await self.file(f) for f in event.get("files", [])])
+        self._spawn(Incoming(
+            self.name, event["user"], channel, text, message=f"{channel}:{event['ts']}",
+            thread=event.get("thread_ts") or (None if direct else event["ts"]), files=files,
+            workspace=body.get("team_id")))
+
+    async def on_button(self, ack, body: dict, action: dict) -> None:
+        """The Cancel button: the command it carries, as typed by whoever clicked."""
+        await ack()
+        container = body.get("container", {})
+        self._spawn(Incoming(
+            self.name, body["user"]["id"], body["channel"]["id"], action["value"],
+            message=f"action:{container.get('message_ts')}:{action.get('action_ts')}",
+            thread=container.get("thread_ts") or container.get("message_ts"),
+            workspace=(body.get("team") or {}).get("id"),
+            context={"response_url": body.get("response_url")}))
+
+    async def file(self, f: dict) -> FileRef:
+        """A shared file as the inbox records it (files.info when the event left it out)."""
+        if f.get("file_access") == "check_file_info" or not f.get("url_private_download"):
+            try:
+                f = (await self.client.files_info(file=f["id"]))["file"]
+            except SlackApiError as e:
+                log.warning("slack: files.info %s: %s", f.get("id"), e.response.get("error"))
+        return FileRef(f.get("name") or f.get("title") or f["id"], int(f.get("size") or 0),
+                       {"id": f["id"], "url": f.get("url_private_download") or f.get("url_private"),
+                        "size": int(f.get("size") or 0)})
+
+    async def download(self, handle: dict) -> bytes:
+        size = handle.get("size") or 0
+        if size > self.max_bytes:
+            raise DownloadError("file_too_big", size_mb=size / 2**20, max_mb=self.max_bytes / 2**20)
+        if not handle.get("url"):
+            raise DownloadError("download_failed", reason="Slack gave no download link")
+        try:
+            async with self.session.get(handle["url"], timeout=DOWNLOAD_TIMEOUT, headers={
+                    "Authorization": f"Bearer {self.settings.bot_token}"}) as r:
+                if r.status != 200:
+                    raise DownloadError("download_failed", reason=f"Slack answered HTTP {r.status}")
+                if r.content_type == "text/html":  # the login page: a wrong token or scope
+                    raise DownloadError("download_html")
+                data = await r.content.read(self.max_bytes + 1)
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise DownloadError("download_failed", reason=str(e) or type(e).__name__) from None
+        if len(data) > self.max_bytes:
+            raise DownloadError("file_too_big", size_mb=len(data) / 2**20,
+                                max_mb=self.max_bytes / 2**20)
+        if size and len(data) != size:
+            raise DownloadError("download_size", got=len(data), expected=size)
+        return data
+
+    # --- outbound -----------------------------------------------------------------------
+    async def send(self, out: Outgoing) -> str:
+        text = f"<@{out.mention}> {out.text}" if out.mention else out.text
+        if out.file is not None:
+            done = await self._call(self.client.files_upload_v2, channel=out.conversation,
+                                    thread_ts=out.thread, file=str(out.file),
+                                    filename=out.file.name, title=out.file.name,
+                                    initial_comment=text or None)
+            return done["file"]["id"]
+        try:
+            sent = await self._call(self.client.chat_postMessage, channel=out.conversation,
+                                    text=text, thread_ts=out.thread,
+                                    blocks=blocks(text, out.buttons) if out.buttons else None)
+        except DeliveryError as e:
+            url = out.context.get("response_url")
+            if not (e.permanent and e.reason in ("not_in_channel", "channel_not_found") and url):
+                raise
+            await self._respond(url, text)  # answer the person alone where the bot is not in
+            return "response_url"
+        return sent["ts"]
+
+    async def edit(self, message_id: str, out: Outgoing) -> None:
+        await self._call(self.client.chat_update, channel=out.conversation, ts=message_id,
+                         text=out.text, blocks=blocks(out.text, out.buttons))
+
+    async def _call(self, method, **kwargs) -> Any:
+        try:
+            return await method(**{k: v for k, v in kwargs.items() if v is not None})
+        except SlackApiError as e:
+            status, error = e.response.status_code, e.response.get("error") or "error"
+            if status == 429:
+                raise DeliveryError(f"429 {error}", retry_after=float(
+                    e.response.headers.get("Retry-After") or e.response.headers.get(
+                        "retry-after") or 1)) from None
+            if status >= 500:
+                raise DeliveryError(f"{status} {error}") from None
+            raise DeliveryError(error, permanent=error in PERMANENT) from None
+        except SlackRequestError as e:  # the upload step of files_upload_v2
+            raise DeliveryError(str(e)[:300]) from None
+
+    async def _respond(self, url: str, text: str) -> None:
+        async with self.session.post(url, timeout=RESPOND_TIMEOUT,
+                                     json={"response_type": "ephemeral", "text": text}) as r:
+            if r.status >= 400:
+                raise DeliveryError(f"response_url answered HTTP {r.status}",
+                                    permanent=r.status < 500)
+
+
+def blocks(text: str, buttons) -> list[dict]:
+    """A text section, and the buttons (each with a confirmation) in an actions block."""
+    out: list[dict] = [{"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}]
+    if buttons:
+        out.append({"type": "actions", "elements": [{
+            "type": "button", "action_id": "cancel_batch", "style": "danger",
+            "text": {"type": "plain_text", "text": b.label}, "value": b.command,
+            **({"confirm": {"title": {"type": "plain_text", "text": b.label[:100]},
+                            "text": {"type": "plain_text", "text": b.confirm},
+                            "confirm": {"type": "plain_text", "text": b.label[:30]},
+                            "deny": {"type": "plain_text", "text": b.deny or "✕"},
+                            "style": "danger"}} if b.confirm else {})} for b in buttons]})
+    return out

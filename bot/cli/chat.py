@@ -1,0 +1,101 @@
+"""`genbot chat [--as USER]`: the chat flow in a terminal, on the same core as Slack and DingTalk.
+
+Type the commands you would type in chat; attach a file by giving its path, e.g.
+`/gen social_thumb examples/social_thumb.xlsx` (the path becomes an upload named
+social_thumb.xlsx, and image cells may name the files beside it). Replies, progress
+and the paths of finished images are printed. Lines can come from a script on
+standard input: at its end genbot waits for the batches it started and for every
+message owed, then exits (1 if any job of those batches did not succeed).
+
+Without --as you are your login name and an admin (the machine is yours); with
+--as USER you are terminal:USER with the role the config and grants give, to try
+what others may do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import sys
+import uuid
+from typing import TextIO
+
+from bot.app.core import App, load_templates
+from bot.app.permissions import Who
+from bot.chat.core import ChatCore
+from bot.chat.platform import Incoming
+from bot.chat.terminal import CONVERSATION, NAME, Terminal, attach
+from bot.supervisor import Supervisor
+from storage.config import Config
+from storage.files import open_store
+from storage.queue import open_queue
+from storage.records import Status
+
+
+async def chat(config: Config, user: str | None = None, *, executor: bool = True,
+               stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    me = user or getpass.getuser()
+    queue = await open_queue(config)
+    terminal = Terminal(stdout)
+    app = App(config, queue, open_store(config), load_templates(config),
+              local_admins=() if user else (f"{NAME}:{me}",))
+    core = ChatCore(app, [terminal])
+    who = f"{NAME}:{me}"
+    role = await app.role(Who(NAME, me, CONVERSATION))
+    print(f"genbot chat as {who} ({role}). /help lists the commands; attach a file by its "
+          f"path: /gen social_thumb examples/social_thumb.xlsx. Ctrl-D ends.",
+          file=stdout, flush=True)
+    first = (await queue.latest_batch(who)) or 0
+    supervisor = None
+    log_file = config.data_dir / "logs" / "chat-executor.log"
+    log = None
+    if executor:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_file, "ab")
+        supervisor = Supervisor(config, stderr=log)
+        supervisor.start()
+    core.start()
+    try:
+        while True:
+            line = await asyncio.to_thread(stdin.readline)
+            if not line:
+                break
+            if not line.strip():
+                continue
+            text, files = attach(line.strip())
+            await core.chat.receive(Incoming(NAME, me, CONVERSATION, text,
+                                             message=uuid.uuid4().hex, files=files))
+            await core.settle()
+        return await _finish(core, who, first, supervisor, stdout)
+    finally:
+        await core.stop()
+        if supervisor:
+            await supervisor.stop()
+        if log:
+            log.close()
+        await queue.close()
+
+
+async def _finish(core: ChatCore, who: str, first: int, supervisor: Supervisor | None,
+                  stdout: TextIO) -> int:
+    """Wait for this session's batches and every owed message; 1 if a job did not succeed."""
+    queue = core.queue
+    if await queue.active_jobs_of(who):
+        print("(waiting for your batches to finish; Ctrl-C leaves them queued)", file=stdout,
+              flush=True)
+
+    async def busy() -> bool:
+        return bool(await queue.active_jobs_of(who)
+                    or await core.outbox.cursor(core.notifier.cursor) < await queue.last_event_seq()
+                    or await core.outbox.next_due(NAME) is not None)
+    while await busy():
+        if supervisor is not None and supervisor.gave_up:
+            print("genbot: the executor could not start; see its log in data/logs/",
+                  file=stdout, flush=True)
+            return 1
+        await asyncio.sleep(0.2)
+    for batch in await queue.batches_of(who, after=first):
+        if any(j.status != Status.SUCCEEDED for j in await queue.batch_jobs(batch)):
+            return 1
+    return 0

@@ -1,0 +1,247 @@
+"""Spreadsheet intake: a template and a sheet in, bound jobs or a report of every problem out.
+
+`check_sheet` is the one way in, for every front (through the application layer) and
+`genbot validate`: the sheet as a file or as rows (the API's JSON), the pictures its
+cells name, and the report. The whole sheet is checked before anything is queued: by
+default all-or-nothing; with skip_invalid the valid rows go ahead and the rest are
+reported. Each problem points at its cell (row as numbered in Excel, the column's header
+as the user wrote it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.intake.images import Attachments, ImageResolver, recording
+from bot.intake.sheets import Sheet, SheetError, read_sheet
+from bot.messages import say
+from executor.params import Problem, coerce, normalize_header
+from executor.workflow import Template, affinity, bind
+from storage.config import Config, IntakeConfig
+from storage.files import FileStore
+from storage.queue import NewJob
+
+YIELD_EVERY = 200  # rows; about 15 ms of work on a slow CPU
+
+
+@dataclass
+class Issue:
+    """One problem: of the file (row None), of a row, or of a cell (row and column)."""
+    code: str
+    details: dict[str, Any] = field(default_factory=dict)
+    row: int | None = None
+    column: str | None = None
+
+    def render(self, lang: str = "en") -> str:
+        text = say(self.code, lang, **self.details)
+        if self.row is None:
+            return text
+        if self.column is None:
+            return say("row", lang, row=self.row, problem=text)
+        return say("cell", lang, row=self.row, column=self.column, problem=text)
+
+
+@dataclass(frozen=True)
+class SheetFile:
+    """A sheet as sent: its file name and bytes."""
+    name: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class SheetRows:
+    """A sheet given as rows ({column: value}), as the API takes JSON."""
+    rows: list[dict[str, Any]]
+    name: str = "rows.json"
+
+    def grid(self) -> Sheet:
+        headers = list(dict.fromkeys(k for r in self.rows for k in r))
+        return Sheet(self.name, 1, headers,
+                     [(i + 2, [r.get(h) for h in headers]) for i, r in enumerate(self.rows)])
+
+
+SheetSource = SheetFile | SheetRows
+
+
+@dataclass
+class IntakeReport:
+    """What intake made of a sheet: the jobs it would queue, and every problem."""
+    template: str
+    filename: str
+    jobs: list[NewJob] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)
+    file_issues: list[Issue] = field(default_factory=list)  # nothing can be read or run
+    # (header, did-you-mean)
+    unused_columns: list[tuple[str, str | None]] = field(default_factory=list)
+    rows: int = 0
+    bad_rows: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """Every row is valid (the all-or-nothing rule)."""
+        return not self.file_issues and not self.issues and bool(self.jobs)
+
+    def problems(self, lang: str = "en") -> list[dict[str, Any]]:
+        """Every problem as data: where (row, column), its code and its message."""
+        return [{"row": i.row, "column": i.column, "code": i.code, "message": i.render(lang)}
+                for i in self.file_issues + self.issues]
+
+    def report(self, lang: str = "en", max_shown: int = 20, skip_invalid: bool = False) -> str:
+        if self.file_issues:
+            lines = [i.render(lang) for i in self.file_issues]
+        elif not self.issues:
+            lines = [say("all_valid", lang, file=self.filename, rows=self.rows,
+                         template=self.template)]
+        else:
+            head = "some_skipped" if skip_invalid else "some_invalid"
+            lines = [say(head, lang, file=self.filename, bad=self.bad_rows, rows=self.rows,
+                         good=self.rows - self.bad_rows)]
+            lines += [i.render(lang) for i in self.issues[:max_shown]]
+            if len(self.issues) > max_shown:
+                lines.append(say("and_more", lang, count=len(self.issues) - max_shown))
+        if self.unused_columns:
+            shown = ", ".join(f'"{h}"' + (say("did_you_mean", lang, name=s) if s else "")
+                              for h, s in self.unused_columns)
+            lines.append(say("unused_columns", lang, template=self.template, columns=shown))
+        if self.file_issues:
+            lines.append(say("file_refused", lang, file=self.filename))
+        return "\n".join(lines)
+
+
+def _closest(word: str, options: dict[str, str]) -> str | None:
+    """The option (by normalised header) closest to `word`, as the template spells it."""
+    match = difflib.get_close_matches(normalize_header(word), list(options), n=1, cutoff=0.75)
+    return options[match[0]] if match else None
+
+
+async def check_sheet(template: Template, sheet: SheetSource, *, config: Config,
+                      store: FileStore, attachments: Attachments | None = None,
+                      skip_invalid: bool = False,
+                      keep: dict[str, bytes] | None = None) -> IntakeReport:
+    """The report on `sheet` for `template`: its rows read, checked and bound, the
+    pictures its cells name found (among `attachments`, then the assets folder, then
+    allowed links) and stored. `keep` collects the attachments used, by name (a schedule
+    stores them, since chat uploads expire)."""
+    if keep is not None and attachments is not None:
+        attachments = recording(attachments, keep)
+    images = ImageResolver(config.intake, store, assets_dir=config.assets_dir,
+                           attachments=attachments)
+    if isinstance(sheet, SheetRows):
+        return await intake_sheet(template, sheet.grid(), settings=config.intake, images=images,
+                                  skip_invalid=skip_invalid)
+    return await intake(template, sheet.name, sheet.data, settings=config.intake, images=images,
+                        skip_invalid=skip_invalid)
+
+
+async def intake(template: Template, filename: str, data: bytes, *, settings: IntakeConfig,
+                 images: ImageResolver, skip_invalid: bool = False) -> IntakeReport:
+    result = IntakeReport(template.name, filename)
+    if len(data) > settings.max_file_mb * 2**20:
+        result.file_issues.append(Issue("file_too_big", {"file": filename,
+                                        "size_mb": len(data) / 2**20,
+                                        "max_mb": settings.max_file_mb}))
+        return result
+    try:  # parsing is CPU work: off the event loop, so the chat stays responsive
+        sheet = await asyncio.to_thread(read_sheet, filename, data,
+                                        max_unpacked_bytes=int(settings.max_unpacked_mb * 2**20))
+    except SheetError as e:
+        result.file_issues.append(Issue(e.code, e.details))
+        return result
+    return await intake_sheet(template, sheet, settings=settings, images=images,
+                              skip_invalid=skip_invalid)
+
+
+async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConfig,
+                       images: ImageResolver, skip_invalid: bool = False) -> IntakeReport:
+    """The checks on rows already read: from a file, or given as JSON by the API."""
+    filename = sheet.filename
+    result = IntakeReport(template.name, filename)
+    result.rows = len(sheet.rows)
+    if not sheet.rows:
+        result.file_issues.append(Issue("no_rows", {"file": filename}))
+        return result
+    if len(sheet.rows) > settings.max_rows:
+        result.file_issues.append(Issue("too_many_rows", {"file": filename, "rows": len(sheet.rows),
+                                                          "max": settings.max_rows}))
+        return result
+    columns = _map_columns(template, sheet, result)
+    if result.file_issues:
+        return result
+    await _rows(template, sheet, columns, images, result)
+    if result.issues and not skip_invalid:
+        result.jobs = []
+    return result
+
+
+def _map_columns(template: Template, sheet: Sheet, result: IntakeReport) -> dict[str, int]:
+    """Parameter -> column index; records missing, duplicate and unused columns."""
+    names = {normalize_header(header): p.name
+             for p in template.params.values() for header in (p.name, *p.aliases)}
+    spelled = {normalize_header(h): h for p in template.params.values()
+               for h in (p.name, *p.aliases)}
+    wanted_extras = {normalize_header(c): c for c in template.columns}
+    columns: dict[str, list[int]] = {}
+    unused: list[int] = []
+    for i, header in enumerate(sheet.headers):
+        key = normalize_header(header)
+        if key in names:
+            columns.setdefault(names[key], []).append(i)
+        elif key not in wanted_extras and header:
+            unused.append(i)
+    for param, found in columns.items():
+        if len(found) > 1:
+            result.file_issues.append(Issue("duplicate_column", {
+                "param": param, "columns": ", ".join(f'"{sheet.headers[i]}"' for i in found)}))
+    present = {normalize_header(h) for h in sheet.headers}
+    unused_headers = {normalize_header(sheet.headers[i]): sheet.headers[i] for i in unused}
+    needed = [p.name for p in template.params.values()
+              if p.required and p.default is None and p.name not in columns]
+    needed += [c for k, c in wanted_extras.items() if k not in present]
+    for name in needed:
+        near = _closest(name, unused_headers)
+        result.file_issues.append(Issue("missing_column_near" if near else "missing_column",
+                                        {"param": name, "near": near}))
+    result.unused_columns = [(sheet.headers[i], _closest(sheet.headers[i], spelled))
+                             for i in unused]
+    return {param: found[0] for param, found in columns.items()}
+
+
+async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
+                images: ImageResolver, result: IntakeReport) -> None:
+    outputs: dict[str, int] = {}
+    for count, (number, cells) in enumerate(sheet.rows):
+        if count % YIELD_EVERY == YIELD_EVERY - 1:
+            await asyncio.sleep(0)  # let the event loop serve others during a big sheet
+        issues: list[Issue] = []
+        values: dict[str, Any] = {}
+        for p in template.params.values():
+            index = columns.get(p.name)
+            raw = cells[index] if index is not None else None
+            column = sheet.headers[index] if index is not None else p.name
+            try:
+                value = coerce(p, raw)
+                if p.type == "image" and value is not None:
+                    value = await images.resolve(value)
+                values[p.name] = value
+            except Problem as e:
+                issues.append(Issue(e.code, {"value": raw, **e.details}, number, column))
+        if not issues:
+            extras = {h: cells[i] for i, h in enumerate(sheet.headers) if h}
+            try:
+                workflow = bind(template, values, row=number, extras=extras)
+            except Problem as e:
+                issues.append(Issue(e.code, e.details, number))
+            else:
+                for name in workflow["outputs"].values():
+                    if name in outputs:
+                        issues.append(Issue("output_duplicate",
+                                            {"name": name, "other": outputs[name]}, number))
+                    outputs.setdefault(name, number)
+        if issues:
+            result.issues += issues
+            result.bad_rows += 1
+        else:
+            result.jobs.append(NewJob(row=number, workflow=workflow, affinity=affinity(workflow)))

@@ -1,0 +1,178 @@
+"""The images a sheet's cells name: found, checked, normalised and stored before anything queues.
+
+A cell may name a file sent with the sheet, a file under the assets folder, or an
+http(s) link on the allow-list — nothing else: no file://, no absolute paths, no "..",
+and no downloads from private or loopback addresses unless configured. Every image is
+size-checked before it is decoded (decompression bombs), turned upright (EXIF), put on
+white where it is transparent, converted to RGB and stored once under its content hash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import ipaddress
+import re
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path, PurePosixPath
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+
+from executor.params import Problem
+from storage.config import IntakeConfig
+from storage.files import FileStore
+
+# name -> bytes, or None when there is no such file. Fronts supply one for "files sent
+# with the sheet": the chat inbox, or the sheet's own folder for the CLI.
+Attachments = Callable[[str], Awaitable[bytes | None]]
+MAX_REDIRECTS = 3
+
+
+def relative_name(ref: str) -> str | None:
+    """A safe relative file name, or None (absolute, drive letter, "..", empty)."""
+    name = ref.replace("\\", "/").strip()
+    if not name or name.startswith("/") or re.match(r"^[A-Za-z]:", name) or "\x00" in name:
+        return None
+    parts = PurePosixPath(name).parts
+    if any(part in ("..", "") for part in parts):
+        return None
+    return "/".join(parts)
+
+
+def folder_attachments(folder: Path) -> Attachments:
+    """Files under `folder`, by relative name; nothing outside it."""
+    root = Path(folder).resolve()
+
+    async def get(name: str) -> bytes | None:
+        path = (root / name).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            return None
+        return await asyncio.to_thread(path.read_bytes)
+    return get
+
+
+def recording(attachments: Attachments, into: dict[str, bytes]) -> Attachments:
+    """`attachments` that also keep what they found in `into` (a schedule stores the
+    pictures its sheet named)."""
+    async def get(name: str) -> bytes | None:
+        data = await attachments(name)
+        if data is not None:
+            into[name] = data
+        return data
+    return get
+
+
+class ImageResolver:
+    def __init__(self, settings: IntakeConfig, store: FileStore, *, assets_dir: Path,
+                 attachments: Attachments | None = None):
+        self.settings = settings
+        self.store = store
+        self.assets = folder_attachments(assets_dir)
+        self.attachments = attachments
+        self._done: dict[str, str | Problem] = {}
+
+    async def resolve(self, ref: str) -> str:
+        """The stored image's path (relative to the file store) for a cell's reference."""
+        if ref not in self._done:
+            try:
+                self._done[ref] = await self._resolve(ref)
+            except Problem as p:
+                self._done[ref] = p
+        result = self._done[ref]
+        if isinstance(result, Problem):
+            raise result
+        return result
+
+    async def _resolve(self, ref: str) -> str:
+        data: bytes | None
+        if "://" in ref:
+            data = await self._download(ref)
+        else:
+            name = relative_name(ref)
+            if name is None:
+                raise Problem("image_bad_reference", ref=ref)
+            data = None
+            if self.attachments is not None:
+                data = await self.attachments(name)
+            if data is None:
+                data = await self.assets(name)
+            if data is None:
+                raise Problem("image_not_found", ref=ref)
+        self._check_size(ref, len(data))
+        png = await asyncio.to_thread(self._normalise, ref, data)
+        return await asyncio.to_thread(self.store.put_input, png)
+
+    def _check_size(self, ref: str, size: int) -> None:
+        limit = self.settings.max_image_mb * 2**20
+        if size > limit:
+            raise Problem("image_too_big", ref=ref, size_mb=size / 2**20,
+                          max_mb=self.settings.max_image_mb)
+
+    def _normalise(self, ref: str, data: bytes) -> bytes:
+        from PIL import Image, ImageOps, UnidentifiedImageError
+        try:
+            image: Image.Image = Image.open(io.BytesIO(data))
+            width, height = image.size
+            if width * height > self.settings.max_image_pixels:
+                raise Problem("image_too_many_pixels", ref=ref, width=width, height=height,
+                              max=self.settings.max_image_pixels)
+            image = ImageOps.exif_transpose(image)
+            if image.mode in ("RGBA", "LA", "PA") \
+                    or (image.mode == "P" and "transparency" in image.info):
+                rgba = image.convert("RGBA")
+                image = Image.new("RGB", rgba.size, "white")
+                image.paste(rgba, mask=rgba.getchannel("A"))
+            else:
+                image = image.convert("RGB")
+        except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+            raise Problem("not_an_image", ref=ref) from None
+        out = io.BytesIO()
+        image.save(out, format="PNG")
+        return out.getvalue()
+
+    async def _check_host(self, host: str) -> None:
+        allowed = {h.lower() for h in self.settings.url_allowlist}
+        if host.lower() not in allowed:
+            raise Problem("image_url_not_allowed", host=host)
+        if self.settings.allow_private_urls:
+            return
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(host, None,
+                                                                 type=socket.SOCK_STREAM)
+        except OSError as e:
+            raise Problem("image_download_failed", ref=host, reason=str(e)) from None
+        for info in infos:
+            address = ipaddress.ip_address(info[4][0])
+            if not address.is_global:
+                raise Problem("image_private_address", host=host)
+
+    async def _download(self, url: str) -> bytes:
+        limit = int(self.settings.max_image_mb * 2**20)
+        timeout = aiohttp.ClientTimeout(total=60, sock_connect=10)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for _ in range(MAX_REDIRECTS + 1):
+                parts = urlsplit(url)
+                if parts.scheme not in ("http", "https") or not parts.hostname:
+                    raise Problem("image_bad_reference", ref=url)
+                await self._check_host(parts.hostname)
+                try:
+                    async with session.get(url, allow_redirects=False) as response:
+                        if response.status in (301, 302, 303, 307, 308):
+                            url = urljoin(url, response.headers.get("Location", ""))
+                            continue  # the next hop is checked like the first
+                        if response.status != 200:
+                            raise Problem("image_download_failed", ref=url,
+                                          reason=f"HTTP {response.status}")
+                        if (response.content_length or 0) > limit:
+                            self._check_size(url, response.content_length or 0)
+                        data = bytearray()
+                        async for chunk in response.content.iter_chunked(65536):
+                            data += chunk
+                            self._check_size(url, len(data))
+                        return bytes(data)
+                except (TimeoutError, aiohttp.ClientError) as e:
+                    raise Problem("image_download_failed", ref=url,
+                                  reason=str(e) or type(e).__name__) from None
+            raise Problem("image_download_failed", ref=url, reason="too many redirects")

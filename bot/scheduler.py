@@ -1,0 +1,118 @@
+"""Time-driven work in `genbot serve`, fired by APScheduler: recurring batches,
+retention, the daily digest.
+
+A schedule is a cron (in its own time zone), a template and a stored sheet
+(bot.app.core.App.schedule makes them). `tick` runs every few seconds: each schedule
+whose next fire time has come is claimed in the database (one service queues it,
+however many run) and handed to `App.fire`, which puts its sheet through intake again —
+seeds left empty are new each time — into a batch in the conversation that made it.
+Firings missed while the service was down are queued once, not once each. Retention
+runs daily at 03:30 ([queue] retention_days); the digest goes to [chat] digest at
+[chat] digest_at.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from bot.app.core import App
+from bot.app.values import next_fire
+from bot.conventions import digest_key
+from bot.messages import say
+from storage.files import batch_folder
+from storage.outbox import Outbox
+from storage.workers import Workers
+
+log = logging.getLogger("genbot.schedules")
+TICK = 15.0  # seconds between looks at the schedules
+
+
+class Scheduler:
+    def __init__(self, app: App, *, outbox: Outbox | None = None):
+        self.app, self.outbox = app, outbox
+        self.config, self.queue, self.store = app.config, app.queue, app.store
+        self.clock = app.clock
+        self.apscheduler: Any = None
+
+    def start(self) -> None:
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+        from apscheduler.triggers.cron import CronTrigger
+        from apscheduler.triggers.interval import IntervalTrigger
+        self.apscheduler = AsyncIOScheduler()
+        self.apscheduler.add_job(self.tick, IntervalTrigger(seconds=TICK), id="schedules",
+                                 max_instances=1, coalesce=True, next_run_time=datetime.now())
+        self.apscheduler.add_job(self.retention, CronTrigger(hour=3, minute=30), id="retention",
+                                 max_instances=1, coalesce=True)
+        chat = self.config.chat
+        if chat.digest and self.outbox is not None:
+            hour, minute = chat.digest_at.split(":")
+            self.apscheduler.add_job(self.digest, CronTrigger(
+                hour=int(hour), minute=int(minute), timezone=ZoneInfo(chat.timezone)),
+                id="digest", max_instances=1, coalesce=True)
+        self.apscheduler.start()
+
+    async def digest(self) -> bool:
+        """Owe [chat] digest a summary of the last 24 hours: once a day, however many
+        services run (the outbox key is the day). False: owed already."""
+        chat = self.config.chat
+        platform, _, conversation = chat.digest.partition(":")
+        lang = chat.language_at(chat.digest, platform) or chat.language
+        now = self.clock()
+        day = datetime.fromtimestamp(now, ZoneInfo(chat.timezone)).date().isoformat()
+        d = await self.queue.digest(now - 86400, now)
+        finished, active = d.finished, await self.queue.active_counts()
+        text = say("digest", lang, batches=d.batches, succeeded=finished.get("succeeded", 0),
+                   failed=finished.get("failed", 0), canceled=finished.get("canceled", 0),
+                   queued=active.queued,
+                   mean=say("digest_mean", lang, seconds=d.mean_seconds)
+                   if d.mean_seconds is not None else "",
+                   paused=say("digest_paused", lang) if await self.queue.paused() else "")
+        if d.top:
+            text += ("" if lang == "zh" else " ") + say(
+                "digest_top", lang, who=", ".join(f"{who} ({n:,})" for who, n in d.top))
+        assert self.outbox is not None
+        return await self.outbox.put(digest_key(chat.digest, day), platform=platform,
+                                     conversation=conversation, thread=None, kind="text",
+                                     payload={"text": text, "lang": lang})
+
+    async def retention(self) -> list[int]:
+        """Forget batches finished more than [queue] retention_days ago, outputs included
+        (and executors stopped or lost over a day ago)."""
+        await Workers.of(self.queue).forget(self.clock() - 86400)
+        days = self.config.queue.retention_days
+        if not days:
+            return []
+        forgotten: list[int] = []
+        while ids := await self.queue.forget_finished(self.clock() - days * 86400):
+            for batch_id in ids:
+                self.store.delete_folder(batch_folder(batch_id))
+            forgotten += ids
+        if forgotten:
+            log.info("retention: forgot %d batches finished over %g days ago", len(forgotten), days)
+        return forgotten
+
+    def stop(self) -> None:
+        if self.apscheduler is not None and self.apscheduler.running:
+            self.apscheduler.shutdown(wait=False)
+
+    async def tick(self) -> list[int]:
+        """Queue every schedule whose time has come; returns the batches queued."""
+        now = self.clock()
+        queued = []
+        for row in await self.app.schedules.all():
+            when = next_fire(row.cron, row.timezone, row.fired_at)
+            if when is None or when.timestamp() > now:
+                continue
+            if not await self.app.schedules.claim(row.id, now):
+                continue  # another service queued this firing
+            try:
+                batch = await self.app.fire(row, when.timestamp())
+            except Exception:
+                log.exception("schedule %s could not fire", row.id)
+                continue
+            if batch is not None:
+                queued.append(batch)
+        return queued

@@ -1,0 +1,100 @@
+"""The dashboard: one page of plain HTML and JS over the REST API, in the same app.
+
+Nothing is built at install: bot/web/ holds the page, its script and its styles as
+served. Sign-in trades an API token for a session cookie (bot.sessions); the page then
+calls /api/v1 with it, so the API decides everything — an admin button a viewer might
+reach is refused there, not just hidden here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+
+from aiohttp import web
+
+from bot.app.permissions import Who, allowed_actions
+from bot.web.api import Api, ApiError
+from bot.web.sessions import foreign
+
+WEB = Path(__file__).parent / "static"
+ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
+# The page loads only its own script and styles; it talks to its own origin only.
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+                               "img-src 'self' data:; connect-src 'self'; form-action 'self'; "
+                               "base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-cache"}
+SIGN_IN_TRIES = 10  # failed sign-ins per address per minute before a pause
+
+
+class Dashboard:
+    def __init__(self, api: Api):
+        self.api, self.sessions = api, api.sessions
+        self.failures: dict[str, deque[float]] = {}
+
+    def routes(self, app: web.Application) -> None:
+        r = app.router
+        r.add_get("/", self.home)
+        r.add_get("/dashboard", self.home)
+        r.add_get("/dashboard/", self.page)
+        r.add_get("/dashboard/{asset:app\\.(?:js|css)}", self.asset)
+        r.add_get("/dashboard/session", self.session)
+        r.add_post("/dashboard/session", self.sign_in)
+        r.add_delete("/dashboard/session", self.sign_out)
+
+    async def home(self, request: web.Request) -> web.Response:
+        raise web.HTTPFound("/dashboard/")
+
+    async def page(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(WEB / "index.html", headers=HEADERS)
+
+    async def asset(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["asset"]
+        return web.FileResponse(WEB / name, headers={**HEADERS, "Content-Type": ASSETS[name]})
+
+    async def session(self, request: web.Request) -> web.Response:
+        """Who is signed in, their role, what they may do and the CSRF token the page sends."""
+        session = self.sessions.of(request)
+        if session is None:
+            raise ApiError(401, "unauthorized", "sign in with an API token")
+        return web.json_response(await self._describe(session.user, session.csrf))
+
+    async def sign_in(self, request: web.Request) -> web.Response:
+        if foreign(request):  # no signing someone in from another site
+            raise ApiError(403, "csrf", "sign in from the dashboard's own page")
+        address = request.remote or "?"
+        now = time.monotonic()
+        recent = self.failures.get(address)
+        if recent is not None and len(recent) == SIGN_IN_TRIES and now - recent[0] < 60:
+            raise ApiError(429, "too_many_tries", "too many wrong tokens; wait a minute")
+        try:
+            token = str((await request.json()).get("token", "")).strip()
+        except (ValueError, AttributeError):
+            raise ApiError(400, "bad_json", 'send {"token": "…"}') from None
+        cookie = self.sessions.issue(token) if token else None
+        if cookie is None:
+            if len(self.failures) > 10_000:  # forget addresses quiet for a minute
+                self.failures = {a: d for a, d in self.failures.items() if now - d[-1] < 60}
+            self.failures.setdefault(address, deque(maxlen=SIGN_IN_TRIES)).append(now)
+            raise ApiError(401, "unauthorized", "that token is not one of [api] tokens")
+        session = self.sessions.read(cookie)
+        assert session is not None, "a cookie just issued reads back"
+        response = web.json_response(await self._describe(session.user, session.csrf))
+        self.sessions.set_cookie(response, cookie, request)
+        return response
+
+    async def sign_out(self, request: web.Request) -> web.Response:
+        session = self.sessions.of(request)
+        if session is not None and (why := self.sessions.forged(request, session)):
+            raise ApiError(403, "csrf", why)
+        response = web.json_response({"signed_out": True})
+        self.sessions.clear_cookie(response)
+        return response
+
+    async def _describe(self, user: str, csrf: str) -> dict:
+        who = Who("api", user, "api")
+        role = await self.api.app.role(who)
+        return {"user": who.id, "role": role.value, "csrf": csrf, "may": allowed_actions(role)}

@@ -1,0 +1,116 @@
+"""/metrics for Prometheus (prometheus-client), read fresh at each scrape.
+
+Queue depth and delivery state come from the database; job durations and waits are
+observed from the event log as jobs end (from the service's start on: counters start
+at zero after a restart, which Prometheus handles); executors' memory and model cache
+come from their heartbeats in the worker registry (storage.workers), whatever host they
+run on.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from storage.outbox import Outbox
+from storage.queue import TERMINAL, Priority, Queue, Status
+from storage.workers import STATES, Workers
+
+CACHE_KINDS = ("loads", "hits", "promotions", "offloads", "evictions", "lora_loads", "lora_hits",
+               "clears")
+
+
+class Metrics:
+    def __init__(self, queue: Queue, outbox: Outbox, restarts: Callable[[], int] = lambda: 0,
+                 token: str = ""):
+        self.queue, self.outbox, self.restarts, self.token = queue, outbox, restarts, token
+        r = self.registry = CollectorRegistry()
+        self.jobs = Gauge("genbot_jobs", "Jobs by status and priority", ["status", "priority"],
+                          registry=r)
+        self.paused = Gauge("genbot_queue_paused", "1 while the queue is paused", registry=r)
+        self.outbox_messages = Gauge("genbot_outbox_messages", "Chat messages owed, by state "
+                                     "(failed: given up after retries)", ["platform", "status"],
+                                     registry=r)
+        self.duration = Histogram("genbot_job_duration_seconds", "Run time of finished jobs",
+                                  ["status"], registry=r,
+                                  buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800))
+        self.wait = Histogram("genbot_job_wait_seconds", "Time from enqueue to start of jobs "
+                              "that ran", registry=r,
+                              buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86400))
+        self.executor_restarts = Gauge("genbot_executor_restarts", "Times the supervised "
+                                       "executor died and was started again", registry=r)
+        self.cache = Gauge("genbot_model_cache", "Model cache events since the executor started "
+                           "(loads, hits, evictions …)", ["executor", "kind"], registry=r)
+        self.memory = Gauge("genbot_executor_memory_bytes", "Device memory of an executor: in "
+                            "use, held by resident models, total", ["executor", "device", "what"],
+                            registry=r)
+        self.executor_seen = Gauge("genbot_executor_report_time", "When an executor last "
+                                   "reported (Unix time)", ["executor"], registry=r)
+        self.workers_by_state = Gauge("genbot_workers", "Executors in the registry by state "
+                                      "(lost: silent for a lease)", ["state"], registry=r)
+        self.workers = Workers.of(queue)
+        self.seq: int | None = None  # the event log read so far (from the start on)
+
+    async def start(self) -> None:
+        self.seq = await self.queue.last_event_seq()
+
+    async def handler(self, request: web.Request) -> web.Response:
+        if self.token and not hmac.compare_digest(
+                request.headers.get("Authorization", "").encode(), f"Bearer {self.token}".encode()):
+            raise web.HTTPUnauthorized(text="genbot /metrics: send Authorization: Bearer "
+                                       "<[api] metrics_token>\n",
+                                       headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
+        await self.refresh()
+        return web.Response(body=generate_latest(self.registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def refresh(self) -> None:
+        counts = await self.queue.counts()
+        for status in Status:  # every pair, zeros included: a series never just vanishes
+            for priority in Priority:
+                name = priority.name.lower()
+                self.jobs.labels(status.value, name).set(counts[status.value].get(name, 0))
+        self.paused.set(1 if await self.queue.paused() else 0)
+        self.outbox_messages.clear()
+        for (platform, state), n in (await self.outbox.counts_by_platform()).items():
+            self.outbox_messages.labels(platform, state).set(n)
+        self.executor_restarts.set(self.restarts())
+        await self.observe_ended_jobs()
+        await self.read_workers()
+
+    async def observe_ended_jobs(self) -> None:
+        if self.seq is None:
+            await self.start()
+        while events := await self.queue.events_after(self.seq or 0, 1000):
+            for event in events:
+                self.seq = event.seq
+                if event.kind in TERMINAL and event.job_id:
+                    job = await self.queue.job(event.job_id)
+                    if job and job.started_at and job.finished_at:
+                        self.duration.labels(str(job.status)).observe(
+                            job.finished_at - job.started_at)
+                        self.wait.observe(max(0.0, job.started_at - job.enqueued_at))
+
+    async def read_workers(self) -> None:
+        rows = await self.workers.all()
+        for state in STATES:
+            self.workers_by_state.labels(state).set(sum(w.state == state for w in rows))
+        for w in rows:
+            name = w.id
+            self.executor_seen.labels(name).set(w.seen_at)
+            cache = w.stats.get("cache", {})
+            for kind in CACHE_KINDS:
+                self.cache.labels(name, kind).set(cache.get(kind, 0))
+            for what, value in (("in_use", w.memory_used), ("total", w.memory_total),
+                                ("models", w.stats.get("models_resident"))):
+                if value is not None:
+                    self.memory.labels(name, w.device, what).set(value)

@@ -1,0 +1,293 @@
+"""The pillow ops: geometry, edges, colours, text, watermarks, and `save`.
+
+Pillow and numpy only (no torch): these run per job, on whatever the earlier nodes gave.
+`save` writes the image into the batch's output folder with enough metadata to make it
+again.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont, PngImagePlugin
+
+from executor import VERSION
+from executor.ops.base import Context, OpError, op
+from storage.files import batch_folder
+
+BUNDLED_FONT = Path(__file__).resolve().parent.parent / "fonts" / "wqy-microhei.ttc"
+
+
+# --- geometry ---------------------------------------------------------------------------
+
+def _ratio(aspect: str) -> float:
+    w, h = (int(x) for x in aspect.split(":"))
+    return w / h
+
+
+@op()
+def crop(ctx: Context, image, aspect: str) -> Image.Image:
+    im = ctx.image(image)
+    want = _ratio(aspect)
+    w, h = im.size
+    if w / h > want:  # too wide: trim the sides
+        nw = max(1, round(h * want))
+        left = (w - nw) // 2
+        return im.crop((left, 0, left + nw, h))
+    nh = max(1, round(w / want))
+    top = (h - nh) // 2
+    return im.crop((0, top, w, top + nh))
+
+
+@op()
+def resize(ctx: Context, image, size=None, width=None, scale=None) -> Image.Image:
+    im = ctx.image(image)
+    given = [n for n, v in (("size", size), ("width", width), ("scale", scale)) if v is not None]
+    if len(given) != 1:
+        raise OpError("resize takes exactly one of size, width or scale"
+                      + (f" (got {', '.join(given)})" if given else ""))
+    w, h = im.size
+    if size is not None:
+        target = (int(size[0]), int(size[1]))
+    elif width is not None:
+        target = (int(width), max(1, round(h * width / w)))
+    else:
+        target = (max(1, round(w * scale)), max(1, round(h * scale)))
+    return im if target == im.size else im.resize(target, Image.Resampling.LANCZOS)
+
+
+@op()
+def pad(ctx: Context, image, size, color: str = "auto") -> Image.Image:
+    im = ctx.image(image)
+    target = (int(size[0]), int(size[1]))
+    if im.width > target[0] or im.height > target[1]:
+        im = im.copy()
+        im.thumbnail(target, Image.Resampling.LANCZOS)
+    if color == "auto":
+        color = _dominant(_border(im))
+    out = Image.new("RGB", target, color)
+    out.paste(im, ((target[0] - im.width) // 2, (target[1] - im.height) // 2))
+    return out
+
+
+def _border(im: Image.Image) -> Image.Image:
+    a = np.asarray(im)
+    edge = np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
+    return Image.fromarray(edge[None, :, :])
+
+
+# --- analysis ---------------------------------------------------------------------------
+
+@op()
+def canny(ctx: Context, image, low: int = 100, high: int = 200) -> Image.Image:
+    """Canny edges as white lines on black, the control image a canny ControlNet was
+    trained on: Sobel gradients (|gx| + |gy|, thresholds on the same scale as OpenCV's
+    Canny), non-maximum suppression, hysteresis."""
+    g = np.asarray(ctx.image(image).convert("L"), dtype=np.float32)
+    p = np.pad(g, 1, mode="edge")
+    gx = (p[:-2, 2:] + 2 * p[1:-1, 2:] + p[2:, 2:]) - (p[:-2, :-2] + 2 * p[1:-1, :-2] + p[2:, :-2])
+    gy = (p[2:, :-2] + 2 * p[2:, 1:-1] + p[2:, 2:]) - (p[:-2, :-2] + 2 * p[:-2, 1:-1] + p[:-2, 2:])
+    mag = np.abs(gx) + np.abs(gy)
+    angle = (np.rad2deg(np.arctan2(gy, gx)) + 180) % 180
+    m = np.pad(mag, 1)
+    # Neighbours along the gradient, for each of the four quantised directions.
+    pairs = {0: ((1, 0), (1, 2)), 45: ((0, 2), (2, 0)), 90: ((0, 1), (2, 1)), 135: ((0, 0), (2, 2))}
+    sector = (((angle + 22.5) // 45) % 4 * 45).astype(int)
+    keep = np.zeros_like(mag, dtype=bool)
+    h, w = mag.shape
+    for deg, ((r1, c1), (r2, c2)) in pairs.items():
+        n1 = m[r1:r1 + h, c1:c1 + w]
+        n2 = m[r2:r2 + h, c2:c2 + w]
+        keep |= (sector == deg) & (mag >= n1) & (mag >= n2)
+    thin = np.where(keep, mag, 0)
+    strong = thin >= high
+    weak = thin >= low
+    edges = strong
+    while True:  # hysteresis: weak pixels touching strong ones become strong
+        grown = np.pad(edges, 1)
+        near = np.zeros_like(edges)
+        for dr in range(3):
+            for dc in range(3):
+                near |= grown[dr:dr + h, dc:dc + w]
+        nxt = weak & near
+        if (nxt == edges).all():
+            break
+        edges = nxt
+    return Image.fromarray((edges * 255).astype(np.uint8)).convert("RGB")
+
+
+def _luminance(color: tuple[int, int, int]) -> float:
+    def channel(c: int) -> float:
+        v = c / 255
+        return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
+    r, g, b = (channel(c) for c in color)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast_ratio(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    la, lb = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def _hex(color: tuple[int, ...]) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*color[:3])
+
+
+def _rgb(color: str) -> tuple[int, int, int]:
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return r, g, b
+
+
+def _swatches(im: Image.Image, n: int = 6) -> list[tuple[int, int, int]]:
+    """The image's main colours, most frequent first."""
+    small = im.convert("RGB").copy()
+    small.thumbnail((128, 128))
+    q = small.quantize(colors=n, method=Image.Quantize.MEDIANCUT)
+    pal, colors = q.getpalette(), q.getcolors()
+    # A quantized image has a palette and at most `n` colours, each a palette index.
+    assert pal is not None and colors is not None
+    counts = sorted(cast(list[tuple[int, int]], colors), reverse=True)
+    return [(pal[i * 3], pal[i * 3 + 1], pal[i * 3 + 2]) for _, i in counts]
+
+
+def _dominant(im: Image.Image) -> str:
+    return _hex(_swatches(im)[0])
+
+
+def _contrasting(background: tuple[int, int, int], candidates) -> str:
+    """A swatch that reads on `background` (WCAG ratio 4.5), else black or white."""
+    for c in candidates:
+        if contrast_ratio(c, background) >= 4.5:
+            return _hex(c)
+    black, white = (0, 0, 0), (255, 255, 255)
+    best = max((black, white), key=lambda c: contrast_ratio(c, background))
+    return _hex(best)
+
+
+@op()
+def palette(ctx: Context, image) -> dict[str, str]:
+    swatches = _swatches(ctx.image(image))
+    return {"dominant": _hex(swatches[0]), "contrast": _contrasting(swatches[0], swatches[1:])}
+
+
+# --- text -------------------------------------------------------------------------------
+
+@cache
+def _font_file(path: str) -> str:
+    chosen = Path(path) if path else BUNDLED_FONT
+    if not chosen.is_file():
+        raise OpError(f"font not found: {chosen} (set [executor] font to a .ttf/.otf file)")
+    return str(chosen)
+
+
+def load_font(path: str, size: int) -> ImageFont.FreeTypeFont:
+    """`path`, or the bundled CJK-and-Latin font when it is empty."""
+    return ImageFont.truetype(_font_file(path), size)
+
+
+def _font(ctx: Context, size: int) -> ImageFont.FreeTypeFont:
+    return load_font(ctx.font, size)
+
+
+def _fit(ctx: Context, text: str, max_width: int, size: int) -> ImageFont.FreeTypeFont:
+    """The largest font up to `size` whose rendering of `text` fits `max_width`."""
+    while size > 6:
+        font = _font(ctx, size)
+        if font.getlength(text) <= max_width:
+            return font
+        size = max(6, int(size * 0.9))
+    return _font(ctx, 6)
+
+
+def _place(position: str, box: tuple[int, int], inner: tuple[float, float],
+           margin: int) -> tuple[float, float]:
+    (W, H), (w, h) = box, inner
+    x = {"left": margin, "right": W - w - margin}.get(position.split("_")[-1], (W - w) // 2)
+    y: float  # text boxes measure in floats
+    if position.startswith("top"):
+        y = margin
+    elif position.startswith("bottom"):
+        y = H - h - margin
+    else:
+        y = (H - h) // 2
+    return x, y
+
+
+@op()
+def text(ctx: Context, image, text: str, position: str = "bottom", color: str = "auto",
+         band: str = "auto", font_size=None) -> Image.Image:
+    im = ctx.image(image).copy()
+    W, H = im.size
+    font = _fit(ctx, text, int(W * 0.9), int(font_size or max(12, H // 14)))
+    left, top, right, bottom = font.getbbox(text)
+    band_h = int((bottom - top) * 1.8) + 2
+    _, band_y = _place(position, (W, H), (W, band_h), 0)
+    if band == "auto":  # the image's main colour that stands out from what the band covers
+        under = _rgb(_dominant(im.crop((0, band_y, W, band_y + band_h))))
+        band = next((_hex(c) for c in _swatches(im) if contrast_ratio(c, under) >= 1.6),
+                    _hex(under))
+    if color == "auto":
+        color = _contrasting(_rgb(band), _swatches(im))
+    draw = ImageDraw.Draw(im)
+    draw.rectangle((0, band_y, W, band_y + band_h), fill=band)
+    x, _ = _place(position, (W, band_h), (right - left, 0), max(4, W // 40))
+    y = band_y + (band_h - (bottom - top)) // 2 - top
+    draw.text((x - left, y), text, font=font, fill=color)
+    return im
+
+
+@op()
+def watermark(ctx: Context, image, text: str, position: str = "bottom_right",
+              opacity: float = 0.35) -> Image.Image:
+    im = ctx.image(image).convert("RGBA")
+    font = _fit(ctx, text, int(im.width * 0.5), max(10, min(im.size) // 18))
+    left, top, right, bottom = font.getbbox(text)
+    layer = Image.new("RGBA", im.size, (0, 0, 0, 0))
+    x, y = _place(position, im.size, (right - left, bottom - top), max(4, min(im.size) // 40))
+    alpha = round(255 * opacity)
+    ImageDraw.Draw(layer).text((x - left, y - top), text, font=font, fill=(255, 255, 255, alpha),
+                               stroke_width=max(1, font.size // 16),
+                               stroke_fill=(0, 0, 0, alpha))
+    return Image.alpha_composite(im, layer).convert("RGB")
+
+
+# --- output -----------------------------------------------------------------------------
+
+def metadata(ctx: Context) -> dict[str, Any]:
+    """What a saved image carries: enough to make it again."""
+    wf = ctx.workflow
+    seeds = [n["inputs"]["seed"] for n in wf.get("nodes", []) if n["op"] == "generate"]
+    return {"genbot": VERSION, "template": wf.get("template"), "row": wf.get("row"),
+            "batch": ctx.batch_id, "params": wf.get("params"), "seeds": seeds,
+            "models": sorted(set(ctx.used_models)), "workflow": wf}
+
+
+@op(output="path")
+def save(ctx: Context, image, name: str, format: str = "png") -> str:
+    im = ctx.image(image)
+    meta = metadata(ctx)
+    buf = io.BytesIO()
+    if format == "png":
+        info = PngImagePlugin.PngInfo()
+        info.add_itxt("genbot", json.dumps(meta, ensure_ascii=False, separators=(",", ":")))
+        info.add_text("Software", f"genbot {VERSION}")
+        im.save(buf, "PNG", pnginfo=info)
+    else:
+        exif = Image.Exif()
+        exif[0x0131] = f"genbot {VERSION}"  # Software
+        # ImageDescription is ASCII: escaped JSON still reads back exactly.
+        exif[0x010E] = json.dumps(meta, separators=(",", ":"))
+        im.save(buf, "JPEG" if format == "jpg" else "WEBP", quality=95, exif=exif)
+    return ctx.store.write(f"{batch_folder(ctx.batch_id)}/{name}", buf.getvalue())
+
+
+def read_metadata(path: Path) -> dict[str, Any] | None:
+    """The genbot metadata of a saved image, or None when it has none."""
+    with Image.open(path) as im:
+        raw = im.info.get("genbot") or im.getexif().get(0x010E)
+    return json.loads(raw) if raw else None
