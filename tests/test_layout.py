@@ -134,3 +134,11 @@ def test_one_source_for_the_version():
     hard_coded = [str(p.relative_to(ROOT)) for pkg in PRODUCT for p in (ROOT / pkg).rglob("*.py")
                   if re.search(r'VERSION\s*=\s*"\d+\.\d', p.read_text(encoding="utf-8"))]
     assert hard_coded == []
+
+
+def test_ci_runs_exactly_the_readme_test_command_with_the_static_checks():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = [line for line in readme.splitlines() if line.startswith("python3 -m venv")]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert commands[1] in ci
+    assert "ruff check ." in commands[1] and "&& .venv/bin/mypy &&" in commands[1]
