@@ -130,7 +130,10 @@ async def main() -> None:
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--dtype", default="auto",
                         choices=("auto", "float32", "float16", "bfloat16"))
+    parser.add_argument("--smoke", action="store_true", help="a few of each, to prove it "
+                        "runs (the test suite): figures mean nothing")
     args = parser.parse_args()
+    alternating, batch_rounds = (6, 1) if args.smoke else (60, 4)
     global DTYPE
     DTYPE = args.dtype
     from executor import devices
@@ -170,9 +173,10 @@ async def main() -> None:
             config = make_config(tmp / f"a-{label}", models, args.device, max_batch=1,
                                  vram_budget_gb=one_model, ram_budget_gb=0.0)
             async with Executor(config, fifo=fifo) as ex:
-                await ex.run(gen_jobs(range(2, 62), 2, 64, names))
+                await ex.run(gen_jobs(range(2, 2 + alternating), 2, 64, names))
                 loads[label] = ex.worker.cache.stats["loads"]
-        print(f"affinity: 60 jobs alternating over 3 models, cache holds 1  model loads with "
+        print(f"affinity: {alternating} jobs alternating over 3 models, cache holds 1  model "
+              f"loads with "
               f"preference {loads['preference']}  strict FIFO {loads['fifo']} (target: 3)")
 
         # 3. batching, in alternating rounds
@@ -184,7 +188,7 @@ async def main() -> None:
                                      progress_interval=1.0)) as four:
             for ex in (one, four):
                 await ex.run(gen_jobs(range(1, 5), steps, size))  # loads the model
-            for r in range(4):
+            for r in range(batch_rounds):
                 rows = range(100 + r * 16, 116 + r * 16)
                 seconds[1] += await one.run(gen_jobs(rows, steps, size))
                 seconds[4] += await four.run(gen_jobs(rows, steps, size))

@@ -75,8 +75,11 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pg", default="postgres://postgres@127.0.0.1:5432/test")
     p.add_argument("--quick", action="store_true", help="fewer jobs and samples")
+    p.add_argument("--smoke", action="store_true",
+                   help="a few of each, to prove it runs (the test suite): figures mean nothing")
     args = p.parse_args()
-    n, samples, rounds = (3_000, 40, 1) if args.quick else (8_000, 150, 3)
+    n, samples, rounds = (200, 6, 1) if args.smoke else (3_000, 40, 1) if args.quick \
+        else (8_000, 150, 3)
     print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, {platform.platform()}")
 
