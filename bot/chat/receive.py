@@ -100,7 +100,7 @@ class Chat:
         try:
             cmd = COMMANDS.parse(turn.msg.text, now=turn.now)
             spec = COMMANDS[cmd.name]
-            turn.role = await self.app.permit(turn.who, spec.action)
+            await self.app.permit(turn.who, spec.action)
             await spec.handler(turn, cmd)
         except Coded as e:
             turn.reply(e.render(turn.lang))

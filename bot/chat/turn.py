@@ -9,7 +9,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from bot.app.core import App
-from bot.app.permissions import Role, Who
+from bot.app.permissions import Who
 from bot.chat.platform import Incoming, Platform
 from bot.messages import say
 from storage.inbox import Inbox
@@ -31,7 +31,6 @@ class Turn:
     platforms: dict[str, Platform]
     lang: str = "en"
     zone: ZoneInfo = field(default_factory=lambda: ZoneInfo("UTC"))
-    role: Role = Role.NONE
     replies: list[Reply] = field(default_factory=list)
 
     @property
