@@ -1,7 +1,7 @@
 """Everything a person reads, in English and Simplified Chinese, by code.
 
 Lower layers raise problems as codes with details (executor.params.Problem,
-bot.sheets.SheetError); the fronts render them here, in the reader's language.
+bot.intake.sheets.SheetError); the fronts render them here, in the reader's language.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`genbot serve`: the long-running service process.
 
 One aiohttp app: /healthz, the chat platforms' endpoints, the REST API, the dashboard
-and /metrics, with the chat core's delivery loops (bot.core) and the scheduler in the
+and /metrics, with the chat core's delivery loops (bot.chat.core) and the scheduler in the
 same process.
 The executor runs beside it as a supervised child process (bot.supervisor), so
 the GPU code can crash without taking the service down.

@@ -1,6 +1,6 @@
 """Roles given by /grant, and the audit log of refusals and admin actions.
 
-The rules themselves (who may do what) live in bot.permissions; this module only
+The rules themselves (who may do what) live in bot.app.permissions; this module only
 keeps what they need to remember.
 """
 

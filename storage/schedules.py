@@ -1,6 +1,6 @@
 """Recurring batches: the rows behind /schedule, /schedules and /unschedule.
 
-When each one fires is bot.schedules' business (APScheduler's cron triggers); this
+When each one fires is bot.scheduler's business (APScheduler's cron triggers); this
 module keeps them, and `claim` lets exactly one service queue a given firing even when
 several run on one database.
 """

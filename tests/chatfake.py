@@ -1,4 +1,4 @@
-"""An in-process chat platform for tests: it implements bot.platform.Platform and records
+"""An in-process chat platform for tests: it implements bot.chat.platform.Platform and records
 everything posted, with switches for the faults real platforms have."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The dashboard: one page of plain HTML and JS over the REST API, in the same app.
 
 Nothing is built at install: bot/web/ holds the page, its script and its styles as
-served. Sign-in trades an API token for a session cookie (bot.sessions); the page then
+served. Sign-in trades an API token for a session cookie (bot.web.sessions); the page then
 calls /api/v1 with it, so the API decides everything — an admin button a viewer might
 reach is refused there, not just hidden here.
 """
