@@ -22,7 +22,7 @@ from aiohttp import BodyPartReader, WSCloseCode, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from bot.app import values
-from bot.app.core import Accepted, App, CancelTarget, Scheduled, SubmitOptions
+from bot.app.core import App, CancelTarget, Scheduled, SubmitOptions
 from bot.app.permissions import Action, Who
 from bot.app.results import CONTACT, RESULTS, write_results
 from bot.errors import Coded, Conflict, Invalid, NotFound, Refused
@@ -31,7 +31,7 @@ from bot.intake.images import Attachments
 from bot.web.sessions import Sessions, session_secret
 from executor.workflow import Template
 from storage.files import batch_folder
-from storage.queue import Status
+from storage.queue import ACTIVE, Status
 from storage.records import Job, RunningJob, WorkerInfo
 from storage.workers import Workers
 
@@ -283,7 +283,7 @@ class Api:
             # asked, once the batch is done
             batch = await self.app.batch(batch_id)
             jobs = await self.queue.batch_jobs(batch_id)
-            if any(j.status in (Status.QUEUED, Status.RUNNING) for j in jobs):
+            if any(j.status in ACTIVE for j in jobs):
                 raise ApiError(404, "not_yet", f"batch {batch_id} is not finished")
             await asyncio.to_thread(write_results, self.store, batch, jobs,
                                     self.templates.get(batch.template), self.config.executor.font)
@@ -381,13 +381,10 @@ class Api:
                 raise ApiError(422, "invalid_sheet", result.report(), problems=result.problems())
             return web.json_response({"dry_run": True, "jobs": len(result.jobs),
                                       "problems": result.problems()})
-        return await self._accepted(result)
-
-    async def _accepted(self, done: Accepted) -> web.Response:
-        body = await self._batch(done.batch_id)
-        if done.report is not None:
-            body["problems"] = done.report.problems()
-        return web.json_response(body, status=201 if done.created else 200)
+        body = await self._batch(result.batch_id)
+        if result.report is not None:  # None: a retried request, answered with its batch
+            body["problems"] = result.report.problems()
+        return web.json_response(body, status=201 if result.created else 200)
 
     # --- schedules (the twin of /schedule, /schedules, /unschedule) ---------------------
     async def schedule_list(self, request: web.Request) -> web.Response:
