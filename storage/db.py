@@ -17,6 +17,7 @@ import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from tortoise.backends.base.config_generator import expand_db_url
 from tortoise.context import TortoiseContext, _current_context
@@ -100,6 +101,40 @@ def _active(ctx: TortoiseContext):
         _current_context.reset(token)
 
 
+SECRET_PARAMS = {"password", "passwd", "pass", "sslpassword", "pwd"}
+
+
+def redacted(url: str) -> str:
+    """`url` with its password (in the user part or the query) shown as ***. Parsed, not
+    matched: a password may hold "@", ":" or "/", and the user part may be empty."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    head, mark, query = rest.partition("?")
+    userinfo, at, tail = head.rpartition("@")  # the host never holds "@"; a password may
+    if at and ":" in userinfo:
+        head = f"{userinfo.partition(':')[0]}:***@{tail}"
+    if query:
+        query = urlencode([(k, "***" if k.lower() in SECRET_PARAMS else v)
+                           for k, v in parse_qsl(query, keep_blank_values=True)], safe="*/:")
+    return f"{scheme}://{head}{mark}{query}"
+
+
+def _secrets(url: str) -> list[str]:
+    head, _, query = url.partition("://")[2].partition("?")
+    userinfo, at, _ = head.rpartition("@")
+    found = [userinfo.partition(":")[2]] if at and ":" in userinfo else []
+    found += [v for k, v in parse_qsl(query) if k.lower() in SECRET_PARAMS]
+    return [s for s in {*found, *(unquote(s) for s in found)} if s]
+
+
+def _without_secrets(text: str, url: str) -> str:
+    """A driver's message may quote the URL it was given, or a part of it."""
+    for secret in sorted(_secrets(url), key=len, reverse=True):
+        text = text.replace(secret, "***").replace(quote(secret, safe=""), "***")
+    return text
+
+
 @functools.lru_cache(maxsize=512)
 def _to_sqlite(sql: str) -> str:
     # Queue SQL is written once with $1-style parameters; SQLite spells them ?1.
@@ -142,7 +177,8 @@ class Database:
             await self.close()
             if isinstance(e, DatabaseError):
                 raise
-            raise DatabaseError(f"cannot open database {self.display_url}: {e}") from e
+            raise DatabaseError(f"cannot open database {self.display_url}: "
+                                f"{_without_secrets(str(e), self.url)}") from e
         return self
 
     async def close(self) -> None:
@@ -153,7 +189,7 @@ class Database:
     @property
     def display_url(self) -> str:
         """The URL with any password hidden."""
-        return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", self.url)
+        return redacted(self.url)
 
     # --- SQL -----------------------------------------------------------------
 

@@ -36,3 +36,38 @@ async def test_an_ordinary_error_is_not_tried_again(tmp_path):
             await db.fetch("SELECT * FROM nothing_here")
     finally:
         await db.close()
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgres://:s3cret@db.example/genbot", "postgres://:***@db.example/genbot"),
+    ("postgres://bot:p@ss:w/rd@db.example:5432/genbot", "postgres://bot:***@db.example:5432/genbot"),
+    ("postgres://bot@db.example/genbot?password=s3cret&sslmode=require",
+     "postgres://bot@db.example/genbot?password=***&sslmode=require"),
+    ("postgres://bot:s3cret@db.example/genbot?PASSWORD=again",
+     "postgres://bot:***@db.example/genbot?PASSWORD=***"),
+    ("postgres://bot@db.example/genbot", "postgres://bot@db.example/genbot"),
+    ("sqlite:///var/lib/genbot/genbot.db", "sqlite:///var/lib/genbot/genbot.db"),
+])
+def test_passwords_never_show_however_the_url_spells_them(url, shown):
+    assert Database(url).display_url == shown
+
+
+async def test_a_database_that_cannot_be_opened_is_named_without_its_password():
+    from storage.db import DatabaseError
+    url = "postgres://nobody:p%40ss-word-42@127.0.0.1:1/genbot?password=q-secret-7"
+    with pytest.raises(DatabaseError) as failure:
+        await Database(url).open()
+    message = str(failure.value)
+    assert "cannot open database postgres://nobody:***@127.0.0.1:1/genbot" in message
+    for secret in ("p%40ss-word-42", "p@ss-word-42", "q-secret-7"):
+        assert secret not in message
+
+
+def test_check_config_and_the_start_up_line_hide_the_password(tmp_path, capsys):
+    from bot.cli.genbot import main
+    config = tmp_path / "config.toml"
+    config.write_text(f'[service]\ndata_dir = "{tmp_path}"\n'
+                      '[database]\nurl = "postgres://bot:hunter2@db.example/genbot"\n')
+    main(["check-config", "--config", str(config)])
+    out = capsys.readouterr()
+    assert "hunter2" not in out.out + out.err and "bot:***@db.example" in out.out
