@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from bot.intake.sheets import text_cells, writable
 from bot.messages import say
 from executor.workflow import Template
 from storage.files import FileStore, batch_folder
@@ -14,6 +15,7 @@ from storage.records import Batch, Job, Status
 
 RESULTS = "results.xlsx"
 CONTACT = "contact.png"
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
 
 def write_results(store: FileStore, batch: Batch, jobs: list[Job], template: Template | None,
@@ -49,8 +51,10 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en") -> bytes:
                   say("col_output", lang), say("col_error", lang)])
     for job in jobs:
         values = job.values
-        sheet.append([job.row, *[_cell(values.get(n)) for n in names], str(job.status),
-                      ", ".join(job.outputs), job.error or ""])
+        sheet.append([writable(_cell(v)) for v in (job.row, *[values.get(n) for n in names],
+                                                   str(job.status), ", ".join(job.outputs),
+                                                   job.error or "")])
+    text_cells(sheet)
     buf = io.BytesIO()
     book.save(buf)
     return buf.getvalue()
