@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 
+import aiohappyeyeballs
 import pytest
 from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 from PIL import Image
 
 from bot.intake.check import intake
-from bot.intake.images import ImageResolver
+from bot.intake.images import ImageResolver, is_public
 from executor.workflow import load_template, load_templates
 from storage.config import IntakeConfig
 from storage.files import FileStore
@@ -377,6 +380,175 @@ async def test_allow_listed_downloads(tmp_path, template, image_server):
     assert (await codes(settings, images, "/away"))[0] == ["image_url_not_allowed"]
     settings, images = resolver_with(allow_private_urls=True, max_image_mb=0.00001)
     assert (await codes(settings, images, "/a.png"))[0] == ["image_too_big"]
+
+
+# --- DNS rebinding: the connection goes to exactly the address that was checked -------------
+
+PUBLIC = "93.184.216.34"
+
+
+class ScriptedDNS(AbstractResolver):
+    """Answers each name from a script, the next answer on each call (the last one repeats):
+    a DNS server that rebinds. Records every name it was asked."""
+
+    def __init__(self, script: dict[str, list[list[str]]]):
+        self.script, self.asked = script, []
+
+    async def resolve(self, host, port=0, family=socket.AF_INET) -> list[ResolveResult]:
+        self.asked.append(host)
+        if host not in self.script:
+            raise socket.gaierror(socket.EAI_NONAME, f"{host}: no such name")
+        answers = self.script[host]
+        addresses = answers[min(self.asked.count(host), len(answers)) - 1]
+        return [ResolveResult(hostname=host, host=a, port=port, proto=0,
+                              family=socket.AF_INET6 if ":" in a else socket.AF_INET,
+                              flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV)
+                for a in addresses]
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def internet(monkeypatch):
+    """The connector's sockets, faked at the public edge only: a connection to a public address
+    in `routes` lands on that loopback port (a stand-in for the public server); any other public
+    address is refused at once; loopback connects for real. `dialed` records every address the
+    connector was handed, so a test sees what it really connected to."""
+    real = aiohappyeyeballs.start_connection
+    routes: dict[str, int] = {}
+    dialed: list[str] = []
+
+    async def start_connection(addr_infos, **kw):
+        infos = []
+        for family, kind, proto, name, sockaddr in addr_infos:
+            dialed.append(sockaddr[0])
+            if not is_public(sockaddr[0]):
+                infos.append((family, kind, proto, name, sockaddr))
+            elif sockaddr[0] in routes:
+                infos.append((socket.AF_INET, kind, proto, name,
+                              ("127.0.0.1", routes[sockaddr[0]])))
+        if not infos:
+            raise ConnectionRefusedError(f"{dialed[-1]} refused (test network)")
+        return await real(infos, **kw)
+    monkeypatch.setattr(aiohappyeyeballs, "start_connection", start_connection)
+    return routes, dialed
+
+
+async def serve(routes):
+    """A loopback server for `routes` (path -> handler) that counts the requests it gets."""
+    seen: list[str] = []
+
+    @web.middleware
+    async def count(request, handler):
+        seen.append(request.path)
+        return await handler(request)
+    app = web.Application(middlewares=[count])
+    for path, handler in routes.items():
+        app.router.add_get(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1], seen
+
+
+@pytest.fixture
+async def private_server():
+    """The loopback server a rebinding name would smuggle a download into."""
+    async def picture(request):
+        return web.Response(body=png(), content_type="image/png")
+    runner, port, seen = await serve({"/a.png": picture})
+    yield port, seen
+    await runner.cleanup()
+
+
+async def fetch(tmp_path, template, ref, dns, **settings):
+    """The issues of a one-row sheet whose image cell is `ref`, fetched through `dns`."""
+    s = IntakeConfig(**settings)
+    images = ImageResolver(s, FileStore(tmp_path / "store"), assets_dir=tmp_path, dns=dns,
+                           connect_timeout=1)
+    rows = [HEAD + ["ref"], ["a", None, None, "A", ref]]
+    return (await run(template, "s.xlsx", xlsx(rows), s, images)).issues
+
+
+async def test_a_name_that_rebinds_to_loopback_is_connected_where_it_was_checked(
+        tmp_path, template, internet, private_server):
+    routes, dialed = internet
+    port, seen = private_server
+    dns = ScriptedDNS({"cdn.test": [[PUBLIC], ["127.0.0.1"]]})
+    issues = await fetch(tmp_path, template, f"http://cdn.test:{port}/a.png", dns,
+                         url_allowlist=("cdn.test",))
+    # The checked public address was the one dialled (it refuses here); loopback never was.
+    assert [i.code for i in issues] == ["image_download_failed"]
+    assert dns.asked == ["cdn.test"] and dialed == [PUBLIC] and seen == []
+
+
+@pytest.mark.parametrize("answer", [[PUBLIC, "127.0.0.1"], ["::ffff:127.0.0.1"],
+                                    ["10.0.0.7"], ["169.254.169.254"], ["::1", "2606:2800::1"]])
+async def test_an_answer_with_any_private_address_is_refused_whole(
+        tmp_path, template, internet, private_server, answer):
+    routes, dialed = internet
+    port, seen = private_server
+    dns = ScriptedDNS({"cdn.test": [answer]})
+    issues = await fetch(tmp_path, template, f"http://cdn.test:{port}/a.png", dns,
+                         url_allowlist=("cdn.test",))
+    assert [(i.code, i.details["host"]) for i in issues] == [("image_private_address", "cdn.test")]
+    assert dns.asked == ["cdn.test"] and dialed == [] and seen == []
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "[::ffff:127.0.0.1]", "[::1]"])
+async def test_ip_literal_urls_are_checked_like_names(tmp_path, template, internet,
+                                                      private_server, host):
+    routes, dialed = internet
+    port, seen = private_server
+    dns = ScriptedDNS({})
+    issues = await fetch(tmp_path, template, f"http://{host}:{port}/a.png", dns,
+                         url_allowlist=(host.strip("[]"),))
+    assert [i.code for i in issues] == ["image_private_address"]
+    assert dns.asked == [] and dialed == [] and seen == []
+
+
+@pytest.mark.parametrize("address, public", [
+    (PUBLIC, True), ("2606:2800:220:1::1", True), ("::ffff:93.184.216.34", True),
+    ("127.0.0.1", False), ("::ffff:127.0.0.1", False), ("::ffff:10.0.0.1", False),
+    ("::127.0.0.1", False), ("64:ff9b::7f00:1", False), ("::1", False), ("fe80::1%eth0", False),
+    ("fd00::1", False), ("100.64.0.1", False), ("224.0.0.1", False), ("localhost", False),
+])
+def test_which_addresses_are_public(address, public):
+    """An IPv6 address that carries an IPv4 one is judged by the IPv4 one."""
+    assert is_public(address) is public
+
+async def test_a_redirect_to_a_name_resolving_to_loopback_is_refused_at_that_hop(
+        tmp_path, template, internet, private_server):
+    routes, dialed = internet
+    port, seen = private_server
+
+    async def hop(request):
+        raise web.HTTPFound(f"http://inner.test:{port}/a.png")
+    runner, public_port, public_seen = await serve({"/hop": hop})
+    routes[PUBLIC] = public_port
+    try:
+        dns = ScriptedDNS({"cdn.test": [[PUBLIC]], "inner.test": [["127.0.0.1"]]})
+        issues = await fetch(tmp_path, template, f"http://cdn.test:{public_port}/hop", dns,
+                             url_allowlist=("cdn.test", "inner.test"))
+    finally:
+        await runner.cleanup()
+    assert [(i.code, i.details["host"]) for i in issues] == [("image_private_address",
+                                                              "inner.test")]
+    assert public_seen == ["/hop"] and seen == []  # the first hop ran; the second never did
+    assert dns.asked == ["cdn.test", "inner.test"] and dialed == [PUBLIC]
+
+
+async def test_allow_private_urls_lets_a_loopback_name_download(tmp_path, template, internet,
+                                                                private_server):
+    routes, dialed = internet
+    port, seen = private_server
+    dns = ScriptedDNS({"inner.test": [["127.0.0.1"]]})
+    issues = await fetch(tmp_path, template, f"http://inner.test:{port}/a.png", dns,
+                         url_allowlist=("inner.test",), allow_private_urls=True)
+    assert issues == [] and seen == ["/a.png"]
+    assert dns.asked == ["inner.test"] and dialed == ["127.0.0.1"]
 
 
 # --- the shipped templates and their example sheets --------------------------------------

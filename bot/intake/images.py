@@ -19,6 +19,8 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
 
 from executor.params import Problem
 from storage.config import IntakeConfig
@@ -28,6 +30,66 @@ from storage.files import FileStore
 # with the sheet": the chat inbox, or the sheet's own folder for the CLI.
 Attachments = Callable[[str], Awaitable[bytes | None]]
 MAX_REDIRECTS = 3
+# IPv6 ranges whose low 32 bits are an IPv4 address the packet really goes to: IPv4-mapped
+# (::ffff:127.0.0.1), IPv4-compatible (::127.0.0.1) and NAT64 (64:ff9b::7f00:1).
+_EMBEDS_IPV4 = tuple(ipaddress.IPv6Network(n) for n in ("::ffff:0:0/96", "::/96", "64:ff9b::/96"))
+
+
+def is_public(address: str) -> bool:
+    """Whether a connection to `address` (an IP, as a resolver gives it) leaves for the public
+    internet. An IPv6 form that carries an IPv4 address is judged by that IPv4 address, so
+    ::ffff:127.0.0.1 is loopback; anything that is not an IP at all is not public."""
+    try:
+        ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and any(ip in net for net in _EMBEDS_IPV4):
+        ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip.is_global and not ip.is_multicast
+
+
+class PrivateAddress(OSError):
+    """A host answered with an address downloads may not reach. An OSError, so aiohttp wraps it
+    like any failed lookup; the download unwraps it to say which host was refused."""
+
+    def __init__(self, host: str):
+        super().__init__(f"{host} resolves to a private or local address")
+        self.host = host
+
+
+class CheckedResolver(AbstractResolver):
+    """The connector's resolver: asks `inner` once per connection, refuses the whole answer if
+    any address in it is not public, and hands the connector exactly the addresses it checked.
+    Checking and connecting on one lookup is what stops DNS rebinding (a name that answers a
+    public address to the check and 127.0.0.1 to the connect)."""
+
+    def __init__(self, inner: AbstractResolver, *, allow_private: bool, owns_inner: bool):
+        self.inner, self.allow_private, self.owns_inner = inner, allow_private, owns_inner
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        checked = [result.copy() for result in await self.inner.resolve(host, port, family)]
+        if not checked:
+            raise OSError(f"{host} has no address")
+        if not self.allow_private and not all(is_public(r["host"]) for r in checked):
+            raise PrivateAddress(host)
+        return checked
+
+    async def close(self) -> None:
+        if self.owns_inner:
+            await self.inner.close()
+
+
+def _refusal(error: BaseException | None) -> PrivateAddress | None:
+    """The PrivateAddress behind an aiohttp error (it arrives wrapped, e.g. in a
+    ClientConnectorDNSError), or None."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, PrivateAddress):
+            return error
+        seen.add(id(error))
+        error = getattr(error, "os_error", None) or error.__cause__ or error.__context__
+    return None
 
 
 def relative_name(ref: str) -> str | None:
@@ -65,12 +127,18 @@ def recording(attachments: Attachments, into: dict[str, bytes]) -> Attachments:
 
 
 class ImageResolver:
+    """`dns` answers downloads' host lookups (default: aiohttp's DefaultResolver, one per
+    download); tests pass their own. `connect_timeout` bounds each TCP connect, in seconds."""
+
     def __init__(self, settings: IntakeConfig, store: FileStore, *, assets_dir: Path,
-                 attachments: Attachments | None = None):
+                 attachments: Attachments | None = None, dns: AbstractResolver | None = None,
+                 connect_timeout: float = 10.0):
         self.settings = settings
         self.store = store
         self.assets = folder_attachments(assets_dir)
         self.attachments = attachments
+        self.dns = dns
+        self.connect_timeout = connect_timeout
         self._done: dict[str, str | Problem] = {}
 
     async def resolve(self, ref: str) -> str:
@@ -132,47 +200,59 @@ class ImageResolver:
         image.save(out, format="PNG")
         return out.getvalue()
 
-    async def _check_host(self, host: str) -> None:
+    def _check_host(self, host: str) -> None:
+        """The allow-list, and an IP literal's address (aiohttp connects to a literal without
+        asking the resolver, so CheckedResolver never sees it). Names are checked by
+        CheckedResolver on the very lookup the connection uses."""
         allowed = {h.lower() for h in self.settings.url_allowlist}
         if host.lower() not in allowed:
             raise Problem("image_url_not_allowed", host=host)
-        if self.settings.allow_private_urls:
-            return
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(host, None,
-                                                                 type=socket.SOCK_STREAM)
-        except OSError as e:
-            raise Problem("image_download_failed", ref=host, reason=str(e)) from None
-        for info in infos:
-            address = ipaddress.ip_address(info[4][0])
-            if not address.is_global:
-                raise Problem("image_private_address", host=host)
+            ipaddress.ip_address(host)
+        except ValueError:
+            return  # a name
+        if not self.settings.allow_private_urls and not is_public(host):
+            raise Problem("image_private_address", host=host)
 
     async def _download(self, url: str) -> bytes:
         limit = int(self.settings.max_image_mb * 2**20)
-        timeout = aiohttp.ClientTimeout(total=60, sock_connect=10)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            for _ in range(MAX_REDIRECTS + 1):
-                parts = urlsplit(url)
-                if parts.scheme not in ("http", "https") or not parts.hostname:
-                    raise Problem("image_bad_reference", ref=url)
-                await self._check_host(parts.hostname)
-                try:
-                    async with session.get(url, allow_redirects=False) as response:
-                        if response.status in (301, 302, 303, 307, 308):
-                            url = urljoin(url, response.headers.get("Location", ""))
-                            continue  # the next hop is checked like the first
-                        if response.status != 200:
-                            raise Problem("image_download_failed", ref=url,
-                                          reason=f"HTTP {response.status}")
-                        if (response.content_length or 0) > limit:
-                            self._check_size(url, response.content_length or 0)
-                        data = bytearray()
-                        async for chunk in response.content.iter_chunked(65536):
-                            data += chunk
-                            self._check_size(url, len(data))
-                        return bytes(data)
-                except (TimeoutError, aiohttp.ClientError) as e:
-                    raise Problem("image_download_failed", ref=url,
-                                  reason=str(e) or type(e).__name__) from None
-            raise Problem("image_download_failed", ref=url, reason="too many redirects")
+        timeout = aiohttp.ClientTimeout(total=60, sock_connect=self.connect_timeout)
+        resolver = CheckedResolver(self.dns or DefaultResolver(),
+                                   allow_private=self.settings.allow_private_urls,
+                                   owns_inner=self.dns is None)
+        # No DNS cache: every new connection is resolved, and checked, afresh.
+        connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False)
+        try:
+            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+                return await self._fetch(session, url, limit)
+        finally:
+            await resolver.close()
+
+    async def _fetch(self, session: aiohttp.ClientSession, url: str, limit: int) -> bytes:
+        for _ in range(MAX_REDIRECTS + 1):
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise Problem("image_bad_reference", ref=url)
+            self._check_host(parts.hostname)
+            try:
+                async with session.get(url, allow_redirects=False) as response:
+                    if response.status in (301, 302, 303, 307, 308):
+                        url = urljoin(url, response.headers.get("Location", ""))
+                        continue  # the next hop is checked like the first
+                    if response.status != 200:
+                        raise Problem("image_download_failed", ref=url,
+                                      reason=f"HTTP {response.status}")
+                    if (response.content_length or 0) > limit:
+                        self._check_size(url, response.content_length or 0)
+                    data = bytearray()
+                    async for chunk in response.content.iter_chunked(65536):
+                        data += chunk
+                        self._check_size(url, len(data))
+                    return bytes(data)
+            except (TimeoutError, aiohttp.ClientError, PrivateAddress) as e:
+                refused = _refusal(e)
+                if refused is not None:
+                    raise Problem("image_private_address", host=refused.host) from None
+                raise Problem("image_download_failed", ref=url,
+                              reason=str(e) or type(e).__name__) from None
+        raise Problem("image_download_failed", ref=url, reason="too many redirects")
