@@ -12,7 +12,15 @@ import pytest
 
 from tests.chatfake import ServiceWorld
 from tests.conftest import ROOT, executor_config
-from tests.dingtalkfake import APP_KEY, APP_SECRET, FakeDingTalk, post_callback, robot_message
+from tests.dingtalkfake import (
+    APP_KEY,
+    APP_SECRET,
+    FakeDingTalk,
+    post_callback,
+    robot_message,
+    sign,
+)
+from tests.test_slack import raw_post, tracebacks
 
 ASSETS = ROOT / "examples" / "assets"
 SHEET = (ROOT / "examples" / "social_thumb.xlsx").read_bytes()
@@ -37,6 +45,11 @@ class DingWorld(ServiceWorld):
     def __init__(self, config, fake: FakeDingTalk):
         super().__init__(config)
         self.fake = fake
+        self.stamp = 0  # the last callback timestamp (ms): each signature serves one message
+
+    def timestamp(self) -> int:
+        self.stamp = max(int(time.time() * 1000), self.stamp + 1)
+        return self.stamp
 
     async def __aenter__(self) -> DingWorld:
         await super().__aenter__()
@@ -57,7 +70,8 @@ class DingWorld(ServiceWorld):
             await self.until(lambda: [a for a in self.fake.acks
                                       if a["headers"]["messageId"] == frame])
         else:
-            assert await post_callback(self.session, self.url, body) == 200
+            assert await post_callback(self.session, self.url, body,
+                                       timestamp=self.timestamp()) == 200
         return body
 
     async def gen(self, text: str = "/gen social_thumb social_thumb.xlsx", **where) -> None:
@@ -132,6 +146,97 @@ async def test_bad_signatures_and_stale_timestamps_are_refused(tmp_path, demo_mo
         async with w.session.post(f"{w.url}/dingtalk/callback", json=body) as r:
             assert r.status == 403  # no signature at all
         assert fake.session_replies == [] and fake.sent == []
+
+
+def ding_headers(timestamp: bytes, signature: bytes) -> bytes:
+    return b"timestamp: %s\r\nsign: %s\r\n" % (timestamp, signature)
+
+
+def now_ms() -> bytes:
+    return b"%d" % (time.time() * 1000)
+
+
+HOSTILE_DING_HEADERS = {
+    "a superscript timestamp": ding_headers("²".encode(), b"x"),  # isdigit() is true; int() no
+    "letters for a timestamp": ding_headers(b"abc", b"x"),
+    "a timestamp past int()": ding_headers(b"9" * 5000, b"x"),
+    "a non-ASCII sign": ding_headers(now_ms(), "é".encode()),  # hmac.compare_digest raised
+    "a sign not UTF-8": ding_headers(now_ms(), b"\xff\xfe"),
+    "an empty sign": ding_headers(now_ms(), b""),
+    "no signature at all": b"",
+}
+HOSTILE_DING_BODIES: dict[str, tuple[bytes, int]] = {  # each signed: the body, its answer
+    "a list": (b"[]", 400),
+    "a string": (b'"x"', 400),
+    "a number": (b"5", 400),
+    "null": (b"null", 400),
+    "not JSON": (b"{", 400),
+    "not UTF-8": (b"\xff\xfe{}", 400),
+    "nested past the recursion limit": (b"[" * 100_000, 400),
+    "an empty object": (b"{}", 200),
+    **{name: (json.dumps({"msgId": f"bad{i}", "senderStaffId": "s1", "conversationType": "1",
+                          "msgtype": "text", "text": {"content": "/help"}, **fields}).encode(), 200)
+       for i, (name, fields) in enumerate({
+           "text that is a string": {"text": "x"},
+           "content that is a number": {"msgtype": "file", "content": 5},
+           "content that is broken JSON": {"msgtype": "picture", "content": "[[[["},
+           "a conversationType that is a list": {"conversationType": []},
+           "a conversationType that is true": {"conversationType": True},
+           "a sender that is a list": {"senderStaffId": [], "senderId": {}},
+           "a group with no conversationId": {"conversationType": "2"},
+           "richText that is a string": {"msgtype": "richText", "content": {"richText": "x"}},
+           "an unknown msgtype": {"msgtype": ["text"]},
+       }.items())},
+}
+
+
+async def test_hostile_headers_and_bodies_get_a_4xx_json_never_a_500(tmp_path, demo_models, fake,
+                                                                     caplog):
+    """Whatever a header or a body holds: a JSON answer under 500, no traceback, nothing
+    handled. Written over a raw socket: aiohttp's client will not send such bytes."""
+    async with DingWorld(ding_config(tmp_path, demo_models, fake, mode="http"), fake) as w:
+        for name, headers in HOSTILE_DING_HEADERS.items():
+            status, answer = await raw_post(w.url, "/dingtalk/callback", headers)
+            assert status == 403 and "error" in json.loads(answer), name
+        for name, (body, expected) in HOSTILE_DING_BODIES.items():
+            ts = w.timestamp()
+            status, answer = await raw_post(w.url, "/dingtalk/callback", ding_headers(
+                b"%d" % ts, sign(ts).encode()), body)
+            assert status == expected, name
+            assert isinstance(json.loads(answer), dict), name
+        ts = w.timestamp()
+        status, _ = await raw_post(w.url, "/dingtalk/callback", ding_headers(
+            b"%d" % ts, sign(ts).encode()) + b"Content-Type: application/json; charset=bogus\r\n")
+        assert status == 200  # a charset no codec has: the body is read as bytes
+        await asyncio.sleep(0.3)  # anything handled would have been answered by now
+        assert fake.session_replies == [] and fake.sent == []
+    assert tracebacks(caplog) == []
+
+
+async def test_a_signature_serves_one_message_and_a_message_is_handled_once(tmp_path,
+                                                                             demo_models, fake):
+    """DingTalk signs only the timestamp: a captured (timestamp, sign) pair must not carry
+    another body. DingTalk re-delivers a message it thinks we missed: answered, handled once."""
+    async with DingWorld(ding_config(tmp_path, demo_models, fake, mode="http"), fake) as w:
+        first, other = (robot_message(fake, text="/help") for _ in range(2))
+
+        async def post(body: dict, ts: int) -> tuple[int, dict]:
+            async with w.session.post(f"{w.url}/dingtalk/callback", json=body, headers={
+                    "timestamp": str(ts), "sign": sign(ts)}) as r:
+                return r.status, await r.json()
+
+        ts = w.timestamp()
+        assert await post(first, ts) == (200, {})
+        await w.until(lambda: fake.session_replies)
+        assert await post(other, ts) == (403, {"error": "signature already used"})
+        assert await post({**first, "text": {"content": "/pause"}}, ts) == (200, {})
+        assert await post(first, ts) == (200, {})  # DingTalk again, same signature
+        assert await post(first, w.timestamp()) == (200, {})  # again, signed anew
+        assert await post(other, w.timestamp()) == (200, {})  # its own signature: fine
+        await w.until(lambda: len(fake.session_replies) >= 2)
+        await asyncio.sleep(0.3)  # anything handled twice would have been answered by now
+        assert [r["text"]["content"][:2] for r in fake.session_replies] == ["命令"] * 2
+        assert w.service.platforms[0].pairs.get((str(ts), sign(ts)), time.time() * 1000)
 
 
 async def test_token_expiry_qps_limits_and_throttled_users_lose_nothing(tmp_path, demo_models,
@@ -250,3 +355,37 @@ def test_messages_are_parsed_alike_from_both_modes_and_signatures_checked(tmp_pa
     data, name = fit_image(buf.getvalue(), "big.bmp")
     assert name == "big.jpg" and len(data) <= MEDIA_MAX
     assert fit_image(b"small", "a.png") == (b"small", "a.png")
+
+
+def test_fields_of_wrong_types_are_read_or_ignored_and_replay_memory_expires(tmp_path,
+                                                                            demo_models):
+    from bot.chat.dingtalk.adapter import SIGN_WINDOW_MS, DingTalk, Recent
+    ding = DingTalk(executor_config(tmp_path / "data", demo_models, dingtalk={
+        "app_key": APP_KEY, "app_secret": APP_SECRET, "platform_admins": True}))
+    base = {"msgId": "m1", "senderStaffId": "s1", "conversationType": "1"}
+    (f,) = ding.incoming({**base, "msgtype": "file", "content": {
+        "downloadCode": "dc1", "fileName": 5, "fileSize": "abc"}}).files
+    assert (f.name, f.size, f.handle) == ("file", 0, {"code": "dc1"})  # size not known
+    odd = ding.incoming({**base, "msgtype": "richText", "isAdmin": "yes",
+                         "sessionWebhookExpiredTime": "abc", "sessionWebhook": 5,
+                         "content": {"richText": [5, {"text": 7}, {"text": "status"}]}})
+    assert (odd.text, odd.platform_admin, odd.context) == (
+        "status", False, {"session_webhook": None, "session_expires": 0.0})
+    huge = ding.incoming({**base, "msgtype": "file", "sessionWebhookExpiredTime": 10**400,
+                          "content": {"downloadCode": "dc2", "fileSize": 1e309}})
+    assert (huge.files[0].size, huge.context["session_expires"]) == (0, 0.0)
+    for body in ([], "x", None, 5, {}, {**base, "msgtype": "text", "text": {"content": 5}},
+                 {**base, "conversationType": 1.0, "msgtype": "text", "text": {"content": "x"}}):
+        assert ding.incoming(body) is None, body
+    assert not ding.signed("²", "x") and not ding.signed("1" * 5000, "x")
+    assert not ding.signed(str(int(time.time() * 1000)), "é")
+    # Entries go with their time: memory follows the window, not how long the service runs.
+    recent, now = Recent(), 1_800_000_000_000
+    for i in range(1000):
+        recent.add(("t", i), "m", now + SIGN_WINDOW_MS, now)
+    assert len(recent) == 1000 and recent.get(("t", 5), now) == "m"
+    later = now + SIGN_WINDOW_MS + 1
+    assert recent.get(("t", 5), later) is None
+    for i in range(100):
+        recent.add(("u", i), "m", later + SIGN_WINDOW_MS, later)
+    assert len(recent) <= 100

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import hmac
 import io
 import json
+import logging
 import time
 
 import pytest
@@ -55,6 +58,110 @@ async def fake():
 def share_examples(fake: FakeSlack, template: str) -> list[dict]:
     return [fake.share(f"{template}.xlsx", (ROOT / "examples" / f"{template}.xlsx").read_bytes()),
             *[fake.share(n, (ASSETS / n).read_bytes()) for n in ("bottle.png", "chair.png")]]
+
+
+async def raw_post(url: str, path: str, headers: bytes = b"", body: bytes = b"{}",
+                   ) -> tuple[int, bytes]:
+    """One POST written byte for byte (`headers`: lines ending in CRLF): aiohttp's client
+    refuses the header bytes a prober sends. The status and the body."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(b"POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     b"Content-Length: %d\r\n%s\r\n%s" % (path.encode(), len(body), headers, body))
+        async with asyncio.timeout(10):
+            answer = await reader.read()
+    finally:
+        writer.close()
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), payload
+
+
+def tracebacks(caplog) -> list[str]:
+    """What was logged as an error or with a traceback: hostile input is no server fault."""
+    return [f"{r.name}: {r.getMessage()}" for r in caplog.records
+            if r.levelno >= logging.ERROR or r.exc_info]
+
+
+def slack_signed(body: bytes, content_type: bytes = b"application/json") -> bytes:
+    """Slack's headers for `body`, signed over its bytes (which need not be UTF-8)."""
+    ts = int(time.time())
+    digest = hmac.new(SECRET.encode(), b"v0:%d:%s" % (ts, body), hashlib.sha256).hexdigest()
+    return (b"Content-Type: %s\r\nX-Slack-Request-Timestamp: %d\r\n"
+            b"X-Slack-Signature: v0=%s\r\n" % (content_type, ts, digest.encode()))
+
+
+def slack_headers(signature: bytes, timestamp: bytes | None = None) -> bytes:
+    ts = b"%d" % time.time() if timestamp is None else timestamp
+    return b"X-Slack-Request-Timestamp: %s\r\nX-Slack-Signature: %s\r\n" % (ts, signature)
+
+
+HEX = b"0" * 64
+HOSTILE_SLACK_HEADERS = {
+    "non-ASCII signature": slack_headers("v0=é".encode()),  # hmac.compare_digest raised
+    "signature not UTF-8": slack_headers(b"v0=\xff\xfe" + HEX[2:]),
+    "signature not hex": slack_headers(b"v0=" + b"z" * 64),
+    "letters for a timestamp": slack_headers(b"v0=" + HEX, b"abc"),  # int() raised
+    "a superscript timestamp": slack_headers(b"v0=" + HEX, "²".encode()),  # isdigit() is true
+    "a timestamp past int()": slack_headers(b"v0=" + HEX, b"9" * 5000),
+    "a negative timestamp": slack_headers(b"v0=" + HEX, b"-1"),
+    "no signature at all": b"",
+    "a second, malformed signature": slack_headers(b"v0=" + HEX) + "X-Slack-Signature: é\r\n"
+    .encode(),
+    "a cookie and a charset not UTF-8": slack_headers(b"v0=" + HEX) + b"Cookie: \xff=\xfe\r\n"
+    b"Content-Type: application/json; charset=\xff-bogus\r\n",
+}
+HOSTILE_SLACK_BODIES = {  # each signed: the shapes a prober (or a bug) can put in a body
+    "not UTF-8": b"\xff\xfe{}",
+    "a list": b"[]",
+    "a string": b'"x"',
+    "nested past the recursion limit": b"[" * 100_000,
+    "authorizations of the wrong type": b'{"authorizations": 5}',
+    "an event that is a string": b'{"type": "event_callback", "event": "x"}',
+    "a message of wrong types": json.dumps({
+        "type": "event_callback", "team_id": "T1", "event_id": "Ev1", "event": {
+            "type": "message", "text": 5, "channel": [], "user": {}, "ts": 1, "files": "x",
+            "channel_type": "im"},
+        "authorizations": [{"team_id": "T1", "user_id": BOT, "is_bot": True}]}).encode(),
+    "a DM whose files have wrong shapes": json.dumps({  # the one usable: its text, no files
+        "type": "event_callback", "team_id": "T1", "event_id": "Ev2", "event": {
+            "type": "message", "text": "hi", "channel": "D1", "user": "U1", "ts": "1.2",
+            "channel_type": "im", "files": [5, {"id": 7}, {"name": "no id"}]},
+        "authorizations": [{"team_id": "T1", "user_id": BOT, "is_bot": True}]}).encode(),
+}
+HOSTILE_SLACK_FORMS = {
+    "a payload that is not JSON": b"payload=not-json",
+    "a payload that is a list": b"payload=%5B1%5D",
+    "a click of wrong shapes": b"payload=" + json.dumps({
+        "type": "block_actions", "team": {"id": "T1"}, "user": "U1", "channel": 5,
+        "actions": [{"action_id": "cancel_batch", "value": 5}]}).encode(),
+    "a slash command missing its user": b"command=%2Fgenbot&text=queue&channel_id=C1",
+}
+
+
+async def test_hostile_headers_and_bodies_get_a_4xx_never_a_500(tmp_path, demo_models, fake,
+                                                                caplog):
+    """Whatever a header, a cookie or a body holds: a 4xx (JSON where refused), no traceback,
+    nothing handled. Written over a raw socket: aiohttp's client will not send such bytes."""
+    async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
+        for name, headers in HOSTILE_SLACK_HEADERS.items():
+            status, body = await raw_post(w.url, "/slack/events", headers)
+            assert status == 401, name
+            assert "error" in json.loads(body), name
+        signed = [(name, slack_signed(body), body) for name, body in HOSTILE_SLACK_BODIES.items()]
+        signed += [(name, slack_signed(body, b"application/x-www-form-urlencoded"), body)
+                   for name, body in HOSTILE_SLACK_FORMS.items()]
+        for name, headers, body in signed:
+            status, answer = await raw_post(w.url, "/slack/events", headers, body)
+            assert status < 500, name
+            if status >= 400:
+                assert "error" in json.loads(answer), name
+        (hi,) = await w.until(lambda: fake.messages)
+        assert (hi["channel"], hi["text"]) == ("D1", 'unknown command "hi"; /help lists the '
+                                                     "commands")
+        await asyncio.sleep(0.3)  # anything else handled would have been answered by now
+        assert len(fake.messages) == 1 and fake.responses == [] and fake.calls["files.info"] == 0
+    assert tracebacks(caplog) == []
 
 
 async def test_url_verification_and_requests_not_from_slack(tmp_path, demo_models, fake):

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+
 from bot.errors import Coded
 
 
@@ -148,3 +150,14 @@ class Platform:
         """Release connections; stop background work."""
         for task in list(self.__dict__.get("_tasks", ())):
             task.cancel()
+
+
+def text_of(d: Any, key: str) -> str | None:
+    """A string field of a platform's payload, or None: what arrives may have any shape."""
+    value = d.get(key) if isinstance(d, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def refuse(status: int, error: str) -> web.Response:
+    """An adapter's endpoint says no, as JSON."""
+    return web.json_response({"error": error}, status=status)

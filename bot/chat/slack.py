@@ -26,14 +26,18 @@ import re
 from typing import Any
 
 import aiohttp
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError, SlackRequestError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
     AsyncServerErrorRetryHandler,
 )
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.chat.platform import (
@@ -44,6 +48,8 @@ from bot.chat.platform import (
     Outgoing,
     Platform,
     Receive,
+    refuse,
+    text_of,
 )
 from storage.config import Config
 
@@ -58,6 +64,7 @@ PERMANENT = frozenset({
 })
 DOWNLOAD_TIMEOUT = aiohttp.ClientTimeout(total=120)  # a sheet of up to [intake] max_file_mb
 RESPOND_TIMEOUT = aiohttp.ClientTimeout(total=30)  # a short answer to the person who asked
+SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")  # what Slack sends: hex of an HMAC-SHA256
 NOT_SERVED = ("genbot does not serve this channel; ask an admin. · "
               "此频道未启用 genbot，请联系管理员。")
 
@@ -80,6 +87,9 @@ class Slack(Platform):
         self.app.event("message")(self.on_message)
         self.app.event("app_mention")(self.on_message)
         self.app.action("cancel_batch")(self.on_button)
+        self.app.error(self.on_error)
+        # Checked before bolt (which verifies again): bolt parses a body before verifying it.
+        self.verifier = SignatureVerifier(s.signing_secret) if s.signing_secret else None
         self.receive: Receive | None = None
         self.people: dict[str, tuple[str | None, str | None]] = {}  # user -> (locale, tz)
         self._session: aiohttp.ClientSession | None = None
@@ -99,9 +109,44 @@ class Slack(Platform):
         if self.settings.signing_secret:
             app.router.add_post("/slack/events", self.endpoint)
 
-    async def endpoint(self, request):
-        return await to_aiohttp_response(await self.app.async_dispatch(
-            await to_bolt_request(request)))
+    async def endpoint(self, request: web.Request) -> web.Response:
+        """/slack/events: only a well-formed, correctly signed request reaches bolt. Bolt's own
+        verifier raises on a non-ASCII signature or a non-numeric timestamp, and bolt parses
+        (and trips over) a body before verifying it: each would be a 500 with a traceback."""
+        headers: dict[str, str] = {}
+        for name, value in request.headers.items():  # the first of each, as checked here
+            if not name.lower().startswith("x-slack-bolt-"):  # bolt's own, never Slack's
+                headers.setdefault(name.lower(), value)
+        timestamp = headers.get("x-slack-request-timestamp", "")
+        signature = headers.get("x-slack-signature", "")
+        if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12
+                and SIGNATURE.fullmatch(signature)):
+            return refuse(401, "missing or malformed signature")
+        try:
+            body = (await request.read()).decode()
+        except web.HTTPRequestEntityTooLarge:
+            return refuse(413, "request body too large")
+        except UnicodeDecodeError:
+            return refuse(400, "request body is not UTF-8")
+        assert self.verifier is not None, "the endpoint is only added with a signing secret"
+        if not self.verifier.is_valid(body, timestamp, signature):
+            return refuse(401, "invalid or stale signature")
+        try:
+            bolt_request = AsyncBoltRequest(body=body, query=request.query_string,
+                                            headers=dict(headers))
+        except Exception as e:  # signed, yet a shape that bolt's parser trips on
+            log.warning("slack: unreadable request body (%s: %s)", type(e).__name__, e)
+            return refuse(400, "malformed request body")
+        return await to_aiohttp_response(await self.app.async_dispatch(bolt_request))
+
+    async def on_error(self, error: Exception, response: BoltResponse | None):
+        """Bolt's error handler: a body of the wrong shape is answered 400, with a warning
+        rather than bolt's default ERROR traceback and 500 (Slack would retry it)."""
+        log.warning("slack: could not handle a request (%s: %s)", type(error).__name__, error)
+        log.debug("slack: the request's error", exc_info=error)
+        if response is not None:  # not yet acknowledged
+            return BoltResponse(status=400, body={"error": "malformed request"})
+        return None
 
     async def start(self) -> None:
         if self.settings.app_token:
@@ -143,46 +188,57 @@ class Slack(Platform):
     # --- inbound ------------------------------------------------------------------------
     async def on_command(self, ack, command: dict) -> None:
         """/gen … and /genbot <any command>."""
-        direct = command.get("channel_name") == "directmessage" or \
-            command.get("channel_id", "").startswith("D")
-        if not self.serves(command.get("channel_id", ""), direct):
+        name, user, channel = (text_of(command, k) for k in ("command", "user_id", "channel_id"))
+        if not (name and user and channel):  # not a slash command Slack would send
+            await ack()
+            return
+        direct = command.get("channel_name") == "directmessage" or channel.startswith("D")
+        if not self.serves(channel, direct):
             await ack(NOT_SERVED)
             return
         await ack()
-        name, text = command["command"].lstrip("/"), command.get("text") or ""
+        name, text = name.lstrip("/"), text_of(command, "text") or ""
         self._spawn(Incoming(
-            self.name, command["user_id"], command["channel_id"],
-            text if name == "genbot" else f"{name} {text}",
-            message=f"command:{command.get('trigger_id')}", workspace=command.get("team_id"),
-            context={"response_url": command.get("response_url")}))
+            self.name, user, channel, text if name == "genbot" else f"{name} {text}",
+            message=f"command:{text_of(command, 'trigger_id')}",
+            workspace=text_of(command, "team_id"),
+            context={"response_url": text_of(command, "response_url")}))
 
     async def on_message(self, event: dict, body: dict, context) -> None:
         """A DM, or a channel message that mentions the bot; files come as file_share."""
         if event.get("subtype") not in (None, "file_share", "thread_broadcast") or \
                 event.get("bot_id"):
             return
-        channel, text = event.get("channel", ""), event.get("text") or ""
+        channel, text = text_of(event, "channel") or "", text_of(event, "text") or ""
+        user, ts = text_of(event, "user"), text_of(event, "ts")
         direct = event.get("channel_type") == "im"
-        if not (direct or f"<@{context.bot_user_id}>" in text) or not event.get("user"):
+        if not (direct or f"<@{context.bot_user_id}>" in text) or not (user and ts and channel):
             return
-        if not self.serves(channel, direct) or not self.once(f"{channel}:{event['ts']}"):
+        if not self.serves(channel, direct) or not self.once(f"{channel}:{ts}"):
             return
-        files = tuple([await self.file(f) for f in event.get("files", [])])
+        shared = event.get("files")
+        files = tuple([await self.file(f) for f in shared if isinstance(f, dict)
+                       and text_of(f, "id")] if isinstance(shared, list) else [])
         self._spawn(Incoming(
-            self.name, event["user"], channel, text, message=f"{channel}:{event['ts']}",
-            thread=event.get("thread_ts") or (None if direct else event["ts"]), files=files,
-            workspace=body.get("team_id")))
+            self.name, user, channel, text, message=f"{channel}:{ts}",
+            thread=text_of(event, "thread_ts") or (None if direct else ts), files=files,
+            workspace=text_of(body, "team_id")))
 
     async def on_button(self, ack, body: dict, action: dict) -> None:
         """The Cancel button: the command it carries, as typed by whoever clicked."""
         await ack()
-        container = body.get("container", {})
+        container = body.get("container")
+        container = container if isinstance(container, dict) else {}
+        user, channel = (text_of(body.get(k), "id") for k in ("user", "channel"))
+        command = text_of(action, "value")
+        if not (user and channel and command):  # not a click Slack would send
+            return
         self._spawn(Incoming(
-            self.name, body["user"]["id"], body["channel"]["id"], action["value"],
+            self.name, user, channel, command,
             message=f"action:{container.get('message_ts')}:{action.get('action_ts')}",
-            thread=container.get("thread_ts") or container.get("message_ts"),
-            workspace=(body.get("team") or {}).get("id"),
-            context={"response_url": body.get("response_url")}))
+            thread=text_of(container, "thread_ts") or text_of(container, "message_ts"),
+            workspace=text_of(body.get("team"), "id"),
+            context={"response_url": text_of(body, "response_url")}))
 
     async def file(self, f: dict) -> FileRef:
         """A shared file as the inbox records it (files.info when the event left it out)."""
@@ -191,9 +247,11 @@ class Slack(Platform):
                 f = (await self.client.files_info(file=f["id"]))["file"]
             except SlackApiError as e:
                 log.warning("slack: files.info %s: %s", f.get("id"), e.response.get("error"))
-        return FileRef(f.get("name") or f.get("title") or f["id"], int(f.get("size") or 0),
-                       {"id": f["id"], "url": f.get("url_private_download") or f.get("url_private"),
-                        "size": int(f.get("size") or 0)})
+        size = f.get("size")
+        size = size if isinstance(size, int) and size >= 0 else 0  # 0: not known
+        url = text_of(f, "url_private_download") or text_of(f, "url_private")
+        return FileRef(text_of(f, "name") or text_of(f, "title") or f["id"], size,
+                       {"id": f["id"], "url": url, "size": size})
 
     async def download(self, handle: dict) -> bytes:
         size = handle.get("size") or 0

@@ -24,6 +24,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,16 @@ from dingtalk_stream import (
 )
 
 from bot.chat.dingtalk.api import DingTalkAPI
-from bot.chat.platform import DeliveryError, FileRef, Incoming, Outgoing, Platform, Receive
+from bot.chat.platform import (
+    DeliveryError,
+    FileRef,
+    Incoming,
+    Outgoing,
+    Platform,
+    Receive,
+    refuse,
+    text_of,
+)
 from storage.config import Config
 
 log = logging.getLogger("genbot.dingtalk")
@@ -64,6 +74,8 @@ class DingTalk(Platform):
                                oapi_url=d.oapi_url)
         self.receive: Receive | None = None
         self.stream: Stream | None = None
+        self.pairs = Recent()  # (timestamp, sign) -> the message it was taken for
+        self.delivered = Recent()  # msgIds handled lately
 
     # --- wiring -------------------------------------------------------------------------
     def attach(self, app: Any, receive: Receive) -> None:
@@ -82,68 +94,108 @@ class DingTalk(Platform):
 
     # --- inbound ------------------------------------------------------------------------
     async def callback(self, request: web.Request) -> web.Response:
-        """HTTP callback mode: check the signature, answer at once, work after."""
-        if not self.signed(request.headers.get("timestamp", ""), request.headers.get("sign", "")):
-            return web.json_response({"error": "bad or stale signature"}, status=403)
+        """HTTP callback mode: check the signature, answer at once, work after. DingTalk signs
+        the timestamp alone, so a captured pair would carry any body for an hour: each pair
+        serves one message (seen again with it: DingTalk re-delivering, answered 200)."""
+        timestamp, sign = request.headers.get("timestamp", ""), request.headers.get("sign", "")
+        if not self.signed(timestamp, sign):
+            return refuse(403, "bad or stale signature")
         try:
-            body = await request.json()
-        except ValueError:
-            return web.json_response({"error": "not JSON"}, status=400)
-        self.handle(body)
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return refuse(413, "request body too large")
+        try:
+            body = json.loads(raw)  # bytes: no charset from a header to trip over
+        except (ValueError, RecursionError):
+            body = None
+        msg_id = body.get("msgId") if isinstance(body, dict) else None
+        key = msg_id if isinstance(msg_id, str) and msg_id else \
+            f"sha256:{hashlib.sha256(raw).hexdigest()}"
+        now_ms = time.time() * 1000
+        first = self.pairs.get((timestamp, sign), now_ms)
+        if first is None:
+            self.pairs.add((timestamp, sign), key, int(timestamp) + SIGN_WINDOW_MS + 1, now_ms)
+        elif first != key:
+            log.warning("dingtalk: a used signature came back with another message; refused")
+            return refuse(403, "signature already used")
+        if not isinstance(body, dict):
+            return refuse(400, "not a JSON object")
+        if first is None:
+            self.handle(body)
         return web.json_response({})
 
     def signed(self, timestamp: str, sign: str, now_ms: float | None = None) -> bool:
-        if not timestamp.isdigit() or not sign:
+        """DingTalk's HMAC of the timestamp. Headers may hold anything: only ASCII digits are a
+        timestamp ("²".isdigit() is true) and only ASCII a sign (compare_digest raises else)."""
+        if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 16
+                and sign.isascii() and sign):
             return False
         now_ms = time.time() * 1000 if now_ms is None else now_ms
         if abs(now_ms - int(timestamp)) > SIGN_WINDOW_MS:
             return False
         secret = self.settings.app_secret.encode()
         expected = base64.b64encode(hmac.new(secret, f"{timestamp}\n{self.settings.app_secret}"
-                                             .encode(), hashlib.sha256).digest()).decode()
-        return hmac.compare_digest(expected, sign)
+                                             .encode(), hashlib.sha256).digest())
+        return hmac.compare_digest(expected, sign.encode())
 
-    def handle(self, body: dict) -> None:
-        """A robot message, from either mode: handed to the core once, in the background."""
+    def handle(self, body: Any) -> None:
+        """A robot message, from either mode: handed to the core once, in the background.
+        DingTalk delivers a message again when it missed our answer: a msgId seen within the
+        signature window is not handled twice."""
         incoming = self.incoming(body)
-        if incoming is None or not self.once(incoming.message or uuid.uuid4().hex):
+        if incoming is None:
             return
+        if incoming.message:
+            now_ms = time.time() * 1000
+            if self.delivered.get(incoming.message, now_ms) is not None:
+                return
+            self.delivered.add(incoming.message, True, now_ms + SIGN_WINDOW_MS, now_ms)
         assert self.receive is not None, "attach() comes before any message"
         self.spawn(self.receive(incoming))
 
-    def incoming(self, body: dict) -> Incoming | None:
-        user = body.get("senderStaffId") or body.get("senderId")
-        if not user:
+    def incoming(self, body: Any) -> Incoming | None:
+        """The message DingTalk describes, or None for anything else: a body may have any
+        shape, and each field any type."""
+        if not isinstance(body, dict):
             return None
-        direct = str(body.get("conversationType")) == "1"
-        conversation = f"user:{user}" if direct else f"group:{body.get('conversationId')}"
-        kind = body.get("msgtype")
-        content = body.get("content") or {}
+        user = text_of(body, "senderStaffId") or text_of(body, "senderId")
+        kind = body.get("conversationType")  # "1": a 1:1 chat, "2": a group
+        if not user or type(kind) not in (str, int) or str(kind) not in ("1", "2"):
+            return None
+        direct = str(kind) == "1"
+        group = text_of(body, "conversationId")
+        if not (direct or group):
+            return None
+        conversation = f"user:{user}" if direct else f"group:{group}"
+        msg_id = text_of(body, "msgId")
+        content = body.get("content")
         if isinstance(content, str):
             try:
                 content = json.loads(content)
-            except ValueError:
-                content = {}
-        text, files = "", tuple[FileRef, ...]()
-        if kind == "text":
-            text = (body.get("text") or {}).get("content", "").strip()
-        elif kind == "file" and content.get("downloadCode"):
-            files = (FileRef(content.get("fileName") or "file", int(content.get("fileSize") or 0),
-                             {"code": content["downloadCode"]}),)
-        elif kind == "picture" and content.get("downloadCode"):
-            files = (FileRef(f"picture-{body.get('msgId', 'x')}.png", 0,
-                             {"code": content["downloadCode"]}),)
-        elif kind == "richText":
-            parts = content.get("richText") or []
-            text = " ".join(p["text"] for p in parts if p.get("text")).strip()
+            except (ValueError, RecursionError):
+                content = None
+        if not isinstance(content, dict):
+            content = {}
+        text, files, code = "", tuple[FileRef, ...](), text_of(content, "downloadCode")
+        msgtype = body.get("msgtype")
+        if msgtype == "text" and (said := text_of(body.get("text"), "content")) is not None:
+            text = said.strip()
+        elif msgtype == "file" and code:
+            files = (FileRef(text_of(content, "fileName") or "file",
+                             int(number(content.get("fileSize"))), {"code": code}),)
+        elif msgtype == "picture" and code:
+            files = (FileRef(f"picture-{msg_id or 'x'}.png", 0, {"code": code}),)
+        elif msgtype == "richText" and isinstance(parts := content.get("richText"), list):
+            text = " ".join(t for p in parts if (t := text_of(p, "text"))).strip()
         else:
             return None
-        expires = float(body.get("sessionWebhookExpiredTime") or 0) / 1000
+        expires = number(body.get("sessionWebhookExpiredTime")) / 1000
         return Incoming(
-            self.name, user, conversation, text, message=body.get("msgId"), files=files,
-            workspace=body.get("senderCorpId"),
-            platform_admin=bool(body.get("isAdmin")) and self.settings.platform_admins,
-            context={"session_webhook": body.get("sessionWebhook"), "session_expires": expires})
+            self.name, user, conversation, text, message=msg_id, files=files,
+            workspace=text_of(body, "senderCorpId"),
+            platform_admin=body.get("isAdmin") is True and self.settings.platform_admins,
+            context={"session_webhook": text_of(body, "sessionWebhook"),
+                     "session_expires": expires})
 
     async def download(self, handle: dict) -> bytes:
         return await self.api.download(handle["code"], max_bytes=self.max_bytes)
@@ -191,6 +243,35 @@ class DingTalk(Platform):
         media = await self.api.upload("file", name, data)
         return await self.api.send(out.conversation, "sampleFile", {
             "mediaId": media, "fileName": name, "fileType": Path(name).suffix.lstrip(".")})
+
+
+class Recent:
+    """Keys seen lately, each forgotten once its time is up (ms since the epoch): memory is
+    bounded by what arrives within the signature window, however long the service runs."""
+
+    def __init__(self) -> None:
+        self.entries: dict[Hashable, tuple[float, Any]] = {}
+        self.mark = 64  # sweep for expired entries when there are this many
+
+    def get(self, key: Hashable, now_ms: float) -> Any:
+        until, value = self.entries.get(key, (0.0, None))
+        return value if until > now_ms else None
+
+    def add(self, key: Hashable, value: Any, until_ms: float, now_ms: float) -> None:
+        self.entries[key] = (until_ms, value)
+        if len(self.entries) >= self.mark:  # amortized: the mark doubles with what is kept
+            self.entries = {k: e for k, e in self.entries.items() if e[0] > now_ms}
+            self.mark = max(64, 2 * len(self.entries))
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+def number(value: Any) -> float:
+    """A size or a time in a payload: a non-negative number, else 0 (not known)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if 0 <= value < 2**53 else 0.0
 
 
 def fit_image(data: bytes, name: str) -> tuple[bytes, str]:
