@@ -1,4 +1,5 @@
-"""Roles given by /grant, and the audit log of refusals and admin actions.
+"""Roles given by /grant, the audit log of refusals and admin actions, and the dashboard
+sessions ended by signing out.
 
 The rules themselves (who may do what) live in bot.app.permissions; this module only
 keeps what they need to remember.
@@ -30,6 +31,11 @@ AUDIT_RECENT = """
 SELECT at, platform, user_id, conversation, action, allowed, detail FROM audit
 ORDER BY id DESC LIMIT $1"""
 
+END_SESSION = """
+INSERT INTO ended_sessions (nonce, expires_at) VALUES ($1, $2) ON CONFLICT (nonce) DO NOTHING"""
+SESSION_ENDED = "SELECT 1 AS ended FROM ended_sessions WHERE nonce = $1"
+FORGET_ENDED = "DELETE FROM ended_sessions WHERE expires_at < $1"
+
 
 class Access:
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time):
@@ -57,3 +63,11 @@ class Access:
     async def audit_log(self, limit: int = 100) -> list[AuditEntry]:
         """Newest first."""
         return [AuditEntry.from_row(r) for r in await self.db.fetch(AUDIT_RECENT, limit)]
+
+    async def end_session(self, nonce: str, expires_at: float) -> None:
+        """Refuse this session from now on; forget sessions that have expired anyway."""
+        await self.db.execute(FORGET_ENDED, self.clock())
+        await self.db.execute(END_SESSION, nonce, expires_at)
+
+    async def session_ended(self, nonce: str) -> bool:
+        return await self.db.fetchval(SESSION_ENDED, nonce) is not None

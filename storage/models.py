@@ -131,6 +131,17 @@ class Grant(Model):
         unique_together = (("platform", "user_id"),)
 
 
+class EndedSession(Model):
+    """A dashboard session signed out before its cookie expires: refused until then."""
+
+    nonce = fields.CharField(max_length=64, primary_key=True)
+    expires_at = fields.FloatField()
+
+    class Meta:
+        table = "ended_sessions"
+        indexes = (("expires_at",),)
+
+
 class AuditEntry(Model):
     """Who did or was refused what, when and where: every refusal and every admin action."""
 
