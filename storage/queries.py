@@ -334,7 +334,8 @@ WHERE j.status = 'running' ORDER BY j.started_at, j.id"""
 
 BATCH_COUNTS = "SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = $1 GROUP BY status"
 
-COUNTS = "SELECT status, priority, COUNT(*) AS n FROM jobs GROUP BY status, priority"
+# Kept by the database as jobs change (migration 0012): a few rows, at any history size.
+COUNTS = "SELECT status, priority, SUM(n) AS n FROM job_counts GROUP BY status, priority"
 
 # /queue: which models the queued jobs wait for (placement: is any executor taking them?).
 QUEUED_BY_AFFINITY = """

@@ -446,7 +446,8 @@ class Queue:
         """{status: {priority: n}} over all jobs."""
         out: dict[str, dict[str, int]] = {s.value: {} for s in Status}
         for row in await self.db.fetch(q.COUNTS):
-            out[row["status"]][Priority(row["priority"]).label] = row["n"]
+            if row["n"]:
+                out[row["status"]][Priority(row["priority"]).label] = int(row["n"])
         return out
 
     async def queued_by_affinity(self) -> dict[str, int]:

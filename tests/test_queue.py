@@ -571,3 +571,32 @@ async def test_event_readers_hear_new_events_from_another_connection(db_url, clo
     finally:
         await writer.close()
         await reader.close()
+
+
+async def test_counts_are_kept_by_the_database_through_every_transition(queue, clock):
+    """The kept counts (migration 0012) always equal counting the jobs themselves."""
+    async def truth():
+        out = {s.value: {} for s in Status}
+        for row in await queue.db.fetch(
+                "SELECT status, priority, COUNT(*) AS n FROM jobs GROUP BY status, priority"):
+            out[row["status"]][Priority(row["priority"]).label] = row["n"]
+        return out
+
+    first = await queue.enqueue(sub("alice", 40))
+    await queue.enqueue(sub("bob", 3, priority=Priority.URGENT))
+    assert await queue.counts() == await truth()
+    leases = [await queue.claim("w") for _ in range(6)]
+    await queue.complete(leases[0])
+    await queue.fail(leases[1], "boom", retry=False)
+    await queue.fail(leases[2], "again later")  # back to queued
+    await queue.cancel(job=leases[3].job_id)
+    assert await queue.counts() == await truth()
+    await queue.cancel(batch=first.batch_id)
+    for lease in leases[4:]:
+        await queue.complete(lease)
+    clock.advance(10_000)
+    assert await queue.counts() == await truth()
+    await queue.forget_finished(clock() + 1)
+    counts = await queue.counts()
+    assert counts == await truth()
+    assert all(n > 0 for by_priority in counts.values() for n in by_priority.values())
