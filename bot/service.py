@@ -1,7 +1,7 @@
 """`genbot serve`: the long-running service process.
 
-One aiohttp app: /healthz, the chat platforms' endpoints, the REST API, the dashboard
-and /metrics, with the chat core's delivery loops (bot.chat.core) and the scheduler in the
+One aiohttp app: the chat platforms' endpoints, the REST API (with /healthz), the
+dashboard and /metrics, with the chat core's delivery loops (bot.chat.core) and the scheduler in the
 same process.
 The executor runs beside it as a supervised child process (bot.supervisor), so
 the GPU code can crash without taking the service down.
@@ -21,30 +21,29 @@ from bot.chat.core import ChatCore
 from bot.chat.platform import Platform
 from bot.scheduler import Scheduler
 from bot.supervisor import Supervisor
-from bot.web.api import Api
+from bot.web.api import Api, body_limit
 from bot.web.dashboard import Dashboard
 from bot.web.metrics import Metrics
 from bot.web.sessions import local_token
 from storage.config import Config
 from storage.files import open_store
-from storage.queue import Queue, open_queue
+from storage.queue import open_queue
 
 log = logging.getLogger("genbot.service")
-QUEUE = web.AppKey("queue", Queue)
 
 
-async def healthz(request: web.Request) -> web.Response:
-    queue = request.app[QUEUE]
-    active = await queue.active_counts()
-    return web.json_response({"status": "ok", "paused": await queue.paused(),
-                              "queued": active.queued, "running": active.running})
-
-
-def build_app(queue: Queue) -> web.Application:
-    app = web.Application()
-    app[QUEUE] = queue
-    app.router.add_get("/healthz", healthz)
-    return app
+def quiet_bad_requests(record: logging.LogRecord) -> bool:
+    """A request aiohttp cannot even parse (raw bytes in its URL, a broken header line)
+    is answered 400 by aiohttp; it is the sender's fault, so it is logged as one warning
+    line, not as an error with a traceback."""
+    from aiohttp.http_exceptions import HttpProcessingError
+    error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, HttpProcessingError):
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.msg, record.args = "refused a malformed HTTP request: %s", (
+            f"{type(error).__name__}: {error.message}"[:200],)
+        record.exc_info = record.exc_text = None
+    return True
 
 
 def configured_platforms(config: Config) -> list[Platform]:
@@ -81,9 +80,10 @@ class Service:
         self.app = App(config, self.queue, open_store(config), templates,
                        local_admins=local_admins)
         self.core = ChatCore(self.app, self.platforms)
-        app = build_app(self.queue)
+        app = web.Application(client_max_size=body_limit(config))
         api = Api(self.app)
         api.routes(app)
+        await api.summary.get()  # /healthz answers from it, from the first probe on
         Dashboard(api).routes(app)
         self.metrics = Metrics(self.queue, self.core.outbox, restarts=lambda:
                                self.supervisor.restarts if self.supervisor else 0,
@@ -92,6 +92,7 @@ class Service:
         app.router.add_get("/metrics", self.metrics.handler)
         for platform in self.platforms:
             platform.attach(app, self.core.chat.receive)
+        logging.getLogger("aiohttp.server").addFilter(quiet_bad_requests)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, config.service.host, config.service.port)

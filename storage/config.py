@@ -207,6 +207,9 @@ class ApiConfig:
                              "(authorization: credentials in its scrape config); empty: "
                              "/metrics is open, so keep the port private. Env "
                              "GENBOT_API_METRICS_TOKEN.", secret=True)
+    max_body_mb: float = key(0.0, "Largest request body the API reads (a sheet and its "
+                             "pictures), in MB; 0: [intake] max_file_mb plus 10 pictures at "
+                             "[intake] max_image_mb.", min=0, max=65536)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ reading, paging, cancel/retry/pause, outputs, the events WebSocket, the OpenAPI 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -120,8 +121,14 @@ async def test_submit_read_page_and_download_a_batch(api):
     assert job["status"] == "succeeded" and job["outputs"] == ["/api/v1/jobs/1/outputs/0"]
     status, image = await api.call("GET", "/jobs/1/outputs/0", token=VIEWER)
     assert status == 200 and Image.open(io.BytesIO(image)).size[0] == 1080
-    status, results = await api.call("GET", "/batches/1/files/results.xlsx")
-    assert status == 200 and load_workbook(io.BytesIO(results)).active.max_row == 4
+    async with api.http.get("/api/v1/batches/1/files/results.xlsx",
+                            headers={"Authorization": f"Bearer {ALICE}"}) as r:
+        results = await r.read()
+        assert r.content_type == \
+            "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+        assert r.headers["Content-Disposition"].startswith("attachment;")
+        assert r.headers["X-Content-Type-Options"] == "nosniff"
+    assert load_workbook(io.BytesIO(results)).active.max_row == 4
     status, contact = await api.call("GET", "/batches/1/files/contact.png")
     assert status == 200 and Image.open(io.BytesIO(contact)).format == "PNG"
 
@@ -189,7 +196,8 @@ async def test_events_stream_and_resume_from_a_sequence_number(api):
 @pytest.mark.slow
 def test_no_request_the_openapi_document_allows_gets_a_5xx(tmp_path, demo_models):
     """schemathesis generates requests from the document; the service runs in its own
-    process (the calls are blocking), with a valid admin token on most of them."""
+    process (the calls are blocking). Each call goes as one of every role, or with no
+    credentials, or with a token that is not one."""
     import subprocess
     import time
 
@@ -204,7 +212,10 @@ def test_no_request_the_openapi_document_allows_gets_a_5xx(tmp_path, demo_models
     port = free_port()
     config = tmp_path / "config.toml"
     config.write_text(f'[service]\ndata_dir = "{tmp_path / "data"}"\nport = {port}\n'
-                      f'[api]\ntokens = ["{ADMIN}=ops"]\n[chat]\nadmins = ["api:ops"]\n')
+                      f'[api]\ntokens = ["{ADMIN}=ops", "{ALICE}=alice", "{VIEWER}=vic", '
+                      f'"{NOBODY}=nobody"]\n'
+                      f'[chat]\nadmins = ["api:ops"]\nviewers = ["api:vic"]\n'
+                      f'submitters = ["api:alice"]\ndefault_role = "none"\n')
     url = f"http://127.0.0.1:{port}"
     with open(tmp_path / "serve.log", "ab") as log:
         serve = subprocess.Popen([PYTHON, "-m", "bot.cli", "serve", "--no-executor", "--config",
@@ -219,18 +230,25 @@ def test_no_request_the_openapi_document_allows_gets_a_5xx(tmp_path, demo_models
         schema = schemathesis.openapi.from_dict(document())
         seen = set()
 
-        @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
-        @given(case=schema.as_strategy(), authorized=st.booleans())
-        def check(case, authorized):
-            if case.path == "/api/v1/events":
-                return  # a WebSocket: tested in test_events_stream_and_resume…
-            if authorized:
-                case.headers = {**(case.headers or {}), "Authorization": f"Bearer {ADMIN}"}
+        roles = {"admin": ADMIN, "submitter": ALICE, "viewer": VIEWER, "none": NOBODY,
+                 "wrong": "not-a-token-0000000", "anonymous": None}
+
+        @settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(case=schema.as_strategy(), role=st.sampled_from(sorted(roles)))
+        def check(case, role):
+            headers = {k: v for k, v in (case.headers or {}).items() if k != "Authorization"}
+            if roles[role]:
+                headers["Authorization"] = f"Bearer {roles[role]}"
+            case.headers = headers
             response = case.call(base_url=url, timeout=20)
-            seen.add((case.method, case.path))
-            assert response.status_code < 500, (case.method, case.formatted_path, response.text)
+            seen.add((case.method, case.path, role))
+            assert response.status_code < 500, (case.method, case.formatted_path, role,
+                                                response.text)
+            assert response.headers.get("content-type", [""])[0].startswith("application/json") \
+                or response.status_code < 400, (case.method, case.formatted_path, role)
         check()
-        assert len(seen) >= 12  # most operations were exercised
+        assert len({(m, p) for m, p, _ in seen}) >= 15  # most operations were exercised
+        assert {r for _, _, r in seen} == set(roles)  # by every role
     finally:
         serve.terminate()
         serve.wait(timeout=30)
@@ -378,8 +396,11 @@ async def test_listing_batches_paging_by_offset_thumbnails_and_pause_events(api)
     assert api.service.core.store.path("outputs/batch_1").is_dir()
     status, again = await api.call("GET", "/jobs/1/outputs/0?size=128", VIEWER)
     assert again == thumb  # made once, then served
-    status, body = await api.call("GET", "/jobs/1/outputs/0?size=5000", VIEWER)
-    assert (status, body["error"]["code"]) == (400, "bad_query")
+    for size in ("5000", "129", "16", "-1", "abc"):  # a few fixed sizes, each made once
+        status, body = await api.call("GET", f"/jobs/1/outputs/0?size={size}", VIEWER)
+        assert (status, body["error"]["code"]) == (400, "bad_query")
+    status, thumb = await api.call("GET", "/jobs/1/outputs/0?size=256", VIEWER)
+    assert status == 200 and max(Image.open(io.BytesIO(thumb)).size) == 256
 
 
 # --- the dashboard's session: a cookie for a token, CSRF-safe ----------------------------
@@ -431,12 +452,36 @@ async def test_a_dashboard_session_acts_as_its_token_and_changes_need_the_csrf_t
     assert (await with_cookie("GET", "/queue"))[0] == 401
 
 
-async def test_wrong_tokens_at_sign_in_are_slowed_down(api):
+async def test_wrong_tokens_at_sign_in_are_slowed_down_but_a_right_one_always_signs_in(api):
+    """Behind a proxy everyone shares one address: one guesser must not lock them out."""
     for _ in range(10):
         async with api.http.post("/dashboard/session", json={"token": "guess-0000000000"}) as r:
             assert r.status == 401
+    async with api.http.post("/dashboard/session", json={"token": "guess-0000000001"}) as r:
+        assert (r.status, r.headers["Retry-After"]) == (429, "60")
+        assert (await r.json())["error"]["code"] == "too_many_tries"
     async with api.http.post("/dashboard/session", json={"token": ADMIN}) as r:
-        assert r.status == 429  # even the right one, for a minute
+        assert r.status == 200 and (await r.json())["user"] == "api:ops"
+
+
+async def test_signing_out_ends_the_session_for_every_copy_of_its_cookie(api):
+    async with api.http.post("/dashboard/session", json={"token": ALICE}) as r:
+        me, cookie = await r.json(), r.cookies["genbot_session"].value
+    copy = {"Cookie": f"genbot_session={cookie}"}
+    async with aiohttp.ClientSession(api.url) as elsewhere:  # a copied cookie, another client
+        async with elsewhere.get("/api/v1/queue", headers=copy) as r:
+            assert r.status == 200
+        async with api.http.delete("/dashboard/session",
+                                   headers={"X-CSRF-Token": me["csrf"]}) as r:
+            assert r.status == 200
+        async with elsewhere.get("/api/v1/queue", headers=copy) as r:
+            assert r.status == 401
+        async with elsewhere.get("/dashboard/session", headers=copy) as r:
+            assert r.status == 401
+    async with api.http.post("/dashboard/session", json={"token": ALICE}) as r:
+        assert r.status == 200  # signing in again makes a new session
+    async with api.http.get("/api/v1/queue") as r:
+        assert r.status == 200
 
 
 async def test_the_dashboard_page_is_served_with_a_strict_policy(api):
@@ -470,3 +515,222 @@ async def test_a_fresh_install_without_tokens_gets_one_local_admin_token(tmp_pat
     async with ApiWorld(api_config(tmp_path / "other", demo_models)) as configured:
         assert (await configured.call("GET", "/queue", token))[0] == 401
         assert not (tmp_path / "other" / "data" / "local-admin.token").exists()
+
+
+# --- hostile input: no header, cookie, query or body makes a 5xx ---------------------------
+async def raw_http(port: int, head: bytes, body: bytes = b"") -> tuple[int, dict, bytes]:
+    """One request written byte for byte (aiohttp's client refuses to send such headers)."""
+    import asyncio
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(head + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                     + body)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), timeout=20)
+    finally:
+        writer.close()
+    top, _, content = answer.partition(b"\r\n\r\n")
+    lines = top.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, content
+
+
+HOSTILE_HEADERS = [
+    b"Authorization: Bearer \xff\xfe", b"Authorization: Bearer \xc3\xa9t\xc3\xa9",
+    b"Authorization: Bearer " + b"x" * 6000, b"Authorization: Basic \xff",
+    b"Authorization: Bearer \xed\xa0\x80",  # an encoded lone surrogate
+    b"Cookie: genbot_session=\xff\xfe", b"Cookie: genbot_session=\xc3\xa9.\xc3\xa9",
+    b'Cookie: genbot_session="unterminated', b"Cookie: genbot_session=a.b.c; =; ;;",
+    b"X-CSRF-Token: \xff\xfe", b"Origin: \xff", b"Origin: http://[", b"Origin: null",
+    b"Idempotency-Key: \xff\xfe", b"Content-Type: multipart/form-data; boundary=\xff",
+    b"Content-Type: application/json; charset=\xff", b"Content-Type: \xff",
+    b"X-Forwarded-For: \xff", b"Accept-Language: \xff",
+]
+HOSTILE_QUERIES = ["?limit=\xb2", "?cursor=-1", "?cursor=%FF", "?offset=\u0663",
+                   "?size=\xb2", "?after=\xff", "?status=%00", "?submitter=%ED%A0%80"]
+HOSTILE_BODIES = [b'{"token": "\\ud800"}', b"\xff\xfe{", b'"x"', b"[]", b'{"token": 5}',
+                  b'{"template": "\\udcff", "rows": [{"\\ud800": 1}]}',
+                  b"--x\r\nContent-Disposition: form-data; name=\"\xff\"\r\n\r\n\xff\r\n--x--"]
+
+
+async def test_hostile_bytes_in_every_header_and_field_never_make_a_5xx(api, caplog):
+    import logging
+    caplog.set_level(logging.ERROR)
+    await api.submit(1)
+    async with api.http.post("/dashboard/session", json={"token": ALICE}) as r:
+        cookie = r.cookies["genbot_session"].value
+    port = api.service.port
+    paths = [(m, f"/api/v1{p}") for m, p, _, _ in ROUTES] + [
+        ("GET", "/api/v1/events"), ("GET", "/dashboard/session"), ("POST", "/dashboard/session"),
+        ("DELETE", "/dashboard/session"), ("GET", "/healthz"), ("GET", "/metrics"),
+        ("GET", "/api/v1/nowhere"), ("GET", "/dashboard/")]
+    seen = 0
+    for method, path in paths:
+        for credentials in (b"", b"Authorization: Bearer " + ALICE.encode(),
+                            b"Cookie: genbot_session=" + cookie.encode()):
+            for extra in HOSTILE_HEADERS:
+                head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+                head += b"".join(h + b"\r\n" for h in (credentials, extra) if h)
+                status, headers, content = await raw_http(port, head)
+                seen += 1
+                assert status < 500, (method, path, credentials, extra, content[:300])
+                if status >= 400 and not path.startswith("/dashboard/") or \
+                        path == "/dashboard/session":
+                    assert headers["content-type"].startswith("application/json"), \
+                        (method, path, extra, content[:200])
+        for query in HOSTILE_QUERIES:
+            head = (f"{method} {path}".encode() + query.encode("utf-8", "surrogatepass")
+                    + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                    + ADMIN.encode() + b"\r\n")
+            status, _, content = await raw_http(port, head)
+            assert status < 500, (method, path, query, content[:300])
+        if method in ("POST", "DELETE"):
+            for body in HOSTILE_BODIES:
+                for kind in (b"application/json", b"multipart/form-data; boundary=x"):
+                    head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+                            + b"Authorization: Bearer " + ADMIN.encode()
+                            + b"\r\nContent-Type: " + kind + b"\r\n")
+                    status, _, content = await raw_http(port, head, body)
+                    assert status < 500, (method, path, body, content[:300])
+    assert seen > 1000
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+# --- the API does what its document says ---------------------------------------------------
+async def test_the_api_answers_as_its_openapi_document_says(api):
+    status, doc = await api.call("GET", "/openapi.json", token=None)
+    params = {p["name"]: p["schema"] for p in doc["paths"]["/api/v1/batches"]["get"]["parameters"]}
+    assert params["limit"]["maximum"] == 500 and params["cursor"]["minimum"] == 0
+    for path in ("/batches?limit=501", "/batches?limit=0", "/batches?cursor=-1",
+                 "/jobs?limit=1001", "/jobs?cursor=-1", "/jobs?batch=-2", "/jobs?offset=-1",
+                 "/jobs?cursor=1&offset=1"):
+        status, body = await api.call("GET", path, VIEWER)
+        assert (status, body["error"]["code"]) == (400, "bad_query"), path
+    jobs = {p["name"]: p for p in doc["paths"]["/api/v1/jobs"]["get"]["parameters"]}
+    assert "not with cursor" in jobs["offset"]["description"]
+    status, body = await api.call("GET", "/batches?limit=500", VIEWER)
+    assert status == 200
+    for method, path in (("GET", "/nowhere"), ("POST", "/queue"), ("GET", "/batches/x")):
+        status, body = await api.call(method, path, VIEWER)
+        assert status in (404, 405) and body["error"]["code"] in ("not_found",
+                                                                 "method_not_allowed")
+    events = doc["paths"]["/api/v1/events"]["get"]
+    assert "101" in events["responses"] and "200" not in events["responses"]
+    status, body = await api.call("GET", "/events", VIEWER)  # a plain GET, no upgrade
+    assert (status, body["error"]["code"]) == (426, "websocket_only")
+    thumbs = {p["name"]: p for p in
+              doc["paths"]["/api/v1/jobs/{id}/outputs/{index}"]["get"]["parameters"]}
+    assert thumbs["size"]["schema"]["enum"] == [128, 256, 512]
+
+
+# --- bodies as big as the limits say ---------------------------------------------------------
+def big_png(megabytes: float) -> bytes:
+    """A real PNG of about this many megabytes (noise does not compress)."""
+    import os
+    side = int((megabytes * 2**20 / 3) ** 0.5) + 1
+    image = Image.frombytes("RGB", (side, side), os.urandom(side * side * 3))
+    out = io.BytesIO()
+    image.save(out, "PNG", compress_level=0)
+    return out.getvalue()
+
+
+async def test_a_picture_up_to_the_configured_limit_is_accepted_and_past_it_refused_plainly(
+        tmp_path, demo_models):
+    config = api_config(tmp_path, demo_models)
+    config = dataclasses.replace(config, intake=dataclasses.replace(
+        config.intake, max_image_mb=3, max_file_mb=1))
+    async with ApiWorld(config) as w:
+        picture = big_png(2.4)  # past aiohttp's default 1 MiB body
+        assert 2.3 * 2**20 < len(picture) < 3 * 2**20
+        form = aiohttp.FormData()
+        form.add_field("template", "social_thumb")
+        form.add_field("sheet", b"image,title\nbig.png,Big\n", filename="sheet.csv")
+        form.add_field("pictures", picture, filename="big.png")
+        status, body = await w.call("POST", "/batches", data=form)
+        assert status == 201 and body["total"] == 1
+
+        form = aiohttp.FormData()
+        form.add_field("template", "social_thumb")
+        form.add_field("sheet", b"image,title\nbig.png,Big\n", filename="sheet.csv")
+        form.add_field("pictures", big_png(3.2), filename="big.png")
+        status, body = await w.call("POST", "/batches", data=form)
+        assert (status, body["error"]["code"]) == (413, "too_large")
+        assert body["error"]["limit_key"] == "[intake] max_image_mb" \
+            and body["error"]["limit_mb"] == 3 and "big.png" in body["error"]["message"]
+
+        form = aiohttp.FormData()
+        form.add_field("template", "social_thumb")
+        form.add_field("sheet", b"image,title\n" + b"bottle.png,x\n" * 120_000,
+                       filename="sheet.csv")
+        status, body = await w.call("POST", "/batches", data=form)
+        assert (status, body["error"]["limit_key"]) == (413, "[intake] max_file_mb")
+
+        rows = [{"image": "bottle.png", "title": "x" * 1000}] * 40_000  # 40 MB of JSON
+        status, body = await w.call("POST", "/batches", json={"template": "social_thumb",
+                                                              "rows": rows})
+        assert (status, body["error"]["code"]) == (413, "too_large")
+        assert "31 MB" in body["error"]["message"]  # 1 + 10 × 3
+        assert await w.queue.batch_progress(2) is None  # nothing more was queued
+
+
+async def test_genbot_submit_prints_a_refusal_by_size_not_a_traceback(tmp_path, demo_models):
+    import asyncio
+
+    from tests.conftest import PYTHON, python_env
+    config = api_config(tmp_path, demo_models)
+    config = dataclasses.replace(config, intake=dataclasses.replace(config.intake,
+                                                                    max_image_mb=1))
+    async with ApiWorld(config) as w:
+        folder = tmp_path / "work"
+        folder.mkdir()
+        (folder / "big.png").write_bytes(big_png(1.5))
+        (folder / "sheet.csv").write_text("image,title\nbig.png,Big\n")
+        proc = await asyncio.create_subprocess_exec(
+            PYTHON, "-m", "bot.cli", "submit", "social_thumb", str(folder / "sheet.csv"),
+            "--server", w.url, cwd=ROOT, env=python_env() | {"GENBOT_TOKEN": ALICE},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err.decode()
+    assert "larger than 1 MB ([intake] max_image_mb)" in err.decode()
+
+
+# --- /queue and /healthz under load ------------------------------------------------------
+async def test_healthz_answers_without_the_database_and_queue_reads_its_own_writes(api):
+    """Two hundred /queue calls cost a handful of computations, and /healthz never waits
+    on the database: it answers while every database call hangs."""
+    import asyncio
+    await api.submit(2)
+    computed = 0
+    real = api.service.runner.app.router  # (the Api object holds the summary)
+    summary = next(r.handler.__self__ for r in real.routes()
+                   if r.resource and r.resource.canonical == "/healthz").summary
+    compute = summary.compute
+
+    async def counting():
+        nonlocal computed
+        computed += 1
+        return await compute()
+    summary.compute = counting
+    answers = await asyncio.gather(*(api.call("GET", "/queue", VIEWER) for _ in range(200)))
+    assert all(status == 200 and body["queued"] == 2 for status, body in answers)
+    assert computed <= 4
+    await api.call("POST", "/queue/pause", ADMIN)
+    status, queue = await api.call("GET", "/queue", VIEWER)
+    assert queue["paused"] is True  # read after the write, never a stale copy
+
+    hang = asyncio.Event()
+    fetch = api.queue.db.fetch
+
+    async def stuck(*args, **kwargs):
+        await hang.wait()
+        return await fetch(*args, **kwargs)
+    api.queue.db.fetch = stuck
+    try:
+        async with api.http.get("/healthz") as r:
+            health = await asyncio.wait_for(r.json(), timeout=5)
+        assert r.status == 200 and health["status"] == "ok" and health["paused"] is True
+    finally:
+        hang.set()
+        api.queue.db.fetch = fetch

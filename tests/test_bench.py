@@ -19,6 +19,8 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     "ack_bench.py": (["--requests", "3", "--rounds", "1", "--rows", "3"], "busy/idle:"),
     "executor_bench.py": (["--smoke", "--jobs", "5", "--steps", "1"], "batching: images/s"),
     "dashboard_bench.py": (["--big", "60", "--small", "20", "--rounds", "1"], "dom_rows"),
+    "api_bench.py": (["--small", "50", "--big", "200", "--clients", "20", "--rounds", "1"],
+                     "big/small"),
 }
 
 

@@ -107,7 +107,9 @@ def test_serve_runs_on_defaults_answers_healthz_and_stops_on_sigterm(tmp_path):
                 assert time.monotonic() < deadline, "service did not come up"
                 time.sleep(0.1)
         assert status == 200
+        age = body.pop("age")  # seconds since the summary it answers from
         assert body == {"status": "ok", "paused": False, "queued": 0, "running": 0}
+        assert 0 <= age < 60
         assert (tmp_path / "data" / "genbot.sqlite3").is_file()  # SQLite under ./data
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)

@@ -59,3 +59,14 @@ def test_the_session_key_is_kept_private_across_restarts(tmp_path):
     assert session_secret("", tmp_path) == key and len(key) == 32
     assert stat.S_IMODE((tmp_path / "session.key").stat().st_mode) == 0o600
     assert session_secret("configured", tmp_path) == b"configured"
+
+
+def test_any_text_is_a_wrong_token_or_cookie_never_an_error():
+    """Headers keep undecodable bytes as surrogates and JSON may hold a lone one."""
+    sessions = Sessions({"tok-a": "alice"}, b"k" * 32)
+    for text in ("\udcff\udcfe", "\ud800", "é", "tok-a\x00", "ｔｏｋ-a", ""):
+        assert sessions.user_of(text) is None
+        assert sessions.issue(text) is None
+        assert sessions.read(text) is None and sessions.read(f"{text}.{text}") is None
+    body = sessions.issue("tok-a").partition(".")[0]
+    assert sessions.read(f"{body}.é") is None and sessions.read(f"{body}é.x") is None

@@ -9,6 +9,7 @@ sheet was refused), 2 the server could not be asked.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -28,8 +29,8 @@ def submit(template: str, sheet: Path, *, server: str | None, token: str | None,
         return 2
     try:
         return asyncio.run(_submit(template, sheet, server, token, priority, wait, key))
-    except aiohttp.ClientError as e:
-        print(f"genbot: cannot reach {server}: {e}", file=sys.stderr)
+    except (aiohttp.ClientError, OSError, TimeoutError) as e:
+        print(f"genbot: cannot reach {server}: {e or type(e).__name__}", file=sys.stderr)
         return 2
 
 
@@ -40,7 +41,7 @@ async def _submit(template: str, sheet: Path, server: str, token: str, priority:
         headers["Idempotency-Key"] = key
     async with aiohttp.ClientSession(server, headers=headers) as http:
         async with http.get(f"/api/v1/templates/{template}") as r:
-            info = await r.json(content_type=None)
+            info = await _answer(r)
             if r.status != 200:
                 return _error(info, r.status)
         form = aiohttp.FormData()
@@ -50,7 +51,7 @@ async def _submit(template: str, sheet: Path, server: str, token: str, priority:
         for name, data in pictures(sheet, info):
             form.add_field("pictures", data, filename=name)
         async with http.post("/api/v1/batches", data=form) as r:
-            batch = await r.json(content_type=None)
+            batch = await _answer(r)
             if r.status not in (200, 201):
                 return _error(batch, r.status)
         for problem in batch.get("problems", []):
@@ -72,7 +73,7 @@ async def follow(http: aiohttp.ClientSession, batch_id: int, total: int) -> int:
         task = bar.add_task("", total=total, failed="")
         while True:
             async with http.get(f"/api/v1/batches/{batch_id}") as r:
-                state = await r.json(content_type=None)
+                state = await _answer(r)
                 if r.status != 200:
                     return _error(state, r.status)
             counts = state["counts"]
@@ -112,7 +113,22 @@ def pictures(sheet: Path, template_info: dict) -> list[tuple[str, bytes]]:
     return sorted(found.items())
 
 
+async def _answer(r: aiohttp.ClientResponse) -> dict:
+    """The JSON answer; anything else (a proxy's HTML page, plain text) as an error
+    carrying the first line of what came back."""
+    text = await r.text(errors="replace")
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        return body
+    first = text.strip().splitlines()[0][:200] if text.strip() else ""
+    return {"error": {"message": f"HTTP {r.status} {r.reason or ''}".strip()
+                      + (f": {first}" if first else "")}}
+
+
 def _error(body: dict, status: int) -> int:
     error = (body or {}).get("error", {})
     print(f"genbot: {error.get('message') or f'HTTP {status}'}", file=sys.stderr)
-    return 1 if status in (403, 404, 409, 422, 429) else 2
+    return 1 if status in (403, 404, 409, 413, 422, 429) else 2

@@ -14,6 +14,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
+import time
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
@@ -24,20 +27,26 @@ from aiohttp.http_exceptions import HttpProcessingError
 from bot.app import values
 from bot.app.core import App, CancelTarget, Scheduled, SubmitOptions
 from bot.app.permissions import Action, Who
-from bot.app.results import CONTACT, RESULTS, write_results
+from bot.app.results import CONTACT, RESULTS, XLSX, write_results
 from bot.errors import Coded, Conflict, Invalid, NotFound, Refused
 from bot.intake.check import IntakeReport, SheetFile, SheetRows, SheetSource
 from bot.intake.images import Attachments
 from bot.web.sessions import Sessions, session_secret
+from bot.web.shared import Shared
 from executor.workflow import Template
+from storage.config import Config
 from storage.files import batch_folder
 from storage.queue import ACTIVE, Status
 from storage.records import Job, RunningJob, WorkerInfo
 from storage.workers import Workers
 
+log = logging.getLogger("genbot.api")
 PREFIX = "/api/v1"
-THUMB_MIN, THUMB_MAX = 16, 1024
-PAGE = 100  # jobs per page unless asked for fewer (at most 1000)
+THUMBS = (128, 256, 512)  # a few sizes, each cached once per image: not one per pixel count
+PAGE = 100  # jobs per page unless asked for fewer
+MAX_JOBS_PAGE, MAX_BATCHES_PAGE = 1000, 500
+HEALTH_FRESH = 1.0  # seconds before /healthz asks for a fresher summary
+BODY_PICTURES = 10  # the default body limit: a sheet and this many pictures at their limits
 EVENTS_POLL = 0.3
 # The application layer's errors, as HTTP statuses.
 STATUS: dict[type[Coded], int] = {NotFound: 404, Refused: 403, Invalid: 422, Conflict: 409}
@@ -45,10 +54,26 @@ STATUS_BY_CODE = {"limit_rate": 429}  # a rate limit: try again later
 
 
 class ApiError(web.HTTPException):
-    def __init__(self, status: int, code: str, message: str, **extra: Any):
+    def __init__(self, status: int, code: str, message: str, *,
+                 headers: dict[str, str] | None = None, **extra: Any):
         self.status_code = status
-        super().__init__(text=json.dumps({"error": {"code": code, "message": message, **extra}},
-                                         ensure_ascii=False), content_type="application/json")
+        text = json.dumps({"error": {"code": code, "message": message, **extra}},
+                          ensure_ascii=False)
+        super().__init__(text=text.encode("utf-8", "replace").decode(),  # (echoed header
+                         content_type="application/json", headers=headers)  # bytes, surrogates)
+
+
+def body_limit(config: Config) -> int:
+    """The largest request body, in bytes: [api] max_body_mb, or a sheet and
+    BODY_PICTURES pictures at their [intake] limits."""
+    mb = config.api.max_body_mb or (config.intake.max_file_mb
+                                    + BODY_PICTURES * config.intake.max_image_mb)
+    return int(mb * 2**20)
+
+
+# aiohttp's own refusals (no route, wrong method, a body too big, a bad upgrade), by code.
+HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large",
+              400: "bad_request", 415: "bad_content_type"}
 
 
 def status_of(error: Coded) -> int:
@@ -59,11 +84,33 @@ def status_of(error: Coded) -> int:
 
 @web.middleware
 async def coded_errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    """The app said no: its code, its English message and its details, as JSON."""
+    """Every error is JSON: the app's (its code, English message and details), aiohttp's
+    own (no such route, a body over the limit) and, as a last resort, a bug — logged with
+    a reference, never shown. Files are never sniffed into something else."""
     try:
-        return await handler(request)
+        response = await handler(request)
     except Coded as e:
         raise ApiError(status_of(e), e.code, e.render(), **e.plain()) from None
+    except web.HTTPException as e:
+        if e.status < 400 or e.content_type == "application/json":
+            raise
+        headers = {k: v for k, v in e.headers.items()  # Allow, WWW-Authenticate, Retry-After
+                   if k.lower() not in ("content-type", "content-length")}
+        message = {404: f"no such route: {request.method} {request.path[:100]} (the API's "
+                        f"routes: {PREFIX}/openapi.json)",
+                   405: f"{request.method} is not allowed here (allowed: "
+                        f"{e.headers.get('Allow', '')})"}.get(e.status, e.text or e.reason)
+        raise ApiError(e.status, HTTP_CODES.get(e.status, "http_error"), message,
+                       headers=headers) from None
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        reference = uuid.uuid4().hex[:8]
+        log.exception("internal error on %s %s (reference %s)", request.method,
+                      request.path[:200], reference)
+        raise ApiError(500, "internal", f"internal error (reference {reference})") from None
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    return response
 
 
 class Api:
@@ -74,14 +121,18 @@ class Api:
         self.tokens = {t: u for t, _, u in (e.partition("=") for e in config.api.tokens)}
         self.sessions = Sessions(self.tokens, session_secret(config.api.session_secret,
                                                              config.data_dir),
-                                 hours=config.api.session_hours, clock=app.clock)
+                                 hours=config.api.session_hours, clock=app.clock,
+                                 ended=app.access.session_ended)
         self.workers = Workers.of(app.queue)
         self.streams: set[web.WebSocketResponse] = set()  # open /events, closed at shutdown
+        self.summary = Shared(self._queue_summary)  # /queue and /healthz, shared
+        self.max_body = body_limit(config)
 
     def routes(self, app: web.Application) -> None:
         app.middlewares.append(coded_errors)
         app.on_shutdown.append(self._close_streams)
         r = app.router
+        r.add_get("/healthz", self.healthz)
         r.add_get(f"{PREFIX}/openapi.json", self.openapi)
         r.add_get(f"{PREFIX}/queue", self.queue_status)
         r.add_post(f"{PREFIX}/queue/pause", self.pause)
@@ -105,7 +156,7 @@ class Api:
         r.add_delete(f"{PREFIX}/schedules/{{id:\\d+}}", self.unschedule)
 
     # --- who is asking ---------------------------------------------------------------------
-    def who(self, request: web.Request) -> Who:
+    async def who(self, request: web.Request) -> Who:
         """api:USER, from a Bearer token or the dashboard's session cookie; 401 before
         anything else is looked at."""
         auth = request.headers.get("Authorization", "")
@@ -114,7 +165,7 @@ class Api:
             token = request.query.get("token", "")  # scripts' WebSockets may not set headers
         if token:
             user = self.sessions.user_of(token)
-        elif (session := self.sessions.of(request)) is not None:
+        elif (session := await self.sessions.of(request)) is not None:
             if (why := self.sessions.forged(request, session)) is not None:
                 raise ApiError(403, "csrf", why)
             user = session.user
@@ -127,7 +178,7 @@ class Api:
 
     async def allowed(self, request: web.Request, action: Action) -> Who:
         """Who asks, if they may take `action` (a read, or before reading a body)."""
-        who = self.who(request)
+        who = await self.who(request)
         await self.app.permit(who, action)
         return who
 
@@ -138,16 +189,34 @@ class Api:
 
     async def queue_status(self, request: web.Request) -> web.Response:
         await self.allowed(request, Action.QUEUE)
+        return web.json_response(await self.summary.get())
+
+    async def _queue_summary(self) -> dict[str, Any]:
+        """The whole /queue answer: computed once for every caller asking meanwhile
+        (bot.web.shared), whatever the number of callers."""
+        seq = await self.queue.last_event_seq()  # first: the stream from here misses nothing
         state = await self.queue.state()
         active = await self.queue.active_counts()
-        return web.json_response({
+        return {
             "paused": state.paused, "changed_by": state.changed_by,
             "queued": active.queued, "running": active.running,
             "counts": await self.queue.counts(),
             "eta_seconds": await self.queue.eta(active.queued - 1) if active.queued else 0,
             "jobs": [_running(j) for j in await self.queue.running()],
             "workers": [_worker(w) for w in await self.workers.all() if w.state != "stopped"],
-            "seq": await self.queue.last_event_seq()})
+            "seq": seq}
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """Liveness: never waits on the database. It answers from the last /queue
+        summary (`age` seconds old) and refreshes that in the background."""
+        self.summary.refresh_soon(older_than=HEALTH_FRESH)
+        latest = self.summary.latest
+        body: dict[str, Any] = {"status": "ok"}
+        if latest is not None:
+            body |= {"paused": latest["paused"], "queued": latest["queued"],
+                     "running": latest["running"],
+                     "age": round(time.monotonic() - self.summary.latest_at, 3)}
+        return web.json_response(body)
 
     async def worker_list(self, request: web.Request) -> web.Response:
         """Every executor the registry knows, stopped ones included, on any host."""
@@ -189,12 +258,12 @@ class Api:
         await self.allowed(request, Action.STATUS)
         q = request.query
         try:
-            limit = min(int(q.get("limit", 50)), 500)
+            limit = _number(q.get("limit", "50"))
             cursor = _number(q["cursor"]) if q.get("cursor") else None
         except ValueError:
             raise ApiError(400, "bad_query", "limit and cursor are whole numbers") from None
-        if limit < 1:
-            raise ApiError(400, "bad_query", "limit is at least 1")
+        if not 1 <= limit <= MAX_BATCHES_PAGE:
+            raise ApiError(400, "bad_query", f"limit is 1 to {MAX_BATCHES_PAGE}")
         rows = await self.queue.page_batches(before=cursor, submitter=q.get("submitter"),
                                              limit=limit)
         return web.json_response({"batches": [{
@@ -210,7 +279,7 @@ class Api:
         await self.allowed(request, Action.STATUS)
         q = request.query
         try:
-            limit = min(int(q.get("limit", PAGE)), 1000)
+            limit = _number(q.get("limit", str(PAGE)))
             cursor = _number(q["cursor"]) if q.get("cursor") else None
             batch = _number(q["batch"]) if q.get("batch") else None
             offset = _number(q["offset"]) if q.get("offset") else None
@@ -221,8 +290,8 @@ class Api:
         if status is not None and status not in Status.__members__.values():
             raise ApiError(400, "bad_query",
                            f"status is one of {', '.join(s.value for s in Status)}")
-        if limit < 1:
-            raise ApiError(400, "bad_query", "limit is at least 1")
+        if not 1 <= limit <= MAX_JOBS_PAGE:
+            raise ApiError(400, "bad_query", f"limit is 1 to {MAX_JOBS_PAGE}")
         if offset is not None and cursor is not None:
             raise ApiError(400, "bad_query", "use cursor or offset, not both")
         submitter = q.get("submitter")
@@ -247,14 +316,12 @@ class Api:
             raise ApiError(404, "no_output", f"job {job.id} has {len(job.outputs)} outputs")
         if "size" not in request.query:
             return await self._file(job.outputs[index])
-        try:
-            size = int(request.query["size"])
-        except ValueError:
-            size = 0
-        if not THUMB_MIN <= size <= THUMB_MAX:
-            raise ApiError(400, "bad_query", f"size is {THUMB_MIN} to {THUMB_MAX} pixels")
+        size = request.query["size"]
+        if size not in map(str, THUMBS):
+            raise ApiError(400, "bad_query",
+                           f"size is one of {', '.join(map(str, THUMBS))} (pixels)")
         return await self._file(await asyncio.to_thread(self._thumbnail, job.outputs[index],
-                                                        size))
+                                                        int(size)))
 
     def _thumbnail(self, relative: str, size: int) -> str:
         """A JPEG at most size×size beside the image, made once (retention removes it with
@@ -287,16 +354,21 @@ class Api:
                 raise ApiError(404, "not_yet", f"batch {batch_id} is not finished")
             await asyncio.to_thread(write_results, self.store, batch, jobs,
                                     self.templates.get(batch.template), self.config.executor.font)
+        if name == RESULTS:
+            return await self._file(relative, {
+                "Content-Type": XLSX,
+                "Content-Disposition": f'attachment; filename="batch-{batch_id}-{RESULTS}"'})
         return await self._file(relative)
 
-    async def _file(self, relative: str) -> web.StreamResponse:
+    async def _file(self, relative: str,
+                    headers: dict[str, str] | None = None) -> web.StreamResponse:
         try:
             path = await asyncio.to_thread(self.store.path, relative)  # (may fetch it)
         except ValueError:
             raise ApiError(404, "no_file", "not in the output store") from None
         if not path.is_file():
             raise ApiError(404, "no_file", f"{relative} is not there (not made yet, or deleted)")
-        return web.FileResponse(path)
+        return web.FileResponse(path, headers=headers)
 
     async def events(self, request: web.Request) -> web.WebSocketResponse:
         """Queue events as they happen, from `after` (a sequence number) on: a client that
@@ -307,6 +379,10 @@ class Api:
         except ValueError:
             raise ApiError(400, "bad_query", "after is a sequence number") from None
         ws = web.WebSocketResponse(heartbeat=30)
+        if not ws.can_prepare(request).ok:
+            raise ApiError(426, "websocket_only", "/events is a WebSocket: connect with "
+                           "Upgrade: websocket (a plain GET gets nothing)",
+                           headers={"Upgrade": "websocket"})
         await ws.prepare(request)
         closing = asyncio.ensure_future(ws.receive())  # the client's close (it sends nothing else)
         self.streams.add(ws)
@@ -336,24 +412,24 @@ class Api:
     # --- changing: each a call to the application layer --------------------------------
     async def pause(self, request: web.Request) -> web.Response:
         return web.json_response({"paused": True,
-                                  "changed": await self.app.pause(self.who(request))})
+                                  "changed": await self.app.pause(await self.who(request))})
 
     async def resume(self, request: web.Request) -> web.Response:
         return web.json_response({"paused": False,
-                                  "changed": await self.app.resume(self.who(request))})
+                                  "changed": await self.app.resume(await self.who(request))})
 
     async def cancel_batch(self, request: web.Request) -> web.Response:
-        who = self.who(request)
+        who = await self.who(request)
         result = await self.app.cancel(who, CancelTarget.batch(_in_path(request, "id")))
         return web.json_response({"ended": result.ended, "asked": result.asked})
 
     async def cancel_job(self, request: web.Request) -> web.Response:
-        who = self.who(request)
+        who = await self.who(request)
         result = await self.app.cancel(who, CancelTarget.job(_in_path(request, "id")))
         return web.json_response({"ended": result.ended, "asked": result.asked})
 
     async def retry(self, request: web.Request) -> web.Response:
-        who = self.who(request)
+        who = await self.who(request)
         again = await self.app.retry(who, _in_path(request, "id"))
         return web.json_response({"batch": again.batch_id, "jobs": again.jobs,
                                   "created": again.created}, status=201 if again.created else 200)
@@ -365,7 +441,7 @@ class Api:
         key = request.headers.get("Idempotency-Key")
         if key is not None and not 0 < len(key) <= 150:
             raise ApiError(400, "bad_idempotency_key", "Idempotency-Key is 1 to 150 characters")
-        form = await _form(request)
+        form = await _form(request, self.config, self.max_body)
         name = str(form.get("template") or "")
         self.app.template(name)  # fields are checked in order: the template first
         at = None
@@ -399,7 +475,7 @@ class Api:
     async def schedule(self, request: web.Request) -> web.Response:
         """multipart: cron, template, sheet, its pictures, priority, timezone (IANA; UTC)."""
         who = await self.allowed(request, Action.SCHEDULE)  # before the body is read
-        form = await _form(request)
+        form = await _form(request, self.config, self.max_body)
         sheet = form.get("sheet")
         if not isinstance(sheet, tuple):
             raise ApiError(422, "no_rows", "a schedule needs a sheet file (multipart field sheet)")
@@ -412,17 +488,31 @@ class Api:
         return web.json_response({"id": made.id, "next": _iso(made.next)}, status=201)
 
     async def unschedule(self, request: web.Request) -> web.Response:
-        who = self.who(request)
+        who = await self.who(request)
         schedule_id = _in_path(request, "id")
         await self.app.unschedule(who, schedule_id)
         return web.json_response({"removed": schedule_id})
 
 
-async def _form(request: web.Request) -> dict[str, Any]:
-    """The submission's fields, from multipart or JSON; files as (name, bytes)."""
+def _too_large(what: str, size: int, limit_mb: float, key: str) -> ApiError:
+    return ApiError(413, "too_large", f"{what} is larger than {limit_mb:g} MB ({key})",
+                    limit_mb=limit_mb, limit_key=key, size_mb=round(size / 2**20, 2))
+
+
+async def _form(request: web.Request, config: Config, max_body: int) -> dict[str, Any]:
+    """The submission's fields, from multipart or JSON; files as (name, bytes). Each
+    file is held to its own limit as it arrives, and the whole body to `max_body`."""
+    whole = (max_body, config.api.max_body_mb or max_body / 2**20,
+             "[api] max_body_mb" if config.api.max_body_mb else
+             f"[intake] max_file_mb + {BODY_PICTURES} × max_image_mb")
+    if (request.content_length or 0) > max_body:
+        raise _too_large("the request body", request.content_length or 0, *whole[1:])
     if request.content_type == "application/json":
         try:
             body = await request.json()
+        except web.HTTPRequestEntityTooLarge:
+            raise _too_large("the request body", request.content_length or max_body,
+                             *whole[1:]) from None
         except ValueError:
             raise ApiError(400, "bad_json", "the body is not JSON") from None
         if not isinstance(body, dict):
@@ -431,20 +521,38 @@ async def _form(request: web.Request) -> dict[str, Any]:
     if not request.content_type.startswith("multipart/"):
         raise ApiError(415, "bad_content_type", "send multipart/form-data or application/json")
     form: dict[str, Any] = {"files": {}}
+    total = 0
     try:
         async for part in await request.multipart():
             if not isinstance(part, BodyPartReader):
                 raise ValueError("a nested multipart body")
             if part.filename:
-                data = bytes(await part.read())
                 filename = unquote(part.filename)  # aiohttp's client percent-encodes "/"
-                if part.name == "sheet":
-                    form["sheet"] = (filename, data)
+                sheet = part.name == "sheet"
+                limit_mb = config.intake.max_file_mb if sheet else config.intake.max_image_mb
+                key = "[intake] max_file_mb" if sheet else "[intake] max_image_mb"
+                data = bytearray()
+                while chunk := await part.read_chunk():
+                    data += chunk
+                    total += len(chunk)
+                    if len(data) > limit_mb * 2**20:
+                        raise _too_large(f"{'the sheet' if sheet else 'the file'} "
+                                         f"{filename[:80]!r}", len(data), limit_mb, key)
+                    if total > max_body:
+                        raise _too_large("the request body", total, *whole[1:])
+                if sheet:
+                    form["sheet"] = (filename, bytes(data))
                 else:
-                    form["files"][filename] = data
+                    form["files"][filename] = bytes(data)
             elif part.name:
-                form[part.name] = await part.text()
-    except (ValueError, AssertionError, HttpProcessingError) as e:  # a malformed body
+                text = await part.text()
+                total += len(text)
+                if total > max_body:
+                    raise _too_large("the request body", total, *whole[1:])
+                form[part.name] = text
+    except web.HTTPRequestEntityTooLarge:
+        raise _too_large("a field", max_body, *whole[1:]) from None
+    except (ValueError, AssertionError, HttpProcessingError, LookupError) as e:  # malformed
         raise ApiError(400, "bad_multipart", f"the multipart body cannot be read: {e}"[:300]) \
             from None
     return form

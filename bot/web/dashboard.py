@@ -8,6 +8,7 @@ reach is refused there, not just hidden here.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from pathlib import Path
@@ -27,7 +28,8 @@ HEADERS = {
                                "base-uri 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
     "Cache-Control": "no-cache"}
-SIGN_IN_TRIES = 10  # failed sign-ins per address per minute before a pause
+SIGN_IN_TRIES = 10  # wrong tokens per address per minute before wrong ones are slowed
+SLOW_DOWN = 1.0  # seconds a wrong token waits for its answer past that
 
 
 class Dashboard:
@@ -57,28 +59,33 @@ class Dashboard:
 
     async def session(self, request: web.Request) -> web.Response:
         """Who is signed in, their role, what they may do and the CSRF token the page sends."""
-        session = self.sessions.of(request)
+        session = await self.sessions.of(request)
         if session is None:
             raise ApiError(401, "unauthorized", "sign in with an API token")
         return web.json_response(await self._describe(session.user, session.csrf))
 
     async def sign_in(self, request: web.Request) -> web.Response:
+        """A valid token always signs in, however many wrong ones came from the same
+        address (behind a proxy, everyone shares one); past SIGN_IN_TRIES a minute, each
+        wrong one waits and is answered 429."""
         if foreign(request):  # no signing someone in from another site
             raise ApiError(403, "csrf", "sign in from the dashboard's own page")
-        address = request.remote or "?"
-        now = time.monotonic()
-        recent = self.failures.get(address)
-        if recent is not None and len(recent) == SIGN_IN_TRIES and now - recent[0] < 60:
-            raise ApiError(429, "too_many_tries", "too many wrong tokens; wait a minute")
         try:
             token = str((await request.json()).get("token", "")).strip()
         except (ValueError, AttributeError):
             raise ApiError(400, "bad_json", 'send {"token": "…"}') from None
         cookie = self.sessions.issue(token) if token else None
         if cookie is None:
+            address, now = request.remote or "?", time.monotonic()
             if len(self.failures) > 10_000:  # forget addresses quiet for a minute
                 self.failures = {a: d for a, d in self.failures.items() if now - d[-1] < 60}
-            self.failures.setdefault(address, deque(maxlen=SIGN_IN_TRIES)).append(now)
+            recent = self.failures.setdefault(address, deque(maxlen=SIGN_IN_TRIES))
+            limited = len(recent) == SIGN_IN_TRIES and now - recent[0] < 60
+            recent.append(now)
+            if limited:
+                await asyncio.sleep(SLOW_DOWN)
+                raise ApiError(429, "too_many_tries", "too many wrong tokens; wait a minute",
+                               headers={"Retry-After": "60"})
             raise ApiError(401, "unauthorized", "that token is not one of [api] tokens")
         session = self.sessions.read(cookie)
         assert session is not None, "a cookie just issued reads back"
@@ -87,9 +94,12 @@ class Dashboard:
         return response
 
     async def sign_out(self, request: web.Request) -> web.Response:
-        session = self.sessions.of(request)
+        """Ends the session on the server too: a copy of the cookie is refused from now."""
+        session = await self.sessions.of(request)
         if session is not None and (why := self.sessions.forged(request, session)):
             raise ApiError(403, "csrf", why)
+        if session is not None:
+            await self.api.app.access.end_session(session.nonce, session.expires)
         response = web.json_response({"signed_out": True})
         self.sessions.clear_cookie(response)
         return response

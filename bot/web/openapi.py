@@ -21,7 +21,13 @@ def _id(name: str, what: str) -> dict:
 
 
 ERRORS = {str(code): {"$ref": f"#/components/responses/Error{code}"}
-          for code in (400, 401, 403, 404, 409, 422)}
+          for code in (400, 401, 403, 404, 409, 413, 422, 426, 429)}
+WHOLE = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+
+
+def _cursor() -> dict:
+    return {"name": "cursor", "in": "query", "schema": WHOLE,
+            "description": "next_cursor of the previous page"}
 
 
 def _op(summary: str, ok: dict, *, errors=("401", "403"), **extra) -> dict:
@@ -68,8 +74,7 @@ def document() -> dict[str, Any]:
             "/api/v1/batches": {"get": _op(
                 "Batches, newest first, with their jobs counted by status",
                 _json(_ref("BatchPage")), errors=("400", "401", "403"), parameters=[
-                    {"name": "cursor", "in": "query", "schema": {"type": "integer"},
-                     "description": "next_cursor of the previous page"},
+                    _cursor(),
                     {"name": "limit", "in": "query",
                      "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
                     {"name": "submitter", "in": "query", "schema": {"type": "string"}}]),
@@ -90,9 +95,9 @@ def document() -> dict[str, Any]:
                 "responses": {"201": _json(_ref("Batch"), "queued"),
                               "200": _json(_ref("Batch"),
                                            "queued before (Idempotency-Key) or a dry run"),
-                              **{e: ERRORS[e] for e in ("400", "401", "403", "409", "422")},
-                              "415": {"$ref": "#/components/responses/Error400"},
-                              "429": {"$ref": "#/components/responses/Error403"}}}},
+                              **{e: ERRORS[e] for e in ("400", "401", "403", "409", "413",
+                                                        "422", "429")},
+                              "415": {"$ref": "#/components/responses/Error400"}}}},
             "/api/v1/batches/{id}": {"get": _op(
                 "A batch and its progress", _json(_ref("Batch")), errors=("401", "403", "404"),
                 parameters=[_id("id", "batch id")])},
@@ -104,7 +109,9 @@ def document() -> dict[str, Any]:
                 errors=("401", "403", "404", "409"), parameters=[_id("id", "batch id")])},
             "/api/v1/batches/{id}/files/{name}": {"get": _op(
                 "The batch's contact sheet or results sheet",
-                {"description": "the file", "content": {"application/octet-stream": {}}},
+                {"description": "the file", "content": {
+                    "image/png": {}, "application/vnd.openxmlformats-officedocument."
+                                     "spreadsheetml.sheet": {}}},
                 errors=("401", "403", "404"), parameters=[
                     _id("id", "batch id"), {"name": "name", "in": "path", "required": True,
                                             "schema": {"type": "string", "enum":
@@ -112,13 +119,13 @@ def document() -> dict[str, Any]:
             "/api/v1/jobs": {"get": _op(
                 "Jobs, newest first, a page at a time", _json(_ref("JobPage")),
                 errors=("400", "401", "403"), parameters=[
-                    {"name": "cursor", "in": "query", "schema": {"type": "integer"},
-                     "description": "next_cursor of the previous page"},
-                    {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0},
-                     "description": "instead of cursor: skip this many (the answer has `total`)"},
+                    _cursor(),
+                    {"name": "offset", "in": "query", "schema": {**WHOLE, "maximum": 2**31 - 1},
+                     "description": "instead of cursor, not with cursor (400): skip this many "
+                                    "(the answer has `total`)"},
                     {"name": "limit", "in": "query",
                      "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
-                    {"name": "batch", "in": "query", "schema": {"type": "integer"}},
+                    {"name": "batch", "in": "query", "schema": WHOLE},
                     {"name": "status", "in": "query",
                      "schema": {"type": "string", "enum": statuses}},
                     {"name": "submitter", "in": "query", "schema": {"type": "string"}}])},
@@ -135,7 +142,7 @@ def document() -> dict[str, Any]:
                 parameters=[_id("id", "job id"), _id("index", "which output, from 0"),
                             {"name": "size", "in": "query", "description":
                              "a JPEG thumbnail at most this many pixels wide and high",
-                             "schema": {"type": "integer", "minimum": 16, "maximum": 1024}}])},
+                             "schema": {"type": "integer", "enum": [128, 256, 512]}}])},
             "/api/v1/schedules": {
                 "get": _op("Recurring batches with their next run", _json(
                     {"type": "object", "properties": {"schedules": {
@@ -152,17 +159,24 @@ def document() -> dict[str, Any]:
                                        "sheet": {"type": "string", "format": "binary"}}}}}},
                     "responses": {"201": _json({"type": "object", "properties": {
                         "id": {"type": "integer"}, "next": {"type": "string"}}}, "scheduled"),
-                                  **{e: ERRORS[e] for e in ("400", "401", "403", "422")},
+                                  **{e: ERRORS[e] for e in ("400", "401", "403", "413", "422")},
                                   "415": {"$ref": "#/components/responses/Error400"}}}},
             "/api/v1/schedules/{id}": {"delete": _op(
                 "Remove a schedule (admins)", _json({"type": "object", "properties": {
                     "removed": {"type": "integer"}}}), errors=("401", "403", "404"),
                 parameters=[_id("id", "schedule id")])},
-            "/api/v1/events": {"get": _op(
-                "WebSocket: queue events and progress from `after` on (resumable)",
-                {"description": "switches to a WebSocket"}, errors=("400", "401", "403"),
-                parameters=[{"name": "after", "in": "query", "schema": {"type": "integer"},
-                             "description": "the last sequence number seen"}])},
+            "/api/v1/events": {"get": {
+                "summary": "WebSocket: queue events and progress from `after` on (resumable)",
+                "description": "A WebSocket, not a JSON GET: connect with `Upgrade: websocket`; "
+                               "each message is one event as JSON. Scripts that cannot set "
+                               "headers on a WebSocket may pass `token` in the query.",
+                "parameters": [
+                    {"name": "after", "in": "query", "schema": WHOLE,
+                     "description": "the last sequence number seen"},
+                    {"name": "token", "in": "query", "schema": {"type": "string"},
+                     "description": "the Bearer token, for WebSocket clients only"}],
+                "responses": {"101": {"description": "switched to a WebSocket"},
+                              **{e: ERRORS[e] for e in ("400", "401", "403", "426")}}}},
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -170,7 +184,10 @@ def document() -> dict[str, Any]:
                 (400, "bad request"), (401, "no valid token"),
                 (403, "not allowed (role, owner, limit)"),
                 (404, "not found"), (409, "conflict (queue full, nothing to retry)"),
-                (422, "the sheet or its fields have problems"))},
+                (413, "a file or the whole body is over its limit (the error names the key)"),
+                (422, "the sheet or its fields have problems"),
+                (426, "a WebSocket endpoint asked with a plain GET"),
+                (429, "too many submissions: try again later"))},
             "schemas": {
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {
                     "type": "object", "required": ["code", "message"], "properties": {

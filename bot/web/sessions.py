@@ -1,8 +1,9 @@
 """Dashboard sessions: an API token traded once for a signed cookie, and CSRF checks.
 
-The cookie holds the user, a fingerprint of the token it came from and an expiry,
-signed with HMAC: nothing is stored server-side, and taking a token out of [api] tokens
-ends its sessions at once (the fingerprint no longer matches). It is HttpOnly and
+The cookie holds the user, a fingerprint of the token it came from, an expiry and a
+nonce, signed with HMAC. Taking a token out of [api] tokens ends its sessions at once
+(the fingerprint no longer matches); signing out records the nonce as ended, so a copy
+of the cookie is refused too (the only thing stored server-side). It is HttpOnly and
 SameSite=Strict; on top of that, anything sent with the cookie that changes state must
 carry the session's CSRF token in X-CSRF-Token and come from this origin. A Bearer
 token needs neither: a browser never attaches one on its own.
@@ -17,7 +18,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -34,24 +35,32 @@ class Session:
     user: str
     csrf: str
     expires: float
+    nonce: str
+
+
+async def _never_ended(nonce: str) -> bool:
+    return False
 
 
 class Sessions:
     def __init__(self, tokens: dict[str, str], secret: bytes, *, hours: float = 12.0,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time,
+                 ended: Callable[[str], Awaitable[bool]] = _never_ended):
         self.tokens, self.secret, self.hours, self.clock = tokens, secret, hours, clock
+        self.ended = ended
 
     # --- tokens ------------------------------------------------------------------------
     def user_of(self, token: str) -> str | None:
-        """The user a token acts as, compared in constant time."""
+        """The user a token acts as, compared in constant time. Any text is a wrong
+        token, never an error: bytes a header cannot hold, a lone surrogate from JSON."""
         found = None
         for known, user in self.tokens.items():
-            if hmac.compare_digest(known.encode(), token.encode()):
+            if hmac.compare_digest(_bytes(known), _bytes(token)):
                 found = user
         return found
 
     def _print(self, token: str) -> str:
-        return hmac.new(self.secret, b"token:" + token.encode(), hashlib.sha256).hexdigest()[:16]
+        return hmac.new(self.secret, b"token:" + _bytes(token), hashlib.sha256).hexdigest()[:16]
 
     # --- cookies -----------------------------------------------------------------------
     def issue(self, token: str) -> str | None:
@@ -68,27 +77,32 @@ class Sessions:
         """The session a cookie carries, if it is signed by us, unexpired and its token
         is still configured."""
         body, _, signature = cookie.partition(".")
-        if not body or not hmac.compare_digest(signature, self._sign(body)):
+        if not body or not hmac.compare_digest(_bytes(signature), _bytes(self._sign(body))):
             return None
         try:
             data = json.loads(_unb64(body))
             user, fingerprint, expires = str(data["u"]), str(data["t"]), float(data["e"])
-        except (ValueError, KeyError, TypeError):
+            nonce = str(data.get("n", ""))
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
         if expires < self.clock():
             return None
         if not any(u == user and hmac.compare_digest(self._print(t), fingerprint)
                    for t, u in self.tokens.items()):
             return None
-        return Session(user, self._sign("csrf:" + cookie), expires)
+        return Session(user, self._sign("csrf:" + cookie), expires, nonce)
 
     def _sign(self, text: str) -> str:
-        return _b64(hmac.new(self.secret, text.encode(), hashlib.sha256).digest())
+        return _b64(hmac.new(self.secret, _bytes(text), hashlib.sha256).digest())
 
     # --- requests ----------------------------------------------------------------------
-    def of(self, request: web.Request) -> Session | None:
+    async def of(self, request: web.Request) -> Session | None:
+        """The request's session: a valid cookie that has not been signed out."""
         cookie = request.cookies.get(COOKIE)
-        return self.read(cookie) if cookie else None
+        session = self.read(cookie) if cookie else None
+        if session is None or await self.ended(session.nonce):
+            return None
+        return session
 
     def forged(self, request: web.Request, session: Session) -> str | None:
         """Why a cookie-carried request must not be trusted, or None. Reading is always
@@ -98,7 +112,7 @@ class Sessions:
             return f"requests from {request.headers['Origin'][:80]} are not accepted with a " \
                    "session cookie"
         if request.method not in SAFE_METHODS and not hmac.compare_digest(
-                request.headers.get(CSRF_HEADER, ""), session.csrf):
+                _bytes(request.headers.get(CSRF_HEADER, "")), _bytes(session.csrf)):
             return f"a change made with a session cookie needs the {CSRF_HEADER} header"
         return None
 
@@ -115,7 +129,12 @@ def foreign(request: web.Request) -> bool:
     """Does the request name an Origin other than this service's host? (TLS may end at a
     proxy in front, so the scheme is not compared.)"""
     origin = request.headers.get("Origin")
-    return origin is not None and urlsplit(origin).netloc != request.host
+    if origin is None:
+        return False
+    try:
+        return urlsplit(origin).netloc != request.host
+    except ValueError:  # not a URL at all (an unclosed "[", say): not ours
+        return True
 
 
 def session_secret(configured: str, data_dir: Path) -> bytes:
@@ -145,6 +164,12 @@ def _kept(path: Path, make: Callable[[], str]) -> str:
     with os.fdopen(fd, "w") as f:
         f.write(text + "\n")
     return text
+
+
+def _bytes(text: str) -> bytes:
+    """Any str as bytes: headers may carry undecodable bytes (kept as surrogates) and
+    JSON may carry lone surrogates; both must compare as plain wrong values."""
+    return text.encode("utf-8", "surrogatepass")
 
 
 def _b64(data: bytes) -> str:
