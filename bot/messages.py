@@ -13,6 +13,8 @@ LANGS = ("en", "zh")
 CATALOG: dict[str, tuple[str, str]] = {
     # A cell's value.
     "required": ("required, but empty", "必填，但为空"),
+    "cell_error": ("the cell shows {shown} (an Excel error): fix its formula, or type the value",
+                   "单元格显示 {shown}（Excel 错误）：请修正公式，或直接填写数值"),
     "not_whole": ('"{value}" is not a whole number', "“{value}”不是整数"),
     "not_number": ('"{value}" is not a number', "“{value}”不是数字"),
     "too_small": ("{value} is less than {min}", "{value} 小于最小值 {min}"),
@@ -77,9 +79,41 @@ CATALOG: dict[str, tuple[str, str]] = {
                 "无法读取“{file}”（文件损坏或不完整？）：{detail}"),
     "zip_bomb": ('"{file}" unpacks to {unpacked_mb:,.0f} MB; the limit is {max_mb:g} MB',
                  "“{file}”解压后有 {unpacked_mb:,.0f} MB，上限为 {max_mb:g} MB"),
-    "bad_encoding": ('"{file}" is not UTF-8, UTF-16 or GBK text: save it as "CSV UTF-8"',
-                     "“{file}”不是 UTF-8、UTF-16 或 GBK 文本：请另存为“CSV UTF-8”"),
+    "bad_encoding": ('"{file}" is text in an encoding genbot cannot tell for sure (tried '
+                     '{tried}): save it as "CSV UTF-8" and send it again',
+                     "无法确定“{file}”的文字编码（已尝试 {tried}）：请另存为“CSV UTF-8”后重新发送"),
     "empty_sheet": ('"{file}" has no header row', "“{file}”没有表头行"),
+    "empty_file": ('"{file}" is empty (0 bytes): send it again', "“{file}”是空文件（0 字节）：请重新发送"),
+    "header_errors": ('"{file}": row {row}, where the column names belong, shows only Excel '
+                      "errors ({shown}): fix the formulas, or type the names",
+                      "“{file}”：第 {row} 行应为列名，却只显示 Excel 错误（{shown}）：请修正公式，或直接填写列名"),
+    "old_excel": ('"{file}" is an Excel 4.0 (or older) worksheet, which genbot cannot read: '
+                  "open it in Excel and save it as .xlsx",
+                  "“{file}”是 Excel 4.0 或更早版本的工作表，无法读取：请用 Excel 打开并另存为 .xlsx"),
+    "not_a_sheet": ('"{file}" is {what}, not a spreadsheet: send the .xlsx, .xls, .ods or .csv '
+                    "file itself", "“{file}”是{what}，不是电子表格：请发送 .xlsx、.xls、.ods 或 .csv 文件本身"),
+    "plain_text": ('"{file}" is plain text, not a spreadsheet; it begins "{start}"',
+                   "“{file}”是纯文本，不是电子表格；开头是“{start}”"),
+    "saved_as_web_page": ('"{file}" is a web page (HTML) under a spreadsheet name, as some '
+                          "systems export: open it in Excel and save it as .xlsx",
+                          "“{file}”其实是网页（HTML），只是用了表格的文件名（有些系统这样导出）：请用 Excel 打开并另存为 .xlsx"),
+    "saved_as_xml2003": ('"{file}" is an Excel 2003 XML spreadsheet, which genbot cannot read: '
+                         "open it in Excel and save it as .xlsx",
+                         "“{file}”是 Excel 2003 XML 表格，无法读取：请用 Excel 打开并另存为 .xlsx"),
+    "zip_not_workbook": ('"{file}" is a zip archive (holding {members}), not a workbook: unzip '
+                         "it and send the sheet inside",
+                         "“{file}”是压缩包（内含 {members}），不是工作簿：请解压后发送其中的表格"),
+    "xml_entities": ('"{file}" declares XML entities in {part}, which no spreadsheet needs (an '
+                     '"XML bomb"?); refused for safety: open it in Excel and save it again',
+                     "“{file}”的 {part} 中声明了 XML 实体（电子表格不需要，可能是“XML 炸弹”），为安全起见已拒绝："
+                     "请用 Excel 打开后重新保存"),
+    "too_many_cells": ('"{file}" declares {count:,} {axis} in a row, more than a spreadsheet '
+                       "holds ({limit:,}): it is damaged or crafted; save it again from the "
+                       "program that made it",
+                       "“{file}”声明了 {count:,} 个连续重复的{axis}，超出电子表格的上限（{limit:,}）："
+                       "文件已损坏或被篡改，请在原程序中重新保存"),
+    "wrong_extension": ('note: "{file}" is really {kind}; it was read as one (rename it to '
+                        "match)", "注意：“{file}”实际上是{kind}，已按此读取（建议改用对应的扩展名）"),
     "no_rows": ('"{file}" has a header but no rows', "“{file}”只有表头，没有数据行"),
     "too_many_rows": ('"{file}" has {rows:,} rows; one submission may have {max:,}',
                       "“{file}”有 {rows:,} 行，一次最多提交 {max:,} 行"),
@@ -313,10 +347,52 @@ def bar(done: int, total: int) -> str:
     return "█" * filled + "░" * (BAR - filled)
 
 
+class Both(str):
+    """A detail that is itself words: English as the str, Chinese beside it."""
+
+    zh: str
+
+    def __new__(cls, en: str, zh: str) -> Both:
+        text = super().__new__(cls, en)
+        text.zh = zh
+        return text
+
+
+# What a file turns out to be, in both languages (bot.intake.sheets tells them apart).
+KINDS = {
+    "png": Both("a PNG image", "PNG 图片"), "jpeg": Both("a JPEG image", "JPEG 图片"),
+    "gif": Both("a GIF image", "GIF 图片"), "pdf": Both("a PDF document", "PDF 文档"),
+    "rar": Both("a RAR archive", "RAR 压缩包"), "7z": Both("a 7-Zip archive", "7-Zip 压缩包"),
+    "gzip": Both("a gzip archive", "gzip 压缩包"),
+    "xml": Both("an XML document", "XML 文档"), "binary": Both("binary data", "二进制数据"),
+    "word": Both("a Word document", "Word 文档"),
+    "powerpoint": Both("a PowerPoint file", "PowerPoint 文件"),
+    ".xlsx": Both("an .xlsx workbook", " .xlsx 工作簿"),
+    ".xls": Both("an .xls workbook", " .xls 工作簿"),
+    ".ods": Both("an .ods spreadsheet", " .ods 表格"),
+    ".csv": Both("a text table (CSV)", "文本表格（CSV）"),
+    "rows": Both("rows", "行"), "columns": Both("columns", "列"),
+}
+
+CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v", "\f": "\\f", "\x00": "\\0"}
+
+
+def visible(text: str) -> str:
+    """Text from a cell or a header, safe to quote in a sentence: control characters
+    (a NUL, a vertical tab, a line break inside a header) shown as escapes."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else
+                   CONTROL.get(ch, f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else
+                               f"\\u{ord(ch):04x}") for ch in text)
+
+
 def say(code: str, lang: str = "en", **details: Any) -> str:
     """The message for `code` in `lang` ("en" or "zh")."""
     en, zh = CATALOG[code]
     template = zh if lang == "zh" else en
+    details = {k: (v.zh if lang == "zh" else str(v)) if isinstance(v, Both) else v
+               for k, v in details.items()}
     if "choices" in details and not isinstance(details["choices"], str):
         details = {**details, "choices": ", ".join(map(str, details["choices"]))}
     return template.format(**details)

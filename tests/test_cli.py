@@ -193,3 +193,16 @@ def test_unknown_template_lists_the_known_ones(workdir, capsys):
     with pytest.raises(SystemExit) as e:
         main(["template", "show", "prodct_main"])
     assert "no template 'prodct_main'" in str(e.value) and "product_main" in str(e.value)
+
+
+def test_validate_takes_any_cell_text_as_an_image_name(workdir, capsys):
+    """A cell longer than a file name can be, or holding a NUL, is that cell's problem."""
+    bad = workdir / "long.csv"
+    bad.write_text("sku,prompt,product_image\nA,p," + "x" * 5000 + "\nB,p,a/" + "y" * 300
+                   + ".png\n", encoding="utf-8")
+    code, out = run_cli(capsys, "validate", "product_main", str(bad))
+    assert code == 1 and "Traceback" not in out
+    lines = out.splitlines()
+    assert lines[1].startswith('row 2, column "product_image": "xxxx') \
+        and "(5,000 characters)" in lines[1] and "is not a file name" in lines[1]
+    assert lines[2].startswith('row 3, column "product_image":')

@@ -153,7 +153,7 @@ async def test_misspelled_header_is_named_with_a_suggestion(template, settings, 
     assert 'columns not used by t: "promt" — did you mean "prompt"?, "notes"' in report
     assert report.endswith("s.xlsx: nothing was queued.")
     zh = result.report("zh")
-    assert "缺少“prompt”列——“promt”是不是这一列？" in zh and "未提交任何任务" in zh
+    assert "缺少“提示词”列——“promt”是不是这一列？" in zh and "未提交任何任务" in zh
 
 
 async def test_extra_columns_are_reported_once_and_usable_in_text(tmp_path, settings, resolver):
@@ -257,10 +257,14 @@ async def test_password_protected_xlsx(template, settings, resolver):
         '"locked.xlsx" is password-protected: remove the password and send it again']
 
 
-async def test_a_csv_that_is_really_an_xlsx(template, settings, resolver):
-    result = await run(template, "sheet.csv", xlsx([HEAD]), settings, resolver)
-    assert [i.code for i in result.file_issues] == ["csv_is_workbook"]
-    assert "rename it to .xlsx" in result.report()
+async def test_a_csv_that_is_really_an_xlsx_is_read_as_one_and_says_so(template, settings,
+                                                                        resolver):
+    result = await run(template, "sheet.csv", xlsx([HEAD, ["a cat", None, None, "S1"]]),
+                       settings, resolver)
+    assert result.ok and [i.code for i in result.notes] == ["wrong_extension"]
+    assert 'note: "sheet.csv" is really an .xlsx workbook; it was read as one' \
+        in result.report()
+    assert "实际上是 .xlsx 工作簿" in result.report("zh")
 
 
 async def test_too_many_rows(template, settings, resolver):
@@ -273,10 +277,12 @@ async def test_too_many_rows(template, settings, resolver):
 
 @pytest.mark.parametrize("name, data, code", [
     ("notes.pdf", b"%PDF-1.4", "unsupported_format"),
-    ("empty.csv", b"", "empty_sheet"),
+    ("empty.csv", b"", "empty_file"),
+    ("blank.csv", b"\r\n,,\r\n", "empty_sheet"),
     ("header.csv", b"prompt,sku\r\n", "no_rows"),
-    ("binary.csv", b"\x00\x01\x02" * 10, "corrupt"),
-    ("broken.xlsx", b"not a zip at all", "corrupt"),
+    ("binary.csv", b"\x00\x01\x02" * 10, "not_a_sheet"),
+    ("broken.xlsx", b"not a zip at all", "plain_text"),
+    ("cut.xlsx", b"PK\x03\x04\x14\x00\x00", "corrupt"),
 ])
 async def test_other_unreadable_files(template, settings, resolver, name, data, code):
     result = await run(template, name, data, settings, resolver)

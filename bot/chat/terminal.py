@@ -58,7 +58,11 @@ def attach(text: str) -> tuple[str, tuple[FileRef, ...]]:
     files = []
     for i, token in enumerate(tokens[1:], start=1):
         path = Path(token).expanduser()
-        if not token.startswith("-") and path.is_file():
+        try:
+            is_file = not token.startswith("-") and path.is_file()
+        except (OSError, ValueError):  # longer than a name can be, or a NUL: not a path
+            is_file = False
+        if is_file:
             path = path.resolve()
             files.append(FileRef(path.name, path.stat().st_size,
                                  {"path": str(path), "folder": str(path.parent)}))

@@ -107,9 +107,12 @@ def pictures(sheet: Path, template_info: dict) -> list[tuple[str, bytes]]:
             name = relative_name(str(cells[i])) if i < len(cells) and cells[i] else None
             if name is None or name in found:
                 continue
-            path = (root / name).resolve()
-            if path.is_relative_to(root) and path.is_file():
-                found[name] = path.read_bytes()
+            try:
+                path = (root / name).resolve()
+                if path.is_relative_to(root) and path.is_file():
+                    found[name] = path.read_bytes()
+            except (OSError, ValueError):  # not a name this file system can hold
+                continue
     return sorted(found.items())
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.intake.images import Attachments, ImageResolver, recording
-from bot.intake.sheets import Sheet, SheetError, read_sheet
-from bot.messages import say
+from bot.intake.sheets import CellError, Sheet, SheetError, header_for, read_sheet
+from bot.messages import Both, say, visible
 from executor.params import Problem, coerce, normalize_header
 from executor.workflow import Template, affinity, bind
 from storage.config import Config, IntakeConfig
@@ -36,12 +36,30 @@ class Issue:
     column: str | None = None
 
     def render(self, lang: str = "en") -> str:
-        text = say(self.code, lang, **self.details)
+        details = {k: quoted(v) for k, v in self.details.items()}
+        text = say(self.code, lang, **details)
         if self.row is None:
             return text
         if self.column is None:
             return say("row", lang, row=self.row, problem=text)
-        return say("cell", lang, row=self.row, column=self.column, problem=text)
+        return say("cell", lang, row=self.row, column=quoted(self.column), problem=text)
+
+
+SHOWN_MAX = 120  # characters of a cell's text quoted in a message
+
+
+def quoted(value: Any) -> Any:
+    """A cell's text or a header as a sentence may quote it: as the cell shows it (a
+    whole number without ".0"), control characters visible, long text cut."""
+    if isinstance(value, Both):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str):
+        value = visible(value)
+        if len(value) > SHOWN_MAX:
+            value = f"{value[:SHOWN_MAX - 20]}… ({len(value):,} characters)"
+    return value
 
 
 @dataclass(frozen=True)
@@ -74,6 +92,7 @@ class IntakeReport:
     jobs: list[NewJob] = field(default_factory=list)
     issues: list[Issue] = field(default_factory=list)
     file_issues: list[Issue] = field(default_factory=list)  # nothing can be read or run
+    notes: list[Issue] = field(default_factory=list)  # worth saying, nothing wrong
     # (header, did-you-mean)
     unused_columns: list[tuple[str, str | None]] = field(default_factory=list)
     rows: int = 0
@@ -102,8 +121,9 @@ class IntakeReport:
             lines += [i.render(lang) for i in self.issues[:max_shown]]
             if len(self.issues) > max_shown:
                 lines.append(say("and_more", lang, count=len(self.issues) - max_shown))
+        lines += [i.render(lang) for i in self.notes]
         if self.unused_columns:
-            shown = ", ".join(f'"{h}"' + (say("did_you_mean", lang, name=s) if s else "")
+            shown = ", ".join(f'"{quoted(h)}"' + (say("did_you_mean", lang, name=s) if s else "")
                               for h, s in self.unused_columns)
             lines.append(say("unused_columns", lang, template=self.template, columns=shown))
         if self.file_issues:
@@ -150,14 +170,18 @@ async def intake(template: Template, filename: str, data: bytes, *, settings: In
     except SheetError as e:
         result.file_issues.append(Issue(e.code, e.details))
         return result
-    return await intake_sheet(template, sheet, settings=settings, images=images,
-                              skip_invalid=skip_invalid)
+    result = await intake_sheet(template, sheet, settings=settings, images=images,
+                                skip_invalid=skip_invalid)
+    if sheet.note is not None:
+        result.notes.append(Issue(*sheet.note))
+    return result
 
 
 async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConfig,
                        images: ImageResolver, skip_invalid: bool = False) -> IntakeReport:
     """The checks on rows already read: from a file, or given as JSON by the API."""
     filename = sheet.filename
+    sheet = _find_header(template, sheet)
     result = IntakeReport(template.name, filename)
     result.rows = len(sheet.rows)
     if not sheet.rows:
@@ -174,6 +198,25 @@ async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConf
     if result.issues and not skip_invalid:
         result.jobs = []
     return result
+
+
+HEADER_SEARCH = 30  # rows from the top where a header may sit below a title block
+
+
+def _find_header(template: Template, sheet: Sheet) -> Sheet:
+    """Exports from banks and business systems put a title block above the real header:
+    the header is the row, among the first HEADER_SEARCH, naming the most of the
+    template's columns (the first row unless a later one names more)."""
+    known = {normalize_header(h) for p in template.params.values() for h in (p.name, *p.aliases)}
+    known |= {normalize_header(c) for c in template.columns}
+
+    def named(cells: list[Any]) -> int:
+        return len({normalize_header(str(v)) for v in cells if not isinstance(v, CellError)
+                    and v is not None} & known)
+    scores = [named(cells) for _, cells in sheet.source[:HEADER_SEARCH]]
+    if not scores or max(scores) <= scores[0]:
+        return sheet
+    return sheet.headed_at(scores.index(max(scores)))
 
 
 def _map_columns(template: Template, sheet: Sheet, result: IntakeReport) -> dict[str, int]:
@@ -197,10 +240,10 @@ def _map_columns(template: Template, sheet: Sheet, result: IntakeReport) -> dict
                 "param": param, "columns": ", ".join(f'"{sheet.headers[i]}"' for i in found)}))
     present = {normalize_header(h) for h in sheet.headers}
     unused_headers = {normalize_header(sheet.headers[i]): sheet.headers[i] for i in unused}
-    needed = [p.name for p in template.params.values()
+    needed = [Both(p.name, header_for(p, "zh")) for p in template.params.values()
               if p.required and p.default is None and p.name not in columns]
-    needed += [c for k, c in wanted_extras.items() if k not in present]
-    for name in needed:
+    needed += [Both(c, c) for k, c in wanted_extras.items() if k not in present]
+    for name in needed:  # named as a sheet in the reader's language heads it
         near = _closest(name, unused_headers)
         result.file_issues.append(Issue("missing_column_near" if near else "missing_column",
                                         {"param": name, "near": near}))
@@ -222,6 +265,8 @@ async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
             raw = cells[index] if index is not None else None
             column = sheet.headers[index] if index is not None else p.name
             try:
+                if isinstance(raw, CellError):
+                    raise Problem("cell_error", shown=str(raw))
                 value = coerce(p, raw)
                 if p.type == "image" and value is not None:
                     value = await images.resolve(value)

@@ -22,6 +22,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
+from bot.messages import Both
 from executor.params import Problem
 from storage.config import IntakeConfig
 from storage.files import FileStore
@@ -92,13 +93,20 @@ def _refusal(error: BaseException | None) -> PrivateAddress | None:
     return None
 
 
+NAME_MAX = 255  # bytes in one part of a path, on every common file system
+
+
 def relative_name(ref: str) -> str | None:
-    """A safe relative file name, or None (absolute, drive letter, "..", empty)."""
+    """A safe relative file name, or None (absolute, drive letter, "..", empty, or a part
+    longer than a file name can be, control characters: any cell text is a valid input,
+    and only a name is looked up)."""
     name = ref.replace("\\", "/").strip()
-    if not name or name.startswith("/") or re.match(r"^[A-Za-z]:", name) or "\x00" in name:
+    if not name or name.startswith("/") or re.match(r"^[A-Za-z]:", name) \
+            or not name.isprintable():
         return None
     parts = PurePosixPath(name).parts
-    if any(part in ("..", "") for part in parts):
+    if any(part in ("..", "") or len(part.encode("utf-8", "surrogatepass")) > NAME_MAX
+           for part in parts):
         return None
     return "/".join(parts)
 
@@ -108,10 +116,13 @@ def folder_attachments(folder: Path) -> Attachments:
     root = Path(folder).resolve()
 
     async def get(name: str) -> bytes | None:
-        path = (root / name).resolve()
-        if not path.is_relative_to(root) or not path.is_file():
+        try:
+            path = (root / name).resolve()
+            if not path.is_relative_to(root) or not path.is_file():
+                return None
+            return await asyncio.to_thread(path.read_bytes)
+        except (OSError, ValueError):  # a name the file system refuses: no such file
             return None
-        return await asyncio.to_thread(path.read_bytes)
     return get
 
 
@@ -254,5 +265,6 @@ class ImageResolver:
                 if refused is not None:
                     raise Problem("image_private_address", host=refused.host) from None
                 raise Problem("image_download_failed", ref=url,
-                              reason=str(e) or type(e).__name__) from None
-        raise Problem("image_download_failed", ref=url, reason="too many redirects")
+                              reason=Both(str(e) or type(e).__name__, "网络连接失败")) from None
+        raise Problem("image_download_failed", ref=url,
+                      reason=Both("too many redirects", "重定向次数过多"))

@@ -12,24 +12,42 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
 import python_calamine
 
 from bot.errors import Coded
+from bot.messages import KINDS, Both
 from executor.params import is_blank
 
 WORKBOOKS = (".xlsx", ".xlsm", ".xls", ".ods")
 TEXTS = (".csv", ".tsv")
 ZIP_MAGIC = b"PK\x03\x04"
 OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # .xls, and encrypted (password) OOXML
+# Worksheets from Excel 2.x–4.0 (1987–1992): a BOF record at byte 0, no OLE container.
+OLD_EXCEL = (b"\x09\x00", b"\x09\x02", b"\x09\x04")
+# What a file that is not a sheet most often turns out to be, by its first bytes.
+NOT_SHEETS = ((b"\x89PNG", "png"), (b"\xff\xd8\xff", "jpeg"), (b"GIF8", "gif"),
+              (b"%PDF", "pdf"), (b"Rar!", "rar"), (b"7z\xbc\xaf", "7z"), (b"\x1f\x8b", "gzip"))
+MAX_ROWS, MAX_COLUMNS = 1_048_576, 16_384  # what Excel holds; a file declaring more is crafted
+# Candidates when a text file is not UTF-8: what spreadsheets export in China, Taiwan,
+# Japan, Korea and the West. Single-byte Western text is ambiguous; Windows-1252 (Excel's
+# default there) wins any tie.
+ENCODINGS = ("gb18030", "big5", "shift_jis", "cp949", "cp1252")
+EXCEL_ERRORS = ("#NULL!", "#DIV/0!", "#VALUE!", "#REF!", "#NAME?", "#NUM!", "#N/A",
+                "#GETTING_DATA", "#SPILL!", "#CALC!", "#FIELD!", "#BLOCKED!", "#UNKNOWN!")
 
 
 class SheetError(Coded):
     """The file cannot be read as a sheet, and why."""
+
+
+class CellError(str):
+    """A cell that shows an Excel error (#N/A, #REF!…): not empty, and not a value."""
 
 
 @dataclass
@@ -38,35 +56,136 @@ class Sheet:
     header_row: int  # as numbered in Excel (1-based)
     headers: list[str]
     rows: list[tuple[int, list[Any]]]  # (Excel row number, cells), blank rows left out
+    note: tuple[str, dict[str, Any]] | None = None  # read, but worth saying (a wrong name)
+    # Every non-blank row as read, the header's too: a title block above the real header
+    # (bank and broker exports have one) can be skipped once the template is known.
+    source: list[tuple[int, list[Any]]] = field(default_factory=list)
+
+    def headed_at(self, index: int) -> Sheet:
+        """The same sheet with its `index`-th non-blank row as the header."""
+        sheet = _with_header(self.filename, self.source, index)
+        sheet.note = self.note
+        return sheet
 
 
 def read_sheet(filename: str, data: bytes, *, max_unpacked_bytes: int) -> Sheet:
+    """Whatever the bytes really are, by their content: the extension only says what the
+    person thinks they sent (a note says so when they differ)."""
     ext = PurePath(filename).suffix.lower()
     if ext not in WORKBOOKS + TEXTS:
         raise SheetError("unsupported_format", file=filename, ext=ext or "extension-less")
-    if ext in TEXTS:
-        if data.startswith(ZIP_MAGIC) or data.startswith(OLE_MAGIC):
-            raise SheetError("csv_is_workbook", file=filename)
-        grid = _read_text(filename, data, "\t" if ext == ".tsv" else None)
+    if not data:
+        raise SheetError("empty_file", file=filename)
+    note: tuple[str, dict[str, Any]] | None = None
+    if data.startswith(ZIP_MAGIC):
+        grid, kind = _read_zip(filename, data, max_unpacked_bytes)
+    elif data.startswith(OLE_MAGIC):
+        grid, kind = _read_ole(filename, data), ".xls"
+    elif data[:2] in OLD_EXCEL and ext == ".xls":
+        raise SheetError("old_excel", file=filename)
+    elif (what := _not_a_sheet(data)) is not None:
+        if what in ("html", "xml2003"):
+            raise SheetError(f"saved_as_{'web_page' if what == 'html' else what}", file=filename)
+        raise SheetError("not_a_sheet", file=filename, what=KINDS[what])
     else:
-        grid = _read_workbook(filename, data, ext, max_unpacked_bytes)
-    return _to_sheet(filename, grid)
+        grid = _read_text(filename, data, "\t" if ext == ".tsv" else None)
+        kind = ext if ext in TEXTS else ".csv"
+        if ext in WORKBOOKS and max((len(row) for row in grid[:200]), default=0) < 2:
+            first = next((row[0] for row in grid if row and row[0].strip()), "")
+            raise SheetError("plain_text", file=filename, start=first.strip()[:80])
+    if kind != ext and not (kind == ".xlsx" and ext == ".xlsm") \
+            and not (kind == ".csv" and ext == ".tsv"):
+        note = ("wrong_extension", {"file": filename, "kind": KINDS[kind]})
+    sheet = _to_sheet(filename, grid)
+    sheet.note = note
+    return sheet
 
 
-def _read_workbook(filename: str, data: bytes, ext: str, max_unpacked: int) -> list[list[Any]]:
-    if ext != ".xls" and data.startswith(OLE_MAGIC):
+def _not_a_sheet(data: bytes) -> str | None:
+    """What a non-spreadsheet file is, when its first bytes tell; None for text."""
+    for magic, what in NOT_SHEETS:
+        if data.startswith(magic):
+            return what
+    start = data[:512].lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    if start.startswith((b"<!doctype html", b"<html", b"<table")):
+        return "html"
+    if start.startswith(b"<?xml") and b"schemas-microsoft-com:office:spreadsheet" in data[:4096]:
+        return "xml2003"
+    if start.startswith(b"<"):
+        return "xml"
+    sample = data[:8192]
+    controls = sum(sample.count(bytes([b])) for b in (*range(9), *range(14, 27), *range(28, 32)))
+    if controls > len(sample) // 10 \
+            and not sample.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "binary"  # (a stray NUL in a text table is dropped, not refused)
+    return None
+
+
+def _read_zip(filename: str, data: bytes, max_unpacked: int) -> tuple[list[list[Any]], str]:
+    """An .xlsx/.xlsm or .ods package, checked before any XML in it is parsed."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            infos = z.infolist()
+            names = {i.filename for i in infos}
+            unpacked = sum(i.file_size for i in infos)
+            if unpacked > max_unpacked:
+                raise SheetError("zip_bomb", file=filename, unpacked_mb=unpacked / 2**20,
+                                 max_mb=max_unpacked / 2**20)
+            if "xl/workbook.xml" in names:
+                kind = ".xlsx"
+            elif "content.xml" in names:
+                kind = ".ods"
+            else:
+                shown = ", ".join(sorted(names)[:3]) or "nothing"
+                raise SheetError("zip_not_workbook", file=filename, members=shown)
+            parts = {i.filename: z.read(i) for i in infos if i.filename.endswith(".xml")
+                     or i.filename.endswith(".rels")}
+    except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile, NotImplementedError) as e:
+        raise SheetError("corrupt", file=filename, detail=_damage(str(e) or "truncated")) from None
+    for name, part in parts.items():
+        head = part[:4096]
+        if b"<!DOCTYPE" in head or b"<!ENTITY" in head:
+            raise SheetError("xml_entities", file=filename, part=name)
+    if kind == ".ods":
+        _check_repeats(filename, parts.get("content.xml", b""))
+    book, sheet, grid = _calamine(filename, data)
+    if kind == ".xlsx":
+        _mark_errors(grid, parts, sheet.name)
+    elif kind == ".ods" and not any(not is_blank(v) for row in grid for v in row):
+        grid = _ods_text(parts.get("content.xml", b""))  # cells calamine does not read
+    return grid, kind
+
+
+def _check_repeats(filename: str, content: bytes) -> None:
+    """An .ods may say "this cell, a billion times": more than a spreadsheet holds."""
+    for axis, limit in ((b"rows", MAX_ROWS), (b"columns", MAX_COLUMNS)):
+        counts = re.findall(rb'number-' + axis + rb'-repeated="(\d+)"', content)
+        biggest = max((int(c) for c in counts), default=0)
+        if biggest > limit:
+            raise SheetError("too_many_cells", file=filename, count=biggest,
+                             axis=KINDS[axis.decode()], limit=limit)
+
+
+def _read_ole(filename: str, data: bytes) -> list[list[Any]]:
+    """An OLE container: a legacy .xls (perhaps under another name), or an encrypted
+    workbook of either kind, or another Office file."""
+    import msoffcrypto
+    try:
+        office = msoffcrypto.OfficeFile(io.BytesIO(data))
+        encrypted = office.is_encrypted()
+    except Exception:  # an Excel 95 "Book", or damaged: calamine says what it can
+        office, encrypted = None, False
+    kind = type(office).__name__
+    if kind in ("Doc97File", "Ppt97File"):
+        raise SheetError("not_a_sheet", file=filename, what=KINDS[
+            "word" if kind == "Doc97File" else "powerpoint"])
+    if encrypted or kind == "OOXMLFile":  # an OOXML package in OLE is always encrypted
         raise SheetError("password_protected", file=filename)
-    if ext != ".xls":
-        if not data.startswith(ZIP_MAGIC):
-            raise SheetError("corrupt", file=filename, detail="not a zip package")
-        try:
-            with zipfile.ZipFile(io.BytesIO(data)) as z:
-                unpacked = sum(info.file_size for info in z.infolist())
-        except (zipfile.BadZipFile, EOFError) as e:
-            raise SheetError("corrupt", file=filename, detail=str(e) or "truncated") from None
-        if unpacked > max_unpacked:
-            raise SheetError("zip_bomb", file=filename, unpacked_mb=unpacked / 2**20,
-                             max_mb=max_unpacked / 2**20)
+    return _calamine(filename, data)[2]
+
+
+def _calamine(filename: str, data: bytes) -> tuple[Any, Any, list[list[Any]]]:
+    """The first visible worksheet's cells, with merged ranges filled."""
     try:
         book = python_calamine.CalamineWorkbook.from_filelike(io.BytesIO(data))
         visible = [i for i, m in enumerate(book.sheets_metadata)
@@ -82,19 +201,129 @@ def _read_workbook(filename: str, data: bytes, ext: str, max_unpacked: int) -> l
     except SheetError:
         raise
     except Exception as e:  # calamine's errors for damaged files vary by format
-        raise SheetError("corrupt", file=filename, detail=str(e).splitlines()[0][:200]
-                         if str(e) else type(e).__name__) from None
-    grid = [list(row) for row in grid]
+        raise SheetError("corrupt", file=filename, detail=_damage(
+            str(e).splitlines()[0][:200] if str(e) else type(e).__name__)) from None
+    grid = [[_shown(v) for v in row] for row in grid]
     for (r0, c0), (r1, c1) in merged:
         if r0 < len(grid) and c0 < len(grid[r0]):
             value = grid[r0][c0]
             for r in range(r0, min(r1 + 1, len(grid))):
                 for c in range(c0, min(c1 + 1, len(grid[r]))):
                     grid[r][c] = value
+    return book, sheet, grid
+
+
+def _damage(detail: str) -> Both:
+    """A library's account of the damage: in English, as it said it; in Chinese, no
+    English library text inside the sentence."""
+    return Both(detail, "文件结构无法解析")
+
+
+def _shown(value: Any) -> Any:
+    """A cell as a spreadsheet shows it: a whole number without ".0"; text without the
+    NUL characters some exporters pad it with."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, str) and "\x00" in value:
+        return value.replace("\x00", "")
+    return value
+
+
+def _mark_errors(grid: list[list[Any]], parts: dict[str, bytes], sheet_name: str) -> None:
+    """calamine reads an error cell (#N/A, #REF!…) as empty; the sheet's XML says which
+    cells show one. Looked for only when the sheet has any (t="e")."""
+    from xml.etree import ElementTree
+    part = _sheet_part(parts, sheet_name)
+    xml = parts.get(part or "", b"")
+    if b't="e"' not in xml:
+        return
+    ns = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
+    for _, element in ElementTree.iterparse(io.BytesIO(xml)):
+        if element.tag == f"{ns}c" and element.get("t") == "e":
+            r, c = _cell_index(element.get("r", ""))
+            shown = (element.findtext(f"{ns}v") or "#N/A").strip()
+            if r is not None and c is not None:
+                while len(grid) <= r:
+                    grid.append([])
+                row = grid[r]
+                row.extend([""] * (c + 1 - len(row)))
+                if is_blank(row[c]):
+                    row[c] = CellError(shown)
+        if element.tag == f"{ns}row":
+            element.clear()
+
+
+def _sheet_part(parts: dict[str, bytes], sheet_name: str) -> str | None:
+    """The zip part of the sheet called `sheet_name` (workbook.xml and its relations)."""
+    found = re.search(rb'<(?:\w+:)?sheet\b[^>]*\bname="' + re.escape(
+        _xml_escape(sheet_name).encode()) + rb'"[^>]*\br:id="([^"]+)"',
+        parts.get("xl/workbook.xml", b""))
+    if not found:
+        found = re.search(rb'<(?:\w+:)?sheet\b[^>]*\br:id="([^"]+)"',
+                          parts.get("xl/workbook.xml", b""))
+    if not found:
+        return None
+    rel = re.search(rb'<Relationship\b[^>]*\bId="' + re.escape(found.group(1))
+                    + rb'"[^>]*\bTarget="([^"]+)"', parts.get("xl/_rels/workbook.xml.rels", b""))
+    if rel is None:
+        rel = re.search(rb'<Relationship\b[^>]*\bTarget="([^"]+)"[^>]*\bId="'
+                        + re.escape(found.group(1)) + rb'"',
+                        parts.get("xl/_rels/workbook.xml.rels", b""))
+    if rel is None:
+        return None
+    target = rel.group(1).decode()
+    return target.lstrip("/") if target.startswith("/") else f"xl/{target}"
+
+
+def _xml_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;") \
+        .replace(">", "&gt;")
+
+
+def _cell_index(ref: str) -> tuple[int | None, int | None]:
+    """"B9" -> (8, 1)."""
+    found = re.fullmatch(r"([A-Z]{1,3})(\d{1,7})", ref)
+    if not found:
+        return None, None
+    column = 0
+    for ch in found.group(1):
+        column = column * 26 + ord(ch) - 64
+    return int(found.group(2)) - 1, column - 1
+
+
+def _ods_text(content: bytes) -> list[list[Any]]:
+    """The first table of an .ods as the text its cells show, for cells calamine cannot
+    read (an unknown value type). Repeats are expanded only where there is text."""
+    from xml.etree import ElementTree
+    t = "{urn:oasis:names:tc:opendocument:xmlns:table:1.0}"
+    p = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
+    grid: list[list[Any]] = []
+    try:
+        root = ElementTree.fromstring(content)
+    except ElementTree.ParseError:
+        return grid
+    table = next(root.iter(f"{t}table"), None)
+    for row in table.iter(f"{t}table-row") if table is not None else ():
+        cells: list[Any] = []
+        for cell in row:
+            if cell.tag not in (f"{t}table-cell", f"{t}covered-table-cell"):
+                continue
+            text = "\n".join("".join(para.itertext()) for para in cell.iter(f"{p}p"))
+            repeat = int(cell.get(f"{t}number-columns-repeated", "1") or 1)
+            cells += [text] * (min(repeat, 256) if text else min(repeat, MAX_COLUMNS))
+        while cells and cells[-1] == "":
+            cells.pop()
+        repeat = int(row.get(f"{t}number-rows-repeated", "1") or 1)
+        grid += [list(cells) for _ in range(min(repeat, 256) if cells else 1)]
+        if len(grid) > MAX_ROWS:
+            break
     return grid
 
 
 def _decode(filename: str, data: bytes) -> str:
+    """Text in its own encoding: a BOM, else UTF-8, else what charset-normalizer finds
+    among ENCODINGS — and if nothing reads cleanly, a refusal naming what was tried
+    (never mojibake shown as if it were the person's text)."""
     for bom, encoding in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
                           (codecs.BOM_UTF16_BE, "utf-16")):
         if data.startswith(bom):
@@ -102,27 +331,71 @@ def _decode(filename: str, data: bytes) -> str:
                 return data.decode(encoding)
             except UnicodeDecodeError:
                 break
-    for encoding in ("utf-8", "gb18030"):  # GB18030 is a superset of GBK and GB2312
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    from charset_normalizer import from_bytes
+    found = from_bytes(data, cp_isolation=list(ENCODINGS), preemptive_behaviour=False)
+    ranked = sorted(found, key=lambda m: (m.chaos, -m.coherence))
+    best = ranked[0] if ranked else None
+    if best is not None and best.encoding != "cp1252":
+        western = next((m for m in ranked if m.encoding == "cp1252"), None)
+        if western is not None and western.chaos <= best.chaos and not _cjk(str(best)):
+            best = western  # the same cleanliness, and no CJK text either way
+    if best is not None and best.chaos <= 0.1:
         try:
-            return data.decode(encoding)
+            return data.decode(best.encoding)
         except UnicodeDecodeError:
-            continue
-    raise SheetError("bad_encoding", file=filename)
+            pass
+    raise SheetError("bad_encoding", file=filename,
+                     tried="UTF-8, UTF-16, GB18030/GBK, Big5, Shift_JIS, EUC-KR, Windows-1252")
+
+
+def _cjk(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" or "\u3040" <= ch <= "\u30ff"
+               or "\uac00" <= ch <= "\ud7af" for ch in text[:2000])
 
 
 def _read_text(filename: str, data: bytes, delimiter: str | None) -> list[list[Any]]:
-    text = _decode(filename, data)
-    if "\x00" in text:
-        raise SheetError("corrupt", file=filename, detail="binary data in a text file")
+    text = _decode(filename, data).replace("\x00", "")
     if delimiter is None:
-        try:
-            delimiter = csv.Sniffer().sniff(text[:64 * 1024], delimiters=",;\t|").delimiter
-        except csv.Error:
-            delimiter = ","
+        delimiter = _delimiter(text)
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
     try:
-        return list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
+        return [[_unwrap(v) for v in row]
+                for row in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)]
     except csv.Error as e:
-        raise SheetError("corrupt", file=filename, detail=str(e)) from None
+        raise SheetError("corrupt", file=filename, detail=_damage(str(e))) from None
+
+
+def _delimiter(text: str) -> str:
+    """The separator that splits the most rows into the same number of fields (more than
+    one). csv.Sniffer is thrown by exports' title lines; this only counts, quoting and
+    all."""
+    sample = text[:64 * 1024]
+    if len(text) > len(sample) and "\n" in sample:
+        sample = sample[:sample.rindex("\n")]
+    best, best_score = ",", 0
+    for candidate in (",", "\t", ";", "|"):
+        try:
+            counts = [len(row) for row in csv.reader(io.StringIO(sample, newline=""),
+                                                     delimiter=candidate) if any(row)][:200]
+        except csv.Error:
+            continue
+        common = max(set(counts) - {1}, key=counts.count, default=0)
+        score = counts.count(common) if common else 0
+        if score > best_score:
+            best, best_score = candidate, score
+    return best
+
+
+def _unwrap(value: str) -> str:
+    """="00123": how exports keep Excel from reading a code as a number; the text is
+    what the cell shows."""
+    if len(value) >= 3 and value.startswith('="') and value.endswith('"'):
+        return value[2:-1].replace('""', '"')
+    return value
 
 
 def _to_sheet(filename: str, grid: list[list[Any]]) -> Sheet:
@@ -130,11 +403,20 @@ def _to_sheet(filename: str, grid: list[list[Any]]) -> Sheet:
     if not rows:
         raise SheetError("empty_sheet", file=filename)
     header_row, header_cells = rows[0]
+    if all(isinstance(v, CellError) or is_blank(v) for v in header_cells):
+        raise SheetError("header_errors", file=filename, row=header_row, shown=", ".join(
+            dict.fromkeys(str(v) for v in header_cells if isinstance(v, CellError))))
+    return _with_header(filename, rows, 0)
+
+
+def _with_header(filename: str, rows: list[tuple[int, list[Any]]], at: int) -> Sheet:
+    """The sheet with rows[at] as its header; the rows above it kept aside."""
+    header_row, header_cells = rows[at]
     width = max(i + 1 for i, v in enumerate(header_cells) if not is_blank(v))
     headers = ["" if is_blank(v) else str(v).strip() for v in header_cells[:width]]
-    body = [(n, (list(row) + [None] * width)[:width]) for n, row in rows[1:]]
+    body = [(n, (list(row) + [None] * width)[:width]) for n, row in rows[at + 1:]]
     body = [(n, cells) for n, cells in body if not all(map(is_blank, cells))]
-    return Sheet(filename, header_row, headers, body)
+    return Sheet(filename, header_row, headers, body, source=rows)
 
 
 def _cell(value: Any) -> Any:
