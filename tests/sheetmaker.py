@@ -83,14 +83,25 @@ def ods(rows) -> bytes:
     return out.getvalue()
 
 
-def xls(rows) -> bytes:
-    """A legacy Excel 97-2003 workbook."""
+class XlsError(int):
+    """A cell of xls() that shows an Excel error, by its BIFF code (0x2A: #N/A)."""
+
+
+def xls(rows, *, hidden_first: bool = False) -> bytes:
+    """A legacy Excel 97-2003 workbook (with a hidden sheet before it, if asked)."""
     import xlwt
     book = xlwt.Workbook()
+    if hidden_first:
+        hidden = book.add_sheet("hidden")
+        hidden.write(0, 0, "not this one")
+        hidden.row(1).set_cell_error(0, 0x07)
+        hidden.visibility = 1
     sheet = book.add_sheet("Sheet1")
     for r, row in enumerate(rows):
         for c, v in enumerate(row):
-            if v is not None:
+            if isinstance(v, XlsError):
+                sheet.row(r).set_cell_error(c, int(v))
+            elif v is not None:
                 sheet.write(r, c, v)
     out = io.BytesIO()
     book.save(out)

@@ -19,7 +19,7 @@ from executor.workflow import load_template, load_templates
 from storage.config import IntakeConfig
 from storage.files import FileStore
 from tests.conftest import ROOT
-from tests.sheetmaker import csv_bytes, ods, xls, xlsx, zip_bomb
+from tests.sheetmaker import XlsError, csv_bytes, ods, xls, xlsx, zip_bomb
 
 TEMPLATE = {
     "name": "t",
@@ -578,3 +578,66 @@ async def test_every_example_sheet_validates(tmp_path, name, ext):
 def test_one_example_sheet_has_chinese_headers():
     text = (ROOT / "examples" / "social_thumb.csv").read_text(encoding="utf-8-sig")
     assert text.startswith("图片,标题,比例")
+
+
+@pytest.mark.parametrize("name, make, na, div0", [
+    ("e.xlsx", xlsx, "#N/A", "#DIV/0!"),
+    ("e.xls", lambda rows: xls(rows, hidden_first=True), XlsError(0x2A), XlsError(0x07))])
+async def test_an_excel_error_cell_is_its_cells_problem_never_an_empty_value(
+        template, settings, resolver, name, make, na, div0):
+    rows = [HEAD, ["a cat", None, div0, "S1"], [na, None, 5, "S2"], ["a dog", None, 5, "S3"]]
+    result = await run(template, name, make(rows), settings, resolver)
+    assert [i.render() for i in result.issues] == [
+        'row 2, column "steps": the cell shows #DIV/0! (an Excel error): fix its formula, or '
+        "type the value",  # not silently the default
+        'row 3, column "prompt": the cell shows #N/A (an Excel error): fix its formula, or '
+        "type the value"]  # not "required, but empty"
+    assert "单元格显示 #N/A（Excel 错误）" in result.report("zh")
+
+
+async def test_a_header_row_of_errors_says_so(template, settings, resolver):
+    result = await run(template, "h.xlsx", xlsx([["#REF!", "#REF!"], ["a", "b"]]), settings,
+                       resolver)
+    assert [i.render() for i in result.file_issues] == [
+        '"h.xlsx": row 1, where the column names belong, shows only Excel errors (#REF!): '
+        "fix the formulas, or type the names"]
+
+
+async def test_a_title_block_above_the_header_is_skipped(template, settings, resolver):
+    rows = [["Export of 2026-12-03"], ["Account: 1234"], [], HEAD, ["a cat", 7, 5, "S1"]]
+    result = await run(template, "bank.xlsx", xlsx(rows), settings, resolver)
+    assert result.ok and [j.row for j in result.jobs] == [5]
+
+
+async def test_numbers_are_echoed_as_the_cell_shows_them(template, settings, resolver):
+    rows = [HEAD, ["a cat", None, 3985734.0, 87103.0]]
+    result = await run(template, "n.xlsx", xlsx(rows), settings, resolver)
+    assert [i.render() for i in result.issues] == [
+        'row 2, column "steps": 3985734 is more than 100']
+    assert "87103.0" not in result.report()
+
+
+@pytest.mark.parametrize("data, encoding, header", [
+    ("鄉鎮市區,總價元\n大安區,28500000\n", "big5", "鄉鎮市區"),
+    ("Année,Unità,prompt\nélevé,città,x\n", "cp1252", "Année"),
+    ("货号,提示词\nA1,一只猫\n", "gb18030", "货号"),
+])
+async def test_non_utf8_text_is_read_in_its_own_encoding(data, encoding, header):
+    from bot.intake.sheets import read_sheet
+    sheet = read_sheet("s.csv", data.encode(encoding), max_unpacked_bytes=2**20)
+    assert sheet.headers[0] == header
+
+
+def test_text_in_no_encoding_that_reads_cleanly_is_refused_naming_what_was_tried():
+    from bot.intake.sheets import SheetError, read_sheet
+    noise = bytes(range(0x80, 0x100)) * 40 + b",\n" + bytes(range(0xFF, 0x7F, -1)) * 40
+    with pytest.raises(SheetError) as e:
+        read_sheet("s.csv", noise, max_unpacked_bytes=2**20)
+    assert e.value.code == "bad_encoding" and "GB18030/GBK, Big5" in e.value.render()
+    assert "CSV UTF-8" in e.value.render("zh")
+
+
+def test_any_cell_text_is_a_safe_name_or_none():
+    from bot.intake.images import relative_name
+    assert relative_name("a/" + "y" * 300 + ".png") is None
+    assert relative_name("bell\x07.png") is None and relative_name("x" * 255) == "x" * 255

@@ -148,7 +148,7 @@ def _read_zip(filename: str, data: bytes, max_unpacked: int) -> tuple[list[list[
             raise SheetError("xml_entities", file=filename, part=name)
     if kind == ".ods":
         _check_repeats(filename, parts.get("content.xml", b""))
-    book, sheet, grid = _calamine(filename, data)
+    book, sheet, grid, _ = _calamine(filename, data)
     if kind == ".xlsx":
         _mark_errors(grid, parts, sheet.name)
     elif kind == ".ods" and not any(not is_blank(v) for row in grid for v in row):
@@ -181,10 +181,12 @@ def _read_ole(filename: str, data: bytes) -> list[list[Any]]:
             "word" if kind == "Doc97File" else "powerpoint"])
     if encrypted or kind == "OOXMLFile":  # an OOXML package in OLE is always encrypted
         raise SheetError("password_protected", file=filename)
-    return _calamine(filename, data)[2]
+    _, _, grid, index = _calamine(filename, data)
+    _mark_biff_errors(grid, data, index)
+    return grid
 
 
-def _calamine(filename: str, data: bytes) -> tuple[Any, Any, list[list[Any]]]:
+def _calamine(filename: str, data: bytes) -> tuple[Any, Any, list[list[Any]], int]:
     """The first visible worksheet's cells, with merged ranges filled."""
     try:
         book = python_calamine.CalamineWorkbook.from_filelike(io.BytesIO(data))
@@ -210,7 +212,7 @@ def _calamine(filename: str, data: bytes) -> tuple[Any, Any, list[list[Any]]]:
             for r in range(r0, min(r1 + 1, len(grid))):
                 for c in range(c0, min(c1 + 1, len(grid[r]))):
                     grid[r][c] = value
-    return book, sheet, grid
+    return book, sheet, grid, visible[0]
 
 
 def _damage(detail: str) -> Both:
@@ -251,6 +253,53 @@ def _mark_errors(grid: list[list[Any]], parts: dict[str, bytes], sheet_name: str
                     row[c] = CellError(shown)
         if element.tag == f"{ns}row":
             element.clear()
+
+
+BIFF_ERRORS = {0x00: "#NULL!", 0x07: "#DIV/0!", 0x0F: "#VALUE!", 0x17: "#REF!",
+               0x1D: "#NAME?", 0x24: "#NUM!", 0x2A: "#N/A"}
+
+
+def _mark_biff_errors(grid: list[list[Any]], data: bytes, index: int) -> None:
+    """The same for an .xls: its error cells are BOOLERR records with the error flag, and
+    FORMULA records whose cached result is an error, in the `index`-th sheet's records
+    (BOUNDSHEET gives where they start)."""
+    import struct
+
+    import olefile
+    try:
+        with olefile.OleFileIO(data) as ole:
+            stream = ole.openstream("Workbook" if ole.exists("Workbook") else "Book").read()
+    except Exception:  # calamine has read it; only the error marks are lost
+        return
+    starts, at = [], 0
+    while at + 4 <= len(stream):
+        kind, size = struct.unpack_from("<HH", stream, at)
+        if kind == 0x0085 and size >= 6:  # BOUNDSHEET: where a sheet's records begin
+            starts.append(struct.unpack_from("<I", stream, at + 4)[0])
+        if kind == 0x000A:  # the workbook globals end before the first sheet
+            break
+        at += 4 + size
+    if index >= len(starts):
+        return
+    at = starts[index]
+    while at + 4 <= len(stream):
+        kind, size = struct.unpack_from("<HH", stream, at)
+        body = stream[at + 4:at + 4 + size]
+        code = None
+        if kind == 0x0205 and size >= 8 and body[7] == 1:  # BOOLERR holding an error
+            code = body[6]
+        elif kind == 0x0006 and size >= 14 and body[6] == 2 and body[12:14] == b"\xff\xff":
+            code = body[8]  # FORMULA whose cached result is an error
+        if code is not None:
+            r, c = struct.unpack_from("<HH", body, 0)
+            while len(grid) <= r:
+                grid.append([])
+            grid[r].extend([""] * (c + 1 - len(grid[r])))
+            if is_blank(grid[r][c]):
+                grid[r][c] = CellError(BIFF_ERRORS.get(code, "#N/A"))
+        if kind == 0x000A:  # EOF of this sheet
+            break
+        at += 4 + size
 
 
 def _sheet_part(parts: dict[str, bytes], sheet_name: str) -> str | None:
