@@ -53,6 +53,8 @@ def quoted(value: Any) -> Any:
     whole number without ".0"), control characters visible, long text cut."""
     if isinstance(value, Both):
         return value
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"  # as a spreadsheet shows it
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, str):
@@ -237,7 +239,8 @@ def _map_columns(template: Template, sheet: Sheet, result: IntakeReport) -> dict
     for param, found in columns.items():
         if len(found) > 1:
             result.file_issues.append(Issue("duplicate_column", {
-                "param": param, "columns": ", ".join(f'"{sheet.headers[i]}"' for i in found)}))
+                "param": Both(param, header_for(template.params[param], "zh")),
+                "columns": ", ".join(f'"{quoted(sheet.headers[i])}"' for i in found)}))
     present = {normalize_header(h) for h in sheet.headers}
     unused_headers = {normalize_header(sheet.headers[i]): sheet.headers[i] for i in unused}
     needed = [Both(p.name, header_for(p, "zh")) for p in template.params.values()

@@ -226,6 +226,8 @@ def _shown(value: Any) -> Any:
     NUL characters some exporters pad it with."""
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return int(value)
+    if isinstance(value, float):  # 15 significant digits, as Excel shows 0.1 + 0.2
+        return float(f"{value:.15g}")
     if isinstance(value, str) and "\x00" in value:
         return value.replace("\x00", "")
     return value
