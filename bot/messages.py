@@ -140,12 +140,12 @@ CATALOG: dict[str, tuple[str, str]] = {
     # Commands: what was wrong with what was typed, then the usage line.
     "usage": ("usage: {usage}", "用法：{usage}"),
     "empty_command": ("Type a command, e.g. /gen product_main sheet.xlsx; /help lists them.",
-                      "请输入命令，例如 /gen product_main sheet.xlsx；/help 列出全部命令。"),
+                      "请输入命令，例如 /生成 product_main sheet.xlsx；/帮助 列出全部命令。"),
     "unbalanced_quote": ("A quote is not closed; put file names with spaces in quotes: "
                          '/gen social_thumb "my sheet.xlsx"',
                          '引号未闭合；含空格的文件名请用引号括起：/gen social_thumb "my sheet.xlsx"'),
     "unknown_command": ('unknown command "{word}"; /help lists the commands',
-                        "未知命令“{word}”；/help 列出全部命令"),
+                        "未知命令“{word}”；/帮助 列出全部命令"),
     "unknown_command_close": ('unknown command "{word}" (did you mean {name}?)',
                               "未知命令“{word}”（是否想输入 {name}？）"),
     "unknown_option": ("unknown option {option}", "未知选项 {option}"),
@@ -163,7 +163,7 @@ CATALOG: dict[str, tuple[str, str]] = {
     "time_too_far": ('"{value}" is more than {days} days ahead', "“{value}”超过 {days} 天之后"),
     # Permissions and limits.
     "refused_role": ("/{command} needs the {needed} role; you are {role}. Ask an admin.",
-                     "/{command} 需要 {needed} 角色，你的角色是 {role}。请联系管理员。"),
+                     "/{command} 需要{needed}角色，你的角色是{role}。请联系管理员。"),
     "refused_conversation": ("I don't take commands in this conversation; ask an admin to "
                              "add it to [chat] conversations.",
                              "我不在这个会话中接受命令；请管理员将其加入 [chat] conversations。"),
@@ -183,17 +183,25 @@ CATALOG: dict[str, tuple[str, str]] = {
                  "批次 {batch} 已接收：{jobs:,} 个 {template} 任务。前面还有 {ahead:,} 个任务；{eta}。"),
     "eta_minutes": ("done in about {minutes:,} min", "预计约 {minutes:,} 分钟完成"),
     "eta_unknown": ("no estimate yet", "暂无预计时间"),
-    "progress": ("Batch {batch} {bar} {done:,}/{total:,} done, {failed:,} failed",
-                 "批次 {batch} {bar} 已完成 {done:,}/{total:,}，失败 {failed:,}"),
+    "progress": ("Batch {batch} {bar} {done:,}/{total:,} done, {failed:,} failed{canceled}",
+                 "批次 {batch} {bar} 已完成 {done:,}/{total:,}，失败 {failed:,}{canceled}"),
     "progress_step": ("row {row}: step {step}/{total}", "第 {row} 行：第 {step}/{total} 步"),
     "batch_prefix": ("Batch {batch} · ", "批次 {batch} · "),
     "image_caption": ("row {row} · {values}", "第 {row} 行 · {values}"),
     "job_failed": ("row {row} failed: {error}", "第 {row} 行失败：{error}"),
-    "summary": ("Batch {batch} finished in {minutes:.1f} min: {succeeded:,} of "
-                "{total:,} images, {failed:,} failed, {canceled:,} canceled. Contact sheet "
-                "and results sheet attached.",
-                "批次 {batch} 已完成，用时 {minutes:.1f} 分钟：{total:,} 张中成功 "
-                "{succeeded:,} 张，失败 {failed:,}，取消 {canceled:,}。附联系表和结果表。"),
+    "summary": ("Batch {batch} finished in {took}: {succeeded:,} of "
+                "{total:,} images, {failed:,} failed, {canceled:,} canceled. {attached}",
+                "批次 {batch} 已完成，用时 {took}：{total:,} 张中成功 "
+                "{succeeded:,} 张，失败 {failed:,}，取消 {canceled:,}。{attached}"),
+    "chat_banner": ("genbot chat as {who} ({role}). /help lists the commands; attach a file by "
+                    "its path: /gen social_thumb examples/social_thumb.xlsx. Ctrl-D ends.",
+                    "genbot chat：你是 {who}（{role}）。/帮助 列出全部命令；用路径附上文件：/生成 "
+                    "social_thumb examples/social_thumb.xlsx。按 Ctrl-D 结束。"),
+    "contact_row": ("row {row}", "第 {row} 行"),
+    "took_seconds": ("{seconds:.0f} s", "{seconds:.0f} 秒"),
+    "took_minutes": ("{minutes:.1f} min", "{minutes:.1f} 分钟"),
+    "attached_both": ("Contact sheet and results sheet attached.", "附联系表和结果表。"),
+    "attached_results": ("Results sheet attached.", "附结果表。"),
     "digest": ("genbot, the last 24 hours: {batches:,} batches submitted; {succeeded:,} images "
                "made, {failed:,} failed, {canceled:,} canceled{mean}. Now: {queued:,} queued{paused}.",
                "genbot 过去 24 小时：提交 {batches:,} 个批次；生成 {succeeded:,} 张图，失败 "
@@ -204,8 +212,11 @@ CATALOG: dict[str, tuple[str, str]] = {
     "accepted_at": ("Batch {batch} accepted: {jobs:,} {template} jobs, to start at {at}.",
                     "批次 {batch} 已接收：{jobs:,} 个 {template} 任务，将于 {at} 开始。"),
     "retry_of": (" (a retry of batch {batch}'s failed jobs)", "（重试批次 {batch} 中失败的任务）"),
-    "milestone": ("Batch {batch}: {percent}% — {done:,}/{total:,} done, {failed:,} failed",
-                  "批次 {batch}：{percent}% — 已完成 {done:,}/{total:,}，失败 {failed:,}"),
+    "batch_started": ("Batch {batch}: started — {total:,} images on their way",
+                      "批次 {batch}：已开始生成，共 {total:,} 张"),
+    "milestone": ("Batch {batch}: {percent}% — {done:,}/{total:,} done, {failed:,} failed"
+                  "{canceled}",
+                  "批次 {batch}：{percent}% — 已完成 {done:,}/{total:,}，失败 {failed:,}{canceled}"),
     "button_cancel": ("Cancel batch", "取消批次"),
     "button_keep": ("Keep it", "不取消"),
     "confirm_cancel": ("Cancel batch {batch}? Queued jobs end now, a running one at its next "
@@ -254,9 +265,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "no_batch": ("There is no batch {batch}.", "没有批次 {batch}。"),
     "no_job": ("There is no job {job}.", "没有任务 {job}。"),
     "status": ("Batch {batch} · {template} · {owner}\n{bar} {done:,}/{total:,} done, {failed:,} "
-               "failed; {queued:,} queued, {running:,} running",
+               "failed{canceled}; {queued:,} queued, {running:,} running",
                "批次 {batch} · {template} · {owner}\n{bar} 已完成 {done:,}/{total:,}，失败 "
-               "{failed:,}；排队 {queued:,}，运行中 {running:,}"),
+               "{failed:,}{canceled}；排队 {queued:,}，运行中 {running:,}"),
+    "and_canceled": (", {canceled:,} canceled", "，取消 {canceled:,}"),
     "status_waiting": ("{ahead:,} jobs ahead; {eta}", "前面还有 {ahead:,} 个任务；{eta}"),
     "status_at": ("starts at {at}", "将于 {at} 开始"),
     "queue_paused": ("The queue is paused (by {by}): running jobs finish, none start.",
@@ -387,12 +399,30 @@ def visible(text: str) -> str:
                                f"\\u{ord(ch):04x}") for ch in text)
 
 
+ROLES_ZH = {"admin": "管理员", "submitter": "提交者", "viewer": "查看者", "none": "无权限"}
+
+
+def canceled(lang: str, count: int) -> str:
+    """", 2 canceled" where any were: a canceled job is not a failed one."""
+    return say("and_canceled", lang, canceled=count) if count else ""
+
+
+def took(lang: str, seconds: float) -> str:
+    """A duration as people read it: seconds under two minutes, else minutes."""
+    if seconds < 120:
+        return say("took_seconds", lang, seconds=max(seconds, 1 if seconds > 0 else 0))
+    return say("took_minutes", lang, minutes=seconds / 60)
+
+
 def say(code: str, lang: str = "en", **details: Any) -> str:
     """The message for `code` in `lang` ("en" or "zh")."""
     en, zh = CATALOG[code]
     template = zh if lang == "zh" else en
     details = {k: (v.zh if lang == "zh" else str(v)) if isinstance(v, Both) else v
                for k, v in details.items()}
+    if lang == "zh":  # a role is named in the reader's language
+        details |= {k: ROLES_ZH[details[k]] for k in ("role", "needed")
+                    if code != "bad_role" and details.get(k) in ROLES_ZH}
     if "choices" in details and not isinstance(details["choices"], str):
         details = {**details, "choices": ", ".join(map(str, details["choices"]))}
     return template.format(**details)

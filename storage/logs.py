@@ -38,3 +38,5 @@ def setup_logging(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    if root.level > logging.DEBUG:  # two lines per scheduled run: noise in an INFO log
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)

@@ -128,8 +128,12 @@ class BatchProgress:
 
     @property
     def failed(self) -> int:
-        """Jobs that ended without an image: failed or canceled."""
-        return self.counts.get(Status.FAILED, 0) + self.counts.get(Status.CANCELED, 0)
+        return self.counts.get(Status.FAILED, 0)
+
+    @property
+    def canceled(self) -> int:
+        """Its own count: a canceled job did not fail."""
+        return self.counts.get(Status.CANCELED, 0)
 
 
 class Queue:

@@ -122,6 +122,8 @@ class SocketWaker(Waker):
             assert self._path is not None  # listen() names the socket before binding it
             with contextlib.suppress(FileNotFoundError):
                 self._path.unlink()
+            with contextlib.suppress(OSError):  # the last one out: no empty folder left
+                self.folder.rmdir()
         await super().close()
 
 

@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import re
 import time
 from collections import Counter
 
@@ -17,6 +18,11 @@ from aiohttp import web
 APP_KEY = "dingtest"
 APP_SECRET = "dingtalk-test-secret"
 TOPIC = "/v1.0/im/bot/messages/get"
+
+
+def _words(markdown: str) -> str:
+    """A markdown message as read: its lines, without the images it shows."""
+    return re.sub(r"\n*!\[[^\]]*\]\([^)]*\)", "", markdown).replace("  \n", "\n")
 
 
 class FakeDingTalk:
@@ -126,7 +132,8 @@ class FakeDingTalk:
 
     async def session_reply(self, request: web.Request) -> web.Response:
         body = await request.json()
-        self.session_replies.append({"id": request.match_info["id"], **body,
+        read = body.get("text") or {"content": _words(body.get("markdown", {}).get("text", ""))}
+        self.session_replies.append({"id": request.match_info["id"], **body, "text": read,
                                      "order": time.monotonic()})
         return web.json_response({"errcode": 0, "errmsg": "ok"})
 
@@ -145,14 +152,28 @@ class FakeDingTalk:
         return web.json_response({"success": True})
 
     def texts(self, to: str) -> list[str]:
-        """Text and markdown messages, as their readers see them."""
-        return [m["param"].get("content") or m["param"].get("text", "").replace("  \n", "\n")
+        """Text and markdown messages, as their readers read them (a markdown image aside)."""
+        return [m["param"].get("content") or _words(m["param"].get("text", ""))
                 for m in self.sent
                 if m["to"] == to and m["key"] in ("sampleText", "sampleMarkdown")]
 
     def images(self, to: str) -> list[bytes]:
-        return [self.media[m["param"]["photoURL"]][2] for m in self.sent
-                if m["to"] == to and m["key"] == "sampleImageMsg"]
+        """Every picture shown: image messages, and images markdown shows by media id."""
+        shown = []
+        for m in self.sent + [{"to": to, "key": "session", "param": r.get("markdown", {})}
+                              for r in self.session_replies]:
+            if m["to"] != to:
+                continue
+            if m["key"] == "sampleImageMsg":
+                shown.append(m["param"]["photoURL"])
+            shown += re.findall(r"!\[[^\]]*\]\((@[^)]+)\)", m["param"].get("text", ""))
+        return [self.media[media][2] for media in shown]
+
+    def messages(self, to: str) -> list[dict]:
+        """What the conversation shows, in order: robot messages and replies by link."""
+        sent = [m for m in self.sent if m["to"] == to]
+        return sorted(sent + [r for r in self.session_replies if r.get("to", to) == to],
+                      key=lambda m: m["order"])
 
     # --- the Stream gateway ------------------------------------------------------------------
     async def open_connection(self, request: web.Request) -> web.Response:

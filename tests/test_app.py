@@ -95,7 +95,7 @@ async def test_a_start_time_is_kept_and_shown_in_its_zone(app):
 async def test_refusals_come_first_and_are_one_coded_family(app):
     e = await raised(app.submit(VIC, "nonsense", sheet()), Refused)  # the role, before the name
     assert e.code == "refused_role" and status_of(e) == 403
-    assert e.render("zh") == "/gen 需要 submitter 角色，你的角色是 viewer。请联系管理员。"
+    assert e.render("zh") == "/gen 需要提交者角色，你的角色是查看者。请联系管理员。"
     e = await raised(app.submit(ALICE, "social_thumbs", sheet()), NoTemplate)
     assert (e.code, status_of(e)) == ("no_template", 422)
     assert "did you mean social_thumb?" in e.render("en")

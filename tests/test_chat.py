@@ -336,8 +336,28 @@ def test_any_text_gets_a_reply_and_never_an_error(tmp_path, demo_models):
             if first is None:  # a /gen that queued: the notifier's acceptance is the answer
                 assert len(runner.run(w.queue.batches_of("test:U1"))) == len(before) + 1, text
             else:
-                assert "(ref " not in first.payload["text"] and "编号" not in first.payload["text"]
+                assert "(ref " not in first.payload["text"] \
+                    and "内部错误" not in first.payload["text"], text
         try:
             check()
         finally:
             runner.run(w.__aexit__(None, None, None))
+
+
+async def test_canceled_is_its_own_count_and_the_summary_says_what_is_attached(world):
+    await upload(world, 2, user="U1", text="/gen social_thumb sheet.csv")
+    await world.send("/cancel 1", user="U1")
+    (status,) = await world.send("/status 1", user="U1")
+    assert "2/2 done, 0 failed, 2 canceled" in status.text
+    summary = next(p for p in world.platform.posts if p.text.startswith("Batch 1 finished"))
+    assert "finished in 0 s: 0 of 2 images, 0 failed, 2 canceled. Results sheet attached." \
+        in summary.text and summary.file == "results.xlsx"  # no contact sheet: no images
+
+
+async def test_who_writes_a_chinese_command_is_answered_in_chinese(world):
+    (helped,) = await world.send("/帮助", user="U1")
+    assert helped.text.startswith("命令")
+    (hello,) = await world.send("你好", user="U1")
+    assert hello.text == "未知命令“你好”；/帮助 列出全部命令"
+    (english,) = await world.send("/help", user="U1")
+    assert english.text.startswith("Commands")

@@ -206,3 +206,14 @@ def test_validate_takes_any_cell_text_as_an_image_name(workdir, capsys):
     assert lines[1].startswith('row 2, column "product_image": "xxxx') \
         and "(5,000 characters)" in lines[1] and "is not a file name" in lines[1]
     assert lines[2].startswith('row 3, column "product_image":')
+
+
+def test_a_misspelled_template_gets_a_did_you_mean(workdir, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["validate", "social_thumbs", str(ROOT / "examples" / "social_thumb.xlsx")])
+    assert "no template 'social_thumbs' (did you mean social_thumb?)" in str(e.value)
+
+
+def test_canceling_a_batch_that_does_not_exist_says_so(workdir, capsys):
+    assert main(["queue", "cancel", "--batch", "999"]) == 1
+    assert capsys.readouterr().err.strip() == "genbot: There is no batch 999."

@@ -54,16 +54,16 @@ async def test_the_whole_story_from_upload_to_summary(tmp_path, demo_models, lan
         assert progress.buttons == ()  # finished: the Cancel button is gone
         images = [x for x in thread if x.image and x.file != "contact.png"]
         assert [x.text for x in images] == (
-            ["row 2 · 新品上市 · 限时九折 · 1:1 · 1080", "row 3 · Autumn collection · 4:5 · 1080"]
+            ["row 2 · 新品上市 · 限时九折 · 1:1", "row 3 · Autumn collection · 4:5"]
             if lang == "en" else
-            ["第 2 行 · 新品上市 · 限时九折 · 1:1 · 1080",
-             "第 3 行 · Autumn collection · 4:5 · 1080"])
+            ["第 2 行 · 新品上市 · 限时九折 · 1:1",
+             "第 3 行 · Autumn collection · 4:5"])
         for x in images:
             assert Image.open(io.BytesIO(x.data)).size[0] == 1080
-        summary, contact, results = thread[-3:]
+        summary, results = thread[-2:]  # the summary's text captions the contact sheet
         assert summary.mention == "U1" and ("2 of 2 images, 0 failed" in summary.text
                                             or "2 张中成功 2 张" in summary.text)
-        assert contact.image and contact.file == "contact.png"
+        assert summary.image and summary.file == "contact.png"
         sheet = load_workbook(io.BytesIO(results.data)).active
         assert results.file == "results.xlsx" and sheet.max_row == 3
         assert len(p.posts) == 2 + len(thread)  # nothing else, nothing twice

@@ -104,11 +104,12 @@ async def test_the_whole_story_in_a_one_to_one_chat(tmp_path, demo_models, fake,
         await w.finish(timeout=120)
         to = "user:staff1"
         captions = [t for t in fake.texts(to) if t.startswith("批次 1 · 第")]
-        assert captions == ["批次 1 · 第 2 行 · 新品上市 · 限时九折 · 1:1 · 1080",
-                            "批次 1 · 第 3 行 · Autumn collection · 4:5 · 1080"]
+        assert captions == ["批次 1 · 第 2 行 · 新品上市 · 限时九折 · 1:1",
+                            "批次 1 · 第 3 行 · Autumn collection · 4:5"]
         assert len(fake.images(to)) == 3  # two images and the contact sheet
         summary = [r for r in fake.session_replies if "已完成" in r["text"]["content"]]
-        assert summary[0]["at"] == {"atUserIds": ["staff1"]}
+        assert "at" not in summary[0]  # a 1:1 chat: nobody to @-mention
+        assert summary[0]["msgtype"] == "markdown"  # the text shows the contact sheet
         (results,) = [m for m in fake.sent if m["key"] == "sampleFile"]
         assert results["param"]["fileName"] == "results.xlsx" and results["to"] == to
         assert fake.media[results["param"]["mediaId"]][0] == "file"
@@ -127,12 +128,13 @@ async def test_a_file_sent_in_one_to_one_and_gen_in_a_group(tmp_path, demo_model
         await w.finish(timeout=120)
         group = "group:cidGroup1"
         assert [t for t in fake.texts(group) if t.startswith("批次 1 · 第")] == [
-            "批次 1 · 第 2 行 · 新品上市 · 限时九折 · 1:1 · 1080",
-            "批次 1 · 第 3 行 · Autumn collection · 4:5 · 1080"]
+            "批次 1 · 第 2 行 · 新品上市 · 限时九折 · 1:1",
+            "批次 1 · 第 3 行 · Autumn collection · 4:5"]
         assert len(fake.images(group)) == 3
         assert await w.queue.batches_of("dingtalk:staff1") == [1]
         await w.say(group="cidGroup1", text="@genbot help", expired=True)  # its reply link is gone
-        (help_,) = await w.until(lambda: [m for m in fake.sent if m["key"] == "sampleMarkdown"])
+        (help_,) = await w.until(lambda: [m for m in fake.sent if m["key"] == "sampleMarkdown"
+                                          and m["param"]["title"].startswith("命令")])
         assert help_["to"] == group and help_["param"]["title"].startswith("命令")
         assert "  \n/gen TEMPLATE" in help_["param"]["text"]
 
@@ -250,10 +252,13 @@ async def test_token_expiry_qps_limits_and_throttled_users_lose_nothing(tmp_path
         w.start_executor()
         await w.finish(timeout=120)
         assert fake.faults == [] and fake.calls["token"] >= 2
+        # Each picture and file uploaded once, however often its send was refused.
+        assert sorted(name for _, name, _ in fake.media.values()) == [
+            "contact.png", "results.xlsx", "thumb_2.png", "thumb_3.png"]
         to = "user:staff1"
         assert [t for t in fake.texts(to) if t.startswith("批次 1 · 第")] == [
-            "批次 1 · 第 2 行 · 新品上市 · 限时九折 · 1:1 · 1080",
-            "批次 1 · 第 3 行 · Autumn collection · 4:5 · 1080"]
+            "批次 1 · 第 2 行 · 新品上市 · 限时九折 · 1:1",
+            "批次 1 · 第 3 行 · Autumn collection · 4:5"]
         assert len(fake.images(to)) == 3
 
 
@@ -274,8 +279,8 @@ async def test_a_restart_mid_batch_delivers_the_rest_exactly_once(tmp_path, demo
         await again.finish(timeout=120)
     to = "user:staff1"
     captions = [t for t in fake.texts(to) if t.startswith("批次 1 · 第")]
-    assert captions == ["批次 1 · 第 2 行 · 新品上市 · 限时九折 · 1:1 · 1080",
-                        "批次 1 · 第 3 行 · Autumn collection · 4:5 · 1080"]
+    assert captions == ["批次 1 · 第 2 行 · 新品上市 · 限时九折 · 1:1",
+                        "批次 1 · 第 3 行 · Autumn collection · 4:5"]
     assert len(fake.images(to)) == 3 \
         and len([m for m in fake.sent if m["key"] == "sampleFile"]) == 1
     texts = [str(m["param"]) for m in fake.sent]
@@ -341,7 +346,7 @@ def test_messages_are_parsed_alike_from_both_modes_and_signatures_checked(tmp_pa
     picture = {"msgtype": "picture", "msgId": "m2", "senderStaffId": "s1",
                "conversationType": "1", "content": {"downloadCode": "dc9"}}
     (f,) = ding.incoming(picture).files
-    assert (f.name, f.handle) == ("picture-m2.png", {"code": "dc9"})
+    assert (f.name, f.handle) == ("图片1.png", {"code": "dc9"})
     assert ding.incoming({"msgtype": "audio", "senderStaffId": "s1"}) is None
     now = 1_800_000_000_000
     assert ding.signed(str(now), sign(now), now_ms=now)

@@ -25,3 +25,22 @@ def test_json_lines_are_one_object_with_the_fields():
     data = json.loads(JsonFormatter().format(record(batch=3, node="gen", 标签="中文")))
     assert data["message"] == "node end x" and data["level"] == "info"
     assert (data["batch"], data["node"], data["标签"]) == (3, "gen", "中文")
+
+
+def test_the_scheduler_says_nothing_at_info_but_everything_at_debug():
+    import logging
+
+    from storage.logs import setup_logging
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        setup_logging("info", "plain")
+        assert not logging.getLogger("apscheduler.scheduler").isEnabledFor(logging.INFO)
+        assert logging.getLogger("genbot.service").isEnabledFor(logging.INFO)
+        logging.getLogger("apscheduler").setLevel(logging.NOTSET)
+        setup_logging("debug", "plain")
+        assert logging.getLogger("apscheduler.scheduler").isEnabledFor(logging.DEBUG)
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        logging.getLogger("apscheduler").setLevel(logging.NOTSET)

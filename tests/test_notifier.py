@@ -26,7 +26,8 @@ async def env(db_url, clock, tmp_path):
     outbox = Outbox(db, clock=clock)
     store = FileStore(tmp_path)
     yield queue, outbox, store, Notifier(queue, outbox, store, platforms={"slack"},
-                                         editable={"slack"}, templates=TEMPLATES, clock=clock)
+                                         editable={"slack"}, bundles={"slack"},
+                                         templates=TEMPLATES, clock=clock)
     await queue.close()
 
 
@@ -72,28 +73,28 @@ async def test_a_batch_from_acceptance_to_summary(env, clock):
     messages = await owed(outbox)
     images = {k: p for k, (kind, p) in messages.items() if ":image:" in k}
     assert sorted(p["row"] for p in images.values()) == [2, 4]
-    assert images[next(iter(images))]["text"] == "第 2 行 · 新品 SKU2 · 1:1 · 1080"
+    # only what tells the rows apart: every row's 1:1 and 1080 would be noise
+    assert images[next(iter(images))]["text"] == "第 2 行 · 新品 SKU2"
     (failure,) = [p for k, (_, p) in messages.items() if k.endswith(":failed")]
     assert failure["text"] == "第 3 行失败：node gen (generate): out of memory"
     progress = messages[f"batch:{batch}:progress"][1]
     assert (progress["done"], progress["total"], progress["failed"], progress["finished"]) == \
         (3, 3, 1, True)
     assert progress["buttons"] == []  # finished: no Cancel button
-    summary = messages[f"batch:{batch}:summary"][1]
+    kind, summary = messages[f"batch:{batch}:summary"]
     assert summary["mention"] == "slack:U1" and "3 张中成功 2 张，失败 1" in summary["text"]
     keys = list(messages)
-    assert keys[-3:] == [f"batch:{batch}:summary", f"batch:{batch}:summary:contact",
-                         f"batch:{batch}:summary:results"]  # the summary comes last, in order
-    results = messages[f"batch:{batch}:summary:results"][1]
-    assert results["delete_after"] == []  # auto_save keeps the images
-    sheet = load_workbook(store.path(results["path"])).active
+    assert keys[-1] == f"batch:{batch}:summary"  # one message, last: the text and both files
+    contact_path, results_path = summary["paths"]
+    assert kind == "file" and results_path.endswith("results.xlsx")
+    assert summary["delete_after"] == []  # auto_save keeps the images
+    sheet = load_workbook(store.path(results_path)).active
     rows = [list(r) for r in sheet.iter_rows(values_only=True)]
     assert rows[0] == ["行号", "image", "title", "aspect", "width", "position", "text_color",
                        "band_color", "watermark", "状态", "输出文件", "错误"]
     assert rows[1][:5] == [2, "inputs/abc.png", "新品 SKU2", "1:1", 1080]
     assert rows[2][0] == 3 and rows[2][9] == "failed" and "out of memory" in rows[2][11]
-    contact = messages[f"batch:{batch}:summary:contact"]
-    assert contact[0] == "image" and Image.open(store.path(contact[1]["path"])).size[0] > 0
+    assert Image.open(store.path(contact_path)).size[0] > 0
 
 
 async def test_a_restart_replays_events_and_owes_nothing_twice(env, clock):
@@ -123,7 +124,7 @@ async def test_where_messages_cannot_be_edited_progress_comes_as_milestones(env,
     notifier = Notifier(queue, outbox, store, platforms={"dingtalk"}, templates=TEMPLATES,
                         auto_save=False, clock=clock)
     batch = (await queue.enqueue(Submission(
-        "social_thumb", "dingtalk:U1", [NewJob(r, workflow(r, "A")) for r in range(2, 6)],
+        "social_thumb", "dingtalk:U1", [NewJob(r, workflow(r, "A")) for r in range(2, 10)],
         platform="dingtalk", conversation="C1"))).batch_id
     while (lease := await queue.claim("exec")) is not None:  # the notifier keeps up
         buf = io.BytesIO()
@@ -133,11 +134,45 @@ async def test_where_messages_cannot_be_edited_progress_comes_as_milestones(env,
         await notifier.run_once()
     messages = await owed(outbox)
     assert f"batch:{batch}:progress" not in messages
-    milestones = [p["text"] for k, (_, p) in messages.items() if ":milestone:" in k]
-    assert milestones == [f"Batch {batch}: 25% — 1/4 done, 0 failed",
-                          f"Batch {batch}: 50% — 2/4 done, 0 failed",
-                          f"Batch {batch}: 75% — 3/4 done, 0 failed"]  # 100%: the summary
+    milestones = [p["text"] for k, (_, p) in messages.items()
+                  if ":milestone:" in k or k.endswith(":started")]
+    assert milestones == [f"Batch {batch}: started — 8 images on their way",
+                          f"Batch {batch}: 25% — 2/8 done, 0 failed",
+                          f"Batch {batch}: 50% — 4/8 done, 0 failed",
+                          f"Batch {batch}: 75% — 6/8 done, 0 failed"]  # 100%: the summary
+    kind, summary = messages[f"batch:{batch}:summary"]  # the text captions the contact sheet
+    assert kind == "image" and summary["path"].endswith("contact.png") and summary["text"]
+    assert list(messages)[-1] == f"batch:{batch}:summary:results"
     results = messages[f"batch:{batch}:summary:results"][1]
-    assert sorted(results["delete_after"]) == [f"outputs/batch_{batch}/{r}.png"
-                                               for r in range(2, 6)]
+    assert sorted(results["delete_after"]) == sorted(f"outputs/batch_{batch}/{r}.png"
+                                                     for r in range(2, 10))
     assert all(m.thread == f"@batch:{batch}" for m in [await outbox.get(k) for k in messages])
+
+
+@pytest.mark.parametrize("rows, together, expected", [
+    (2, False, ["started — 2 images", "50% — 1/2 done"]),  # never "25% — 1/2" then "50% — 1/2"
+    (4, False, ["started — 4 images", "50% — 2/4 done"]),  # a small batch: halfway only
+    (4, True, ["started — 4 images"]),  # generated in one go: still told it started
+])
+async def test_milestones_tell_real_progress_once_and_small_batches_see_work_start(
+        env, clock, rows, together, expected):
+    queue, outbox, store, _ = env
+    notifier = Notifier(queue, outbox, store, platforms={"dingtalk"}, templates=TEMPLATES,
+                        clock=clock)
+    await queue.enqueue(Submission(
+        "social_thumb", "dingtalk:U1", [NewJob(r, workflow(r, f"S{r}")) for r in range(rows)],
+        platform="dingtalk", conversation="C1"))
+    leases = []
+    while (lease := await queue.claim("exec")) is not None:
+        leases.append(lease)
+        if not together:
+            await notifier.run_once()
+            await queue.complete(lease, [])
+            await notifier.run_once()
+    await notifier.run_once()  # all running
+    for lease in leases if together else ():
+        await queue.complete(lease, [])
+    await notifier.run_once()
+    told = [p["text"].split(": ", 1)[1] for k, (_, p) in (await owed(outbox)).items()
+            if ":milestone:" in k or k.endswith(":started")]
+    assert [t[:len(e)] for t, e in zip(told, expected, strict=True)] == expected

@@ -600,3 +600,17 @@ async def test_counts_are_kept_by_the_database_through_every_transition(queue, c
     counts = await queue.counts()
     assert counts == await truth()
     assert all(n > 0 for by_priority in counts.values() for n in by_priority.values())
+
+
+async def test_a_waker_leaves_no_empty_folder_behind(tmp_path):
+    """Every process listening on a database shares one folder of sockets; the last to
+    close removes it (an hour of trying things once left dozens behind)."""
+    from storage.wakeup import SocketWaker
+    one, two = SocketWaker(tmp_path / "q.db"), SocketWaker(tmp_path / "q.db")
+    await one.listen()
+    await two.listen()
+    assert one.folder == two.folder and len(list(one.folder.iterdir())) == 2
+    await one.close()
+    assert two.folder.is_dir()  # the other is still listening
+    await two.close()
+    assert not two.folder.exists()

@@ -40,3 +40,14 @@ def test_what_a_person_wrote_goes_out_as_text_never_as_a_formula():
     assert [r[2].value for r in rows] == [8] * len(HOSTILE)  # numbers stay numbers
     assert all(r[1].quotePrefix for r in rows[:8])  # stays text when a person edits it
     assert [r[5].value for r in rows][:2] == [f"bad {t}" for t in HOSTILE[:2]]
+
+
+def test_contact_sheet_labels_name_the_rows_key_value_and_row():
+    from bot.app.results import label
+    from executor.workflow import load_template
+    from tests.conftest import ROOT
+    template = load_template(ROOT / "templates" / "product_main.json")
+    j = job(7, {"sku": "BTL-001", "product_image": "inputs/x.png", "prompt": "a bottle"})
+    assert label(j, template) == "BTL-001 · row 7"
+    assert label(j, template, "zh") == "BTL-001 · 第 7 行"
+    assert label(job(3, {}), template) == "row 3"

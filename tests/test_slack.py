@@ -209,15 +209,17 @@ async def test_the_whole_story_upload_gen_progress_images_summary(tmp_path, demo
             [["row 2", "BTL-001"], ["row 3", "BTL-002"]] if lang == "en"
             else [["第 2 行", "BTL-001"], ["第 3 行", "BTL-002"]])
         assert all(Image.open(io.BytesIO(x["data"])).size == (128, 128) for x in images)
-        summary = next(x for x in thread if x.get("text", "").startswith(("<@U1> Batch 1 fin",
-                                                                           "<@U1> 批次 1 已完成")))
         names = [x.get("name") for x in thread]
-        assert names[-2:] == ["contact.png", "results.xlsx"]
-        assert thread.index(summary) == len(thread) - 3  # the summary, then its two files
-        rows = list(load_workbook(io.BytesIO(thread[-1]["data"])).active
-                    .iter_rows(values_only=True))
+        assert names[-2:] == ["contact.png", "results.xlsx"]  # the summary: one message,
+        contact, results = thread[-2:]  # its text with both files (one completeUpload)
+        assert contact["comment"] == results["comment"] and contact["comment"].startswith(
+            ("<@U1> Batch 1 fin", "<@U1> 批次 1 已完成"))
+        rows = list(load_workbook(io.BytesIO(results["data"])).active.iter_rows(values_only=True))
         assert len(rows) == 3 and rows[1][0] == 2
         assert len(fake.files) == 4  # two images, the contact sheet, the results: once each
+        assert fake.calls["files.completeUploadExternal"] == 3  # two images, one summary
+        # Besides the images: the acceptance, one progress message (edited), the summary.
+        assert len([x for x in fake.messages if x["channel"] == "C1"]) == 2
 
 
 async def test_files_named_earlier_downloads_checked_and_a_retried_event_queues_once(
@@ -252,21 +254,24 @@ async def test_pause_refused_to_a_submitter_and_the_cancel_button_checks_who_cli
         tmp_path, demo_models, fake):
     async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
         await w.slack.command("/genbot", "pause", user="U1")
-        refused = await w.until(lambda: fake.top("C1"))
-        assert refused[0]["text"] == "/pause needs the admin role; you are submitter. Ask an admin."
+        refused = await w.until(lambda: fake.responses)  # for the person, not the channel
+        assert refused[0] == {
+            "response_type": "ephemeral",
+            "text": "/pause needs the admin role; you are submitter. Ask an admin."}
+        assert fake.top("C1") == []
         await w.slack.message("", channel="D1", im=True, files=share_examples(fake, "social_thumb"))
         await w.slack.command("/gen", "social_thumb social_thumb.xlsx --at +2h")
         accepted = (await w.until(
             lambda: [m for m in fake.top("C1") if "accepted" in m["text"]]))[0]
         progress = (await w.until(lambda: fake.thread(accepted["ts"])))[0]
 
-        await w.slack.click(progress, user="V")
-        no = await w.until(lambda: [m for m in fake.thread(accepted["ts"]) if "needs" in m["text"]])
+        await w.slack.click(progress, user="V")  # answered to whoever clicked, alone
+        no = await w.until(lambda: [r for r in fake.responses if "needs" in r["text"]][1:])
         assert no[0]["text"] == "/cancel needs the submitter role; you are viewer. Ask an admin."
         await w.slack.click(progress, user="U1")
-        yes = await w.until(lambda: [m for m in fake.thread(accepted["ts"])
-                                     if m["text"].startswith("Canceled")])
+        yes = await w.until(lambda: [r for r in fake.responses if r["text"].startswith("Canceled")])
         assert yes[0]["text"] == "Canceled: 2 queued jobs ended, 0 running told to stop."
+        assert not [m for m in fake.thread(accepted["ts"]) if "needs" in m["text"]]
         assert {j.status for j in await w.queue.batch_jobs(1)} == {"canceled"}
         audit = [(a.user, a.action, a.allowed) for a in
                  reversed(await w.core.access.audit_log())]
@@ -286,7 +291,7 @@ async def test_a_429_storm_delivers_every_image_once_in_order(tmp_path, demo_mod
         w.start_executor()
         await w.finish(timeout=120)
         images = [x["comment"] for x in fake.thread(ts) if x.get("name", "").startswith("thumb_")]
-        assert images == [f"row {r} · Title {r - 2} · 1:1 · 1080" for r in range(2, 8)]
+        assert images == [f"row {r} · Title {r - 2}" for r in range(2, 8)]
         assert len(fake.files) == 6 + 2 and fake.faults == []  # every fault was met
 
 
@@ -298,7 +303,7 @@ async def test_socket_mode_for_a_bot_with_no_public_url(tmp_path, demo_models, f
             "command": "/genbot", "text": "help status", "user_id": "U1", "channel_id": "C1",
             "team_id": "T1", "trigger_id": "t1", "response_url": fake.response_url()})
         await w.until(lambda: [a for a in fake.acks if a.get("envelope_id") == envelope])
-        (reply,) = await w.until(lambda: fake.top("C1"))
+        (reply,) = await w.until(lambda: fake.responses)  # the person's own answer
         assert reply["text"].startswith("usage: /status [BATCH]")
         async with w.slack.session.post(w.slack.url, data="{}") as r:
             assert r.status == 404  # no HTTP endpoint without a signing secret
@@ -310,7 +315,7 @@ async def test_channels_not_served_are_told_so_at_once(tmp_path, demo_models, fa
         assert r.status == 200 and "genbot does not serve this channel" in await r.text()
         await w.slack.message(f"<@{BOT}> queue", channel="C1")
         await w.slack.command("/genbot", "queue", channel="C9")
-        (served,) = await w.until(lambda: fake.top("C9"))
+        (served,) = await w.until(lambda: fake.responses)
         assert served["text"].startswith("The queue is running")
         await asyncio.sleep(0.3)
         assert fake.top("C1") == []
@@ -483,3 +488,12 @@ async def test_downloads_and_answers_each_keep_their_own_time_limit(tmp_path, mo
     finally:
         await slack.close()
         await runner.cleanup()
+
+
+async def test_files_shared_in_a_channel_with_only_a_mention_are_answered_as_in_a_dm(
+        tmp_path, demo_models, fake):
+    async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
+        _, ts = await w.slack.message(f"<@{BOT}>", files=share_examples(fake, "product_main"))
+        (got,) = await w.until(lambda: fake.thread(ts))
+        assert got["text"] == ("Got product_main.xlsx, bottle.png, chair.png. To run a sheet: "
+                               "/gen TEMPLATE product_main.xlsx (/templates lists the templates).")

@@ -50,10 +50,10 @@ def test_a_script_runs_a_sheet_and_sees_replies_progress_and_images(tmp_path, de
     assert all(line.startswith(("executor ", "No executor")) for line in out[3:accepted])
     images = [line for line in out if line.startswith("image: ")]
     assert len(images) == 3 and images[-1].split("  ")[0].endswith("contact.png")
-    assert images[0].endswith("row 2 · 新品上市 · 限时九折 · 1:1 · 1080")
+    assert images[0].endswith("row 2 · 新品上市 · 限时九折 · 1:1")
     for line in images:
         assert Path(line.removeprefix("image: ").split("  ")[0]).is_file()
-    assert any(line.startswith("Batch 1 finished") for line in out)
+    assert images[-1].split("  ")[1].startswith("Batch 1 finished")  # captions the sheet
     (results,) = [line for line in out if line.startswith("file: ")]
     assert results.endswith("results.xlsx") and Path(results.removeprefix("file: ")).is_file()
     assert "Traceback" not in done.stderr
@@ -63,7 +63,7 @@ def test_as_another_user_the_roles_apply(tmp_path, demo_models):
     config = write_config(tmp_path, demo_models, default_role="viewer", language="zh")
     done = genbot_chat(config, "/pause\n/status\n", "--as", "bob", "--no-executor")
     out = done.stdout.splitlines()
-    assert out[0].startswith("genbot chat as terminal:bob (viewer)")
-    assert out[1:] == ["/pause 需要 admin 角色，你的角色是 viewer。请联系管理员。",
+    assert out[0].startswith("genbot chat：你是 terminal:bob（查看者）")  # the banner too
+    assert out[1:] == ["/pause 需要管理员角色，你的角色是查看者。请联系管理员。",
                        "你还没有提交过批次。"]
     assert done.returncode == 0

@@ -26,11 +26,22 @@ def write_results(store: FileStore, batch: Batch, jobs: list[Job], template: Tem
     folder = batch_folder(batch.id)
     results = store.write(f"{folder}/{RESULTS}", results_xlsx(
         jobs, columns_of(template, jobs), batch.meta.get("lang", "en")))
-    images = [(store.path(o), f"row {j.row}") for j in jobs if j.status == Status.SUCCEEDED
-              for o in j.outputs]
+    lang = batch.meta.get("lang", "en")
+    images = [(store.path(o), label(j, template, lang)) for j in jobs
+              if j.status == Status.SUCCEEDED for o in j.outputs]
     contact = store.write(f"{folder}/{CONTACT}", contact_sheet(images, font=font)) \
         if images else None
     return results, contact
+
+
+def label(job: Job, template: Template | None, lang: str = "en") -> str:
+    """An image's name on the contact sheet: its row's key value (the template's first
+    column that is not a picture or a seed, e.g. the SKU) and its row."""
+    row = say("contact_row", lang, row=job.row)
+    names = [n for n, p in template.params.items() if p.type not in ("image", "seed")] \
+        if template is not None else sorted(job.values)
+    key = next((job.values[n] for n in names if job.values.get(n) not in (None, "")), None)
+    return f"{str(key)[:24]} · {row}" if key is not None else row
 
 
 def columns_of(template: Template | None, jobs: list[Job]) -> list[str]:

@@ -22,7 +22,7 @@ from bot.chat.uploads import attachments, sheet_for
 from bot.errors import Invalid
 from bot.intake.check import IntakeReport
 from bot.intake.sheets import header_for, write_example
-from bot.messages import bar, say
+from bot.messages import bar, canceled, say
 from storage.records import Priority, Status
 from storage.workers import Workers
 
@@ -153,7 +153,8 @@ async def status(turn: Turn, cmd: Command) -> None:
     counts = progress.counts
     turn.say("status", batch=batch_id, template=batch.template, owner=batch.submitter,
              bar=bar(progress.done, progress.total), done=progress.done, total=progress.total,
-             failed=progress.failed, queued=counts.get(Status.QUEUED, 0),
+             failed=progress.failed, canceled=canceled(turn.lang, progress.canceled),
+             queued=counts.get(Status.QUEUED, 0),
              running=counts.get(Status.RUNNING, 0))
     if batch.meta.get("at") and counts.get(Status.QUEUED, 0) == progress.total:
         turn.add("status_at", at=batch.meta["at"])
@@ -216,12 +217,18 @@ async def retry(turn: Turn, cmd: Command) -> None:
 
 @command("pause", aliases=("暂停",))
 async def pause(turn: Turn, cmd: Command) -> None:
-    turn.say("paused_now" if await turn.app.pause(turn.who) else "paused_already")
+    if await turn.app.pause(turn.who):
+        turn.announce("paused_now")
+    else:
+        turn.say("paused_already")
 
 
 @command("resume", aliases=("继续", "恢复"))
 async def resume(turn: Turn, cmd: Command) -> None:
-    turn.say("resumed_now" if await turn.app.resume(turn.who) else "resumed_already")
+    if await turn.app.resume(turn.who):
+        turn.announce("resumed_now")
+    else:
+        turn.say("resumed_already")
 
 
 @command("templates", aliases=("模板列表",))

@@ -42,6 +42,8 @@ class ChatCore:
                         for name, p in self.platforms.items()}
         self.notifier = Notifier(app.queue, self.outbox, self.store, platforms=self.platforms,
                                  editable=[n for n, p in self.platforms.items() if p.can_edit],
+                                 bundles=[n for n, p in self.platforms.items()
+                                          if p.bundles_files],
                                  templates=app.templates, font=config.executor.font,
                                  auto_save=config.queue.auto_save, clock=clock)
         self.chat = Chat(app, inbox=self.inbox, outbox=self.outbox, platforms=self.platforms,

@@ -161,6 +161,11 @@ def _tokens(text: str) -> list[str]:
         raise CommandError("unbalanced_quote") from None
 
 
+def only_mentions(text: str) -> bool:
+    """Nothing but mentions of the bot (a file shared with "@genbot"): no command."""
+    return all(_is_mention(token) for token in _normalize(text).split())
+
+
 def _is_mention(token: str) -> bool:
     """@genbot, @机器人, <@U024BE7LH> (Slack): a mention of the bot ahead of the command.
     (The platform adapter has already decided the message is addressed to the bot.)"""

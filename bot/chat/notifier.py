@@ -7,10 +7,14 @@ replayed progress event never shows an older count. Sending is the sender's job.
 
 For each batch submitted from a chat platform:
   acceptance   batch id, job count, queue position, ETA
-  progress     one message per batch (edited in place): a bar, done/failed/total, the step
-  images       each finished image, captioned with its row and the row's key values
+  progress     one message per batch (edited in place): a bar, done/failed/total, the step;
+               where nothing can be edited, "started" once work starts and a milestone at
+               each quarter really passed (never the same count twice)
+  images       each finished image, captioned with its row and the values that tell its
+               row apart from the batch's others (the key column first)
   failures     each failed job with its row and reason
-  summary      counts, duration, a contact sheet and a results .xlsx; the submitter mentioned
+  summary      counts, duration, a contact sheet and a results .xlsx; the submitter mentioned;
+               one message with both files where the platform takes several (`bundles`)
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from collections.abc import Callable, Iterable
 
 from bot.app.results import columns_of, write_results
 from bot.conventions import batch_key, job_key, thread_of
-from bot.messages import bar, say
+from bot.messages import bar, canceled, say, took
 from executor.workflow import Template
 from storage.files import FileStore
 from storage.outbox import Outbox
@@ -31,16 +35,20 @@ from storage.records import Batch, Event, Job, Status
 CURSOR = "notifier"
 CAPTION_VALUES = 3  # key values of a row shown in an image caption
 MILESTONES = (25, 50, 75)  # percent, where progress cannot be edited in place
+SMALL = 8  # rows: a smaller batch gets only the halfway milestone (each is a message)
 
 
 class Notifier:
     def __init__(self, queue: Queue, outbox: Outbox, store: FileStore, *,
                  platforms: Iterable[str], editable: Iterable[str] = (),
+                 bundles: Iterable[str] = (),
                  templates: dict[str, Template] | None = None, font: str = "",
                  auto_save: bool = True, clock: Callable[[], float] = time.time):
         self.queue, self.outbox, self.store = queue, outbox, store
         self.platforms = set(platforms)
         self.editable = set(editable)  # platforms that edit one progress message in place
+        self.bundles = set(bundles)  # platforms whose one message carries text and files
+        self.telling: dict[int, list[str]] = {}  # batch -> the columns that tell rows apart
         self.auto_save = auto_save
         # One reader per set of platforms: a `genbot chat` beside `genbot serve` keeps its own.
         self.cursor = f"{CURSOR}:{','.join(sorted(self.platforms))}"
@@ -50,13 +58,22 @@ class Notifier:
     def columns(self, template: str, jobs: list[Job]) -> list[str]:
         return columns_of(self.templates.get(template), jobs)
 
-    def key_values(self, template: str, job: Job) -> list[str]:
-        """The values that tell a row apart: not images, not seeds."""
-        t = self.templates.get(template)
+    async def key_values(self, batch: Batch, job: Job) -> list[str]:
+        """The values that tell this row apart from the batch's others (not images, not
+        seeds, not what every row shares), the key column — the template's first — first."""
+        if batch.id not in self.telling:
+            jobs = await self.queue.batch_jobs(batch.id)
+            t = self.templates.get(batch.template)
+            names = [n for n in self.columns(batch.template, jobs)
+                     if t is None or t.params[n].type not in ("image", "seed")]
+            varying = [n for n in names
+                       if len({repr(j.values.get(n)) for j in jobs}) > 1 or len(jobs) == 1]
+            self.telling[batch.id] = varying
+            if len(self.telling) > 1000:  # finished batches' entries: forget the oldest
+                self.telling.pop(next(iter(self.telling)))
         params = job.values
-        names = [n for n in self.columns(template, [job])
-                 if t is None or t.params[n].type not in ("image", "seed")]
-        return [str(params[n]) for n in names if params.get(n) not in (None, "")]
+        return [str(params[n]) for n in self.telling[batch.id]
+                if params.get(n) not in (None, "")]
 
     async def _progress(self, batch_id: int) -> BatchProgress:
         progress = await self.queue.batch_progress(batch_id)
@@ -132,10 +149,11 @@ class Notifier:
         failed = progress.failed
         finished = progress.done >= progress.total
         if batch.platform not in self.editable:
-            await self.milestones(batch, progress.done, progress.total, failed)
+            await self.milestones(batch, progress)
             return
         text = say("progress", lang, batch=batch.id, bar=bar(progress.done, progress.total),
-                   done=progress.done, total=progress.total, failed=failed)
+                   done=progress.done, total=progress.total, failed=failed,
+                   canceled=canceled(lang, progress.canceled))
         if step_event and not finished:
             d = step_event.data
             text += "\n" + say("progress_step", lang, row=d.get("row"), step=d["step"],
@@ -151,17 +169,29 @@ class Notifier:
                      "failed": failed, "batch": batch.id, "finished": finished,
                      "buttons": buttons, "lang": lang})
 
-    async def milestones(self, batch: Batch, done: int, total: int, failed: int) -> None:
-        """Where a message cannot be edited: one message at each quarter passed (the
-        summary is the last), each owed once."""
-        for percent in MILESTONES:
-            if done < total and done * 100 >= percent * total:
-                await self._owe(batch_key(batch.id, f"milestone:{percent}"), batch, "text", {
-                    "text": say("milestone", self._lang(batch), batch=batch.id,
-                                percent=percent, done=done, total=total, failed=failed)})
+    async def milestones(self, batch: Batch, progress: BatchProgress) -> None:
+        """Where a message cannot be edited: "started" once the first job runs (a batch
+        generated in one go still shows work began), then the highest quarter passed —
+        a jump over several quarters is one message, so no count is told twice. The
+        summary is the last word."""
+        done, total, failed = progress.done, progress.total, progress.failed
+        if done >= total:
+            return
+        lang = self._lang(batch)
+        if progress.counts.get(Status.RUNNING, 0) or done:
+            await self._owe(batch_key(batch.id, "started"), batch, "text", {
+                "text": say("batch_started", lang, batch=batch.id, total=total)})
+        passed = [p for p in (MILESTONES if total >= SMALL else (50,))
+                  if done * 100 >= p * total]
+        if passed and done:
+            percent = passed[-1]
+            await self._owe(batch_key(batch.id, f"milestone:{percent}"), batch, "text", {
+                "text": say("milestone", lang, batch=batch.id, percent=percent, done=done,
+                            total=total, failed=failed,
+                            canceled=canceled(lang, progress.canceled))})
 
     async def images(self, batch: Batch, job: Job) -> None:
-        values = self.key_values(batch.template, job)[:CAPTION_VALUES]
+        values = (await self.key_values(batch, job))[:CAPTION_VALUES]
         caption = say("image_caption", self._lang(batch), row=job.row,
                       values=" · ".join(values))
         for i, path in enumerate(job.outputs):
@@ -173,8 +203,10 @@ class Notifier:
         await self._owe(job_key(job.id, "failed"), batch, "text", {"text": text})
 
     async def summary(self, batch: Batch) -> None:
-        """Three messages: the text (mentioning the submitter), the contact sheet, the
-        results .xlsx — each its own outbox row, so a retry never posts one twice."""
+        """The text (mentioning the submitter) with the contact sheet and the results
+        .xlsx: one message where the platform bundles files, else the text captioning the
+        contact sheet, then the results — each its own outbox row, so a retry never posts
+        one twice."""
         key = batch_key(batch.id, "summary")
         if await self.outbox.get(key):
             return  # owed already (a replayed event): the files are written too
@@ -194,17 +226,27 @@ class Notifier:
             self.font)
         started = min((j.started_at for j in jobs if j.started_at), default=None)
         finished = max((j.finished_at for j in jobs if j.finished_at), default=None)
-        minutes = (finished - started) / 60 if started and finished else 0
+        seconds = finished - started if started and finished else 0
         text = say("summary", lang, batch=batch.id, user=batch.submitter,
                    succeeded=len(done), total=len(jobs),
                    failed=sum(j.status == Status.FAILED for j in jobs),
-                   canceled=sum(j.status == Status.CANCELED for j in jobs), minutes=minutes)
-        await self._owe(key, batch, "text", {"text": text, "mention": batch.submitter},
-                        answer=True)
-        if contact:
-            await self._owe(batch_key(batch.id, "summary:contact"), batch, "image",
-                            {"path": contact, "text": ""})
+                   canceled=sum(j.status == Status.CANCELED for j in jobs),
+                   took=took(lang, seconds),
+                   attached=say("attached_both" if contact else "attached_results", lang))
         # Last in the thread: once it is sent, every image of the batch has been delivered.
         delete = [] if self.auto_save else [o for j in done for o in j.outputs]
+        if batch.platform in self.bundles:
+            await self._owe(key, batch, "file", {
+                "text": text, "mention": batch.submitter, "paths": [p for p in (contact, results)
+                                                                    if p],
+                "delete_after": delete}, answer=True)
+            return
+        if not contact:  # no image at all: the text captions the results sheet
+            await self._owe(key, batch, "file", {"text": text, "mention": batch.submitter,
+                                                 "path": results, "delete_after": delete},
+                            answer=True)
+            return
+        await self._owe(key, batch, "image", {"text": text, "mention": batch.submitter,
+                                              "path": contact}, answer=True)
         await self._owe(batch_key(batch.id, "summary:results"), batch, "file",
                         {"path": results, "text": "", "delete_after": delete})

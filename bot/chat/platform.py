@@ -68,10 +68,12 @@ class Outgoing:
     text: str = ""
     file: Path | None = None
     image: bool = False  # `file` is an image to show inline
+    files: tuple[Path, ...] = ()  # several files the text carries (where `bundles_files`)
     mention: str | None = None  # a user id (without platform) to mention
     buttons: tuple[Button, ...] = ()
     context: dict[str, Any] = field(default_factory=dict)  # from the Incoming it answers
     progress: bool = False  # a batch's progress message (edited later where `can_edit`)
+    private: bool = False  # an answer for the person who asked alone, where the platform can
 
 
 SEEN = 5000  # message keys remembered by `once`
@@ -102,6 +104,8 @@ class Platform:
     has_buttons = False
     has_threads = False
     captions = True  # an image or file can carry text; else the text goes just before it
+    file_captions = True  # a file (not an image) can carry text too
+    bundles_files = False  # one message can carry text and several files (the summary)
     default_lang: str | None = None  # e.g. DingTalk: zh, unless [chat] languages says otherwise
     file_hint: str | None = None  # a message code: how to send this platform's bot a file
 

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 from bot.app.core import App
 from bot.app.permissions import Who
 from bot.chat.commands import COMMANDS
+from bot.chat.grammar import only_mentions
 from bot.chat.platform import Incoming, Platform
 from bot.chat.turn import Reply, Turn
 from bot.chat.uploads import quoted
@@ -31,6 +32,13 @@ from storage.outbox import Outbox
 from storage.records import Upload
 
 log = logging.getLogger("genbot.chat")
+
+
+def _chinese(text: str) -> bool:
+    """The message's first word (past mentions and a "/") is Chinese."""
+    words = [w for w in text.split() if not w.startswith(("<@", "@"))]
+    first = words[0].lstrip("/") if words else ""
+    return any("\u4e00" <= ch <= "\u9fff" for ch in first[:8])
 
 
 class Chat:
@@ -49,6 +57,8 @@ class Chat:
                                      f"{p}:{msg.workspace}" if msg.workspace else None, p)
         if given:
             return given
+        if _chinese(msg.text):  # who writes 帮助 or 你好 reads Chinese, whatever the locale
+            return "zh"
         locale = (msg.lang or "").lower()[:2]
         if locale in LANGS:
             return locale
@@ -75,10 +85,10 @@ class Chat:
                 platform=msg.platform, user=msg.user, conversation=msg.conversation,
                 name=f.name, size=f.size, handle=f.handle, message=msg.message)
                 for f in msg.files]
-            if msg.text.strip() or not uploads:
-                await self.command(turn)
-            else:
+            if uploads and only_mentions(msg.text):  # files shared with just "@genbot"
                 self.acknowledge(turn, uploads)
+            else:
+                await self.command(turn)
         except Exception:
             ref = uuid.uuid4().hex[:8]
             log.exception("chat: error handling a message (ref %s) from %s:%s", ref,
@@ -114,6 +124,7 @@ class Chat:
             await self.outbox.put(reply_key(msg.platform, message, i), platform=msg.platform,
                                   conversation=msg.conversation, thread=msg.thread, kind=kind,
                                   payload={"text": reply.text, "path": reply.file,
-                                           "lang": turn.lang, "context": msg.context})
+                                           "lang": turn.lang, "context": msg.context,
+                                           "private": reply.file is None and not reply.public})
         if turn.replies:
             self.on_owed()

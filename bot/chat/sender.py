@@ -102,7 +102,8 @@ class Sender:
         async with self.limit:
             try:
                 out = await self.outgoing(m)
-                if out.file is not None and out.text and not self.platform.captions:
+                captioned = self.platform.captions and (out.image or self.platform.file_captions)
+                if out.file is not None and out.text and not captioned:
                     if m.platform_id is None:  # the caption goes first, once
                         first = await asyncio.wait_for(self.platform.send(
                             dataclasses.replace(out, file=None, image=False)), TIMEOUT)
@@ -141,11 +142,14 @@ class Sender:
         return Outgoing(
             conversation=m.conversation, thread=thread, text=text,
             file=await asyncio.to_thread(self.store.path, path) if path else None,
+            files=tuple([await asyncio.to_thread(self.store.path, f)
+                         for f in p.get("paths") or ()]),
             image=m.kind == "image",
             mention=mention.split(":", 1)[1] if mention and ":" in mention else mention,
             buttons=tuple(Button(b["label"], b["command"], b.get("confirm"), b.get("deny"))
                           for b in p.get("buttons", ())) if self.platform.has_buttons else (),
-            context=p.get("context") or {}, progress=m.kind == "progress")
+            context=p.get("context") or {}, progress=m.kind == "progress",
+            private=bool(p.get("private")))
 
     async def thread(self, m: Message) -> str | None:
         """The platform's thread id. A batch's thread reference (bot.conventions) is the

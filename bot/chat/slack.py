@@ -72,6 +72,7 @@ NOT_SERVED = ("genbot does not serve this channel; ask an admin. · "
 class Slack(Platform):
     name = "slack"
     can_edit = True
+    bundles_files = True
     has_buttons = True
     has_threads = True
 
@@ -279,6 +280,16 @@ class Slack(Platform):
     # --- outbound -----------------------------------------------------------------------
     async def send(self, out: Outgoing) -> str:
         text = f"<@{out.mention}> {out.text}" if out.mention else out.text
+        if out.files:  # one message: the text and every file (files.completeUploadExternal)
+            done = await self._call(self.client.files_upload_v2, channel=out.conversation,
+                                    thread_ts=out.thread, initial_comment=text or None,
+                                    file_uploads=[{"file": str(f), "filename": f.name,
+                                                   "title": f.name} for f in out.files])
+            return done["files"][0]["id"] if done.get("files") else "files"
+        url = out.context.get("response_url")
+        if out.private and url:  # a slash command's answer: for the person who typed it
+            await self._respond(url, text)
+            return "response_url"
         if out.file is not None:
             done = await self._call(self.client.files_upload_v2, channel=out.conversation,
                                     thread_ts=out.thread, file=str(out.file),
@@ -290,7 +301,6 @@ class Slack(Platform):
                                     text=text, thread_ts=out.thread,
                                     blocks=blocks(text, out.buttons) if out.buttons else None)
         except DeliveryError as e:
-            url = out.context.get("response_url")
             if not (e.permanent and e.reason in ("not_in_channel", "channel_not_found") and url):
                 raise
             await self._respond(url, text)  # answer the person alone where the bot is not in

@@ -20,6 +20,7 @@ class Reply:
     text: str
     file: str | None = None  # relative to the file store
     image: bool = False
+    public: bool = False  # for the whole conversation, even where answers can be private
 
 
 @dataclass
@@ -43,6 +44,11 @@ class Turn:
 
     def say(self, code: str, **details: Any) -> None:
         self.reply(say(code, self.lang, **details))
+
+    def announce(self, code: str, **details: Any) -> None:
+        """A reply the whole conversation should see (the queue paused, say); others
+        answer only the person who asked, where the platform can."""
+        self.replies.append(Reply(say(code, self.lang, **details), public=True))
 
     def add(self, code: str, **details: Any) -> None:
         """Append to the last reply (one message rather than several)."""

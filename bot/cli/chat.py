@@ -25,6 +25,7 @@ from bot.app.permissions import Who
 from bot.chat.core import ChatCore
 from bot.chat.platform import Incoming
 from bot.chat.terminal import CONVERSATION, NAME, Terminal, attach
+from bot.messages import say
 from bot.supervisor import Supervisor
 from storage.config import Config
 from storage.files import open_store
@@ -43,9 +44,8 @@ async def chat(config: Config, user: str | None = None, *, executor: bool = True
     core = ChatCore(app, [terminal])
     who = f"{NAME}:{me}"
     role = await app.role(Who(NAME, me, CONVERSATION))
-    print(f"genbot chat as {who} ({role}). /help lists the commands; attach a file by its "
-          f"path: /gen social_thumb examples/social_thumb.xlsx. Ctrl-D ends.",
-          file=stdout, flush=True)
+    lang = core.chat.language(Incoming(NAME, me, CONVERSATION, ""))
+    print(say("chat_banner", lang, who=who, role=role.value), file=stdout, flush=True)
     first = (await queue.latest_batch(who)) or 0
     supervisor = None
     log_file = config.data_dir / "logs" / "chat-executor.log"

@@ -213,7 +213,11 @@ def _template(config: cfg.Config, name: str):
     broken = [e for e in errors if Path(e.file).stem == name]
     if broken:
         raise SystemExit(f"genbot: template {name} is broken: {broken[0]}")
-    raise SystemExit(f"genbot: no template {name!r}; templates: {', '.join(templates) or 'none'}")
+    import difflib
+    close = difflib.get_close_matches(name, list(templates), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise SystemExit(f"genbot: no template {name!r}{hint}; templates: "
+                     f"{', '.join(templates) or 'none'}")
 
 
 def cmd_templates(args) -> int:

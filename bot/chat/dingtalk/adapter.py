@@ -54,6 +54,7 @@ from storage.config import Config
 log = logging.getLogger("genbot.dingtalk")
 SIGN_WINDOW_MS = 3_600_000  # DingTalk's callback timestamps are good for an hour
 MEDIA_MAX = 20 * 2**20  # media/upload takes images and files up to 20 MB
+MEDIA_KEEP_MS = 24 * 3_600_000  # how long an uploaded media id is reused (DingTalk keeps 3 days)
 BACKOFF_MAX = 30.0
 
 
@@ -61,7 +62,8 @@ class DingTalk(Platform):
     name = "dingtalk"
     has_threads = False
     has_buttons = False
-    captions = False
+    captions = True  # a markdown message shows the image (by media id) under its caption
+    file_captions = False  # a file message has no text: its caption goes just before it
     default_lang = "zh"
     file_hint = "file_hint_dm"
 
@@ -75,6 +77,8 @@ class DingTalk(Platform):
         self.receive: Receive | None = None
         self.stream: Stream | None = None
         self.pairs = Recent()  # (timestamp, sign) -> the message it was taken for
+        self.media = Recent()  # (path, size, mtime) -> media_id: a retried send uploads nothing
+        self.pictures: dict[str, int] = {}  # user -> pictures named so far (图片1.png, …)
         self.delivered = Recent()  # msgIds handled lately
 
     # --- wiring -------------------------------------------------------------------------
@@ -183,8 +187,9 @@ class DingTalk(Platform):
         elif msgtype == "file" and code:
             files = (FileRef(text_of(content, "fileName") or "file",
                              int(number(content.get("fileSize"))), {"code": code}),)
-        elif msgtype == "picture" and code:
-            files = (FileRef(f"picture-{msg_id or 'x'}.png", 0, {"code": code}),)
+        elif msgtype == "picture" and code:  # a name a person can type into a sheet
+            self.pictures[user] = self.pictures.get(user, 0) + 1
+            files = (FileRef(f"图片{self.pictures[user]}.png", 0, {"code": code}),)
         elif msgtype == "richText" and isinstance(parts := content.get("richText"), list):
             text = " ".join(t for p in parts if (t := text_of(p, "text"))).strip()
         else:
@@ -202,28 +207,36 @@ class DingTalk(Platform):
 
     # --- outbound -----------------------------------------------------------------------
     async def send(self, out: Outgoing) -> str:
-        if out.file is not None:
-            return await self._send_file(out)
+        """Text, or an image under its caption as one markdown message (the image shown by
+        its media id, as DingTalk's own examples do), through the message's own reply
+        link while it lasts (it can @-mention), else the robot API. A file, or an image
+        with no caption, goes by the robot API (the reply link carries neither)."""
         if out.progress and self.can_edit:
             card = uuid.uuid4().hex
             await self.api.card(out.conversation, self.settings.card_template_id, card, out.text,
                                 update=False)
             return card
-        text = f"@{out.mention} {out.text}" if out.mention else out.text
+        if out.file is not None and not (out.image and out.text):
+            return await self._send_file(out)
+        picture = await self._media(out.file, True) if out.file is not None else None
+        mention = out.mention if out.conversation.startswith("group:") else None  # 1:1: no @
+        text = f"@{mention} {out.text}" if mention else out.text
+        lines = text.splitlines() or [""]
+        markdown = {"title": lines[0][:40], "text": "  \n".join(lines)
+                    + (f"\n\n![{out.file.name}]({picture})" if out.file and picture else "")}
         hook, expires = out.context.get("session_webhook"), out.context.get("session_expires", 0)
         if hook and expires - 60 > time.time():  # the message's own reply channel, while it lasts
-            message: dict[str, Any] = {"msgtype": "text", "text": {"content": text}}
-            if out.mention:
-                message["at"] = {"atUserIds": [out.mention]}
+            message: dict[str, Any] = {"msgtype": "markdown", "markdown": markdown} \
+                if picture or len(lines) > 1 else {"msgtype": "text", "text": {"content": text}}
+            if mention:
+                message["at"] = {"atUserIds": [mention]}
             try:
                 await self.api.reply(hook, message)
                 return f"session:{uuid.uuid4().hex[:12]}"
             except (TimeoutError, DeliveryError, aiohttp.ClientError) as e:
                 log.info("dingtalk: sessionWebhook refused (%s); using the robot API", e)
-        if "\n" in text:  # several lines: markdown keeps them apart and titles the notice
-            title = text.splitlines()[0][:40]
-            return await self.api.send(out.conversation, "sampleMarkdown", {
-                "title": title, "text": "  \n".join(text.splitlines())})
+        if picture or len(lines) > 1:  # markdown keeps lines apart and titles the notice
+            return await self.api.send(out.conversation, "sampleMarkdown", markdown)
         return await self.api.send(out.conversation, "sampleText", {"content": text})
 
     async def edit(self, message_id: str, out: Outgoing) -> None:
@@ -231,18 +244,29 @@ class DingTalk(Platform):
                             out.text, update=True)
 
     async def _send_file(self, out: Outgoing) -> str:
+        """An image alone, or a file. The media id is reused when a send is retried
+        (DingTalk keeps uploads for days): throttling does not double the uploads."""
         assert out.file is not None
-        data = await asyncio.to_thread(out.file.read_bytes)
-        name = out.file.name
+        name, media = out.file.name, await self._media(out.file, out.image)
         if out.image:
-            data, name = await asyncio.to_thread(fit_image, data, name)
-            media = await self.api.upload("image", name, data)
             return await self.api.send(out.conversation, "sampleImageMsg", {"photoURL": media})
-        if len(data) > MEDIA_MAX:
-            raise DeliveryError(f"{name} is over DingTalk's 20 MB", permanent=True)
-        media = await self.api.upload("file", name, data)
         return await self.api.send(out.conversation, "sampleFile", {
             "mediaId": media, "fileName": name, "fileType": Path(name).suffix.lstrip(".")})
+
+    async def _media(self, path: Path, image: bool) -> str:
+        stat = await asyncio.to_thread(path.stat)
+        key, now_ms = (str(path), stat.st_size, stat.st_mtime_ns, image), time.time() * 1000
+        if (known := self.media.get(key, now_ms)) is not None:
+            return known
+        data = await asyncio.to_thread(path.read_bytes)
+        name = path.name
+        if image:
+            data, name = await asyncio.to_thread(fit_image, data, name)
+        elif len(data) > MEDIA_MAX:
+            raise DeliveryError(f"{name} is over DingTalk's 20 MB", permanent=True)
+        media = await self.api.upload("image" if image else "file", name, data)
+        self.media.add(key, media, now_ms + MEDIA_KEEP_MS, now_ms)
+        return media
 
 
 class Recent:

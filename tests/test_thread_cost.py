@@ -1,0 +1,86 @@
+"""What a batch costs a conversation besides its images, on Slack and on DingTalk, for
+2, 4 and 50 rows: the target is three — the acceptance, one progress message (edited in
+place, or its milestones where nothing can be edited), one summary with its files. The
+figures are printed (pytest -s) and kept in docs/chat.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.dingtalkfake import FakeDingTalk
+from tests.test_dingtalk import DingWorld, ding_config
+from tests.test_slack import SlackWorld, slack_config
+
+ASSETS = ROOT / "examples" / "assets"
+SIZES = (2, 4, 50)
+
+
+def sheet(rows: int) -> bytes:
+    lines = [f"{'bottle' if i % 2 else 'chair'}.png,Title {i}" for i in range(rows)]
+    return ("image,title\n" + "\n".join(lines) + "\n").encode()
+
+
+async def slack_cost(tmp_path, demo_models, rows: int) -> int:
+    from tests.slackfake import FakeSlack
+    fake = await FakeSlack().start()
+    try:
+        config = slack_config(tmp_path / f"slack{rows}", demo_models, fake)
+        async with SlackWorld(config, fake) as w:
+            files = [fake.share(f"s{rows}.csv", sheet(rows)),
+                     *[fake.share(n, (ASSETS / n).read_bytes()) for n in ("bottle.png",
+                                                                         "chair.png")]]
+            await w.slack.message("", channel="D1", im=True, files=files)
+            await w.until(lambda: fake.top("D1"))
+            await w.slack.command("/gen", f"social_thumb s{rows}.csv")
+            (accepted,) = await w.until(lambda: fake.top("C1"))
+            w.start_executor()
+            await w.finish(timeout=240)
+            await w.until(lambda: [f for f in fake.files if f["name"] == "results.xlsx"])
+            posts = [m for m in fake.messages if m["channel"] == "C1"]
+            uploads = {f["comment"] for f in fake.files if f["channel"] == "C1"
+                       and not f["name"].startswith("thumb_")}
+            assert len([f for f in fake.files if f["name"].startswith("thumb_")]) == rows
+            return len(posts) + len(uploads)
+    finally:
+        await fake.stop()
+
+
+async def dingtalk_cost(tmp_path, demo_models, rows: int) -> int:
+    fake = await FakeDingTalk().start()
+    try:
+        config = ding_config(tmp_path / f"ding{rows}", demo_models, fake, mode="http")
+        async with DingWorld(config, fake) as w:
+            await w.say(file=(f"s{rows}.csv", sheet(rows)))
+            for name in ("bottle.png", "chair.png"):
+                await w.say(file=(name, (ASSETS / name).read_bytes()))
+            await w.until(lambda: len(fake.messages("user:staff1")) >= 3)  # the files, received
+            before = len(fake.messages("user:staff1"))
+            await w.gen(f"/gen social_thumb s{rows}.csv")
+            w.start_executor()
+            await w.finish(timeout=240)
+            await w.until(lambda: [m for m in fake.sent if m["key"] == "sampleFile"])
+            shown = fake.messages("user:staff1")[before:]
+            rows_shown = [m for m in shown if m.get("key") == "sampleMarkdown"
+                          and "](@" in m["param"]["text"] and "thumb_" in m["param"]["text"]]
+            assert len(rows_shown) == rows  # one message per row: its caption and its image
+            return len(shown) - len(rows_shown)
+    finally:
+        await fake.stop()
+
+
+@pytest.mark.slow
+async def test_a_batch_costs_three_messages_on_slack_and_says_why_more_on_dingtalk(
+        tmp_path, demo_models, capsys):
+    costs = {"slack": [await slack_cost(tmp_path, demo_models, n) for n in SIZES],
+             "dingtalk": [await dingtalk_cost(tmp_path, demo_models, n) for n in SIZES]}
+    with capsys.disabled():
+        print("\nmessages besides the images, per batch of", ", ".join(map(str, SIZES)),
+              "rows")
+        for platform, cost in costs.items():
+            print(f"  {platform:9}", "  ".join(f"{n:>3}" for n in cost))
+    assert costs["slack"] == [3, 3, 3]  # acceptance, progress (edited), summary with files
+    # DingTalk edits nothing without an interactive card and a file rides in no text
+    # message: acceptance, "started", the quarters really passed, the summary showing its
+    # contact sheet, the results file.
+    assert costs["dingtalk"] == [5, 5, 7]
