@@ -29,7 +29,12 @@ CATALOG: dict[str, tuple[str, str]] = {
                  "“{value}”不是尺寸，应如 1024x768（每边 {min} 到 {max} 像素）"),
     # An image a cell names.
     "image_not_found": ('no image "{ref}" among the files sent with the sheet or in the '
-                        "assets folder", "找不到图片“{ref}”：随表格发送的文件和素材目录中都没有"),
+                        "assets folder ({assets}): send it with the sheet",
+                        "找不到图片“{ref}”：随表格发送的文件和素材目录（{assets}）中都没有，请随表格一起发送"),
+    "image_not_found_here": ('no image "{ref}" beside the sheet ({folder}) or in the assets '
+                             "folder ({assets}): put it in one of them, or fix the name",
+                             "找不到图片“{ref}”：表格所在目录（{folder}）和素材目录（{assets}）中都没有，"
+                             "请放入其中之一，或改正文件名"),
     "image_bad_reference": ('"{ref}" is not a file name or an http(s) link',
                             "“{ref}”不是文件名，也不是 http(s) 链接"),
     "image_url_not_allowed": ('downloads from {host} are not allowed (ask an admin to add it '
@@ -285,6 +290,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "queue_worker_takes": (" · takes {models}", " · 接收 {models}"),
     "queue_unplaced": ("{jobs:,} queued jobs need {model}, which no running executor takes.",
                        "{jobs:,} 个排队任务需要 {model}，没有运行中的执行器接收。"),
+    "demo_note": (" Demo model ({models}) — images are noise; see README, Models, for real ones.",
+                  "（演示模型 {models}——生成的图是噪点；真实模型见 README 的 Models 一节。）"),
+    "queue_executor_starting": ("The executor is starting: queued jobs begin once it is up.",
+                                "执行器正在启动：启动后即开始处理排队任务。"),
     "queue_no_workers": ("No executor is running: queued jobs wait until one starts.",
                          "没有运行中的执行器：排队任务将等待执行器启动。"),
     "canceled": ("Canceled: {ended:,} queued jobs ended, {asked:,} running told to stop.",

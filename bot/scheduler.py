@@ -13,6 +13,7 @@ runs daily at 03:30 ([queue] retention_days); the digest goes to [chat] digest a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import datetime
 from typing import Any
@@ -36,20 +37,37 @@ class Scheduler:
         self.config, self.queue, self.store = app.config, app.queue, app.store
         self.clock = app.clock
         self.apscheduler: Any = None
+        self.stopping = False
+
+    def _quiet(self, work: Any) -> Any:
+        """A job as the scheduler runs it: one caught by the service stopping (the
+        database closing under it) ends quietly instead of logging a traceback."""
+        async def run() -> Any:
+            try:
+                return await work()
+            except asyncio.CancelledError:
+                return None
+            except Exception:
+                if self.stopping:
+                    return None
+                raise
+        run.__name__ = run.__qualname__ = work.__name__
+        return run
 
     def start(self) -> None:
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
         from apscheduler.triggers.cron import CronTrigger
         from apscheduler.triggers.interval import IntervalTrigger
         self.apscheduler = AsyncIOScheduler()
-        self.apscheduler.add_job(self.tick, IntervalTrigger(seconds=TICK), id="schedules",
-                                 max_instances=1, coalesce=True, next_run_time=datetime.now())
-        self.apscheduler.add_job(self.retention, CronTrigger(hour=3, minute=30), id="retention",
-                                 max_instances=1, coalesce=True)
+        self.apscheduler.add_job(self._quiet(self.tick), IntervalTrigger(seconds=TICK),
+                                 id="schedules", max_instances=1, coalesce=True,
+                                 next_run_time=datetime.now())
+        self.apscheduler.add_job(self._quiet(self.retention), CronTrigger(hour=3, minute=30),
+                                 id="retention", max_instances=1, coalesce=True)
         chat = self.config.chat
         if chat.digest and self.outbox is not None:
             hour, minute = chat.digest_at.split(":")
-            self.apscheduler.add_job(self.digest, CronTrigger(
+            self.apscheduler.add_job(self._quiet(self.digest), CronTrigger(
                 hour=int(hour), minute=int(minute), timezone=ZoneInfo(chat.timezone)),
                 id="digest", max_instances=1, coalesce=True)
         self.apscheduler.start()
@@ -95,6 +113,7 @@ class Scheduler:
         return forgotten
 
     def stop(self) -> None:
+        self.stopping = True
         if self.apscheduler is not None and self.apscheduler.running:
             self.apscheduler.shutdown(wait=False)
 

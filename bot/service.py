@@ -113,6 +113,7 @@ class Service:
         if self.executor:
             self.supervisor = Supervisor(config, queue=self.queue)
             self.supervisor.start()
+            self.app.executor_starting = True
         self.core.start()
         self.scheduler = Scheduler(self.app, outbox=self.core.outbox)
         self.scheduler.start()

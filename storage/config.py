@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any, cast
 
 ENV_PREFIX = "GENBOT_"
+# GENBOT_ variables that are not [section] keys: read by genbot's commands and tests.
+OTHER_ENV = {"GENBOT_CONFIG", "GENBOT_TOKEN", "GENBOT_SERVER", "GENBOT_SUPERVISOR_PID",
+             "GENBOT_TEST_PG", "GENBOT_REALSHEETS"}
 CONFIG_ENV = "GENBOT_CONFIG"
 DEFAULT_FILE = "config.toml"
 
@@ -364,6 +367,11 @@ class Config:
             return self.models_dir / "demo" / entry.path.removeprefix("demo:")
         return (Path(self.base_dir) / entry.path).resolve()
 
+    def demo_models(self, names: Any) -> list[str]:
+        """Which of these model names are genbot's demo models (their images are noise)."""
+        return sorted({n for n in names if n in self.models
+                       and self.models[n].path.startswith("demo:")})
+
     @property
     def database_url(self) -> str:
         return self.database.url or f"sqlite:///{self.data_dir / 'genbot.sqlite3'}"
@@ -497,7 +505,7 @@ def from_dict(data: dict[str, Any], *, source: str = "built-in defaults", base_d
     for section, body in data.items():
         if section not in known:
             raise ConfigError(f"{source}: unknown section "
-                              f"[{section}]{_did_you_mean(section, known)}")
+                              f"[{section}]{_did_you_mean(section, [*known, 'models'])}")
         if not isinstance(body, dict):
             raise ConfigError(f"{source}: {section} must be a [{section}] table")
         fields = {f.name: f for f in dataclasses.fields(known[section])}
@@ -512,6 +520,14 @@ def from_dict(data: dict[str, Any], *, source: str = "built-in defaults", base_d
                 raise ConfigError(f"{source}: unknown key [{section}] {name}{hint}")
             checked[name] = _check_value(fields[name], value, f"{source}: [{section}] {name}")
         values[section] = checked
+    settable = {f"{ENV_PREFIX}{section}_{f.name}".upper()
+                for section, cls in known.items() for f in dataclasses.fields(cls)}
+    for name in env:
+        if name.startswith(ENV_PREFIX) and name not in settable | OTHER_ENV \
+                and not name.startswith(f"{ENV_PREFIX}MODELS_"):
+            raise ConfigError(f"environment {name}: not a genbot setting"
+                              f"{_did_you_mean(name, sorted(settable))} (a typo is ignored "
+                              "silently otherwise; unset it)")
     for section, cls in known.items():
         for f in dataclasses.fields(cls):
             name = f"{ENV_PREFIX}{section}_{f.name}".upper()

@@ -284,7 +284,8 @@ async def test_genbot_submit_sends_the_sheet_and_its_pictures_and_waits(tmp_path
         code, out, err = await genbot("social_thumb", "examples/social_thumb.xlsx", "--wait")
         assert code == 0, err
         assert out.splitlines()[0].startswith("batch 1: 2 social_thumb jobs")
-        assert "batch 1: 2 of 2 succeeded" in out and out.rstrip().endswith("results.xlsx")
+        assert "batch 1: 2 of 2 succeeded" in out and "files/results.xlsx" in out
+        assert out.rstrip().splitlines()[-1].startswith("images:  http")  # where to look
         jobs = await w.queue.batch_jobs(1)
         assert {j.status for j in jobs} == {"succeeded"}  # the pictures went along
         code, _, err = await genbot("social_thumb", "examples/social_thumb.xlsx", token=VIEWER)
@@ -734,3 +735,25 @@ async def test_healthz_answers_without_the_database_and_queue_reads_its_own_writ
     finally:
         hang.set()
         api.queue.db.fetch = fetch
+
+
+async def test_genbot_submit_tells_a_refused_token_from_an_unreachable_server(
+        tmp_path, demo_models):
+    import asyncio
+
+    from tests.conftest import PYTHON, python_env
+    async with ApiWorld(api_config(tmp_path, demo_models)) as w:
+        sheet = tmp_path / "s.csv"
+        sheet.write_text("image,title\nbottle.png,A\n")
+
+        async def submit(token: str, server: str = w.url) -> tuple[int, str]:
+            proc = await asyncio.create_subprocess_exec(
+                PYTHON, "-m", "bot.cli", "submit", "social_thumb", str(sheet), "--server",
+                server, cwd=tmp_path, env=python_env() | {"GENBOT_TOKEN": token},
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            _, err = await proc.communicate()
+            return proc.returncode, err.decode()
+        code, err = await submit("not-a-token-00000000")
+        assert code == 3 and "local-admin.token" in err and "Traceback" not in err
+        code, err = await submit(ALICE, server="http://127.0.0.1:9")  # nothing listens there
+        assert code == 2 and "cannot reach" in err

@@ -138,7 +138,7 @@ async def test_a_bad_sheet_is_reported_by_cell_and_nothing_is_queued(world):
         "bad.csv: 2 of 2 rows have problems; nothing was queued.",
         'row 2, column "width": 12 is less than 64',
         'row 3, column "image": no image "missing.png" among the files sent with the sheet or '
-        "in the assets folder"]
+        f"in the assets folder ({world.app.config.assets_dir.resolve()}): send it with the sheet"]
     assert await world.queue.batches_of("test:U1") == []
     # --skip-invalid: the good rows go ahead, the report says which were skipped
     good = p.upload("mixed.csv", b"image,title\nbottle.png,A\nmissing.png,B\n")

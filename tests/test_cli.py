@@ -184,7 +184,8 @@ def test_validate_reports_like_the_bot(workdir, capsys):
     assert code == 1
     assert out.splitlines() == [
         "bad.csv：1 行中有 1 行有问题，未提交任何任务。",
-        "第 2 行，“product_image”列：找不到图片“nothere.png”：随表格发送的文件和素材目录中都没有",
+        f"第 2 行，“product_image”列：找不到图片“nothere.png”：表格所在目录（{workdir}）和素材目录"
+        f"（{workdir / 'assets'}）中都没有，请放入其中之一，或改正文件名",
         "第 2 行，“steps”列：500 大于最大值 100"]
     assert not (workdir / "data").exists()  # validating stores nothing
 
@@ -217,3 +218,12 @@ def test_a_misspelled_template_gets_a_did_you_mean(workdir, capsys):
 def test_canceling_a_batch_that_does_not_exist_says_so(workdir, capsys):
     assert main(["queue", "cancel", "--batch", "999"]) == 1
     assert capsys.readouterr().err.strip() == "genbot: There is no batch 999."
+
+
+def test_check_config_checks_that_model_paths_exist(workdir, capsys, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'[service]\ndata_dir = "{tmp_path / "d"}"\n'
+                      f'[models]\nsdxl = "{tmp_path / "nowhere"}"\n')
+    assert main(["check-config", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "config has problems" in err and "[models] sdxl:" in err and "nowhere" in err

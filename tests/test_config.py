@@ -158,3 +158,14 @@ def test_digest_settings_are_checked(tmp_path):
         '[chat] digest_at = "9am": expected a time of day as HH:MM, e.g. "09:00"')
     config = load_text(tmp_path, '[chat]\ndigest = "dingtalk:cid42"\ndigest_at = "7:05"\n', {})
     assert (config.chat.digest, config.chat.digest_at) == ("dingtalk:cid42", "7:05")
+
+
+def test_a_misspelled_environment_variable_or_section_gets_a_did_you_mean():
+    with pytest.raises(cfg.ConfigError) as e:
+        cfg.from_dict({}, env={"GENBOT_QUEUE_MAX_QUEUE_SISE": "5"})
+    assert "GENBOT_QUEUE_MAX_QUEUE_SISE: not a genbot setting — did you mean " \
+        "GENBOT_QUEUE_MAX_QUEUE_SIZE?" in str(e.value)
+    with pytest.raises(cfg.ConfigError) as e:
+        cfg.from_dict({"modles": {"x": "demo:sd15"}})
+    assert "unknown section [modles] — did you mean models?" in str(e.value)
+    assert cfg.from_dict({}, env={"GENBOT_TOKEN": "t", "GENBOT_MODELS_MINE": "demo:sd15"})

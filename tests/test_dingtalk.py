@@ -394,3 +394,17 @@ def test_fields_of_wrong_types_are_read_or_ignored_and_replay_memory_expires(tmp
     for i in range(100):
         recent.add(("u", i), "m", later + SIGN_WINDOW_MS, later)
     assert len(recent) <= 100
+
+
+async def test_refused_credentials_are_said_once_and_hold_nothing_up(tmp_path, demo_models,
+                                                                     fake, caplog):
+    import logging
+    caplog.set_level(logging.INFO)
+    config = ding_config(tmp_path, demo_models, fake, mode="http", app_secret="wrong")
+    async with asyncio.timeout(20):
+        async with DingWorld(config, fake) as w:
+            async with w.session.get(f"{w.url}/healthz") as r:
+                assert r.status == 200  # the service is up meanwhile
+            await w.until(lambda: [r for r in caplog.records
+                                   if "dingtalk: cannot sign in as app" in r.getMessage()])
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

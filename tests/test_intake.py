@@ -325,6 +325,9 @@ async def test_image_cells_resolve_to_stored_rgb_pngs(tmp_path, template, settin
     assert logo.mode == "RGB" and logo.getpixel((0, 0)) == (255, 255, 255)  # transparent -> white
     assert result.jobs[0].workflow["nodes"][0]["inputs"]["init_image"] == \
         result.jobs[0].workflow["params"]["ref"]
+    # ...and as the sheet named them, for the results sheet to show
+    assert [j.workflow["named"] for j in (result.jobs[0], result.jobs[-1])] == [
+        {"ref": "shot.jpg"}, {"ref": "pics/logo.png"}]
 
 
 @pytest.mark.parametrize("ref, code", [
@@ -641,3 +644,12 @@ def test_any_cell_text_is_a_safe_name_or_none():
     from bot.intake.images import relative_name
     assert relative_name("a/" + "y" * 300 + ".png") is None
     assert relative_name("bell\x07.png") is None and relative_name("x" * 255) == "x" * 255
+
+
+async def test_a_picture_saved_with_a_spreadsheet_name_says_what_it_is(template, settings,
+                                                                        resolver):
+    result = await run(template, "photo.xlsx", png(), settings, resolver)
+    assert [i.render() for i in result.file_issues] == [
+        '"photo.xlsx" is a PNG image, not a spreadsheet: send the .xlsx, .xls, .ods or .csv '
+        "file itself"]
+    assert "PNG 图片" in result.report("zh") and "zip" not in result.report()

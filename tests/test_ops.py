@@ -135,3 +135,16 @@ def test_contact_sheet_tiles_captioned_thumbnails(tmp_path):
     assert sheet.size == (3 * 256, 2 * (256 + 28))
     with pytest.raises(ValueError):
         contact_sheet([])
+
+
+def test_resize_to_a_width_with_an_aspect_gives_the_aspects_height(ctx):
+    cropped = REGISTRY["crop"].run(ctx, Image.new("RGB", (1200, 902), "#123456"), "4:5")
+    assert REGISTRY["resize"].run(ctx, cropped, width=1080).size == (1080, 1349)  # rounding
+    assert REGISTRY["resize"].run(ctx, cropped, width=1080, aspect="4:5").size == (1080, 1350)
+
+
+def test_a_watermark_keeps_off_the_title_band(ctx):
+    base = Image.new("RGB", (300, 200), "#000000")
+    out = np.asarray(REGISTRY["watermark"].run(ctx, base, "genbot", opacity=0.5,
+                                                avoid="bottom"))
+    assert out[100:].max() == 0 and out[:100].max() > 0  # moved to the top edge

@@ -51,3 +51,10 @@ def test_contact_sheet_labels_name_the_rows_key_value_and_row():
     assert label(j, template) == "BTL-001 · row 7"
     assert label(j, template, "zh") == "BTL-001 · 第 7 行"
     assert label(job(3, {}), template) == "row 3"
+
+
+def test_a_picture_is_shown_as_the_sheet_named_it_not_as_stored():
+    j = job(2, {"image": "inputs/3f9a.png", "title": "A"})
+    j.workflow["named"] = {"image": "assets/bottle.png"}
+    sheet = load_workbook(io.BytesIO(results_xlsx([j], ["image", "title"]))).active
+    assert [c.value for c in sheet[2]][1:3] == ["assets/bottle.png", "A"]

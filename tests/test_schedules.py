@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from bot.app.values import next_fire
 from bot.scheduler import Scheduler
 from tests.chatfake import World
@@ -151,3 +153,26 @@ async def test_the_daily_digest_is_posted_once_a_day_in_the_conversations_langua
                              "生成最多：test:U1 (2), test:U2 (1)。")
         clock.advance(86400)
         assert await s.digest() is True  # the next day's
+
+
+async def test_a_job_caught_by_the_service_stopping_ends_quietly():
+    import asyncio
+
+    class Stub:
+        config = queue = store = None
+
+        @staticmethod
+        def clock() -> float:
+            return 0.0
+    scheduler = Scheduler(Stub())  # type: ignore[arg-type]
+
+    async def cut() -> None:
+        raise asyncio.CancelledError
+
+    async def broken() -> None:
+        raise RuntimeError("database is not open")
+    assert await scheduler._quiet(cut)() is None  # the service stopping under it
+    with pytest.raises(RuntimeError):
+        await scheduler._quiet(broken)()  # a real failure still surfaces...
+    scheduler.stop()
+    assert await scheduler._quiet(broken)() is None  # ...unless the service is stopping

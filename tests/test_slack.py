@@ -497,3 +497,29 @@ async def test_files_shared_in_a_channel_with_only_a_mention_are_answered_as_in_
         (got,) = await w.until(lambda: fake.thread(ts))
         assert got["text"] == ("Got product_main.xlsx, bottle.png, chair.png. To run a sheet: "
                                "/gen TEMPLATE product_main.xlsx (/templates lists the templates).")
+
+
+async def test_a_refused_app_token_never_holds_up_the_service(tmp_path, demo_models, fake,
+                                                              caplog):
+    """Socket Mode keeps trying in the background, one line per attempt; the service
+    starts, answers and stops cleanly meanwhile."""
+    import logging
+    caplog.set_level(logging.INFO)
+    config = slack_config(tmp_path, demo_models, fake, signing_secret="",
+                          app_token="xapp-refused")
+    async with asyncio.timeout(20):
+        async with SlackWorld(config, fake) as w:
+            async with w.slack.session.get(f"{w.url}/healthz") as r:
+                assert r.status == 200
+            await w.until(lambda: [r for r in caplog.records
+                                   if "Socket Mode connection failed (invalid_auth)" in r.message])
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_the_start_says_whom_the_bot_token_signs_in_as(tmp_path, demo_models, fake,
+                                                            caplog):
+    import logging
+    caplog.set_level(logging.INFO)
+    async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
+        await w.until(lambda: [r for r in caplog.records
+                               if r.getMessage() == "slack: signed in as genbot in Fake"])

@@ -146,6 +146,9 @@ class App:
             settings = dataclasses.replace(settings, admins=[*settings.admins, *local_admins])
         self.permissions = Permissions(settings, self.access, queue, clock=self.clock)
         self.schedules = Schedules(queue.db, clock=self.clock)
+        # Set by a front that starts an executor beside itself (genbot chat, serve): until
+        # that one registers, "no executor" would be untrue — it is starting.
+        self.executor_starting = False
 
     # --- names and reads --------------------------------------------------------------
     def template(self, name: str) -> Template:

@@ -61,7 +61,7 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en") -> bytes:
     sheet.append([say("col_row", lang), *names, say("col_status", lang),
                   say("col_output", lang), say("col_error", lang)])
     for job in jobs:
-        values = job.values
+        values = {**job.values, **job.workflow.get("named", {})}  # pictures as the sheet named them
         sheet.append([writable(_cell(v)) for v in (job.row, *[values.get(n) for n in names],
                                                    str(job.status), ", ".join(job.outputs),
                                                    job.error or "")])

@@ -187,7 +187,8 @@ async def queue_(turn: Turn, cmd: Command) -> None:
             turn.append("queue_worker_takes", models=", ".join(w.allow) or "-")
     live = [w for w in workers if w.live]
     if not live:
-        turn.add("queue_no_workers")
+        turn.add("queue_executor_starting" if turn.app.executor_starting
+                 else "queue_no_workers")
     elif all(w.allow is not None for w in live):  # placement: is anyone taking these?
         taken = {m for w in live for m in w.allow or ()}
         for model, jobs in (await queue.queued_by_affinity()).items():

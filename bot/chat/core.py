@@ -44,6 +44,7 @@ class ChatCore:
                                  editable=[n for n, p in self.platforms.items() if p.can_edit],
                                  bundles=[n for n, p in self.platforms.items()
                                           if p.bundles_files],
+                                 demo=config.demo_models(config.models),
                                  templates=app.templates, font=config.executor.font,
                                  auto_save=config.queue.auto_save, clock=clock)
         self.chat = Chat(app, inbox=self.inbox, outbox=self.outbox, platforms=self.platforms,

@@ -41,13 +41,14 @@ SMALL = 8  # rows: a smaller batch gets only the halfway milestone (each is a me
 class Notifier:
     def __init__(self, queue: Queue, outbox: Outbox, store: FileStore, *,
                  platforms: Iterable[str], editable: Iterable[str] = (),
-                 bundles: Iterable[str] = (),
+                 bundles: Iterable[str] = (), demo: Iterable[str] = (),
                  templates: dict[str, Template] | None = None, font: str = "",
                  auto_save: bool = True, clock: Callable[[], float] = time.time):
         self.queue, self.outbox, self.store = queue, outbox, store
         self.platforms = set(platforms)
         self.editable = set(editable)  # platforms that edit one progress message in place
         self.bundles = set(bundles)  # platforms whose one message carries text and files
+        self.demo = set(demo)  # model names that are genbot's demo models
         self.telling: dict[int, list[str]] = {}  # batch -> the columns that tell rows apart
         self.auto_save = auto_save
         # One reader per set of platforms: a `genbot chat` beside `genbot serve` keeps its own.
@@ -140,6 +141,11 @@ class Notifier:
                        if eta is not None else say("eta_unknown", lang))
         if batch.meta.get("retry_of"):
             text += say("retry_of", lang, batch=batch.meta["retry_of"])
+        if self.demo:
+            used = sorted({j.affinity for j in await self.queue.batch_jobs(batch.id)
+                           if j.affinity} & self.demo)
+            if used:
+                text += say("demo_note", lang, models=", ".join(used))
         await self._owe(batch_key(batch.id, "accepted"), batch, "text", {"text": text},
                         answer=True)
 

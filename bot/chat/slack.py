@@ -20,6 +20,8 @@ outbox as a DeliveryError (with Retry-After), or as permanent for errors no retr
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
 import re
@@ -64,6 +66,8 @@ PERMANENT = frozenset({
 })
 DOWNLOAD_TIMEOUT = aiohttp.ClientTimeout(total=120)  # a sheet of up to [intake] max_file_mb
 RESPOND_TIMEOUT = aiohttp.ClientTimeout(total=30)  # a short answer to the person who asked
+CONNECT_TIMEOUT = 30.0  # seconds for Socket Mode to connect before trying again
+BACKOFF_MAX = 60.0
 SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")  # what Slack sends: hex of an HMAC-SHA256
 NOT_SERVED = ("genbot does not serve this channel; ask an admin. · "
               "此频道未启用 genbot，请联系管理员。")
@@ -150,11 +154,46 @@ class Slack(Platform):
         return None
 
     async def start(self) -> None:
+        """Socket Mode connects in the background: a refused token or an unreachable
+        Slack must not hold up the service, the other platforms or a clean shutdown."""
+        self.spawn(self._check(), name="slack-auth-test")
         if self.settings.app_token:
-            from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+            self.spawn(self._connect(), name="slack-socket-mode")
+
+    async def _check(self) -> None:
+        """One clear line at start: whom the bot token signs in as, or why it cannot."""
+        try:
+            me = await self.client.auth_test()
+            log.info("slack: signed in as %s in %s", me.get("user"), me.get("team"))
+        except SlackApiError as e:
+            log.warning("slack: the bot token is refused (%s): check [slack] bot_token",
+                        e.response.get("error"))
+        except Exception as e:  # slack.com out of reach: messages wait in the outbox
+            log.warning("slack: cannot reach Slack to check the bot token (%s)",
+                        str(e)[:200] or type(e).__name__)
+
+    async def _connect(self) -> None:
+        from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+        delay = 1.0
+        while True:
             self.socket = AsyncSocketModeHandler(self.app, self.settings.app_token)
-            await self.socket.connect_async()
-            log.info("slack: connected over Socket Mode")
+            try:
+                # Asked once first: the SDK's own connect retries a refused token forever,
+                # a traceback each time.
+                await self.client.apps_connections_open(app_token=self.settings.app_token)
+                await asyncio.wait_for(self.socket.connect_async(), CONNECT_TIMEOUT)
+                log.info("slack: connected over Socket Mode")
+                return
+            except Exception as e:  # a refused token, or slack.com out of reach
+                reason = getattr(getattr(e, "response", None), "get", lambda _: None)("error") \
+                    or str(e) or type(e).__name__
+                log.warning("slack: Socket Mode connection failed (%s); trying again in %.0f s",
+                            str(reason)[:200], delay)
+                with contextlib.suppress(Exception):
+                    await self.socket.close_async()
+                self.socket = None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
 
     async def close(self) -> None:
         if self.socket is not None:

@@ -55,6 +55,7 @@ async def chat(config: Config, user: str | None = None, *, executor: bool = True
         log = open(log_file, "ab")
         supervisor = Supervisor(config, stderr=log)
         supervisor.start()
+        app.executor_starting = True
     core.start()
     try:
         while True:

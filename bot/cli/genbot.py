@@ -72,6 +72,8 @@ def cmd_models(args) -> int:
             what = f"{info.kind}, {info.family or 'any family'}"
         except ModelError as e:
             what = f"NOT USABLE: {e}"
+        if entry.path.startswith("demo:"):
+            what += " — demo model: images are noise (README, Models: real ones)"
         print(f"{name:<16} {entry.path:<32} {what}")
     return 0
 
@@ -93,10 +95,29 @@ def cmd_models_demo(args) -> int:
 
 
 def cmd_check_config(args) -> int:
+    """The keys, and what they point at: a model path that is not there fails here, not
+    at the first job that needs it."""
+    from executor.models import ModelError, Registry
     config = _load(args)
+    problems = []
+    registry = Registry(config)
+    for name in registry.names:
+        if config.models[name].path.startswith("demo:"):
+            continue  # built by genbot when first needed
+        try:
+            registry.get(name)
+        except ModelError as e:
+            problems.append(f"[models] {name}: {e}")
+    if problems:
+        print(f"config has problems ({config.source}):", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
     print(f"config OK ({config.source})")
     print(f"  database: {Database(config.database_url).display_url}")
-    print(f"  data dir: {config.data_dir}")
+    print(f"  data dir: {config.data_dir}" + (
+        "  (relative paths are read from the config file's folder)"
+        if args.config or os.environ.get(cfg.CONFIG_ENV) else ""))
     print(f"  listen:   http://{config.service.host}:{config.service.port}")
     return 0
 

@@ -63,6 +63,10 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
             return 1
         batch = result.batch_id
         print(f"batch {batch}: {result.jobs} jobs of {name} from {sheet.name}", flush=True)
+        demo = config.demo_models(j.affinity for j in await queue.batch_jobs(batch))
+        if demo:
+            print(f"note: demo model ({', '.join(demo)}) — images are noise; see README, "
+                  "Models, for real ones", flush=True)
         log_file = config.data_dir / "logs" / f"run-batch-{batch}.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(log_file, "ab") as log:

@@ -3,7 +3,9 @@
 The pictures the sheet's image cells name are found beside it and sent along (the
 template says which columns hold images). With --wait a live progress bar follows the
 batch; the exit code says how it went: 0 every job succeeded, 1 some did not (or the
-sheet was refused), 2 the server could not be asked.
+sheet was refused), 2 the server could not be asked, 3 no token or a refused one.
+With no token given, a service on this machine is asked with its own admin token
+(data_dir/local-admin.token), as the dashboard's sign-in suggests.
 """
 
 from __future__ import annotations
@@ -17,16 +19,31 @@ from pathlib import Path
 import aiohttp
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
+TOKEN_EXIT = 3  # no token, or one the server refused: not "unreachable" (2)
+
+
+def local_token(server: str) -> str | None:
+    """The admin token a service on this machine keeps for its own user, if any."""
+    from urllib.parse import urlsplit
+
+    from storage.config import ConfigError, load
+    if urlsplit(server).hostname not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    try:
+        path = load().data_dir / "local-admin.token"
+        return path.read_text().strip() or None
+    except (ConfigError, OSError):
+        return None
 
 
 def submit(template: str, sheet: Path, *, server: str | None, token: str | None,
            priority: str, wait: bool, key: str | None = None) -> int:
     server = (server or os.environ.get("GENBOT_SERVER") or DEFAULT_SERVER).rstrip("/")
-    token = token or os.environ.get("GENBOT_TOKEN")
+    token = token or os.environ.get("GENBOT_TOKEN") or local_token(server)
     if not token:
-        print("genbot: a token is needed: --token T or GENBOT_TOKEN ([api] tokens on the server)",
-              file=sys.stderr)
-        return 2
+        print("genbot: a token is needed: --token T or GENBOT_TOKEN ([api] tokens on the "
+              "server; a fresh install's is in its data_dir/local-admin.token)", file=sys.stderr)
+        return TOKEN_EXIT
     try:
         return asyncio.run(_submit(template, sheet, server, token, priority, wait, key))
     except (aiohttp.ClientError, OSError, TimeoutError) as e:
@@ -58,10 +75,15 @@ async def _submit(template: str, sheet: Path, server: str, token: str, priority:
             print(f"skipped: {problem['message']}", file=sys.stderr)
         print(f"batch {batch['id']}: {batch['total']} {template} jobs "
               f"({server}/api/v1/batches/{batch['id']})", flush=True)
+        if batch.get("demo_models"):
+            print(f"note: demo model ({', '.join(batch['demo_models'])}) — images are noise; "
+                  "see README, Models, for real ones", flush=True)
         if not wait:
             return 0
         code = await follow(http, batch["id"], batch["total"])
         print(f"results: {server}/api/v1/batches/{batch['id']}/files/results.xlsx")
+        print(f"images:  {server}/dashboard/#/batches/{batch['id']} (each at "
+              f"{server}/api/v1/jobs?batch={batch['id']})")
         return code
 
 
@@ -134,4 +156,9 @@ async def _answer(r: aiohttp.ClientResponse) -> dict:
 def _error(body: dict, status: int) -> int:
     error = (body or {}).get("error", {})
     print(f"genbot: {error.get('message') or f'HTTP {status}'}", file=sys.stderr)
+    if status == 401:
+        print("genbot: the token was refused; pass one of the server's [api] tokens (on the "
+              "server's machine, a fresh install's is in data_dir/local-admin.token)",
+              file=sys.stderr)
+        return TOKEN_EXIT
     return 1 if status in (403, 404, 409, 413, 422, 429) else 2

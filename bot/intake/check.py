@@ -263,6 +263,7 @@ async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
             await asyncio.sleep(0)  # let the event loop serve others during a big sheet
         issues: list[Issue] = []
         values: dict[str, Any] = {}
+        named: dict[str, str] = {}  # an image parameter's value as the sheet named it
         for p in template.params.values():
             index = columns.get(p.name)
             raw = cells[index] if index is not None else None
@@ -272,6 +273,7 @@ async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
                     raise Problem("cell_error", shown=str(raw))
                 value = coerce(p, raw)
                 if p.type == "image" and value is not None:
+                    named[p.name] = str(value)
                     value = await images.resolve(value)
                 values[p.name] = value
             except Problem as e:
@@ -280,6 +282,8 @@ async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
             extras = {h: cells[i] for i, h in enumerate(sheet.headers) if h}
             try:
                 workflow = bind(template, values, row=number, extras=extras)
+                if named:
+                    workflow["named"] = named
             except Problem as e:
                 issues.append(Issue(e.code, e.details, number))
             else:

@@ -112,7 +112,8 @@ def relative_name(ref: str) -> str | None:
 
 
 def folder_attachments(folder: Path) -> Attachments:
-    """Files under `folder`, by relative name; nothing outside it."""
+    """Files under `folder`, by relative name; nothing outside it. (`get.folder` names
+    it, for a message that says where a missing picture was looked for.)"""
     root = Path(folder).resolve()
 
     async def get(name: str) -> bytes | None:
@@ -123,6 +124,7 @@ def folder_attachments(folder: Path) -> Attachments:
             return await asyncio.to_thread(path.read_bytes)
         except (OSError, ValueError):  # a name the file system refuses: no such file
             return None
+    get.folder = root  # type: ignore[attr-defined]
     return get
 
 
@@ -178,7 +180,12 @@ class ImageResolver:
             if data is None:
                 data = await self.assets(name)
             if data is None:
-                raise Problem("image_not_found", ref=ref)
+                folder = getattr(self.attachments, "folder", None)
+                assets = str(getattr(self.assets, "folder", ""))
+                if folder is not None:  # files beside the sheet (genbot run, validate)
+                    raise Problem("image_not_found_here", ref=ref, folder=str(folder),
+                                  assets=assets)
+                raise Problem("image_not_found", ref=ref, assets=assets)
         self._check_size(ref, len(data))
         png = await asyncio.to_thread(self._normalise, ref, data)
         return await asyncio.to_thread(self.store.put_input, png)

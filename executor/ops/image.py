@@ -45,7 +45,10 @@ def crop(ctx: Context, image, aspect: str) -> Image.Image:
 
 
 @op()
-def resize(ctx: Context, image, size=None, width=None, scale=None) -> Image.Image:
+def resize(ctx: Context, image, size=None, width=None, scale=None,
+           aspect: str | None = None) -> Image.Image:
+    """`aspect` with `width`: the height the aspect gives (4:5 at 1080 is 1350 tall),
+    not what a crop's rounding left (1349)."""
     im = ctx.image(image)
     given = [n for n, v in (("size", size), ("width", width), ("scale", scale)) if v is not None]
     if len(given) != 1:
@@ -54,6 +57,8 @@ def resize(ctx: Context, image, size=None, width=None, scale=None) -> Image.Imag
     w, h = im.size
     if size is not None:
         target = (int(size[0]), int(size[1]))
+    elif width is not None and aspect:
+        target = (int(width), max(1, round(int(width) / _ratio(aspect))))
     elif width is not None:
         target = (int(width), max(1, round(h * width / w)))
     else:
@@ -243,7 +248,11 @@ def text(ctx: Context, image, text: str, position: str = "bottom", color: str = 
 
 @op()
 def watermark(ctx: Context, image, text: str, position: str = "bottom_right",
-              opacity: float = 0.35) -> Image.Image:
+              opacity: float = 0.35, avoid: str | None = None) -> Image.Image:
+    """`avoid`: where a title band sits (top, bottom): the mark moves to the other edge
+    rather than over the title."""
+    if avoid and position.split("_")[0] == avoid:
+        position = position.replace(avoid, "top" if avoid == "bottom" else "bottom", 1)
     im = ctx.image(image).convert("RGBA")
     font = _fit(ctx, text, int(im.width * 0.5), max(10, min(im.size) // 18))
     left, top, right, bottom = font.getbbox(text)

@@ -11,7 +11,7 @@ const REFRESH_MS = 400; // at most this often after queue events
 const TEXT = {
   en: {
     overview: "Overview", jobs: "Jobs", submit: "Submit", sign_out: "Sign out",
-    sign_in: "Sign in", token: "API token", sign_in_hint: "Use a token from [api] tokens in the service's config.",
+    sign_in: "Sign in", token: "API token", sign_in_hint: "Use a token from [api] tokens in the service's config — on a fresh install with none, the admin token in data/local-admin.token on the service's machine.",
     live: "live", offline: "reconnecting…",
     queue: "Queue", running_state: "Running", paused_state: "Paused",
     paused_by: "paused by {by}", pause: "Pause", resume: "Resume", admins_only: "Admins only",
@@ -38,7 +38,7 @@ const TEXT = {
   },
   zh: {
     overview: "概览", jobs: "任务", submit: "提交", sign_out: "退出",
-    sign_in: "登录", token: "API 令牌", sign_in_hint: "使用服务配置 [api] tokens 中的令牌。",
+    sign_in: "登录", token: "API 令牌", sign_in_hint: "使用服务配置 [api] tokens 中的令牌；新安装且未配置时，使用服务所在机器上 data/local-admin.token 中的管理员令牌。",
     live: "实时", offline: "重新连接中…",
     queue: "队列", running_state: "运行中", paused_state: "已暂停",
     paused_by: "由 {by} 暂停", pause: "暂停", resume: "恢复", admins_only: "仅管理员",
