@@ -109,7 +109,8 @@ async def coded_errors(request: web.Request, handler: Any) -> web.StreamResponse
         log.exception("internal error on %s %s (reference %s)", request.method,
                       request.path[:200], reference)
         raise ApiError(500, "internal", f"internal error (reference {reference})") from None
-    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    if not response.prepared:  # (a WebSocket has sent its headers already)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
     return response
 
 
