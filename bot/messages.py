@@ -398,6 +398,11 @@ KINDS = {
 CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v", "\f": "\\f", "\x00": "\\0"}
 
 
+def han(text: str) -> bool:
+    """Any Chinese character: the Chinese alias of a column, a command typed in Chinese."""
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
+
+
 def visible(text: str) -> str:
     """Text from a cell or a header, safe to quote in a sentence: control characters
     (a NUL, a vertical tab, a line break inside a header) shown as escapes."""

@@ -333,6 +333,9 @@ FROM jobs j JOIN batches b ON b.id = j.batch_id
 WHERE j.status = 'running' ORDER BY j.started_at, j.id"""
 
 BATCH_COUNTS = "SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = $1 GROUP BY status"
+BATCH_MODELS = """
+SELECT DISTINCT affinity FROM jobs WHERE batch_id = $1 AND affinity IS NOT NULL
+ORDER BY affinity"""
 
 # Kept by the database as jobs change (migration 0012): a few rows, at any history size.
 COUNTS = "SELECT status, priority, SUM(n) AS n FROM job_counts GROUP BY status, priority"

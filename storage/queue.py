@@ -471,6 +471,10 @@ class Queue:
         executors = max(1, await self.db.fetchval(q.RUNNING_EXECUTORS) or 0)
         return (jobs_ahead + 1) * avg / executors
 
+    async def batch_models(self, batch_id: int) -> list[str]:
+        """The models a batch's jobs need (without reading its jobs: it may have thousands)."""
+        return [r["affinity"] for r in await self.db.fetch(q.BATCH_MODELS, batch_id)]
+
     async def batch_progress(self, batch_id: int) -> BatchProgress | None:
         batch = await self.db.fetchrow(q.BATCH, batch_id)
         if batch is None:

@@ -614,3 +614,8 @@ async def test_a_waker_leaves_no_empty_folder_behind(tmp_path):
     assert two.folder.is_dir()  # the other is still listening
     await two.close()
     assert not two.folder.exists()
+
+
+async def test_a_batchs_models_are_read_without_its_jobs(queue):
+    b = await queue.enqueue(sub("alice", 3, affinity=["sdxl", None, "sd15"]))
+    assert await queue.batch_models(b.batch_id) == ["sd15", "sdxl"]

@@ -158,8 +158,6 @@ async def test_an_error_cell_in_a_template_column_is_reported_where_it_is(tmp_pa
 
 
 async def test_whole_numbers_are_echoed_as_the_cell_shows_them(tmp_path):
-    result = await check(tmp_path, "variant__types.xlsx")
-    assert result.report()  # read: its cells are what its problems quote
     report = (await check(tmp_path, "calamine__any_sheets.xlsx")).report()
     assert '"1", "2"' in report and "1.0" not in report
 

@@ -142,8 +142,7 @@ class Notifier:
         if batch.meta.get("retry_of"):
             text += say("retry_of", lang, batch=batch.meta["retry_of"])
         if self.demo:
-            used = sorted({j.affinity for j in await self.queue.batch_jobs(batch.id)
-                           if j.affinity} & self.demo)
+            used = sorted(set(await self.queue.batch_models(batch.id)) & self.demo)
             if used:
                 text += say("demo_note", lang, models=", ".join(used))
         await self._owe(batch_key(batch.id, "accepted"), batch, "text", {"text": text},

@@ -26,7 +26,7 @@ from bot.chat.turn import Reply, Turn
 from bot.chat.uploads import quoted
 from bot.conventions import reply_key
 from bot.errors import Coded
-from bot.messages import LANGS, say
+from bot.messages import LANGS, han, say
 from storage.inbox import Inbox, is_sheet
 from storage.outbox import Outbox
 from storage.records import Upload
@@ -38,7 +38,7 @@ def _chinese(text: str) -> bool:
     """The message's first word (past mentions and a "/") is Chinese."""
     words = [w for w in text.split() if not w.startswith(("<@", "@"))]
     first = words[0].lstrip("/") if words else ""
-    return any("\u4e00" <= ch <= "\u9fff" for ch in first[:8])
+    return han(first[:8])
 
 
 class Chat:

@@ -63,7 +63,7 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
             return 1
         batch = result.batch_id
         print(f"batch {batch}: {result.jobs} jobs of {name} from {sheet.name}", flush=True)
-        demo = config.demo_models(j.affinity for j in await queue.batch_jobs(batch))
+        demo = config.demo_models(await queue.batch_models(batch))
         if demo:
             print(f"note: demo model ({', '.join(demo)}) — images are noise; see README, "
                   "Models, for real ones", flush=True)

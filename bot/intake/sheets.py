@@ -21,7 +21,7 @@ from typing import Any
 import python_calamine
 
 from bot.errors import Coded
-from bot.messages import KINDS, Both
+from bot.messages import KINDS, Both, han
 from executor.params import is_blank
 
 WORKBOOKS = (".xlsx", ".xlsm", ".xls", ".ods")
@@ -480,7 +480,7 @@ def header_for(param, lang: str) -> str:
     """The column header an example sheet uses: in Chinese, the first Chinese alias."""
     if lang == "zh":
         for alias in param.aliases:
-            if any("\u4e00" <= ch <= "\u9fff" for ch in alias):
+            if han(alias):
                 return alias
     return param.name
 

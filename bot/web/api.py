@@ -246,7 +246,7 @@ class Api:
         progress = await self.queue.batch_progress(batch_id)
         assert progress is not None
         meta = {k: v for k, v in batch.meta.items() if k != "context"}
-        demo = self.config.demo_models(j.affinity for j in await self.queue.batch_jobs(batch_id))
+        demo = self.config.demo_models(await self.queue.batch_models(batch_id))
         return {"id": batch_id, "template": batch.template, "submitter": batch.submitter,
                 "priority": batch.priority.label, "created_at": batch.created_at,
                 "total": progress.total, "done": progress.done, "counts": progress.counts,
