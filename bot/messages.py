@@ -31,6 +31,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "image_not_found": ('no image "{ref}" among the files sent with the sheet or in the '
                         "assets folder ({assets}): send it with the sheet",
                         "找不到图片“{ref}”：随表格发送的文件和素材目录（{assets}）中都没有，请随表格一起发送"),
+    "example_pictures": ("used genbot's example pictures for {names} (no file of that name was "
+                         "sent or is in the assets folder): send your own pictures to replace them",
+                         "{names} 使用了 genbot 自带的示例图片（没有发送同名文件，素材目录中也没有）："
+                         "换成自己的图片请随表格发送"),
     "image_not_found_here": ('no image "{ref}" beside the sheet ({folder}) or in the assets '
                              "folder ({assets}): put it in one of them, or fix the name",
                              "找不到图片“{ref}”：表格所在目录（{folder}）和素材目录（{assets}）中都没有，"
@@ -287,6 +291,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "queue_worker_idle": ("executor {name} ({device}): idle", "执行器 {name}（{device}）：空闲"),
     "queue_worker_lost": ("executor {name} ({device}): lost, silent for {minutes:.0f} min",
                           "执行器 {name}（{device}）：失联，已 {minutes:.0f} 分钟无心跳"),
+    "queue_worker_building_demo": (" · building demo models: {models}", " · 正在生成演示模型：{models}"),
+    "queue_worker_loading": (" · loading {models}", " · 正在加载 {models}"),
     "queue_worker_takes": (" · takes {models}", " · 接收 {models}"),
     "queue_unplaced": ("{jobs:,} queued jobs need {model}, which no running executor takes.",
                        "{jobs:,} 个排队任务需要 {model}，没有运行中的执行器接收。"),
@@ -315,6 +321,11 @@ CATALOG: dict[str, tuple[str, str]] = {
     "template_info": ("{name}: {description}\nColumns (* required):\n{columns}\nAn example "
                       "sheet is attached.", "{name}：{description}\n列（* 为必填）：\n{columns}\n"
                       "附示例表格。"),
+    "template_pictures": ("Its rows name genbot's example pictures ({names}), attached below: "
+                          "send the sheet back as it is with /gen {name} to try it, or send your "
+                          "own pictures with it.",
+                          "表格中的行引用了 genbot 自带的示例图片（{names}，附在下面）：原样发回并输入 "
+                          "/生成 {name} 即可试用，也可以随表格发送自己的图片。"),
     "bad_timezone": ('"{value}" is not a time zone: use an IANA name such as Asia/Shanghai or UTC',
                      "“{value}”不是时区：请用 IANA 名称，如 Asia/Shanghai 或 UTC"),
     "bad_cron": ('"{value}" is not a cron line: five fields, minute hour day month weekday, '

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,7 @@ class ModelCache:
         self.pipes: dict[tuple, Any] = {}
         self.stats: Counter = Counter()
         self.changed = True  # models loaded or dropped since the last look (worker hygiene)
+        self.on_load: Callable[[str | None], None] | None = None  # a model starts/ends loading
         import diffusers
         import transformers
         diffusers.utils.logging.disable_progress_bar()
@@ -116,7 +118,13 @@ class ModelCache:
             return unit
         info = self.registry.get(name, kind)
         started = time.perf_counter()
-        obj = self._load(info)
+        if self.on_load:
+            self.on_load(name)
+        try:
+            obj = self._load(info)
+        finally:
+            if self.on_load:
+                self.on_load(None)
         own = dict(obj.scheduler.config) if hasattr(obj, "scheduler") else None
         unit = Unit(info, obj, _size(obj), "ram", OrderedDict(), own)
         self._make_room(unit.bytes, keep | {name})

@@ -78,11 +78,17 @@ class Worker:
         self.allowed: list[str] | None = None  # set by placement() once models are on disk
         self.started_at = time.time()
         self.memory: tuple[int | None, float] = (None, float("inf"))  # in use, total
+        self.doing: dict | None = None  # what keeps it from its jobs now (the registry says it)
+        self.cache.on_load = self.loading
 
     # --- the loop --------------------------------------------------------------------
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
+        if self.registry.needs_demo():
+            self.doing = {"what": "building_demo", "models": self.registry.needs_demo()}
+            await self.beat()
         await asyncio.to_thread(self.build_missing_demo_models)
+        self.doing = None
         self.allowed = self.placement()
         log.info("executor ready", extra={"owner": self.owner, "device": self.device,
                                           "dtype": str(self.dtype).removeprefix("torch.")})
@@ -233,10 +239,17 @@ class Worker:
                 memory_total=None if total == float("inf") else int(total),
                 models=sorted(self.cache.resident()), allow=self.allowed,
                 started_at=self.started_at,
-                stats={"jobs": self.stats["jobs"], "models_resident": self.cache.resident_bytes(),
+                stats={"doing": self.doing, "jobs": self.stats["jobs"],
+                       "models_resident": self.cache.resident_bytes(),
                        "cache": {k: v for k, v in self.cache.stats.items() if ":" not in k}})
         except Exception as e:  # noqa: BLE001 - the database away for a moment: next beat
             log.warning("cannot write to the worker registry: %s", e)
+
+    def loading(self, model: str | None) -> None:
+        """From the runner's thread: a model starts (or ends, None) loading; said at once."""
+        self.doing = {"what": "loading", "models": [model]} if model else None
+        if self.loop is not None:
+            asyncio.run_coroutine_threadsafe(self.beat(), self.loop)
 
     def build_missing_demo_models(self) -> None:
         missing = [self.config.models[n].path.removeprefix("demo:")

@@ -100,6 +100,12 @@ class Job:
         """The row's own values, by parameter name, as intake read them."""
         return self.workflow.get("params") or {}
 
+    @property
+    def template(self) -> str | None:
+        """The template its workflow was bound from."""
+        name = self.workflow.get("template")
+        return name if isinstance(name, str) else None
+
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:
         return cls(id=row["id"], batch_id=row["batch_id"], row=row["row"],
@@ -206,6 +212,15 @@ class WorkerInfo:
     @property
     def live(self) -> bool:
         return self.state in ("idle", "busy")
+
+    @property
+    def doing(self) -> tuple[str, list[str]] | None:
+        """What keeps it from its jobs now — ("building_demo", models) or ("loading",
+        [model]) — or None."""
+        doing = self.stats.get("doing") if self.live else None
+        if not isinstance(doing, dict) or doing.get("what") not in ("building_demo", "loading"):
+            return None  # (or a newer executor's word this version does not know)
+        return doing["what"], [str(m) for m in doing.get("models") or ()]
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> WorkerInfo:

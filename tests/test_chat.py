@@ -59,11 +59,13 @@ async def test_help_templates_template_queue_and_status_answer(world):
     (listing,) = await world.send("@genbot templates")  # and after a mention
     assert [line.split(" — ")[0] for line in listing.text.splitlines()[1:]] == \
         ["material_swap", "product_main", "social_thumb"]
-    (info,) = await world.send("/template social_thumb")
+    info, *pictures = await world.send("/template social_thumb")
     assert info.text.startswith("social_thumb: Social media thumbnail") \
         and "  image* (image)" in info.text
     example = load_workbook(io.BytesIO(info.data))
     assert info.file == "social_thumb-en.xlsx" and example.active["A1"].value == "image"
+    assert [(p.text, p.file) for p in pictures] == [
+        ("assets/bottle.png", "bottle.png"), ("assets/chair.png", "chair.png")]
     (nope,) = await world.send("/template social_thum")
     assert nope.text.startswith('no template "social_thum" — did you mean social_thumb?')
     (queue,) = await world.send("/queue")
@@ -79,6 +81,30 @@ async def test_help_templates_template_queue_and_status_answer(world):
 
 # --- /gen and the inbox -------------------------------------------------------------------
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+async def test_the_sheet_template_hands_out_runs_when_sent_straight_back(world, lang):
+    """It names genbot's example pictures, which it attaches; sent back alone, it runs."""
+    info, *pictures = await world.send("/template product_main", lang=lang)
+    assert info.text.splitlines()[-1] == {
+        "en": "Its rows name genbot's example pictures (assets/bottle.png), attached below: "
+              "send the sheet back as it is with /gen product_main to try it, or send your own "
+              "pictures with it.",
+        "zh": "表格中的行引用了 genbot 自带的示例图片（assets/bottle.png，附在下面）：原样发回并"
+              "输入 /生成 product_main 即可试用，也可以随表格发送自己的图片。"}[lang]
+    assert len(pictures) == 1 and pictures[0].data[:8] == b"\x89PNG\r\n\x1a\n"
+    back = world.platform.upload(info.file, info.data)
+    said = await world.send({"en": "/gen product_main", "zh": "/生成 product_main"}[lang],
+                            files=(back,), lang=lang)
+    texts = [p.text.splitlines()[0] for p in said]
+    assert {"en": "Batch 1 accepted: 2 product_main jobs", "zh": "批次 1 已接收"}[lang] in \
+        "\n".join(texts)
+    assert any(p.text.endswith({
+        "en": "used genbot's example pictures for assets/bottle.png (no file of that name was "
+              "sent or is in the assets folder): send your own pictures to replace them",
+        "zh": "assets/bottle.png 使用了 genbot 自带的示例图片（没有发送同名文件，"
+              "素材目录中也没有）：换成自己的图片请随表格发送"}[lang]) for p in said), said
+
+
 async def test_queue_names_each_executor_and_jobs_no_executor_takes(world):
     from storage.queue import NewJob, Submission
     from storage.workers import Workers
@@ -88,13 +114,21 @@ async def test_queue_names_each_executor_and_jobs_no_executor_takes(world):
     await workers.beat("gpu2:8", host="gpu2", pid=8, device="cuda:1", version="0.1.0", job=None,
                        started_at=1.0)
     await workers.stopped("gpu2:8")
+    await workers.beat("gpu3:9", host="gpu3", pid=9, device="cuda:2", version="0.1.0", job=None,
+                       allow=["sd15"], stats={"doing": {"what": "loading", "models": ["sd15"]}})
     await world.queue.enqueue(Submission("t", "test:U1", [
         NewJob(2, {}, affinity="sd15"), NewJob(3, {}, affinity="sd15"),
         NewJob(4, {}, affinity="sdxl")]))
     (queue,) = await world.send("/queue")
     assert queue.text.splitlines()[3:] == [  # after state, counts and ETA
         "executor gpu1:7 (cuda:0): idle · takes sdxl",
-        "2 queued jobs need sd15, which no running executor takes."]
+        "executor gpu3:9 (cuda:2): idle · loading sd15 · takes sd15"]
+    (zh,) = await world.send("/queue", lang="zh")
+    assert zh.text.splitlines()[-1] == "执行器 gpu3:9（cuda:2）：空闲 · 正在加载 sd15 · 接收 sd15"
+    await workers.stopped("gpu3:9")
+    (queue,) = await world.send("/queue")
+    assert queue.text.splitlines()[-1] == \
+        "2 queued jobs need sd15, which no running executor takes."
     (zh,) = await world.send("/queue", lang="zh")
     assert zh.text.splitlines()[-1] == "2 个排队任务需要 sd15，没有运行中的执行器接收。"
 

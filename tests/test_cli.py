@@ -17,6 +17,8 @@ from storage import config as cfg
 from storage.queue import NewJob, Priority, Submission, open_queue
 from tests.conftest import PYTHON, ROOT, free_port, python_env
 
+BOTTLE_BYTES = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
+
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
@@ -166,12 +168,56 @@ def test_template_example_writes_a_sheet_that_reads_back(workdir, capsys):
     from bot.intake.sheets import read_sheet
     code, out = run_cli(capsys, "template", "example", "social_thumb", "-o", "x.xlsx",
                         "--lang", "zh")
-    assert code == 0 and out.strip() == "wrote x.xlsx"
+    assert code == 0 and out.splitlines() == [
+        "wrote x.xlsx",
+        "and the pictures its rows name, beside it: assets/bottle.png, assets/chair.png",
+        "try it: genbot run social_thumb x.xlsx"]
     sheet = read_sheet("x.xlsx", (workdir / "x.xlsx").read_bytes(), max_unpacked_bytes=2**26)
     assert sheet.headers[:3] == ["图片", "标题", "比例"] and len(sheet.rows) == 2
     import python_calamine
     names = python_calamine.CalamineWorkbook.from_path(str(workdir / "x.xlsx")).sheet_names
     assert names == ["数据", "说明"]
+
+
+@pytest.mark.parametrize("name", ["product_main", "material_swap", "social_thumb"])
+def test_an_example_sheet_runs_as_handed_out_from_any_folder(workdir, capsys, name):
+    """The sheet names pictures (assets/bottle.png …) that exist nowhere but in the repo's
+    examples/: `template example` writes them beside the sheet, the person's own kept."""
+    elsewhere = workdir / "far" / "away"
+    elsewhere.mkdir(parents=True)
+    own = elsewhere / "assets" / "chair.png"
+    if name == "material_swap":
+        own.parent.mkdir()
+        own.write_bytes(b"mine")
+    code, out = run_cli(capsys, "template", "example", name, "-o", str(elsewhere / "s.xlsx"))
+    assert code == 0
+    if name == "material_swap":
+        assert own.read_bytes() == b"mine" and f"kept the pictures already there: {own}" in out
+        own.unlink()
+        code, out = run_cli(capsys, "template", "example", name, "-o", str(elsewhere / "s.xlsx"))
+    pictures = sorted(p.name for p in (elsewhere / "assets").iterdir())
+    assert pictures == {"product_main": ["bottle.png"], "material_swap": ["chair.png"],
+                        "social_thumb": ["bottle.png", "chair.png"]}[name]
+    code, out = run_cli(capsys, "validate", name, str(elsewhere / "s.xlsx"))
+    assert code == 0 and out.strip() == f"s.xlsx: all 2 rows are valid for {name}."
+
+
+def test_an_example_sheet_without_its_pictures_uses_genbots_and_says_so(workdir, capsys):
+    """Sent alone (chat, or its pictures lost), the names the template's own examples give
+    are genbot's drawings — said in the report; any other missing name is an error."""
+    (workdir / "s.csv").write_text("image,title\nassets/bottle.png,Hi\n", encoding="utf-8")
+    code, out = run_cli(capsys, "validate", "social_thumb", "s.csv")
+    assert code == 0 and out.splitlines() == [
+        "s.csv: all 1 rows are valid for social_thumb.",
+        "used genbot's example pictures for assets/bottle.png (no file of that name was sent or "
+        "is in the assets folder): send your own pictures to replace them"]
+    (workdir / "assets").mkdir()
+    (workdir / "assets" / "bottle.png").write_bytes(BOTTLE_BYTES)
+    code, out = run_cli(capsys, "validate", "social_thumb", "s.csv")  # the file there wins
+    assert code == 0 and out.strip() == "s.csv: all 1 rows are valid for social_thumb."
+    (workdir / "s.csv").write_text("image,title\nassets/bottle2.png,Hi\n", encoding="utf-8")
+    code, out = run_cli(capsys, "validate", "social_thumb", "s.csv")
+    assert code == 1 and 'no image "assets/bottle2.png"' in out
 
 
 def test_validate_reports_like_the_bot(workdir, capsys):

@@ -223,4 +223,23 @@ async def test_submit_a_sheet_through_the_form_and_watch_it_finish(tmp_path, dem
         widths = await page.eval_on_selector_all("#thumbs img",
                                                  "imgs => imgs.map(i => i.naturalWidth)")
         assert all(0 < width <= 256 for width in widths)
+        # Each card is named by the template's key column (the title here) and its row.
+        captions = await page.eval_on_selector_all("#thumbs figcaption",
+                                                   "fs => fs.map(f => f.textContent.trim())")
+        assert captions == ["First · Row 2 succeeded", "Second · Row 3 succeeded",
+                            "Third · Row 4 succeeded"]
+        assert await page.locator("#demo-note").count() == 0  # pillow only: no model
         assert await page.locator('a:has-text("Contact sheet")').count() == 1
+
+
+async def test_a_batch_on_a_demo_model_says_its_images_are_noise(tmp_path, demo_models, browser):
+    async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
+        await w.queue.enqueue(Submission("product_main", "api:alice", [NewJob(
+            row=2, workflow={"template": "product_main", "params": {"sku": "BTL-001"}},
+            affinity="sdxl")], platform="api"))
+        page = await signed_in(browser, w, ALICE, "#/batches/1")
+        await page.wait_for_selector("#demo-note")
+        assert await page.text_content("#demo-note") == (
+            "Demo model (sdxl) — images are noise; see README, Models, for real ones.")
+        await page.wait_for_selector("#thumbs figcaption")
+        assert (await page.text_content("#thumbs figcaption")).startswith("BTL-001 · Row 2")

@@ -126,6 +126,16 @@ def test_lru_eviction_under_the_budgets(ctx, tmp_path, demo_models):
     assert cache.stats["loads:sd15"] == 2
 
 
+def test_the_cache_says_when_a_model_loads_so_the_registry_can(tmp_path, demo_models):
+    """What `genbot run` and /queue show while a model loads ("loading sdxl")."""
+    cache = make_cache(executor_config(tmp_path / "data", demo_models))
+    said: list[str | None] = []
+    cache.on_load = said.append
+    cache.pipeline("sd15", "txt2img")
+    cache.pipeline("sd15", "txt2img")  # resident: no load, nothing said
+    assert said == ["sd15", None]
+
+
 def test_mismatched_models_are_clear_errors(ctx):
     with pytest.raises(ModelError,
                        match='ControlNet "canny_sdxl" is for sdxl; model "sd15" is sd15'):

@@ -142,3 +142,6 @@ def test_ci_runs_exactly_the_readme_test_command_with_the_static_checks():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert commands[1] in ci
     assert "ruff check ." in commands[1] and "&& .venv/bin/mypy &&" in commands[1]
+    # Trying genbot installs what running needs, not the test tools (moto, a browser …).
+    assert "pip install -e . " in commands[0] and "[dev]" not in commands[0]
+    assert commands[0].endswith("&& .venv/bin/genbot serve")

@@ -29,13 +29,59 @@ def test_run_queues_the_sheet_runs_it_and_says_where_the_images_are(home):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "batch 1: 2 jobs of product_main from product_main.xlsx"
-    assert lines[-4].startswith("[##############################] 2/2")
+    assert lines[2] == "[------------------------------] 0/2 · starting the executor"
+    assert lines[-5].startswith("[##############################] 2/2")
+    assert lines[-4].startswith("made here, by this command's executor (")
     assert lines[-3] == f"2 images in {home / 'data' / 'outputs' / 'batch_1'}"
     assert lines[-2] == f"contact sheet: {home / 'data' / 'outputs' / 'batch_1' / 'contact.png'}"
     copied = sorted(p.relative_to(home / "results").as_posix()
                     for p in (home / "results").rglob("*.png"))
     assert copied == ["BTL-001/2.png", "BTL-002/3.png", "contact.png"]
     assert Image.open(home / "results" / "BTL-001" / "2.png").size == (128, 128)
+
+
+@pytest.mark.slow
+def test_a_newcomers_first_run_from_any_folder_says_what_the_executor_is_doing(tmp_path):
+    """No data yet: the example is written with its picture beside it, and the bar says
+    the executor is building the demo models before any step (15–30 s on first use)."""
+    done = genbot("template", "example", "product_main", "-o", "s.xlsx", cwd=tmp_path)
+    assert done.returncode == 0 and (tmp_path / "assets" / "bottle.png").is_file()
+    done = genbot("run", "product_main", "s.xlsx", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == ("note: demo model (sdxl) — images are noise; see README, Models, "
+                        "for real ones")
+    assert "[------------------------------] 0/2 · building demo models: sd15, sdxl, " \
+        "canny_sd15, canny_sdxl, walnut, brushed_steel, upscaler" in lines
+    assert lines[-2] == f"2 images in {tmp_path / 'data' / 'outputs' / 'batch_1'}"
+
+
+async def test_the_bar_says_which_executor_took_the_jobs(tmp_path, demo_models):
+    """With a service running on the same queue, its executor may take the jobs first."""
+    from bot.cli.run import _executor_doing
+    from storage.queue import NewJob, Submission, open_queue
+    from storage.workers import Workers, owner_name
+
+    class Ours:
+        pid = 4242
+    queue = await open_queue(executor_config(tmp_path / "data", demo_models))
+    try:
+        batch = await queue.enqueue(Submission("t", "cli:me", [NewJob(2, {})]))
+        workers = Workers.of(queue)
+
+        async def doing() -> str:
+            progress = await queue.batch_progress(batch.batch_id)
+            assert progress is not None
+            return await _executor_doing(queue, workers, progress, Ours())  # type: ignore[arg-type]
+        assert await doing() == "starting the executor"
+        me = owner_name(4242)
+        await workers.beat(me, host="h", pid=4242, device="cpu", version="0", job=None,
+                           stats={"doing": {"what": "loading", "models": ["sdxl"]}})
+        assert await doing() == "loading sdxl"
+        await queue.claim("gpu9:77")
+        assert await doing() == ("taken by executor gpu9:77 (a running genbot service's)")
+    finally:
+        await queue.close()
 
 
 @pytest.mark.slow
@@ -63,6 +109,16 @@ def test_models_lists_the_registry_with_what_each_model_is(home):
     rows = {line.split()[0]: line for line in done.stdout.splitlines()}
     assert "checkpoint, sdxl" in rows["sdxl"] and "lora, sd15" in rows["walnut"]
     assert "NOT USABLE" in rows["mine"] and "does not exist" in rows["mine"]
+
+
+def test_models_on_a_fresh_install_says_the_demo_models_come_at_first_start(tmp_path):
+    done = genbot("models", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line for line in done.stdout.splitlines()}
+    assert "NOT USABLE" not in done.stdout
+    assert rows["sdxl"].endswith("not built yet (the executor builds it on first start; or "
+                                 "`genbot models demo`) — demo model: images are noise "
+                                 "(README, Models: real ones)")
 
 
 def test_models_demo_builds_only_what_is_missing(home):

@@ -35,13 +35,19 @@ def write_results(store: FileStore, batch: Batch, jobs: list[Job], template: Tem
 
 
 def label(job: Job, template: Template | None, lang: str = "en") -> str:
-    """An image's name on the contact sheet: its row's key value (the template's first
-    column that is not a picture or a seed, e.g. the SKU) and its row."""
+    """An image's name on the contact sheet: its row's key value and its row."""
     row = say("contact_row", lang, row=job.row)
+    key = key_value(job, template)
+    return f"{key} · {row}" if key is not None else row
+
+
+def key_value(job: Job, template: Template | None) -> str | None:
+    """What names a row to the person who wrote it: its value in the template's first
+    column that is not a picture or a seed (e.g. the SKU), cut to 24 characters."""
     names = [n for n, p in template.params.items() if p.type not in ("image", "seed")] \
         if template is not None else sorted(job.values)
     key = next((job.values[n] for n in names if job.values.get(n) not in (None, "")), None)
-    return f"{str(key)[:24]} · {row}" if key is not None else row
+    return None if key is None else str(key)[:24]
 
 
 def columns_of(template: Template | None, jobs: list[Job]) -> list[str]:

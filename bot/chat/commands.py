@@ -10,6 +10,7 @@ lets through becomes the reply.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import datetime
 
@@ -17,10 +18,11 @@ from bot.app import values
 from bot.app.core import CancelTarget, Scheduled, SubmitOptions
 from bot.app.permissions import Role, Who
 from bot.chat.grammar import Arg, Command, CommandError, Option, Registry
-from bot.chat.turn import Turn
+from bot.chat.turn import Reply, Turn
 from bot.chat.uploads import attachments, sheet_for
 from bot.errors import Invalid
 from bot.intake.check import IntakeReport
+from bot.intake.examples import example_pictures
 from bot.intake.sheets import header_for, write_example
 from bot.messages import bar, canceled, say
 from storage.records import Priority, Status
@@ -136,7 +138,7 @@ async def gen(turn: Turn, cmd: Command) -> None:
         turn.reply(text)
         if result.jobs:
             turn.add("dry_run", jobs=len(result.jobs), template=name)
-    elif report.issues or report.unused_columns:  # the acceptance itself is the notifier's
+    elif report.issues or report.unused_columns or report.notes:  # (the acceptance: the notifier's)
         turn.reply(text)
 
 
@@ -183,6 +185,8 @@ async def queue_(turn: Turn, cmd: Command) -> None:
     for w in workers:
         turn.add(f"queue_worker_{w.state}", name=w.id, device=w.device, job=w.job_id,
                  minutes=(now - w.seen_at) / 60)
+        if w.doing:
+            turn.append(f"queue_worker_{w.doing[0]}", models=", ".join(w.doing[1]))
         if w.allow is not None and w.state != "lost":
             turn.append("queue_worker_takes", models=", ".join(w.allow) or "-")
     live = [w for w in workers if w.live]
@@ -247,9 +251,17 @@ async def template(turn: Turn, cmd: Command) -> None:
         f"  {header_for(p, turn.lang)}{'*' if p.required and p.default is None else ''}"
         f" ({p.type}{', ' + p.allowed if p.allowed else ''}){' — ' + p.help if p.help else ''}"
         for p in t.params.values())
-    path = turn.app.store.write(f"examples/{name}-{turn.lang}.xlsx", write_example(t, turn.lang))
-    turn.reply(say("template_info", turn.lang, name=name, description=t.description,
-                   columns=columns), file=path)
+    store = turn.app.store
+    path = await asyncio.to_thread(store.write, f"examples/{name}-{turn.lang}.xlsx",
+                                   write_example(t, turn.lang))
+    pictures = await example_pictures(t, turn.app.config.assets_dir)
+    text = say("template_info", turn.lang, name=name, description=t.description, columns=columns)
+    if pictures:
+        text += "\n" + say("template_pictures", turn.lang, names=", ".join(pictures), name=name)
+    turn.reply(text, file=path)
+    for picture, data in pictures.items():  # what the rows name, to see and to replace
+        shown = await asyncio.to_thread(store.write, f"examples/{name}/{picture}", data)
+        turn.replies.append(Reply(picture, file=shown, image=True))
 
 
 @command("grant", "USER admin|submitter|viewer", aliases=("授权",),

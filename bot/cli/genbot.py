@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import getpass
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -65,13 +66,17 @@ def cmd_models(args) -> int:
     from executor.models import ModelError, Registry
     config = _load(args)
     registry = Registry(config)
+    unbuilt = set(registry.needs_demo())
     for name in registry.names:
         entry = config.models[name]
-        try:
-            info = registry.get(name)
-            what = f"{info.kind}, {info.family or 'any family'}"
-        except ModelError as e:
-            what = f"NOT USABLE: {e}"
+        if name in unbuilt:  # not a problem: the executor builds it when it first starts
+            what = "not built yet (the executor builds it on first start; or `genbot models demo`)"
+        else:
+            try:
+                info = registry.get(name)
+                what = f"{info.kind}, {info.family or 'any family'}"
+            except ModelError as e:
+                what = f"NOT USABLE: {e}"
         if entry.path.startswith("demo:"):
             what += " — demo model: images are noise (README, Models: real ones)"
         print(f"{name:<16} {entry.path:<32} {what}")
@@ -272,11 +277,31 @@ def cmd_template_show(args) -> int:
 
 
 def cmd_template_example(args) -> int:
+    """The sheet, and beside it the pictures its rows name, so it runs as it is."""
+    from bot.intake.examples import example_pictures
     from bot.intake.sheets import write_example
-    t = _template(_load(args), args.name)
+    config = _load(args)
+    t = _template(config, args.name)
     out = Path(args.output or f"{t.name}.xlsx")
-    out.write_bytes(write_example(t, args.lang))
+    try:
+        out.write_bytes(write_example(t, args.lang))
+        wrote, kept = [], []
+        for name, data in asyncio.run(example_pictures(t, config.assets_dir)).items():
+            target = out.parent / name
+            if target.exists():  # the person's own picture: never overwritten
+                kept.append(str(target))
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            wrote.append(str(target))
+    except OSError as e:
+        raise SystemExit(f"genbot: cannot write {e.filename or out}: {e.strerror or e}") from None
     print(f"wrote {out}")
+    if wrote:
+        print(f"and the pictures its rows name, beside it: {', '.join(wrote)}")
+    if kept:
+        print(f"kept the pictures already there: {', '.join(kept)}")
+    print(f"try it: genbot run {t.name} {shlex.quote(str(out))}")
     return 0
 
 

@@ -19,11 +19,13 @@ from bot.app.permissions import Who
 from bot.app.results import write_results
 from bot.intake.check import IntakeReport, SheetFile, check_sheet
 from bot.intake.images import folder_attachments
+from bot.messages import say
 from bot.supervisor import Supervisor
 from executor.workflow import load_templates
 from storage.config import Config
 from storage.files import batch_folder, open_store
-from storage.queue import Priority, Queue, Status, open_queue
+from storage.queue import BatchProgress, Priority, Queue, Status, open_queue
+from storage.workers import Workers, owner_name
 
 BAR = 30
 
@@ -72,23 +74,28 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
         with open(log_file, "ab") as log:
             executor = Supervisor(config, stderr=log)
             executor.start()
+            ours: set[str] = set()
             try:
-                if not await _follow(queue, batch, executor):
+                if not await _follow(queue, batch, executor, ours):
                     print(f"genbot: the executor could not start; its log: {log_file}",
                           file=sys.stderr)
                     return 1
             finally:
                 await executor.stop()
-        return await _summary(app, batch, out, log_file)
+        return await _summary(app, batch, out, log_file, ours)
     finally:
         await queue.close()
 
 
-async def _follow(queue: Queue, batch: int, executor: Supervisor) -> bool:
+async def _follow(queue: Queue, batch: int, executor: Supervisor, ours: set[str]) -> bool:
     """Draw the progress bar until every job of the batch has ended (True), or the
-    executor cannot run (False)."""
+    executor cannot run (False); `ours` gathers the executor's names. Until the first
+    step, the bar says what the executor is doing (starting, building demo models,
+    loading a model), and which executor took the jobs if another one (a running
+    service's) did."""
     tty = sys.stdout.isatty()
     seq = await queue.last_event_seq()
+    workers = Workers.of(queue)
     step = ""
     last = None
     while True:
@@ -98,11 +105,16 @@ async def _follow(queue: Queue, batch: int, executor: Supervisor) -> bool:
             seq = event.seq
             if event.kind == "progress" and event.batch_id == batch:
                 d = event.data
-                step = f" · row {d['row']} {d['node']} {d['step']}/{d['total']}"
-        failed = progress.counts.get("failed", 0) + progress.counts.get("canceled", 0)
+                step = f"row {d['row']} {d['node']} {d['step']}/{d['total']}"
+        doing = step or await _executor_doing(queue, workers, progress, executor)
+        if executor.pid:
+            ours.add(owner_name(executor.pid))
+        failed, canceled = progress.counts.get("failed", 0), progress.counts.get("canceled", 0)
         filled = round(BAR * progress.done / progress.total)
         line = (f"[{'#' * filled}{'-' * (BAR - filled)}] {progress.done}/{progress.total}"
-                + (f" · {failed} failed" if failed else "") + (step if tty else ""))
+                + (f" · {failed} failed" if failed else "")
+                + (f" · {canceled} canceled" if canceled else "")
+                + (f" · {doing}" if doing and (tty or not step) else ""))
         if tty:
             print(f"\r{line:<100}", end="", flush=True)
         elif line != last:
@@ -115,7 +127,26 @@ async def _follow(queue: Queue, batch: int, executor: Supervisor) -> bool:
         await asyncio.sleep(0.3)
 
 
-async def _summary(app: App, batch_id: int, out: str | None, log_file: Path) -> int:
+async def _executor_doing(queue: Queue, workers: Workers, progress: BatchProgress,
+                          executor: Supervisor) -> str:
+    """Before the first step: what the executor is at, in words."""
+    ours = owner_name(executor.pid) if executor.pid else None
+    others: set[str] = set()
+    if progress.counts.get(Status.RUNNING):
+        others = {j.lease_owner for j in await queue.batch_jobs(progress.batch_id)
+                  if j.status == Status.RUNNING and j.lease_owner and j.lease_owner != ours}
+    if others:
+        return f"taken by executor {', '.join(sorted(others))} (a running genbot service's)"
+    me = next((w for w in await workers.all() if w.id == ours), None)
+    if me is None:
+        return "starting the executor"
+    if me.doing:
+        return say(f"queue_worker_{me.doing[0]}", "en", models=", ".join(me.doing[1]))[3:]
+    return "waiting for the first step" if me.job_id else "executor ready"
+
+
+async def _summary(app: App, batch_id: int, out: str | None, log_file: Path,
+                   ours: set[str]) -> int:
     store = app.store
     batch = await app.batch(batch_id)
     jobs = await app.queue.batch_jobs(batch_id)
@@ -131,6 +162,13 @@ async def _summary(app: App, batch_id: int, out: str | None, log_file: Path) -> 
                                          app.templates.get(batch.template),
                                          app.config.executor.font)
     assert contact is not None
+    ran = sorted({j.lease_owner for j in jobs if j.status == Status.SUCCEEDED and j.lease_owner})
+    others = [o for o in ran if o not in ours]
+    if others:
+        print(f"made by executor {', '.join(others)}: a genbot service on this queue took the "
+              "jobs before this command's executor did")
+    else:
+        print(f"made here, by this command's executor ({', '.join(ran)})")
     print(f"{len(done)} images in {folder}")
     print(f"contact sheet: {store.path(contact)}")
     if out:

@@ -15,6 +15,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.intake.examples import example_attachments
 from bot.intake.images import Attachments, ImageResolver, recording
 from bot.intake.sheets import CellError, Sheet, SheetError, header_for, read_sheet
 from bot.messages import Both, say, visible
@@ -150,7 +151,7 @@ async def check_sheet(template: Template, sheet: SheetSource, *, config: Config,
     if keep is not None and attachments is not None:
         attachments = recording(attachments, keep)
     images = ImageResolver(config.intake, store, assets_dir=config.assets_dir,
-                           attachments=attachments)
+                           attachments=attachments, examples=example_attachments(template))
     if isinstance(sheet, SheetRows):
         return await intake_sheet(template, sheet.grid(), settings=config.intake, images=images,
                                   skip_invalid=skip_invalid)
@@ -197,6 +198,9 @@ async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConf
     if result.file_issues:
         return result
     await _rows(template, sheet, columns, images, result)
+    if images.used_examples:
+        result.notes.append(Issue("example_pictures", {
+            "names": ", ".join(dict.fromkeys(images.used_examples))}))
     if result.issues and not skip_invalid:
         result.jobs = []
     return result

@@ -1,10 +1,11 @@
 """The images a sheet's cells name: found, checked, normalised and stored before anything queues.
 
-A cell may name a file sent with the sheet, a file under the assets folder, or an
-http(s) link on the allow-list — nothing else: no file://, no absolute paths, no "..",
-and no downloads from private or loopback addresses unless configured. Every image is
-size-checked before it is decoded (decompression bombs), turned upright (EXIF), put on
-white where it is transparent, converted to RGB and stored once under its content hash.
+A cell may name a file sent with the sheet, a file under the assets folder, a picture
+the template's own examples name (bot.intake.examples), or an http(s) link on the
+allow-list — nothing else: no file://, no absolute paths, no "..", and no downloads from
+private or loopback addresses unless configured. Every image is size-checked before it
+is decoded (decompression bombs), turned upright (EXIF), put on white where it is
+transparent, converted to RGB and stored once under its content hash.
 """
 
 from __future__ import annotations
@@ -144,12 +145,14 @@ class ImageResolver:
     download); tests pass their own. `connect_timeout` bounds each TCP connect, in seconds."""
 
     def __init__(self, settings: IntakeConfig, store: FileStore, *, assets_dir: Path,
-                 attachments: Attachments | None = None, dns: AbstractResolver | None = None,
-                 connect_timeout: float = 10.0):
+                 attachments: Attachments | None = None, examples: Attachments | None = None,
+                 dns: AbstractResolver | None = None, connect_timeout: float = 10.0):
         self.settings = settings
         self.store = store
         self.assets = folder_attachments(assets_dir)
         self.attachments = attachments
+        self.examples = examples
+        self.used_examples: list[str] = []  # names answered by `examples`
         self.dns = dns
         self.connect_timeout = connect_timeout
         self._done: dict[str, str | Problem] = {}
@@ -179,6 +182,10 @@ class ImageResolver:
                 data = await self.attachments(name)
             if data is None:
                 data = await self.assets(name)
+            if data is None and self.examples is not None:
+                data = await self.examples(name)
+                if data is not None:
+                    self.used_examples.append(ref)
             if data is None:
                 folder = getattr(self.attachments, "folder", None)
                 assets = str(getattr(self.assets, "folder", ""))

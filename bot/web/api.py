@@ -27,7 +27,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from bot.app import values
 from bot.app.core import App, CancelTarget, Scheduled, SubmitOptions
 from bot.app.permissions import Action, Who
-from bot.app.results import CONTACT, RESULTS, XLSX, write_results
+from bot.app.results import CONTACT, RESULTS, XLSX, key_value, write_results
 from bot.errors import Coded, Conflict, Invalid, NotFound, Refused
 from bot.intake.check import IntakeReport, SheetFile, SheetRows, SheetSource
 from bot.intake.images import Attachments
@@ -299,7 +299,7 @@ class Api:
         submitter = q.get("submitter")
         rows = await self.queue.page_jobs(before=cursor, limit=limit, offset=min(
             offset or 0, BIGGEST_OFFSET), batch=batch, status=status, submitter=submitter)
-        body: dict[str, Any] = {"jobs": [_job(j) for j in rows],
+        body: dict[str, Any] = {"jobs": [_job(j, self.templates) for j in rows],
                                 "next_cursor": rows[-1].id if len(rows) == limit else None}
         if offset is not None:
             body["total"] = await self.queue.count_jobs(batch=batch, status=status,
@@ -308,7 +308,7 @@ class Api:
 
     async def job(self, request: web.Request) -> web.Response:
         await self.allowed(request, Action.STATUS)
-        return web.json_response(_job(await self.app.job(_in_path(request, "id"))))
+        return web.json_response(_job(await self.app.job(_in_path(request, "id")), self.templates))
 
     async def output(self, request: web.Request) -> web.StreamResponse:
         await self.allowed(request, Action.STATUS)
@@ -619,8 +619,9 @@ def _template(t: Template) -> dict:
                         "help": p.help} for p in t.params.values()]}
 
 
-def _job(j: Job) -> dict:
-    return {"id": j.id, "batch": j.batch_id, "row": j.row, "status": str(j.status),
+def _job(j: Job, templates: dict[str, Template]) -> dict:
+    key = key_value(j, templates.get(j.template or ""))
+    return {"id": j.id, "batch": j.batch_id, "row": j.row, "key": key, "status": str(j.status),
             "submitter": j.submitter, "attempts": j.attempts, "error": j.error,
             "outputs": [f"{PREFIX}/jobs/{j.id}/outputs/{i}" for i in range(len(j.outputs))],
             "enqueued_at": j.enqueued_at, "started_at": j.started_at,

@@ -230,10 +230,15 @@ def document() -> dict[str, Any]:
                     "counts": {"type": "object"},
                     "jobs_ahead": {"type": "integer", "nullable": True},
                     "eta_seconds": {"type": "number", "nullable": True},
+                    "demo_models": {"type": "array", "items": {"type": "string"},
+                                    "description": "demo models its jobs use: images are noise"},
                     "problems": {"type": "array", "items": _ref("Problem")}}},
                 "Job": {"type": "object", "properties": {
                     "id": {"type": "integer"}, "batch": {"type": "integer"},
                     "row": {"type": "integer"},
+                    "key": {"type": "string", "nullable": True,
+                            "description": "the row's value in the template's key column "
+                                           "(e.g. its SKU), as the sheet had it"},
                     "status": {"type": "string", "enum": statuses},
                     "error": {"type": "string", "nullable": True},
                     "outputs": {"type": "array", "items": {"type": "string"}}}},

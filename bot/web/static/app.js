@@ -30,6 +30,7 @@ const TEXT = {
     problems: "The sheet has problems; nothing was queued:", submitted: "Batch {id} queued: {n} jobs",
     canceled_n: "Canceled {n}", asked_n: "{n} running job(s) asked to stop",
     load_more: "Load more", refused: "Refused",
+    demo_note: "Demo model ({models}) — images are noise; see README, Models, for real ones.",
     queued: "queued", running: "running", succeeded: "succeeded", failed: "failed", canceled: "canceled",
     low: "low", normal: "normal", high: "high", urgent: "urgent",
     workers: "Executors", no_workers: "No executor is running: queued jobs wait until one starts.",
@@ -57,6 +58,7 @@ const TEXT = {
     problems: "表格有问题，未加入队列：", submitted: "批次 {id} 已入队：{n} 个任务",
     canceled_n: "已取消 {n} 个", asked_n: "已要求 {n} 个运行中的任务停止",
     load_more: "加载更多", refused: "被拒绝",
+    demo_note: "演示模型 {models}——生成的图是噪点；真实模型见 README 的 Models 一节。",
     queued: "排队中", running: "运行中", succeeded: "成功", failed: "失败", canceled: "已取消",
     low: "低", normal: "普通", high: "高", urgent: "紧急",
     workers: "执行器", no_workers: "没有运行中的执行器：排队任务将等待执行器启动。",
@@ -77,6 +79,10 @@ let refreshTimer = null;
 const steps = new Map();       // job id -> {node, step, total}, from progress events
 
 // --- small helpers -------------------------------------------------------------------
+function rowName(j) {  // "BTL-001 · Row 2": the row as its sheet names it (the key column)
+  return j.key ? `${j.key} · ${t("row")} ${j.row}` : `${t("row")} ${j.row}`;
+}
+
 function t(key, vars = {}) {
   const text = (TEXT[lang] && TEXT[lang][key]) || TEXT.en[key] || key;
   return text.replace(/\{(\w+)\}/g, (_, k) => String(vars[k] ?? ""));
@@ -248,7 +254,7 @@ async function overview(main) {
       h("section", {class: "card"},
         h("h2", {text: t("now_running")}),
         q.data.jobs.length ? h("ul", {class: "running"}, ...q.data.jobs.map((j) => h("li", {"data-job": j.id},
-          h("a", {href: `#/batches/${j.batch}`, text: `${t("batch", {id: j.batch})} · ${t("row")} ${j.row}`}),
+          h("a", {href: `#/batches/${j.batch}`, text: `${t("batch", {id: j.batch})} · ${rowName(j)}`}),
           h("span", {class: "muted", text: ` ${j.template} · ${j.submitter}`}), progressBar(j.id))))
           : h("p", {class: "muted", text: t("nothing_running")})),
       h("section", {class: "card workers"},
@@ -394,9 +400,9 @@ async function batchPage(main, id) {
     if (known && known[0] === j.status && j.status !== "running") return known[1];
     const made = h("figure", {class: `thumb ${j.status}`, "data-job": j.id},
       j.outputs.length
-        ? h("a", {href: j.outputs[0], target: "_blank"}, h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: `${t("row")} ${j.row}`}))
+        ? h("a", {href: j.outputs[0], target: "_blank"}, h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: rowName(j)}))
         : h("div", {class: "empty"}, badge(j.status)),
-      h("figcaption", {}, `${t("row")} ${j.row} `, badge(j.status)),
+      h("figcaption", {}, `${rowName(j)} `, badge(j.status)),
       j.status === "running" ? progressBar(j.id) : null,
       j.error ? h("p", {class: "error", title: j.error, text: j.error}) : null);
     cards.set(j.id, [j.status, made]);
@@ -422,6 +428,7 @@ async function batchPage(main, id) {
     head.replaceChildren(
       h("h2", {text: t("batch", {id})}),
       h("p", {}, h("strong", {text: b.template}), h("span", {class: "muted", text: ` · ${b.submitter} · ${t(b.priority)} · ${when(b.created_at)}${b.meta.sheet ? " · " + b.meta.sheet : ""}`})),
+      b.demo_models.length ? h("p", {class: "note", id: "demo-note", text: t("demo_note", {models: b.demo_models.join(", ")})}) : null,
       h("p", {}, h("progress", {id: "batch-progress", max: b.total, value: b.done}),
         h("span", {id: "batch-done", text: ` ${t("done_of", b)}`}),
         ...STATUSES.filter((s) => b.counts[s]).map((s) => h("span", {class: "pair"}, badge(s), ` ${b.counts[s]}`)),
