@@ -84,7 +84,7 @@ async def worker_bare_drain(url: str) -> None:
         for pragma in ("busy_timeout=30000", "journal_mode=WAL", "synchronous=FULL",
                        "foreign_keys=ON", "journal_size_limit=67108864"):
             await conn.execute(f"PRAGMA {pragma}")
-        claim_sql = _to_sqlite(q.for_dialect(q.placed(q.CLAIM, False), "sqlite"))
+        claim_sql = _to_sqlite(q.for_dialect(q.placed(q.CLAIM, q.ANYTHING), "sqlite"))
         complete_sql = _to_sqlite(q.COMPLETE)
         fetch = conn.execute_fetchall
     else:
@@ -92,7 +92,7 @@ async def worker_bare_drain(url: str) -> None:
         base, _, schema = url.partition("?schema=")
         conn = await asyncpg.connect(base.replace("postgres://", "postgresql://", 1),
                                      server_settings={"search_path": schema})
-        claim_sql = q.for_dialect(q.placed(q.CLAIM, False), "postgres")
+        claim_sql = q.for_dialect(q.placed(q.CLAIM, q.ANYTHING), "postgres")
         complete_sql = q.COMPLETE
 
         async def fetch(sql, args):

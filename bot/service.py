@@ -66,6 +66,7 @@ class Service:
         self.config, self.executor = config, executor
         self.platforms = configured_platforms(config) if platforms is None else platforms
         self.supervisor: Supervisor | None = None
+        self.comfy: list[Supervisor] = []  # one per [comfyui] server
 
     async def start(self) -> None:
         config = self.config
@@ -86,7 +87,7 @@ class Service:
         await api.summary.get()  # /healthz answers from it, from the first probe on
         Dashboard(api).routes(app)
         self.metrics = Metrics(self.queue, self.core.outbox, restarts=lambda:
-                               self.supervisor.restarts if self.supervisor else 0,
+                               sum(s.restarts for s in [self.supervisor, *self.comfy] if s),
                                token=config.api.metrics_token)
         await self.metrics.start()
         app.router.add_get("/metrics", self.metrics.handler)
@@ -114,6 +115,11 @@ class Service:
             self.supervisor = Supervisor(config, queue=self.queue)
             self.supervisor.start()
             self.app.executor_starting = True
+            for url in config.comfyui.servers:  # ComfyUI's executors need no GPU here
+                supervisor = Supervisor(config, queue=self.queue,
+                                        command=Supervisor.comfy_command(config, url))
+                supervisor.start()
+                self.comfy.append(supervisor)
         self.core.start()
         self.scheduler = Scheduler(self.app, outbox=self.core.outbox)
         self.scheduler.start()
@@ -124,8 +130,8 @@ class Service:
         log.info("genbot stopping")
         self.scheduler.stop()
         await self.core.stop()
-        if self.supervisor:
-            await self.supervisor.stop()
+        for supervisor in ([self.supervisor] if self.supervisor else []) + self.comfy:
+            await supervisor.stop()
         await self.runner.cleanup()
         await self.queue.close()
 

@@ -46,6 +46,14 @@ class Supervisor:
             command += ["--config", config.source]
         return command
 
+    @staticmethod
+    def comfy_command(config: Config, url: str) -> list[str]:
+        """The executor for one ComfyUI server (executor.comfy_worker)."""
+        command = [sys.executable, "-m", "executor.comfy_worker", "--url", url]
+        if config.source != "built-in defaults":
+            command += ["--config", config.source]
+        return command
+
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process and self.process.returncode is None else None

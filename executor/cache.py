@@ -30,6 +30,11 @@ PIPELINE_CLASSES = {  # (family, mode, with controlnet) -> diffusers class
     ("sd15", "img2img", False): "StableDiffusionImg2ImgPipeline",
     ("sd15", "txt2img", True): "StableDiffusionControlNetPipeline",
     ("sd15", "img2img", True): "StableDiffusionControlNetImg2ImgPipeline",
+    **{("sd2", mode, cn): cls for (family, mode, cn), cls in {  # SD 2.x: SD 1.5's classes
+        ("sd15", "txt2img", False): "StableDiffusionPipeline",
+        ("sd15", "img2img", False): "StableDiffusionImg2ImgPipeline",
+        ("sd15", "txt2img", True): "StableDiffusionControlNetPipeline",
+        ("sd15", "img2img", True): "StableDiffusionControlNetImg2ImgPipeline"}.items()},
     ("sdxl", "txt2img", False): "StableDiffusionXLPipeline",
     ("sdxl", "img2img", False): "StableDiffusionXLImg2ImgPipeline",
     ("sdxl", "txt2img", True): "StableDiffusionXLControlNetPipeline",
@@ -141,7 +146,16 @@ class ModelCache:
     def _load(self, info: ModelInfo) -> Any:
         import diffusers
         common = {"torch_dtype": self.dtype, "local_files_only": True}
-        single = {"config": info.config_dir} if info.config_dir else {}
+        single: dict[str, Any] = {"config": info.config_dir} if info.config_dir else {}
+        cls_name = None
+        if info.single_file and info.model_type and not info.config_dir:
+            from executor import families  # genbot's own configuration of its family
+            single = {"config": str(families.materialise(
+                info.model_type, self.registry.config.models_dir / "configs",
+                prediction_type=info.prediction_type))}
+            cls_name = families.family(info.model_type, info.prediction_type).pipeline
+            if info.family in ("sd15", "sd2"):
+                single["requires_safety_checker"] = False  # (none is loaded from one file)
         try:
             if info.kind == "controlnet":
                 cls = diffusers.ControlNetModel
@@ -152,7 +166,8 @@ class ModelCache:
                     str(info.path), **common)
             else:
                 assert info.family is not None  # the registry knows every checkpoint's family
-                cls = getattr(diffusers, PIPELINE_CLASSES[(info.family, "txt2img", False)])
+                cls = getattr(diffusers, cls_name or PIPELINE_CLASSES[(info.family, "txt2img",
+                                                                      False)])
                 if info.single_file:
                     pipe = cls.from_single_file(str(info.path), **common, **single)
                 else:

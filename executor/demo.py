@@ -22,24 +22,12 @@ UPSCALERS = ("upscaler",)
 ALL = (*CHECKPOINTS, *CONTROLNETS, *LORAS, *UPSCALERS)
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2/CLIP's byte -> printable character table."""
-    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-          + list(range(ord("®"), ord("ÿ") + 1)))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
 def _tokenizer(folder: Path):
     """A byte-level CLIP tokenizer with no merges: any text, Chinese included, tokenizes."""
     from transformers import CLIPTokenizer
-    chars = list(_bytes_to_unicode().values())
+
+    from executor.families import bytes_to_unicode
+    chars = list(bytes_to_unicode().values())
     vocab = {c: i for i, c in enumerate(chars + [c + "</w>" for c in chars]
                                         + ["<|startoftext|>", "<|endoftext|>"])}
     folder.mkdir(parents=True, exist_ok=True)

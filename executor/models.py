@@ -21,7 +21,9 @@ PIPELINES = {  # model_index.json _class_name -> (kind, family)
     "StableDiffusionXLImg2ImgPipeline": ("checkpoint", "sdxl"),
     "StableDiffusionUpscalePipeline": ("upscaler", "sd15"),
 }
-DEFAULT_STEPS, DEFAULT_GUIDANCE = 30, {"sd15": 7.5, "sdxl": 5.0}
+DEFAULT_STEPS, DEFAULT_GUIDANCE = 30, {"sd15": 7.5, "sd2": 7.5, "sdxl": 5.0}
+PICKLES = (".ckpt", ".pt", ".pth", ".bin")  # weights that can run code when loaded
+TEXT_WIDTH = {768: "sd15", 1024: "sd2", 2048: "sdxl"}  # cross-attention width -> family
 LORA_FILE = "pytorch_lora_weights.safetensors"
 
 
@@ -34,15 +36,21 @@ class ModelInfo:
     name: str
     path: Path
     kind: str  # checkpoint | controlnet | lora | upscaler
-    family: str | None  # sd15 | sdxl | None when unknown (some LoRAs)
+    family: str | None  # sd15 | sd2 | sdxl | None when unknown (some LoRAs)
     single_file: bool
     entry: ModelEntry
     defaults: dict  # a demo's genbot.json: steps, guidance
+    model_type: str | None = None  # a single-file checkpoint's, as diffusers names it (v1 …)
+    prediction_type: str | None = None  # SD 2.x: v_prediction (768) or epsilon (512 base)
 
     @property
     def config_dir(self) -> str | None:
-        """Where a single-file checkpoint's configuration comes from (None: the HF cache)."""
+        """A configuration folder named in [models] (else genbot's own, executor.families)."""
         return self.entry.config
+
+    @property
+    def inpainting(self) -> bool:
+        return self.model_type in ("inpainting", "xl_inpaint")
 
     @property
     def steps(self) -> int:
@@ -100,16 +108,22 @@ class Registry:
         if path.is_dir():
             kind, family, file = self._folder(path, where)
         elif path.suffix == ".safetensors":
-            kind, family = self._single_file(path, where)
+            kind, family, model_type, prediction = self._single_file(path, where)
             file = path
+        elif path.suffix.lower() in PICKLES:
+            raise ModelError(f"{where}: {path.name} is a pickle ({path.suffix}): loading one can "
+                             "run any code in it, so genbot does not; use the model's "
+                             ".safetensors release, or convert it once with a tool you trust")
         else:
             raise ModelError(f"{where}: expected a diffusers folder or a .safetensors file")
+        if path.is_dir():
+            model_type = prediction = None
         family = defaults.get("family", family)
         if entry.config:
             entry = replace(entry,
                             config=str(self.config.model_path(replace(entry, path=entry.config))))
         return ModelInfo(name, file, kind, family, file.is_file() and kind != "lora", entry,
-                         defaults)
+                         defaults, model_type, prediction)
 
     @staticmethod
     def _folder(path: Path, where: str) -> tuple[str, str | None, Path]:
@@ -122,32 +136,66 @@ class Registry:
         if (path / "config.json").is_file():
             config = json.loads((path / "config.json").read_text())
             if config.get("_class_name") == "ControlNetModel":
-                family = "sdxl" if config.get("addition_embed_type") == "text_time" else "sd15"
+                family = "sdxl" if config.get("addition_embed_type") == "text_time" else \
+                    TEXT_WIDTH.get(config.get("cross_attention_dim"), "sd15")
                 return "controlnet", family, path
         if (path / LORA_FILE).is_file():
-            return ("lora", *Registry._single_file(path / LORA_FILE, where)[1:], path / LORA_FILE)
+            return "lora", Registry._single_file(path / LORA_FILE, where)[1], path / LORA_FILE
         raise ModelError(f"{where}: not a diffusers pipeline, ControlNet or LoRA folder")
 
     @staticmethod
-    def _single_file(path: Path, where: str) -> tuple[str, str | None]:
+    def _single_file(path: Path, where: str) -> tuple[str, str | None, str | None, str | None]:
+        """(kind, family, model type, prediction type) of a .safetensors file, from its
+        tensor names and shapes alone (nothing is loaded but SD 2.x's one telling bias)."""
         from safetensors import safe_open
         try:
             with safe_open(str(path), framework="np") as f:
                 keys = list(f.keys())
                 # A LoRA's cross-attention key projection takes the text width: 768 for
-                # SD 1.5, 2048 for SDXL (diffusers/peft and kohya key styles).
+                # SD 1.5, 1024 for SD 2.x, 2048 for SDXL (diffusers/peft and kohya styles).
                 shapes = {k: f.get_slice(k).get_shape() for k in keys
                           if re.search(r"attn2[._]to_k", k) and ("lora_A" in k or "lora_down" in k)}
+                if any(k.startswith("model.diffusion_model.") for k in keys):
+                    return ("checkpoint", *_checkpoint_family(f, keys, where))
+        except ModelError:
+            raise
         except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer
             raise ModelError(f"{where}: not a readable .safetensors file ({e})") from None
         if any("lora" in k for k in keys):
             dims = {shape[-1] for shape in shapes.values()}
-            family = {768: "sd15", 2048: "sdxl"}.get(next(iter(dims), 0))
-            return "lora", family
-        if any(k.startswith("conditioner.embedders.1") for k in keys):
-            return "checkpoint", "sdxl"
+            return "lora", TEXT_WIDTH.get(next(iter(dims), 0)), None, None
         if any(k.startswith("control_model.") for k in keys):
-            return "controlnet", None
-        if any(k.startswith("cond_stage_model.") for k in keys):
-            return "checkpoint", "sd15"
-        raise ModelError(f"{where}: cannot tell what this .safetensors file holds")
+            return "controlnet", None, None, None
+        shown = ", ".join(sorted(keys)[:3]) + (" …" if len(keys) > 3 else "")
+        raise ModelError(f"{where}: not a Stable Diffusion checkpoint, LoRA or ControlNet genbot "
+                         f"knows: its {len(keys)} tensors are named like {shown or 'nothing'}")
+
+
+class _Shapes(dict):
+    """Tensor name -> an object with the tensor's .shape: what diffusers' detector reads."""
+
+
+def _checkpoint_family(f, keys: list[str], where: str) -> tuple[str, str, str | None]:
+    """(family, model type, prediction type) of an original-layout checkpoint, by
+    diffusers' own detector (infer_diffusers_model_type)."""
+    from types import SimpleNamespace
+
+    from diffusers.loaders.single_file_utils import infer_diffusers_model_type
+
+    from executor import families
+    shapes = _Shapes({k: SimpleNamespace(shape=tuple(f.get_slice(k).get_shape())) for k in keys})
+    model_type = infer_diffusers_model_type(shapes)
+    if model_type not in families.FAMILIES:
+        raise ModelError(f"{where}: a {model_type} checkpoint (as diffusers names it); genbot "
+                         "runs SD 1.5, SD 2.x and SDXL (base, refiner, inpainting) checkpoints")
+    prediction = None
+    if model_type == "v2":
+        key = "model.diffusion_model.output_blocks.11.1.transformer_blocks.0.norm1.bias"
+        bias = {key: _torch(f.get_tensor(key))} if key in shapes else {}
+        prediction = families.v2_prediction_type(bias)
+    return families.family(model_type, prediction).family, model_type, prediction
+
+
+def _torch(array):
+    import torch
+    return torch.from_numpy(array.copy())

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+from executor import comfy_template as comfy
 from executor.params import (
     SEED_MAX,
     TYPES,
@@ -150,6 +151,8 @@ class Template:
     nodes: dict[str, Node]
     order: tuple[str, ...]  # nodes in an order that runs every input before it is used
     output: Text
+    engine: str = "diffusers"  # or "comfyui": `comfy` is the workflow it runs on a server
+    comfy: comfy.ComfyGraph | None = None
 
     @property
     def columns(self) -> set[str]:
@@ -319,24 +322,12 @@ class _Loader:
     # the whole file ------------------------------------------------------------------
     def load(self, data: Any, stem: str) -> Template:
         data = self.keys(data, TEMPLATE_KEYS, "", "a template")
-        name = data.get("name")
-        if name != stem:
-            self.fail("name", f'"{name}" should be "{stem}", the file\'s name')
-        description = data.get("description", "")
-        if not isinstance(description, str):
-            self.fail("description", "expected a string")
+        name, description = self.head(data, stem)
         raw_params = data.get("params", {})
         if not isinstance(raw_params, dict):
             self.fail("params", "expected an object of parameters")
         params = {n: self.param(n, spec) for n, spec in raw_params.items()}
-        seen: dict[str, str] = {}
-        for p in params.values():
-            for header in (p.name, *p.aliases):
-                key = normalize_header(header)
-                if key in seen and seen[key] != p.name:
-                    self.fail(f"params.{p.name}", f'column "{header}" would also match '
-                              f'parameter "{seen[key]}"')
-                seen[key] = p.name
+        self.check_headers(params)
 
         raw_nodes = data.get("nodes")
         if not isinstance(raw_nodes, dict) or not raw_nodes:
@@ -379,6 +370,85 @@ class _Loader:
         order = self.order(nodes)
         self.check_images_saved(nodes)
         return Template(name, description, self.file, params, nodes, order, output)
+
+    def head(self, data: dict, stem: str) -> tuple[str, str]:
+        """The name (the file's) and the description."""
+        name = data.get("name")
+        if name != stem:
+            self.fail("name", f'"{name}" should be "{stem}", the file\'s name')
+        description = data.get("description", "")
+        if not isinstance(description, str):
+            self.fail("description", "expected a string")
+        return stem, description
+
+    def check_headers(self, params: dict[str, Param]) -> None:
+        seen: dict[str, str] = {}
+        for p in params.values():
+            for header in (p.name, *p.aliases):
+                key = normalize_header(header)
+                if key in seen and seen[key] != p.name:
+                    self.fail(f"params.{p.name}", f'column "{header}" would also match '
+                              f'parameter "{seen[key]}"')
+                seen[key] = p.name
+
+    def load_comfy(self, data: Any, stem: str, folder: Path) -> Template:
+        """A ComfyUI template: its workflow file read and every binding checked."""
+        data = self.keys(data, comfy.TEMPLATE_KEYS, "", "a ComfyUI template")
+        name, description = self.head(data, stem)
+        wf = data.get("workflow")
+        if not isinstance(wf, str) or not wf.strip():
+            self.fail("workflow", "expected the API-format workflow's file name, beside this "
+                      'template (e.g. "portrait.workflow.json")')
+        path = folder / wf
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            self.fail("workflow", f"cannot read {path}: {e.strerror or e}")
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            self.fail("workflow", f"{path} is not JSON: {e}")
+        try:
+            prompt = comfy.read_workflow(raw, str(path))
+        except comfy.WorkflowError as e:
+            self.fail("workflow", str(e))
+        raw_params = data.get("params", {})
+        if not isinstance(raw_params, dict) or not raw_params:
+            self.fail("params", "expected an object of parameters, each with \"to\": the "
+                      "node inputs it sets")
+        params: dict[str, Param] = {}
+        targets: dict[str, tuple[comfy.Target, ...]] = {}
+        bound: dict[tuple[str, str], str] = {}
+        for pname, spec in raw_params.items():
+            path_ = f"params.{pname}"
+            spec = self.keys(spec, (*PARAM_KEYS, "to"), path_, "a parameter")
+            param = self.param(pname, {k: v for k, v in spec.items() if k != "to"})
+            if param.type not in comfy.PARAM_TYPES:
+                self.fail(f"{path_}.type", f"a ComfyUI template's parameter is one of "
+                          f"{', '.join(comfy.PARAM_TYPES)}")
+            to = spec.get("to")
+            if not isinstance(to, list) or not to or not all(isinstance(t, str) for t in to):
+                self.fail(f"{path_}.to", 'expected a list of node inputs, e.g. ["6.text"] or '
+                          '["Positive.text"]')
+            found = []
+            for i, written in enumerate(to):
+                try:
+                    target = comfy.resolve_target(prompt, written)
+                except ValueError as e:
+                    self.fail(f"{path_}.to[{i}]", str(e))
+                why = comfy.fits(param.type, prompt[target.node]["inputs"][target.input])
+                if why:
+                    self.fail(f"{path_}.to[{i}]", f'"{written}" {why}')
+                key = (target.node, target.input)
+                if key in bound:
+                    self.fail(f"{path_}.to[{i}]", f'"{written}" is set by parameter '
+                              f'"{bound[key]}" too')
+                bound[key] = pname
+                found.append(target)
+            params[pname] = replace(param, uses=tuple(t.written for t in found))
+            targets[pname] = tuple(found)
+        self.check_headers(params)
+        output = self.output(data.get("output", DEFAULT_OUTPUT))
+        return Template(name, description, self.file, params, {}, (), output, engine=comfy.ENGINE,
+                        comfy=comfy.ComfyGraph(wf, prompt, targets))
 
     def output(self, pattern: Any) -> Text:
         if not isinstance(pattern, str):
@@ -517,18 +587,23 @@ def load_template(path: Path) -> Template:
     except json.JSONDecodeError as e:
         raise TemplateError(file, f"line {e.lineno} column {e.colno}",
                             f"not valid JSON: {e.msg}") from None
+    if isinstance(data, dict) and data.get("engine") == comfy.ENGINE:
+        return _Loader(file).load_comfy(data, path.stem, path.parent)
     return _Loader(file).load(data, path.stem)
 
 
 def load_templates(folder: Path) -> tuple[dict[str, Template], list[TemplateError]]:
-    """Every *.json in `folder`; a broken one is reported and the others still load."""
+    """Every *.json in `folder`; a broken one is reported and the others still load. The
+    ComfyUI workflows templates name (kept beside them) are not templates themselves."""
     templates, errors = {}, []
     for path in sorted(Path(folder).glob("*.json")):
         try:
             templates[path.stem] = load_template(path)
         except TemplateError as e:
             errors.append(e)
-    return templates, errors
+    workflows = {(Path(folder) / t.comfy.file).resolve() for t in templates.values() if t.comfy}
+    workflows |= {path.resolve() for path in Path(folder).glob("*.workflow.json")}
+    return templates, [e for e in errors if Path(e.file).resolve() not in workflows]
 
 
 # --- Binding -----------------------------------------------------------------------------
@@ -591,6 +666,10 @@ def bind(t: Template, values: dict[str, Any], *, row: int,
     variables = {**{n: variables.get(normalize_header(n), "") for n in t.columns},
                  **{n: _as_text(values.get(n)) for n in t.params},
                  "row": str(row), "template": t.name}
+    if t.comfy is not None:  # a ComfyUI workflow: its images are named by the pattern
+        return {"template": t.name, "engine": comfy.ENGINE, "row": row, "params": values,
+                **comfy.bind_comfy(t.comfy, t.params, values),
+                "outputs": {"images": safe_output_name(t.output.render(variables), "png")}}
 
     def value_of(expr: Any) -> Any:
         if isinstance(expr, ParamRef):
@@ -629,8 +708,16 @@ def bind(t: Template, values: dict[str, Any], *, row: int,
 
 
 def affinity(workflow: dict[str, Any]) -> str | None:
-    """The model a bound workflow needs first: lets a claim prefer jobs for a loaded model."""
+    """The model a bound workflow needs first: lets a claim prefer jobs for a loaded model.
+    A ComfyUI job's is "comfyui:TEMPLATE": only ComfyUI executors that can run that
+    template claim it."""
+    if workflow.get("engine") == comfy.ENGINE:
+        return comfy_affinity(workflow["template"])
     for node in workflow["nodes"]:
         if node["op"] == "generate" and isinstance(node["inputs"].get("model"), str):
             return node["inputs"]["model"]
     return None
+
+
+def comfy_affinity(template: str) -> str:
+    return f"{comfy.ENGINE}:{template}"

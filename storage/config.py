@@ -297,6 +297,22 @@ class ExecutorConfig:
 
 
 @dataclass(frozen=True)
+class ComfyUIConfig:
+    """ComfyUI servers a team already runs: genbot queues, they generate (docs/comfyui.md)."""
+
+    servers: list[str] = key((), "ComfyUI servers (http://host:8188) for templates with "
+                             "\"engine\": \"comfyui\"; genbot serve runs one executor for each. "
+                             "Empty: none (genbot worker --comfyui URL runs one anywhere).")
+    connect_timeout: float = key(10.0, "Seconds to connect to a server before it counts as down.",
+                                 min=0.1, max=600)
+    backoff_max: float = key(60.0, "Longest wait, in seconds, between tries to reach a server "
+                             "that is down; the wait doubles from 1 s.", min=0.1, max=3600)
+    free_after_jobs: int = key(0, "Ask the server to unload its models and free memory (POST "
+                               "/free) after this many jobs (0: never; [executor] "
+                               "recycle_after_jobs applies too).", min=0, max=10_000_000)
+
+
+@dataclass(frozen=True)
 class ModelEntry:
     """A logical model name -> where its weights are, and defaults a sheet may leave empty."""
 
@@ -305,8 +321,8 @@ class ModelEntry:
     guidance: float | None = None
     size: int | None = None  # None: the model's native resolution
     # For a single-file checkpoint: a diffusers folder of the same family to take the
-    # configuration (and tokenizers) from, since nothing is fetched. None: the local
-    # Hugging Face cache.
+    # configuration (and tokenizers) from. None: genbot's own for the family it detects
+    # (executor.families); needed only for what genbot does not ship (a ControlNet file).
     config: str | None = None
 
 
@@ -337,6 +353,7 @@ class Config:
     dingtalk: DingTalkConfig = field(default_factory=DingTalkConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    comfyui: ComfyUIConfig = field(default_factory=ComfyUIConfig)
     models: dict[str, ModelEntry] = field(default_factory=lambda: dict(DEMO_MODELS),
                                           metadata={"table": True})
     # Where the values came from, for messages; the folder relative paths are resolved against.
@@ -590,6 +607,14 @@ def _check_relations(config: Config) -> None:
         raise ConfigError(
             f"{config.source}: [queue] retry_backoff = {q.retry_backoff:g}: expected at most "
             f"retry_backoff_max ({q.retry_backoff_max:g})")
+    servers = config.comfyui.servers
+    for url in servers:
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+            raise ConfigError(f'{config.source}: [comfyui] servers: "{url}": expected a ComfyUI '
+                              'server\'s address such as "http://127.0.0.1:8188"')
+    if len({u.rstrip("/") for u in servers}) != len(servers):
+        raise ConfigError(f"{config.source}: [comfyui] servers: a server is named twice (one "
+                          "executor per server: it gets one prompt at a time)")
     chat = config.chat
     for entry in chat.languages:
         where, _, lang = entry.rpartition("=")
@@ -652,13 +677,13 @@ def render_example() -> str:
             out.append(f"{f.name} = {_toml_value(f.default)}")
         out.append("")
     out += [
-        "# Logical model name -> weights: a diffusers folder (SD 1.5 or SDXL family, a ControlNet,",
-        "# an upscaler), a single-file .safetensors checkpoint, or a LoRA .safetensors file.",
-        "# Loaded strictly offline. A table sets defaults a sheet may leave empty:",
+        "# Logical model name -> weights: a diffusers folder (SD 1.5, SD 2.x or SDXL family, a",
+        "# ControlNet, an upscaler), a single-file .safetensors checkpoint (its family told from",
+        "# its tensors, no config needed), or a LoRA .safetensors file (kohya or diffusers).",
+        "# Loaded strictly offline; `genbot models pull REPO --write` fetches and adds one",
+        "# (docs/models.md). A table sets defaults a sheet may leave empty:",
         '#   sdxl = { path = "/models/sdxl-base", steps = 30, guidance = 5.0 }',
-        "# A single-file checkpoint takes its configuration from a diffusers folder of the same",
-        "# family (nothing is downloaded):",
-        '#   dreamshaper = { path = "/models/dreamshaper_8.safetensors", config = "/models/sd15" }',
+        '#   dreamshaper = "/models/checkpoints/dreamshaper_8.safetensors"',
         "# Names given here replace the defaults below, which are genbot's demo models: tiny,",
         "# random weights (their images are noise), built on first start or by",
         "# `genbot models demo`, so every shipped template runs on a CPU out of the box.",

@@ -33,15 +33,21 @@ _DIALECT = {
 _JSON_LIST = {"sqlite": r"SELECT value FROM json_each(\1)",
               "postgres": r"SELECT jsonb_array_elements_text(CAST(\1 AS jsonb))"}
 
-# Placement: a worker that may run only some models ($6, a JSON list) claims only jobs
-# needing one of them, or none; {allowed} is empty for a worker that runs anything.
+# Placement. An affinity "ENGINE:NAME" (e.g. "comfyui:portrait") is another engine's job:
+# only a claim for that engine takes it, and only if NAME's whole affinity is in its
+# list $6 (`ENGINE_ONLY`). Other affinities are model names (never with a colon): a
+# worker that may run only some models claims jobs needing one of them, or none
+# (`ALLOWED`); one that runs anything takes every job of its own engine (`ANYTHING`).
+ANYTHING = {"{allowed}": "AND (affinity IS NULL OR affinity NOT LIKE '%:%')",
+            "{allowed_h}": "AND (h.affinity IS NULL OR h.affinity NOT LIKE '%:%')"}
 ALLOWED = {"{allowed}": "AND (affinity IS NULL OR affinity IN ({json_list($6)}))",
            "{allowed_h}": "AND (h.affinity IS NULL OR h.affinity IN ({json_list($6)}))"}
-ANYTHING = {"{allowed}": "", "{allowed_h}": ""}
+ENGINE_ONLY = {"{allowed}": "AND affinity IN ({json_list($6)})",
+               "{allowed_h}": "AND h.affinity IN ({json_list($6)})"}
 
 
-def placed(sql: str, only: bool) -> str:
-    for placeholder, text in (ALLOWED if only else ANYTHING).items():
+def placed(sql: str, placement: dict[str, str]) -> str:
+    for placeholder, text in placement.items():
         sql = sql.replace(placeholder, text)
     return sql
 

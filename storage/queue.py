@@ -206,24 +206,29 @@ class Queue:
     # --- Executing ----------------------------------------------------------------
 
     async def claim(self, owner: str, prefer: Sequence[str] = (),
-                    only: Sequence[str] | None = None) -> Lease | None:
+                    only: Sequence[str] | None = None, *, engine: bool = False
+                    ) -> Lease | None:
         """Take the next job under a lease, or None when nothing is claimable (or paused).
 
         `prefer`: affinities (e.g. loaded models) to favour within the current
         submitter's turn, so a resident model is reused without breaking fairness.
         `only`: the affinities this worker can run (its model allow-list, what fits its
         memory); jobs needing another model are left to other workers. None: any.
+        `engine`: this worker is another engine's ("comfyui:…" affinities, see
+        queries.placed): it takes exactly the affinities in `only`, nothing else.
 
         Expired leases are taken back by claims, in one statement on the common path:
         a claim that saw an expired lease sweeps it back to the queue after taking its
         own job; a claim that found nothing sweeps and looks once more.
         """
         now = self.clock()
-        row = await self._take(owner, prefer, only, now)
+        if engine and only is None:
+            raise ValueError("an engine's claim names the affinities it takes (only=)")
+        row = await self._take(owner, prefer, only, engine, now)
         if row is None:
             if await self.db.fetchrow(q.ANY_LEASE_EXPIRED, now):
                 await self.db.execute(q.EXPIRE_LEASES, now, self.settings.max_attempts)
-                row = await self._take(owner, prefer, only, now)
+                row = await self._take(owner, prefer, only, engine, now)
         elif row["expired_seen"]:
             await self.db.execute(q.EXPIRE_LEASES, now, self.settings.max_attempts)
         if row is None:
@@ -231,18 +236,19 @@ class Queue:
         return Lease.from_row(row, token=row["token"], owner=owner)
 
     async def _take(self, owner: str, prefer: Sequence[str], only: Sequence[str] | None,
-                    now: float) -> dict | None:
+                    engine: bool, now: float) -> dict | None:
         token = uuid.uuid4().hex
         expires = now + self.settings.lease_seconds
         if not prefer and only is None:
-            row = await self.db.fetchrow(self._sql(q.placed(q.CLAIM, False)), owner, token,
+            row = await self.db.fetchrow(self._sql(q.placed(q.CLAIM, q.ANYTHING)), owner, token,
                                          expires, now)
             return None if row is None else {**row, "token": token}
         args = [owner, token, expires, now, encoded(list(prefer))]
+        placement = q.ANYTHING
         if only is not None:
             args.append(encoded(list(only)))
-        row = await self.db.fetchrow(self._sql(q.placed(q.CLAIM_PREFERRING, only is not None)),
-                                     *args)
+            placement = q.ENGINE_ONLY if engine else q.ALLOWED
+        row = await self.db.fetchrow(self._sql(q.placed(q.CLAIM_PREFERRING, placement)), *args)
         if row is not None and row["affinity"] in prefer:
             await self.db.execute(q.GIVE_BACK_TURN, row["fair_rank"], row["priority"],
                                   row["submitter"], now)

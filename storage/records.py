@@ -191,6 +191,9 @@ class Digest:
     top: list[tuple[str, int]]  # the busiest submitters, most images first
 
 
+DOINGS = ("building_demo", "loading", "server_down")  # what keeps an executor from its jobs
+
+
 @dataclass(frozen=True)
 class WorkerInfo:
     """An executor process, as its last heartbeat described it."""
@@ -215,12 +218,18 @@ class WorkerInfo:
 
     @property
     def doing(self) -> tuple[str, list[str]] | None:
-        """What keeps it from its jobs now — ("building_demo", models) or ("loading",
-        [model]) — or None."""
+        """What keeps it from its jobs now — ("building_demo", models), ("loading",
+        [model]) or ("server_down", [its ComfyUI server]) — or None."""
         doing = self.stats.get("doing") if self.live else None
-        if not isinstance(doing, dict) or doing.get("what") not in ("building_demo", "loading"):
+        if not isinstance(doing, dict) or doing.get("what") not in DOINGS:
             return None  # (or a newer executor's word this version does not know)
         return doing["what"], [str(m) for m in doing.get("models") or ()]
+
+    @property
+    def cannot_run(self) -> dict[str, str]:
+        """Templates its ComfyUI server lacks something for -> what (node or file)."""
+        found = self.stats.get("cannot_run")
+        return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> WorkerInfo:

@@ -74,14 +74,20 @@ def write_single_file(folder: Path, out: Path) -> None:
     pipe = StableDiffusionPipeline.from_pretrained(folder, local_files_only=True,
                                                    safety_checker=None,
                                                    requires_safety_checker=False)
-    config = pipe.unet.config
+    state = ldm_state(pipe.unet, pipe.vae, pipe.text_encoder)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(out))
+
+
+def ldm_state(unet, vae, text_encoder, dtype=None) -> dict:
+    """An SD 1.5-family pipeline's weights under their original single-file names."""
+    config = unet.config
     attention_blocks = {b for b, kind in enumerate(config.up_block_types) if "CrossAttn" in kind}
     state = {}
-    for k, v in pipe.unet.state_dict().items():
+    for k, v in unet.state_dict().items():
         state["model.diffusion_model." + unet_key(k, config.layers_per_block, attention_blocks)] = v
-    for k, v in pipe.vae.state_dict().items():
-        state["first_stage_model." + vae_key(k, len(pipe.vae.config.up_block_types))] = v
-    for k, v in pipe.text_encoder.state_dict().items():  # as in real files: text_model.*
+    for k, v in vae.state_dict().items():
+        state["first_stage_model." + vae_key(k, len(vae.config.up_block_types))] = v
+    for k, v in text_encoder.state_dict().items():  # as in real files: text_model.*
         state["cond_stage_model.transformer." + ("" if k.startswith("text_model.")
                                                  else "text_model.") + k] = v
-    save_file({k: v.contiguous() for k, v in state.items()}, str(out))
+    return {k: v.to(dtype) if dtype is not None else v for k, v in state.items()}

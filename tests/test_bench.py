@@ -21,6 +21,7 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     "dashboard_bench.py": (["--big", "60", "--small", "20", "--rounds", "1"], "dom_rows"),
     "api_bench.py": (["--small", "50", "--big", "200", "--clients", "20", "--rounds", "1"],
                      "big/small"),
+    "comfy_bench.py": (["--jobs", "5", "--rounds", "1"], "per-job overhead"),
 }
 
 

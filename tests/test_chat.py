@@ -116,16 +116,26 @@ async def test_queue_names_each_executor_and_jobs_no_executor_takes(world):
     await workers.stopped("gpu2:8")
     await workers.beat("gpu3:9", host="gpu3", pid=9, device="cuda:2", version="0.1.0", job=None,
                        allow=["sd15"], stats={"doing": {"what": "loading", "models": ["sd15"]}})
+    await workers.beat("cf:3", host="cf", pid=3, device="http://cf:8188", version="0.1.0",
+                       job=None, allow=["comfyui:portrait"],
+                       stats={"doing": {"what": "server_down", "models": ["http://cf:8188"]},
+                              "cannot_run": {"photo": "node 10 needs LoadImage"}})
     await world.queue.enqueue(Submission("t", "test:U1", [
         NewJob(2, {}, affinity="sd15"), NewJob(3, {}, affinity="sd15"),
         NewJob(4, {}, affinity="sdxl")]))
     (queue,) = await world.send("/queue")
     assert queue.text.splitlines()[3:] == [  # after state, counts and ETA
         "executor gpu1:7 (cuda:0): idle · takes sdxl",
-        "executor gpu3:9 (cuda:2): idle · loading sd15 · takes sd15"]
+        "executor gpu3:9 (cuda:2): idle · loading sd15 · takes sd15",
+        "executor cf:3 (http://cf:8188): idle · server down: http://cf:8188 · takes "
+        "comfyui:portrait", "  cf:3 cannot run photo: node 10 needs LoadImage"]
     (zh,) = await world.send("/queue", lang="zh")
-    assert zh.text.splitlines()[-1] == "执行器 gpu3:9（cuda:2）：空闲 · 正在加载 sd15 · 接收 sd15"
+    assert zh.text.splitlines()[-3:] == [
+        "执行器 gpu3:9（cuda:2）：空闲 · 正在加载 sd15 · 接收 sd15",
+        "执行器 cf:3（http://cf:8188）：空闲 · 服务器无法连接：http://cf:8188 · 接收 "
+        "comfyui:portrait", "  cf:3 无法运行模板 photo：node 10 needs LoadImage"]
     await workers.stopped("gpu3:9")
+    await workers.stopped("cf:3")
     (queue,) = await world.send("/queue")
     assert queue.text.splitlines()[-1] == \
         "2 queued jobs need sd15, which no running executor takes."

@@ -160,6 +160,16 @@ def test_digest_settings_are_checked(tmp_path):
     assert (config.chat.digest, config.chat.digest_at) == ("dingtalk:cid42", "7:05")
 
 
+def test_comfyui_servers_are_addresses_each_named_once(tmp_path):
+    assert error_of(tmp_path, '[comfyui]\nservers = ["gpu-a:8188"]\n', {}).endswith(
+        '[comfyui] servers: "gpu-a:8188": expected a ComfyUI server\'s address such as '
+        '"http://127.0.0.1:8188"')
+    assert "a server is named twice" in error_of(
+        tmp_path, '[comfyui]\nservers = ["http://a:8188", "http://a:8188/"]\n', {})
+    config = load_text(tmp_path, '[comfyui]\nservers = ["http://a:8188", "https://b"]\n', {})
+    assert list(config.comfyui.servers) == ["http://a:8188", "https://b"]
+
+
 def test_a_misspelled_environment_variable_or_section_gets_a_did_you_mean():
     with pytest.raises(cfg.ConfigError) as e:
         cfg.from_dict({}, env={"GENBOT_QUEUE_MAX_QUEUE_SISE": "5"})

@@ -9,6 +9,7 @@ from PIL import Image
 
 from executor.models import ModelError, Registry
 from executor.ops import Context, OpError
+from storage import config as cfg
 from storage.files import FileStore
 from tests.conftest import ROOT, executor_config
 
@@ -157,17 +158,57 @@ def test_a_lora_named_by_its_safetensors_file_works_like_its_folder(tmp_path, de
     assert np.array_equal(pixels(by_folder), pixels(by_file))
 
 
-def test_a_single_file_checkpoint_without_its_configuration_says_how_to_give_it(tmp_path,
-                                                                                demo_models):
-    from safetensors.numpy import save_file
-    save_file({"cond_stage_model.transformer.text_model.final_layer_norm.weight":
-               np.zeros(2, dtype=np.float32)}, tmp_path / "mine.safetensors")
-    config = executor_config(tmp_path / "data", demo_models,
-                             models={"mine": str(tmp_path / "mine.safetensors")})
-    ctx = Context(FileStore(config.data_dir), make_cache(config))
-    with pytest.raises(ModelError, match=r'model "mine" .* could not be loaded offline: .*'
-                                         r'set \[models\] mine = \{ path = "\.\.\.", config = '):
-        generate_batch(ctx, [inputs(model="mine")])
+@pytest.mark.slow
+def test_a_full_size_sd15_checkpoint_in_one_file_loads_and_runs_offline_alone(tmp_path):
+    """The real SD 1.5 architecture (random weights, fp16, the original single-file key
+    layout, as model sites and ComfyUI keep it), named in [models] with nothing else:
+    genbot tells its family from the tensors, supplies configs and tokenizer itself, and
+    makes an image with no network. (About a minute and 11 GB here: docs/models.md.)"""
+    import gc
+    import time
+
+    from accelerate import init_empty_weights
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from safetensors.torch import save_file
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    from executor import families
+    from tests.ldm import ldm_state
+    started = time.monotonic()
+    folder = families.materialise("v1", tmp_path / "reference")
+    with init_empty_weights():
+        unet = UNet2DConditionModel.from_config(UNet2DConditionModel.load_config(folder / "unet"))
+        vae = AutoencoderKL.from_config(AutoencoderKL.load_config(folder / "vae"))
+        text = CLIPTextModel(CLIPTextConfig.from_pretrained(folder / "text_encoder"))
+    generator = torch.Generator().manual_seed(0)
+    for model in (unet, vae, text):
+        model.to_empty(device="cpu")
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0.0, 0.02, generator=generator)
+    assert sum(p.numel() for p in unet.parameters()) == 859_520_964  # SD 1.5's UNet
+    file = tmp_path / "v1-5-random.safetensors"
+    save_file({k: v.contiguous() for k, v in ldm_state(unet, vae, text, torch.float16).items()},
+              str(file))
+    del unet, vae, text
+    gc.collect()
+    built = time.monotonic() - started
+    config = cfg.from_dict({"service": {"data_dir": str(tmp_path / "data")},
+                            "models": {"real": str(file)}})
+    cache = make_cache(config)
+    info = cache.registry.get("real")
+    assert (info.kind, info.family, info.model_type, info.config_dir) == \
+        ("checkpoint", "sd15", "v1", None)
+    ctx = Context(FileStore(config.data_dir), cache)
+    (image,) = generate_batch(ctx, [inputs(model="real", size=[64, 64], steps=1)])
+    assert image.size == (64, 64)
+    pipe = cache.pipeline("real", "txt2img")
+    assert sum(p.numel() for p in pipe.unet.parameters()) == 859_520_964
+    assert pipe.tokenizer("a photo of a cat").input_ids == [49406, 320, 1125, 539, 320, 2368,
+                                                           49407]
+    print(f"\nfull-size SD 1.5: built and written in {built:.0f} s, loaded and ran one step "
+          f"in {time.monotonic() - started - built:.0f} s; file {file.stat().st_size / 2**30:.2f} "
+          "GiB")
 
 
 def test_a_single_file_checkpoint_loads_offline_with_its_config_folder(tmp_path, demo_models):

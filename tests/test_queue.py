@@ -185,6 +185,36 @@ async def test_a_worker_takes_only_jobs_for_models_it_may_run(queue):
     assert big == [("bob", "sdxl"), ("bob", "flux"), ("alice", "sdxl")]  # sdxl loaded
 
 
+async def test_another_engines_jobs_go_only_to_that_engines_workers(queue):
+    """ComfyUI jobs ("comfyui:TEMPLATE") and diffusers jobs share one queue, order and
+    fairness; each engine's workers take only their own, a ComfyUI worker only the
+    templates its server can run."""
+    await queue.enqueue(sub("alice", 4, affinity=["comfyui:portrait", "sdxl", None,
+                                                  "comfyui:product"]))
+    await queue.enqueue(sub("bob", 2, affinity=["comfyui:product", "comfyui:portrait"],
+                            priority=Priority.HIGH))
+    diffusers = []  # with no allow-list and with one: never a ComfyUI job
+    while (lease := await queue.claim("gpu", prefer=["sdxl"])) is not None:
+        diffusers.append((lease.submitter, lease.affinity))
+        await queue.complete(lease)
+    assert diffusers == [("alice", "sdxl"), ("alice", None)]
+    assert await queue.claim("gpu-small", only=["sd"]) is None
+    portrait = []  # a server with only the portrait template's nodes and models
+    while (lease := await queue.claim("comfy-a", only=["comfyui:portrait"], engine=True)) \
+            is not None:
+        portrait.append((lease.submitter, lease.affinity))
+        await queue.complete(lease)
+    assert portrait == [("bob", "comfyui:portrait"), ("alice", "comfyui:portrait")]
+    both = await queue.claim("comfy-b", only=["comfyui:portrait", "comfyui:product"],
+                             engine=True)
+    assert both is not None and (both.submitter, both.affinity) == ("bob", "comfyui:product")
+    await queue.complete(both)
+    with pytest.raises(ValueError):
+        await queue.claim("comfy-c", engine=True)  # an engine names what it takes
+    last = await queue.claim("comfy-c", only=["comfyui:product"], engine=True)
+    assert last is not None and last.affinity == "comfyui:product"
+
+
 async def test_affinity_groups_one_submitters_jobs_by_model(queue):
     models = ["a", "b", "c"] * 10
     await queue.enqueue(sub("alice", 30, affinity=models))

@@ -72,7 +72,7 @@ async def test_the_bar_says_which_executor_took_the_jobs(tmp_path, demo_models):
         async def doing() -> str:
             progress = await queue.batch_progress(batch.batch_id)
             assert progress is not None
-            return await _executor_doing(queue, workers, progress, Ours())  # type: ignore[arg-type]
+            return await _executor_doing(queue, workers, progress, [Ours()])  # type: ignore
         assert await doing() == "starting the executor"
         me = owner_name(4242)
         await workers.beat(me, host="h", pid=4242, device="cpu", version="0", job=None,

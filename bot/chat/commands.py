@@ -189,6 +189,9 @@ async def queue_(turn: Turn, cmd: Command) -> None:
             turn.append(f"queue_worker_{w.doing[0]}", models=", ".join(w.doing[1]))
         if w.allow is not None and w.state != "lost":
             turn.append("queue_worker_takes", models=", ".join(w.allow) or "-")
+        if w.live:
+            for template, why in sorted(w.cannot_run.items()):
+                turn.add("queue_worker_cannot", name=w.id, template=template, why=why)
     live = [w for w in workers if w.live]
     if not live:
         turn.add("queue_executor_starting" if turn.app.executor_starting

@@ -10,8 +10,8 @@
   genbot run TEMPLATE SHEET         one-shot: queue the sheet, run it here, show progress
   genbot chat [--as USER]           the chat commands in a terminal (no Slack/DingTalk needed)
   genbot submit TEMPLATE SHEET      send a sheet to a running genbot (REST API); --wait follows it
-  genbot worker                     run one executor (one per GPU)
-  genbot models [demo]              the model registry; build the demo models
+  genbot worker [--comfyui URL]     run one executor (one per GPU, or per ComfyUI server)
+  genbot models [demo|pull]         the model registry; build the demo models; download one
 """
 
 from __future__ import annotations
@@ -56,10 +56,12 @@ def cmd_serve(args) -> int:
 
 
 def cmd_worker(args) -> int:
+    config = ["--config", args.config] if args.config else []
+    if args.comfyui:
+        from executor.comfy_worker import main as comfy_main
+        return comfy_main([*config, "--url", args.comfyui])
     from executor.worker import main as worker_main
-    argv = (["--config", args.config] if args.config else []) + \
-        (["--device", args.device] if args.device else [])
-    return worker_main(argv)
+    return worker_main(config + (["--device", args.device] if args.device else []))
 
 
 def cmd_models(args) -> int:
@@ -97,6 +99,112 @@ def cmd_models_demo(args) -> int:
     print("They have random weights: their images are noise. Point [models] at real "
           "checkpoints for real images.")
     return 0
+
+
+def cmd_models_pull(args) -> int:
+    """A model from the hub (or a mirror, HF_ENDPOINT) or a URL into the models folder,
+    resumable; ends with the [models] line (added with --write)."""
+    import re
+
+    from executor import pull
+    config = _load(args)
+    source = args.source
+    name = args.name or pull.model_name(args.file or source)
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        raise SystemExit(f"genbot: --name {name!r}: a model name is letters, digits, _ and -")
+    folder = Path(args.dir).resolve() if args.dir else config.models_dir / name
+    url = "://" in source
+    try:
+        if url:
+            remotes, auth, what = pull.plan_url(source, args.sha256), None, source
+            if urlparse_host(source) == urlparse_host(pull.endpoint()):
+                auth = pull.token()  # the hub's own address: its token; nobody else's
+        else:
+            commit, remotes = pull.plan_repo(source, args.revision, args.file, args.variant)
+            auth, what = pull.token(), f"{source}@{commit[:12]}"
+        total = sum(r.size or 0 for r in remotes)
+        print(f"pulling {what} into {folder}: {len(remotes)} file(s)"
+              + (f", {total / 2**20:.1f} MB" if total else ""), flush=True)
+        with _PullProgress() as progress:
+            paths = asyncio.run(pull.fetch(remotes, folder, progress.update, auth))
+    except pull.PullError as e:
+        print(f"genbot: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ngenbot: stopped; run the same command again to resume", file=sys.stderr)
+        return 130
+    target = folder if len(paths) > 1 or (folder / "model_index.json").is_file() else paths[0]
+    line = f"{name} = {json_string(str(target))}"
+    if args.write:
+        where = _write_model_line(config, name, line)
+        print(f"added to [models] in {where}: {line}")
+    else:
+        print(f"done. Add this line under [models] in your config (or pull with --write):\n"
+              f"  {line}")
+    return 0
+
+
+def urlparse_host(url: str) -> str:
+    from urllib.parse import urlparse
+    return urlparse(url).netloc.lower()
+
+
+def json_string(text: str) -> str:
+    import json
+    return json.dumps(text, ensure_ascii=False)  # (a TOML basic string too)
+
+
+def _write_model_line(config: cfg.Config, name: str, line: str) -> Path:
+    """`line` under [models] in the config file (replacing `name`'s line if there is
+    one); a file is started where there was none. Checked by loading it again."""
+    import re
+    path = Path(config.source) if config.source != "built-in defaults" else Path("config.toml")
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    lines = text.splitlines()
+    header = next((i for i, x in enumerate(lines) if x.strip() == "[models]"), None)
+    if header is None:
+        lines += ["", "[models]", line] if lines else ["[models]", line]
+    else:
+        end = next((i for i in range(header + 1, len(lines))
+                    if lines[i].lstrip().startswith("[")), len(lines))
+        mine = next((i for i in range(header + 1, end)
+                     if re.match(rf"\s*{re.escape(name)}\s*=", lines[i])), None)
+        if mine is None:
+            lines.insert(header + 1, line)
+        else:
+            lines[mine] = line
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg.load(str(path))  # a line that breaks the file would say so here, not at start
+    return path
+
+
+class _PullProgress:
+    """A bar per file on a terminal; a line per finished file otherwise."""
+
+    def __enter__(self) -> _PullProgress:
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TransferSpeedColumn,
+        )
+        self.tty = sys.stdout.isatty()
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                            TransferSpeedColumn(), disable=not self.tty)
+        self.tasks: dict[str, object] = {}
+        self.bar.__enter__()
+        return self
+
+    def update(self, file: str, done: int, total: int | None) -> None:
+        if file not in self.tasks:
+            self.tasks[file] = self.bar.add_task(file, total=total)
+        self.bar.update(self.tasks[file], completed=done, total=total)  # type: ignore[arg-type]
+        if not self.tty and total is not None and done >= total:
+            print(f"  {file}: {done / 2**20:.1f} MB", flush=True)
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
 
 
 def cmd_check_config(args) -> int:
@@ -305,6 +413,55 @@ def cmd_template_example(args) -> int:
     return 0
 
 
+def cmd_template_import(args) -> int:
+    """NAME.json (the bindings, guessed) and NAME.workflow.json (the workflow, byte for
+    byte) in the templates folder; then loaded as any template is, to prove it."""
+    import json
+    import re
+
+    from executor.comfy_template import WorkflowError, import_workflow
+    from executor.workflow import TemplateError, load_template
+    config = _load(args)
+    name = args.name
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", name):
+        raise SystemExit(f"genbot: {name!r} cannot be a template name (letters, digits, _ "
+                         "and -, up to 64)")
+    source = Path(args.workflow)
+    try:
+        raw = source.read_bytes()
+        data = json.loads(raw.decode("utf-8-sig"))
+    except OSError as e:
+        raise SystemExit(f"genbot: cannot read {source}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SystemExit(f"genbot: {source} is not JSON: {e}") from None
+    try:
+        template, said = import_workflow(data, str(source), name)
+    except WorkflowError as e:
+        raise SystemExit(f"genbot: {e}") from None
+    folder = config.templates_dir
+    target, workflow = folder / f"{name}.json", folder / template["workflow"]
+    if (target.exists() or workflow.exists()) and not args.force:
+        raise SystemExit(f"genbot: {target} or {workflow} exists already (--force replaces "
+                         "them)")
+    folder.mkdir(parents=True, exist_ok=True)
+    workflow.write_bytes(raw)
+    target.write_text(json.dumps(template, indent=2, ensure_ascii=False) + "\n",
+                      encoding="utf-8")
+    try:
+        load_template(target)
+    except TemplateError as e:  # a guess the checks refuse: say so, keep nothing half-made
+        target.unlink()
+        workflow.unlink()
+        raise SystemExit(f"genbot: the imported template does not load: {e}") from None
+    print(f"wrote {target} and {workflow} (the workflow, unchanged)")
+    print(f"columns of {name}:" if said else f"{name} has no columns: bind some in {target}")
+    for line in said:
+        print(f"  {line}")
+    print(f"next: genbot template example {name}; then point [comfyui] servers at your "
+          "ComfyUI servers")
+    return 0
+
+
 def cmd_validate(args) -> int:
     from bot.intake.check import SheetFile, check_sheet
     from bot.intake.images import folder_attachments
@@ -365,11 +522,27 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run the bots and API only; executors run elsewhere (genbot worker)")
     serve.set_defaults(func=cmd_serve)
     worker = sub.add_parser("worker", parents=[common], help="run one executor (one per GPU)")
-    worker.add_argument("--device", help="override [executor] device, e.g. cuda:1")
+    which_worker = worker.add_mutually_exclusive_group()
+    which_worker.add_argument("--device", help="override [executor] device, e.g. cuda:1")
+    which_worker.add_argument("--comfyui", metavar="URL",
+                              help="drive this ComfyUI server instead (http://host:8188)")
     worker.set_defaults(func=cmd_worker)
     models = sub.add_parser("models", parents=[common], help="the model registry")
     models.set_defaults(func=cmd_models)
     models_sub = models.add_subparsers(dest="models", metavar="ACTION")
+    pull = models_sub.add_parser(
+        "pull", parents=[common], help="download a model from the Hugging Face Hub (or "
+        "HF_ENDPOINT, a mirror) or a URL; resumes an interrupted pull")
+    pull.add_argument("source", metavar="REPO_ID|URL")
+    pull.add_argument("--revision", help="a branch, tag or commit (default: main)")
+    pull.add_argument("--file", help="one file of the repo (a single-file checkpoint)")
+    pull.add_argument("--variant", help="weights variant, e.g. fp16 (half the download)")
+    pull.add_argument("--name", help="the [models] name (default: from the repo or file)")
+    pull.add_argument("--sha256", help="for a URL: the file's expected sha256")
+    pull.add_argument("--dir", help="where to put it (default: the models folder / NAME)")
+    pull.add_argument("--write", action="store_true", help="add the [models] line to the "
+                      "config file")
+    pull.set_defaults(func=cmd_models_pull)
     demo = models_sub.add_parser("demo", parents=[common],
                                  help="build the tiny random-weight demo models (no download)")
     demo.add_argument("--force", action="store_true", help="rebuild those already built")
@@ -438,6 +611,12 @@ def build_parser() -> argparse.ArgumentParser:
     example.add_argument("-o", "--output", metavar="FILE", help="default: NAME.xlsx")
     example.add_argument("--lang", choices=("en", "zh"), default="en")
     example.set_defaults(func=cmd_template_example)
+    imp = template.add_parser("import", parents=[common],
+                              help="a template from a ComfyUI API-format workflow")
+    imp.add_argument("workflow", metavar="WORKFLOW_API.json")
+    imp.add_argument("--name", required=True, help="the template's name (its file name)")
+    imp.add_argument("--force", action="store_true", help="replace a template of that name")
+    imp.set_defaults(func=cmd_template_import)
     validate = sub.add_parser("validate", parents=[common],
                               help="check a sheet against a template; queues nothing")
     validate.add_argument("template")

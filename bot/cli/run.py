@@ -46,6 +46,10 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
     except OSError as e:
         print(f"genbot: cannot read {sheet}: {e.strerror or e}", file=sys.stderr)
         return 2
+    if templates[name].engine == "comfyui" and not config.comfyui.servers:
+        print(f"genbot: {name} runs on ComfyUI: name your servers in [comfyui] servers "
+              "(docs/comfyui.md)", file=sys.stderr)
+        return 2
     store = open_store(config)
     pictures = folder_attachments(sheet.resolve().parent)
     # A sheet that cannot go is refused before the database is even opened.
@@ -72,22 +76,29 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
         log_file = config.data_dir / "logs" / f"run-batch-{batch}.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(log_file, "ab") as log:
-            executor = Supervisor(config, stderr=log)
-            executor.start()
+            # One executor beside this command: genbot's own, or one per ComfyUI server.
+            executors = [Supervisor(config, stderr=log)] \
+                if templates[name].engine != "comfyui" else \
+                [Supervisor(config, stderr=log, command=Supervisor.comfy_command(config, url))
+                 for url in config.comfyui.servers]
+            for executor in executors:
+                executor.start()
             ours: set[str] = set()
             try:
-                if not await _follow(queue, batch, executor, ours):
+                if not await _follow(queue, batch, executors, ours):
                     print(f"genbot: the executor could not start; its log: {log_file}",
                           file=sys.stderr)
                     return 1
             finally:
-                await executor.stop()
+                for executor in executors:
+                    await executor.stop()
         return await _summary(app, batch, out, log_file, ours)
     finally:
         await queue.close()
 
 
-async def _follow(queue: Queue, batch: int, executor: Supervisor, ours: set[str]) -> bool:
+async def _follow(queue: Queue, batch: int, executors: list[Supervisor],
+                  ours: set[str]) -> bool:
     """Draw the progress bar until every job of the batch has ended (True), or the
     executor cannot run (False); `ours` gathers the executor's names. Until the first
     step, the bar says what the executor is doing (starting, building demo models,
@@ -106,9 +117,9 @@ async def _follow(queue: Queue, batch: int, executor: Supervisor, ours: set[str]
             if event.kind == "progress" and event.batch_id == batch:
                 d = event.data
                 step = f"row {d['row']} {d['node']} {d['step']}/{d['total']}"
-        doing = step or await _executor_doing(queue, workers, progress, executor)
-        if executor.pid:
-            ours.add(owner_name(executor.pid))
+        doing = step or await _executor_doing(queue, workers, progress, executors)
+        ours.update(owner_name(e.pid) for e in executors if e.pid)
+        gave_up = all(e.gave_up for e in executors)
         failed, canceled = progress.counts.get("failed", 0), progress.counts.get("canceled", 0)
         filled = round(BAR * progress.done / progress.total)
         line = (f"[{'#' * filled}{'-' * (BAR - filled)}] {progress.done}/{progress.total}"
@@ -120,24 +131,24 @@ async def _follow(queue: Queue, batch: int, executor: Supervisor, ours: set[str]
         elif line != last:
             print(line, flush=True)
         last = line
-        if progress.done >= progress.total or executor.gave_up:
+        if progress.done >= progress.total or gave_up:
             if tty:
                 print()
-            return not executor.gave_up
+            return not gave_up
         await asyncio.sleep(0.3)
 
 
 async def _executor_doing(queue: Queue, workers: Workers, progress: BatchProgress,
-                          executor: Supervisor) -> str:
+                          executors: list[Supervisor]) -> str:
     """Before the first step: what the executor is at, in words."""
-    ours = owner_name(executor.pid) if executor.pid else None
+    ours = {owner_name(e.pid) for e in executors if e.pid}
     others: set[str] = set()
     if progress.counts.get(Status.RUNNING):
         others = {j.lease_owner for j in await queue.batch_jobs(progress.batch_id)
-                  if j.status == Status.RUNNING and j.lease_owner and j.lease_owner != ours}
+                  if j.status == Status.RUNNING and j.lease_owner and j.lease_owner not in ours}
     if others:
         return f"taken by executor {', '.join(sorted(others))} (a running genbot service's)"
-    me = next((w for w in await workers.all() if w.id == ours), None)
+    me = next((w for w in await workers.all() if w.id in ours), None)
     if me is None:
         return "starting the executor"
     if me.doing:

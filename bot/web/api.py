@@ -633,6 +633,8 @@ def _worker(w: WorkerInfo) -> dict:
             "version": w.version, "state": w.state, "job": w.job_id,
             "memory_used": w.memory_used, "memory_total": w.memory_total,
             "models": w.models, "allow": w.allow, "jobs_run": w.stats.get("jobs", 0),
+            "doing": {"what": w.doing[0], "models": w.doing[1]} if w.doing else None,
+            "cannot_run": w.cannot_run,
             "started_at": w.started_at, "seen_at": w.seen_at}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from storage.queue import Priority, Status
+from storage.records import DOINGS
 
 
 def _ref(name: str) -> dict:
@@ -216,7 +217,16 @@ def document() -> dict[str, Any]:
                     "memory_total": {"type": "integer", "nullable": True},
                     "models": {"type": "array", "items": {"type": "string"}},
                     "allow": {"type": "array", "items": {"type": "string"}, "nullable": True},
-                    "jobs_run": {"type": "integer"}, "seen_at": {"type": "number"}}},
+                    "jobs_run": {"type": "integer"}, "seen_at": {"type": "number"},
+                    "doing": {"type": "object", "nullable": True,
+                              "description": "what keeps it from its jobs now",
+                              "properties": {
+                                  "what": {"type": "string", "enum": list(DOINGS)},
+                                  "models": {"type": "array", "items": {"type": "string"}}}},
+                    "cannot_run": {"type": "object",
+                                   "description": "a ComfyUI executor's templates its server "
+                                                  "lacks a node class or file for, and what",
+                                   "additionalProperties": {"type": "string"}}}},
                 "Paused": {"type": "object", "properties": {"paused": {"type": "boolean"},
                                                             "changed": {"type": "boolean"}}},
                 "Template": {"type": "object", "properties": {

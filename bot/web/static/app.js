@@ -35,7 +35,8 @@ const TEXT = {
     low: "low", normal: "normal", high: "high", urgent: "urgent",
     workers: "Executors", no_workers: "No executor is running: queued jobs wait until one starts.",
     idle: "idle", busy: "busy", lost: "lost", stopped: "stopped", seen: "seen {t} ago",
-    takes: "takes",
+    takes: "takes", doing_loading: "loading {models}", doing_building_demo: "building demo models: {models}",
+    doing_server_down: "server down: {models}",
   },
   zh: {
     overview: "概览", jobs: "任务", submit: "提交", sign_out: "退出",
@@ -63,7 +64,8 @@ const TEXT = {
     low: "低", normal: "普通", high: "高", urgent: "紧急",
     workers: "执行器", no_workers: "没有运行中的执行器：排队任务将等待执行器启动。",
     idle: "空闲", busy: "忙碌", lost: "失联", stopped: "已停止", seen: "{t} 前有心跳",
-    takes: "接收",
+    takes: "接收", doing_loading: "正在加载 {models}", doing_building_demo: "正在生成演示模型：{models}",
+    doing_server_down: "服务器无法连接：{models}",
   },
 };
 const STATUSES = ["queued", "running", "succeeded", "failed", "canceled"];
@@ -263,7 +265,8 @@ async function overview(main) {
           : h("p", {class: "error", id: "no-workers", text: t("no_workers")}),
         q.data.workers.length ? h("table", {}, ...q.data.workers.map((w) => h("tr", {"data-worker": w.id},
           h("td", {}, h("strong", {text: w.id})), h("td", {class: "muted", text: `${w.device} · v${w.version}`}),
-          h("td", {}, badge(w.state), w.job ? h("span", {text: ` #${w.job}`}) : null),
+          h("td", {}, badge(w.state), w.job ? h("span", {text: ` #${w.job}`}) : null,
+            w.doing ? h("span", {class: w.doing.what === "server_down" ? "error doing" : "muted doing", text: ` · ${t("doing_" + w.doing.what, {models: w.doing.models.join(", ")})}`}) : null),
           h("td", {class: "muted", text: w.memory_used ? bytes(w.memory_used) + (w.memory_total ? ` / ${bytes(w.memory_total)}` : "") : ""}),
           h("td", {class: "muted", text: w.models.join(", ") +
             (w.allow ? ` · ${t("takes")} ${w.allow.join(", ") || "-"}` : "")}),

@@ -1,0 +1,194 @@
+"""`genbot models pull` against a Hugging Face Hub on loopback (tests/hubfake.py, reached
+through HF_ENDPOINT as a mirror would be): what a diffusers folder needs and nothing
+else, a pull cut short resumed by the next run, gated repos, wrong hashes, direct URLs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from bot.cli.genbot import main
+from storage import config as cfg
+from tests.hubfake import FakeHub
+
+WEIGHTS = os.urandom(3 * 2**20 + 123)  # several read chunks, not a round number
+HALF = os.urandom(2**20)
+REPO = {
+    "model_index.json": json.dumps({"_class_name": "StableDiffusionPipeline"}).encode(),
+    "unet/config.json": b'{"sample_size": 64}',
+    "unet/diffusion_pytorch_model.safetensors": WEIGHTS,
+    "unet/diffusion_pytorch_model.fp16.safetensors": HALF,
+    "unet/diffusion_pytorch_model.bin": b"pickled twin" * 10,
+    "tokenizer/merges.txt": b"#version: 0.2\na b\n",
+    "v1-5-pruned.ckpt": b"a whole-model pickle",
+    "unet/flax_model.msgpack": b"flax",
+    ".gitattributes": b"*.safetensors filter=lfs",
+}
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("HF_TOKEN", "GENBOT_CONFIG", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no saved login
+    with FakeHub.running() as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        yield server
+
+
+def pull(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["models", "pull", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_diffusers_repo_brings_its_configs_and_safetensors_weights_only(hub, tmp_path,
+                                                                          capsys):
+    commit = hub.add_repo("org/tiny-sd", REPO)
+    code, out, err = pull(capsys, "org/tiny-sd")
+    assert code == 0, err
+    folder = tmp_path / "data" / "models" / "tiny-sd"
+    got = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert got == ["model_index.json", "tokenizer/merges.txt", "unet/config.json",
+                   "unet/diffusion_pytorch_model.safetensors"]
+    assert (folder / "unet/diffusion_pytorch_model.safetensors").read_bytes() == WEIGHTS
+    size = (len(WEIGHTS) + sum(len(REPO[f]) for f in got[:3])) / 2**20
+    assert out.splitlines()[0] == \
+        f"pulling org/tiny-sd@{commit[:12]} into {folder}: 4 file(s), {size:.1f} MB"
+    assert out.splitlines()[-1] == f'  tiny-sd = "{folder}"'
+    # Again: everything is there and verified, nothing is fetched.
+    before = len(hub.requests)
+    assert pull(capsys, "org/tiny-sd")[0] == 0
+    assert not [r for r in hub.requests[before:] if r[0] == "GET" and "/resolve/" in r[1]]
+
+
+def test_a_variant_replaces_the_full_weights(hub, tmp_path, capsys):
+    hub.add_repo("org/tiny-sd", REPO)
+    code, out, err = pull(capsys, "org/tiny-sd", "--variant", "fp16", "--name", "half")
+    assert code == 0, err
+    unet = tmp_path / "data" / "models" / "half" / "unet"
+    assert sorted(p.name for p in unet.iterdir()) == [
+        "config.json", "diffusion_pytorch_model.fp16.safetensors"]
+
+
+def test_a_pull_cut_short_is_resumed_by_the_next_run_with_a_range(hub, tmp_path, capsys):
+    hub.add_repo("org/one", {"model.safetensors": WEIGHTS})
+    hub.cut_after_bytes, hub.cut_times = 2**20 + 7, 3  # every try of this run is cut
+    code, out, err = pull(capsys, "org/one")
+    assert code == 1
+    assert "model.safetensors: the download stopped after" in err
+    assert "run the same command again to resume it" in err
+    partial = tmp_path / "data" / "models" / "one" / "model.safetensors.partial"
+    kept = partial.stat().st_size
+    assert 0 < kept < len(WEIGHTS)
+    code, out, err = pull(capsys, "org/one")
+    assert code == 0, err
+    ranges = [r[2] for r in hub.requests if r[0] == "GET" and r[2]]
+    assert ranges[-1] == f"bytes={kept}-"  # continued, not started again
+    target = tmp_path / "data" / "models" / "one" / "model.safetensors"
+    assert target.read_bytes() == WEIGHTS and not partial.exists()
+    assert out.splitlines()[-1] == f'  one = "{target}"'  # one file: the file itself
+
+
+def test_a_gated_repo_says_what_to_do_and_a_token_opens_it(hub, capsys, monkeypatch):
+    hub.add_repo("corp/gated", {"model.safetensors": WEIGHTS}, gated=True)
+    hub.tokens = {"hf_good"}
+    code, out, err = pull(capsys, "corp/gated")
+    assert code == 1 and "Traceback" not in err
+    assert err.strip() == ("genbot: corp/gated is gated: accept its licence on its page on "
+                           "the hub (signed in), then set HF_TOKEN to a read token of that "
+                           "account")
+    monkeypatch.setenv("HF_TOKEN", "hf_wrong")
+    assert "is gated" in pull(capsys, "corp/gated")[2]
+    monkeypatch.setenv("HF_TOKEN", "hf_good")
+    code, out, err = pull(capsys, "corp/gated")
+    assert code == 0, err
+    assert any(r[3] == "Bearer hf_good" for r in hub.requests if "/resolve/" in r[1])
+
+
+def test_a_file_that_does_not_hash_right_is_refused_and_deleted(hub, tmp_path, capsys):
+    hub.add_repo("org/one", {"model.safetensors": WEIGHTS})
+    hub.corrupt = {"model.safetensors"}
+    code, out, err = pull(capsys, "org/one")
+    assert code == 1
+    assert "model.safetensors: the file's sha256 does not match the hub" in err
+    folder = tmp_path / "data" / "models" / "one"
+    assert not any(folder.iterdir())  # neither the file nor its partial stays
+
+
+def test_errors_name_what_is_missing(hub, capsys):
+    hub.add_repo("org/one", {"a.safetensors": b"x", "b.safetensors": b"y"})
+    assert pull(capsys, "org/nope")[2].startswith("genbot: no model repo org/nope at http://")
+    assert pull(capsys, "org/one", "--revision", "v9")[2].strip() == \
+        "genbot: org/one has no revision 'v9'"
+    assert pull(capsys, "org/one", "--file", "c.safetensors")[2].startswith(
+        "genbot: org/one has no file 'c.safetensors'; it has: a.safetensors, b.safetensors")
+    assert pull(capsys, "org/one")[2].strip() == (
+        "genbot: org/one is not a diffusers folder: name one file with --file "
+        "(a.safetensors, b.safetensors)")
+    code, _, err = pull(capsys, "org/one", "--file", "b.safetensors", "--name", "bee")
+    assert code == 0, err
+
+
+def test_a_direct_url_resumes_and_checks_the_given_sha256(hub, tmp_path, capsys):
+    url = hub.add_static("dreamshaper_8.safetensors", WEIGHTS)
+    good = hashlib.sha256(WEIGHTS).hexdigest()
+    code, out, err = pull(capsys, url, "--sha256", "0" * 64)
+    assert code == 1 and "sha256 does not match the one given" in err
+    hub.cut_after_bytes, hub.cut_times = 2**20, 3  # each try of the run is cut, each resumed
+    assert pull(capsys, url, "--sha256", good)[0] == 1
+    target = tmp_path / "data" / "models" / "dreamshaper_8" / "dreamshaper_8.safetensors"
+    kept = target.with_name(target.name + ".partial").stat().st_size
+    assert [r[2] for r in hub.requests if r[0] == "GET"][-3:] == [
+        None, "bytes=1048576-", "bytes=2097152-"]
+    code, out, err = pull(capsys, url, "--sha256", good)
+    assert code == 0, err
+    assert target.read_bytes() == WEIGHTS
+    assert [r[2] for r in hub.requests if r[0] == "GET"][-1] == f"bytes={kept}-"
+    assert not any(r[3] for r in hub.requests if r[1].startswith("/static/"))  # no token sent
+
+
+def test_write_adds_the_line_to_the_config_and_it_loads(hub, tmp_path, capsys):
+    hub.add_repo("org/one", {"model.safetensors": WEIGHTS})
+    (tmp_path / "config.toml").write_text('[queue]\nmax_queue_size = 50\n\n[models]\n'
+                                          'sdxl = "demo:sdxl"\n')
+    code, out, err = pull(capsys, "org/one", "--name", "mine", "--write")
+    assert code == 0, err
+    target = tmp_path / "data" / "models" / "mine" / "model.safetensors"
+    assert out.splitlines()[-1] == \
+        f'added to [models] in config.toml: mine = "{target}"'
+    config = cfg.load("config.toml", env={})
+    assert config.model_path(config.models["mine"]) == target
+    assert config.queue.max_queue_size == 50 and "sdxl" in config.models
+    assert pull(capsys, "org/one", "--name", "mine", "--write")[0] == 0  # the line replaced
+    assert (tmp_path / "config.toml").read_text().count("mine =") == 1
+
+
+def test_a_single_model_repo_such_as_a_controlnet_is_pulled_as_a_folder(hub, tmp_path, capsys):
+    """config.json at the root (lllyasviel/sd-controlnet-canny): the folder the registry
+    reads; older repos have .bin weights only, which then come too (safetensors win)."""
+    hub.add_repo("lllyasviel/sd-controlnet-canny", {
+        "config.json": b'{"_class_name": "ControlNetModel"}',
+        "diffusion_pytorch_model.bin": b"weights" * 100, "README.md": b"# canny",
+        "images/example.png": b"png"})
+    code, out, err = pull(capsys, "lllyasviel/sd-controlnet-canny", "--name", "canny_sd15")
+    assert code == 0, err
+    folder = tmp_path / "data" / "models" / "canny_sd15"
+    assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == [
+        "README.md", "config.json", "diffusion_pytorch_model.bin"]
+    assert out.splitlines()[-1] == f'  canny_sd15 = "{folder}"'
+
+
+def test_a_pull_goes_online_even_where_the_hub_library_was_told_offline(hub, capsys,
+                                                                        monkeypatch):
+    """Executors run with HF_HUB_OFFLINE=1, and so do people who work offline; a pull is
+    asked for explicitly."""
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    hub.add_repo("org/one", {"model.safetensors": WEIGHTS})
+    assert pull(capsys, "org/one")[0] == 0
+    assert constants.HF_HUB_OFFLINE is True  # as it was, afterwards
