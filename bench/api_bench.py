@@ -141,7 +141,11 @@ async def one_round(url: str, clients: int) -> tuple[list[float], list[float], l
 
 
 def p(values: list[float], q: float) -> float:
+    """The q-quantile in ms; NaN when nothing was measured (a load over before the first
+    probe came back, in a smoke run)."""
     values = sorted(values)
+    if not values:
+        return float("nan")
     return values[min(len(values) - 1, int(q * len(values)))] * 1000
 
 

@@ -148,13 +148,18 @@ class ModelCache:
         common = {"torch_dtype": self.dtype, "local_files_only": True}
         single: dict[str, Any] = {"config": info.config_dir} if info.config_dir else {}
         cls_name = None
-        if info.single_file and info.model_type and not info.config_dir:
+        if info.kind == "controlnet" and info.single_file and info.model_type and \
+                not info.config_dir:
+            from executor import families
+            single = {"config": str(families.materialise_controlnet(
+                info.model_type, self.registry.config.models_dir / "configs"))}
+        elif info.single_file and info.model_type and not info.config_dir:
             from executor import families  # genbot's own configuration of its family
             single = {"config": str(families.materialise(
                 info.model_type, self.registry.config.models_dir / "configs",
                 prediction_type=info.prediction_type))}
             cls_name = families.family(info.model_type, info.prediction_type).pipeline
-            if info.family in ("sd15", "sd2"):
+            if info.kind == "checkpoint" and info.family in ("sd15", "sd2"):
                 single["requires_safety_checker"] = False  # (none is loaded from one file)
         try:
             if info.kind == "controlnet":
@@ -162,8 +167,9 @@ class ModelCache:
                 return (cls.from_single_file(str(info.path), **common, **single)
                         if info.single_file else cls.from_pretrained(str(info.path), **common))
             if info.kind == "upscaler":
-                pipe = diffusers.StableDiffusionUpscalePipeline.from_pretrained(
-                    str(info.path), **common)
+                cls = diffusers.StableDiffusionUpscalePipeline
+                pipe = cls.from_single_file(str(info.path), **common, **single) \
+                    if info.single_file else cls.from_pretrained(str(info.path), **common)
             else:
                 assert info.family is not None  # the registry knows every checkpoint's family
                 cls = getattr(diffusers, cls_name or PIPELINE_CLASSES[(info.family, "txt2img",

@@ -55,6 +55,11 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            "stabilityai/stable-diffusion-xl-refiner-1.0", "xl_refiner"),
     Family("xl_inpaint", "sdxl", "StableDiffusionXLInpaintPipeline", 1024, "epsilon",
            "diffusers/stable-diffusion-xl-1.0-inpainting-0.1", "xl_inpaint"),
+    # The x4 upscaler: SD 2.x's text encoder (OpenCLIP ViT-H, 1024 wide), its own UNet and
+    # VAE. Resolution is its output: a 128x128 image in (the UNet's 128 latents are the
+    # low-res pixels, noised and concatenated), 512x512 out (the VAE scales by 4).
+    Family("upscale", "sd2", "StableDiffusionUpscalePipeline", 512, "v_prediction",
+           "stabilityai/stable-diffusion-x4-upscaler", "upscale"),
 )}
 # diffusers detects one "v2" for both SD 2.x models; the 512 base predicts epsilon.
 V2_BASE = Family("v2", "sd2", "StableDiffusionPipeline", 512, "epsilon",
@@ -176,4 +181,40 @@ def materialise(model_type: str, into: Path, *, prediction_type: str | None = No
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+# --- ControlNets: a family's UNet configuration, as ControlNetModel.from_unet takes it ---------
+
+CONTROLNET_DEFAULTS = {"conditioning_embedding_out_channels": [16, 32, 96, 256],
+                       "controlnet_conditioning_channel_order": "rgb"}
+
+
+def controlnet_config(model_type: str, prediction_type: str | None = None) -> dict[str, Any]:
+    """The config.json of a full-size ControlNet for a family: its UNet's settings that a
+    ControlNetModel takes (diffusers builds one from a UNet the same way)."""
+    import inspect
+
+    from diffusers import ControlNetModel
+
+    fam = family(model_type, prediction_type)
+    unet = json.loads((DATA / fam.folder / "unet" / "config.json").read_text())
+    takes = set(inspect.signature(ControlNetModel.__init__).parameters) - {"self"}
+    config = {k: v for k, v in unet.items() if k in takes}
+    config["in_channels"] = 4  # an inpainting UNet's 9 channels are not a ControlNet's
+    return {"_class_name": "ControlNetModel", **config, **CONTROLNET_DEFAULTS}
+
+
+def materialise_controlnet(model_type: str, into: Path, *,
+                           prediction_type: str | None = None) -> Path:
+    """A folder holding the family's ControlNet config.json, for from_single_file(config=)."""
+    config = controlnet_config(model_type, prediction_type)
+    text = json.dumps(config, indent=2, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    target = Path(into) / f"controlnet-{model_type}-{digest}"
+    if not (target / "config.json").is_file():
+        target.mkdir(parents=True, exist_ok=True)
+        tmp = target / f".config.json.{os.getpid()}"
+        tmp.write_text(text)
+        os.replace(tmp, target / "config.json")
     return target

@@ -156,7 +156,12 @@ class Registry:
                 shapes = {k: f.get_slice(k).get_shape() for k in keys
                           if re.search(r"attn2[._]to_k", k) and ("lora_A" in k or "lora_down" in k)}
                 if any(k.startswith("model.diffusion_model.") for k in keys):
-                    return ("checkpoint", *_checkpoint_family(f, keys, where))
+                    family, model_type, prediction = _checkpoint_family(f, keys, where)
+                    kind = "upscaler" if model_type == "upscale" else "checkpoint"
+                    return kind, family, model_type, prediction
+                if any(k.startswith("control_model.") or
+                       k.startswith("controlnet_cond_embedding.") for k in keys):
+                    return ("controlnet", *_controlnet_family(f, keys, where), None)
         except ModelError:
             raise
         except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer
@@ -164,8 +169,6 @@ class Registry:
         if any("lora" in k for k in keys):
             dims = {shape[-1] for shape in shapes.values()}
             return "lora", TEXT_WIDTH.get(next(iter(dims), 0)), None, None
-        if any(k.startswith("control_model.") for k in keys):
-            return "controlnet", None, None, None
         shown = ", ".join(sorted(keys)[:3]) + (" …" if len(keys) > 3 else "")
         raise ModelError(f"{where}: not a Stable Diffusion checkpoint, LoRA or ControlNet genbot "
                          f"knows: its {len(keys)} tensors are named like {shown or 'nothing'}")
@@ -187,13 +190,31 @@ def _checkpoint_family(f, keys: list[str], where: str) -> tuple[str, str, str | 
     model_type = infer_diffusers_model_type(shapes)
     if model_type not in families.FAMILIES:
         raise ModelError(f"{where}: a {model_type} checkpoint (as diffusers names it); genbot "
-                         "runs SD 1.5, SD 2.x and SDXL (base, refiner, inpainting) checkpoints")
+                         "runs SD 1.5, SD 2.x and SDXL (base, refiner, inpainting) checkpoints "
+                         "and the x4 upscaler")
     prediction = None
     if model_type == "v2":
         key = "model.diffusion_model.output_blocks.11.1.transformer_blocks.0.norm1.bias"
         bias = {key: _torch(f.get_tensor(key))} if key in shapes else {}
         prediction = families.v2_prediction_type(bias)
     return families.family(model_type, prediction).family, model_type, prediction
+
+
+def _controlnet_family(f, keys: list[str], where: str) -> tuple[str, str]:
+    """(family, the model type whose UNet it mirrors) of a single-file ControlNet, in the
+    original layout (control_model.*) or diffusers' own naming."""
+    if "add_embedding.linear_1.weight" in keys:  # SDXL: only diffusers-named files exist
+        if "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_k.weight" not in keys:
+            raise ModelError(f"{where}: a reduced SDXL ControlNet (small or mid): give its "
+                             'diffusers folder instead, or config = "<that folder>"')
+        return "sdxl", "xl_base"
+    widths = {f.get_slice(k).get_shape()[-1] for k in keys
+              if re.search(r"transformer_blocks\.0\.attn2\.to_k\.weight$", k)}
+    width = next(iter(widths), 0)
+    if width not in (768, 1024):
+        raise ModelError(f"{where}: a ControlNet whose text width ({width or 'none'}) is no "
+                         "SD 1.5 (768) or SD 2.x (1024) one")
+    return TEXT_WIDTH[width], "v1" if width == 768 else "v2"
 
 
 def _torch(array):

@@ -91,3 +91,63 @@ def ldm_state(unet, vae, text_encoder, dtype=None) -> dict:
         state["cond_stage_model.transformer." + ("" if k.startswith("text_model.")
                                                  else "text_model.") + k] = v
     return {k: v.to(dtype) if dtype is not None else v for k, v in state.items()}
+
+
+def controlnet_ldm_state(controlnet, dtype=None) -> dict:
+    """A ControlNet's weights under their original single-file names (control_model.*)."""
+    config = controlnet.config
+    state = {}
+    for k, v in controlnet.state_dict().items():
+        if m := re.match(r"controlnet_down_blocks\.(\d+)\.(.*)", k):
+            new = f"zero_convs.{m[1]}.0.{m[2]}"
+        elif m := re.match(r"controlnet_mid_block\.(.*)", k):
+            new = f"middle_block_out.0.{m[1]}"
+        elif m := re.match(r"controlnet_cond_embedding\.conv_in\.(.*)", k):
+            new = f"input_hint_block.0.{m[1]}"
+        elif m := re.match(r"controlnet_cond_embedding\.conv_out\.(.*)", k):
+            new = f"input_hint_block.14.{m[1]}"
+        elif m := re.match(r"controlnet_cond_embedding\.blocks\.(\d+)\.(.*)", k):
+            new = f"input_hint_block.{2 * (int(m[1]) + 1)}.{m[2]}"
+        else:
+            new = unet_key(k, config.layers_per_block, set())
+        state["control_model." + new] = v.to(dtype) if dtype is not None else v
+    return state
+
+
+def sdxl_ldm_state(unet, vae, text_encoder, text_encoder_2, dtype=None) -> dict:
+    """An SDXL base pipeline's weights under their original single-file names: the UNet as
+    SD 1.5's plus its added embedding (label_emb), CLIP-L under conditioner.embedders.0 and
+    OpenCLIP bigG (fused q/k/v, open_clip's names) under conditioner.embedders.1."""
+    import torch
+    config = unet.config
+    attention_blocks = {b for b, kind in enumerate(config.up_block_types) if "CrossAttn" in kind}
+    cast = (lambda v: v.to(dtype)) if dtype is not None else (lambda v: v)
+    state = {}
+    for k, v in unet.state_dict().items():
+        if m := re.match(r"add_embedding\.linear_([12])\.(.*)", k):
+            new = f"label_emb.0.{0 if m[1] == '1' else 2}.{m[2]}"
+        else:
+            new = unet_key(k, config.layers_per_block, attention_blocks)
+        state["model.diffusion_model." + new] = cast(v)
+    for k, v in vae.state_dict().items():
+        state["first_stage_model." + vae_key(k, len(vae.config.up_block_types))] = cast(v)
+    for k, v in text_encoder.state_dict().items():
+        state["conditioner.embedders.0.transformer." + ("" if k.startswith("text_model.")
+                                                        else "text_model.") + k] = cast(v)
+    sd = {k.removeprefix("text_model."): v for k, v in text_encoder_2.state_dict().items()}
+    prefix = "conditioner.embedders.1.model."
+    state[prefix + "token_embedding.weight"] = cast(sd["embeddings.token_embedding.weight"])
+    state[prefix + "positional_embedding"] = cast(sd["embeddings.position_embedding.weight"])
+    state[prefix + "ln_final.weight"] = cast(sd["final_layer_norm.weight"])
+    state[prefix + "ln_final.bias"] = cast(sd["final_layer_norm.bias"])
+    state[prefix + "text_projection"] = cast(sd["text_projection.weight"].T.contiguous())
+    for i in range(text_encoder_2.config.num_hidden_layers):
+        layer, block = f"encoder.layers.{i}.", f"{prefix}transformer.resblocks.{i}."
+        for part in ("weight", "bias"):
+            state[f"{block}attn.in_proj_{part}"] = cast(torch.cat(
+                [sd[f"{layer}self_attn.{p}_proj.{part}"] for p in "qkv"]))
+            for ours, theirs in (("self_attn.out_proj", "attn.out_proj"), ("layer_norm1", "ln_1"),
+                                 ("layer_norm2", "ln_2"), ("mlp.fc1", "mlp.c_fc"),
+                                 ("mlp.fc2", "mlp.c_proj")):
+                state[f"{block}{theirs}.{part}"] = cast(sd[f"{layer}{ours}.{part}"])
+    return state

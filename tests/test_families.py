@@ -18,6 +18,7 @@ IDS = [t if p is None else f"{t}-{p}" for t, p in CASES]
 CLIP_L, OPENCLIP_H_23, OPENCLIP_BIGG_PROJ = 123_060_480, 340_387_840, 694_659_840
 VAE, SD15_UNET, SD2_UNET = 83_653_863, 859_520_964, 865_910_724
 SDXL_UNET, REFINER_UNET = 2_567_463_684, 2_259_526_660
+X4_UNET, X4_VAE = 473_398_020, 55_325_927  # the x4 upscaler's (see the upscaler tests below)
 INPAINT_INPUT = 320 * 5 * 3 * 3  # conv_in's 5 extra input channels: masked-image latents + mask
 EXPECTED = {
     "v1": {"unet": SD15_UNET, "vae": VAE, "text_encoder": CLIP_L},
@@ -29,6 +30,7 @@ EXPECTED = {
     "xl_refiner": {"unet": REFINER_UNET, "vae": VAE, "text_encoder_2": OPENCLIP_BIGG_PROJ},
     "xl_inpaint": {"unet": SDXL_UNET + INPAINT_INPUT, "vae": VAE, "text_encoder": CLIP_L,
                    "text_encoder_2": OPENCLIP_BIGG_PROJ},
+    "upscale": {"unet": X4_UNET, "vae": X4_VAE, "text_encoder": OPENCLIP_H_23},
 }
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".ckpt", ".pt", ".pth", ".msgpack", ".onnx", ".gguf")
 
@@ -108,6 +110,7 @@ def test_families_say_what_genbot_needs():
         "xl_base": ("sdxl", "StableDiffusionXLPipeline", 1024),
         "xl_refiner": ("sdxl", "StableDiffusionXLImg2ImgPipeline", 1024),
         "xl_inpaint": ("sdxl", "StableDiffusionXLInpaintPipeline", 1024),
+        "upscale": ("sd2", "StableDiffusionUpscalePipeline", 512),
     }
     assert {t: (f.family, f.pipeline, f.resolution) for t, f in families.FAMILIES.items()} \
         == expected
@@ -220,3 +223,240 @@ def test_single_file_loading_takes_the_folder(folders, tmp_path):
         for name in ("tokenizer", "tokenizer_2"):
             if (folders[case] / name).is_dir():
                 assert getattr(pipe, name)("a cat").input_ids == [49406, 320, 2368, 49407]
+
+
+# --- The x4 upscaler (stabilityai/stable-diffusion-x4-upscaler) -------------------------------
+
+def x4_unet_parameters() -> int:
+    """The x4 upscaler UNet's parameter count worked out from Stability AI's
+    configs/stable-diffusion/x4-upscaling.yaml, layer by layer as the original code
+    (ldm/modules/diffusionmodules/openaimodel.py UNetModel) builds it: 7 channels in, 4 out,
+    model_channels 256, channel_mult 1 2 2 4, 2 res blocks, attention at ds 2 4 8 with
+    self-attention disabled in the first three levels, linear transformers with context 1024,
+    1000 noise-level classes. diffusers plays no part: an independent count."""
+    ctx, emb = 1024, 4 * 256
+
+    def conv(i: int, o: int, k: int = 3) -> int:
+        return k * k * i * o + o
+
+    def linear(i: int, o: int, bias: bool = True) -> int:
+        return i * o + (o if bias else 0)
+
+    def resblock(i: int, o: int) -> int:  # GroupNorm, conv, emb projection, GroupNorm, conv
+        return 2 * i + conv(i, o) + linear(emb, o) + 2 * o + conv(o, o) + \
+            (conv(i, o, 1) if i != o else 0)
+
+    def attention(c: int, kv: int) -> int:  # q, k, v without bias; out with
+        return linear(c, c, False) + 2 * linear(kv, c, False) + linear(c, c)
+
+    def transformer(c: int, self_attention: bool) -> int:  # SpatialTransformer, depth 1
+        block = attention(c, c if self_attention else ctx) + attention(c, ctx) + \
+            linear(c, 8 * c) + linear(4 * c, c) + 3 * 2 * c  # GEGLU feed-forward, 3 norms
+        return 2 * c + linear(c, c) + block + linear(c, c)  # norm, proj_in, block, proj_out
+
+    mult, attends, self_attends = (1, 2, 2, 4), {1, 2, 3}, {3}
+    total = linear(256, emb) + linear(emb, emb) + 1000 * emb + conv(7, 256)
+    skips, ch = [256], 256
+    for level, m in enumerate(mult):
+        for _ in range(2):
+            total += resblock(ch, 256 * m) + \
+                (transformer(256 * m, level in self_attends) if level in attends else 0)
+            ch = 256 * m
+            skips.append(ch)
+        if level < len(mult) - 1:
+            total += conv(ch, ch)  # downsample
+            skips.append(ch)
+    total += 2 * resblock(ch, ch) + transformer(ch, True)  # middle block
+    for level, m in reversed(list(enumerate(mult))):
+        for i in range(3):
+            total += resblock(ch + skips.pop(), 256 * m) + \
+                (transformer(256 * m, level in self_attends) if level in attends else 0)
+            ch = 256 * m
+            if level and i == 2:
+                total += conv(ch, ch)  # upsample
+    return total + 2 * ch + conv(ch, 4)
+
+
+def test_the_x4_upscalers_counts_are_the_published_models():
+    # The UNet's, counted from the original architecture as published.
+    assert x4_unet_parameters() == X4_UNET
+    # The sizes the Hugging Face hub shows for stabilityai/stable-diffusion-x4-upscaler's files
+    # (fp32 but where named): unet 1.89 GB, unet fp16 947 MB, vae 221 MB, text_encoder
+    # 1.36 GB; x4-upscaler-ema.safetensors 3.53 GB, which also holds OpenCLIP's 24th layer
+    # (diffusers keeps 23: the model reads the penultimate), its projection and logit scale.
+    assert (round(X4_UNET * 4 / 1e9, 2), round(X4_UNET * 2 / 1e6)) == (1.89, 947)
+    assert (round(X4_VAE * 4 / 1e6), round(OPENCLIP_H_23 * 4 / 1e9, 2)) == (221, 1.36)
+    layer = 12 * 1024 * 1024 + 13 * 1024  # one ViT-H text layer: q k v out, mlp, 2 norms
+    single = X4_UNET + X4_VAE + OPENCLIP_H_23 + layer + 1024 * 1024 + 1
+    assert round(single * 4 / 1e9, 2) == 3.53
+
+
+def x4_ldm_state(unet, vae, text_encoder) -> dict:
+    """The x4 upscaler's weights under their names in x4-upscaler-ema.safetensors (the
+    inverse of diffusers' convert_ldm_unet_checkpoint, convert_ldm_vae_checkpoint and
+    convert_open_clip_checkpoint): the UNet as SD's plus its noise-level embedding
+    (label_emb), the VAE's attention as 1x1 convolutions, and OpenCLIP ViT-H's whole text
+    tower (fused q/k/v, open_clip's names), whose 24th layer, projection and logit scale
+    diffusers leaves unread: zeros here, in the file as in the published one."""
+    import math
+
+    import torch
+
+    from tests.ldm import unet_key, vae_key
+    up_attention = {b for b, kind in enumerate(unet.config.up_block_types) if "CrossAttn" in kind}
+    state = {}
+    for k, v in unet.state_dict().items():
+        new = "label_emb.weight" if k == "class_embedding.weight" else \
+            unet_key(k, unet.config.layers_per_block, up_attention)
+        state["model.diffusion_model." + new] = v
+    for k, v in vae.state_dict().items():
+        new = vae_key(k, len(vae.config.up_block_types))
+        if new.split(".")[-2] in ("q", "k", "v", "proj_out") and v.ndim == 2:
+            v = v[:, :, None, None]
+        state["first_stage_model." + new] = v
+    sd = {k.removeprefix("text_model."): v for k, v in text_encoder.state_dict().items()}
+    prefix, layers = "cond_stage_model.model.", text_encoder.config.num_hidden_layers
+    state[prefix + "token_embedding.weight"] = sd["embeddings.token_embedding.weight"]
+    state[prefix + "positional_embedding"] = sd["embeddings.position_embedding.weight"]
+    state[prefix + "ln_final.weight"] = sd["final_layer_norm.weight"]
+    state[prefix + "ln_final.bias"] = sd["final_layer_norm.bias"]
+    for i in range(layers + 1):  # i == layers: OpenCLIP's 24th layer, shaped as the 23rd
+        layer = f"encoder.layers.{min(i, layers - 1)}."
+        block = f"{prefix}transformer.resblocks.{i}."
+        unread = torch.zeros_like if i == layers else (lambda t: t)
+        for part in ("weight", "bias"):
+            state[f"{block}attn.in_proj_{part}"] = unread(torch.cat(
+                [sd[f"{layer}self_attn.{p}_proj.{part}"] for p in "qkv"]))
+            for ours, theirs in (("self_attn.out_proj", "attn.out_proj"), ("layer_norm1", "ln_1"),
+                                 ("layer_norm2", "ln_2"), ("mlp.fc1", "mlp.c_fc"),
+                                 ("mlp.fc2", "mlp.c_proj")):
+                state[f"{block}{theirs}.{part}"] = unread(sd[f"{layer}{ours}.{part}"])
+    like = sd["final_layer_norm.weight"]
+    state[prefix + "text_projection"] = like.new_zeros(like.shape[0], like.shape[0])
+    state[prefix + "logit_scale"] = like.new_full((), math.log(1 / 0.07))
+    return state
+
+
+def test_the_x4_single_file_layout_is_the_one_diffusers_reads(folders):
+    """The layout the full-size test below writes, checked on the meta device: diffusers
+    detects it as the upscaler and its own converters give back every weight of each model,
+    by name and shape, with nothing left over but the unread OpenCLIP tensors."""
+    from diffusers.loaders import single_file_utils as sfu
+
+    models = build(folders["upscale"])
+    state = x4_ldm_state(models["unet"], models["vae"], models["text_encoder"])
+    assert sfu.infer_diffusers_model_type(state) == "upscale"
+    converted = {
+        "unet": sfu.convert_ldm_unet_checkpoint(state, dict(models["unet"].config)),
+        "vae": sfu.convert_ldm_vae_checkpoint(state, dict(models["vae"].config)),
+        "text_encoder": sfu.convert_open_clip_checkpoint(models["text_encoder"], state,
+                                                         prefix="cond_stage_model.model.")}
+    for name, model in models.items():
+        got = {k.removeprefix("text_model."): tuple(v.shape) for k, v in converted[name].items()}
+        want = {k.removeprefix("text_model."): tuple(v.shape)
+                for k, v in model.state_dict().items()}
+        assert got == want, name
+    counted = sum(v.numel() for v in state.values())
+    assert counted == X4_UNET + X4_VAE + OPENCLIP_H_23 + 12 * 1024 * 1024 + 13 * 1024 \
+        + 1024 * 1024 + 1
+
+
+def test_the_upscaler_loads_with_its_noise_schedule_and_latent_scale(folders, tmp_path):
+    """What from_single_file builds from the folder: the published max noise level (350), the
+    low-res noise schedule of x4-upscaling.yaml (LDM's "linear" from 1e-4 to 0.02 is
+    diffusers' "scaled_linear"), v-prediction, the VAE's 0.08333 scale, 4x: 128 in, 512 out."""
+    import torch
+    from diffusers import StableDiffusionUpscalePipeline
+    from safetensors.torch import save_file
+
+    checkpoint = tmp_path / "tiny.safetensors"
+    save_file({"model.diffusion_model.out.2.bias": torch.zeros(4)}, str(checkpoint))
+    folder = folders["upscale"]
+    pipe = StableDiffusionUpscalePipeline.from_single_file(
+        str(checkpoint), config=str(folder), local_files_only=True, **build(folder))
+    assert pipe.config.max_noise_level == 350
+    low = pipe.low_res_scheduler
+    assert type(low).__name__ == "DDPMScheduler" and low.config.prediction_type == "epsilon"
+    ldm_linear = torch.linspace(1e-4 ** 0.5, 0.02 ** 0.5, 1000, dtype=torch.float64) ** 2
+    assert torch.allclose(low.betas.double(), ldm_linear, rtol=1e-5, atol=0)
+    assert type(pipe.scheduler).__name__ == "DDIMScheduler"
+    assert pipe.scheduler.config.prediction_type == "v_prediction"
+    assert pipe.vae.config.scaling_factor == 0.08333 and pipe.vae_scale_factor == 4
+    assert pipe.unet.config.in_channels == 7 and pipe.unet.config.num_class_embeds == 1000
+    assert pipe.unet.config.sample_size * pipe.vae_scale_factor \
+        == families.FAMILIES["upscale"].resolution == 512
+    assert pipe.text_encoder.config.num_hidden_layers == 23
+    assert pipe.tokenizer("a cat", padding="max_length", max_length=6).input_ids \
+        == [49406, 320, 2368, 49407, 0, 0]
+
+
+def upscale_full_size(tmp: str) -> None:
+    """The full-size test's body, run in a process of its own so its peak is its own and
+    the memory goes back whole: the real x4 upscaler's shapes, random weights, fp16, in the
+    original single-file layout; loaded from that file and the shipped folder alone (bfloat16,
+    as CPUs run it) and asked to upscale 16x16 to 64x64 in one step."""
+    import gc
+    import resource
+    import time
+
+    import numpy as np
+    import torch
+    from diffusers import StableDiffusionUpscalePipeline
+    from PIL import Image
+    from safetensors.torch import save_file
+
+    from tests.bigmodels import named
+    started = time.monotonic()
+    folder = families.materialise("upscale", Path(tmp) / "reference")
+    models = build(folder)
+    generator = torch.Generator().manual_seed(0)
+    for model in models.values():
+        model.to(torch.float16)
+        model.to_empty(device="cpu")
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0.0, 0.02, generator=generator)
+    probes = ["unet/class_embedding.weight",  # label_emb: the noise level's embedding
+              "unet/down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_k.weight",
+              "unet/up_blocks.2.upsamplers.0.conv.weight",
+              "vae/decoder.mid_block.attentions.0.to_q.weight",  # a 1x1 conv in the file
+              "text_encoder/encoder.layers.22.self_attn.v_proj.weight"]  # from fused q/k/v
+    expected = {p: named(models[p.split("/")[0]], p.split("/", 1)[1]).detach().clone()
+                for p in probes}
+    file = Path(tmp) / "x4-upscaler-random.safetensors"
+    save_file({k: v.contiguous() for k, v in x4_ldm_state(**models).items()}, str(file))
+    del models, model, p
+    gc.collect()
+    built = time.monotonic() - started
+    pipe = StableDiffusionUpscalePipeline.from_single_file(
+        str(file), config=str(folder), local_files_only=True, torch_dtype=torch.bfloat16)
+    loaded = {"unet": pipe.unet, "vae": pipe.vae, "text_encoder": pipe.text_encoder}
+    for probe, want in expected.items():
+        got = named(loaded[probe.split("/")[0]], probe.split("/", 1)[1]).detach()
+        assert torch.equal(got.float(), want.to(torch.bfloat16).float()), probe
+    assert sum(p.numel() for p in pipe.unet.parameters()) == X4_UNET
+    small = Image.fromarray(np.arange(16 * 16 * 3, dtype=np.uint8).reshape(16, 16, 3))
+    (image,) = pipe("a bottle", image=small, num_inference_steps=1,
+                    generator=torch.Generator().manual_seed(0), output_type="np").images
+    assert image.shape == (64, 64, 3) and np.isfinite(image).all()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+    print(f"full-size x4 upscaler: built and written in {built:.0f} s, loaded and upscaled "
+          f"16x16 -> 64x64 in one step in {time.monotonic() - started - built:.0f} s; file "
+          f"{file.stat().st_size / 2**30:.2f} GiB; peak memory (max RSS) {peak:.2f} GiB")
+
+
+@pytest.mark.slow
+def test_a_full_size_x4_upscaler_single_file_loads_offline_and_upscales(tmp_path):
+    """x4-upscaler-ema.safetensors as published (its tensors' names, shapes and fp16; random
+    values), loaded by diffusers' StableDiffusionUpscalePipeline.from_single_file with the
+    shipped folder as config and no network, then 16x16 -> 64x64 in one step. In a process of
+    its own (upscale_full_size): it prints the time and the peak memory."""
+    import subprocess
+
+    from tests.conftest import PYTHON, ROOT, python_env
+    code = "import sys; from tests.test_families import upscale_full_size as f; f(sys.argv[1])"
+    done = subprocess.run([PYTHON, "-c", code, str(tmp_path)], cwd=ROOT,
+                          env=python_env() | {"HF_HUB_OFFLINE": "1"}, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    print(done.stdout.strip())

@@ -208,7 +208,9 @@ def test_hf_endpoint_counts_only_when_set_before_import(hub: FakeHub, tmp_path: 
     code = ("from huggingface_hub import hf_hub_download as d; import sys;"
             f"sys.stdout.write(open(d({REPO!r}, {UNET_W!r}, token=False), 'rb').read().hex())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, env=os.environ.copy(), cwd=ROOT)
+                         timeout=60, cwd=ROOT, env={k: v for k, v in os.environ.items()
+                                                    if k not in ("HF_HUB_OFFLINE",
+                                                                 "TRANSFORMERS_OFFLINE")})
     assert out.returncode == 0, out.stderr
     assert bytes.fromhex(out.stdout) == WEIGHTS
     assert any((tmp_path / "cache").rglob("diffusion_pytorch_model.safetensors"))

@@ -93,7 +93,16 @@ KOHYA_K = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn2_to_k.
     ({UNET_IN: (320, 4, 3, 3), XL_BASE: (1280,)}, ("checkpoint", "sdxl", "xl_base")),
     ({UNET_IN: (384, 4, 3, 3), XL_REFINER: (1280,)}, ("checkpoint", "sdxl", "xl_refiner")),
     ({UNET_IN: (320, 9, 3, 3), XL_BASE: (1280,)}, ("checkpoint", "sdxl", "xl_inpaint")),
-    ({"control_model.input_blocks.0.0.weight": (2,)}, ("controlnet", None, None)),
+    ({"control_model.input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight": (320, 768)},
+     ("controlnet", "sd15", "v1")),
+    ({"control_model.input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight": (320, 1024)},
+     ("controlnet", "sd2", "v2")),
+    ({"controlnet_cond_embedding.conv_in.weight": (16, 3, 3, 3), "add_embedding.linear_1.weight":
+      (1280, 2816), "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_k.weight":
+      (640, 640)}, ("controlnet", "sdxl", "xl_base")),
+    ({UNET_IN: (256, 7, 3, 3),
+      "model.diffusion_model.input_blocks.10.0.skip_connection.bias": (512,)},
+     ("upscaler", "sd2", "upscale")),
     ({KOHYA_K: (4, 768)}, ("lora", "sd15", None)),
     ({KOHYA_K: (4, 1024)}, ("lora", "sd2", None)),
     ({KOHYA_K.replace("lora_down", "lora_up"): (4, 4), KOHYA_K: (4, 2048)}, ("lora", "sdxl", None)),
@@ -109,7 +118,7 @@ def test_a_single_file_says_what_it_holds_by_its_tensor_names_and_shapes(tmp_pat
     info = Registry(config).get("m")
     assert (info.kind, info.family, info.model_type) == found
     assert info.single_file == (found[0] != "lora")
-    if found[2] == "v2":  # no telling bias in the file: SD 2.x's 768 v-prediction model
+    if found[:3:2] == ("checkpoint", "v2"):  # no telling bias: SD 2.x 768 v-prediction
         assert info.prediction_type == "v_prediction"
 
 
