@@ -230,6 +230,13 @@ class ModelCache:
         """The pipeline for a checkpoint in txt2img or img2img mode, with a ControlNet or
         not; built on the resident checkpoint's components."""
         keep = {model, *([controlnet] if controlnet else [])}
+        info = self.registry.get(model, "checkpoint")
+        if info.inpainting:
+            raise ModelError(f'model "{model}" is an inpainting checkpoint: generate makes new '
+                             "images and does not inpaint; name a plain checkpoint of its family")
+        if info.model_type == "xl_refiner" and mode == "txt2img":
+            raise ModelError(f'model "{model}" is an SDXL refiner: it refines an image, so give '
+                             "its generate node an init image (img2img)")
         base = self._get(model, "checkpoint", keep)
         family = base.info.family
         assert family is not None  # the registry knows every checkpoint's family

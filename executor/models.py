@@ -156,7 +156,7 @@ class Registry:
                 shapes = {k: f.get_slice(k).get_shape() for k in keys
                           if re.search(r"attn2[._]to_k", k) and ("lora_A" in k or "lora_down" in k)}
                 if any(k.startswith("model.diffusion_model.") for k in keys):
-                    family, model_type, prediction = _checkpoint_family(f, keys, where)
+                    family, model_type, prediction = _checkpoint_family(f, keys, path, where)
                     kind = "upscaler" if model_type == "upscale" else "checkpoint"
                     return kind, family, model_type, prediction
                 if any(k.startswith("control_model.") or
@@ -178,7 +178,8 @@ class _Shapes(dict):
     """Tensor name -> an object with the tensor's .shape: what diffusers' detector reads."""
 
 
-def _checkpoint_family(f, keys: list[str], where: str) -> tuple[str, str, str | None]:
+def _checkpoint_family(f, keys: list[str], path: Path,
+                       where: str) -> tuple[str, str, str | None]:
     """(family, model type, prediction type) of an original-layout checkpoint, by
     diffusers' own detector (infer_diffusers_model_type)."""
     from types import SimpleNamespace
@@ -195,7 +196,7 @@ def _checkpoint_family(f, keys: list[str], where: str) -> tuple[str, str, str | 
     prediction = None
     if model_type == "v2":
         key = "model.diffusion_model.output_blocks.11.1.transformer_blocks.0.norm1.bias"
-        bias = {key: _torch(f.get_tensor(key))} if key in shapes else {}
+        bias = {key: _tensor(path, key)} if key in shapes else {}
         prediction = families.v2_prediction_type(bias)
     return families.family(model_type, prediction).family, model_type, prediction
 
@@ -217,6 +218,8 @@ def _controlnet_family(f, keys: list[str], where: str) -> tuple[str, str]:
     return TEXT_WIDTH[width], "v1" if width == 768 else "v2"
 
 
-def _torch(array):
-    import torch
-    return torch.from_numpy(array.copy())
+def _tensor(path: Path, key: str):
+    """One tensor, read by torch (numpy has no bfloat16, which many files are in)."""
+    from safetensors import safe_open
+    with safe_open(str(path), framework="pt") as f:
+        return f.get_tensor(key)

@@ -4,6 +4,7 @@ shared components, LoRAs, the memory tiers."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from PIL import Image
 
 from executor.models import ModelError, Registry
 from executor.ops import Context, OpError
+from storage import config as cfg
 from storage.files import FileStore
 from tests.conftest import PYTHON, ROOT, executor_config, python_env
 
@@ -200,6 +202,26 @@ def test_full_size_single_file_checkpoints_load_and_run_offline_with_nothing_els
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     print(done.stdout.strip())
+
+
+@pytest.mark.parametrize("tensors, says", [
+    ({"model.diffusion_model.input_blocks.0.0.weight": (320, 9, 3, 3)},
+     'model "m" is an inpainting checkpoint: generate makes new images and does not inpaint'),
+    ({"model.diffusion_model.input_blocks.0.0.weight": (384, 4, 3, 3),
+      "conditioner.embedders.0.model.transformer.resblocks.9.mlp.c_proj.bias": (1280,)},
+     'model "m" is an SDXL refiner: it refines an image, so give its generate node an init '
+     "image"),
+])
+def test_checkpoints_generate_cannot_use_say_why_before_loading(tmp_path, tensors, says):
+    from safetensors.numpy import save_file
+    save_file({k: np.zeros(shape, dtype=np.float16) for k, shape in tensors.items()},
+              tmp_path / "m.safetensors")
+    config = cfg.from_dict({"service": {"data_dir": str(tmp_path / "data")},
+                            "models": {"m": str(tmp_path / "m.safetensors")}})
+    cache = make_cache(config)
+    with pytest.raises(ModelError, match=re.escape(says)):
+        cache.pipeline("m", "txt2img")
+    assert cache.stats["loads"] == 0
 
 
 def test_a_single_file_checkpoint_loads_offline_with_its_config_folder(tmp_path, demo_models):

@@ -122,6 +122,24 @@ def test_a_single_file_says_what_it_holds_by_its_tensor_names_and_shapes(tmp_pat
         assert info.prediction_type == "v_prediction"
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("spread, prediction", [(0.2, "v_prediction"), (0.01, "epsilon")])
+def test_sd2_prediction_is_told_from_its_weights_in_any_dtype(tmp_path, dtype, spread,
+                                                              prediction):
+    """SD 2.x's 768 v-model and 512 base share their names; the spread of one norm bias
+    tells them apart (ComfyUI's rule) — in bf16 files too, which numpy cannot read."""
+    import torch
+    from safetensors.torch import save_file
+    bias = "model.diffusion_model.output_blocks.11.1.transformer_blocks.0.norm1.bias"
+    save_file({UNET_IN: torch.zeros(320, 4, 3, 3, dtype=getattr(torch, dtype)),
+               V2_ATTN: torch.zeros(320, 1024, dtype=getattr(torch, dtype)),
+               bias: (torch.randn(320, generator=torch.Generator().manual_seed(0)) * spread
+                      ).to(getattr(torch, dtype))}, str(tmp_path / "sd2.safetensors"))
+    config = cfg.from_dict({"models": {"m": str(tmp_path / "sd2.safetensors")}})
+    info = Registry(config).get("m")
+    assert (info.family, info.model_type, info.prediction_type) == ("sd2", "v2", prediction)
+
+
 def test_a_file_genbot_cannot_run_says_what_was_found(tmp_path):
     import numpy as np
     from safetensors.numpy import save_file
