@@ -52,7 +52,7 @@ class ComfyClient:
 
     async def object_info(self) -> dict[str, Any]:
         info = await self._call("GET", "/object_info")
-        if not isinstance(info, dict) or isinstance(info, tuple):
+        if not isinstance(info, dict):  # (a refusal comes back as a tuple)
             raise ServerDown("GET /object_info: not a ComfyUI answer")
         return info
 

@@ -48,11 +48,6 @@ class ComfyGraph:
     prompt: dict[str, Any]  # the API-format graph, as the file has it
     targets: dict[str, tuple[Target, ...]]  # parameter -> the inputs it sets
 
-    @property
-    def classes(self) -> set[str]:
-        """Every node class the workflow uses: a server must have each."""
-        return {n["class_type"] for n in self.prompt.values()}
-
     def title(self, node: str) -> str:
         meta = self.prompt.get(node, {}).get("_meta") or {}
         return str(meta.get("title") or self.prompt.get(node, {}).get("class_type") or node)

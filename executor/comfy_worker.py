@@ -407,7 +407,9 @@ class ComfyWorker:
             raise RowFailed("the workflow made no image (does it end in a SaveImage or "
                             "PreviewImage node?)", retry=False)
         base = lease.workflow["outputs"]["images"]
-        meta = metadata(lease, prompt, pid, self.url)
+        template = self.templates.get(lease.workflow.get("template", ""))
+        seeds = [n for n, p in template.params.items() if p.type == "seed"] if template else []
+        meta = metadata(lease, prompt, pid, self.url, seeds)
         paths = []
         for i, image in enumerate(images):
             data = await self.client.view(image)
@@ -518,12 +520,15 @@ def failure(messages: list) -> RowFailed:
     return RowFailed("ComfyUI says the prompt failed, without saying why", retry=True)
 
 
-def metadata(lease: Lease, prompt: dict[str, Any], prompt_id: str, server: str) -> dict:
-    """What a saved image carries, as for diffusers jobs: enough to make it again."""
+def metadata(lease: Lease, prompt: dict[str, Any], prompt_id: str, server: str,
+             seeds: list[str]) -> dict:
+    """What a saved image carries, as for diffusers jobs: enough to make it again.
+    `seeds`: the template's seed parameters."""
     wf = lease.workflow
+    params = wf.get("params") or {}
     return {"genbot": VERSION, "engine": "comfyui", "template": wf.get("template"),
-            "row": wf.get("row"), "batch": lease.batch_id, "params": wf.get("params"),
-            "seeds": [v for k, v in (wf.get("params") or {}).items() if "seed" in k],
+            "row": wf.get("row"), "batch": lease.batch_id, "params": params,
+            "seeds": [params[n] for n in seeds if params.get(n) is not None],
             "server": server, "prompt_id": prompt_id, "workflow": prompt}
 
 

@@ -174,10 +174,6 @@ class Registry:
                          f"knows: its {len(keys)} tensors are named like {shown or 'nothing'}")
 
 
-class _Shapes(dict):
-    """Tensor name -> an object with the tensor's .shape: what diffusers' detector reads."""
-
-
 def _checkpoint_family(f, keys: list[str], path: Path,
                        where: str) -> tuple[str, str, str | None]:
     """(family, model type, prediction type) of an original-layout checkpoint, by
@@ -187,7 +183,8 @@ def _checkpoint_family(f, keys: list[str], path: Path,
     from diffusers.loaders.single_file_utils import infer_diffusers_model_type
 
     from executor import families
-    shapes = _Shapes({k: SimpleNamespace(shape=tuple(f.get_slice(k).get_shape())) for k in keys})
+    # Tensor name -> something with its .shape: all diffusers' detector reads.
+    shapes = {k: SimpleNamespace(shape=tuple(f.get_slice(k).get_shape())) for k in keys}
     model_type = infer_diffusers_model_type(shapes)
     if model_type not in families.FAMILIES:
         raise ModelError(f"{where}: a {model_type} checkpoint (as diffusers names it); genbot "
