@@ -32,6 +32,14 @@ _DIALECT = {
 # {json_list($N)}: the JSON list in parameter N, as rows.
 _JSON_LIST = {"sqlite": r"SELECT value FROM json_each(\1)",
               "postgres": r"SELECT jsonb_array_elements_text(CAST(\1 AS jsonb))"}
+# {progress_rows($N)}: the JSON list of progress records in parameter N, as rows.
+_PROGRESS_ROWS = {
+    "sqlite": r"SELECT key AS n, json_extract(value, '$.id') AS id, "
+              r"json_extract(value, '$.token') AS token, json_extract(value, '$.at') AS at, "
+              r"json_extract(value, '$.data') AS data FROM json_each(\1)",
+    "postgres": r"SELECT n, (r->>'id')::bigint AS id, r->>'token' AS token, "
+                r"(r->>'at')::double precision AS at, r->'data' AS data "
+                r"FROM jsonb_array_elements(CAST(\1 AS jsonb)) WITH ORDINALITY AS x(r, n)"}
 
 # Placement. An affinity "ENGINE:NAME" (e.g. "comfyui:portrait") is another engine's job:
 # only a claim for that engine takes it, and only if NAME's whole affinity is in its
@@ -55,6 +63,7 @@ def placed(sql: str, placement: dict[str, str]) -> str:
 @functools.cache
 def for_dialect(sql: str, dialect: str) -> str:
     sql = re.sub(r"\{json_list\((\$\d+)\)\}", _JSON_LIST[dialect], sql)
+    sql = re.sub(r"\{progress_rows\((\$\d+)\)\}", _PROGRESS_ROWS[dialect], sql)
     for placeholder, text in _DIALECT[dialect].items():
         sql = sql.replace(placeholder, text)
     return sql
@@ -108,10 +117,19 @@ NOTIFY = "SELECT pg_notify($1, '')"
 
 # --- Claim ----------------------------------------------------------------------
 
+# A queued job may be *claimed ahead*: leased to an executor (owner, token, expiry) while
+# it still waits, because that executor will start it the moment its current work leaves
+# the GPU. It stays `queued` (its position, counts and ETA are a waiting job's), no attempt
+# is used until it starts, and every other claim passes it by (lease_token IS NULL).
+# Cancel ends it at once like any queued job; pause, a stopping executor or its lease
+# running out hand it back untouched.
+
 # Whether any lease has run out. Claims return this too (expired_seen), so the sweep
 # below runs only when there is something to sweep, at no extra round trip.
-ANY_LEASE_EXPIRED = """
-SELECT 1 AS x FROM jobs WHERE status = 'running' AND lease_expires_at < $1 LIMIT 1"""
+_EXPIRED = """(EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < {now})
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < {now}))"""
+ANY_LEASE_EXPIRED = "SELECT " + _EXPIRED.format(now="$1") + " AS x"
 
 # A job whose executor stopped heartbeating goes back to the queue at once (keeping its
 # place), or fails if it has used all its attempts, or ends canceled if that was asked.
@@ -127,68 +145,134 @@ UPDATE jobs SET
   lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
 WHERE status = 'running' AND lease_expires_at < $1"""
 
+# A job claimed ahead by an executor that went silent: simply free again, no attempt used.
+EXPIRE_AHEAD = """
+UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
+WHERE status = 'queued' AND lease_expires_at IS NOT NULL AND lease_expires_at < $1"""
+
 # The executor holding these leases is known dead (its supervisor saw it exit): they end
-# now, and the next claim sweeps them back through EXPIRE_LEASES, attempt counted.
+# now, and the next claim sweeps them back through EXPIRE_LEASES / EXPIRE_AHEAD.
 END_LEASES_OF = """
 UPDATE jobs SET lease_expires_at = $2
-WHERE status = 'running' AND lease_owner = $1 AND lease_expires_at > $2"""
+WHERE status IN ('running', 'queued') AND lease_owner = $1 AND lease_expires_at > $2"""
 
+# Claiming starts the job: an attempt is counted now, before it runs, so a job that kills
+# its executor every time is bounded by max_attempts (promise 5).
 _CLAIM_SET = """
 UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
   lease_token = $2, lease_expires_at = $3, started_at = $4, updated_at = $4
 """
 
+# Claiming ahead leases the job and leaves it queued; `START` starts it later.
+_AHEAD_SET = """
+UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, updated_at = $4
+"""
+
 # The next job in claim order: priority class, then round-robin turn among
-# submitters (fair_rank), then FIFO (id).
+# submitters (fair_rank), then FIFO (id); not one another executor claimed ahead.
 _HEAD = """
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 {allowed}
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+  {allowed}
 ORDER BY priority, fair_rank, id LIMIT 1 {skip_locked}"""
 
 _NOT_PAUSED_RETURNING = """
-AND status = 'queued' AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4) AS expired_seen"""
+  """ + _EXPIRED.format(now="$4") + " AS expired_seen"
 
-CLAIM = _CLAIM_SET + "WHERE id = (" + _HEAD + ")" + _NOT_PAUSED_RETURNING
+# Whether the job taken went ahead of its submitter's own turn (an affinity preference):
+# only then does GIVE_BACK_TURN have anything to do.
+_OUT_OF_TURN = """,
+  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
+          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
+          AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn"""
 
 # The same, except that within the head job's class and submitter (whose turn it is),
 # a job whose affinity (e.g. its model) is in the JSON list $5 goes first.
 # Priority and fairness are untouched; only that submitter's own order bends.
-CLAIM_PREFERRING = _CLAIM_SET + """
+_PREFERRING = """
 WHERE id = COALESCE(
   (SELECT j.id FROM jobs j {by_submitter}
-   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.affinity IN ({json_list($5)})
+   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
+     AND j.affinity IN ({json_list($5)})
      AND (j.priority, j.submitter) = (
        SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
-         {allowed_h}
+         AND h.lease_token IS NULL {allowed_h}
        ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
    ORDER BY j.fair_rank, j.id LIMIT 1 {skip_locked}),
-  (""" + _HEAD + "))" + _NOT_PAUSED_RETURNING
+  (""" + _HEAD + "))" + _NOT_PAUSED_RETURNING + _OUT_OF_TURN
+
+CLAIM = _CLAIM_SET + "WHERE id = (" + _HEAD + ")" + _NOT_PAUSED_RETURNING
+CLAIM_PREFERRING = _CLAIM_SET + _PREFERRING
+CLAIM_AHEAD = _AHEAD_SET + "WHERE id = (" + _HEAD + ")" + _NOT_PAUSED_RETURNING
+CLAIM_AHEAD_PREFERRING = _AHEAD_SET + _PREFERRING
 
 # Micro-batching: more jobs of the batch just claimed ($5) for the same model ($6), the
 # next ones in its order, up to $7, under the same lease token. (Materialized: as a
 # plain IN (subquery) PostgreSQL may re-run it and take more than $7.)
-CLAIM_FOLLOWERS = """
+_FOLLOWERS = """
 WITH picked AS MATERIALIZED (
   SELECT id FROM jobs WHERE batch_id = $5 AND status = 'queued' AND not_before <= $4
-    AND affinity = $6 ORDER BY fair_rank, id LIMIT $7 {skip_locked})
-""" + _CLAIM_SET + "WHERE id IN (SELECT id FROM picked)" + _NOT_PAUSED_RETURNING
+    AND lease_token IS NULL AND affinity = $6 ORDER BY fair_rank, id LIMIT $7 {skip_locked})
+"""
+CLAIM_FOLLOWERS = _FOLLOWERS + _CLAIM_SET + "WHERE id IN (SELECT id FROM picked)" \
+    + _NOT_PAUSED_RETURNING
+CLAIM_FOLLOWERS_AHEAD = _FOLLOWERS + _AHEAD_SET + "WHERE id IN (SELECT id FROM picked)" \
+    + _NOT_PAUSED_RETURNING
 
 # After a preferred job was taken out of its turn: the submitter's job whose turn it
 # used takes the claimed job's place ($1), so a preference never grants an extra turn.
 GIVE_BACK_TURN = """
 UPDATE jobs SET fair_rank = $1
 WHERE id = (SELECT id FROM jobs WHERE status = 'queued' AND priority = $2 AND submitter = $3
-              AND not_before <= $4 ORDER BY fair_rank, id LIMIT 1)
+              AND not_before <= $4 AND lease_token IS NULL ORDER BY fair_rank, id LIMIT 1)
   AND status = 'queued' AND fair_rank < $1"""
+
+# Jobs claimed ahead start: every job under the tokens in the JSON list $1 (a claim and
+# its followers), unless canceled, handed back or the queue paused meanwhile. The
+# attempt counts from here. $3: the new lease expiry.
+START = """
+UPDATE jobs SET status = 'running', attempts = attempts + 1, started_at = $2, updated_at = $2,
+  lease_expires_at = $3
+WHERE lease_token IN ({json_list($1)}) AND status = 'queued'
+  AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, attempts"""
+
+# Jobs claimed ahead go back to waiting, untouched (the executor stops, or will not
+# start them): by token, or every one (pause).
+UNCLAIM_AHEAD = """
+UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $2
+WHERE lease_token IN ({json_list($1)}) AND status = 'queued'"""
+UNCLAIM_ALL_AHEAD = """
+UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
+WHERE status = 'queued' AND lease_expires_at IS NOT NULL"""
+
+
+@functools.cache
+def complete_then(claim_sql: str) -> str:
+    """PostgreSQL: COMPLETE ($1-$4) and a claim statement (its parameters moved up by
+    four) as one statement, each a data-modifying CTE; one row: the completed job's
+    status and the claimed job's columns (NULL when nothing was claimed)."""
+    shifted = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + 4}", claim_sql)
+    return (f"WITH done AS ({COMPLETE}), taken AS ({shifted})\n"
+            "SELECT (SELECT status FROM done) AS done_status, taken.* "
+            "FROM (SELECT 1 AS one) AS one LEFT JOIN taken ON TRUE")
 
 
 # --- Running job: heartbeat and finish (fenced by the lease token) --------------
 
 HEARTBEAT = """
 UPDATE jobs SET lease_expires_at = $3
-WHERE id = $1 AND lease_token = $2 AND status = 'running'
+WHERE id = $1 AND lease_token = $2 AND status IN ('running', 'queued')
 RETURNING cancel_requested"""
+
+# Every lease an executor holds (running, finishing, claimed ahead), in one statement:
+# the tokens in the JSON list $1. A job missing from the answer is no longer this
+# executor's (its lease ran out and another took it, or it was canceled while ahead).
+HEARTBEAT_ALL = """
+UPDATE jobs SET lease_expires_at = $2
+WHERE lease_token IN ({json_list($1)}) AND status IN ('running', 'queued')
+RETURNING id, status, cancel_requested"""
 
 COMPLETE = """
 UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
@@ -227,6 +311,15 @@ SELECT $3, 'progress', batch_id, id, $4 FROM jobs
 WHERE id = $1 AND lease_token = $2 AND status = 'running'
 RETURNING seq"""
 
+# Progress of several running jobs in one statement: the JSON list $1 of
+# {"id", "token", "at", "data"}, in order; a job no longer held is left out.
+PROGRESS_ALL = """
+INSERT INTO events (at, kind, batch_id, job_id, data)
+SELECT p.at, 'progress', j.batch_id, j.id, p.data
+FROM ({progress_rows($1)}) p JOIN jobs j ON j.id = p.id AND j.lease_token = p.token
+WHERE j.status = 'running' ORDER BY p.n
+RETURNING seq"""
+
 # Running jobs of one executor that someone asked to cancel (polled between steps).
 CANCELS_ASKED = """
 SELECT id FROM jobs WHERE status = 'running' AND cancel_requested AND lease_owner = $1"""
@@ -240,6 +333,9 @@ UPDATE jobs SET
   cancel_requested = CASE WHEN status = 'running' THEN TRUE ELSE cancel_requested END,
   finished_at = CASE WHEN status = 'queued' THEN $1 ELSE finished_at END,
   error = CASE WHEN status = 'queued' THEN $2 ELSE error END,
+  lease_owner = CASE WHEN status = 'queued' THEN NULL ELSE lease_owner END,
+  lease_token = CASE WHEN status = 'queued' THEN NULL ELSE lease_token END,
+  lease_expires_at = CASE WHEN status = 'queued' THEN NULL ELSE lease_expires_at END,
   updated_at = $1
 WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND {scope}
 RETURNING id, status"""
@@ -365,9 +461,18 @@ NEXT_DUE = """
 SELECT MIN(t) AS t FROM (
   SELECT MIN(not_before) AS t FROM jobs WHERE status = 'queued' AND not_before > $1
   UNION ALL
-  SELECT MIN(lease_expires_at) AS t FROM jobs WHERE status = 'running') due"""
+  SELECT MIN(lease_expires_at) AS t FROM jobs WHERE status = 'running'
+  UNION ALL
+  SELECT MIN(lease_expires_at) AS t FROM jobs
+  WHERE status = 'queued' AND lease_expires_at IS NOT NULL) due"""
 
 EVENTS_AFTER = """
 SELECT seq, at, kind, batch_id, job_id, data FROM events WHERE seq > $1 ORDER BY seq LIMIT $2"""
 
 LAST_EVENT_SEQ = "SELECT COALESCE(MAX(seq), 0) AS seq FROM events"
+
+# PostgreSQL: the same through functions that first wait for the writers between their
+# insert and their commit (migration 0013), so no lower seq can appear after a read.
+EVENTS_AFTER_PG = """
+SELECT seq, at, kind, batch_id, job_id, data FROM genbot_events_after($1, $2)"""
+LAST_EVENT_SEQ_PG = "SELECT genbot_last_event_seq() AS seq"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from storage import queries as q
@@ -39,7 +39,7 @@ from storage.records import (
 )
 from storage.wakeup import EventBell, PostgresWaker, SocketWaker, Waker
 
-__all__ = ["ACTIVE", "TERMINAL", "BatchProgress", "CancelResult", "Enqueued", "Lease",
+__all__ = ["ACTIVE", "TERMINAL", "BatchProgress", "CancelResult", "Claim", "Enqueued", "Lease",
            "LeaseState", "NewJob", "Priority", "Queue", "QueueFull", "Status", "Submission",
            "open_queue"]
 
@@ -93,13 +93,26 @@ class Lease:
     priority: Priority
     submitter: str
     affinity: str | None
+    started: bool = True  # False: claimed ahead, still queued until `Queue.start`
 
     @classmethod
-    def from_row(cls, row: dict[str, Any], *, token: str, owner: str) -> Lease:
+    def from_row(cls, row: dict[str, Any], *, token: str, owner: str,
+                 started: bool = True) -> Lease:
         return cls(job_id=row["id"], batch_id=row["batch_id"], token=token, owner=owner,
                    row=row["row"], workflow=decoded(row["workflow"]), attempts=row["attempts"],
                    priority=Priority(row["priority"]), submitter=row["submitter"],
-                   affinity=row["affinity"])
+                   affinity=row["affinity"], started=started)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a claim asks for (the arguments of `Queue.claim`), so a completion can carry
+    the next claim in the same round trip (`Queue.complete_and_claim`)."""
+    owner: str
+    prefer: Sequence[str] = ()
+    only: Sequence[str] | None = None
+    engine: bool = False
+    ahead: bool = False
 
 
 @dataclass(frozen=True)
@@ -206,8 +219,8 @@ class Queue:
     # --- Executing ----------------------------------------------------------------
 
     async def claim(self, owner: str, prefer: Sequence[str] = (),
-                    only: Sequence[str] | None = None, *, engine: bool = False
-                    ) -> Lease | None:
+                    only: Sequence[str] | None = None, *, engine: bool = False,
+                    ahead: bool = False) -> Lease | None:
         """Take the next job under a lease, or None when nothing is claimable (or paused).
 
         `prefer`: affinities (e.g. loaded models) to favour within the current
@@ -216,56 +229,94 @@ class Queue:
         memory); jobs needing another model are left to other workers. None: any.
         `engine`: this worker is another engine's ("comfyui:…" affinities, see
         queries.placed): it takes exactly the affinities in `only`, nothing else.
+        `ahead`: claim the job *ahead* — leased to this executor but still queued, no
+        attempt used — to `start` the moment the current one leaves the GPU.
 
         Expired leases are taken back by claims, in one statement on the common path:
         a claim that saw an expired lease sweeps it back to the queue after taking its
         own job; a claim that found nothing sweeps and looks once more.
         """
+        want = Claim(owner, tuple(prefer), only, engine, ahead)
         now = self.clock()
-        if engine and only is None:
+        sql, args, token = self._claim_statement(want, now)
+        row = await self.db.fetchrow(sql, *args)
+        if row is None and await self.db.fetchval(q.ANY_LEASE_EXPIRED, now):
+            await self._sweep(now)
+            sql, args, token = self._claim_statement(want, now)
+            row = await self.db.fetchrow(sql, *args)
+        return await self._taken(want, row, token, now)
+
+    def _claim_statement(self, want: Claim, now: float) -> tuple[str, list[Any], str]:
+        """The claim statement `want` needs, its arguments and the new lease's token."""
+        if want.engine and want.only is None:
             raise ValueError("an engine's claim names the affinities it takes (only=)")
-        row = await self._take(owner, prefer, only, engine, now)
-        if row is None:
-            if await self.db.fetchrow(q.ANY_LEASE_EXPIRED, now):
-                await self.db.execute(q.EXPIRE_LEASES, now, self.settings.max_attempts)
-                row = await self._take(owner, prefer, only, engine, now)
-        elif row["expired_seen"]:
-            await self.db.execute(q.EXPIRE_LEASES, now, self.settings.max_attempts)
+        token = uuid.uuid4().hex
+        args: list[Any] = [want.owner, token, now + self.settings.lease_seconds, now]
+        if not want.prefer and want.only is None:
+            sql = q.CLAIM_AHEAD if want.ahead else q.CLAIM
+            return self._sql(q.placed(sql, q.ANYTHING)), args, token
+        args.append(encoded(list(want.prefer)))
+        placement = q.ANYTHING
+        if want.only is not None:
+            args.append(encoded(list(want.only)))
+            placement = q.ENGINE_ONLY if want.engine else q.ALLOWED
+        sql = q.CLAIM_AHEAD_PREFERRING if want.ahead else q.CLAIM_PREFERRING
+        return self._sql(q.placed(sql, placement)), args, token
+
+    async def _taken(self, want: Claim, row: dict | None, token: str,
+                     now: float) -> Lease | None:
+        """A claim statement's row as a lease, after the follow-ups it asked for."""
         if row is None:
             return None
-        return Lease.from_row(row, token=row["token"], owner=owner)
-
-    async def _take(self, owner: str, prefer: Sequence[str], only: Sequence[str] | None,
-                    engine: bool, now: float) -> dict | None:
-        token = uuid.uuid4().hex
-        expires = now + self.settings.lease_seconds
-        if not prefer and only is None:
-            row = await self.db.fetchrow(self._sql(q.placed(q.CLAIM, q.ANYTHING)), owner, token,
-                                         expires, now)
-            return None if row is None else {**row, "token": token}
-        args = [owner, token, expires, now, encoded(list(prefer))]
-        placement = q.ANYTHING
-        if only is not None:
-            args.append(encoded(list(only)))
-            placement = q.ENGINE_ONLY if engine else q.ALLOWED
-        row = await self.db.fetchrow(self._sql(q.placed(q.CLAIM_PREFERRING, placement)), *args)
-        if row is not None and row["affinity"] in prefer:
+        if row.get("out_of_turn"):
             await self.db.execute(q.GIVE_BACK_TURN, row["fair_rank"], row["priority"],
                                   row["submitter"], now)
-        return None if row is None else {**row, "token": token}
+        if row["expired_seen"]:
+            await self._sweep(now)
+        return Lease.from_row(row, token=token, owner=want.owner, started=not want.ahead)
+
+    async def _sweep(self, now: float) -> None:
+        await self.db.execute(q.EXPIRE_LEASES, now, self.settings.max_attempts)
+        await self.db.execute(q.EXPIRE_AHEAD, now)
 
     async def claim_followers(self, lease: Lease, limit: int) -> list[Lease]:
         """Up to `limit` more queued jobs of `lease`'s batch with its affinity, next in
-        order, under one lease token: what the executor may run as one micro-batch."""
+        order, under one more lease token: what the executor may run as one micro-batch.
+        Claimed ahead, like `lease`, when it was."""
         if limit <= 0 or lease.affinity is None:
             return []
         now = self.clock()
         token = uuid.uuid4().hex
-        rows = await self.db.fetch(self._sql(q.CLAIM_FOLLOWERS), lease.owner, token,
+        sql = q.CLAIM_FOLLOWERS if lease.started else q.CLAIM_FOLLOWERS_AHEAD
+        rows = await self.db.fetch(self._sql(sql), lease.owner, token,
                                    now + self.settings.lease_seconds, now, lease.batch_id,
                                    lease.affinity, limit)
         rows.sort(key=lambda r: (r["fair_rank"], r["id"]))
-        return [Lease.from_row(r, token=token, owner=lease.owner) for r in rows]
+        return [Lease.from_row(r, token=token, owner=lease.owner, started=lease.started)
+                for r in rows]
+
+    async def start(self, leases: Sequence[Lease]) -> list[Lease]:
+        """Start jobs claimed ahead (a claim and its followers); their attempt counts now.
+        Returns those started. The others were canceled (they ended at once), handed
+        back, or the queue was paused: whatever is left of their claims is dropped."""
+        if not leases:
+            return []
+        now = self.clock()
+        tokens = encoded(sorted({lease.token for lease in leases}))
+        rows = await self.db.fetch(self._sql(q.START), tokens, now,
+                                   now + self.settings.lease_seconds)
+        attempts = {r["id"]: r["attempts"] for r in rows}
+        if len(attempts) < len(leases):
+            await self.db.execute(self._sql(q.UNCLAIM_AHEAD), tokens, now)
+        return [replace(lease, attempts=attempts[lease.job_id], started=True)
+                for lease in leases if lease.job_id in attempts]
+
+    async def unclaim(self, leases: Sequence[Lease]) -> int:
+        """Hand jobs claimed ahead back to the queue, untouched (no attempt was used)."""
+        if not leases:
+            return 0
+        tokens = encoded(sorted({lease.token for lease in leases}))
+        return await self.db.execute(self._sql(q.UNCLAIM_AHEAD), tokens, self.clock())
 
     async def heartbeat(self, lease: Lease) -> LeaseState:
         """Extend the lease; also tells the executor whether a cancel was asked for."""
@@ -275,11 +326,44 @@ class Queue:
             return LeaseState(held=False, cancel_requested=False)
         return LeaseState(held=True, cancel_requested=bool(row["cancel_requested"]))
 
+    async def heartbeat_all(self, leases: Sequence[Lease]) -> dict[int, LeaseState]:
+        """Extend every lease an executor holds in one statement: {job id: state}."""
+        if not leases:
+            return {}
+        tokens = encoded(sorted({lease.token for lease in leases}))
+        rows = await self.db.fetch(self._sql(q.HEARTBEAT_ALL), tokens,
+                                   self.clock() + self.settings.lease_seconds)
+        held = {r["id"]: bool(r["cancel_requested"]) for r in rows}
+        return {lease.job_id: LeaseState(lease.job_id in held, held.get(lease.job_id, False))
+                for lease in leases}
+
     async def complete(self, lease: Lease, outputs: Sequence[Any] = ()) -> Status | None:
         """Record success (or canceled, if a cancel came first). None: the lease was lost."""
         row = await self.db.fetchrow(q.COMPLETE, lease.job_id, lease.token,
                                      encoded(list(outputs)), self.clock())
         return Status(row["status"]) if row else None
+
+    async def complete_and_claim(self, lease: Lease, outputs: Sequence[Any],
+                                 then: Claim) -> tuple[Status | None, Lease | None]:
+        """`complete` and `claim` in one round trip: one statement on PostgreSQL, one
+        transaction (one commit) on SQLite. The claim's follow-ups (a turn given back, a
+        sweep of expired leases) run after it, as `claim`'s do; finding nothing, it does
+        not look again: the caller's next `claim` does."""
+        now = self.clock()
+        sql, args, token = self._claim_statement(then, now)
+        done = [lease.job_id, lease.token, encoded(list(outputs)), now]
+        claimed: dict | None
+        if self.db.dialect == "postgres":
+            row = await self.db.fetchrow(q.complete_then(sql), *done, *args)
+            assert row is not None  # the SELECT always yields its one row
+            status, claimed = row["done_status"], row if row["id"] is not None else None
+        else:
+            async with self.db.transaction() as tx:
+                finished = await self.db.fetchrow(q.COMPLETE, *done, client=tx)
+                claimed = await self.db.fetchrow(sql, *args, client=tx)
+            status = finished["status"] if finished else None
+        taken = await self._taken(then, claimed, token, now)
+        return (Status(status) if status else None), taken
 
     async def fail(self, lease: Lease, error: str, *, retry: bool = True) -> Status | None:
         """Record a failed attempt: back to queued with backoff while attempts remain
@@ -310,6 +394,15 @@ class Queue:
         """A progress event (e.g. {"node", "step", "total"}) for a job this lease holds."""
         return await self.db.fetchrow(q.PROGRESS, lease.job_id, lease.token, self.clock(),
                                       encoded(data)) is not None
+
+    async def progress_all(self, updates: Sequence[tuple[Lease, dict[str, Any], float]]) -> int:
+        """Progress events of several jobs in one statement: (lease, data, when) each, in
+        order. Returns how many were recorded (a job no longer held records nothing)."""
+        if not updates:
+            return 0
+        rows = [{"id": lease.job_id, "token": lease.token, "at": at, "data": data}
+                for lease, data, at in updates]
+        return len(await self.db.fetch(self._sql(q.PROGRESS_ALL), encoded(rows)))
 
     async def cancels_asked(self, owner: str) -> set[int]:
         """Jobs running under `owner` that someone asked to cancel."""
@@ -356,8 +449,13 @@ class Queue:
         return ids
 
     async def pause(self, by: str = "") -> bool:
-        """Stop claiming (running jobs finish). Persisted. Returns False if already paused."""
-        return await self.db.execute(q.SET_PAUSED, True, by, self.clock()) > 0
+        """Stop claiming (running jobs finish). Persisted. Returns False if already paused.
+        Jobs claimed ahead go back to waiting at once, untouched."""
+        now = self.clock()
+        async with self.db.transaction() as tx:
+            changed = await self.db.execute(q.SET_PAUSED, True, by, now, client=tx) > 0
+            await self.db.execute(q.UNCLAIM_ALL_AHEAD, now, client=tx)
+        return changed
 
     async def resume(self, by: str = "") -> bool:
         changed = await self.db.execute(q.SET_PAUSED, False, by, self.clock()) > 0
@@ -507,10 +605,12 @@ class Queue:
 
     async def events_after(self, seq: int, limit: int = 1000) -> list[Event]:
         """Events with a sequence number above `seq`, oldest first: resume from the last seen."""
-        return [Event.from_row(r) for r in await self.db.fetch(q.EVENTS_AFTER, seq, limit)]
+        sql = q.EVENTS_AFTER if self.db.dialect == "sqlite" else q.EVENTS_AFTER_PG
+        return [Event.from_row(r) for r in await self.db.fetch(sql, seq, limit)]
 
     async def last_event_seq(self) -> int:
-        return await self.db.fetchval(q.LAST_EVENT_SEQ)
+        sql = q.LAST_EVENT_SEQ if self.db.dialect == "sqlite" else q.LAST_EVENT_SEQ_PG
+        return await self.db.fetchval(sql)
 
 
 async def open_queue(config: Config, *, clock: Callable[[], float] = time.time,

@@ -649,3 +649,201 @@ async def test_a_waker_leaves_no_empty_folder_behind(tmp_path):
 async def test_a_batchs_models_are_read_without_its_jobs(queue):
     b = await queue.enqueue(sub("alice", 3, affinity=["sdxl", None, "sd15"]))
     assert await queue.batch_models(b.batch_id) == ["sd15", "sdxl"]
+
+
+# --- claiming ahead -------------------------------------------------------------------
+
+async def test_a_job_claimed_ahead_waits_leased_and_others_pass_it_by(queue):
+    await queue.enqueue(sub("alice", 3))
+    current = await queue.claim("w1")
+    ahead = await queue.claim("w1", ahead=True)
+    assert not ahead.started and ahead.row == current.row + 1
+    job = await queue.job(ahead.job_id)
+    assert (job.status, job.attempts, job.lease_owner) == ("queued", 0, "w1")
+    assert (await queue.active_counts()).running == 1  # it waits: counts say so
+    other = await queue.claim("w2")  # another executor passes it by
+    assert other.row == ahead.row + 1
+    (started,) = await queue.start([ahead])
+    assert started.started and started.attempts == 1
+    job = await queue.job(ahead.job_id)
+    assert (job.status, job.attempts, job.lease_owner) == ("running", 1, "w1")
+    assert await queue.complete(started, ["a.png"]) == Status.SUCCEEDED
+    kinds = [e.kind for e in await queue.events_after(0) if e.job_id == ahead.job_id]
+    assert kinds == ["running", "succeeded"]  # claiming ahead is no transition
+
+
+async def test_claiming_ahead_keeps_claim_order(db_url, clock):
+    """Executors claiming ahead take jobs in exactly the order plain claims would."""
+    orders = []
+    for ahead in (False, True):
+        db = await Database(db_url).open()
+        await db.execute("DELETE FROM jobs")
+        queue = Queue(db, queue_settings(), clock=clock)
+        await queue.enqueue(sub("alice", 6, priority=Priority.LOW))
+        await queue.enqueue(sub("bob", 3))
+        await queue.enqueue(sub("carol", 2, priority=Priority.HIGH))
+        order, held = [], None
+        while True:
+            if ahead:
+                nxt = await queue.claim("w", ahead=True)
+                if held is not None:
+                    await queue.complete(held)
+                if nxt is None:
+                    break
+                (held,) = await queue.start([nxt])
+            else:
+                held = await queue.claim("w")
+                if held is None:
+                    break
+                await queue.complete(held)
+            order.append((held.submitter, held.row))
+        orders.append(order)
+        await queue.close()
+    assert orders[0] == orders[1] and len(orders[0]) == 11
+
+
+async def test_cancel_ends_a_job_claimed_ahead_at_once(queue):
+    await queue.enqueue(sub("alice", 2))
+    await queue.claim("w")
+    ahead = await queue.claim("w", ahead=True)
+    result = await queue.cancel(job=ahead.job_id, by="admin")
+    assert result.ended == [ahead.job_id] and result.asked == []
+    job = await queue.job(ahead.job_id)
+    assert (job.status, job.attempts, job.lease_owner) == ("canceled", 0, None)
+    assert await queue.start([ahead]) == []  # the executor learns it is gone
+    assert not (await queue.heartbeat_all([ahead]))[ahead.job_id].held
+
+
+async def test_pause_hands_jobs_claimed_ahead_back_at_once(queue):
+    await queue.enqueue(sub("alice", 2))
+    running = await queue.claim("w")
+    ahead = await queue.claim("w", ahead=True)
+    assert await queue.pause(by="admin")
+    job = await queue.job(ahead.job_id)
+    assert (job.status, job.attempts, job.lease_owner) == ("queued", 0, None)
+    assert await queue.start([ahead]) == []  # paused: nothing starts
+    assert (await queue.heartbeat(running)).held  # the running one finishes
+    assert await queue.resume(by="admin")
+    again = await queue.claim("w2")
+    assert (again.job_id, again.attempts) == (ahead.job_id, 1)
+
+
+async def test_start_is_refused_when_paused_after_a_racing_claim_ahead(queue):
+    await queue.enqueue(sub("alice", 1))
+    ahead = await queue.claim("w", ahead=True)
+    await queue.db.execute("UPDATE queue_state SET paused = TRUE, changed_at = 1 WHERE id = 1")
+    assert await queue.start([ahead]) == []
+    job = await queue.job(ahead.job_id)
+    assert (job.status, job.lease_owner) == ("queued", None)  # the claim was dropped too
+
+
+async def test_a_claim_ahead_left_to_expire_comes_back_without_an_attempt(queue, clock):
+    await queue.enqueue(sub("alice", 1))
+    ahead = await queue.claim("crashed", ahead=True)
+    clock.advance(10.5)
+    again = await queue.claim("w2")
+    assert (again.job_id, again.attempts) == (ahead.job_id, 1)
+    assert await queue.start([ahead]) == []  # fenced: the stale claim starts nothing
+    assert (await queue.job(ahead.job_id)).lease_owner == "w2"
+
+
+async def test_a_dead_owners_claims_ahead_come_back_at_once(queue, clock):
+    await queue.enqueue(sub("alice", 2))
+    running = await queue.claim("host:41")
+    ahead = await queue.claim("host:41", ahead=True)
+    assert await queue.owner_died("host:41") == 2
+    clock.advance(0.001)
+    first, second = await queue.claim("host:43"), await queue.claim("host:43")
+    assert (first.job_id, first.attempts) == (running.job_id, 2)  # it had started
+    assert (second.job_id, second.attempts) == (ahead.job_id, 1)  # it had not
+
+
+async def test_poison_job_does_not_use_up_the_attempts_of_the_job_claimed_behind_it(queue,
+                                                                                    clock):
+    await queue.enqueue(sub("alice", 2))
+    for attempt in (1, 2, 3):  # each executor dies running the first, the second ahead
+        poison = await queue.claim(f"doomed-{attempt}")
+        innocent = await queue.claim(f"doomed-{attempt}", ahead=True)
+        assert poison.attempts == attempt and innocent.attempts == 0
+        clock.advance(11)
+    survivor = await queue.claim("w")
+    assert (survivor.job_id, survivor.attempts) == (innocent.job_id, 1)
+    assert (await queue.job(poison.job_id)).status == "failed"
+
+
+async def test_heartbeat_all_extends_every_lease_in_one_statement(queue, clock):
+    await queue.enqueue(sub("alice", 3))
+    a, b = await queue.claim("w"), await queue.claim("w")
+    ahead = await queue.claim("w", ahead=True)
+    for _ in range(3):
+        clock.advance(8)
+        states = await queue.heartbeat_all([a, b, ahead])
+        assert all(s.held for s in states.values())
+    await queue.cancel(job=b.job_id, by="admin")
+    states = await queue.heartbeat_all([a, b, ahead])
+    assert states[b.job_id].cancel_requested and not states[a.job_id].cancel_requested
+    assert await queue.claim("w2") is None  # all three still held
+    clock.advance(10.5)
+    taken = await queue.claim("w2")  # sweeps the lapsed leases, takes one over
+    states = await queue.heartbeat_all([a, b, ahead])
+    assert not states[taken.job_id].held
+
+
+async def test_followers_claimed_ahead_start_with_their_head(queue):
+    await queue.enqueue(sub("alice", 4, affinity="sd15"))
+    head = await queue.claim("w", ahead=True)
+    more = await queue.claim_followers(head, 2)
+    assert [m.row for m in more] == [3, 4] and not any(m.started for m in more)
+    assert [j.status for j in await queue.batch_jobs(head.batch_id)] == ["queued"] * 4
+    started = await queue.start([head, *more])
+    assert [s.row for s in started] == [2, 3, 4] and all(s.attempts == 1 for s in started)
+    assert [j.status for j in await queue.batch_jobs(head.batch_id)] == \
+        ["running", "running", "running", "queued"]
+
+
+async def test_complete_and_claim_is_one_round_trip(queue):
+    await queue.enqueue(sub("alice", 3))
+    from storage.queue import Claim
+    lease = await queue.claim("w")
+    status, nxt = await queue.complete_and_claim(lease, ["1.png"], Claim("w"))
+    assert status == Status.SUCCEEDED and nxt.started and nxt.row == lease.row + 1
+    status, ahead = await queue.complete_and_claim(nxt, ["2.png"], Claim("w", ahead=True))
+    assert status == Status.SUCCEEDED and not ahead.started
+    assert (await queue.job(ahead.job_id)).status == "queued"
+    # A lost lease records nothing, and the claim still happens.
+    await queue.enqueue(sub("bob", 1))
+    stale = await queue.claim("w")
+    fresh = await queue.start([ahead])
+    fenced = type(stale)(**{**stale.__dict__, "token": "stale"})
+    status, taken = await queue.complete_and_claim(fenced, [], Claim("w"))
+    assert status is None and taken is None  # nothing left to take
+    assert (await queue.job(stale.job_id)).status == "running"
+    assert await queue.complete(fresh[0]) == Status.SUCCEEDED
+    assert [e.kind for e in await queue.events_after(0) if e.job_id == lease.job_id] == \
+        ["running", "succeeded"]
+
+
+async def test_complete_and_claim_keeps_affinity_preference_fair(queue):
+    await queue.enqueue(sub("alice", 4, affinity=["a", "b", "a", "b"]))
+    from storage.queue import Claim
+    lease = await queue.claim("w", prefer=["a"])
+    rows = [lease.row]
+    while True:
+        _, lease = await queue.complete_and_claim(lease, [], Claim("w", prefer=("a",)))
+        if lease is None:
+            break
+        rows.append(lease.row)
+    assert rows == [2, 4, 3, 5]  # the "a" jobs first, within alice's own turns
+
+
+async def test_progress_of_several_jobs_in_one_statement(queue, clock):
+    await queue.enqueue(sub("alice", 2))
+    a, b = await queue.claim("w"), await queue.claim("w")
+    recorded = await queue.progress_all([(a, {"step": 1}, 100.0), (b, {"step": 1}, 100.5),
+                                         (a, {"step": 2}, 101.0)])
+    assert recorded == 3
+    stale = type(b)(**{**b.__dict__, "token": "gone"})
+    assert await queue.progress_all([(stale, {"step": 9}, 102.0)]) == 0
+    progress = [(e.job_id, e.data["step"], e.at) for e in await queue.events_after(0)
+                if e.kind == "progress"]
+    assert progress == [(a.job_id, 1, 100.0), (b.job_id, 1, 100.5), (a.job_id, 2, 101.0)]
