@@ -6,8 +6,13 @@ jobs whose inputs have the same shape (the op's `shape`), up to `max_batch` per 
 Each job keeps its own values, outputs and error: one job's bad input, or an
 out-of-memory error, never fails the others.
 
-Runs in a worker thread (it blocks on the GPU); `Control` is how it reports progress
-and learns that a job should stop, between denoising steps.
+A job's nodes up to its last `device` op (generate, upscale) are the GPU's part,
+`run_device`; the rest — pillow ops, encoding and saving — is its `finish`, which the
+executor runs on another thread while the GPU starts the next job.
+
+Runs in worker threads (it blocks on the GPU); `Control` is how it reports progress
+and learns that a job should stop, between denoising steps. Neither call waits on the
+database.
 """
 
 from __future__ import annotations
@@ -64,6 +69,14 @@ class JobRun:
         return self.error is None and self.stopped is None
 
 
+def split(workflow: dict[str, Any]) -> int:
+    """How many of a bound workflow's nodes are the GPU's part: up to its last device op.
+    (Nodes are in the DAG's order, so everything after it depends on nothing the GPU
+    has still to make.)"""
+    nodes = workflow["nodes"]
+    return max((i + 1 for i, n in enumerate(nodes) if REGISTRY[n["op"]].device), default=0)
+
+
 def _resolve(value: Any, values: dict[str, Any]) -> Any:
     if isinstance(value, dict):
         if set(value) == {"@"}:
@@ -83,25 +96,44 @@ class Runner:
         self.on_oom = on_oom or (lambda: None)  # frees memory (the worker clears the cache)
 
     def run(self, runs: list[JobRun]) -> None:
+        """Every node of every job, in this thread: the GPU's part, then each finish."""
+        self.run_device(runs)
+        for r in runs:
+            self.finish(r)
+
+    def run_device(self, runs: list[JobRun]) -> None:
+        """The GPU's part of each job (jobs of one template in lockstep)."""
         nodes = runs[0].workflow["nodes"]
         if any([n["id"] for n in r.workflow["nodes"]] != [n["id"] for n in nodes] for r in runs):
             for r in runs:  # different templates: no lockstep
-                self.run([r])
+                self.run_device([r])
             return
-        for index, node in enumerate(nodes):
+        for index in range(split(runs[0].workflow)):
             live = [r for r in runs if r.live]
             if not live:
                 break
-            spec = REGISTRY[node["op"]]
+            spec = REGISTRY[nodes[index]["op"]]
             for chunk in (self._chunks(spec, live, index) if spec.batched else [[r] for r in live]):
                 self._call(chunk, index)
-            for r in live:
-                if r.live and (reason := self.control.stop_reason(r.id)):
-                    r.stopped = reason
-        ops = {n["id"]: REGISTRY[n["op"]] for n in nodes}
+            self._check_stops(live)
+
+    def finish(self, r: JobRun) -> None:
+        """The rest of one job after its GPU part (pillow ops, encoding, saving), then its
+        outputs: what each saving node gave, in template order."""
+        nodes = r.workflow["nodes"]
+        for index in range(split(r.workflow), len(nodes)):
+            if not r.live:
+                return
+            self._call([r], index, device=False)
+            self._check_stops([r])
+        if r.live:
+            ops = {n["id"]: REGISTRY[n["op"]] for n in nodes}
+            r.outputs = [r.values[f"{nid}.{ops[nid].output}"] for nid in r.workflow["outputs"]]
+
+    def _check_stops(self, runs: list[JobRun]) -> None:
         for r in runs:
-            if r.live:  # the outputs: what each saving node gave, in template order
-                r.outputs = [r.values[f"{nid}.{ops[nid].output}"] for nid in r.workflow["outputs"]]
+            if r.live and (reason := self.control.stop_reason(r.id)):
+                r.stopped = reason
 
     def _chunks(self, spec: Op, live: list[JobRun], index: int) -> list[list[JobRun]]:
         assert spec.shape is not None
@@ -112,7 +144,7 @@ class Runner:
         return [g[i:i + self.max_batch] for g in groups.values()
                 for i in range(0, len(g), self.max_batch)]
 
-    def _call(self, chunk: list[JobRun], index: int) -> None:
+    def _call(self, chunk: list[JobRun], index: int, device: bool = True) -> None:
         for r in chunk:  # canceled (or timed out) while an earlier call ran
             if reason := self.control.stop_reason(r.id):
                 r.stopped = reason
@@ -135,7 +167,7 @@ class Runner:
             inputs = [_resolve(r.workflow["nodes"][index]["inputs"], r.values) for r in chunk]
             results = spec.run(ctx, inputs) if batched else [spec.run(ctx, **inputs[0])]
         except Exception as e:  # noqa: BLE001 - attributed to the job(s) below
-            self._failed(chunk, index, e, extra)
+            self._failed(chunk, index, e, extra, device)
             return
         log.info("node end", extra={**extra, "seconds": round(time.perf_counter() - started, 4)})
         for r, result in zip(chunk, results):
@@ -150,9 +182,11 @@ class Runner:
         else:
             r.values[f"{node}.{spec.output}"] = result
 
-    def _failed(self, chunk: list[JobRun], index: int, error: Exception, extra: dict) -> None:
+    def _failed(self, chunk: list[JobRun], index: int, error: Exception, extra: dict,
+                device: bool = True) -> None:
         from executor.devices import out_of_memory
-        oom = out_of_memory(error)
+        # Off the GPU's thread the model cache is not this thread's to clear.
+        oom = device and out_of_memory(error)
         if oom:
             log.warning("out of memory", extra=extra)
             self.on_oom()

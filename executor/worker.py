@@ -1,8 +1,17 @@
-"""The executor: claim -> run -> save -> complete, heartbeating while it runs.
+"""The executor: claim -> generate -> finish -> complete, a pipeline that keeps the GPU busy.
 
 One process per GPU: `genbot worker`, or a supervised child of `genbot serve`, so a
 CUDA crash, a segfault or a leak never takes the chat bot down; a job whose executor
 died comes back through its lease. Read `Worker.run` top to bottom.
+
+While a group of jobs is on the GPU (the device thread), the executor already holds
+the next one, claimed ahead (docs/queue.md); what a job does after its last GPU node —
+pillow ops, encoding, metadata, saving, uploading — runs on the finish threads while
+the next job generates, and the job is completed once its files are stored. So between
+two generations the GPU waits for one database statement (starting the job claimed
+ahead), not for a PNG encoder, an upload or the registry. Nothing on the GPU's thread
+waits on the database: progress and cancel checks go to the event loop, which writes
+them in batches, and heartbeats renew every lease the executor holds in one statement.
 """
 
 from __future__ import annotations
@@ -19,26 +28,32 @@ import sys
 import time
 import warnings
 from collections import Counter
+from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from executor import VERSION
 from executor.runner import JobRun, Stop
 from storage.config import Config, ConfigError
 from storage.files import open_store
 from storage.logs import setup_logging
-from storage.queue import Lease, Queue, open_queue
+from storage.queue import Claim, Lease, Queue, Status, open_queue
 from storage.workers import Workers, owner_name
 
 log = logging.getLogger("genbot.executor")
 
 EXIT_RECYCLE = 75  # "start me again": after recycle_after_jobs, or memory drift
 
+AHEAD, DEVICE, FINISHING = "ahead", "device", "finishing"  # where a held job is
+
 
 @dataclass
-class Running:
-    """One job of the group being run, as the event loop tracks it."""
+class Held:
+    """A job this executor holds a lease on: claimed ahead, on the GPU, or finishing."""
     lease: Lease
-    started: float
+    phase: str
+    started: float = 0.0  # when it went to the GPU (monotonic): its timeout counts from here
     stop: Stop | None = None  # why it must stop
     recorded: bool = False  # its end is already written (e.g. canceled mid-run)
     last_progress: float = 0.0
@@ -68,9 +83,20 @@ class Worker:
         self.runner = Runner(Context(open_store(self.config), self.cache, font=s.font,
                                      upscaler=s.upscaler),
                              control=self, max_batch=s.max_batch, on_oom=self.cache.clear)
-        self.running: dict[int, Running] = {}
+        self.gpu: ThreadPoolExecutor | None = None  # these two are made by run()
+        self.finishers: ThreadPoolExecutor | None = None
+        self.held: dict[int, Held] = {}
+        self.ahead: list[Lease] = []  # the next group, claimed ahead
+        self.claiming: asyncio.Task | None = None  # a claim ahead in flight
+        self.ahead_wanted = False  # the next completion should claim ahead
+        self.finishing: set[asyncio.Task] = set()
+        self.finish_room: asyncio.Semaphore | None = None  # back-pressure: see run()
+        self.progress: list[tuple[Lease, dict[str, Any], float]] = []  # to write, in order
+        self.poked = asyncio.Event()  # a step happened: write progress, look for cancels
+        self.progress_lock = asyncio.Lock()
         self.stopping = asyncio.Event()
         self.stats: Counter = Counter()
+        self.taken = 0  # jobs that went to the GPU (recycle_after_jobs counts these)
         self.baseline: int | None = None
         self.exit_code = 0
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -79,11 +105,21 @@ class Worker:
         self.started_at = time.time()
         self.memory: tuple[int | None, float] = (None, float("inf"))  # in use, total
         self.doing: dict | None = None  # what keeps it from its jobs now (the registry says it)
+        self.beating: asyncio.Task | None = None
+        self.beat_again = False
         self.cache.on_load = self.loading
 
     # --- the loop --------------------------------------------------------------------
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
+        # One thread owns the GPU; finishes run beside it (0 threads: on the GPU's own,
+        # in line, as a bare loop would).
+        self.gpu = ThreadPoolExecutor(1, thread_name_prefix="genbot-gpu")
+        threads = self.settings.finish_threads
+        self.finishers = ThreadPoolExecutor(threads, thread_name_prefix="genbot-finish") \
+            if threads else self.gpu
+        # A small queue of finished images: past it, the GPU waits for storage.
+        self.finish_room = asyncio.Semaphore(2 * self.settings.max_batch)
         if self.registry.needs_demo():
             self.doing = {"what": "building_demo", "models": self.registry.needs_demo()}
             await self.beat()
@@ -93,23 +129,29 @@ class Worker:
         log.info("executor ready", extra={"owner": self.owner, "device": self.device,
                                           "dtype": str(self.dtype).removeprefix("torch.")})
         beating = asyncio.create_task(self.beat_forever())
+        watching = asyncio.create_task(self.watch())
         try:
             while not self.stopping.is_set():
-                leases = await self.claim()
+                leases = await self.next_group()
                 if not leases:
                     await self.idle()
                     continue
-                await self.execute(leases)
+                await self.generate(leases)
                 self.after_jobs()
-                await self.beat()  # idle again, at once, with fresh memory figures
+                self.beat_soon()  # idle or busy again, with fresh memory figures
                 if self.exit_code:
                     break
-                if self.config.queue.batch_delay:
+                if self.config.queue.batch_delay:  # a real rest: nothing overlaps it
+                    await self.finished()
                     await self.sleep(self.config.queue.batch_delay)
         finally:
+            await self.wind_down()
             beating.cancel()
+            watching.cancel()
             with contextlib.suppress(Exception):  # the database may be what failed
                 await self.workers.stopped(self.owner)
+            self.finishers.shutdown(wait=False)
+            self.gpu.shutdown(wait=False)
         return self.exit_code
 
     def placement(self) -> list[str] | None:
@@ -129,14 +171,69 @@ class Worker:
                      ", ".join(sorted(too_big)))
         return [n for n in chosen or self.registry.names if n not in too_big]
 
-    async def claim(self) -> list[Lease]:
+    def wanted(self, *, ahead: bool = False) -> Claim:
+        return Claim(self.owner, tuple(self.cache.resident()), self.allowed, ahead=ahead)
+
+    async def next_group(self) -> list[Lease]:
+        """The jobs to put on the GPU now: the group claimed ahead, started (one
+        statement), or else a fresh claim."""
+        if self.claiming is not None:
+            await asyncio.wait({self.claiming})
+        ahead, self.ahead = self.ahead, []
+        self.ahead_wanted = False
+        if ahead:
+            started = await self.queue.start(ahead)
+            for lease in ahead:  # canceled, paused or lost while it waited
+                self.held.pop(lease.job_id, None)
+            if started:
+                return started
+        return await self.claim()
+
+    async def claim(self, *, ahead: bool = False) -> list[Lease]:
         first = await self.queue.claim(self.owner, prefer=self.cache.resident(),
-                                       only=self.allowed)
+                                       only=self.allowed, ahead=ahead)
+        return await self.with_followers(first)
+
+    async def with_followers(self, first: Lease | None) -> list[Lease]:
         if first is None:
             return []
         more = await self.queue.claim_followers(first, self.settings.max_batch - 1) \
             if self.settings.max_batch > 1 else []
         return [first, *more]
+
+    def may_claim_ahead(self) -> bool:
+        limit = self.settings.recycle_after_jobs
+        return not (self.stopping.is_set() or self.exit_code or self.ahead
+                    or self.claiming is not None or self.config.queue.batch_delay
+                    or (limit and self.taken + self.settings.max_batch > limit))
+
+    def claim_ahead(self, *, now: bool = False) -> None:
+        """Hold the next group while this one runs: with the completion of a job being
+        finished (one round trip for both), or, with none under way, now."""
+        if not self.may_claim_ahead():
+            return
+        if self.finishing and not now:
+            self.ahead_wanted = True
+            return
+        self.ahead_wanted = False
+        self.claiming = asyncio.create_task(self.hold(self.claim(ahead=True)))
+
+    async def hold(self, claim: Awaitable[list[Lease]]) -> None:
+        """Keep what a claim ahead took as the next group (or hand it back if stopping)."""
+        try:
+            leases = await claim
+        except Exception as e:  # noqa: BLE001 - the next group is claimed when needed instead
+            log.warning("could not claim the next job ahead: %s", e)
+            leases = []
+        finally:
+            self.claiming = None
+        if self.stopping.is_set() or self.exit_code:
+            with contextlib.suppress(Exception):  # else their claims run out
+                await self.queue.unclaim(leases)
+            return
+        self.ahead = leases
+        for lease in leases:
+            self.held[lease.job_id] = Held(lease, AHEAD)
 
     async def idle(self) -> None:
         waiting = asyncio.ensure_future(self.queue.wait_for_work())
@@ -151,31 +248,56 @@ class Worker:
         except TimeoutError:
             pass
 
-    async def execute(self, leases: list[Lease]) -> None:
+    async def generate(self, leases: list[Lease]) -> None:
+        """The group's GPU part; then each job's finish goes beside the next group."""
+        assert self.loop is not None and self.finish_room is not None
         now = time.monotonic()
-        self.running = {lease.job_id: Running(lease, now) for lease in leases}
-        await self.beat()  # busy, at once
+        for lease in leases:
+            self.held[lease.job_id] = Held(lease, DEVICE, now)
+        self.taken += len(leases)
+        self.beat_soon()  # busy, at once
+        self.claim_ahead()
         runs = [JobRun(lease.job_id, lease.batch_id, lease.workflow) for lease in leases]
-        watch = asyncio.create_task(self.watch())
         try:
-            await asyncio.to_thread(self.runner.run, runs)
+            await self.loop.run_in_executor(self.gpu, self.runner.run_device, runs)
         except Exception as e:  # noqa: BLE001 - a bug here must not stop the executor
             log.exception("the runner failed; its jobs will be retried")
             for run in runs:
                 if run.live and not run.outputs:
                     run.error, run.retryable = f"executor error: {type(e).__name__}: {e}", True
-        finally:
-            watch.cancel()
         for run in runs:
-            await self.finish(run)
-        self.running = {}
+            await self.finish_room.acquire()  # back-pressure: storage is behind
+            self.held[run.id].phase = FINISHING
+            task = asyncio.create_task(self.finish(run))
+            self.finishing.add(task)
+            task.add_done_callback(self.finishing.discard)
 
     async def finish(self, run: JobRun) -> None:
-        job = self.running[run.id]
+        """Off the GPU's path: the job's finish (encode, save, upload), then its end."""
+        assert self.loop is not None and self.finish_room is not None
+        try:
+            job = self.held[run.id]
+            if run.live and not job.recorded and job.stop is None:
+                await self.loop.run_in_executor(self.finishers, self.runner.finish, run)
+            await self.record(run)
+        except Exception:  # noqa: BLE001 - the lease brings the job back
+            log.exception("could not record the end of job %s", run.id)
+        finally:
+            self.held.pop(run.id, None)
+            self.finish_room.release()
+            self.beat_soon()  # its count, at once
+            if self.ahead_wanted and len(self.finishing) <= 1:  # no completion will carry it
+                self.claim_ahead(now=True)
+
+    async def record(self, run: JobRun) -> None:
+        job = self.held[run.id]
         lease, extra = job.lease, {"batch": job.lease.batch_id, "job": run.id}
         stop = job.stop or run.stopped
         if job.recorded or stop == Stop.LEASE_LOST:
             return
+        if any(update[0] is lease for update in self.progress) or self.progress_lock.locked():
+            with contextlib.suppress(Exception):  # its steps before its end, if they can be
+                await self.write_progress()
         if stop == Stop.SHUTDOWN:
             await self.queue.release(lease, "executor stopped; the job will run again")
         elif stop == Stop.CANCELED:
@@ -187,10 +309,50 @@ class Worker:
             status = await self.queue.fail(lease, run.error, retry=run.retryable)
             log.warning("job failed", extra={**extra, "status": status, "error": run.error})
         else:
-            status = await self.queue.complete(lease, run.outputs)
+            status = await self.complete(lease, run.outputs)
             log.info("job done", extra={**extra, "status": status, "outputs": run.outputs,
                                         "seconds": round(time.monotonic() - job.started, 3)})
         self.stats["jobs"] += 1
+
+    async def complete(self, lease: Lease, outputs: list[str]) -> Status | None:
+        """Complete a job; when the next group is wanted, claim it ahead in the same round
+        trip (its followers, for a micro-batch, come after)."""
+        if not (self.ahead_wanted and self.may_claim_ahead()):
+            return await self.queue.complete(lease, outputs)
+        self.ahead_wanted = False
+        done: asyncio.Future[tuple[Status | None, Lease | None]] = \
+            asyncio.get_running_loop().create_future()
+
+        async def claimed() -> list[Lease]:
+            try:
+                done.set_result(await self.queue.complete_and_claim(
+                    lease, outputs, self.wanted(ahead=True)))
+            except Exception as e:
+                done.set_exception(e)
+                return []
+            return await self.with_followers(done.result()[1])
+        self.claiming = asyncio.create_task(self.hold(claimed()))
+        return (await done)[0]
+
+    async def finished(self) -> None:
+        """Until every job handed to the finish threads has ended."""
+        while self.finishing:
+            await asyncio.wait(set(self.finishing))
+
+    async def wind_down(self) -> None:
+        """Stopping: what is claimed ahead goes back untouched; what is finishing ends
+        (its files are stored and it is completed) before the executor exits."""
+        if self.claiming is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait({self.claiming})
+        ahead, self.ahead = self.ahead, []
+        try:
+            await self.queue.unclaim(ahead)
+        except Exception as e:  # noqa: BLE001 - their leases run out instead
+            log.warning("could not hand back the jobs claimed ahead: %s", e)
+        for lease in ahead:
+            self.held.pop(lease.job_id, None)
+        await self.finished()
 
     def after_jobs(self) -> None:
         """Memory hygiene after every group: collect, empty the CUDA cache, watch drift."""
@@ -215,8 +377,8 @@ class Worker:
             gc.collect()
             self.baseline = None
         jobs_limit = self.settings.recycle_after_jobs
-        if jobs_limit and self.stats["jobs"] >= jobs_limit:
-            log.info("recycling the executor", extra={"jobs": self.stats["jobs"]})
+        if jobs_limit and self.taken >= jobs_limit:
+            log.info("recycling the executor", extra={"jobs": self.taken})
             self.exit_code = EXIT_RECYCLE
 
     def report(self, in_use: int, total: float) -> None:
@@ -228,18 +390,33 @@ class Worker:
             await self.beat()
             await asyncio.sleep(self.config.queue.heartbeat_seconds)
 
+    def beat_soon(self) -> None:
+        """Write the registry row in the background: the GPU does not wait for it. (Asked
+        again while a write is under way, it writes once more after.)"""
+        self.beat_again = True
+        if self.beating is None or self.beating.done():
+            self.beating = asyncio.create_task(self.beat_while_asked())
+
+    async def beat_while_asked(self) -> None:
+        while self.beat_again:
+            self.beat_again = False
+            await self.beat()
+
     async def beat(self) -> None:
         """This executor's row in the registry: where it runs, what it holds and does —
         what /queue, the API, the dashboard and /metrics show of it, on any host."""
         in_use, total = self.memory
+        on_gpu = [i for i, h in self.held.items() if h.phase == DEVICE]
         try:
             await self.workers.beat(
                 self.owner, host=socket.gethostname(), pid=os.getpid(), device=str(self.device),
-                version=VERSION, job=next(iter(self.running), None), memory_used=in_use,
+                version=VERSION, job=next(iter(on_gpu), None), memory_used=in_use,
                 memory_total=None if total == float("inf") else int(total),
                 models=sorted(self.cache.resident()), allow=self.allowed,
                 started_at=self.started_at,
                 stats={"doing": self.doing, "jobs": self.stats["jobs"],
+                       "ahead": [lease.job_id for lease in self.ahead],
+                       "finishing": sum(h.phase == FINISHING for h in self.held.values()),
                        "models_resident": self.cache.resident_bytes(),
                        "cache": {k: v for k, v in self.cache.stats.items() if ":" not in k}})
         except Exception as e:  # noqa: BLE001 - the database away for a moment: next beat
@@ -263,14 +440,18 @@ class Worker:
             log.info("building demo models", extra={"models": missing})
             demo.build(self.config.models_dir / "demo", missing)
 
-    # --- while a group runs -------------------------------------------------------------
+    # --- beside the GPU: leases, cancels, timeouts, progress ----------------------------
     async def watch(self) -> None:
-        """Heartbeats, cancels, timeouts and progress of the running group."""
+        """For every held job: progress written in batches, cancels seen after each
+        step, timeouts, and one heartbeat for all their leases."""
         beat = time.monotonic()
         tick = min(0.5, self.config.queue.heartbeat_seconds)
         while True:
-            await asyncio.sleep(tick)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.poked.wait(), tick)
+            self.poked.clear()
             try:
+                await self.write_progress()
                 await self.check_stops()
                 if time.monotonic() - beat >= self.config.queue.heartbeat_seconds:
                     beat = time.monotonic()
@@ -278,23 +459,39 @@ class Worker:
             except Exception:  # noqa: BLE001 - e.g. the database away for a moment: try again
                 log.exception("heartbeat or cancel check failed; retrying")
 
+    async def write_progress(self) -> None:
+        """Every progress update not yet written, in one statement (one writer at a time,
+        so the event log keeps each job's steps in order)."""
+        async with self.progress_lock:
+            if self.progress:
+                updates, self.progress = self.progress, []
+                await self.queue.progress_all(updates)
+
     async def heartbeat(self) -> None:
-        for job in self.running.values():
-            if job.recorded or job.stop == Stop.LEASE_LOST:
+        held = [h for h in self.held.values() if not h.recorded and h.stop != Stop.LEASE_LOST]
+        states = await self.queue.heartbeat_all([h.lease for h in held])
+        for h in held:
+            if states[h.lease.job_id].held:
                 continue
-            state = await self.queue.heartbeat(job.lease)
-            if not state.held:
-                job.stop = Stop.LEASE_LOST
-                log.warning("lease lost: another executor may run the job",
-                            extra={"job": job.lease.job_id})
+            if h.phase == AHEAD:  # canceled while it waited, or its claim ran out
+                self.ahead = [lease for lease in self.ahead if lease.job_id != h.lease.job_id]
+                self.held.pop(h.lease.job_id, None)
+                continue
+            h.stop = Stop.LEASE_LOST
+            log.warning("lease lost: another executor may run the job",
+                        extra={"job": h.lease.job_id})
 
     async def check_stops(self) -> None:
         if self.stopping.is_set():
-            for job in self.running.values():
-                job.stop = job.stop or Stop.SHUTDOWN
+            for job in self.held.values():
+                if job.phase == DEVICE:
+                    job.stop = job.stop or Stop.SHUTDOWN
+        running = [(i, h) for i, h in self.held.items() if h.phase != AHEAD and not h.stop]
+        if not running:
+            return
         canceled = await self.queue.cancels_asked(self.owner)
         now = time.monotonic()
-        for job_id, job in self.running.items():
+        for job_id, job in running:
             if job.stop:
                 continue
             if job_id in canceled:
@@ -304,35 +501,33 @@ class Worker:
                                       retry=False)
                 job.recorded = True
                 log.info("job canceled", extra={"job": job_id, "step": job.step})
-            elif now - job.started > self.settings.job_timeout:
+            elif job.phase == DEVICE and now - job.started > self.settings.job_timeout:
                 job.stop = Stop.TIMEOUT
 
-    async def on_step(self, job_ids: list[int], node: str, step: int, total: int) -> None:
+    def stepped(self, job_ids: list[int], node: str, step: int, total: int, at: float) -> None:
+        """On the event loop, after a denoising step: progress to write, cancels to see."""
         now = time.monotonic()
         for job_id in job_ids:
-            job = self.running[job_id]
+            job = self.held.get(job_id)
+            if job is None:
+                continue
             job.step, job.total = step, total
             if job.stop or job.recorded:
                 continue
             if step == total or now - job.last_progress >= self.settings.progress_interval:
                 job.last_progress = now
-                await self.queue.progress(job.lease, {"node": node, "step": step, "total": total,
-                                                      "row": job.lease.row})
-        await self.check_stops()
+                self.progress.append((job.lease, {"node": node, "step": step, "total": total,
+                                                  "row": job.lease.row}, at))
+        self.poked.set()
 
-    # Control, called from the runner's thread:
+    # Control, called from the GPU's thread; neither waits for anything:
     def step(self, job_ids: list[int], node: str, step: int, total: int) -> None:
-        """After each denoising step: report it, and learn of a cancel before the next."""
+        """After each denoising step: tell the event loop, and carry on."""
         assert self.loop is not None  # set by run(), which starts every job
-        future = asyncio.run_coroutine_threadsafe(self.on_step(job_ids, node, step, total),
-                                                  self.loop)
-        try:
-            future.result(timeout=30)
-        except Exception as e:  # noqa: BLE001 - a slow database must not kill the job
-            log.warning("progress not recorded: %s", e)
+        self.loop.call_soon_threadsafe(self.stepped, job_ids, node, step, total, time.time())
 
     def stop_reason(self, job_id: int) -> Stop | None:
-        job = self.running.get(job_id)
+        job = self.held.get(job_id)
         return job.stop if job else None
 
 

@@ -267,6 +267,10 @@ class ExecutorConfig:
     max_batch: int = key(4, "Images one pipeline call may make for jobs of one batch with the same "
                          "shape (model, size, steps, LoRAs). 1 turns micro-batching off.",
                          min=1, max=64)
+    finish_threads: int = key(2, "Threads that finish jobs beside the GPU (pillow ops, encoding, "
+                              "saving, uploading) while it makes the next image. 0: finish "
+                              "each job on the GPU's own thread before the next one starts.",
+                              min=0, max=16)
     models: list[str] = key((), "Models (names from [models]) this executor takes jobs for, e.g. "
                             "[\"sdxl\"] on a small GPU; empty: every model whose files fit its "
                             "device memory. Jobs for other models are left to other executors.")

@@ -7,6 +7,9 @@ so the test knows exactly how far it got when it is killed.
   stall   claim one job, say "claimed JOB", wait for a line on stdin (the test
           SIGSTOPs and SIGCONTs it meanwhile), then heartbeat and complete it,
           saying what each returned
+  --ahead as an executor does: hold the next job claimed ahead while one "runs" (drain:
+          each completion claims the next ahead in the same round trip, then starts it;
+          hold and stall: claim one more ahead and say "ahead JOB")
   wait    wait for work (poll interval 60 s), then claim; "claimed JOB"
   enqueue submit 50-job batches forever; "acked BATCH" after each commit
 """
@@ -19,7 +22,7 @@ import sys
 
 from storage.config import QueueConfig
 from storage.db import Database
-from storage.queue import NewJob, Queue, Submission
+from storage.queue import Claim, NewJob, Queue, Submission
 
 
 def say(*parts) -> None:
@@ -34,6 +37,7 @@ async def main() -> None:
     p.add_argument("--lease", type=float, default=30.0)
     p.add_argument("--idle-exit", type=float, default=1.0,
                    help="drain: stop after the queue was empty this long")
+    p.add_argument("--ahead", action="store_true", help="claim the next job ahead")
     args = p.parse_args()
     settings = QueueConfig(lease_seconds=args.lease, heartbeat_seconds=args.lease / 4,
                            max_queue_size=10_000_000, poll_interval=60.0)
@@ -44,8 +48,9 @@ async def main() -> None:
         if args.mode == "drain":
             idle_since = None
             loop = asyncio.get_running_loop()
+            lease = None
             while True:
-                lease = await queue.claim(args.owner)
+                lease = lease or await queue.claim(args.owner)
                 if lease is None:
                     idle_since = idle_since or loop.time()
                     if loop.time() - idle_since > args.idle_exit:
@@ -54,18 +59,30 @@ async def main() -> None:
                     continue
                 idle_since = None
                 say("ran", lease.job_id, lease.attempts)
-                status = await queue.complete(lease, [f"{lease.job_id}.png"])
+                ran, outputs = lease.job_id, [f"{lease.job_id}.png"]
+                if args.ahead:
+                    status, ahead = await queue.complete_and_claim(
+                        lease, outputs, Claim(args.owner, ahead=True))
+                    started = await queue.start([ahead]) if ahead else []
+                    lease = started[0] if started else None
+                else:
+                    status, lease = await queue.complete(lease, outputs), None
                 if status is None:
-                    say("lost", lease.job_id)
+                    say("lost", ran)
         elif args.mode in ("hold", "stall"):
             while (lease := await queue.claim(args.owner)) is None:
                 await asyncio.sleep(0.05)
             say("claimed", lease.job_id, lease.attempts)
+            ahead = await queue.claim(args.owner, ahead=True) if args.ahead else None
+            if ahead:
+                say("ahead", ahead.job_id, ahead.attempts)
             if args.mode == "hold":
                 await asyncio.sleep(3600)
             await asyncio.to_thread(sys.stdin.readline)
             state = await queue.heartbeat(lease)
             say("heartbeat", "held" if state.held else "lost")
+            if ahead:
+                say("start", len(await queue.start([ahead])))
             say("complete", await queue.complete(lease, ["stale.png"]))
         elif args.mode == "wait":
             await queue.wait_for_work()  # starts listening

@@ -105,8 +105,10 @@ def events(url):
 
 
 def test_no_double_claim_4_processes_x_2000_jobs(db_url):
+    """Two of the four claim as executors do, the next job ahead of the one they run."""
     run(_with_queue(db_url, lambda q: q.db.fetch("SELECT 1")))  # schema created once, up front
-    workers = [Proc(db_url, "drain", "--owner", f"w{i}", "--idle-exit", "5") for i in range(4)]
+    workers = [Proc(db_url, "drain", "--owner", f"w{i}", "--idle-exit", "5",
+                    *(["--ahead"] if i >= 2 else [])) for i in range(4)]
     try:
         for w in workers:
             w.expect("ready")
@@ -126,11 +128,14 @@ def test_no_double_claim_4_processes_x_2000_jobs(db_url):
 
 
 def test_sigkilled_executor_job_runs_exactly_once_more(db_url):
-    enqueue(db_url, 1)
-    doomed = Proc(db_url, "hold", "--owner", "doomed", "--lease", "2")
+    """And the job it held ahead runs once, its attempt unused: it never started."""
+    enqueue(db_url, 2)
+    doomed = Proc(db_url, "hold", "--owner", "doomed", "--lease", "2", "--ahead")
     try:
         _, job, attempt = doomed.expect("claimed")
         assert attempt == "1"
+        _, ahead, attempt = doomed.expect("ahead")
+        assert attempt == "0"
         doomed.signal(signal.SIGKILL)
         doomed.p.wait(10)
     finally:
@@ -138,34 +143,40 @@ def test_sigkilled_executor_job_runs_exactly_once_more(db_url):
     time.sleep(2.2)  # the lease runs out
     rescuer = Proc(db_url, "drain", "--owner", "rescuer")
     lines = rescuer.finish()
-    assert [line for line in lines if line.startswith("ran")] == [f"ran {job} 2"]
-    [row] = job_rows(db_url)
-    assert (row.status, row.attempts, row.lease_owner) == ("succeeded", 2, "rescuer")
+    assert [line for line in lines if line.startswith("ran")] == [f"ran {job} 2", f"ran {ahead} 1"]
+    rows = job_rows(db_url)
+    assert [(r.status, r.attempts, r.lease_owner) for r in rows] == \
+        [("succeeded", 2, "rescuer"), ("succeeded", 1, "rescuer")]
     kinds = [e.kind for e in events(db_url) if e.job_id == int(job)]
     assert kinds == ["running", "queued", "running", "succeeded"]
+    assert [e.kind for e in events(db_url) if e.job_id == int(ahead)] == ["running", "succeeded"]
 
 
 def test_sigstopped_executor_cannot_finish_a_job_taken_over(db_url):
-    enqueue(db_url, 1)
-    stale = Proc(db_url, "stall", "--owner", "stale", "--lease", "2")
+    """Nor start the job it held ahead, which another executor ran meanwhile."""
+    enqueue(db_url, 2)
+    stale = Proc(db_url, "stall", "--owner", "stale", "--lease", "2", "--ahead")
     try:
         _, job, _ = stale.expect("claimed")
+        _, ahead, _ = stale.expect("ahead")
         stale.signal(signal.SIGSTOP)
         time.sleep(2.2)  # frozen past its lease
         fresh = Proc(db_url, "drain", "--owner", "fresh")
-        assert f"ran {job} 2" in fresh.finish()
+        ran = fresh.finish()
+        assert f"ran {job} 2" in ran and f"ran {ahead} 1" in ran
         stale.signal(signal.SIGCONT)
         stale.p.stdin.write("go\n")
         stale.p.stdin.flush()
         assert stale.expect("heartbeat") == ["heartbeat", "lost"]
+        assert stale.expect("start") == ["start", "0"]  # started nothing
         assert stale.expect("complete") == ["complete", "None"]  # changed 0 rows
         stale.finish()
     finally:
         stale.kill()
-    [row] = job_rows(db_url)
-    assert row.status == "succeeded" and row.lease_owner == "fresh"
-    assert "stale.png" not in str(row.outputs) and f"{job}.png" in str(row.outputs)
-    assert [e.kind for e in events(db_url)].count("succeeded") == 1
+    rows = job_rows(db_url)
+    assert all(r.status == "succeeded" and r.lease_owner == "fresh" for r in rows)
+    assert "stale.png" not in str([r.outputs for r in rows])
+    assert [e.kind for e in events(db_url)].count("succeeded") == 2
 
 
 def test_acknowledged_enqueues_survive_sigkill(db_url):

@@ -136,10 +136,17 @@ async def test_three_workers_share_a_batch_and_a_killed_one_loses_nothing(tmp_pa
             await idle_workers(w.queue, 3)
             p = w.platform
             await gen(w, "rows.csv", 9, 12)
-            async with asyncio.timeout(120):  # a job under way, then its worker is killed
-                while not (running := await w.queue.running()):
-                    await asyncio.sleep(0.05)
+            async with asyncio.timeout(120):  # a worker with a job under way and the next
+                while True:                    # claimed ahead; then it is killed
+                    jobs = await w.queue.batch_jobs(1)
+                    ahead = {j.lease_owner: j for j in jobs
+                             if j.status == "queued" and j.lease_owner}
+                    running = [r for r in await w.queue.running() if r.lease_owner in ahead]
+                    if running:
+                        break
+                    await asyncio.sleep(0.02)
             victim = running[0]
+            waiting = ahead[victim.lease_owner]
             os.kill(fleet.owner_pid(victim.lease_owner), signal.SIGKILL)
             await w.finish(timeout=240)
 
@@ -147,6 +154,9 @@ async def test_three_workers_share_a_batch_and_a_killed_one_loses_nothing(tmp_pa
             assert [j.status for j in jobs] == ["succeeded"] * 9, fleet.logs()
             killed = next(j for j in jobs if j.id == victim.id)
             assert killed.attempts == 2 and killed.lease_owner != victim.lease_owner
+            # The job it held ahead had not started: it ran once, its attempt unused.
+            assert [j.attempts for j in jobs if j.id != victim.id] == [1] * 8
+            assert next(j for j in jobs if j.id == waiting.id).lease_owner != victim.lease_owner
             starts = [e.data["owner"] for e in await w.queue.events_after(0)
                       if e.kind == "running"]
             assert len(set(starts)) == 3  # all three took part

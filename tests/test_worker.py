@@ -353,3 +353,241 @@ async def test_batch_delay_rests_between_jobs_and_recycling_ends_the_loop(config
     assert exit_code == 75  # EXIT_RECYCLE: the supervisor starts a fresh executor at once
     assert [j.status for j in done] == ["succeeded", "succeeded", "queued"]
     assert done[1].started_at - done[0].finished_at >= 0.5  # the rest between jobs
+
+
+# --- the pipeline: claim ahead, finish beside the GPU ---------------------------------
+
+async def until(check, timeout: float = 60.0, every: float = 0.01):
+    """Poll the async `check` until it returns something true; return that."""
+    async with asyncio.timeout(timeout):
+        while not (found := await check()):
+            await asyncio.sleep(every)
+    return found
+
+
+def slow_rows(base: NewJob, n: int, steps: int = 40) -> list[NewJob]:
+    return [with_generate(base, row=r, steps=steps) for r in range(2, 2 + n)]
+
+
+@pytest.fixture
+def one_by_one(config):
+    """max_batch 1: one job per group."""
+    return executor_config(config.data_dir, config.models_dir / "demo", executor={"max_batch": 1})
+
+
+@pytest.fixture
+async def base(one_by_one) -> NewJob:
+    """A product_main job to copy."""
+    return (await example_jobs(one_by_one, "product_main"))[0]
+
+
+async def test_the_next_job_is_claimed_ahead_while_one_generates(one_by_one, base):
+    from storage.workers import Workers
+    async with Harness(one_by_one) as h:
+        batch = await h.submit("product_main", slow_rows(base, 3))
+        h.start()
+        first, second, third = await h.queue.batch_jobs(batch)
+
+        async def ahead():
+            jobs = {j.id: j for j in await h.queue.batch_jobs(batch)}
+            return jobs[first.id].status == "running" and jobs[second.id].lease_owner
+        await until(ahead)
+        job = await h.queue.job(second.id)
+        assert (job.status, job.attempts, job.lease_owner) == ("queued", 0, "test-executor")
+        assert (await h.queue.job(third.id)).lease_owner is None  # one group ahead, no more
+        row = await until(lambda: _registry_with_ahead(Workers.of(h.queue)))
+        assert row.stats["ahead"] == [second.id] and row.job_id == first.id
+        await h.wait(batch)
+        done = await h.queue.batch_jobs(batch)
+    assert [j.status for j in done] == ["succeeded"] * 3 and [j.attempts for j in done] == [1] * 3
+    assert done[0].finished_at <= done[1].finished_at <= done[2].finished_at
+
+
+async def _registry_with_ahead(workers):
+    rows = [w for w in await workers.all() if w.stats.get("ahead")]
+    return rows[0] if rows else None
+
+
+async def test_a_cancel_ends_the_job_claimed_ahead_at_once(one_by_one, base):
+    async with Harness(one_by_one) as h:
+        batch = await h.submit("product_main", slow_rows(base, 3))
+        h.start()
+        first, second, third = await h.queue.batch_jobs(batch)
+        await until(lambda: _leased(h.queue, second.id))
+        result = await h.queue.cancel(job=second.id, by="test:admin")
+        assert result.ended == [second.id]  # ended now, not asked to stop
+        assert (await h.queue.job(second.id)).status == Status.CANCELED
+        await h.wait(batch)
+        done = {j.id: j for j in await h.queue.batch_jobs(batch)}
+        started = [e.job_id for e in await h.queue.events_after(0) if e.kind == "running"]
+    assert (done[second.id].status, done[second.id].attempts) == ("canceled", 0)
+    assert [done[i].status for i in (first.id, third.id)] == ["succeeded", "succeeded"]
+    assert started == [first.id, third.id]
+
+
+async def _leased(queue, job_id):
+    job = await queue.job(job_id)
+    return job.status == "queued" and job.lease_owner is not None
+
+
+async def test_a_pause_hands_the_job_claimed_ahead_back_at_once(one_by_one, base):
+    async with Harness(one_by_one) as h:
+        batch = await h.submit("product_main", slow_rows(base, 2))
+        h.start()
+        first, second = await h.queue.batch_jobs(batch)
+        await until(lambda: _leased(h.queue, second.id))
+        await h.queue.pause(by="test:admin")
+        job = await h.queue.job(second.id)
+        assert (job.status, job.attempts, job.lease_owner) == ("queued", 0, None)
+        await until(lambda: _status(h.queue, first.id, "succeeded"))  # the running one ends
+        await asyncio.sleep(0.5)
+        assert (await h.queue.job(second.id)).status == "queued"  # nothing starts
+        await h.queue.resume(by="test:admin")
+        await h.wait(batch)
+        assert (await h.queue.job(second.id)).attempts == 1
+
+
+async def _status(queue, job_id, status):
+    return (await queue.job(job_id)).status == status
+
+
+async def test_stopping_hands_the_job_claimed_ahead_back_untouched(one_by_one, base):
+    async with Harness(one_by_one) as h:
+        batch = await h.submit("product_main", slow_rows(base, 2, steps=100))
+        h.start()
+        first, second = await h.queue.batch_jobs(batch)
+        await until(lambda: _leased(h.queue, second.id))
+        await h.stop()
+        jobs = await h.queue.batch_jobs(batch)
+    assert [(j.status, j.attempts) for j in jobs] == [("queued", 0), ("queued", 0)]
+    assert jobs[1].lease_owner is None  # never started: no trace of the claim
+
+
+class Timeline:
+    """When each generation and each file write began and ended, across threads."""
+
+    def __init__(self, monkeypatch, *, write_seconds: float = 0.0, fail_name: str = ""):
+        import threading
+        import time
+
+        from executor.ops import diffusion
+        self.marks: list[tuple[str, str, float]] = []
+        self.lock = threading.Lock()
+        real_generate, real_write = diffusion.generate_batch, FileStore.write
+
+        def mark(what, key):
+            with self.lock:
+                self.marks.append((what, key, time.time()))
+
+        def generate(ctx, batch):
+            key = ",".join(str(i["seed"]) for i in batch)
+            mark("gen start", key)
+            try:
+                return real_generate(ctx, batch)
+            finally:
+                mark("gen end", key)
+
+        def write(store, relative, data):
+            mark("write start", relative)
+            time.sleep(write_seconds)  # a slow disk, or S3
+            if fail_name and relative.endswith(fail_name):
+                raise OSError(f"disk full writing {relative}")
+            try:
+                return real_write(store, relative, data)
+            finally:
+                mark("write end", relative)
+        monkeypatch.setattr(diffusion, "generate_batch", generate)
+        monkeypatch.setattr(FileStore, "write", write)
+
+    def at(self, what: str, key: str) -> float:
+        return next(t for w, k, t in self.marks if w == what and key in k)
+
+
+def seed_of(job) -> str:
+    return str(next(n["inputs"]["seed"] for n in job.workflow["nodes"] if n["op"] == "generate"))
+
+
+async def test_saving_runs_beside_the_next_generation_and_completes_after_the_file(
+        one_by_one, base, monkeypatch):
+    timeline = Timeline(monkeypatch, write_seconds=0.4)
+    jobs = [with_generate(base, row=r, seed=500 + r, steps=3) for r in (2, 3, 4)]
+    async with Harness(one_by_one) as h:
+        done = await h.run("product_main", jobs)
+    assert [j.status for j in done] == ["succeeded"] * 3
+    for job, nxt in zip(done, done[1:]):
+        name = job.outputs[0]
+        # The next image started while this one was still being written...
+        assert timeline.at("gen start", seed_of(nxt)) < timeline.at("write end", name)
+        # ...and the job was completed only once its file was stored.
+        assert job.finished_at >= timeline.at("write end", name)
+        assert FileStore(one_by_one.data_dir).path(name).stat().st_size > 0
+
+
+async def test_with_no_finish_threads_the_job_finishes_before_the_next_starts(
+        one_by_one, base, monkeypatch):
+    config = executor_config(one_by_one.data_dir, one_by_one.models_dir / "demo",
+                             executor={"max_batch": 1, "finish_threads": 0})
+    timeline = Timeline(monkeypatch, write_seconds=0.2)
+    jobs = [with_generate(base, row=r, seed=600 + r, steps=2) for r in (2, 3)]
+    async with Harness(config) as h:
+        first, second = await h.run("product_main", jobs)
+    assert timeline.at("gen start", seed_of(second)) >= \
+        timeline.at("write end", first.outputs[0])
+
+
+async def test_a_failing_save_fails_only_that_job(one_by_one, base, monkeypatch):
+    Timeline(monkeypatch, fail_name="row_3.png")
+    jobs = [with_generate(base, row=r, seed=700 + r, steps=2) for r in (2, 3, 4)]
+    config = executor_config(one_by_one.data_dir, one_by_one.models_dir / "demo",
+                             executor={"max_batch": 1}, queue={"retry_backoff": 600})
+    async with Harness(config) as h:
+        batch = await h.submit("product_main", jobs)
+        h.start()
+        first, bad, last = await h.queue.batch_jobs(batch)
+        for job in (first, last):
+            await until(lambda job=job: _status(h.queue, job.id, "succeeded"))
+        failed = await h.queue.job(bad.id)
+    # A storage error may pass: the job waits for its retry, the others are done.
+    assert (failed.status, failed.attempts, failed.outputs) == ("queued", 1, [])
+    assert failed.error.startswith("node out (save): OSError: disk full writing")
+
+
+async def test_slow_storage_holds_the_gpu_back_with_a_few_images_waiting(config, monkeypatch):
+    config = executor_config(config.data_dir, config.models_dir / "demo",
+                             executor={"max_batch": 2})
+    Timeline(monkeypatch, write_seconds=0.3)
+    base = (await example_jobs(config, "product_main"))[0]
+    jobs = [with_generate(base, row=r, seed=800 + r, steps=1) for r in range(2, 12)]
+    most = 0
+    async with Harness(config) as h:
+        batch = await h.submit("product_main", jobs)
+        h.start()
+        while not all(j.status == "succeeded" for j in await h.queue.batch_jobs(batch)):
+            most = max(most, len(h.worker.finishing))
+            await asyncio.sleep(0.01)
+    assert 2 <= most <= 4  # 2 x max_batch images wait for storage, never the whole batch
+
+
+async def test_progress_is_written_in_batches_without_holding_the_gpu(one_by_one, base,
+                                                                      monkeypatch):
+    import time
+    writes: list[int] = []
+    config = executor_config(one_by_one.data_dir, one_by_one.models_dir / "demo",
+                             executor={"max_batch": 1, "progress_interval": 0})
+    async with Harness(config) as h:
+        real = h.queue.progress_all
+
+        async def slow_progress(updates):
+            writes.append(len(updates))
+            await asyncio.sleep(0.5)  # a database across an ocean
+            return await real(updates)
+        monkeypatch.setattr(h.queue, "progress_all", slow_progress)
+        job = with_generate(base, row=2, steps=20)
+        started = time.monotonic()
+        done = (await h.run("product_main", [job]))[0]
+        took = time.monotonic() - started
+        steps = [e.data["step"] for e in await h.queue.events_after(0)
+                 if e.kind == "progress" and e.job_id == done.id]
+    assert done.status == "succeeded" and steps == list(range(1, 21))
+    assert len(writes) < 20 and max(writes) > 1  # several steps per statement
+    assert took < 0.5 * 20  # the steps did not wait for the writes

@@ -4,7 +4,9 @@ An op is one function per op in executor.signatures. It takes the run's Context 
 then exactly the inputs its signature declares, and returns its output: one value (kept
 under the op's `output` name), or a dict when the op has several. A `batched` op takes a
 list of input dicts and returns a list of results, one per job, in one call; the runner
-groups jobs for it by the op's `shape` (inputs of one shape can share a call).
+groups jobs for it by the op's `shape` (inputs of one shape can share a call). A
+`device` op may run a model: a job's nodes up to its last device op are the GPU's work,
+the rest (pillow ops, save) its finish, which the executor runs beside the next job.
 """
 
 from __future__ import annotations
@@ -58,19 +60,20 @@ class Op:
     output: str = "image"  # the name a single result is kept under (node.output)
     batched: bool = False  # run(ctx, [inputs, …]) -> [result, …]: one call for many jobs
     shape: Callable[[dict[str, Any]], Hashable] | None = None  # batched: what must match
+    device: bool = False  # runs a model (the GPU's work); the rest runs off the GPU's path
 
 
 REGISTRY: dict[str, Op] = {}
 
 
 def op(*, output: str = "image", batched: bool = False,
-       shape: Callable[[dict[str, Any]], Hashable] | None = None):
+       shape: Callable[[dict[str, Any]], Hashable] | None = None, device: bool = False):
     """Register the decorated function as the op of its name (a trailing _ dropped)."""
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         name = fn.__name__.rstrip("_")
         if batched and shape is None:
             raise TypeError(f"op {name}: a batched op says which inputs must match (shape)")
-        REGISTRY[name] = Op(name, fn, output, batched, shape)
+        REGISTRY[name] = Op(name, fn, output, batched, shape, device)
         return fn
     return register
 

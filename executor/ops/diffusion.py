@@ -39,13 +39,13 @@ def shape(inputs: dict[str, Any]) -> tuple:
             inputs.get("strength"), inputs.get("control_scale"), loras)
 
 
-@op(batched=True, shape=shape)
+@op(batched=True, shape=shape, device=True)
 def generate(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Image]:
     return generate_batch(ctx, batch)
 
 
 
-@op()
+@op(device=True)
 def upscale(ctx: Context, image, scale: float = 2.0, model=None) -> Image.Image:
     im = ctx.image(image)
     name = model or ctx.upscaler
