@@ -53,20 +53,28 @@ def jobs(n: int) -> list[NewJob]:
 
 # --- child processes --------------------------------------------------------------------
 
-async def worker_drain(url: str) -> None:
-    """Wait for 'go' on stdin, then claim+complete until empty; print count and end time."""
+async def worker_drain(url: str, joined: bool) -> None:
+    """Wait for 'go' on stdin, then claim+complete until empty; print count and end time.
+    `joined`: each completion claims the next job in the same round trip, as executors
+    do (Queue.complete_and_claim); else a claim and a complete, one after the other."""
+    from storage.queue import Claim
     queue = await open_queue(url)
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)
-    done, empty = 0, 0
+    done, empty, owner = 0, 0, f"w{os.getpid()}"
+    lease = None
     while empty < 3:
-        lease = await queue.claim(f"w{os.getpid()}")
+        lease = lease or await queue.claim(owner)
         if lease is None:
             empty += 1
             await asyncio.sleep(0.05)
             continue
         empty = 0
-        await queue.complete(lease, [])
+        if joined:
+            _, lease = await queue.complete_and_claim(lease, [], Claim(owner))
+        else:
+            await queue.complete(lease, [])
+            lease = None
         done += 1
         last = time.time()
     print("done", done, last if done else 0, flush=True)
@@ -158,9 +166,9 @@ async def seed(url: str, n: int) -> None:
     await queue.close()
 
 
-def bench_throughput(url: str, workers: int, n: int, bare: bool = False) -> float:
+def bench_throughput(url: str, workers: int, n: int, mode: str = "_drain") -> float:
     asyncio.run(seed(url, n))
-    procs = [spawn("_bare" if bare else "_drain", url) for _ in range(workers)]
+    procs = [spawn(mode, url) for _ in range(workers)]
     for p in procs:
         assert p.stdout.readline().strip() == "ready"
     start = time.time()
@@ -241,8 +249,8 @@ def drop_pg(base: str, schema: str) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "_drain":
-        return asyncio.run(worker_drain(sys.argv[2]))
+    if len(sys.argv) > 1 and sys.argv[1] in ("_drain", "_drain2"):
+        return asyncio.run(worker_drain(sys.argv[2], joined=sys.argv[1] == "_drain"))
     if len(sys.argv) > 1 and sys.argv[1] == "_bare":
         return asyncio.run(worker_bare_drain(sys.argv[2]))
     if len(sys.argv) > 1 and sys.argv[1] == "_latency":
@@ -282,24 +290,25 @@ def main() -> None:
 
     print(f"\n2. claim+complete of no-op jobs, {n:,} jobs "
           "(targets: SQLite 1 worker >= 1,000/s; PostgreSQL 4 workers >= 2,000/s)")
-    print("   (bare: the same claim/complete statements straight on the driver, no queue code;"
-          f" median of {rounds} interleaved rounds)")
+    print("   (queue: each completion claims the next in one round trip, as executors do;"
+          " two trips: a claim, then a complete;\n    bare: the claim and complete statements "
+          f"straight on the driver, no queue code; median of {rounds} interleaved rounds)")
     for backend in backends:
         target = 1000 if backend == "sqlite" else 2000
         rates = {}
         for w in (1, 4):
-            queue_rates, bare_rates = [], []
-            for _ in range(rounds):  # interleaved, so both see the same machine weather
-                queue_rates.append(with_db(backend, lambda url, w=w: bench_throughput(url, w, n)))
-                bare_rates.append(with_db(backend,
-                                          lambda url, w=w: bench_throughput(url, w, n, True)))
-            rates[w] = statistics.median(queue_rates)
-            ratio = statistics.median(q / b for q, b in zip(queue_rates, bare_rates))
+            got: dict[str, list[float]] = {"_drain": [], "_drain2": [], "_bare": []}
+            for _ in range(rounds):  # interleaved, so all see the same machine weather
+                for mode, runs in got.items():
+                    runs.append(with_db(backend, lambda url, w=w, mode=mode:
+                                        bench_throughput(url, w, n, mode)))
+            rates[w] = statistics.median(got["_drain"])
+            ratio = statistics.median(q / b for q, b in zip(got["_drain"], got["_bare"]))
             aim = (f"  {rates[w] / target:.2f}x target" if (backend, w) in
                    (("sqlite", 1), ("postgres", 4)) else "")
             print(f"   {backend:8}  {w} worker{'s' if w > 1 else ' '}  queue {rates[w]:7,.0f} "
-                  f"jobs/s  bare {statistics.median(bare_rates):7,.0f} jobs/s  "
-                  f"queue/bare {ratio:.2f}{aim}")
+                  f"jobs/s  two trips {statistics.median(got['_drain2']):7,.0f}  bare "
+                  f"{statistics.median(got['_bare']):7,.0f}  queue/bare {ratio:.2f}{aim}")
         print(f"   {backend:8}  4 vs 1 workers: {rates[4] / rates[1]:.2f}x")
 
     print(f"\n3. enqueue-to-claim latency, idle executor in another process, {samples} samples "

@@ -1,7 +1,7 @@
 """A Hypothesis state machine drives the real queue and a plain-Python reference model
-side by side (enqueue, claim, heartbeat, complete, fail, cancel, pause, resume, time
-passing past leases and backoffs) and demands the same answers, the same job states
-and the same event history, on SQLite and on PostgreSQL."""
+side by side (enqueue, claim, claim ahead and start, heartbeat, complete, fail, cancel,
+pause, resume, time passing past leases and backoffs) and demands the same answers, the
+same job states and the same event history, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ class RefJob:
     token: str | None = None
     expires: float | None = None
     cancel_requested: bool = False
+    ahead: bool = False  # queued, but claimed ahead by an executor (token, expires set)
     events: list[str] = field(default_factory=list)
 
 
@@ -86,42 +87,58 @@ class Reference:
             self.keys[key] = (batch, len(ids))
 
     def expired(self, now):
-        return [j for j in self.jobs.values() if j.status == "running" and j.expires < now]
+        return [j for j in self.jobs.values()
+                if (j.status == "running" or j.ahead) and j.expires < now]
+
+    def free(self, j):
+        j.token = j.expires = None
+        j.ahead = False
 
     def sweep(self, now):
         for j in self.expired(now):
-            j.token = j.expires = None
+            if j.ahead:  # never started: simply free again
+                self.free(j)
+                continue
+            self.free(j)
             self.set(j, "canceled" if j.cancel_requested else
                      "failed" if j.attempts >= self.s.max_attempts else "queued")
 
-    def claim(self, now, prefer):
-        pick = self.take(now, prefer)
+    def claim(self, now, prefer, ahead=False):
+        pick = self.take(now, prefer, ahead)
         if pick is None:
             if self.expired(now):
                 self.sweep(now)
-                pick = self.take(now, prefer)
+                pick = self.take(now, prefer, ahead)
         elif self.expired(now):
             self.sweep(now)
         return pick
 
-    def take(self, now, prefer):
+    def free_queued(self, now, **match):
+        return [j for j in self.queued(now, **match) if not j.ahead]
+
+    def take(self, now, prefer, ahead=False):
         if self.paused:
             return None
-        due = self.queued(now)
+        due = self.free_queued(now)
         if not due:
             return None
         head = min(due, key=lambda j: (j.priority, j.rank, j.id))
         pick = head
         if prefer:
-            mine = [j for j in self.queued(now, priority=head.priority, submitter=head.submitter)
+            mine = [j for j in self.free_queued(now, priority=head.priority,
+                                                submitter=head.submitter)
                     if j.affinity in prefer]
             if mine:
                 pick = min(mine, key=lambda j: (j.rank, j.id))
-        pick.attempts += 1
         pick.expires = now + self.s.lease_seconds
-        self.set(pick, "running")
+        if ahead:
+            pick.ahead = True
+        else:
+            pick.attempts += 1
+            self.set(pick, "running")
         if prefer and pick.affinity in prefer:
-            rest = self.queued(now, priority=pick.priority, submitter=pick.submitter)
+            rest = [j for j in self.free_queued(now, priority=pick.priority,
+                                                submitter=pick.submitter) if j is not pick]
             if rest:
                 first = min(rest, key=lambda j: (j.rank, j.id))
                 if first.rank < pick.rank:
@@ -132,8 +149,23 @@ class Reference:
         j = self.jobs[job_id]
         return j if j.status == "running" and j.token == token else None
 
+    def start(self, job_id, token, now):
+        j = self.jobs[job_id]
+        if not (j.ahead and j.token == token):
+            return False
+        if self.paused:  # the claim is dropped
+            self.free(j)
+            return False
+        j.ahead = False
+        j.attempts += 1
+        j.expires = now + self.s.lease_seconds
+        self.set(j, "running")
+        return True
+
     def heartbeat(self, job_id, token, now):
         j = self.holder(job_id, token)
+        if j is None and self.jobs[job_id].ahead and self.jobs[job_id].token == token:
+            j = self.jobs[job_id]
         if j is None:
             return (False, False)
         j.expires = now + self.s.lease_seconds
@@ -168,6 +200,7 @@ class Reference:
             if not match(j):
                 continue
             if j.status == "queued":
+                self.free(j)
                 self.set(j, "canceled")
                 ended.append(j.id)
             elif j.status == "running" and not j.cancel_requested:
@@ -225,15 +258,25 @@ class QueueMachine(RuleBasedStateMachine):
         self.batches.append(result.batch_id)
 
     @rule(prefer=st.sampled_from([(), (), ("m1",), ("m2",), ("m1", "m2")]),
-          owner=st.sampled_from(["w1", "w2"]))
-    def claim(self, prefer, owner):
-        expected = self.ref.claim(self.clock.now, prefer)
-        lease = self.run(self.queue.claim(owner, prefer))
+          owner=st.sampled_from(["w1", "w2"]), ahead=st.sampled_from([False, False, True]))
+    def claim(self, prefer, owner, ahead):
+        expected = self.ref.claim(self.clock.now, prefer, ahead)
+        lease = self.run(self.queue.claim(owner, prefer, ahead=ahead))
         assert (lease and lease.job_id) == (expected and expected.id)
         if lease:
-            assert lease.attempts == expected.attempts
+            assert lease.attempts == expected.attempts and lease.started == (not ahead)
             expected.token = lease.token
             self.leases.append(lease)
+
+    @precondition(lambda self: any(not lease.started for lease in self.leases))
+    @rule(data=st.data())
+    def start(self, data):
+        lease = data.draw(st.sampled_from([x for x in self.leases if not x.started]))
+        expected = self.ref.start(lease.job_id, lease.token, self.clock.now)
+        started = self.run(self.queue.start([lease]))
+        assert bool(started) == expected
+        if started:
+            self.leases.append(started[0])
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data())
@@ -278,6 +321,9 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def pause(self):
         changed = self.run(self.queue.pause("admin"))
+        for j in self.ref.jobs.values():
+            if j.ahead:  # handed back at once
+                self.ref.free(j)
         assert changed == (not self.ref.paused)
         if changed:
             self.pause_events.append("paused")
@@ -300,10 +346,11 @@ class QueueMachine(RuleBasedStateMachine):
         if not hasattr(self, "ref"):
             return
         rows = self.run(self.queue.db.fetch(
-            "SELECT id, status, attempts, cancel_requested, fair_rank FROM jobs ORDER BY id"))
-        actual = [(r["id"], r["status"], r["attempts"], bool(r["cancel_requested"]))
-                  for r in rows]
-        expected = [(j.id, j.status, j.attempts, j.cancel_requested)
+            "SELECT id, status, attempts, cancel_requested, fair_rank, lease_token FROM jobs "
+            "ORDER BY id"))
+        actual = [(r["id"], r["status"], r["attempts"], bool(r["cancel_requested"]),
+                   r["status"] == "queued" and r["lease_token"] is not None) for r in rows]
+        expected = [(j.id, j.status, j.attempts, j.cancel_requested, j.ahead)
                     for j in sorted(self.ref.jobs.values(), key=lambda j: j.id)]
         assert actual == expected
 
