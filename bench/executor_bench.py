@@ -105,9 +105,10 @@ class Executor:
         """Seconds from enqueue until every job has ended."""
         return (await self.timed(jobs))[0]
 
-    async def timed(self, jobs: list[NewJob]) -> tuple[float, float, int]:
+    async def timed(self, jobs: list[NewJob], after: int = 1) -> tuple[float, float, int]:
         """(whole, steady, n): seconds from enqueue until every job has ended; from the
-        first job's completion to the last's; the jobs that succeeded."""
+        `after`th job's completion (the first micro-batch's, when batching) to the last's;
+        the jobs that succeeded."""
         started = time.perf_counter()
         batch = (await self.queue.enqueue(Submission("bench", "alice", jobs))).batch_id
         while (await self.queue.active_counts()).total:
@@ -115,7 +116,7 @@ class Executor:
         whole = time.perf_counter() - started
         ends = sorted(j.finished_at for j in await self.queue.batch_jobs(batch)
                       if j.status == "succeeded")
-        return whole, ends[-1] - ends[0], len(ends)
+        return whole, ends[-1] - ends[after - 1], len(ends)
 def bare_pipeline(models: Path, device: str, dtype):
     from diffusers import StableDiffusionPipeline
     pipe = StableDiffusionPipeline.from_pretrained(models / "sd15", local_files_only=True,
@@ -201,6 +202,7 @@ async def overhead(models: Path, tmp: Path, args, pipe, *, size: int, steps: int
     bare_loop(pipe, range(1, 3), steps, size, tmp / "warm")
     totals = {"bare": [0.0, 0.0], "genbot": [0.0, 0.0]}
     images = 0
+    group = min(max_batch, rows)  # images that come out together: steady state starts after
     config = make_config(tmp / f"o-{label}", models, args.device, max_batch=max_batch,
                          progress_interval=1.0)
     async with Executor(config) as ex:
@@ -213,12 +215,15 @@ async def overhead(models: Path, tmp: Path, args, pipe, *, size: int, steps: int
                 if side == "bare":
                     whole, steady = bare_loop(pipe, rng, steps, size, tmp / "bare")
                 else:
-                    whole, steady, done = await ex.timed(gen_jobs(rng, steps, size))
+                    whole, steady, done = await ex.timed(gen_jobs(rng, steps, size),
+                                                         after=group)
                     assert done == rows, f"{rows - done} jobs did not succeed"
                 totals[side][0] += whole
                 totals[side][1] += steady
             images += rows
-    per = {side: (w / images, st / (images - rounds)) for side, (w, st) in totals.items()}
+    per = {"bare": (totals["bare"][0] / images, totals["bare"][1] / (images - rounds)),
+           "genbot": (totals["genbot"][0] / images,
+                      totals["genbot"][1] / (images - rounds * group))}
     print(f"overhead {label}: {images} images, {rounds} alternating rounds  "
           f"steady state per image: bare {per['bare'][1] * 1000:.1f} ms  genbot "
           f"{per['genbot'][1] * 1000:.1f} ms  ratio {per['genbot'][1] / per['bare'][1]:.3f}  |  "
@@ -311,9 +316,9 @@ async def main() -> None:
                            rows=args.jobs, rounds=args.rounds, max_batch=max_batch,
                            label=f"{args.size} px, max_batch {max_batch}")
         if args.large and not args.smoke:
-            for max_batch in (1, 4):
-                await overhead(models, tmp, args, pipe, size=args.large, steps=1, rows=3,
-                               rounds=2, max_batch=max_batch,
+            for max_batch, rows, rounds in ((1, 3, 2), (4, 8, 1)):
+                await overhead(models, tmp, args, pipe, size=args.large, steps=1, rows=rows,
+                               rounds=rounds, max_batch=max_batch,
                                label=f"{args.large} px (1 step), max_batch {max_batch}")
 
         # 2. affinity

@@ -107,6 +107,7 @@ class Worker:
         self.doing: dict | None = None  # what keeps it from its jobs now (the registry says it)
         self.beating: asyncio.Task | None = None
         self.beat_again = False
+        self.was_busy, self.last_beat = False, 0.0  # what the registry row last said, when
         self.cache.on_load = self.loading
 
     # --- the loop --------------------------------------------------------------------
@@ -128,6 +129,7 @@ class Worker:
         self.allowed = self.placement()
         log.info("executor ready", extra={"owner": self.owner, "device": self.device,
                                           "dtype": str(self.dtype).removeprefix("torch.")})
+        await self.queue.cancel_bell.listen()
         beating = asyncio.create_task(self.beat_forever())
         watching = asyncio.create_task(self.watch())
         try:
@@ -172,7 +174,15 @@ class Worker:
         return [n for n in chosen or self.registry.names if n not in too_big]
 
     def wanted(self, *, ahead: bool = False) -> Claim:
-        return Claim(self.owner, tuple(self.cache.resident()), self.allowed, ahead=ahead)
+        return Claim(self.owner, self.preferred(), self.allowed, ahead=ahead)
+
+    def preferred(self) -> tuple[str, ...]:
+        """The models to prefer in a claim: those the GPU will hold when the claimed job
+        starts — the group on it now (claiming ahead: it may still be loading its model,
+        evicting the one resident), else what is resident."""
+        on_gpu = sorted({h.lease.affinity for h in self.held.values()
+                         if h.phase == DEVICE and h.lease.affinity})
+        return tuple(on_gpu) if on_gpu else tuple(self.cache.resident())
 
     async def next_group(self) -> list[Lease]:
         """The jobs to put on the GPU now: the group claimed ahead, started (one
@@ -190,7 +200,7 @@ class Worker:
         return await self.claim()
 
     async def claim(self, *, ahead: bool = False) -> list[Lease]:
-        first = await self.queue.claim(self.owner, prefer=self.cache.resident(),
+        first = await self.queue.claim(self.owner, prefer=self.preferred(),
                                        only=self.allowed, ahead=ahead)
         return await self.with_followers(first)
 
@@ -391,26 +401,38 @@ class Worker:
             await asyncio.sleep(self.config.queue.heartbeat_seconds)
 
     def beat_soon(self) -> None:
-        """Write the registry row in the background: the GPU does not wait for it. (Asked
-        again while a write is under way, it writes once more after.)"""
-        self.beat_again = True
+        """Write the registry row in the background: the GPU does not wait for it. A
+        change between idle and busy is written at once; otherwise at most once a second,
+        the latest state last."""
+        busy = self.current_job() is not None
         if self.beating is None or self.beating.done():
-            self.beating = asyncio.create_task(self.beat_while_asked())
+            self.beating = asyncio.create_task(self.beat_while_asked(busy != self.was_busy))
+        self.beat_again = True
 
-    async def beat_while_asked(self) -> None:
+    async def beat_while_asked(self, now: bool) -> None:
+        if not now:
+            await asyncio.sleep(max(0.0, self.last_beat + 1.0 - time.monotonic()))
         while self.beat_again:
             self.beat_again = False
             await self.beat()
+
+    def current_job(self) -> int | None:
+        """The job the registry shows: the one on the GPU, else one being finished."""
+        for phase in (DEVICE, FINISHING):
+            if found := next((i for i, h in self.held.items() if h.phase == phase), None):
+                return found
+        return None
 
     async def beat(self) -> None:
         """This executor's row in the registry: where it runs, what it holds and does —
         what /queue, the API, the dashboard and /metrics show of it, on any host."""
         in_use, total = self.memory
-        on_gpu = [i for i, h in self.held.items() if h.phase == DEVICE]
+        job = self.current_job()
+        self.was_busy, self.last_beat = job is not None, time.monotonic()
         try:
             await self.workers.beat(
                 self.owner, host=socket.gethostname(), pid=os.getpid(), device=str(self.device),
-                version=VERSION, job=next(iter(on_gpu), None), memory_used=in_use,
+                version=VERSION, job=job, memory_used=in_use,
                 memory_total=None if total == float("inf") else int(total),
                 models=sorted(self.cache.resident()), allow=self.allowed,
                 started_at=self.started_at,
@@ -442,22 +464,34 @@ class Worker:
 
     # --- beside the GPU: leases, cancels, timeouts, progress ----------------------------
     async def watch(self) -> None:
-        """For every held job: progress written in batches, cancels seen after each
-        step, timeouts, and one heartbeat for all their leases."""
-        beat = time.monotonic()
+        """For every held job: progress written in batches after each step; cancels
+        looked for when the queue's cancel bell rings (a running job was asked to stop)
+        or every half second at the latest; timeouts; one heartbeat for all leases."""
+        beat = asked = time.monotonic()
         tick = min(0.5, self.config.queue.heartbeat_seconds)
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.poked.wait(), tick)
-            self.poked.clear()
-            try:
-                await self.write_progress()
-                await self.check_stops()
-                if time.monotonic() - beat >= self.config.queue.heartbeat_seconds:
-                    beat = time.monotonic()
-                    await self.heartbeat()
-            except Exception:  # noqa: BLE001 - e.g. the database away for a moment: try again
-                log.exception("heartbeat or cancel check failed; retrying")
+        bell = asyncio.ensure_future(self.queue.cancel_bell.wait(3600))
+        try:
+            while True:
+                poke = asyncio.ensure_future(self.poked.wait())
+                done, _ = await asyncio.wait({bell, poke}, timeout=tick,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                poke.cancel()
+                self.poked.clear()
+                rung = bell in done
+                if rung:
+                    bell = asyncio.ensure_future(self.queue.cancel_bell.wait(3600))
+                try:
+                    await self.write_progress()
+                    if rung or time.monotonic() - asked >= tick:
+                        asked = time.monotonic()
+                        await self.check_stops()
+                    if time.monotonic() - beat >= self.config.queue.heartbeat_seconds:
+                        beat = time.monotonic()
+                        await self.heartbeat()
+                except Exception:  # noqa: BLE001 - e.g. the database away for a moment
+                    log.exception("heartbeat or cancel check failed; retrying")
+        finally:
+            bell.cancel()
 
     async def write_progress(self) -> None:
         """Every progress update not yet written, in one statement (one writer at a time,

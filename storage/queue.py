@@ -156,18 +156,22 @@ class Queue:
         self.settings = settings
         self.clock = clock
         self.waker = waker or self._default_waker(db)
+        # Busy executors listen here: a cancel of a running job rings it.
+        self.cancel_bell = self._default_waker(db, "cancel")
         # Readers of the event log (the notifier, the API's stream) wait on this.
         self.bell = EventBell(None if db.dialect == "sqlite" else db.url)
 
     @staticmethod
-    def _default_waker(db: Database) -> Waker:
+    def _default_waker(db: Database, topic: str = "wake") -> Waker:
         if db.dialect == "sqlite":
             assert db.path is not None  # a SQLite database is a file
-            return SocketWaker(db.path)
-        return PostgresWaker(db.url, lambda channel: db.execute(q.NOTIFY, channel))
+            return SocketWaker(db.path, topic)
+        return PostgresWaker(db.url, lambda channel: db.execute(q.NOTIFY, channel),
+                             prefix="genbot_queue" if topic == "wake" else f"genbot_{topic}")
 
     async def close(self) -> None:
         await self.waker.close()
+        await self.cancel_bell.close()
         await self.bell.close()
         await self.db.close()
 
@@ -431,8 +435,12 @@ class Queue:
         sql, arg = chosen[0]
         args = [] if sql is q.CANCEL_ALL else [arg]
         rows = await self.db.fetch(sql, self.clock(), f"canceled by {by or 'unknown'}", *args)
-        return CancelResult(ended=sorted(r["id"] for r in rows if r["status"] == Status.CANCELED),
-                            asked=sorted(r["id"] for r in rows if r["status"] == Status.RUNNING))
+        result = CancelResult(
+            ended=sorted(r["id"] for r in rows if r["status"] == Status.CANCELED),
+            asked=sorted(r["id"] for r in rows if r["status"] == Status.RUNNING))
+        if result.asked:
+            await self.cancel_bell.notify()
+        return result
 
     async def failed_jobs(self, batch_id: int) -> list[Job]:
         """A batch's jobs that failed for good, in sheet order (what a retry runs again)."""

@@ -5,7 +5,8 @@ SQLite (one host): each waiting process binds a Unix datagram socket in a folder
 derived from the database path; whoever enqueues sends one byte to every socket
 there. PostgreSQL (many hosts): LISTEN/NOTIFY on a channel named after the schema.
 Either way, polling remains as the fallback, so a lost signal costs at most
-`poll_interval`, never a stuck job.
+`poll_interval`, never a stuck job. The same carries "a running job was asked to
+cancel" to busy executors (`Queue.cancel_bell`), so they need not ask after every step.
 
 `EventBell`: on PostgreSQL a trigger NOTIFYs on every insert into `events` (migration
 0009), so the service hears state changes and progress from workers on any host at
@@ -67,11 +68,11 @@ class Waker:
 class SocketWaker(Waker):
     """Unix datagram sockets in a per-database folder: wakes processes on this host."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Path, topic: str = "wake") -> None:
         super().__init__()
         digest = hashlib.sha1(str(Path(db_path).resolve()).encode()).hexdigest()[:16]
         # Under the temp dir, not beside the database: socket paths must stay under 108 bytes.
-        self.folder = Path(tempfile.gettempdir()) / f"genbot-wake-{digest}"
+        self.folder = Path(tempfile.gettempdir()) / f"genbot-{topic}-{digest}"
         self._sock: socket.socket | None = None
         self._path: Path | None = None
 
