@@ -221,9 +221,10 @@ async def overhead(models: Path, tmp: Path, args, pipe, *, size: int, steps: int
                 totals[side][0] += whole
                 totals[side][1] += steady
             images += rows
-    per = {"bare": (totals["bare"][0] / images, totals["bare"][1] / (images - rounds)),
+    after = images - rounds * group  # images after each round's first (micro-batch)
+    per = {"bare": (totals["bare"][0] / images, totals["bare"][1] / max(1, images - rounds)),
            "genbot": (totals["genbot"][0] / images,
-                      totals["genbot"][1] / (images - rounds * group))}
+                      totals["genbot"][1] / after if after > 0 else float("nan"))}
     print(f"overhead {label}: {images} images, {rounds} alternating rounds  "
           f"steady state per image: bare {per['bare'][1] * 1000:.1f} ms  genbot "
           f"{per['genbot'][1] * 1000:.1f} ms  ratio {per['genbot'][1] / per['bare'][1]:.3f}  |  "

@@ -166,8 +166,19 @@ async def seed(url: str, n: int) -> None:
     await queue.close()
 
 
-def bench_throughput(url: str, workers: int, n: int, mode: str = "_drain") -> float:
+OLD_EVENT_LOCK = """CREATE OR REPLACE FUNCTION genbot_events_serialize() RETURNS trigger
+LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_xact_lock(1734700660); RETURN NULL; END $$"""
+
+
+def bench_throughput(url: str, workers: int, n: int, mode: str = "_drain",
+                     old_event_lock: bool = False) -> float:
     asyncio.run(seed(url, n))
+    if old_event_lock:  # as before migration 0013: every event writer waits for the last
+        async def exclusive() -> None:
+            queue = await open_queue(url)
+            await queue.db.execute(OLD_EVENT_LOCK)
+            await queue.close()
+        asyncio.run(exclusive())
     procs = [spawn(mode, url) for _ in range(workers)]
     for p in procs:
         assert p.stdout.readline().strip() == "ready"
@@ -310,6 +321,16 @@ def main() -> None:
                   f"jobs/s  two trips {statistics.median(got['_drain2']):7,.0f}  bare "
                   f"{statistics.median(got['_bare']):7,.0f}  queue/bare {ratio:.2f}{aim}")
         print(f"   {backend:8}  4 vs 1 workers: {rates[4] / rates[1]:.2f}x")
+        if backend == "postgres":
+            shared, exclusive = [], []
+            for _ in range(rounds):
+                shared.append(with_db(backend, lambda url: bench_throughput(url, 4, n)))
+                exclusive.append(with_db(backend, lambda url: bench_throughput(
+                    url, 4, n, old_event_lock=True)))
+            print(f"   postgres  4 workers, event writers sharing the lock "
+                  f"{statistics.median(shared):7,.0f} jobs/s  each waiting for the last "
+                  f"(before) {statistics.median(exclusive):7,.0f}  ratio "
+                  f"{statistics.median(a / b for a, b in zip(shared, exclusive)):.2f}")
 
     print(f"\n3. enqueue-to-claim latency, idle executor in another process, {samples} samples "
           "(target p99 < 100 ms)")

@@ -90,6 +90,7 @@ class Worker:
         self.claiming: asyncio.Task | None = None  # a claim ahead in flight
         self.ahead_wanted = False  # the next completion should claim ahead
         self.finishing: set[asyncio.Task] = set()
+        self.last_end: asyncio.Future | None = None  # set when the last job handed on ended
         self.finish_room: asyncio.Semaphore | None = None  # back-pressure: see run()
         self.progress: list[tuple[Lease, dict[str, Any], float]] = []  # to write, in order
         self.poked = asyncio.Event()  # a step happened: write progress, look for cancels
@@ -108,6 +109,8 @@ class Worker:
         self.beating: asyncio.Task | None = None
         self.beat_again = False
         self.was_busy, self.last_beat = False, 0.0  # what the registry row last said, when
+        self.beat_now = asyncio.Event()
+        self.beat_lock = asyncio.Lock()  # one write at a time: the last one says the latest
         self.cache.on_load = self.loading
 
     # --- the loop --------------------------------------------------------------------
@@ -278,21 +281,29 @@ class Worker:
         for run in runs:
             await self.finish_room.acquire()  # back-pressure: storage is behind
             self.held[run.id].phase = FINISHING
-            task = asyncio.create_task(self.finish(run))
+            before, self.last_end = self.last_end, self.loop.create_future()
+            task = asyncio.create_task(self.finish(run, before, self.last_end))
             self.finishing.add(task)
             task.add_done_callback(self.finishing.discard)
 
-    async def finish(self, run: JobRun) -> None:
-        """Off the GPU's path: the job's finish (encode, save, upload), then its end."""
+    async def finish(self, run: JobRun, before: asyncio.Future | None,
+                     ended: asyncio.Future) -> None:
+        """Off the GPU's path: the job's finish (encode, save, upload), then its end —
+        recorded after the end of the job before it, so jobs end in the order they
+        started (a chat thread gets row 2's image before row 3's) however the finish
+        threads interleave."""
         assert self.loop is not None and self.finish_room is not None
         try:
             job = self.held[run.id]
             if run.live and not job.recorded and job.stop is None:
                 await self.loop.run_in_executor(self.finishers, self.runner.finish, run)
+            if before is not None:
+                await before
             await self.record(run)
         except Exception:  # noqa: BLE001 - the lease brings the job back
             log.exception("could not record the end of job %s", run.id)
         finally:
+            ended.set_result(None)
             self.held.pop(run.id, None)
             self.finish_room.release()
             self.beat_soon()  # its count, at once
@@ -404,15 +415,19 @@ class Worker:
         """Write the registry row in the background: the GPU does not wait for it. A
         change between idle and busy is written at once; otherwise at most once a second,
         the latest state last."""
-        busy = self.current_job() is not None
-        if self.beating is None or self.beating.done():
-            self.beating = asyncio.create_task(self.beat_while_asked(busy != self.was_busy))
         self.beat_again = True
+        if (self.current_job() is not None) != self.was_busy:
+            self.beat_now.set()
+        if self.beating is None or self.beating.done():
+            self.beating = asyncio.create_task(self.beat_while_asked())
 
-    async def beat_while_asked(self, now: bool) -> None:
-        if not now:
-            await asyncio.sleep(max(0.0, self.last_beat + 1.0 - time.monotonic()))
+    async def beat_while_asked(self) -> None:
         while self.beat_again:
+            wait = self.last_beat + 1.0 - time.monotonic()
+            if wait > 0 and not self.beat_now.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.beat_now.wait(), wait)
+            self.beat_now.clear()
             self.beat_again = False
             await self.beat()
 
@@ -426,6 +441,10 @@ class Worker:
     async def beat(self) -> None:
         """This executor's row in the registry: where it runs, what it holds and does —
         what /queue, the API, the dashboard and /metrics show of it, on any host."""
+        async with self.beat_lock:
+            await self._beat()
+
+    async def _beat(self) -> None:
         in_use, total = self.memory
         job = self.current_job()
         self.was_busy, self.last_beat = job is not None, time.monotonic()

@@ -470,7 +470,8 @@ async def test_stopping_hands_the_job_claimed_ahead_back_untouched(one_by_one, b
 class Timeline:
     """When each generation and each file write began and ended, across threads."""
 
-    def __init__(self, monkeypatch, *, write_seconds: float = 0.0, fail_name: str = ""):
+    def __init__(self, monkeypatch, *, write_seconds: float = 0.0, fail_name: str = "",
+                 slow_name: str = ""):
         import threading
         import time
 
@@ -494,6 +495,8 @@ class Timeline:
         def write(store, relative, data):
             mark("write start", relative)
             time.sleep(write_seconds)  # a slow disk, or S3
+            if slow_name and relative.endswith(slow_name):
+                time.sleep(0.6)
             if fail_name and relative.endswith(fail_name):
                 raise OSError(f"disk full writing {relative}")
             try:
@@ -619,3 +622,16 @@ async def test_claiming_ahead_prefers_the_model_the_gpu_is_about_to_hold(tmp_pat
         loads = h.worker.cache.stats["loads"]
     assert [j.status for j in done] == ["succeeded"] * 10
     assert loads == 2  # each model once, as without claiming ahead
+
+
+async def test_jobs_end_in_the_order_they_started_however_their_finishes_interleave(
+        config, monkeypatch):
+    """social_thumb has no GPU op: two rows finish at once on the finish threads, the first
+    one slower; the second still ends after it (the thread gets row 2's image first)."""
+    timeline = Timeline(monkeypatch, slow_name="thumb_2.png")
+    async with Harness(config) as h:
+        done = await h.run("social_thumb", await example_jobs(config, "social_thumb"))
+        ends = [e.job_id for e in await h.queue.events_after(0) if e.kind == "succeeded"]
+    assert [j.status for j in done] == ["succeeded"] * 2
+    assert timeline.at("write end", "thumb_3.png") < timeline.at("write end", "thumb_2.png")
+    assert ends == [done[0].id, done[1].id]
