@@ -82,5 +82,8 @@ async def test_a_batch_costs_three_messages_on_slack_and_says_why_more_on_dingta
     assert costs["slack"] == [3, 3, 3]  # acceptance, progress (edited), summary with files
     # DingTalk edits nothing without an interactive card and a file rides in no text
     # message: acceptance, "started", the quarters really passed, the summary showing its
-    # contact sheet, the results file.
-    assert costs["dingtalk"] == [5, 5, 7]
+    # contact sheet, the results file. A 2-row batch's halfway milestone is owed only if
+    # the notifier reads the batch between its two ends: social_thumb has no GPU op, so
+    # both rows finish side by side and often end a few milliseconds apart (then the
+    # summary alone says it: one message fewer).
+    assert costs["dingtalk"][0] in (4, 5) and costs["dingtalk"][1:] == [5, 7]
