@@ -95,12 +95,6 @@ class Runner:
         self.max_batch = max_batch
         self.on_oom = on_oom or (lambda: None)  # frees memory (the worker clears the cache)
 
-    def run(self, runs: list[JobRun]) -> None:
-        """Every node of every job, in this thread: the GPU's part, then each finish."""
-        self.run_device(runs)
-        for r in runs:
-            self.finish(r)
-
     def run_device(self, runs: list[JobRun]) -> None:
         """The GPU's part of each job (jobs of one template in lockstep)."""
         nodes = runs[0].workflow["nodes"]

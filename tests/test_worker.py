@@ -542,7 +542,7 @@ async def test_with_no_finish_threads_the_job_finishes_before_the_next_starts(
         timeline.at("write end", first.outputs[0])
 
 
-async def test_a_failing_save_fails_only_that_job(one_by_one, base, monkeypatch):
+async def test_a_failing_save_touches_only_that_job(one_by_one, base, monkeypatch):
     Timeline(monkeypatch, fail_name="row_3.png")
     jobs = [with_generate(base, row=r, seed=700 + r, steps=2) for r in (2, 3, 4)]
     config = executor_config(one_by_one.data_dir, one_by_one.models_dir / "demo",
