@@ -5,9 +5,11 @@ record results in docs/benchmarks.md.
 
 The real service (HTTP app, chat core, Slack adapter, a supervised executor process)
 runs here against a fake Slack Web API on loopback. Signed slash commands
-(`/genbot status`, which also makes the core read the queue and post a reply) are
-posted one after another and the time to the HTTP answer is measured — what Slack
-holds to 3 s. Rounds alternate between an idle executor (queue paused, nothing running)
+(`/genbot status`, which also makes the core read the queue and post a reply), and
+clicks on the Again button under the batch's first image (each asks for a new job;
+a click within 10 s of the last is the same ask), are posted one after another and
+the time to the HTTP answer is measured — what Slack holds to 3 s. Rounds alternate
+between an idle executor (queue paused, nothing running)
 and a busy one (product_main on the demo models), so drift on a noisy machine hits both
 alike. Prints p50/p99 of each and the busy/idle ratio. Target: p99 < 100 ms busy.
 """
@@ -28,9 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bot.service import Service  # noqa: E402
-from executor import demo  # noqa: E402
+from executor.models import demo  # noqa: E402
 from storage import config as cfg  # noqa: E402
-from tests.slackfake import BOT, SECRET, TOKEN, FakeSlack, SlackClient  # noqa: E402
+from tests.fakes.slack import BOT, SECRET, TOKEN, FakeSlack, SlackClient  # noqa: E402
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -38,15 +40,33 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-async def measure(slack: SlackClient, n: int) -> list[float]:
+async def measure(slack: SlackClient, n: int, under: dict | None = None) -> list[float]:
+    """`n` signed `/genbot status 1`, or with `under` (an image's row of buttons) `n`
+    clicks on its Again button, each timed to Slack's HTTP answer."""
     out = []
     for _ in range(n):
         start = time.perf_counter()
-        r = await slack.command("/genbot", "status 1", user="BOSS")
+        if under is None:
+            r = await slack.command("/genbot", "status 1", user="BOSS")
+        else:
+            r = await slack.click(under, user="BOSS", action="image_again")
         out.append((time.perf_counter() - start) * 1000)
         assert r.status == 200
         await asyncio.sleep(0.01)
     return out
+
+
+async def first_buttons(fake: FakeSlack, queue) -> dict:
+    """The row of buttons under the batch's first finished image (the executor runs)."""
+    await queue.resume(by="bench")
+    for _ in range(1200):
+        found = [m for m in fake.messages if m.get("blocks")
+                 and m["blocks"][-1]["elements"][0]["action_id"] == "image_keep"]
+        if found:
+            await queue.pause(by="bench")
+            return found[0]
+        await asyncio.sleep(0.1)
+    raise SystemExit("no image was posted within 120 s")
 
 
 async def main(args) -> None:
@@ -76,13 +96,17 @@ async def main(args) -> None:
             await asyncio.sleep(0.1)
         else:
             raise SystemExit(f"the sheet was not queued: {[m['text'] for m in fake.messages]}")
+        buttons = await first_buttons(fake, queue)
         idle: list[float] = []
         busy: list[float] = []
+        clicks_idle: list[float] = []
+        clicks_busy: list[float] = []
         for _ in range(args.rounds):
             await queue.pause(by="bench")
             while (await queue.active_counts()).running:
                 await asyncio.sleep(0.1)
             idle += await measure(slack, args.requests)
+            clicks_idle += await measure(slack, args.requests, buttons)
             await queue.resume(by="bench")
             while not (await queue.active_counts()).running:
                 progress = await queue.batch_progress(1)
@@ -93,6 +117,7 @@ async def main(args) -> None:
                 await asyncio.sleep(0.1)
             await asyncio.sleep(1.0)  # into the denoising loop
             busy += await measure(slack, args.requests)
+            clicks_busy += await measure(slack, args.requests, buttons)
         done = (await queue.batch_progress(1)).done
     finally:
         await slack.close()
@@ -101,11 +126,16 @@ async def main(args) -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}")
     print(f"{len(idle)} signed /genbot status per phase; {done} product_main jobs ran meanwhile")
-    for name, values in (("idle executor", idle), ("busy executor", busy)):
+    for name, values in (("idle executor", idle), ("busy executor", busy),
+                         ("Again, idle", clicks_idle), ("Again, busy", clicks_busy)):
         print(f"{name:14}  p50 {statistics.median(values):6.1f} ms   "
               f"p99 {percentile(values, 99):6.1f} ms   max {max(values):6.1f} ms")
     print(f"busy/idle: p50 x{statistics.median(busy) / statistics.median(idle):.2f}, "
           f"p99 x{percentile(busy, 99) / percentile(idle, 99):.2f}  (target: busy p99 < 100 ms)")
+    print(f"Again button busy/idle: p50 "
+          f"x{statistics.median(clicks_busy) / statistics.median(clicks_idle):.2f}, p99 "
+          f"x{percentile(clicks_busy, 99) / percentile(clicks_idle, 99):.2f}; "
+          f"Again/status busy p99 x{percentile(clicks_busy, 99) / percentile(busy, 99):.2f}")
 
 
 if __name__ == "__main__":

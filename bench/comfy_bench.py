@@ -3,7 +3,7 @@ record results in docs/benchmarks.md.
 
   python bench/comfy_bench.py [--jobs 100] [--rounds 3] [--steps 4]
 
-One ComfyUI server on loopback (tests/comfyfake.py, its cache off so every prompt runs),
+One ComfyUI server on loopback (tests/fakes/comfyui.py, its cache off so every prompt runs),
 two ways to get the same N images from it, alternating round by round so drift on a
 noisy machine hits both alike:
   direct  the least a client must do: POST /prompt, wait on the WebSocket for the end,
@@ -32,12 +32,15 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from executor.comfy_worker import ComfyWorker  # noqa: E402
-from executor.workflow import affinity, bind, load_templates  # noqa: E402
+from executor.worker import executor_loop  # noqa: E402
 from storage import config as cfg  # noqa: E402
 from storage.queue import NewJob, Submission, open_queue  # noqa: E402
-from tests.comfyfake import FakeComfy  # noqa: E402
-from tests.test_comfy_template import TXT2IMG  # noqa: E402
+from templates.binding import bind  # noqa: E402
+from templates.jobs import encode  # noqa: E402
+from templates.loader import load_templates  # noqa: E402
+from templates.settings import templates_dir  # noqa: E402
+from tests.fakes.comfyui import FakeComfy  # noqa: E402
+from tests.fakes.workflows import TXT2IMG  # noqa: E402
 
 WORKFLOW = json.loads(json.dumps(TXT2IMG).replace("sd15.safetensors",
                                                   "dreamshaper_8.safetensors"))
@@ -81,17 +84,17 @@ async def direct(url: str, jobs: int, steps: int, first_seed: int) -> float:
 async def through_genbot(config: cfg.Config, url: str, jobs: int, steps: int,
                          first_seed: int) -> float:
     queue = await open_queue(config)
-    template = load_templates(config.templates_dir)[0]["bench"]
-    worker = ComfyWorker(config, queue, url, owner=f"bench:{first_seed}")
+    template = load_templates(templates_dir(config))[0]["bench"]
+    worker = executor_loop(config, queue, comfyui=url, owner=f"bench:{first_seed}")
     task = asyncio.create_task(worker.run())
     try:
-        while worker.down is not None:  # connected, templates checked: as in steady state
+        while worker.engine.down is not None:  # connected, templates checked: as in steady state
             await asyncio.sleep(0.01)
         new = []
         for i in range(jobs):
             wf = bind(template, {"prompt": "a bottle", "seed": first_seed + i, "steps": steps},
                       row=i + 2)
-            new.append(NewJob(row=i + 2, workflow=wf, affinity=affinity(wf)))
+            new.append(NewJob(row=i + 2, workflow=encode(wf), affinity=wf.affinity))
         started = time.perf_counter()
         batch = (await queue.enqueue(Submission("bench", "bench:me", new))).batch_id
         while (progress := await queue.batch_progress(batch)) and progress.done < jobs:

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from bot.service import Service  # noqa: E402
 from storage import config as cfg  # noqa: E402
 from storage.queue import NewJob, Submission  # noqa: E402
-from tests.browser import launched  # noqa: E402
+from tests.fakes.browser import launched  # noqa: E402
 
 TOKEN = "bench-token-000000001"
 ROW = 34  # px per row, as bot/web/app.js draws them

@@ -42,8 +42,9 @@ sys.path.insert(0, str(ROOT))
 
 from PIL import Image  # noqa: E402
 
-from executor import demo  # noqa: E402
-from executor.worker import Worker, quiet_libraries  # noqa: E402
+from executor.models import demo  # noqa: E402
+from executor.settings import ExecutorConfig  # noqa: E402
+from executor.worker import executor_loop, quiet_libraries  # noqa: E402
 from storage import config as cfg  # noqa: E402
 from storage.queue import NewJob, Submission, open_queue  # noqa: E402
 
@@ -90,9 +91,9 @@ class Executor:
 
     async def __aenter__(self):
         self.queue = await open_queue(self.config)
-        self.worker = Worker(self.config, self.queue, owner="bench")
+        self.worker = executor_loop(self.config, self.queue, owner="bench")
         if self.fifo:
-            self.worker.cache.resident = lambda: []  # strict FIFO: no preference
+            self.worker.engine.cache.resident = lambda: []  # strict FIFO: no preference
         self.task = asyncio.create_task(self.worker.run())
         return self
 
@@ -170,7 +171,7 @@ class Gaps:
     process (the executor's GPU thread): how long the GPU waited between images."""
 
     def __init__(self):
-        from executor.ops import diffusion
+        from executor.diffusers.ops import diffusion
         self.gaps: list[float] = []
         self.ended: float | None = None
         real = diffusion.generate_batch
@@ -235,14 +236,16 @@ async def finish_off_the_gpu(models: Path, tmp: Path, args, pipe, s3: str | None
     """Section 4: the encode+save cost, and the GPU's gap between images with it."""
     import io
 
-    from executor.ops.base import Context
-    from executor.ops.image import save
+    from executor.diffusers.ops.base import Context
+    from executor.diffusers.ops.image import save
     from storage.files import FileStore
+    from templates.jobs import decode as diffusers_job
     size, steps, enlarge, rows = args.size, args.steps, 1024, (4 if args.smoke else 12)
     image = Image.new("RGB", (size, size), (120, 80, 40)).resize((enlarge, enlarge))
     noise = Image.effect_noise((enlarge, enlarge), 64).convert("RGB")
     image = Image.blend(image, noise, 0.5)  # a photo-like image compresses like one
-    ctx = Context(FileStore(tmp / "encode"), workflow=workflow(2, "sd15", 2, 8, 64), batch_id=1)
+    ctx = Context(FileStore(tmp / "encode"), job=diffusers_job(workflow(2, "sd15", 2, 8, 64)),
+                  batch_id=1)
     times = []
     for i in range(5):
         began = time.perf_counter()
@@ -294,8 +297,8 @@ async def main() -> None:
     alternating, batch_rounds = (6, 1) if args.smoke else (60, 4)
     global DTYPE
     DTYPE = args.dtype
-    from executor import devices
-    _, dtype = devices.pick(cfg.ExecutorConfig(device=args.device, dtype=args.dtype))
+    from executor.diffusers import devices
+    _, dtype = devices.pick(ExecutorConfig(device=args.device, dtype=args.dtype))
     quiet_libraries()
     import logging
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's S3 server, per request
@@ -332,7 +335,7 @@ async def main() -> None:
                                  vram_budget_gb=one_model, ram_budget_gb=0.0)
             async with Executor(config, fifo=fifo) as ex:
                 await ex.run(gen_jobs(range(2, 2 + alternating), 2, 64, names))
-                loads[label] = ex.worker.cache.stats["loads"]
+                loads[label] = ex.worker.engine.cache.stats["loads"]
         print(f"affinity: {alternating} jobs alternating over 3 models, cache holds 1  model "
               f"loads with "
               f"preference {loads['preference']}  strict FIFO {loads['fifo']} (target: 3)")

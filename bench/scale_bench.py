@@ -32,7 +32,7 @@ from queue_bench import bench_throughput, drop_pg, fresh_pg, open_queue, pct  # 
 
 from storage.queue import NewJob, Submission  # noqa: E402
 
-POLL = 0.3  # bot.chat.core.NOTIFIER_POLL
+POLL = 0.3  # bot.chat.hub.NOTIFIER_POLL
 
 
 async def writer(url: str, n: int) -> None:

@@ -9,7 +9,7 @@ resolves it once that message is posted (its platform id is the thread).
 
 Two conventions live with the layer that owns them: where a batch's files go in the
 output store (storage.files.batch_folder), and why a running job stops
-(executor.runner.Stop).
+(executor.diffusers.runner.Stop).
 """
 
 from __future__ import annotations
@@ -34,6 +34,13 @@ def job_key(job_id: int, what: str) -> str:
 
 def is_job_key(key: str) -> bool:
     return key.startswith("job:")
+
+
+def subject_of(key: str) -> tuple[str, int] | None:
+    """("batch", N) or ("job", N): what a message owed under `key` is about."""
+    kind, _, rest = key.partition(":")
+    number = rest.split(":", 1)[0]
+    return (kind, int(number)) if kind in ("batch", "job") and number.isdigit() else None
 
 
 def reply_key(platform: str, message: str, index: int) -> str:

@@ -24,8 +24,9 @@ class Coded(Exception):
         return say(self.code, lang, **self.details)
 
     def plain(self) -> dict[str, Any]:
-        """The details a JSON body can carry as they are."""
-        return {k: v for k, v in self.details.items()
+        """The details a JSON body can carry as they are (words in both languages as
+        their English)."""
+        return {k: str(v) if isinstance(v, str) else v for k, v in self.details.items()
                 if isinstance(v, (str, int, float, bool, type(None)))}
 
     def __repr__(self) -> str:

@@ -1,6 +1,6 @@
 """Everything a person reads, in English and Simplified Chinese, by code.
 
-Lower layers raise problems as codes with details (executor.params.Problem,
+Lower layers raise problems as codes with details (templates.params.Problem,
 bot.intake.sheets.SheetError); the fronts render them here, in the reader's language.
 """
 
@@ -73,6 +73,21 @@ CATALOG: dict[str, tuple[str, str]] = {
     "output_same_in_row": ("two save nodes would both write {name}", "两个保存节点都会写入 {name}"),
     "output_duplicate": ('output name "{name}" is already used by row {other}',
                          "输出文件名“{name}”已被第 {other} 行使用"),
+    "output_batch_file": ('output name "{name}" is the batch\'s own {own}, which would '
+                          "overwrite this row's image: change the value that names it",
+                          "输出文件名“{name}”与批次自带的 {own} 重名，会覆盖本行图片：请修改决定文件名的值"),
+    "cell_too_long": ("{chars:,} characters; a cell may hold {max:,} ([intake] max_cell_chars)",
+                      "共 {chars:,} 个字符，单元格最多 {max:,} 个字符（[intake] max_cell_chars）"),
+    "image_too_large": ("asks for a {width}x{height} image ({megapixels:,.0f} megapixels); the "
+                        "limit is {max:,.0f} megapixels ([intake] max_output_pixels): ask for a "
+                        "smaller size or less upscaling",
+                        "要求生成 {width}x{height} 的图片（{megapixels:,.0f} 百万像素），上限为 "
+                        "{max:,.0f} 百万像素（[intake] max_output_pixels）：请减小尺寸或放大倍数"),
+    "no_executor": ("no running executor can run {what}: {why}. Nothing was queued: fix that "
+                    "(the missing file or node, or start an executor that has it), or send again "
+                    "with --wait-for-executor to queue it until one can",
+                    "没有正在运行的执行器能运行 {what}：{why}。未加入队列：请先解决（补上缺少的文件或节点，"
+                    "或启动具备它的执行器），或加上 --wait-for-executor 重新发送，排队等到有执行器可以运行"),
     # The file as a whole.
     "unsupported_format": ('"{file}": {ext} files are not supported; send .xlsx, .xlsm, .xls, '
                            ".ods, .csv or .tsv",
@@ -197,11 +212,15 @@ CATALOG: dict[str, tuple[str, str]] = {
     "progress_step": ("row {row}: step {step}/{total}", "第 {row} 行：第 {step}/{total} 步"),
     "batch_prefix": ("Batch {batch} · ", "批次 {batch} · "),
     "image_caption": ("row {row} · {values}", "第 {row} 行 · {values}"),
+    "image_caption_job": ("row {row} · job {job} · {values}", "第 {row} 行 · 任务 {job} · {values}"),
+    "image_caption_action": ("row {row} · job {job} · {action} of job {parent} · {values}",
+                             "第 {row} 行 · 任务 {job} · 由任务 {parent} {action} · {values}"),
     "job_failed": ("row {row} failed: {error}", "第 {row} 行失败：{error}"),
     "summary": ("Batch {batch} finished in {took}: {succeeded:,} of "
                 "{total:,} images, {failed:,} failed, {canceled:,} canceled. {attached}",
                 "批次 {batch} 已完成，用时 {took}：{total:,} 张中成功 "
                 "{succeeded:,} 张，失败 {failed:,}，取消 {canceled:,}。{attached}"),
+    "summary_version": (" Made with {template}@{version}.", "使用模板 {template}@{version}。"),
     "chat_banner": ("genbot chat as {who} ({role}). /help lists the commands; attach a file by "
                     "its path: /gen social_thumb examples/social_thumb.xlsx. Ctrl-D ends.",
                     "genbot chat：你是 {who}（{role}）。/帮助 列出全部命令；用路径附上文件：/生成 "
@@ -237,6 +256,21 @@ CATALOG: dict[str, tuple[str, str]] = {
     "col_status": ("status", "状态"),
     "col_output": ("output", "输出文件"),
     "col_error": ("error", "错误"),
+    "col_job": ("job", "任务"),
+    "col_parent": ("made from job", "来源任务"),
+    "col_action": ("action", "操作"),
+    "col_rating": ("rating", "评价"),
+    "col_model": ("model", "模型"),
+    "col_version": ("template version", "模板版本"),
+    "col_swept": ("swept values", "扫描取值"),
+    "rating_kept": ("kept", "保留"),
+    "rating_rejected": ("rejected", "淘汰"),
+    "picks": ("Picks of batch {batch}: {count} kept image(s), with their values to run them "
+              "again exactly.", "批次 {batch} 的精选：{count} 张保留的图片，附可原样重跑的参数。"),
+    "picks_none": ("Batch {batch} has no kept images yet: keep some with ⭐ or /keep ROW.",
+                   "批次 {batch} 还没有保留的图片：用 ⭐ 或 /keep 行号 保留。"),
+    "help_picks": ("the kept images of a batch and what was made from it, as a contact sheet "
+                   "and a results sheet", "批次及其衍生图片中保留的图片：缩略图总览和结果表"),
     # Replies to commands.
     "internal_error": ("Something went wrong on my side with that (ref {ref}); an admin can find "
                        "it in the log.", "处理时出了内部错误（编号 {ref}），管理员可在日志中查到。"),
@@ -299,6 +333,13 @@ CATALOG: dict[str, tuple[str, str]] = {
     "queue_worker_takes": (" · takes {models}", " · 接收 {models}"),
     "queue_unplaced": ("{jobs:,} queued jobs need {model}, which no running executor takes.",
                        "{jobs:,} 个排队任务需要 {model}，没有运行中的执行器接收。"),
+    "status_unplaced": ("Waiting: no running executor can run {what} ({why}); it runs once "
+                        "one that can is started.",
+                        "等待中：没有正在运行的执行器能运行 {what}（{why}）；有能运行的执行器启动后即会运行。"),
+    "unplaced_notice": ("Batch {batch} is waiting: no running executor can run {what} ({why}). "
+                        "It runs once one that can is started; /cancel {batch} to drop it.",
+                        "批次 {batch} 在等待：没有正在运行的执行器能运行 {what}（{why}）。"
+                        "有能运行的执行器启动后即会运行；发送 /cancel {batch} 可取消。"),
     "demo_note": (" Demo model ({models}) — images are noise; see README, Models, for real ones.",
                   "（演示模型 {models}——生成的图是噪点；真实模型见 README 的 Models 一节。）"),
     "queue_executor_starting": ("The executor is starting: queued jobs begin once it is up.",
@@ -313,6 +354,168 @@ CATALOG: dict[str, tuple[str, str]] = {
                 "批次 {batch}：{jobs:,} 个失败任务作为批次 {new} 重新运行。"),
     "retried_already": ("Batch {batch}'s failed jobs are already being retried as batch {new}.",
                         "批次 {batch} 的失败任务已在作为批次 {new} 重试。"),
+    # Iterating on images: keep, reject, again, vary, upscale, edit.
+    "action_unknown": ('"{action}" is not an action; use one of: {actions}.',
+                       "“{action}”不是可用操作；可用：{actions}。"),
+    "action_count": ("Ask for 1 to {max} images at a time, not {count}.",
+                     "每次可要 1 到 {max} 张图，不是 {count}。"),
+    "action_count_one": ("{action} makes one image; leave the count out.",
+                         "{action} 每次只生成一张图；请去掉数量。"),
+    "action_not_finished": ("Job {job} is {status}: wait until it has finished.",
+                            "任务 {job} 仍是 {status}：请等它完成。"),
+    "action_no_image": ("Job {job} has no image to use ({status}); pick a finished image.",
+                        "任务 {job} 没有可用的图片（{status}）；请选一张已完成的图片。"),
+    "action_outputs_gone": ("The images of batch {batch} were deleted (auto_save is off or "
+                            "retention removed them): job {job} can no longer be varied or "
+                            "upscaled. Use again or edit, which make it anew.",
+                            "批次 {batch} 的图片已删除（auto_save 已关闭或已过保留期）：任务 "
+                            "{job} 无法再变体或放大。请用“再来”或“修改”重新生成。"),
+    "action_template_gone": ('Template "{template}" is no longer loaded: the image cannot be '
+                             "made again. Ask an admin to restore it.",
+                             "模板“{template}”已不在：无法重新生成。请联系管理员恢复。"),
+    "action_batch_gone": ("Batch {batch} of job {job} is gone (retention removed it).",
+                          "任务 {job} 所在的批次 {batch} 已不在（已过保留期）。"),
+    "action_no_batch": ("There is no batch here yet: reply in a batch's thread, or name the "
+                        "image as job N (its caption shows it).",
+                        "这里还没有批次：请在批次的消息串中回复，或用“任务 N”指定图片（见图片说明）。"),
+    "action_no_row": ("Batch {batch} has no row {row}; its rows are {rows}.",
+                      "批次 {batch} 没有第 {row} 行；它的行是 {rows}。"),
+    "action_no_seed": ('Template "{template}" has no seed parameter: again would make the same '
+                       "image. Use edit to change a value.",
+                       "模板“{template}”没有种子参数：再来会得到同一张图。请用“修改”改一个值。"),
+    "vary_no_image": ('Template "{template}" (ComfyUI) has no image input to feed the picture '
+                      "into, so it cannot vary one; use again for new seeds.",
+                      "模板“{template}”（ComfyUI）没有可输入图片的参数，无法做变体；请用“再来”换种子。"),
+    "vary_no_model": ('Template "{template}" generates nothing (no model step), so it cannot '
+                      "vary an image; use upscale or edit.",
+                      "模板“{template}”没有生成步骤，无法做变体；请用“放大”或“修改”。"),
+    "action_too_large": ("That would be a {width}x{height} image ({megapixels:,.0f} megapixels); "
+                         "the limit is {max:,.0f} megapixels ([intake] max_output_pixels): ask "
+                         "for less upscaling or a smaller size.",
+                         "这会生成 {width}x{height} 的图片（{megapixels:,.0f} 百万像素），上限为 "
+                         "{max:,.0f} 百万像素（[intake] max_output_pixels）：请减小放大倍数或尺寸。"),
+    "vary_strength_comfy": ('Template "{template}" runs a ComfyUI workflow, whose own denoise '
+                            "sets how far a variation goes: leave the strength out.",
+                            "模板“{template}”运行 ComfyUI 工作流，变化幅度由工作流自身的 denoise "
+                            "决定：请去掉强度。"),
+    "vary_count_no_seed": ('Template "{template}" has no seed parameter: its variations of one '
+                           "image would all be the same. Ask for one.",
+                           "模板“{template}”没有种子参数：同一张图的多个变体会完全相同。请只要一张。"),
+    "vary_strength": ("A vary strength is above 0 and at most 1 (0.35 changes details), not "
+                      "{value}.", "变体强度应大于 0 且不超过 1（0.35 只改细节），不是 {value}。"),
+    "upscale_factor": ("An upscale factor is more than 1 and at most {max:g}, not {value}.",
+                       "放大倍数应大于 1 且不超过 {max:g}，不是 {value}。"),
+    "edit_unknown": ('"{key}" is not a value of this template; it has: {names}.',
+                     "“{key}”不是此模板的参数；可改的有：{names}。"),
+    "edit_image": ('"{key}" is a picture: it cannot be changed by an edit; submit a sheet '
+                   "with the new picture instead.",
+                   "“{key}”是图片：无法通过修改更换；请提交带新图片的表格。"),
+    "edit_value": ("{key}: {problem}", "{key}：{problem}"),
+    "edit_usage": ("Row {row} (job {job}) has: {values}\nChange any with /edit {job_ref} "
+                   "KEY=VALUE …, e.g. /edit {job_ref} {example}",
+                   "第 {row} 行（任务 {job}）的值：{values}\n用 /edit {job_ref} 键=值 … 修改，"
+                   "例如 /edit {job_ref} {example}"),
+    "edit_form_title": ("Edit row {row}", "修改第 {row} 行"),
+    "edit_form_submit": ("Run", "生成"),
+    "edit_pair": ('"{value}" is not KEY=VALUE (e.g. steps=30, prompt="a red bottle").',
+                  "“{value}”不是 键=值 的形式（例如 steps=30、prompt=\"红色瓶子\"）。"),
+    "rating_unknown": ('"{rating}" is not a rating: keep, reject or unkeep.',
+                       "“{rating}”不是评价：keep、reject 或 unkeep。"),
+    "acted": ("{action}: {jobs} new image(s) of row {row} (job {job}) queued as batch {batch}; "
+              "they come into this thread.",
+              "{action}：第 {row} 行（任务 {job}）的 {jobs} 张新图已排队（批次 {batch}），"
+              "完成后发到此消息串。"),
+    "acted_already": ("{action} of job {job} was asked a moment ago: batch {batch} is on it.",
+                      "任务 {job} 的 {action} 刚刚已提交：批次 {batch} 正在处理。"),
+    "kept": ("⭐ Kept row {row} (job {job}).", "⭐ 已保留第 {row} 行（任务 {job}）。"),
+    "rejected": ("👎 Rejected row {row} (job {job}).", "👎 已淘汰第 {row} 行（任务 {job}）。"),
+    "unkept": ("Row {row} (job {job}) is no longer kept or rejected.",
+               "第 {row} 行（任务 {job}）已取消评价。"),
+    "button_again": ("🔁 Again", "🔁 再来"),
+    "button_vary": ("✨ Vary", "✨ 变体"),
+    "button_upscale": ("🔍 Upscale", "🔍 放大"),
+    "button_edit": ("✏️ Edit", "✏️ 修改"),
+    "button_keep_image": ("⭐ Keep", "⭐ 保留"),
+    "image_actions": ("row {row} · job {job}", "第 {row} 行 · 任务 {job}"),
+    # Sweeps: --vary and --seeds.
+    "sweep_value": ("--vary {key}: {problem}", "--vary {key}：{problem}"),
+    "sweep_syntax": ('"{value}" is not KEY=V1,V2,… or KEY=START..STOP:STEP (e.g. steps=20,30 '
+                     "or guidance=3..7:2).",
+                     "“{value}”不是 键=值1,值2,… 或 键=起..止:步长 的形式（例如 steps=20,30 或 "
+                     "guidance=3..7:2）。"),
+    "sweep_unknown": ('--vary "{key}": this template has no such value; it has: {names}.',
+                      "--vary “{key}”：此模板没有这个参数；可用的有：{names}。"),
+    "sweep_image": ('--vary "{key}": a picture cannot be swept; put each picture on its own row '
+                    "of the sheet.", "--vary “{key}”：图片不能扫描；请把每张图片写在表格的单独一行。"),
+    "sweep_twice": ('--vary "{key}" is given twice: list all its values once (KEY=V1,V2,V3).',
+                    "--vary “{key}”给了两次：请一次列出所有值（键=值1,值2,值3）。"),
+    "sweep_empty_value": ('--vary "{key}" has an empty value: remove the extra comma.',
+                          "--vary “{key}”有空值：请删去多余的逗号。"),
+    "sweep_values": ('--vary "{key}" has {count:,} values; at most {max} on one axis.',
+                     "--vary “{key}”有 {count:,} 个值；每个维度最多 {max} 个。"),
+    "sweep_step": ('--vary "{key}": a range\'s step is more than 0.',
+                   "--vary “{key}”：范围的步长应大于 0。"),
+    "sweep_backwards": ('--vary "{key}": the range {start}..{stop} runs backwards; write the '
+                        "smaller number first.", "--vary “{key}”：范围 {start}..{stop} 是倒序的；"
+                        "请把较小的数写在前面。"),
+    "sweep_seeds": ("--seeds is 1 to {max}, not {value}.", "--seeds 应为 1 到 {max}，不是 {value}。"),
+    "sweep_no_seed": ('Template "{template}" has no seed parameter: --seeds would make the same '
+                      "image again.", "模板“{template}”没有种子参数：--seeds 只会重复同一张图。"),
+    "sweep_too_big": ("This sweep makes {jobs:,} jobs; at most {max:,} at a time: sweep fewer "
+                      "values.", "此次扫描会生成 {jobs:,} 个任务；一次最多 {max:,} 个：请减少取值。"),
+    "sweep_confirm": ("This sweep makes {jobs:,} jobs ({rows:,} rows × {each:,} each) on {models}"
+                      ", about {eta} at the recent pace. To queue them, send the same command "
+                      "with --yes:\n{command}",
+                      "此次扫描会生成 {jobs:,} 个任务（{rows:,} 行 × 每行 {each:,} 个），使用 "
+                      "{models}，按近期速度约需 {eta}。确认排队请发送带 --yes 的同一命令：\n{command}"),
+    "no_version": ('Template "{name}" has no version {number}; its latest is {latest} '
+                   "(genbot template history {name}).",
+                   "模板“{name}”没有版本 {number}；最新为 {latest}（genbot template history {name}）。"),
+    "no_label": ('Template "{name}" has no version labelled "{label}" (labels: {labels}).',
+                 "模板“{name}”没有标记为“{label}”的版本（已有标记：{labels}）。"),
+    "refine_not_sweep": ("Batch {batch} is no sweep: /refine narrows a sweep (/gen … --vary …) "
+                         "from its ratings.", "批次 {batch} 不是扫描：/refine 根据评价收窄扫描"
+                         "（/gen … --vary …）。"),
+    "refine_no_ratings": ("Nothing of batch {batch} is rated yet: keep (⭐) the images you like "
+                          "and reject (👎) the others, then /refine {batch}.",
+                          "批次 {batch} 还没有评价：请保留（⭐）喜欢的图片、淘汰（👎）其余的，"
+                          "然后 /refine {batch}。"),
+    "refine_head": ("Batch {batch}: {rated} images rated. Kept, by value:",
+                    "批次 {batch}：已评价 {rated} 张。按取值的保留情况："),
+    "refine_value": ("  {param} = {value}: kept {kept} of {rated} rated ({percent}){best}",
+                     "  {param} = {value}：已评价 {rated} 张，保留 {kept} 张（{percent}）{best}"),
+    "refine_best": (" ← best", " ← 最佳"),
+    "refine_unrated": ("  {param}: not rated, kept as it was", "  {param}：未评价，保持原样"),
+    "refine_next": ("Next, narrowed around the best:\n{command}",
+                    "下一轮，围绕最佳值收窄：\n{command}"),
+    "button_run_it": ("Run it", "运行"),
+    "help_refine": ("from a sweep's ratings, the keep rate of each value and the next, narrower "
+                    "sweep to run", "根据扫描的评价，给出各取值的保留率和下一轮更窄的扫描"),
+    "grid_title": ("row {row}{page}", "第 {row} 行{page}"),
+    "sweep_grid": ('--grid "{key}" is not one of the swept values ({axes}).',
+                   "--grid “{key}”不是扫描的参数之一（{axes}）。"),
+    "sweep_grid_count": ("--grid names one or two of the swept values, across then down.",
+                         "--grid 指定一到两个扫描的参数：先横向，再纵向。"),
+    "ab_not_compare": ("Batch {batch} compares nothing: /ab tallies a batch made with "
+                       "/gen NAME@A NAME@B FILE --compare.",
+                       "批次 {batch} 没有对比：/ab 统计用 /gen 名称@A 名称@B 文件 --compare 生成的批次。"),
+    "ab_head": ("Batch {batch}, {rated} of {rows} rows rated:", "批次 {batch}，{rows} 行中已评价 {rated} 行："),
+    "ab_won": ("  {variant}: kept in {won} rows where the other was not",
+               "  {variant}：{won} 行中被保留而另一版本未被保留"),
+    "ab_ties": ("  tie (both or neither kept): {ties}", "  平局（都保留或都未保留）：{ties}"),
+    "ab_unrated": ("  not rated yet: {unrated} rows", "  尚未评价：{unrated} 行"),
+    "help_ab": ("an A/B batch's tally: the rows each version won by keeps",
+                "A/B 对比批次的统计：各版本按保留赢得的行数"),
+    "compare_param": ('Template "{template}" needs {names}, which "{other}" does not have: '
+                      "compare versions that take the same values.",
+                      "模板“{template}”需要 {names}，而“{other}”没有：请比较参数相同的版本。"),
+    "compare_too_many": ("{count} versions to compare; at most 26 (A to Z).",
+                         "要比较 {count} 个版本；最多 26 个（A 到 Z）。"),
+    "compare_needs_two": ("--compare runs each row through two templates or versions: /gen "
+                          "NAME@3 NAME@4 FILE --compare.",
+                          "--compare 让每行分别用两个模板或版本生成：/gen 名称@3 名称@4 文件 --compare。"),
+    "sweep_no_models": ("no model (image operations only)", "无模型（仅图像处理）"),
+    "button_yes_queue": ("Queue {jobs:,} jobs", "排队 {jobs:,} 个任务"),
     "nothing_to_retry": ("Batch {batch} has no failed jobs.", "批次 {batch} 没有失败的任务。"),
     "paused_now": ("Paused: no new jobs start; running ones finish. /resume goes on.",
                    "已暂停：不再启动新任务，运行中的任务会完成。/resume 恢复。"),
@@ -357,6 +560,15 @@ CATALOG: dict[str, tuple[str, str]] = {
                    "查看排队和运行中的任务，以及队列是否暂停"),
     "help_cancel": ("cancel a batch, one job, all your batches, or everything (admins)",
                     "取消批次、单个任务、你的全部批次，或全部任务（管理员）"),
+    "help_again": ("the same row with new seeds (N images); ROW as captioned, or job N",
+                   "同一行换种子重新生成（N 张）；行号见图片说明，或用“任务 N”"),
+    "help_vary": ("N close variations of an image", "为图片生成 N 张相近的变体"),
+    "help_upscale": ("enlarge an image (2×, or the factor given)", "放大图片（2 倍或指定倍数）"),
+    "help_edit": ("change a row's values (prompt, steps, seed …) and run it again; without "
+                  "values, show them", "修改一行的值（提示词、步数、种子…）并重新生成；不带值则显示当前值"),
+    "help_keep": ("keep an image (⭐): picks are the kept images", "保留图片（⭐）：精选即保留的图片"),
+    "help_reject": ("reject an image (👎)", "淘汰图片（👎）"),
+    "help_unkeep": ("take an image's keep or reject back", "取消图片的保留或淘汰"),
     "help_retry": ("run a batch's failed jobs again", "重新运行批次中失败的任务"),
     "help_pause": ("stop starting new jobs (admins); running jobs finish",
                    "暂停启动新任务（管理员）；运行中的任务会完成"),
@@ -443,7 +655,10 @@ def took(lang: str, seconds: float) -> str:
 
 
 def say(code: str, lang: str = "en", **details: Any) -> str:
-    """The message for `code` in `lang` ("en" or "zh")."""
+    """The message for `code` in `lang` ("en" or "zh"): plain text, the details as they were
+    given. It is written as it reads (an API error, a CLI line, a label in results.xlsx);
+    a chat adapter escapes it for its platform as it posts it (bot.chat.markup), so a
+    detail from a person, a file or a server can never be markup there."""
     en, zh = CATALOG[code]
     template = zh if lang == "zh" else en
     details = {k: (v.zh if lang == "zh" else str(v)) if isinstance(v, Both) else v

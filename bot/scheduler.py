@@ -2,7 +2,7 @@
 retention, the daily digest.
 
 A schedule is a cron (in its own time zone), a template and a stored sheet
-(bot.app.core.App.schedule makes them). `tick` runs every few seconds: each schedule
+(bot.app.application.App.schedule makes them). `tick` runs every few seconds: each schedule
 whose next fire time has come is claimed in the database (one service queues it,
 however many run) and handed to `App.fire`, which puts its sheet through intake again —
 seeds left empty are new each time — into a batch in the conversation that made it.
@@ -19,11 +19,13 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from bot.app.core import App
+from bot.app.application import App
 from bot.app.values import next_fire
 from bot.conventions import digest_key
 from bot.messages import say
-from storage.files import batch_folder
+from bot.settings import ChatConfig
+from storage.config import QueueConfig
+from storage.files import batch_folder, grids_folder, picks_folder
 from storage.outbox import Outbox
 from storage.workers import Workers
 
@@ -64,7 +66,7 @@ class Scheduler:
                                  next_run_time=datetime.now())
         self.apscheduler.add_job(self._quiet(self.retention), CronTrigger(hour=3, minute=30),
                                  id="retention", max_instances=1, coalesce=True)
-        chat = self.config.chat
+        chat = self.config[ChatConfig]
         if chat.digest and self.outbox is not None:
             hour, minute = chat.digest_at.split(":")
             self.apscheduler.add_job(self._quiet(self.digest), CronTrigger(
@@ -75,7 +77,7 @@ class Scheduler:
     async def digest(self) -> bool:
         """Owe [chat] digest a summary of the last 24 hours: once a day, however many
         services run (the outbox key is the day). False: owed already."""
-        chat = self.config.chat
+        chat = self.config[ChatConfig]
         platform, _, conversation = chat.digest.partition(":")
         lang = chat.language_at(chat.digest, platform) or chat.language
         now = self.clock()
@@ -100,13 +102,15 @@ class Scheduler:
         """Forget batches finished more than [queue] retention_days ago, outputs included
         (and executors stopped or lost over a day ago)."""
         await Workers.of(self.queue).forget(self.clock() - 86400)
-        days = self.config.queue.retention_days
+        days = self.config[QueueConfig].retention_days
         if not days:
             return []
         forgotten: list[int] = []
         while ids := await self.queue.forget_finished(self.clock() - days * 86400):
             for batch_id in ids:
                 self.store.delete_folder(batch_folder(batch_id))
+                self.store.delete_folder(picks_folder(batch_id))
+                self.store.delete_folder(grids_folder(batch_id))
             forgotten += ids
         if forgotten:
             log.info("retention: forgot %d batches finished over %g days ago", len(forgotten), days)

@@ -1,7 +1,7 @@
 """`genbot serve`: the long-running service process.
 
 One aiohttp app: the chat platforms' endpoints, the REST API (with /healthz), the
-dashboard and /metrics, with the chat core's delivery loops (bot.chat.core) and the scheduler in the
+dashboard and /metrics, with the chat core's delivery loops (bot.chat.hub) and the scheduler in the
 same process.
 The executor runs beside it as a supervised child process (bot.supervisor), so
 the GPU code can crash without taking the service down.
@@ -10,24 +10,26 @@ the GPU code can crash without taking the service down.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import signal
+import socket
 
 from aiohttp import web
 
-from bot.app.core import App, load_templates
-from bot.chat.core import ChatCore
+from bot.app.application import App, load_templates
+from bot.chat.hub import ChatCore
 from bot.chat.platform import Platform
 from bot.scheduler import Scheduler
+from bot.settings import ApiConfig, DingTalkConfig, SlackConfig
 from bot.supervisor import Supervisor
 from bot.web.api import Api, body_limit
 from bot.web.dashboard import Dashboard
 from bot.web.metrics import Metrics
 from bot.web.sessions import local_token
-from storage.config import Config
+from storage.config import Config, ServiceConfig
 from storage.files import open_store
 from storage.queue import open_queue
+from templates.settings import ComfyUIConfig
 
 log = logging.getLogger("genbot.service")
 
@@ -49,10 +51,10 @@ def quiet_bad_requests(record: logging.LogRecord) -> bool:
 def configured_platforms(config: Config) -> list[Platform]:
     """The chat platforms the config turns on."""
     platforms: list[Platform] = []
-    if config.slack.bot_token:
+    if config[SlackConfig].bot_token:
         from bot.chat.slack import Slack
         platforms.append(Slack(config))
-    if config.dingtalk.app_key:
+    if config[DingTalkConfig].app_key:
         from bot.chat.dingtalk.adapter import DingTalk
         platforms.append(DingTalk(config))
     return platforms
@@ -71,15 +73,15 @@ class Service:
     async def start(self) -> None:
         config = self.config
         local_admins: tuple[str, ...] = ()
-        if not config.api.tokens:  # a fresh install: one admin token, kept in data_dir
+        if not config[ApiConfig].tokens:  # a fresh install: one admin token, kept in data_dir
             token = local_token(config.data_dir)
-            config = dataclasses.replace(config, api=dataclasses.replace(
-                config.api, tokens=[f"{token}=local"]))
+            config = config.replaced(ApiConfig, tokens=(f"{token}=local",))
             local_admins = ("api:local",)
         templates = load_templates(config)
         self.queue = await open_queue(config)
         self.app = App(config, self.queue, open_store(config), templates,
                        local_admins=local_admins)
+        await self.app.record_versions(f"the service on {socket.gethostname()}")
         self.core = ChatCore(self.app, self.platforms)
         app = web.Application(client_max_size=body_limit(config))
         api = Api(self.app)
@@ -88,7 +90,7 @@ class Service:
         Dashboard(api).routes(app)
         self.metrics = Metrics(self.queue, self.core.outbox, restarts=lambda:
                                sum(s.restarts for s in [self.supervisor, *self.comfy] if s),
-                               token=config.api.metrics_token)
+                               token=config[ApiConfig].metrics_token)
         await self.metrics.start()
         app.router.add_get("/metrics", self.metrics.handler)
         for platform in self.platforms:
@@ -96,26 +98,26 @@ class Service:
         logging.getLogger("aiohttp.server").addFilter(quiet_bad_requests)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, config.service.host, config.service.port)
+        site = web.TCPSite(self.runner, config[ServiceConfig].host, config[ServiceConfig].port)
         try:
             await site.start()
         except OSError as e:
             await self.runner.cleanup()
             await self.queue.close()
-            raise SystemExit(f"genbot: cannot listen on {config.service.host}:"
-                             f"{config.service.port}: {e.strerror or e}") from None
+            raise SystemExit(f"genbot: cannot listen on {config[ServiceConfig].host}:"
+                             f"{config[ServiceConfig].port}: {e.strerror or e}") from None
         self.port = self.runner.addresses[0][1]
         log.info("genbot serving on http://%s:%s (database %s, config %s, chat: %s)",
-                 config.service.host, self.port, self.queue.db.display_url, config.source,
+                 config[ServiceConfig].host, self.port, self.queue.db.display_url, config.source,
                  ", ".join(p.name for p in self.platforms) or "none configured")
-        log.info("dashboard: http://%s:%s/dashboard/%s", config.service.host, self.port,
+        log.info("dashboard: http://%s:%s/dashboard/%s", config[ServiceConfig].host, self.port,
                  f" (no [api] tokens configured: sign in as admin with the token in "
                  f"{config.data_dir / 'local-admin.token'})" if local_admins else "")
         if self.executor:
             self.supervisor = Supervisor(config, queue=self.queue)
             self.supervisor.start()
             self.app.executor_starting = True
-            for url in config.comfyui.servers:  # ComfyUI's executors need no GPU here
+            for url in config[ComfyUIConfig].servers:  # ComfyUI's executors need no GPU here
                 supervisor = Supervisor(config, queue=self.queue,
                                         command=Supervisor.comfy_command(config, url))
                 supervisor.start()

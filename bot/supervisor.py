@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 
-from storage.config import Config
+from storage.config import Config, ServiceConfig
 from storage.queue import Queue
 from storage.workers import owner_name
 
@@ -48,8 +48,8 @@ class Supervisor:
 
     @staticmethod
     def comfy_command(config: Config, url: str) -> list[str]:
-        """The executor for one ComfyUI server (executor.comfy_worker)."""
-        command = [sys.executable, "-m", "executor.comfy_worker", "--url", url]
+        """The executor for one ComfyUI server (executor.comfyui.engine)."""
+        command = [sys.executable, "-m", "executor.worker", "--comfyui", url]
         if config.source != "built-in defaults":
             command += ["--config", config.source]
         return command
@@ -62,7 +62,7 @@ class Supervisor:
         self._task = asyncio.create_task(self._run(), name="executor-supervisor")
 
     async def _run(self) -> None:
-        first = min(1.0, self.config.executor.restart_backoff_max)
+        first = min(1.0, self.config[ServiceConfig].restart_backoff_max)
         delay = first
         while not self._stopping.is_set():
             started = time.monotonic()
@@ -96,7 +96,7 @@ class Supervisor:
                 await asyncio.wait_for(self._stopping.wait(), delay)
             except TimeoutError:
                 pass
-            delay = min(delay * 2, self.config.executor.restart_backoff_max)
+            delay = min(delay * 2, self.config[ServiceConfig].restart_backoff_max)
 
     async def _take_back(self, pid: int) -> None:
         """The executor is dead for sure: its job goes back to the queue now rather than

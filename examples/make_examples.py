@@ -13,8 +13,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from bot.intake.examples import drawn  # noqa: E402
-from bot.intake.sheets import example_rows, write_example  # noqa: E402
-from executor.workflow import load_templates  # noqa: E402
+from bot.intake.writer import example_rows, write_example  # noqa: E402
+from templates.loader import load_templates  # noqa: E402
 
 # (template, header language): one set of sheets with Chinese headers.
 SHEETS = {"product_main": "en", "material_swap": "en", "social_thumb": "zh"}
@@ -25,7 +25,7 @@ def main() -> None:
     assets.mkdir(exist_ok=True)
     for name in ("bottle.png", "chair.png"):
         (assets / name).write_bytes(drawn(name))
-    templates, errors = load_templates(HERE.parent / "templates")
+    templates, errors = load_templates(HERE.parent / "templates" / "shipped")
     assert not errors, errors
     for name, lang in SHEETS.items():
         (HERE / f"{name}.xlsx").write_bytes(write_example(templates[name], lang))

@@ -26,7 +26,7 @@ from tortoise.transactions import in_transaction
 
 log = logging.getLogger("genbot.db")
 APP = "storage"
-APPS = {APP: {"models": ["storage.models"], "default_connection": "default",
+APPS = {APP: {"models": ["storage.tables"], "default_connection": "default",
               "migrations": "storage.migrations"}}
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 MIGRATION_LOCK_ID = 0x67656E62  # "genb": PostgreSQL advisory lock key for migrations

@@ -18,13 +18,36 @@ import os
 import tempfile
 from pathlib import Path
 
+from storage.config import StorageConfig
+
 OUTPUTS = "outputs"
+
+
+CONTACT, RESULTS = "contact.png", "results.xlsx"  # a batch's own files, beside its images
 
 
 def batch_folder(batch_id: int) -> str:
     """Where a batch's files go in the store: its images (each under the name its
     template gives), contact.png and results.xlsx."""
     return f"{OUTPUTS}/batch_{batch_id}"
+
+
+def picks_folder(batch_id: int) -> str:
+    """Where a batch's picks go (its kept images' contact and results sheets): beside its
+    outputs, never among them, and forgotten with them."""
+    return f"picks/batch_{batch_id}"
+
+
+def grids_folder(batch_id: int) -> str:
+    """Where a sweep's grids go: beside its outputs, never among them."""
+    return f"grids/batch_{batch_id}"
+
+
+def reserved(name: str) -> str | None:
+    """The batch file an image named `name` would overwrite (or be overwritten by), in
+    any letter case (a case-insensitive disk or download folder holds one of them)."""
+    return next((own for own in (CONTACT, RESULTS) if name.casefold() == own.casefold()),
+                None)
 
 
 class FileStore:
@@ -164,7 +187,7 @@ class ObjectStore(FileStore):
 
 def open_store(config) -> FileStore:
     """The store [storage] asks for, rooted (or cached) in data_dir."""
-    s = config.storage
+    s = config[StorageConfig]
     if s.backend == "s3":
         return ObjectStore(config.data_dir, bucket=s.bucket, prefix=s.prefix,
                            endpoint=s.endpoint, region=s.region, access_key=s.access_key,

@@ -92,6 +92,11 @@ CLAIM_SECONDS = 30.0  # how soon the message of a sender that died mid-send fall
 MARK = "UPDATE outbox SET platform_id = $2 WHERE id = $1 AND status = 'pending'"
 
 BY_KEY = f"SELECT {_COLUMNS} FROM outbox WHERE key = $1"
+# Which message of ours a platform's id names (a thread someone wrote in, a message they
+# reacted to): the outbox key says what it was about.
+BY_PLATFORM_ID = """
+SELECT key FROM outbox WHERE platform = $1 AND conversation = $2 AND platform_id = $3
+ORDER BY id LIMIT 1"""
 COUNTS = "SELECT status, COUNT(*) AS n FROM outbox GROUP BY status"
 COUNTS_BY_PLATFORM = """
 SELECT platform, status, COUNT(*) AS n FROM outbox GROUP BY platform, status"""
@@ -168,6 +173,10 @@ class Outbox:
 
     async def failed(self, message: Message, error: str) -> None:
         await self.db.execute(FAILED, message.id, error, self.clock())
+
+    async def key_of(self, platform: str, conversation: str, platform_id: str) -> str | None:
+        """The key of the message we posted that the platform calls `platform_id`."""
+        return await self.db.fetchval(BY_PLATFORM_ID, platform, conversation, platform_id)
 
     async def get(self, key: str) -> Message | None:
         row = await self.db.fetchrow(BY_KEY, key)

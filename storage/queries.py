@@ -106,8 +106,9 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id"""
 
 INSERT_JOB = """
 INSERT INTO jobs (batch_id, row, workflow, status, priority, submitter, fair_rank, affinity,
-                  attempts, not_before, cancel_requested, outputs, enqueued_at, updated_at)
-VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, 0, $8, FALSE, '[]', $9, $9)"""
+                  attempts, not_before, cancel_requested, outputs, enqueued_at, updated_at,
+                  parent_job_id, action)
+VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, 0, $8, FALSE, '[]', $9, $9, $10, $11)"""
 
 INSERT_EVENT = """
 INSERT INTO events (at, kind, batch_id, job_id, data) VALUES ($1, $2, $3, $4, $5)"""
@@ -378,6 +379,24 @@ ORDER BY priority DESC, fair_rank DESC, id DESC LIMIT 1"""
 
 BATCH_JOBS = "SELECT * FROM jobs WHERE batch_id = $1 ORDER BY row, id"
 
+# Iteration: a finished image's rating; the jobs made from images; kept images.
+RATE = """
+UPDATE jobs SET rating = $2, rated_by = $3, rated_at = $4
+WHERE id = $1 AND status = 'succeeded' RETURNING id"""
+CHILDREN = "SELECT * FROM jobs WHERE parent_job_id = $1 ORDER BY id"
+# Everything made from a batch's images, and from those, in one statement (the parent index).
+DESCENDANTS = """
+WITH RECURSIVE tree(id) AS (
+    SELECT id FROM jobs WHERE parent_job_id IN (SELECT id FROM jobs WHERE batch_id = $1)
+    UNION SELECT j.id FROM jobs j JOIN tree t ON j.parent_job_id = t.id)
+SELECT * FROM jobs WHERE id IN (SELECT id FROM tree) ORDER BY id"""
+# The latest batch in a conversation (where a platform has no threads, "row 3" is its).
+LATEST_BATCH_IN = """
+SELECT id FROM batches WHERE platform = $1 AND conversation = $2 ORDER BY id DESC LIMIT 1"""
+# The batches submitted inside a platform thread.
+BATCHES_IN_THREAD = """
+SELECT id FROM batches WHERE platform = $1 AND conversation = $2 AND thread = $3 ORDER BY id"""
+
 # Per-person limits: jobs waiting or running, and submissions since a time.
 ACTIVE_BY_SUBMITTER = """
 SELECT COUNT(*) AS n FROM jobs WHERE status IN ('queued', 'running') AND submitter = $1"""
@@ -388,16 +407,19 @@ LATEST_BATCH = "SELECT id FROM batches WHERE submitter = $1 ORDER BY id DESC LIM
 BATCHES_OF = "SELECT id FROM batches WHERE submitter = $1 AND id > $2 ORDER BY id"
 
 # The API's job list: newest first, a page after the cursor, each filter optional.
+# A rating filter is KEPT, REJECTED or 0 (unrated: NULL in the table).
 PAGE_JOBS = """
 SELECT * FROM jobs
 WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1) AND (CAST($2 AS BIGINT) IS NULL OR batch_id = $2)
   AND (CAST($3 AS TEXT) IS NULL OR status = $3) AND (CAST($4 AS TEXT) IS NULL OR submitter = $4)
-ORDER BY id DESC LIMIT $5 OFFSET $6"""
+  AND (CAST($5 AS INTEGER) IS NULL OR COALESCE(rating, 0) = $5)
+ORDER BY id DESC LIMIT $6 OFFSET $7"""
 
 COUNT_JOBS = """
 SELECT COUNT(*) AS n FROM jobs
 WHERE (CAST($1 AS BIGINT) IS NULL OR batch_id = $1) AND (CAST($2 AS TEXT) IS NULL OR status = $2)
-  AND (CAST($3 AS TEXT) IS NULL OR submitter = $3)"""
+  AND (CAST($3 AS TEXT) IS NULL OR submitter = $3)
+  AND (CAST($4 AS INTEGER) IS NULL OR COALESCE(rating, 0) = $4)"""
 
 # The dashboard's and the API's batch list: newest first, then their jobs counted.
 PAGE_BATCHES = """
@@ -438,6 +460,14 @@ BATCH_COUNTS = "SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = $1 GROUP
 BATCH_MODELS = """
 SELECT DISTINCT affinity FROM jobs WHERE batch_id = $1 AND affinity IS NOT NULL
 ORDER BY affinity"""
+
+BATCH_WAITING_FOR = """
+SELECT DISTINCT affinity FROM jobs WHERE batch_id = $1 AND status = 'queued'
+  AND affinity IS NOT NULL ORDER BY affinity"""
+
+BATCHES_WAITING_ON = """
+SELECT DISTINCT batch_id FROM jobs WHERE status = 'queued' AND affinity = $1
+ORDER BY batch_id LIMIT $2"""
 
 # Kept by the database as jobs change (migration 0012): a few rows, at any history size.
 COUNTS = "SELECT status, priority, SUM(n) AS n FROM job_counts GROUP BY status, priority"

@@ -19,20 +19,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from storage import queries as q
-from storage.config import Config, QueueConfig
+from storage.config import Config, DatabaseConfig, QueueConfig
 from storage.db import Database
+from storage.reads import BatchProgress, QueueReads
 from storage.records import (
     ACTIVE,
+    KEPT,
+    REJECTED,
     TERMINAL,
-    ActiveCounts,
-    Batch,
-    BatchCounts,
-    Digest,
-    Event,
-    Job,
     Priority,
-    QueueState,
-    RunningJob,
     Status,
     decoded,
     encoded,
@@ -47,8 +42,10 @@ __all__ = ["ACTIVE", "TERMINAL", "BatchProgress", "CancelResult", "Claim", "Enqu
 @dataclass(frozen=True)
 class NewJob:
     row: int
-    workflow: dict[str, Any]  # the bound workflow (executor.workflow.bind)
+    workflow: dict[str, Any]  # the bound workflow (templates.jobs.encode)
     affinity: str | None = None  # e.g. the model it needs; lets a claim prefer loaded models
+    parent: int | None = None  # the job whose image it was made from (iteration)
+    action: str | None = None  # how: records.ACTIONS
 
 
 @dataclass(frozen=True)
@@ -127,29 +124,7 @@ class CancelResult:
     asked: list[int]  # running jobs, told to stop at their next step
 
 
-@dataclass(frozen=True)
-class BatchProgress:
-    batch_id: int
-    total: int
-    counts: dict[str, int]
-    jobs_ahead: int | None  # jobs before this batch's next one; None when none is queued
-    eta_seconds: float | None  # until its last queued job is done, from recent durations
-
-    @property
-    def done(self) -> int:
-        return sum(self.counts.get(s, 0) for s in TERMINAL)
-
-    @property
-    def failed(self) -> int:
-        return self.counts.get(Status.FAILED, 0)
-
-    @property
-    def canceled(self) -> int:
-        """Its own count: a canceled job did not fail."""
-        return self.counts.get(Status.CANCELED, 0)
-
-
-class Queue:
+class Queue(QueueReads):
     def __init__(self, db: Database, settings: QueueConfig, *,
                  clock: Callable[[], float] = time.time, waker: Waker | None = None):
         self.db = db
@@ -212,7 +187,7 @@ class Queue:
                 sub.thread, prio, sub.idempotency_key, n, encoded(sub.meta), now, client=tx)
             await self.db.execute_many(q.INSERT_JOB, [
                 [batch_id, job.row, workflows[i], prio, sub.submitter, start + i, job.affinity,
-                 float(sub.not_before), now]
+                 float(sub.not_before), now, job.parent, job.action]
                 for i, job in enumerate(sub.jobs)], client=tx)
             await self.db.execute(q.INSERT_EVENT, now, "submitted", batch_id, None, encoded({
                 "template": sub.template, "submitter": sub.submitter, "jobs": n,
@@ -442,9 +417,12 @@ class Queue:
             await self.cancel_bell.notify()
         return result
 
-    async def failed_jobs(self, batch_id: int) -> list[Job]:
-        """A batch's jobs that failed for good, in sheet order (what a retry runs again)."""
-        return [j for j in await self.batch_jobs(batch_id) if j.status == Status.FAILED]
+    async def rate(self, job_id: int, rating: int | None, by: str) -> bool:
+        """Set (or, with None, clear) a finished image's rating. False: no such job
+        succeeded (nothing else has an image to rate)."""
+        if rating not in (None, KEPT, REJECTED):
+            raise ValueError(f"a rating is {KEPT}, {REJECTED} or None, not {rating!r}")
+        return await self.db.fetchrow(q.RATE, job_id, rating, by, self.clock()) is not None
 
     async def forget_finished(self, before: float, limit: int = 500) -> list[int]:
         """Delete batches wholly finished before `before`, with their jobs and events
@@ -471,159 +449,10 @@ class Queue:
             await self.waker.notify()
         return changed
 
-    async def paused(self) -> bool:
-        return (await self.state()).paused
-
-    async def state(self) -> QueueState:
-        """The pause flag and who last changed it."""
-        row = await self.db.fetchrow(q.QUEUE_STATE)
-        assert row is not None, "migration 0002 inserts the queue_state row"
-        return QueueState(bool(row["paused"]), row["changed_by"], row["changed_at"])
-
-    # --- Reading ------------------------------------------------------------------
-
-    async def job(self, job_id: int) -> Job | None:
-        row = await self.db.fetchrow(q.JOB, job_id)
-        return Job.from_row(row) if row else None
-
-    async def batch_jobs(self, batch_id: int) -> list[Job]:
-        """Every job of a batch, in sheet order."""
-        return [Job.from_row(r) for r in await self.db.fetch(q.BATCH_JOBS, batch_id)]
-
-    async def batch(self, batch_id: int) -> Batch | None:
-        row = await self.db.fetchrow(q.BATCH, batch_id)
-        return Batch.from_row(row) if row else None
-
-    async def jobs_ahead(self, job_id: int) -> int | None:
-        """Queued jobs that will be claimed before this one; None if it is not queued."""
-        job = await self.db.fetchrow(q.JOB, job_id)
-        if job is None or job["status"] != Status.QUEUED:
-            return None
-        return await self.db.fetchval(q.JOBS_AHEAD, job_id)
-
-    async def batch_jobs_ahead(self, batch_id: int) -> int | None:
-        first = await self.db.fetchval(q.BATCH_FIRST_QUEUED, batch_id)
-        return None if first is None else await self.db.fetchval(q.JOBS_AHEAD, first)
-
-    async def active_counts(self) -> ActiveCounts:
-        """Queued and running jobs: cheap at any history size, for health checks."""
-        row = await self.db.fetchrow(q.ACTIVE_COUNTS)
-        assert row is not None
-        return ActiveCounts(row["queued"], row["running"])
-
-    async def active_jobs_of(self, submitter: str) -> int:
-        """Queued and running jobs of one submitter (a per-person limit)."""
-        return await self.db.fetchval(q.ACTIVE_BY_SUBMITTER, submitter)
-
-    async def batches_since(self, submitter: str, since: float) -> int:
-        """Submissions by one submitter after `since` (a rate limit)."""
-        return await self.db.fetchval(q.BATCHES_SINCE, submitter, since)
-
-    async def batch_by_key(self, idempotency_key: str) -> int | None:
-        row = await self.db.fetchrow(q.BATCH_BY_IDEMPOTENCY_KEY, idempotency_key)
-        return row["id"] if row else None
-
-    async def latest_batch(self, submitter: str) -> int | None:
-        return await self.db.fetchval(q.LATEST_BATCH, submitter)
-
-    async def batches_of(self, submitter: str, after: int = 0) -> list[int]:
-        return [r["id"] for r in await self.db.fetch(q.BATCHES_OF, submitter, after)]
-
-    async def page_jobs(self, *, before: int | None = None, batch: int | None = None,
-                        status: str | None = None, submitter: str | None = None,
-                        limit: int = 100, offset: int = 0) -> list[Job]:
-        """Jobs newest first, filtered: those with an id below `before` (a cursor, for
-        scripts walking everything), or from `offset` on (for a view that jumps about)."""
-        rows = await self.db.fetch(q.PAGE_JOBS, before, batch, status, submitter, limit, offset)
-        return [Job.from_row(r) for r in rows]
-
-    async def count_jobs(self, *, batch: int | None = None, status: str | None = None,
-                         submitter: str | None = None) -> int:
-        """How many jobs page_jobs would walk through, with the same filters."""
-        return await self.db.fetchval(q.COUNT_JOBS, batch, status, submitter)
-
-    async def page_batches(self, *, before: int | None = None, submitter: str | None = None,
-                           limit: int = 50) -> list[BatchCounts]:
-        """Batches newest first, each with its jobs counted by status."""
-        rows = await self.db.fetch(q.PAGE_BATCHES, before, submitter, limit)
-        if not rows:
-            return []
-        counts: dict[int, dict[str, int]] = {r["id"]: {} for r in rows}
-        for c in await self.db.fetch(q.BATCH_RANGE_COUNTS, rows[-1]["id"], rows[0]["id"]):
-            if c["batch_id"] in counts:
-                counts[c["batch_id"]][c["status"]] = c["n"]
-        return [BatchCounts(Batch.from_row(r), counts[r["id"]]) for r in rows]
-
-    async def running(self) -> list[RunningJob]:
-        """Running jobs with their batch's template, oldest first."""
-        return [RunningJob.from_row(r) for r in await self.db.fetch(q.RUNNING_JOBS)]
-
-    async def counts(self) -> dict[str, dict[str, int]]:
-        """{status: {priority: n}} over all jobs."""
-        out: dict[str, dict[str, int]] = {s.value: {} for s in Status}
-        for row in await self.db.fetch(q.COUNTS):
-            if row["n"]:
-                out[row["status"]][Priority(row["priority"]).label] = int(row["n"])
-        return out
-
-    async def queued_by_affinity(self) -> dict[str, int]:
-        """Queued jobs by the model they need."""
-        return {r["affinity"]: r["n"] for r in await self.db.fetch(q.QUEUED_BY_AFFINITY)}
-
-    async def average_duration(self, last: int = 20) -> float | None:
-        """Mean run time of the last `last` succeeded jobs, or None before the first."""
-        value = await self.db.fetchval(q.RECENT_DURATION, last)
-        return None if value is None else float(value)
-
-    async def eta(self, jobs_ahead: int) -> float | None:
-        """Seconds until a job with `jobs_ahead` before it has finished."""
-        avg = await self.average_duration()
-        if avg is None:
-            return None
-        executors = max(1, await self.db.fetchval(q.RUNNING_EXECUTORS) or 0)
-        return (jobs_ahead + 1) * avg / executors
-
-    async def batch_models(self, batch_id: int) -> list[str]:
-        """The models a batch's jobs need (without reading its jobs: it may have thousands)."""
-        return [r["affinity"] for r in await self.db.fetch(q.BATCH_MODELS, batch_id)]
-
-    async def batch_progress(self, batch_id: int) -> BatchProgress | None:
-        batch = await self.db.fetchrow(q.BATCH, batch_id)
-        if batch is None:
-            return None
-        counts = {r["status"]: r["n"] for r in await self.db.fetch(q.BATCH_COUNTS, batch_id)}
-        ahead = await self.batch_jobs_ahead(batch_id)
-        last = await self.db.fetchval(q.BATCH_LAST_QUEUED, batch_id)
-        eta = None
-        if last is not None:
-            eta = await self.eta(await self.db.fetchval(q.JOBS_AHEAD, last))
-        return BatchProgress(batch_id, batch["total_jobs"], counts, ahead, eta)
-
-    async def digest(self, since: float, until: float) -> Digest:
-        """What happened after `since`, up to `until`: batches made, jobs finished by
-        status with their mean run time, the three busiest submitters."""
-        finished = {r["status"]: r for r in await self.db.fetch(q.DIGEST_JOBS, since, until)}
-        ok = finished.get("succeeded")
-        return Digest(
-            batches=await self.db.fetchval(q.DIGEST_BATCHES, since, until),
-            finished={s: r["n"] for s, r in finished.items()},
-            mean_seconds=float(ok["seconds"]) if ok and ok["seconds"] is not None else None,
-            top=[(r["submitter"], r["n"])
-                 for r in await self.db.fetch(q.DIGEST_SUBMITTERS, since, until)])
-
-    async def events_after(self, seq: int, limit: int = 1000) -> list[Event]:
-        """Events with a sequence number above `seq`, oldest first: resume from the last seen."""
-        sql = q.EVENTS_AFTER if self.db.dialect == "sqlite" else q.EVENTS_AFTER_PG
-        return [Event.from_row(r) for r in await self.db.fetch(sql, seq, limit)]
-
-    async def last_event_seq(self) -> int:
-        sql = q.LAST_EVENT_SEQ if self.db.dialect == "sqlite" else q.LAST_EVENT_SEQ_PG
-        return await self.db.fetchval(sql)
-
 
 async def open_queue(config: Config, *, clock: Callable[[], float] = time.time,
                      migrate: bool = True) -> Queue:
     """Open the configured database (applying migrations) and return its queue."""
-    db = Database(config.database_url, pool_size=config.database.pool_size)
+    db = Database(config.database_url, pool_size=config[DatabaseConfig].pool_size)
     await db.open(migrate=migrate)
-    return Queue(db, config.queue, clock=clock)
+    return Queue(db, config[QueueConfig], clock=clock)

@@ -36,6 +36,10 @@ class Status(StrEnum):
     CANCELED = "canceled"
 
 
+KEPT, REJECTED = 1, -1  # a finished image's rating
+ACTIONS = ("again", "vary", "upscale", "edit")  # what makes a new job from an image
+
+
 TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
 ACTIVE = frozenset({Status.QUEUED, Status.RUNNING})
 
@@ -80,7 +84,7 @@ class Job:
     id: int
     batch_id: int
     row: int  # as numbered in the sheet
-    workflow: dict[str, Any]  # the template with this row's values bound in (executor.workflow)
+    workflow: dict[str, Any]  # the template with this row's values bound in (templates.jobs)
     status: Status
     priority: Priority
     submitter: str
@@ -94,6 +98,15 @@ class Job:
     enqueued_at: float
     started_at: float | None
     finished_at: float | None
+    parent_job_id: int | None = None  # the image it was made from (keep, again, vary …)
+    action: str | None = None  # how: again | vary | upscale | edit
+    rating: int | None = None  # its image's: 1 kept, -1 rejected, None unrated
+    rated_by: str | None = None
+    rated_at: float | None = None
+
+    @property
+    def kept(self) -> bool:
+        return self.rating == KEPT
 
     @property
     def values(self) -> dict[str, Any]:
@@ -116,7 +129,9 @@ class Job:
                    cancel_requested=bool(row["cancel_requested"]),
                    outputs=decoded(row["outputs"]) or [], error=row["error"],
                    enqueued_at=row["enqueued_at"], started_at=row["started_at"],
-                   finished_at=row["finished_at"])
+                   finished_at=row["finished_at"], parent_job_id=row.get("parent_job_id"),
+                   action=row.get("action"), rating=row.get("rating"),
+                   rated_by=row.get("rated_by"), rated_at=row.get("rated_at"))
 
 
 @dataclass(frozen=True)

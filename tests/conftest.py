@@ -1,4 +1,7 @@
-"""Shared fixtures: real SQLite files, real PostgreSQL schemas, a clock tests can move.
+"""Shared fixtures: real SQLite files, real PostgreSQL databases and schemas, a clock tests
+can move. The databases tests get start migrated, as copies of one template per test
+process (migrated_sqlite, make_migrated_pg_database): migrations cost CPU a test of the
+queue need not pay each time.
 
 PostgreSQL comes from $GENBOT_TEST_PG (default: 127.0.0.1:5432, database test).
 Tests that need it skip when it is unreachable, except under CI=true, where they fail.
@@ -19,6 +22,14 @@ from storage.db import Database
 from storage.queue import Queue
 
 ROOT = Path(__file__).resolve().parent.parent
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Under pytest-xdist each test process shares the cores with another: torch (here and
+    # in the processes tests start, which inherit this) runs on one thread, not one per
+    # core; two OpenMP pools spinning on two cores slow each other down many times over.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 PG_URL = os.environ.get("GENBOT_TEST_PG", "postgres://postgres@127.0.0.1:5432/test")
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
@@ -84,9 +95,121 @@ def drop_pg_schema(schema: str) -> None:
     asyncio.run(_pg_exec(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
 
 
+def pg_database_url(name: str, schema: str | None = None) -> str:
+    """PG_URL with another database (and a schema) in it."""
+    from urllib.parse import urlsplit, urlunsplit
+    parts = urlsplit(PG_URL)
+    query = "&".join(q for q in (parts.query, f"schema={schema}" if schema else "") if q)
+    return urlunsplit(parts._replace(path=f"/{name}", query=query))
+
+
+MIGRATED_SCHEMA = "gt_migrated"
+_pg_template: list[str] = []  # the migrated template database of this test process
+
+
+def _make_pg_template() -> str:
+    import threading
+    name = f"gt_template_{uuid.uuid4().hex[:12]}"  # dropped by _templates
+    asyncio.run(_pg_exec(f"CREATE DATABASE {name}"))
+
+    async def migrate() -> None:
+        import asyncpg
+        conn = await asyncpg.connect(pg_database_url(name).replace("postgres://",
+                                                                   "postgresql://", 1))
+        try:
+            await conn.execute(f"CREATE SCHEMA {MIGRATED_SCHEMA}")
+        finally:
+            await conn.close()
+        await (await Database(pg_database_url(name, MIGRATED_SCHEMA)).open()).close()
+    worker = threading.Thread(target=asyncio.run, args=(migrate(),))  # maybe inside a loop
+    worker.start()
+    worker.join()
+    return name
+
+
+def make_migrated_pg_database() -> tuple[str, str]:
+    """An empty PostgreSQL database with every migration applied, in a schema of it: a copy
+    of a template this test process migrated once (CREATE DATABASE ... TEMPLATE: tenths of
+    a second, where a new schema and its migrations take the best part of one). The same
+    tables, rows and schema version as a first open makes. Returns (url, database)."""
+    require_pg()
+    if not _pg_template:
+        _pg_template.append(_make_pg_template())
+    name = f"gt_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_pg_exec(f"CREATE DATABASE {name} TEMPLATE {_pg_template[0]}"))
+    return pg_database_url(name, MIGRATED_SCHEMA), name
+
+
+def drop_pg_database(name: str) -> None:
+    asyncio.run(_pg_exec(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+_migrated: list[Path] = []  # the SQLite template of this test process, once made
+
+
+def _make_migrated_template() -> Path:
+    import tempfile
+    import threading
+    folder = Path(tempfile.mkdtemp(prefix="genbot-migrated-"))  # removed by _templates
+    template = folder / "genbot.sqlite3"
+
+    async def migrate() -> None:
+        await (await Database(f"sqlite:///{template}").open()).close()
+    # A thread of its own: callers may be inside a running event loop.
+    worker = threading.Thread(target=asyncio.run, args=(migrate(),))
+    worker.start()
+    worker.join()
+    assert template.is_file() and not template.with_name(template.name + "-wal").exists()
+    return template
+
+
+def migrated_sqlite(url: str) -> str:
+    """Where `url` names a SQLite file not made yet, put there an empty database with every
+    migration applied: a copy of one this test process migrated once. Opening it then
+    migrates nothing; the tables, rows and schema version are those a first open makes,
+    without its half second of CPU per database (hundreds of them in a run). The
+    migrations themselves are tested from an empty file in tests/test_migrations.py and
+    wherever a test opens a database it did not go through here. Returns `url`."""
+    import shutil
+    if not url.startswith("sqlite://"):
+        return url
+    from storage.db import sqlite_path
+    path = sqlite_path(url)
+    if not path.exists():
+        if not _migrated:
+            _migrated.append(_make_migrated_template())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_migrated[0], path)
+    return url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _templates():
+    """At the end of the run, the migrated templates of this test process go."""
+    yield
+    import shutil
+    for template in _migrated:
+        shutil.rmtree(template.parent, ignore_errors=True)
+    for name in _pg_template:
+        drop_pg_database(name)
+
+
 @pytest.fixture(params=BACKENDS)
 def db_url(request, tmp_path):
-    """A database URL for each backend: an empty SQLite file, or an empty PostgreSQL schema."""
+    """A database URL for each backend, empty and migrated: a SQLite file (migrated_sqlite)
+    or a PostgreSQL database of its own (make_migrated_pg_database)."""
+    if request.param == "sqlite":
+        yield migrated_sqlite(f"sqlite:///{tmp_path / 'genbot.sqlite3'}")
+    else:
+        url, name = make_migrated_pg_database()
+        yield url
+        drop_pg_database(name)
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_db_url(request, tmp_path):
+    """As db_url, but untouched by any migration (a SQLite file not made yet, an empty
+    PostgreSQL schema): for tests of the migrations themselves."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'genbot.sqlite3'}"
     else:
@@ -102,6 +225,31 @@ def pg_url():
     url, schema = make_pg_schema()
     yield url
     drop_pg_schema(schema)
+
+
+@pytest.fixture
+def pg_database():
+    """An empty PostgreSQL database of its own (no schema given: public), for a test that
+    cuts every connection to its database (pg_terminate_backend) while others run beside
+    it in theirs. Its URL; dropped afterwards."""
+    require_pg()
+    name = f"gt_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_pg_exec(f"CREATE DATABASE {name}"))
+    yield pg_database_url(name)
+    drop_pg_database(name)
+
+
+@pytest.fixture
+def quick_retries(monkeypatch):
+    """The outbox retries a failed send after 0.25 s, doubling (the product's first wait is
+    2 s): a test of sends refused and tried again waits tenths of seconds, not tens. The
+    retries themselves, their order and their count are the product's."""
+    from storage.outbox import Outbox
+    init = Outbox.__init__
+
+    def quick(self, db, *, backoff: float = 0.25, **kw) -> None:
+        init(self, db, backoff=backoff, **kw)
+    monkeypatch.setattr(Outbox, "__init__", quick)
 
 
 @pytest.fixture
@@ -147,7 +295,7 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def demo_models(tmp_path_factory) -> Path:
     """The demo models, built once for the whole run (about 10 s; nothing downloaded)."""
-    from executor import demo
+    from executor.models import demo
     from executor.worker import quiet_libraries
     quiet_libraries()
     folder = tmp_path_factory.mktemp("models") / "demo"

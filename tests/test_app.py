@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from bot.app.core import (
+from bot.app.application import (
     Accepted,
     App,
     CancelTarget,
@@ -65,7 +65,8 @@ async def test_submit_queues_a_batch_or_reports_and_a_key_returns_the_first(app)
     batch = await app.batch(1)
     assert (batch.submitter, batch.platform, batch.conversation, batch.priority) == \
         ("test:ALICE", "test", "C1", Priority.HIGH)
-    assert batch.meta == {"lang": "zh", "sheet": "sheet.csv", "context": {"reply": "here"}}
+    assert batch.meta == {"lang": "zh", "sheet": "sheet.csv", "context": {"reply": "here"},
+                          "version": 0}  # (this app recorded no versions)
     again = await app.submit(ALICE, "social_thumb", sheet(3), pictures, SubmitOptions(key="k1"))
     assert again == Accepted(1, 3, created=False, report=None)  # a retried request
 
@@ -188,6 +189,16 @@ async def test_a_schedule_keeps_its_sheet_and_pictures_and_fires_through_intake(
     assert await app.fire(row, made.next.timestamp()) == batch  # one firing, one batch
     await app.unschedule(BOSS, row.id)
     assert (await raised(app.unschedule(BOSS, row.id), NotFound)).code == "no_schedule"
+    # A scheduled sweep: checked when made, expanded at each firing.
+    assert (await raised(app.schedule(BOSS, "0 9 * * *", "UTC", "social_thumb", sheet(2),
+                                      pictures, vary=("width=1",)), Invalid)).code == "too_small"
+    swept = await app.schedule(BOSS, "0 9 * * *", "UTC", "social_thumb", sheet(2), pictures,
+                               vary=("width=256,512",))
+    assert isinstance(swept, Scheduled)
+    (row,) = await app.schedules.all()
+    batch = await app.fire(row, swept.next.timestamp())
+    assert sorted(j.values["width"] for j in await app.queue.batch_jobs(batch)) == \
+        [256, 256, 512, 512]
 
 
 async def test_grant_and_revoke_through_the_app(app):

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from openpyxl import load_workbook
 
 from bot.chat.commands import COMMANDS
-from tests.chatfake import MemoryPlatform, World
+from bot.settings import assets_dir
 from tests.conftest import ROOT, executor_config
+from tests.fakes.chat import MemoryPlatform, World
 
 BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
 
@@ -138,9 +139,9 @@ async def test_queue_names_each_executor_and_jobs_no_executor_takes(world):
     await workers.stopped("cf:3")
     (queue,) = await world.send("/queue")
     assert queue.text.splitlines()[-1] == \
-        "2 queued jobs need sd15, which no running executor takes."
+        "2 queued jobs need model sd15, which no running executor takes."
     (zh,) = await world.send("/queue", lang="zh")
-    assert zh.text.splitlines()[-1] == "2 个排队任务需要 sd15，没有运行中的执行器接收。"
+    assert zh.text.splitlines()[-1] == "2 个排队任务需要 模型 sd15，没有运行中的执行器接收。"
 
 
 async def test_gen_finds_the_file_named_or_the_latest_sheet_else_lists_what_it_has(world):
@@ -165,6 +166,74 @@ async def test_gen_finds_the_file_named_or_the_latest_sheet_else_lists_what_it_h
     assert await world.queue.batches_of("test:U1") == [1, 2]
 
 
+async def test_a_big_sweep_says_what_it_costs_and_waits_for_a_yes(tmp_path, demo_models):
+    async with World(config(tmp_path, demo_models, confirm_over=5)) as w:
+        await upload(w)
+        command = "/gen social_thumb sheet.csv --vary width=256,512 --vary 比例=1:1,4:5"
+        (ask,) = await w.send(command)  # 2 rows × 4: past 5
+        assert ask.text.startswith("This sweep makes 8 jobs (2 rows × 4 each) on no model "
+                                   "(image operations only), about")
+        assert ask.text.endswith(f"with --yes:\n{command} --yes")
+        (button,) = ask.buttons
+        assert (button.label, button.command) == ("Queue 8 jobs", f"{command} --yes")
+        assert await w.queue.batches_of("test:U1") == []  # nothing queued yet
+        accepted, _ = await w.send(button.command)  # the button, or the line typed
+        assert accepted.text.startswith("Batch 1 accepted: 8 social_thumb jobs")
+        small, _ = await w.send("/gen social_thumb sheet.csv --vary width=256,512")
+        assert small.text.startswith("Batch 2 accepted: 4 social_thumb jobs")  # no question
+        (bad,) = await w.send("/gen social_thumb sheet.csv --vary widht=256")
+        assert bad.text.startswith('--vary "widht": this template has no such value')
+        (no_seed,) = await w.send("/gen social_thumb sheet.csv --seeds 3")
+        assert no_seed.text.startswith('Template "social_thumb" has no seed parameter')
+
+
+async def test_refine_shows_the_counts_and_offers_the_next_sweep(world):
+    from bot.app.permissions import Who
+    from tests.fakes.jobs import finish_all
+    await upload(world, rows=1)
+    await world.send("/gen social_thumb sheet.csv --vary width=256,512,768")
+    for job in await finish_all(world.app, 1):
+        await world.app.rate(Who("test", "U1"), job.id,
+                             "keep" if job.values["width"] == 768 else "reject")
+    (answer,) = [p for p in await world.send("/refine 1") if p.buttons]  # (and the images)
+    assert answer.text.splitlines() == [
+        "Batch 1: 3 images rated. Kept, by value:",
+        "  width = 256: kept 0 of 1 rated (0%)", "  width = 512: kept 0 of 1 rated (0%)",
+        "  width = 768: kept 1 of 1 rated (100%) ← best",
+        "Next, narrowed around the best:", "/gen social_thumb sheet.csv --vary width=640,768"]
+    (run_it,) = answer.buttons
+    assert run_it.command == "/gen social_thumb sheet.csv --vary width=640,768"
+    (batch, _) = await world.send(run_it.command)  # pressed: the next sweep is queued
+    assert batch.text.startswith("Batch 2 accepted: 2 social_thumb jobs")
+
+
+async def test_compare_runs_both_and_ab_tallies_the_keeps(world):
+    from bot.app.permissions import Who
+    from tests.fakes.jobs import finish_all
+    await world.app.record_versions("test")
+    await upload(world, rows=2)
+    accepted, _ = await world.send("/gen social_thumb@1 social_thumb sheet.csv --compare")
+    assert accepted.text.startswith("Batch 1 accepted: 4 social_thumb jobs")
+    (alone,) = await world.send("/gen social_thumb --compare")
+    assert alone.text.startswith("--compare runs each row through two templates")
+    (typo,) = await world.send("/gen social_thumb sheet.csv --compare")  # (B: a template)
+    assert typo.text.startswith('no template "sheet.csv"')
+    (extra,) = await world.send("/gen social_thumb a.csv b.csv")
+    assert extra.text.startswith('unexpected "b.csv"')
+    jobs = await finish_all(world.app, 1)
+    me = Who("test", "U1")
+    await world.app.rate(me, jobs[0].id, "keep")  # row 2: A kept, B rejected: A wins
+    await world.app.rate(me, jobs[1].id, "reject")
+    await world.app.rate(me, jobs[2].id, "keep")  # row 3: both kept: a tie
+    await world.app.rate(me, jobs[3].id, "keep")
+    (tally,) = [p for p in await world.send("/ab 1") if p.text.startswith("Batch 1, ")]
+    assert tally.text.splitlines() == [
+        "Batch 1, 2 of 2 rows rated:",
+        "  A social_thumb@1: kept in 1 rows where the other was not",
+        "  B social_thumb@1: kept in 0 rows where the other was not",
+        "  tie (both or neither kept): 1"]
+
+
 async def test_a_platform_hint_says_how_to_send_a_file(tmp_path, demo_models):
     group = MemoryPlatform("test", file_hint="file_hint_dm")
     async with World(config(tmp_path, demo_models), [group]) as w:
@@ -182,7 +251,7 @@ async def test_a_bad_sheet_is_reported_by_cell_and_nothing_is_queued(world):
         "bad.csv: 2 of 2 rows have problems; nothing was queued.",
         'row 2, column "width": 12 is less than 64',
         'row 3, column "image": no image "missing.png" among the files sent with the sheet or '
-        f"in the assets folder ({world.app.config.assets_dir.resolve()}): send it with the sheet"]
+        f"in the assets folder ({assets_dir(world.app.config).resolve()}): send it with the sheet"]
     assert await world.queue.batches_of("test:U1") == []
     # --skip-invalid: the good rows go ahead, the report says which were skipped
     good = p.upload("mixed.csv", b"image,title\nbottle.png,A\nmissing.png,B\n")

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import socket
 import subprocess
 import time
-import urllib.request
 
 import pytest
 
-from bot.cli.genbot import main
+from bot.cli import main, plugins
 from storage import config as cfg
 from storage.queue import NewJob, Priority, Submission, open_queue
 from tests.conftest import PYTHON, ROOT, free_port, python_env
+from tests.fakes.jobs import finish_all
+from tests.fakes.service import get_json
 
 BOTTLE_BYTES = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
 
@@ -86,11 +86,6 @@ def test_unreachable_database_is_reported_plainly(workdir, capsys, monkeypatch):
     assert "secret" not in err and "Traceback" not in err
 
 
-def get_json(url: str):
-    with urllib.request.urlopen(url, timeout=2) as response:
-        return response.status, json.loads(response.read())
-
-
 @pytest.mark.slow
 def test_serve_runs_on_defaults_answers_healthz_and_stops_on_sigterm(tmp_path):
     port = free_port()
@@ -152,6 +147,7 @@ def test_templates_show_and_broken_ones(workdir, capsys):
     assert code == 0
     assert [line.split()[0] for line in out.splitlines()] == [
         "material_swap", "product_main", "social_thumb"]
+    assert run_cli(capsys, "template", "list") == (code, out)  # the same command
     code, out = run_cli(capsys, "template", "show", "product_main")
     assert code == 0 and "sku" in out and "货号" in out and "1..100" in out
     assert "output files: {sku}/{row}.png" in out
@@ -236,6 +232,25 @@ def test_validate_reports_like_the_bot(workdir, capsys):
     assert not (workdir / "data").exists()  # validating stores nothing
 
 
+@pytest.mark.parametrize("content, says", [
+    (b"[" * 100_000 + b"]" * 100_000, "wf.json: line 1 column 65: nested more than 64 deep"),
+    (b'{"3": {"class_type": "K\xffS"}}',
+     "wf.json: line 1: not UTF-8 text (byte 0xff at offset 23): save it as UTF-8"),
+])
+def test_template_import_of_a_hostile_file_exits_with_one_line(tmp_path, content, says):
+    """The real command in its own process (its own stack and recursion limit): exit 1, one
+    line on stderr, nothing written (docs/comfyui.md)."""
+    (tmp_path / "wf.json").write_bytes(content)
+    (tmp_path / "config.toml").write_text('[templates]\ndir = "t"\n')
+    env = python_env()
+    env.pop("GENBOT_CONFIG", None)
+    done = subprocess.run([PYTHON, "-m", "bot.cli", "template", "import", "wf.json", "--name",
+                           "w"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", f"genbot: {says}\n")
+    assert not (tmp_path / "t").exists()
+
+
 def test_unknown_template_lists_the_known_ones(workdir, capsys):
     with pytest.raises(SystemExit) as e:
         main(["template", "show", "prodct_main"])
@@ -273,3 +288,152 @@ def test_check_config_checks_that_model_paths_exist(workdir, capsys, tmp_path):
     assert main(["check-config", "--config", str(config)]) == 1
     err = capsys.readouterr().err
     assert "config has problems" in err and "[models] sdxl:" in err and "nowhere" in err
+
+
+# --- commands by entry point (bot.cli.plugins) --------------------------------------------
+
+class FakePoint:
+    """An entry point of the `genbot.commands` group, loading what it was given."""
+
+    def __init__(self, name, obj):
+        self.name, self.value = name, f"tests.fake:{name}"
+        self.obj = obj
+
+    def load(self):
+        if isinstance(self.obj, Exception):
+            raise self.obj
+        return self.obj
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    """Make these the group's entry points (none: a machine with the bot alone)."""
+    def install(*points):
+        monkeypatch.setattr(plugins, "entry_points",
+                            lambda group: list(points) if group == plugins.GROUP else [])
+        plugins.installed.cache_clear()
+    yield install
+    plugins.installed.cache_clear()
+
+
+def help_text(capsys) -> str:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    return capsys.readouterr().out
+
+
+def test_the_executors_commands_come_from_its_entry_point(capsys):
+    from executor import cli
+    plugins.installed.cache_clear()
+    assert [(p.name, p.register, p.checks) for p in plugins.installed()] == [
+        ("executor", cli.register, cli.checks)]
+    out = help_text(capsys)
+    assert "worker" in out and "models" in out
+
+
+def test_without_the_executor_the_bots_commands_still_work(workdir, capsys, installed):
+    installed()
+    out = help_text(capsys)
+    assert "serve" in out and "templates" in out and "worker" not in out and "models" not in out
+    assert main(["templates"]) == 0 and "social_thumb" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # argparse: invalid choice
+        main(["worker"])
+    assert "invalid choice: 'worker'" in capsys.readouterr().err
+    (workdir / "c.toml").write_text('[models]\nsdxl = "./nowhere"\n')  # nobody to check it
+    assert main(["check-config", "--config", "c.toml"]) == 0
+    assert capsys.readouterr().out.startswith("config OK (")
+
+
+def test_a_plugin_that_does_not_load_is_named_and_left_out(workdir, capsys, installed):
+    from executor import cli
+    installed(FakePoint("broken", ModuleNotFoundError("No module named 'gone'")),
+              FakePoint("executor", cli))
+    assert main(["templates"]) == 0
+    err = capsys.readouterr().err
+    assert err.strip() == ("genbot: leaving out the commands of broken (tests.fake:broken): "
+                           "ModuleNotFoundError: No module named 'gone'")
+    assert "worker" in help_text(capsys)
+
+
+def test_a_plugins_command_and_checks(workdir, capsys, installed):
+    import types
+
+    def register(subparsers, common):
+        hello = subparsers.add_parser("hello", parents=[common], help="say hello")
+        hello.set_defaults(func=lambda args: print(f"hello, {args.config}") or 3)
+
+    def checks(config):
+        return [f"[extra] from {config.source}"]
+
+    installed(FakePoint("extra", types.SimpleNamespace(register=register, checks=checks)),
+              FakePoint("clash", types.SimpleNamespace(register=lambda sub, common:
+                                                       sub.add_parser("serve"))))
+    assert main(["hello", "--config", "x.toml"]) == 3
+    out = capsys.readouterr()
+    assert out.out == "hello, x.toml\n"
+    assert "leaving out the commands of clash (tests.fake:clash): ArgumentError:" in out.err
+    assert main(["check-config"]) == 1
+    assert "  [extra] from built-in defaults" in capsys.readouterr().err.splitlines()
+
+
+# --- genbot job: acting on a finished image over the REST API ------------------------------
+
+async def test_genbot_job_again_keep_and_lineage_talk_to_the_api(tmp_path, demo_models, capsys):
+
+
+    from bot.app.application import Accepted, SubmitOptions
+    from bot.app.permissions import Who
+    from bot.intake.check import SheetFile
+    from tests.fakes.api import ALICE, BOB, ApiWorld, api_config
+
+    async def pictures(name: str) -> bytes | None:
+        return BOTTLE_BYTES
+
+    async with ApiWorld(api_config(tmp_path, demo_models)) as w:
+        done = await w.app.submit(Who("api", "alice", "api"), "product_main", SheetFile(
+            "p.csv", b"sku,product_image,prompt,steps\nA1,bottle.png,a bottle,4\n"), pictures,
+            SubmitOptions(wait_for_executor=True))
+        assert isinstance(done, Accepted)
+        (job,) = await finish_all(w.app, done.batch_id)  # finished, as an executor would
+        parent = job.id
+
+        async def genbot(*argv: str, token: str = ALICE) -> tuple[int, str, str]:
+            code = await asyncio.to_thread(main, ["job", *argv, "--server", w.url,
+                                                  "--token", token])
+            out, err = capsys.readouterr()
+            return code, out, err
+
+        code, out, err = await genbot("again", str(parent), "-n", "2", "--idempotency-key", "k")
+        assert (code, out) == (0, f"batch 2: again of job {parent} -> jobs 2, 3\n"), err
+        code, out, _ = await genbot("again", str(parent), "-n", "2", "--idempotency-key", "k")
+        assert out == f"batch 2: again of job {parent} -> jobs 2, 3 " \
+                      "(asked before: nothing new queued)\n"
+        assert (await genbot("keep", str(parent)))[1] == f"job {parent}: kept\n"
+        code, out, _ = await genbot("lineage", "3")
+        assert out.splitlines() == [f"job 3 (batch 2, row 2): again of job {parent}, queued, "
+                                    "not rated",
+                                    f"made from: job {parent} (batch 1, succeeded, kept)",
+                                    "children: -"]
+        code, out, _ = await genbot("lineage", str(parent))
+        assert out.splitlines()[1:] == ["made from: -", "children: job 2 (again, batch 2, "
+                                        "queued), job 3 (again, batch 2, queued)"]
+        assert (await genbot("unkeep", str(parent)))[1] == f"job {parent}: not rated\n"
+        # Refused: one line, as chat words it, and exit 1.
+        for argv, token, says in ((("again", "99"), ALICE, "There is no job 99."),
+                                  (("again", str(parent)), BOB, "submitted by api:alice"),
+                                  (("edit", str(parent), "steps=many"), ALICE,
+                                   'steps: "many" is not a whole number'),
+                                  (("reject", "3"), ALICE, "")):
+            code, out, err = await genbot(*argv, token=token)
+            assert (code, out) == (1, ""), (argv, out, err)
+            assert says in err and err.count("\n") == 1, err
+
+        # genbot submit sweeps: --vary once per axis, --seeds.
+        sheet = tmp_path / "p.csv"
+        sheet.write_bytes(b"sku,product_image,prompt\nA1,assets/bottle.png,a bottle\n")
+        code = await asyncio.to_thread(main, [
+            "submit", "product_main@1", str(sheet), "--vary", "steps=1..3", "--vary",
+            "CFG=3,5", "--seeds", "2", "--wait-for-executor", "--server", w.url,
+            "--token", ALICE])
+        out, err = capsys.readouterr()
+        assert code == 0 and out.startswith("batch 3: 12 product_main@1 jobs"), out + err

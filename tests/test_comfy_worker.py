@@ -1,4 +1,4 @@
-"""The ComfyUI executor against a ComfyUI server on loopback (tests/comfyfake.py): rows
+"""The ComfyUI executor against a ComfyUI server on loopback (tests/fakes/comfyui.py): rows
 run as prompts and come back as images, and every fault ends in a clear per-row outcome,
 nothing run twice that finished, nothing lost."""
 
@@ -11,47 +11,21 @@ import time
 import uuid
 from pathlib import Path
 
+import msgspec
 import pytest
 from PIL import Image
 
 from bot.intake.check import SheetRows, check_sheet
-from executor.comfy_worker import ComfyWorker
+from executor.worker import executor_loop
 from storage.files import open_store
 from storage.queue import Status, Submission, open_queue
 from storage.workers import Workers
-from tests.comfyfake import FakeComfy, read_fake_info
+from templates.settings import templates_dir
 from tests.conftest import ROOT, executor_config
-from tests.test_comfy_template import TXT2IMG, WORKFLOWS
+from tests.fakes.comfyui import FakeComfy, read_fake_info
+from tests.fakes.workflows import WORKFLOWS, templates
 
 BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
-IMG2IMG = {**{k: v for k, v in TXT2IMG.items() if k != "5"},
-           "10": {"class_type": "LoadImage", "inputs": {"image": "example.png",
-                                                        "upload": "image"},
-                  "_meta": {"title": "Photo"}},
-           "12": {"class_type": "VAEEncode", "inputs": {"pixels": ["10", 0], "vae": ["4", 2]}}}
-IMG2IMG["3"] = {**TXT2IMG["3"], "inputs": {**TXT2IMG["3"]["inputs"], "latent_image": ["12", 0],
-                                           "denoise": 0.7}}
-TXT2IMG_CKPT = json.loads(json.dumps(TXT2IMG).replace("sd15.safetensors",
-                                                      "dreamshaper_8.safetensors"))
-IMG2IMG = json.loads(json.dumps(IMG2IMG).replace("sd15.safetensors", "dreamshaper_8.safetensors"))
-
-
-def templates(folder: Path) -> Path:
-    folder.mkdir()
-    common = {"prompt": {"type": "text", "required": True, "to": ["Positive.text"]},
-              "seed": {"type": "seed", "to": ["3.seed"]},
-              "steps": {"type": "int", "to": ["3.steps"]}}
-    for name, workflow, extra in (
-            ("portrait", TXT2IMG_CKPT, {}),
-            ("photo", IMG2IMG, {"picture": {"type": "image", "required": True,
-                                            "to": ["Photo.image"]}})):
-        (folder / f"{name}.workflow.json").write_text(json.dumps(workflow))
-        (folder / f"{name}.json").write_text(json.dumps({
-            "name": name, "engine": "comfyui", "workflow": f"{name}.workflow.json",
-            "params": {**common, **extra}, "output": "{prompt}/{row}.png"}))
-    return folder
-
-
 class Rig:
     """A queue on a SQLite file, and the ComfyUI executor for one server, in this process."""
 
@@ -66,7 +40,8 @@ class Rig:
     async def __aenter__(self) -> Rig:
         self.queue = await open_queue(self.config)
         self.store = open_store(self.config)
-        self.worker = ComfyWorker(self.config, self.queue, self.comfy.url, owner="comfy:1")
+        self.worker = executor_loop(self.config, self.queue, comfyui=self.comfy.url,
+                                    owner="comfy:1")
         return self
 
     def start(self) -> None:
@@ -79,8 +54,8 @@ class Rig:
         await self.queue.close()
 
     async def submit(self, template: str, rows: list[dict]) -> int:
-        from executor.workflow import load_templates
-        t = load_templates(self.config.templates_dir)[0][template]
+        from templates.loader import load_templates
+        t = load_templates(templates_dir(self.config))[0][template]
 
         async def pictures(name: str) -> bytes | None:
             return BOTTLE if name == "bottle.png" else None
@@ -106,6 +81,22 @@ class Rig:
 
     def image(self, relative: str) -> bytes:
         return self.store.path(relative).read_bytes()
+
+    async def worker_process(self, service: str = "") -> asyncio.subprocess.Process:
+        """`genbot worker --comfyui URL` on this queue, as `genbot serve` runs one per
+        server; `service`: more [service] lines (e.g. the log format)."""
+        import os
+        import subprocess
+        import sys
+        config_file = self.config.data_dir.parent / "config.toml"
+        config_file.write_text(
+            f'[service]\ndata_dir = "{self.config.data_dir}"\n{service}'
+            f'[templates]\ndir = "{templates_dir(self.config)}"\n'
+            '[queue]\npoll_interval = 0.1\nheartbeat_seconds = 0.5\n')
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot.cli", "worker", "--config", str(config_file),
+            "--comfyui", self.comfy.url, cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE)
 
 
 @pytest.fixture
@@ -143,7 +134,7 @@ async def test_each_row_runs_as_a_prompt_and_its_image_comes_back_with_metadata(
         assert len(comfy.uploads) == 1 and next(iter(comfy.uploads)).startswith("genbot-")
         assert {p["prompt"]["10"]["inputs"]["image"] for p in comfy.prompts} == \
             set(comfy.uploads)
-        assert {p["client_id"] for p in comfy.prompts} == {rig.worker.client_id}
+        assert {p["client_id"] for p in comfy.prompts} == {rig.worker.engine.client_id}
         assert [p["prompt_id"] for p in comfy.prompts] == [
             json.loads(Image.open(io.BytesIO(rig.image(j.outputs[0]))).info["genbot"])
             ["prompt_id"] for j in jobs]
@@ -154,18 +145,85 @@ async def test_each_row_runs_as_a_prompt_and_its_image_comes_back_with_metadata(
         assert steps[-1]["node"] == "KSampler" and steps[-1]["row"] == 3
 
 
+async def test_vary_feeds_the_parent_image_into_the_image_input_and_again_draws_new_seeds(
+        tmp_path, demo_models, comfy):
+    """App.act on a ComfyUI image, through the real executor: vary uploads the parent's
+    file and names it in the template's image input (LoadImage "Photo"), with new seeds;
+    again keeps the row's picture and draws new seeds; two children of one ask each keep
+    their own file."""
+    import hashlib
+
+    from bot.app.application import App, load_templates
+    from bot.app.iterate import ActionRequest
+    from bot.app.permissions import Who
+    from bot.errors import Invalid
+    from templates.jobs import ComfyJob, Upload, decode
+    async with Rig(tmp_path, demo_models, comfy) as rig:
+        rig.start()
+        app = App(rig.config, rig.queue, rig.store, load_templates(rig.config))
+        (parent,) = await rig.finished(await rig.submit("photo", [
+            {"prompt": "red bottle", "seed": 11, "picture": "bottle.png"}]))
+        assert parent.status == Status.SUCCEEDED, parent.error
+        (bottle,) = comfy.uploads  # the row's picture, uploaded for the parent
+        me = Who("test", "U1")  # Rig.submit's submitter: the image is theirs
+
+        def prompt_of(job_id: int) -> dict:
+            (p,) = [p for p in comfy.prompts if p["extra_data"]["genbot"]["job"] == job_id]
+            return p["prompt"]
+
+        # The executor has registered (allow: comfyui:photo): the placement check passes.
+        varied = await rig.finished((await app.act(
+            me, parent.id, ActionRequest("vary", count=2))).batch_id)
+        assert [c.status for c in varied] == [Status.SUCCEEDED] * 2, [c.error for c in varied]
+        assert {(c.parent_job_id, c.action) for c in varied} == {(parent.id, "vary")}
+        made = rig.image(parent.outputs[0])
+        (sent,) = [name for name, data in comfy.uploads.items() if data == made]
+        assert sent != bottle and sent.startswith("genbot-")
+        folder = f"outputs/batch_{varied[0].batch_id}/red bottle"
+        assert [c.outputs for c in varied] == [[f"{folder}/2.png"], [f"{folder}/2_2.png"]]
+        for child in varied:
+            bound = decode(child.workflow)
+            assert isinstance(bound, ComfyJob) and bound.named == {}  # not bottle.png now
+            assert bound.uploads == [Upload("10", "image", parent.outputs[0])]
+            assert child.values["picture"] == parent.outputs[0]
+            sampled = prompt_of(child.id)
+            assert sampled["10"]["inputs"]["image"] == sent  # LoadImage "Photo"
+            assert sampled["3"]["inputs"]["seed"] == child.values["seed"] != 11
+            assert sampled["6"]["inputs"]["text"] == "red bottle"
+            info = read_fake_info(rig.image(child.outputs[0]))  # its own, not its sibling's
+            assert info["image_sha256"] == hashlib.sha256(made).hexdigest()
+            assert info["seed"] == child.values["seed"]
+        varied_seeds = {c.values["seed"] for c in varied}
+        assert len(varied_seeds) == 2
+
+        redone = await rig.finished((await app.act(
+            me, parent.id, ActionRequest("again", count=2))).batch_id)
+        assert [c.status for c in redone] == [Status.SUCCEEDED] * 2, [c.error for c in redone]
+        seeds = [prompt_of(c.id)["3"]["inputs"]["seed"] for c in redone]
+        assert seeds == [c.values["seed"] for c in redone]
+        assert len(set(seeds)) == 2 and not ({11} | varied_seeds) & set(seeds)
+        assert {prompt_of(c.id)["10"]["inputs"]["image"] for c in redone} == {bottle}
+        assert [read_fake_info(rig.image(c.outputs[0]))["seed"] for c in redone] == seeds
+
+        # A template with no image input has nowhere to feed the picture: refused, saying so.
+        (plain,) = await rig.finished(await rig.submit("portrait", [{"prompt": "x", "seed": 1}]))
+        with pytest.raises(Invalid) as refused:
+            await app.act(me, plain.id, ActionRequest("vary"))
+        assert refused.value.code == "vary_no_image" and '"portrait"' in refused.value.render()
+
+
 @pytest.mark.skipif(WORKFLOWS is None, reason="no ../shared/comfyui-workflows")
 async def test_a_workflow_with_two_output_nodes_gives_both_images_named_in_order(
         tmp_path, demo_models, comfy):
-    from executor.comfy_template import import_workflow
+    from templates.comfy import import_workflow
     assert WORKFLOWS is not None
     source = WORKFLOWS / "comfyui-api__sd1.5-multi-output.json"
     async with Rig(tmp_path, demo_models, comfy) as rig:
         template, _ = import_workflow(json.loads(source.read_text()), str(source), "multi")
-        folder = rig.config.templates_dir
+        folder = templates_dir(rig.config)
         (folder / "multi.workflow.json").write_bytes(source.read_bytes())
         (folder / "multi.json").write_text(json.dumps(template))
-        rig.worker = ComfyWorker(rig.config, rig.queue, comfy.url, owner="comfy:1")
+        rig.worker = executor_loop(rig.config, rig.queue, comfyui=comfy.url, owner="comfy:1")
         rig.start()
         batch = await rig.submit("multi", [{"prompt": "a glass bottle", "seed": 5}])
         (job,) = await rig.finished(batch)
@@ -238,8 +296,9 @@ async def test_a_server_that_is_down_costs_no_attempt_and_says_so(tmp_path, demo
             return [w for w in await Workers.of(rig.queue).all()
                     if w.doing == ("server_down", [comfy.url])]
         (down,) = await rig.until(said_down)
-        from bot.web.api import _worker  # what GET /api/v1/workers and the dashboard show
-        assert _worker(down)["doing"] == {"what": "server_down", "models": [comfy.url]}
+        from bot.web.workers import Worker  # what GET /api/v1/workers and the dashboard show
+        shown = msgspec.to_builtins(Worker.of(down))
+        assert shown["doing"] == {"what": "server_down", "models": [comfy.url]}
         assert down.stats["server_error"].startswith("GET /object_info: ")
         assert (await rig.queue.batch_progress(batch)).counts == {"queued": 1}
         await comfy.start()
@@ -269,7 +328,7 @@ async def test_a_dropped_socket_is_reopened_and_the_job_finishes(tmp_path, demo_
         (job,) = await rig.finished(await rig.submit("portrait", [{"prompt": "x", "seed": 3,
                                                                    "steps": 12}]))
         assert job.status == Status.SUCCEEDED and len(comfy.prompts) == 1
-        assert comfy.sockets.count(rig.worker.client_id) == 2  # the same client, again
+        assert comfy.sockets.count(rig.worker.engine.client_id) == 2  # the same client, again
 
 
 async def test_a_late_history_is_waited_for_not_taken_for_a_loss(tmp_path, demo_models, comfy):
@@ -294,8 +353,8 @@ async def test_a_template_the_server_cannot_run_is_said_and_its_jobs_left_to_oth
         assert me.stats["cannot_run"] == {"photo": 'node 10 "Photo" needs LoadImage, which this '
                                           "server lacks (a custom node not installed?)"}
         assert (await rig.queue.batch_progress(photo)).counts == {"queued": 1}
-        from bot.web.api import _worker
-        assert _worker(me)["cannot_run"] == me.cannot_run == me.stats["cannot_run"]
+        from bot.web.workers import Worker
+        assert Worker.of(me).cannot_run == me.cannot_run == me.stats["cannot_run"]
         # Nor does a diffusers executor take it.
         assert await rig.queue.claim("gpu") is None
 
@@ -304,8 +363,8 @@ async def test_a_missing_model_file_is_said_at_start(tmp_path, demo_models):
     async with FakeComfy(checkpoints=["other.safetensors"]) as comfy, \
             Rig(tmp_path, demo_models, comfy) as rig:
         rig.start()
-        await rig.until(lambda: _true(rig.worker.cannot))
-        assert rig.worker.cannot["portrait"] == (
+        await rig.until(lambda: _true(rig.worker.engine.cannot))
+        assert rig.worker.engine.cannot["portrait"] == (
             'node 4 "Load Checkpoint" (CheckpointLoaderSimple) needs ckpt_name = '
             '"dreamshaper_8.safetensors", which this server does not have')
 
@@ -318,11 +377,11 @@ async def test_gen_in_chat_runs_on_comfyui_and_every_image_comes_to_the_thread(
         tmp_path, demo_models, comfy):
     """The whole way: a sheet and /gen in chat, jobs on the ComfyUI server, progress,
     each image and the summary in the batch's thread — the diffusers path's own code."""
-    from tests.chatfake import World
+    from tests.fakes.chat import World
     rig = Rig(tmp_path, demo_models, comfy)
     comfy.step_delay = 0.01
     async with World(rig.config) as w:
-        w.worker = ComfyWorker(rig.config, w.queue, comfy.url, owner="comfy:1")
+        w.worker = executor_loop(rig.config, w.queue, comfyui=comfy.url, owner="comfy:1")
         w.task = asyncio.create_task(w.worker.run())
         p = w.platform
         sheet = p.upload("sheet.csv", b"prompt,seed\nred bottle,1\nblue bottle,2\n")
@@ -342,23 +401,11 @@ async def test_gen_in_chat_runs_on_comfyui_and_every_image_comes_to_the_thread(
 @pytest.mark.slow
 async def test_genbot_worker_comfyui_runs_as_its_own_process(tmp_path, demo_models, comfy):
     """`genbot worker --comfyui URL`, the process `genbot serve` supervises per server."""
-    import os
-    import subprocess
-    import sys
-
     from storage.workers import Workers as W
     rig = Rig(tmp_path, demo_models, comfy)
-    config_file = tmp_path / "config.toml"
-    config_file.write_text(
-        f'[service]\ndata_dir = "{rig.config.data_dir}"\n'
-        f'[templates]\ndir = "{rig.config.templates_dir}"\n'
-        '[queue]\npoll_interval = 0.1\nheartbeat_seconds = 0.5\n')
     async with rig:
         batch = await rig.submit("portrait", [{"prompt": "from a process", "seed": 9}])
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cli", "worker", "--config", str(config_file),
-            "--comfyui", comfy.url, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stderr=subprocess.PIPE)
+        process = await rig.worker_process()
         try:
             (job,) = await rig.finished(batch, timeout=60)
             assert job.status == Status.SUCCEEDED and job.lease_owner.endswith(f":{process.pid}")
@@ -380,7 +427,7 @@ async def test_serve_runs_one_supervised_executor_per_comfyui_server(tmp_path, d
         rig = Rig(tmp_path, demo_models, a)  # (links the demo models, writes the templates)
         file = tmp_path / "config.toml"  # the executors are processes: they read the file
         file.write_text(f'[service]\ndata_dir = "{rig.config.data_dir}"\nport = 0\n'
-                        f'[templates]\ndir = "{rig.config.templates_dir}"\n'
+                        f'[templates]\ndir = "{templates_dir(rig.config)}"\n'
                         f'[comfyui]\nservers = ["{a.url}", "{b.url}"]\n')
         config = cfg.load(str(file), env={})
         service = Service(config, executor=True, platforms=[])
@@ -417,7 +464,7 @@ async def test_genbot_run_runs_a_comfyui_template_on_the_configured_server(
     rig = Rig(tmp_path, demo_models, comfy)
     (tmp_path / "config.toml").write_text(
         f'[service]\ndata_dir = "{rig.config.data_dir}"\n'
-        f'[templates]\ndir = "{rig.config.templates_dir}"\n'
+        f'[templates]\ndir = "{templates_dir(rig.config)}"\n'
         f'[comfyui]\nservers = ["{comfy.url}"]\n[queue]\npoll_interval = 0.1\n')
     (tmp_path / "sheet.csv").write_text("prompt,seed\nhello,4\n")
     process = await asyncio.create_subprocess_exec(
@@ -453,15 +500,15 @@ def test_genbot_run_of_a_comfyui_template_without_servers_says_what_to_set(
                                   "comfyui__sd-1.5-lora-0.json"])
 async def test_workflows_exported_by_others_import_and_run(tmp_path, demo_models, comfy, file):
     """Imported as they are, a row each: its prompt and seed reach the server's sampler."""
-    from executor.comfy_template import import_workflow
+    from templates.comfy import import_workflow
     assert WORKFLOWS is not None
     source = WORKFLOWS / file
     async with Rig(tmp_path, demo_models, comfy) as rig:
         template, _ = import_workflow(json.loads(source.read_text()), str(source), "theirs")
-        folder = rig.config.templates_dir
+        folder = templates_dir(rig.config)
         (folder / "theirs.workflow.json").write_bytes(source.read_bytes())
         (folder / "theirs.json").write_text(json.dumps(template))
-        rig.worker = ComfyWorker(rig.config, rig.queue, comfy.url, owner="comfy:1")
+        rig.worker = executor_loop(rig.config, rig.queue, comfyui=comfy.url, owner="comfy:1")
         rig.start()
         row = {"prompt": "a lighthouse at dusk", "seed": 77, "steps": 3}
         if "image" in template["params"]:
@@ -470,3 +517,153 @@ async def test_workflows_exported_by_others_import_and_run(tmp_path, demo_models
         assert job.status == Status.SUCCEEDED, job.error
         info = read_fake_info(rig.image(job.outputs[0]))
         assert info["prompt"] == "a lighthouse at dusk" and info["seed"] == 77
+
+
+# --- hostile or broken servers: one row fails, saying why; the executor lives on -----------
+
+ODD = "odd answer from the ComfyUI server: "
+KEPT = "it is not an image or a video genbot keeps (PNG, JPEG, WebP, GIF, WebM, MP4)"
+REFUSED = {  # FakeComfy(hostile=…) -> the row's error ({url}: the server's)
+    "html": f"node 9 (SaveImage): x_00001_.html: {KEPT}; it starts as markup (HTML, SVG or XML)",
+    "text_png": f"node 9 (SaveImage): x_00001_.png: {KEPT}; it starts as text",
+    "bomb": "node 9 (SaveImage): x_00001_.png: it declares 100000×100000 pixels, more than the "
+            "limit of 89478485 (MAX_IMAGE_PIXELS)",
+    "huge_view": f"{ODD}node 9 (SaveImage): x_00001_.png: GET /view answers more than 1024 MB",
+    "nul_name": f'{ODD}node 9 (SaveImage): refused the file name "x_00001_\\x00.png" from '
+                "ComfyUI server {url}: it holds a control or invisible character",
+    "dotdot_name": f'{ODD}node 9 (SaveImage): refused the file name "../../.." from ComfyUI '
+                   "server {url}: it leads out of its folder",
+    "odd_type": f'{ODD}node 9 (SaveImage): x_00001_.png: its type is "../input", not output, '
+                "temp or input",
+    "odd_node": f'{ODD}the history names an output of node "²", which is no node id',
+    "outputs_list": f"{ODD}the history entry's outputs are a list, not an object",
+    "images_string": f"{ODD}node 9 (SaveImage): its images are a string, not a list",
+    "status_list": f"{ODD}the history entry's status is a list, not an object",
+    "entry_list": f"{ODD}the history entry is a list, not an object",
+    "history_list": f"{ODD}GET /history/{{prompt}}: a list, not an object",
+    "odd_prompt_id": f'{ODD}POST /prompt: the prompt_id "../../queue" is no prompt id',
+    "history_500": "the ComfyUI server went down 3 times while running this row (last: GET "
+                   "/history/{prompt}: HTTP 500 boom 2030-01-01 INFO genbot: forged\\x1b[2J)",
+}
+
+
+@pytest.mark.parametrize("mode", sorted(REFUSED))
+async def test_a_hostile_or_broken_answer_fails_the_row_saying_why_and_stores_nothing(
+        tmp_path, demo_models, mode):
+    async with FakeComfy(hostile=mode) as comfy, Rig(tmp_path, demo_models, comfy) as rig:
+        rig.start()
+        batch = await rig.submit("portrait", [{"prompt": "x", "seed": 1}])
+        (job,) = await rig.finished(batch)
+        assert job.status == Status.FAILED and job.attempts == 1 and job.outputs == []
+        prompt = comfy.prompts[-1]["prompt_id"]
+        assert job.error == REFUSED[mode].format(url=comfy.url, prompt=prompt)
+        folder = rig.store.path(f"outputs/batch_{batch}")
+        assert not folder.exists() or not [p for p in folder.rglob("*") if p.is_file()]
+        # The executor lives on: the same one runs the next row once the server behaves.
+        comfy.hostile = None
+        (good,) = await rig.finished(await rig.submit("portrait", [{"prompt": "y", "seed": 2}]))
+        assert good.status == Status.SUCCEEDED and not rig.task.done()
+        assert len({p["client_id"] for p in comfy.prompts}) == 1
+
+
+@pytest.mark.parametrize(("mode", "suffix"), [("png_named_html", ".png"), ("jpeg", ".jpg"),
+                                               ("webm", ".webm"), ("mp4", ".mp4")])
+async def test_an_output_is_named_by_its_bytes_not_by_the_servers_name(
+        tmp_path, demo_models, mode, suffix):
+    from storage.media import sniff_file
+    async with FakeComfy(hostile=mode) as comfy, Rig(tmp_path, demo_models, comfy) as rig:
+        rig.start()
+        batch = await rig.submit("portrait", [{"prompt": "clip", "seed": 1}])
+        (job,) = await rig.finished(batch)
+        assert job.status == Status.SUCCEEDED, job.error
+        assert job.outputs == [f"outputs/batch_{batch}/clip/2{suffix}"]
+        assert sniff_file(rig.store.path(job.outputs[0])).suffix == suffix
+
+
+async def test_a_servers_error_text_cannot_forge_a_line(tmp_path, demo_models, comfy, caplog):
+    """ComfyUI's error texts hold line breaks (its tips) and may hold anything: the row's
+    error is one line, terminal escapes and NULs shown, not sent."""
+    comfy.fail_node = {"node_type": "KSampler", "exception_type": "RuntimeError\x1b[2J",
+                       "message": "bad input\n2030-01-01 00:00:00 INFO genbot: job done\r\n"
+                                  "\x1b[31mforged\x00"}
+    async with Rig(tmp_path, demo_models, comfy) as rig:
+        rig.start()
+        (job,) = await rig.finished(await rig.submit("portrait", [{"prompt": "x", "seed": 1}]))
+    assert job.status == Status.FAILED
+    assert job.error == ("node 3 (KSampler): RuntimeError\\x1b[2J: bad input 2030-01-01 "
+                         "00:00:00 INFO genbot: job done \\x1b[31mforged\\x00")
+    failed = [r for r in caplog.records if r.getMessage() == "job failed"]
+    assert failed and failed[0].error == job.error
+
+
+async def test_an_odd_name_for_an_uploaded_picture_fails_the_row(tmp_path, demo_models):
+    async with FakeComfy(hostile="odd_upload_name") as comfy, \
+            Rig(tmp_path, demo_models, comfy) as rig:
+        rig.start()
+        batch = await rig.submit("photo", [{"prompt": "x", "picture": "bottle.png"}])
+        (job,) = await rig.finished(batch)
+        assert job.status == Status.FAILED and job.attempts == 1 and not comfy.prompts
+        assert job.error.startswith(f"{ODD}POST /upload/image genbot-")
+        assert job.error.endswith(f'refused the file name "../../x.png" from ComfyUI server '
+                                  f"{comfy.url}: it leads out of its folder")
+
+
+async def test_an_odd_object_info_is_read_as_far_as_it_goes(tmp_path, demo_models):
+    """A class described as a list, inputs as a string: nothing to check there, and the
+    executor connects and runs the row (ComfyUI itself validates the prompt)."""
+    async with FakeComfy(hostile="odd_object_info") as comfy, \
+            Rig(tmp_path, demo_models, comfy) as rig:
+        rig.start()
+        (job,) = await rig.finished(await rig.submit("portrait", [{"prompt": "x", "seed": 1}]))
+        assert job.status == Status.SUCCEEDED
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["nul_name", "odd_node", "html"])
+async def test_the_worker_process_outlives_a_hostile_server(tmp_path, demo_models, mode):
+    """`genbot worker --comfyui URL` as `genbot serve` runs it: the row fails with its
+    reason (not "lease expired" after the process died three times), the process stays."""
+    async with FakeComfy(hostile=mode) as comfy:
+        rig = Rig(tmp_path, demo_models, comfy)
+        async with rig:
+            batch = await rig.submit("portrait", [{"prompt": "x", "seed": 1}])
+            process = await rig.worker_process('log_format = "json"\n')
+            try:
+                (job,) = await rig.finished(batch, timeout=60)
+                assert job.status == Status.FAILED and job.attempts == 1
+                assert job.error == REFUSED[mode].format(url=comfy.url,
+                                                         prompt=comfy.prompts[-1]["prompt_id"])
+                comfy.hostile = None
+                (good,) = await rig.finished(
+                    await rig.submit("portrait", [{"prompt": "y", "seed": 2}]), timeout=60)
+                assert good.status == Status.SUCCEEDED
+                assert good.lease_owner == job.lease_owner  # the same process
+                assert process.returncode is None
+            finally:
+                process.terminate()
+                _, err = await process.communicate()
+        assert b"Traceback" not in err
+        lines = err.decode().splitlines()
+        assert all(json.loads(line) for line in lines)  # every log line one JSON object
+
+
+async def test_a_video_output_goes_to_the_thread_as_a_file_and_the_summary_still_comes(
+        tmp_path, demo_models):
+    """ComfyUI's SaveWEBM: the row succeeds with a .webm, chat gets it as a file (not a
+    picture a platform would try to show), and the contact sheet holds a card for it."""
+    from tests.fakes.chat import World
+    async with FakeComfy(hostile="webm") as comfy:
+        rig = Rig(tmp_path, demo_models, comfy)
+        async with World(rig.config) as w:
+            w.worker = executor_loop(rig.config, w.queue, comfyui=comfy.url, owner="comfy:1")
+            w.task = asyncio.create_task(w.worker.run())
+            p = w.platform
+            accepted = (await w.send("/gen portrait", files=(
+                p.upload("sheet.csv", b"prompt,seed\nclip,1\n"),)))[0]
+            await w.finish()
+            thread = p.in_thread(accepted.id)
+            (video,) = [x for x in thread if x.file == "2.webm"]
+            assert not video.image and video.text == "row 2 · clip"
+            summary = next(x for x in thread if x.text.startswith("Batch 1 finished"))
+            assert ": 1 of 1 images, 0 failed, 0 canceled." in summary.text
+            assert any(x.file == "contact.png" for x in thread)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.app.core import CancelTarget
+from bot.app.application import CancelTarget
 from bot.app.permissions import Action, Role
 from bot.app.values import start_time
 from bot.chat.commands import COMMANDS
@@ -35,7 +35,9 @@ def error(text: str) -> CommandError:
     return caught.value
 
 
-GEN_DEFAULTS = {"priority": Priority.NORMAL, "skip_invalid": False, "dry_run": False, "at": None}
+GEN_DEFAULTS = {"priority": Priority.NORMAL, "skip_invalid": False, "dry_run": False, "at": None,
+                "wait_for_executor": False, "vary": (), "seeds": 1, "grid": (), "yes": False,
+                "compare": False}
 
 
 @pytest.mark.parametrize("text", [
@@ -45,17 +47,21 @@ GEN_DEFAULTS = {"priority": Priority.NORMAL, "skip_invalid": False, "dry_run": F
     "／ｇｅｎ product_main sheet.xlsx", "  GEN   product_main   sheet.xlsx  ",
 ])
 def test_gen_in_every_form(text):
-    assert p(text) == Command("gen", {"template": "product_main", "file": "sheet.xlsx"},
-                              GEN_DEFAULTS)
+    assert p(text) == Command("gen", {"template": "product_main", "file": "sheet.xlsx",
+                                      "more": None}, GEN_DEFAULTS)
 
 
 def test_gen_options_quotes_and_phone_dashes():
     cmd = p('/gen social_thumb "my sheet (v2).xlsx" —priority HIGH --skip-invalid --dry-run')
-    assert cmd.args == {"template": "social_thumb", "file": "my sheet (v2).xlsx"}
+    assert cmd.args == {"template": "social_thumb", "file": "my sheet (v2).xlsx", "more": None}
     assert cmd.options == {**GEN_DEFAULTS, "priority": Priority.HIGH, "skip_invalid": True,
                            "dry_run": True}
     assert p("/gen social_thumb “我的 表格.xlsx” --priority=low").args["file"] == "我的 表格.xlsx"
-    assert p("/gen social_thumb").args == {"template": "social_thumb", "file": None}
+    assert p("/gen social_thumb").args == {"template": "social_thumb", "file": None,
+                                           "more": None}
+    sweep = p("/gen product_main s.xlsx --vary steps=20,30 —vary=CFG=3..7:2 --seeds 4 --yes")
+    assert (sweep.options["vary"], sweep.options["seeds"], sweep.options["yes"]) == \
+        (("steps=20,30", "CFG=3..7:2"), 4, True)  # a repeated option keeps every value
     at = p("/gen social_thumb s.csv --at 21:30").options["at"]
     assert at == datetime(2026, 12, 2, 21, 30, tzinfo=SHANGHAI)
 
@@ -81,7 +87,7 @@ def test_gen_options_quotes_and_phone_dashes():
     ("/grant <@U123> viewer", "grant", {"user": "<@U123>", "role": Role.VIEWER}, {}),
     ('/schedule "0 9 * * 1-5" social_thumb daily.csv', "schedule",
      {"cron": "0 9 * * 1-5", "template": "social_thumb", "file": "daily.csv"},
-     {"priority": Priority.NORMAL}),
+     {"priority": Priority.NORMAL, "vary": (), "seeds": 1}),
     ("/schedules", "schedules", {}, {}),
     ("/unschedule #4", "unschedule", {"id": 4}, {}),
     ("/revoke U123", "revoke", {"user": "U123"}, {}),
@@ -101,7 +107,7 @@ def test_every_command(text, name, args, options):
     ("/frobnicate", "unknown_command", 'unknown command "/frobnicate"; /help', "未知命令"),
     ("/gen", "missing_argument", "TEMPLATE is missing\nusage: /gen TEMPLATE [FILE]",
      "缺少 TEMPLATE\n用法：/gen TEMPLATE [FILE]"),
-    ("/gen a b c", "extra_argument", 'unexpected "c"\nusage: /gen', "多余的参数“c”"),
+    ("/gen a b c d", "extra_argument", 'unexpected "d"\nusage: /gen', "多余的参数“d”"),
     ("/gen a --colour red", "unknown_option", "unknown option --colour\nusage: /gen", "未知选项"),
     ("/gen a --priority", "option_needs_value", "--priority needs a value", "需要一个值"),
     ("/gen a --priority asap", "bad_priority", '"asap" is not a priority', "不是优先级"),

@@ -179,3 +179,81 @@ def test_a_misspelled_environment_variable_or_section_gets_a_did_you_mean():
         cfg.from_dict({"modles": {"x": "demo:sd15"}})
     assert "unknown section [modles] — did you mean models?" in str(e.value)
     assert cfg.from_dict({}, env={"GENBOT_TOKEN": "t", "GENBOT_MODELS_MINE": "demo:sd15"})
+
+
+# What Kubernetes injects into every pod of a namespace with a Service named `genbot`
+# (enableServiceLinks, on by default), and one named `genbot-worker`.
+SERVICE_LINKS = {
+    "GENBOT_PORT": "tcp://10.96.0.11:80", "GENBOT_PORT_80_TCP": "tcp://10.96.0.11:80",
+    "GENBOT_PORT_80_TCP_ADDR": "10.96.0.11", "GENBOT_PORT_80_TCP_PORT": "80",
+    "GENBOT_PORT_80_TCP_PROTO": "tcp", "GENBOT_SERVICE_HOST": "10.96.0.11",
+    "GENBOT_SERVICE_PORT": "80", "GENBOT_SERVICE_PORT_HTTP": "80",
+    "GENBOT_WORKER_PORT": "tcp://10.96.0.12:9100", "GENBOT_WORKER_SERVICE_HOST": "10.96.0.12",
+    "GENBOT_WORKER_SERVICE_PORT": "9100", "GENBOT_WORKER_PORT_9100_TCP_PORT": "9100"}
+
+
+def test_kubernetes_service_links_are_not_settings_and_do_not_move_the_service(tmp_path,
+                                                                               caplog):
+    config = load_text(tmp_path, '[service]\nhost = "0.0.0.0"\nport = 8080\n', SERVICE_LINKS)
+    assert (config.service.host, config.service.port) == ("0.0.0.0", 8080)
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("GENBOT_SERVICE_HOST=10.96.0.11 ignored" in m and "GENBOT_SERVICE__HOST" in m
+               for m in said), said
+    # The double-underscore spelling always sets the key, whatever the cluster injects.
+    config = load_text(tmp_path, "", {**SERVICE_LINKS, "GENBOT_SERVICE__HOST": "0.0.0.0",
+                                      "GENBOT_SERVICE__PORT": "9000"})
+    assert (config.service.host, config.service.port) == ("0.0.0.0", 9000)
+    # Without the cluster's signature the plain spelling is the setting, as always.
+    config = load_text(tmp_path, "", {"GENBOT_SERVICE_HOST": "0.0.0.0",
+                                      "GENBOT_SERVICE_PORT": "9000"})
+    assert (config.service.host, config.service.port) == ("0.0.0.0", 9000)
+    # A Service named genbot-service gives GENBOT_SERVICE_PORT an address: not a port.
+    config = load_text(tmp_path, "", {"GENBOT_SERVICE_PORT": "tcp://10.96.0.13:80",
+                                      "GENBOT_SERVICE_SERVICE_HOST": "10.96.0.13"})
+    assert config.service.port == 8080
+
+
+@pytest.mark.parametrize("var, value", [
+    ("GENBOT_SERVCE_PORT", "9000"),  # a typo with a port: not the shape of a link's value
+    ("GENBOT_QUEUE_PORT", "9"), ("GENBOT_PORT", "8080"), ("GENBOT_WORKER_SERVICE_HOST", "gpu")])
+def test_a_typo_shaped_like_a_service_link_is_still_refused(tmp_path, var, value):
+    assert error_of(tmp_path, "", {var: value}).startswith(f"environment {var}: not a genbot")
+
+
+def test_the_service_starts_on_its_configured_address_inside_a_kubernetes_pod(tmp_path):
+    from tests.conftest import free_port
+    port = free_port()
+    conf = tmp_path / "genbot.toml"
+    conf.write_text(f'[service]\nport = {port}\ndata_dir = "{tmp_path / "data"}"\n')
+    proc = subprocess.Popen([PYTHON, "-m", "bot.cli", "serve", "--no-executor", "--config",
+                             str(conf)], env={**python_env(), **SERVICE_LINKS},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=tmp_path)
+    try:
+        import time
+        import urllib.request
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, \
+                    proc.stdout.read() if proc.stdout else ""
+                time.sleep(0.2)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert "GENBOT_SERVICE_PORT=80 ignored" in out and "Traceback" not in out, out
+
+
+def test_data_dir_under_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = load_text(tmp_path, '[service]\ndata_dir = "~/genbot-data"\n')
+    assert config.data_dir == (tmp_path / "home" / "genbot-data").resolve()
+    assert config.database_url.endswith(f"{tmp_path}/home/genbot-data/genbot.sqlite3")
+    assert "~" not in str(config.path("~/models"))
+    assert error_of(tmp_path, '[service]\ndata_dir = "~nobody-such-user-here/d"\n').endswith(
+        "~ names a home folder, and this one is unknown here (HOME unset or no such user): "
+        "give the full path")

@@ -45,9 +45,10 @@ def test_each_convention_is_spelled_in_one_place():
     owners = {'"@batch:': "bot/conventions.py", 'f"batch:{': "bot/conventions.py",
               'f"job:{': "bot/conventions.py", '":undelivered"': "bot/conventions.py",
               '"outputs/batch_': "storage/files.py", '/batch_{': "storage/files.py",
-              '"lease lost"': "executor/runner.py"}
+              '"lease lost"': "executor/engine.py"}
     for text, owner in owners.items():
-        found = sorted(str(p.relative_to(ROOT)) for pkg in ("bot", "executor", "storage")
+        found = sorted(str(p.relative_to(ROOT))
+                       for pkg in ("bot", "executor", "storage", "templates")
                        for p in (ROOT / pkg).rglob("*.py") if text in p.read_text(encoding="utf-8"))
         assert found in ([owner], []), (text, found)
     storage = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "storage").rglob("*.py"))

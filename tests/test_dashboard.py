@@ -10,9 +10,10 @@ import time
 import pytest
 
 from storage.queue import NewJob, Submission
-from tests.browser import launched
-from tests.chatfake import ServiceWorld
 from tests.conftest import ROOT, executor_config
+from tests.fakes.browser import launched
+from tests.fakes.chat import ServiceWorld
+from tests.fakes.jobs import finish_all
 
 ADMIN, ALICE, VIEWER = "admin-token-0000001", "alice-token-000001", "viewer-token-00001"
 BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
@@ -232,14 +233,79 @@ async def test_submit_a_sheet_through_the_form_and_watch_it_finish(tmp_path, dem
         assert await page.locator('a:has-text("Contact sheet")').count() == 1
 
 
-async def test_a_batch_on_a_demo_model_says_its_images_are_noise(tmp_path, demo_models, browser):
+async def test_a_batch_says_its_images_are_noise_and_what_it_waits_for(tmp_path, demo_models,
+                                                                       browser):
+    from storage.workers import Workers
     async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
         await w.queue.enqueue(Submission("product_main", "api:alice", [NewJob(
             row=2, workflow={"template": "product_main", "params": {"sku": "BTL-001"}},
             affinity="sdxl")], platform="api"))
+        await Workers.of(w.queue).beat(  # the one executor running cannot hold sdxl
+            "gpu1:7", host="gpu1", pid=7, device="cuda:0", version="0.1.0", job=None,
+            allow=["sd15"], stats={"engine": "diffusers", "cannot_run": {
+                "sdxl": "it needs about 6.5 GiB, more than the 4.0 GiB this executor may use"}})
         page = await signed_in(browser, w, ALICE, "#/batches/1")
         await page.wait_for_selector("#demo-note")
         assert await page.text_content("#demo-note") == (
             "Demo model (sdxl) — images are noise; see README, Models, for real ones.")
+        assert await page.text_content(".unplaced") == (
+            "Waiting: no running executor can run model sdxl — gpu1:7: it needs about 6.5 GiB, "
+            "more than the 4.0 GiB this executor may use")
         await page.wait_for_selector("#thumbs figcaption")
         assert (await page.text_content("#thumbs figcaption")).startswith("BTL-001 · Row 2")
+
+
+async def test_keep_again_and_the_lineage_of_an_image_from_its_batch_page(tmp_path, demo_models,
+                                                                           browser):
+
+
+    from bot.app.application import Accepted, SubmitOptions
+    from bot.app.permissions import Who
+    from bot.intake.check import SheetFile
+    from storage.records import KEPT
+
+    async def pictures(name: str) -> bytes | None:
+        return BOTTLE
+
+    async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
+        done = await w.app.submit(Who("api", "alice", "api"), "product_main", SheetFile(
+            "p.csv", b"sku,product_image,prompt,steps\nBTL-1,bottle.png,a bottle,4\n"), pictures,
+            SubmitOptions(wait_for_executor=True))
+        assert isinstance(done, Accepted)
+        (job,) = await finish_all(w.app, done.batch_id)  # finished, as an executor would
+
+        viewer = await signed_in(browser, w, VIEWER, "#/batches/1")
+        await viewer.wait_for_selector('#thumbs figure[data-job="1"] [data-keep="1"]')
+        assert await viewer.locator("[data-act]").count() == 0  # a viewer rates, never queues
+
+        page = await signed_in(browser, w, ALICE, "#/batches/1")
+        await page.click('#thumbs figure[data-job="1"] [data-keep="1"]')
+        await page.wait_for_selector('#thumbs figure[data-job="1"][data-rating="kept"]')
+        assert (await w.queue.job(1)).rating == KEPT
+        await page.check("#kept-only")  # the picks: kept images of it and all made from it
+        await page.wait_for_function("() => location.hash === '#/batches/1?kept=1'")
+        await page.wait_for_selector("#pick-files a >> nth=1")
+        assert await page.locator("#thumbs figure").count() == 1
+
+        await page.click('#thumbs figure[data-job="1"] [data-act="again"]')
+        await page.wait_for_function("() => location.hash === '#/batches/2'")
+        await page.wait_for_selector("#made-from a[href='#/batches/1']")
+        assert "Again of job 1" in await page.text_content("#made-from")
+        await page.click('#thumbs figure[data-job="2"] [data-lineage="2"]')
+        await page.wait_for_selector('figure[data-job="2"] .ancestors a[data-lineage-job="1"]')
+        assert "kept" in await page.text_content('figure[data-job="2"] .ancestors')
+        assert (await w.queue.job(2)).parent_job_id == 1
+
+        # An A/B batch: its page tallies the rows each version won by keeps.
+        ab = await w.app.submit(Who("api", "alice", "api"), "product_main", SheetFile(
+            "p.csv", b"sku,product_image,prompt,steps\nBTL-1,bottle.png,a bottle,4\n"),
+            pictures, SubmitOptions(wait_for_executor=True, compare=("product_main",)))
+        assert isinstance(ab, Accepted)
+        a, _b = await finish_all(w.app, ab.batch_id)
+        await w.app.rate(Who("api", "alice", "api"), a.id, "keep")
+        await page.goto(f"{w.url}/dashboard/#/batches/{ab.batch_id}")
+        await page.wait_for_selector("#ab-tally li >> nth=2")
+        assert (await page.locator("#ab-tally li").all_inner_texts()) == [
+            "A product_main@1: kept in 1 rows where the other was not",
+            "B product_main@1: kept in 0 rows where the other was not",
+            "tie (both or neither kept): 0"]

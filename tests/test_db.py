@@ -6,15 +6,15 @@ import asyncpg
 import pytest
 
 from storage.db import Database
-from tests.conftest import PG_URL
 
 
 @pytest.mark.postgres
-async def test_statements_go_on_after_postgresql_drops_every_connection(pg_url):
-    db = await Database(pg_url).open()
+async def test_statements_go_on_after_postgresql_drops_every_connection(pg_database):
+    # A database of its own: every connection to it is cut, and no other test's.
+    db = await Database(pg_database).open()
     try:
         assert await db.fetchval("SELECT COUNT(*) AS n FROM jobs") == 0
-        admin = await asyncpg.connect(PG_URL.replace("postgres://", "postgresql://", 1))
+        admin = await asyncpg.connect(pg_database.replace("postgres://", "postgresql://", 1))
         try:
             cut = await admin.fetchval(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "

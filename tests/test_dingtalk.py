@@ -5,25 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 
-import aiohttp
 import pytest
 
-from tests.chatfake import ServiceWorld
-from tests.conftest import ROOT, executor_config
-from tests.dingtalkfake import (
+from tests.conftest import executor_config
+from tests.fakes.dingtalk import (
     APP_KEY,
     APP_SECRET,
+    DingWorld,
     FakeDingTalk,
+    ding_config,
+    links,
     post_callback,
     robot_message,
     sign,
 )
-from tests.test_slack import raw_post, tracebacks
-
-ASSETS = ROOT / "examples" / "assets"
-SHEET = (ROOT / "examples" / "social_thumb.xlsx").read_bytes()
+from tests.fakes.hostile import BOTTLE, HOSTILE, UNUSED, as_written, hostile_sheet, read
+from tests.fakes.service import raw_post, tracebacks
 
 
 @pytest.fixture
@@ -31,62 +31,6 @@ async def fake():
     f = await FakeDingTalk().start()
     yield f
     await f.stop()
-
-
-def ding_config(tmp_path, demo_models, fake: FakeDingTalk, *, chat=None, **dingtalk):
-    return executor_config(
-        tmp_path / "data", demo_models, service={"port": 0},
-        chat={"progress_every": 0.5, "admins": ["dingtalk:boss"], **(chat or {})},
-        dingtalk={"app_key": APP_KEY, "app_secret": APP_SECRET, "api_url": fake.base,
-                  "oapi_url": fake.base, **dingtalk})
-
-
-class DingWorld(ServiceWorld):
-    def __init__(self, config, fake: FakeDingTalk):
-        super().__init__(config)
-        self.fake = fake
-        self.stamp = 0  # the last callback timestamp (ms): each signature serves one message
-
-    def timestamp(self) -> int:
-        self.stamp = max(int(time.time() * 1000), self.stamp + 1)
-        return self.stamp
-
-    async def __aenter__(self) -> DingWorld:
-        await super().__aenter__()
-        self.session = aiohttp.ClientSession()
-        if self.config.dingtalk.mode == "stream":
-            await self.until(lambda: self.fake.sockets)
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.session.close()
-        await super().__aexit__(*exc)
-
-    async def say(self, **message) -> dict:
-        """A person writes to the robot: over Stream, or by the signed HTTP callback."""
-        body = robot_message(self.fake, **message)
-        if self.config.dingtalk.mode == "stream":
-            frame = await self.fake.push(body)
-            await self.until(lambda: [a for a in self.fake.acks
-                                      if a["headers"]["messageId"] == frame])
-        else:
-            assert await post_callback(self.session, self.url, body,
-                                       timestamp=self.timestamp()) == 200
-        return body
-
-    async def gen(self, text: str = "/gen social_thumb social_thumb.xlsx", **where) -> None:
-        """/gen, and wait for its acceptance (the work runs after the acknowledgement)."""
-        before = len(self.fake.session_replies)
-        await self.say(text=text, **where)
-        await self.until(lambda: [r for r in self.fake.session_replies[before:]
-                                  if "已接收" in r["text"]["content"]
-                                  or "accepted" in r["text"]["content"]])
-
-    async def send_sheet_and_pictures(self, user: str = "staff1") -> None:
-        """One file per message: that is how DingTalk delivers files to a robot (1:1 only)."""
-        await self.say(user=user, file=("social_thumb.xlsx", SHEET))
-        for name in ("bottle.png", "chair.png"):
-            await self.say(user=user, file=(name, (ASSETS / name).read_bytes()))
 
 
 @pytest.mark.parametrize("mode", ["stream", "http"])
@@ -242,7 +186,8 @@ async def test_a_signature_serves_one_message_and_a_message_is_handled_once(tmp_
 
 
 async def test_token_expiry_qps_limits_and_throttled_users_lose_nothing(tmp_path, demo_models,
-                                                                         fake, monkeypatch):
+                                                                         fake, monkeypatch,
+                                                                         quick_retries):
     monkeypatch.setattr("bot.chat.dingtalk.api.FLOW_WAIT", 0.5)  # DingTalk's minute, shortened
     async with DingWorld(ding_config(tmp_path, demo_models, fake), fake) as w:
         await w.send_sheet_and_pictures()
@@ -262,7 +207,8 @@ async def test_token_expiry_qps_limits_and_throttled_users_lose_nothing(tmp_path
         assert len(fake.images(to)) == 3
 
 
-async def test_a_restart_mid_batch_delivers_the_rest_exactly_once(tmp_path, demo_models, fake):
+async def test_a_restart_mid_batch_delivers_the_rest_exactly_once(tmp_path, demo_models, fake,
+                                                                  quick_retries):
     config = ding_config(tmp_path, demo_models, fake, mode="http")
     async with DingWorld(config, fake) as w:
         await w.send_sheet_and_pictures()
@@ -333,7 +279,7 @@ def test_messages_are_parsed_alike_from_both_modes_and_signatures_checked(tmp_pa
     from PIL import Image
 
     from bot.chat.dingtalk.adapter import MEDIA_MAX, DingTalk, fit_image
-    from tests.dingtalkfake import sign
+    from tests.fakes.dingtalk import sign
     config = executor_config(tmp_path / "data", demo_models, dingtalk={
         "app_key": APP_KEY, "app_secret": APP_SECRET, "platform_admins": True})
     ding = DingTalk(config)
@@ -408,3 +354,88 @@ async def test_refused_credentials_are_said_once_and_hold_nothing_up(tmp_path, d
             await w.until(lambda: [r for r in caplog.records
                                    if "dingtalk: cannot sign in as app" in r.getMessage()])
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_names_and_cells_from_people_reach_dingtalk_neutralised(tmp_path, demo_models,
+                                                                      fake):
+    """A file named as a heading with a phishing link and @all, cells and a column name
+    full of markdown, titles that end up in captions: read by a CommonMark reader, no
+    markdown message genbot sends holds a link, an image, a heading, emphasis or HTML
+    other than the picture it shows itself; each reads as written, and no "@" of theirs
+    reads as a mention."""
+    from bot.chat.dingtalk.markup import WORD_JOINER
+    name = "# [genbot: sign in again](https://evil.example) @all.csv"
+    async with DingWorld(ding_config(tmp_path, demo_models, fake, mode="http"), fake) as w:
+        await w.say(file=(name, hostile_sheet()))
+        await w.say(file=("bottle.png", BOTTLE))
+        got = (await w.until(lambda: fake.session_replies))[0]
+        assert got["msgtype"] == "text"  # one line: a text message, which renders nothing
+        assert got["text"]["content"].replace(WORD_JOINER, "").startswith(f"已收到 {name}。")
+        assert "@all" not in got["text"]["content"]
+        await w.say(text="/gen social_thumb")
+        report = (await w.until(lambda: [r for r in fake.session_replies if "未提交" in
+                                         r["text"]["content"]]))[0]
+        assert report["msgtype"] == "markdown"
+        shown = read(report["markdown"]["text"]).split("\n")  # fails on any markup
+        assert shown[0] == as_written(f"{name}：10 行中有 10 行有问题，未提交任何任务。")
+        assert [re.search(r"“aspect”列：“(.*)”不是", line)[1] for line in shown[1:-1]] == \
+            [as_written(value) for value in HOSTILE]
+        assert shown[-1] == as_written(f'social_thumb 未使用这些列："{UNUSED}"')
+
+        titles = ["[click](https://evil.example) @all", "![x](https://evil.example/x.png) *b*"]
+        await w.say(file=("titles.csv", hostile_sheet(titles, ["1:1", "1:1"])))
+        await w.gen("/gen social_thumb titles.csv")
+        w.start_executor()
+        await w.finish(timeout=120)
+        captions = [m["param"]["text"] for m in fake.sent if m["key"] == "sampleMarkdown"
+                    and re.search("第 [23] 行", m["param"]["text"])]
+        own = re.compile(r"\n\n!\[thumb&#95;[23]\.png\]\(@media\d+\)"  # the picture, and
+                         r"\n\n(\[[^\]]*\]\(dtmd://[^)]*\)( · )?)+$")  # its actions' links
+        assert [read(own.sub("", text)) for text in captions] == [
+            as_written(f"批次 1 · 第 {row} 行 · {title}") for row, title in enumerate(titles, 2)]
+        assert all(own.search(text) for text in captions)
+
+
+async def test_actions_typed_in_the_conversation_name_rows_as_captioned(tmp_path, demo_models,
+                                                                       fake):
+    """DingTalk has no threads: /修改 2 …, /保留 3 and /再来 2 name the row as its caption
+    shows it, in the conversation's latest batch; in a one-to-one chat each image carries
+    links that make the client send them. Each is answered in one message; a row that is
+    not there, or an action the template cannot do, is one plain sentence in Chinese."""
+    async with DingWorld(ding_config(tmp_path, demo_models, fake, mode="http"), fake) as w:
+        await w.send_sheet_and_pictures()
+        await w.gen()
+        w.start_executor()
+        await w.finish(timeout=120)
+
+        # Under each image in a one-to-one chat: links that send the image's commands.
+        shown = [m["param"]["text"] for m in fake.sent if m["key"] == "sampleMarkdown"
+                 and "](@" in m["param"]["text"]]
+        row2 = links(shown[0])
+        assert row2 == {"⭐ 保留": "/keep j1", "🔁 再来": "/again j1", "✨ 变体": "/vary j1",
+                        "🔍 放大": "/upscale j1", "✏️ 修改": "/edit j1"}
+
+        async def answer(text: str) -> str:
+            before = len(fake.session_replies)
+            await w.say(text=text)
+            got = await w.until(lambda: fake.session_replies[before:])
+            return got[0]["text"]["content"]
+
+        edited = await answer('/修改 2 标题="夏季新品" 宽度=512')
+        assert edited.startswith("✏️ 修改：第 2 行（任务 1）的 1 张新图已排队（批次 2）")
+        shows = await answer("/修改 3")  # no values: what the row has, and how to change it
+        assert shows.startswith("第 3 行（任务 2）的值：image=") and "inputs/" not in shows
+        assert shows.endswith('例如 /edit j2 title="Autumn collection"')
+        assert (await answer("/保留 3")) == "⭐ 已保留第 3 行（任务 2）。"
+        assert (await answer(row2["⭐ 保留"])) == "⭐ 已保留第 2 行（任务 1）。"  # a tap
+        assert (await w.queue.job(2)).kept
+        assert (await answer("/再来 2")).startswith("模板“social_thumb”没有种子参数")
+        assert (await answer("/变体 9")) == "批次 1 没有第 9 行；它的行是 2–3。"
+        assert "宽度" in (await answer("/修改 2 宽度=很大"))
+        await w.finish(timeout=120)
+        (child,) = await w.queue.children(1)
+        assert (child.action, child.values["title"], child.values["width"]) == \
+            ("edit", "夏季新品", 512)
+        captions = [t for t in fake.texts("user:staff1") if "由任务 1" in t]
+        assert captions and captions[0].startswith("批次 2 · 第 2 行 · 任务 3")
+        assert not [r for r in fake.session_replies if "批次 2 已接收" in r["text"]["content"]]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from executor import families
+from executor.models import families
 
 CASES = [(t, None) for t in families.FAMILIES] + [("v2", "epsilon")]
 IDS = [t if p is None else f"{t}-{p}" for t, p in CASES]
@@ -302,7 +302,7 @@ def x4_ldm_state(unet, vae, text_encoder) -> dict:
 
     import torch
 
-    from tests.ldm import unet_key, vae_key
+    from tests.fakes.ldm import unet_key, vae_key
     up_attention = {b for b, kind in enumerate(unet.config.up_block_types) if "CrossAttn" in kind}
     state = {}
     for k, v in unet.state_dict().items():
@@ -405,7 +405,7 @@ def upscale_full_size(tmp: str) -> None:
     from PIL import Image
     from safetensors.torch import save_file
 
-    from tests.bigmodels import named
+    from tests.fakes.bigmodels import named
     started = time.monotonic()
     folder = families.materialise("upscale", Path(tmp) / "reference")
     models = build(folder)
@@ -446,6 +446,7 @@ def upscale_full_size(tmp: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("full_size")  # GBs of RAM each: one at a time under xdist
 def test_a_full_size_x4_upscaler_single_file_loads_offline_and_upscales(tmp_path):
     """x4-upscaler-ema.safetensors as published (its tensors' names, shapes and fp16; random
     values), loaded by diffusers' StableDiffusionUpscalePipeline.from_single_file with the

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from executor.models import ModelError, Registry
-from executor.ops import Context, OpError
+from executor.diffusers.ops import Context, OpError
+from executor.models.registry import ModelError, Registry
 from storage import config as cfg
 from storage.files import FileStore
 from tests.conftest import PYTHON, ROOT, executor_config, python_env
 
 torch = pytest.importorskip("torch")
-from executor.cache import ModelCache  # noqa: E402 - needs torch
-from executor.ops.diffusion import SCHEDULERS, generate_batch, shape  # noqa: E402
+from executor.diffusers.cache import ModelCache  # noqa: E402 - needs torch
+from executor.diffusers.ops.diffusion import SCHEDULERS, generate_batch, shape  # noqa: E402
 
 
 def make_cache(config, vram: float = float("inf"), ram: float = float("inf")) -> ModelCache:
@@ -186,6 +186,7 @@ def test_a_lora_named_by_its_safetensors_file_works_like_its_folder(tmp_path, de
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("full_size")  # GBs of RAM each: one at a time under xdist
 @pytest.mark.parametrize("which", ["sd15", pytest.param("sdxl", marks=pytest.mark.skipif(
     not os.environ.get("GENBOT_HEAVY_TESTS"), reason="2 minutes and 18 GB of RAM, past the "
     "suite's 15-minute budget on 2 cores: run with GENBOT_HEAVY_TESTS=1"))])
@@ -194,10 +195,10 @@ def test_full_size_single_file_checkpoints_load_and_run_offline_with_nothing_els
     """SD 1.5 (with a single-file ControlNet) and SDXL base at their real sizes, random
     weights in the original single-file layout, named in [models] with no config: the
     family told from the tensors, genbot's configs and tokenizers, an image with no
-    network, sample weights where they belong (tests/bigmodels.py; its own process).
+    network, sample weights where they belong (tests/fakes/bigmodels.py; its own process).
     Cost here: about 45 s / 12 GB and 2 min / 18 GB (docs/benchmarks.md)."""
     import subprocess
-    done = subprocess.run([PYTHON, "-m", "tests.bigmodels", which, str(tmp_path)], cwd=ROOT,
+    done = subprocess.run([PYTHON, "-m", "tests.fakes.bigmodels", which, str(tmp_path)], cwd=ROOT,
                           env=python_env() | {"HF_HUB_OFFLINE": "1"}, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
@@ -225,7 +226,7 @@ def test_checkpoints_generate_cannot_use_say_why_before_loading(tmp_path, tensor
 
 
 def test_a_single_file_checkpoint_loads_offline_with_its_config_folder(tmp_path, demo_models):
-    from tests.ldm import write_single_file
+    from tests.fakes.ldm import write_single_file
     write_single_file(demo_models / "sd15", tmp_path / "sd15_single.safetensors")
     config = executor_config(tmp_path / "data", demo_models, models={
         "mine": {"path": str(tmp_path / "sd15_single.safetensors"),

@@ -15,11 +15,11 @@ from PIL import Image
 
 from bot.intake.check import intake
 from bot.intake.images import ImageResolver, is_public
-from executor.workflow import load_template, load_templates
-from storage.config import IntakeConfig
+from bot.settings import IntakeConfig
 from storage.files import FileStore
+from templates.loader import load_template, load_templates
 from tests.conftest import ROOT
-from tests.sheetmaker import XlsError, csv_bytes, ods, xls, xlsx, zip_bomb
+from tests.fakes.sheets import XlsError, csv_bytes, ods, xls, xlsx, zip_bomb
 
 TEMPLATE = {
     "name": "t",
@@ -273,6 +273,99 @@ async def test_too_many_rows(template, settings, resolver):
     assert [i.render() for i in result.file_issues] == [
         '"huge.csv" has 10,001 rows; one submission may have 10,000']
     assert result.jobs == []
+
+
+MEMORY_PROBE = """
+import asyncio, resource, sys
+from pathlib import Path
+from bot.intake.check import intake
+from bot.intake.images import ImageResolver
+from bot.settings import IntakeConfig
+from storage.files import FileStore
+from templates.loader import load_templates
+path = Path(sys.argv[1])
+data = path.read_bytes()
+template = load_templates(Path(sys.argv[2]))[0]["product_main"]
+settings = IntakeConfig(max_file_mb=100, max_unpacked_mb=1000)
+images = ImageResolver(settings, FileStore(path.parent / "store"), assets_dir=path.parent)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = asyncio.run(intake(template, path.name, data, settings=settings, images=images))
+grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+print(f"{grew:.0f}")
+print(result.report())
+"""
+
+
+@pytest.mark.parametrize("kind", ["csv", "xlsx"])
+def test_a_million_rows_are_counted_and_refused_without_being_held(tmp_path, kind):
+    """Reading stops keeping rows at the limit and only counts the rest: the service's
+    memory grows by tens of MB, not the half GB a million rows held whole took."""
+    import subprocess
+
+    from tests.conftest import PYTHON, python_env
+    from tests.fakes.sheets import long_xlsx
+    head = ["sku", "product_image", "prompt"]
+    path = tmp_path / f"million.{kind}"
+    if kind == "csv":
+        path.write_bytes(("sku,product_image,prompt\n" + "".join(
+            f"S{i},bottle.png,a prompt {i}\n" for i in range(1_000_000))).encode())
+    else:
+        path.write_bytes(long_xlsx(head, 1_000_000))
+    done = subprocess.run([PYTHON, "-c", MEMORY_PROBE, str(path),
+                           str(ROOT / "templates" / "shipped")], capture_output=True,
+                          text=True, env=python_env(), timeout=240)
+    assert done.returncode == 0, done.stderr
+    grew, report = done.stdout.split("\n", 1)
+    assert f'"million.{kind}" has 1,000,000 rows; one submission may have 10,000' in report
+    assert int(grew) < 150, f"{grew} MB"
+
+
+async def test_a_cell_past_the_character_limit_is_named_by_row_and_column(template, settings,
+                                                                          resolver):
+    rows = [HEAD, ["p" * 50_000, None, None, "S1"], ["fine", None, None, "S2"]]
+    result = await run(template, "long.csv", csv_bytes(rows), settings, resolver)
+    assert [i.render() for i in result.issues] == [
+        'row 2, column "prompt": 50,000 characters; a cell may hold 10,000 '
+        "([intake] max_cell_chars)"]
+    assert result.jobs == []
+
+
+async def test_a_row_asking_for_a_gigapixel_is_refused_before_it_is_queued(tmp_path, resolver,
+                                                                           settings):
+    template = load_templates(ROOT / "templates" / "shipped")[0]["product_main"]
+    (tmp_path / "assets" / "bottle.png").write_bytes(_png())  # the fixture's assets folder
+    rows = [["sku", "product_image", "prompt", "size", "upscale"],
+            ["A", "bottle.png", "ok", "1024x1024", "2"],
+            ["B", "bottle.png", "huge", "8192x8192", "4"]]
+    result = await run(template, "big.csv", csv_bytes(rows), settings, resolver)
+    assert [i.render() for i in result.issues] == [
+        "row 3: asks for a 32768x32768 image (1,074 megapixels); the limit is 67 megapixels "
+        "([intake] max_output_pixels): ask for a smaller size or less upscaling"]
+    assert "要求生成 32768x32768 的图片" in result.report("zh")
+    small = IntakeConfig(max_output_pixels=1024 * 1024)
+    result = await intake(template, "big.csv", csv_bytes(rows[:2]), settings=small,
+                          images=resolver)
+    assert [i.code for i in result.issues] == ["image_too_large"]  # 2048x2048 after 2x
+
+
+@pytest.mark.parametrize("sku", ["contact", "CONTACT"])
+async def test_a_row_cannot_take_the_name_of_the_batchs_own_files(tmp_path, settings, resolver,
+                                                                  sku):
+    (tmp_path / "flat").mkdir()
+    path = tmp_path / "flat" / "t.json"
+    path.write_text(json.dumps({**TEMPLATE, "output": "{sku}.png"}), encoding="utf-8")
+    template = load_template(path)
+    rows = [HEAD, ["a", None, None, "ok"], ["b", None, None, sku]]
+    result = await run(template, "s.csv", csv_bytes(rows), settings, resolver)
+    assert [i.render() for i in result.issues] == [
+        f'row 3: output name "{sku}.png" is the batch\'s own contact.png, which would '
+        "overwrite this row's image: change the value that names it"]
+
+
+def _png() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (64, 64), "white").save(out, "PNG")
+    return out.getvalue()
 
 
 @pytest.mark.parametrize("name, data, code", [
@@ -565,7 +658,7 @@ async def test_allow_private_urls_lets_a_loopback_name_download(tmp_path, templa
 @pytest.mark.parametrize("name", ["product_main", "material_swap", "social_thumb"])
 @pytest.mark.parametrize("ext", ["xlsx", "csv"])
 async def test_every_example_sheet_validates(tmp_path, name, ext):
-    templates, errors = load_templates(ROOT / "templates")
+    templates, errors = load_templates(ROOT / "templates" / "shipped")
     assert not errors
     sheet = ROOT / "examples" / f"{name}.{ext}"
     from bot.intake.images import folder_attachments

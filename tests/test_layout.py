@@ -1,5 +1,6 @@
-"""The house rules that keep the layers apart: imports point bot -> executor -> storage,
-and nothing on the chat side loads torch."""
+"""The house rules that keep the layers apart: imports point bot -> templates -> storage and
+executor -> templates -> storage (the bot never imports the executor: its commands reach
+`genbot` by entry point), and nothing on the chat side loads torch."""
 
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ def imported_top_modules(package: str) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("package, forbidden", [
-    ("storage", {"bot", "executor"} | HEAVY),
-    ("bot", HEAVY),
+    ("storage", {"bot", "executor", "templates"} | HEAVY),
+    ("templates", {"bot", "executor"} | HEAVY),
+    ("bot", {"executor"} | HEAVY),
     ("executor", {"bot"}),
 ])
 def test_imports_point_one_way(package, forbidden):
@@ -40,9 +42,16 @@ def test_imports_point_one_way(package, forbidden):
 
 
 def test_chat_side_starts_without_torch():
-    # The notifier and `genbot run` use the pillow ops (contact sheets): no torch there.
-    code = ("import sys, bot.cli, bot.service, bot.chat.notifier, bot.cli.run, storage.queue, "
-            "executor.ops, executor.contact\n"
+    # The service, the notifier and `genbot run` draw contact sheets (bot.app.contact) and
+    # read templates with pillow alone; `genbot --help` loads the executor's commands
+    # (executor.cli) and the pillow ops check their signatures: no torch in any of them.
+    chat_side = ["bot.cli", "bot.service", "bot.chat.notifier", "bot.cli.run", "bot.app.contact",
+                 "storage.queue", *sorted(f"templates.{p.stem}" for p in
+                                          (ROOT / "templates").glob("*.py")
+                                          if p.stem != "__init__")]
+    code = (f"import sys, {', '.join(chat_side)}, executor.cli, executor.diffusers.ops\n"
+            "from bot.cli.genbot import build_parser\n"
+            "build_parser()\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             f"{sorted(HEAVY)!r}))")
     done = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True,
@@ -51,9 +60,40 @@ def test_chat_side_starts_without_torch():
     assert done.stdout.strip() == "[]"
 
 
+def test_templates_and_the_chat_side_import_with_torch_blocked():
+    """With torch (and diffusers) unimportable, the template domain loads, checks and binds
+    every shipped template, and the service's modules import."""
+    code = ("import sys\n"
+            "for name in ('torch', 'diffusers', 'transformers'): sys.modules[name] = None\n"
+            "from templates.loader import load_templates, shipped_dir\n"
+            "from templates.binding import bind\n"
+            "import templates.settings, templates.jobs, templates.fonts, bot.service\n"
+            "found, broken = load_templates(shipped_dir())\n"
+            "assert not broken and sorted(found) == ['material_swap', 'product_main', "
+            "'social_thumb'], (found, broken)\n"
+            "print('ok')")
+    done = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True,
+                          env=python_env(), cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_the_executors_commands_come_by_entry_point_not_by_import():
+    """`genbot --help` lists `worker` and `models`, yet bot/cli names no executor module:
+    pyproject's `genbot.commands` entry point brings them (bot.cli.plugins)."""
+    done = subprocess.run([PYTHON, "-m", "bot.cli", "--help"], capture_output=True, text=True,
+                          env=python_env(), cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    listed = {line.split()[0] for line in done.stdout.splitlines() if line.startswith("    ")}
+    assert {"worker", "models", "serve", "templates"} <= listed
+    assert "leaving out" not in done.stderr
+    assert {path for path, names in imported_top_modules("bot/cli").items()
+            if "executor" in names} == set()
+
+
 # --- no import cycles, one application layer, a bot/ that shows its parts --------------------
 
-PRODUCT = ("bot", "executor", "storage")
+PRODUCT = ("bot", "executor", "storage", "templates")
 
 
 def module_graph() -> dict[str, set[str]]:
@@ -116,14 +156,15 @@ def test_bots_parts_depend_one_way():
 def test_bot_shows_its_parts():
     top = sorted(p.name for p in (ROOT / "bot").iterdir()
                  if p.name != "__pycache__" and not p.name.startswith("."))
-    assert top == ["__init__.py", "app", "chat", "cli", "conventions.py", "errors.py",
-                   "intake", "messages.py", "scheduler.py", "service.py", "supervisor.py", "web"]
+    assert top == ["__init__.py", "app", "chat", "cli", "client.py", "conventions.py", "errors.py",
+                   "intake", "messages.py", "scheduler.py", "service.py", "settings.py",
+                   "supervisor.py", "web"]
 
 
 def test_the_queue_is_fed_by_the_application_layer_only():
     callers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "bot").rglob("*.py")
                      if ".enqueue(" in p.read_text(encoding="utf-8"))
-    assert callers == ["bot/app/core.py"]
+    assert callers == ["bot/app/application.py"]
 
 
 def test_one_source_for_the_version():
@@ -145,3 +186,22 @@ def test_ci_runs_exactly_the_readme_test_command_with_the_static_checks():
     # Trying genbot installs what running needs, not the test tools (moto, a browser …).
     assert "pip install -e . " in commands[0] and "[dev]" not in commands[0]
     assert commands[0].endswith("&& .venv/bin/genbot serve")
+
+
+def test_each_layer_reads_config_sections_by_their_class():
+    """`config[QueueConfig]` (typed, the section's owner named) in product code, never the
+    untyped `config.queue` that tests may use; and storage declares only its own
+    sections."""
+    from storage import config as cfg
+    names = "|".join([*cfg.sections(), *cfg.tables()])
+    untyped = re.compile(rf"\bconfig\.({names})\b")
+    found = sorted(f"{p.relative_to(ROOT)}:{n + 1}" for pkg in PRODUCT
+                   for p in (ROOT / pkg).rglob("*.py")
+                   for n, line in enumerate(p.read_text(encoding="utf-8").splitlines())
+                   if untyped.search(line) and not line.lstrip().startswith("#"))
+    assert found == []
+    owners = {name: cls.__module__ for name, cls in {**cfg.sections(), **cfg.tables()}.items()}
+    assert {n for n, m in owners.items() if m == "storage.config"} == \
+        {"service", "database", "queue", "storage"}
+    assert set(owners.values()) == {"storage.config", "templates.settings", "executor.settings",
+                                    "bot.settings"}

@@ -44,3 +44,35 @@ def test_the_scheduler_says_nothing_at_info_but_everything_at_debug():
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
         logging.getLogger("apscheduler").setLevel(logging.NOTSET)
+
+
+FORGED = "bad input\n2030-01-01 00:00:00 INFO genbot.executor: job done\r\x1b[2J\x00\x9b31m\u2028"
+
+
+def test_plain_lines_stay_one_line_whatever_a_message_or_a_field_holds():
+    rec = record(error=FORGED, server="http://a\u202e", traceback="Traceback ...\n\x1b[2Jboom")
+    rec.msg, rec.args = "ComfyUI said %s", (FORGED,)
+    line, tb = PlainFormatter("%(levelname)s %(message)s").format(rec).split("\n", 1)
+    shown = ("bad input\\n2030-01-01 00:00:00 INFO genbot.executor: job done\\r\\x1b[2J\\x00"
+             "\\x9b31m\\u2028")
+    assert line == f"INFO ComfyUI said {shown} error={shown} server=http://a\\u202e"
+    assert tb == "Traceback ...\n\\x1b[2Jboom"  # its own line breaks kept, escapes shown
+
+
+def test_an_exceptions_text_cannot_repaint_the_terminal():
+    try:
+        raise ValueError("x\x1b[2J")
+    except ValueError:
+        import sys
+        rec = record()
+        rec.exc_info = sys.exc_info()
+    text = PlainFormatter("%(message)s").format(rec)
+    assert "\x1b" not in text and text.endswith("ValueError: x\\x1b[2J")
+
+
+def test_json_lines_escape_what_a_terminal_or_a_line_reader_acts_on_and_read_back_the_same():
+    line = JsonFormatter().format(record(error=FORGED, 标签="中文 é"))
+    assert "\n" not in line and "\r" not in line
+    assert not any(ch in line for ch in "\x1b\x00\x9b\u2028\u2029\x85")
+    data = json.loads(line)
+    assert data["error"] == FORGED and data["标签"] == "中文 é"  # the values, exactly

@@ -3,13 +3,12 @@ what the executor reports of its memory and model cache."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from bot.settings import ApiConfig
 from tests.conftest import ROOT
-from tests.test_api import ALICE, ApiWorld, api_config
+from tests.fakes.api import ALICE, ApiWorld, api_config
 
 
 def samples(text: str) -> dict[tuple, float]:
@@ -49,8 +48,7 @@ async def test_metrics_after_a_batch(tmp_path, demo_models):
 
 async def test_a_metrics_token_is_asked_of_every_scrape(tmp_path, demo_models):
     config = api_config(tmp_path, demo_models)
-    config = dataclasses.replace(config, api=dataclasses.replace(config.api,
-                                                                 metrics_token="scrape-me"))
+    config = config.replaced(ApiConfig, metrics_token="scrape-me")
     async with ApiWorld(config) as w:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Bearer {ALICE}"},
                         {"Authorization": "scrape-me"}):

@@ -14,6 +14,12 @@ from tests.conftest import PYTHON, ROOT, python_env, queue_settings
 MIGRATIONS = sorted(p.stem for p in (ROOT / "storage" / "migrations").glob("0*.py"))
 
 
+@pytest.fixture
+def db_url(empty_db_url):
+    """Here a database no migration has touched: the migrations are what is tested."""
+    return empty_db_url
+
+
 async def insert_at_first_schema(db: Database) -> None:
     """Rows as the first release wrote them (only columns 0001 had)."""
     await db.execute(

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from executor import demo
-from executor.models import ModelError, Registry
+from executor.models import demo
+from executor.models.registry import ModelError, Registry
 from storage import config as cfg
+from templates.settings import DEMO_MODELS, models
 from tests.conftest import executor_config
 
 
@@ -57,13 +58,13 @@ def test_unknown_missing_and_wrong_kind_are_named(tmp_path, demo_models):
 
 def test_a_demo_model_not_built_yet_says_how_to_build_it(tmp_path):
     registry = Registry(cfg.from_dict({"service": {"data_dir": str(tmp_path)}}))
-    assert sorted(registry.needs_demo()) == sorted(cfg.DEMO_MODELS)
+    assert sorted(registry.needs_demo()) == sorted(DEMO_MODELS)
     with pytest.raises(ModelError, match="run `genbot models demo`"):
         registry.get("sdxl")
 
 
 def test_models_config_is_checked_whole(tmp_path):
-    for models, message in [
+    for entries, message in [
         ({"x": 5}, 'expected "path" or'),
         ({"x": {"path": "/m", "stepz": 3}}, "unknown key stepz — did you mean steps"),
         ({"x": {"path": "/m", "steps": 0}}, "steps = 0: expected a number from 1 to 200"),
@@ -71,11 +72,12 @@ def test_models_config_is_checked_whole(tmp_path):
         ({"x": {"steps": 3}}, "path: expected a diffusers folder"),
     ]:
         with pytest.raises(cfg.ConfigError, match=message):
-            cfg.from_dict({"models": models})
+            cfg.from_dict({"models": entries})
     config = cfg.from_dict({"models": {"sdxl": "/real/sdxl"}},
                            env={"GENBOT_MODELS_MINE": "/m/mine.safetensors"})
-    assert config.models["sdxl"].path == "/real/sdxl" and config.models["sd15"].path == "demo:sd15"
-    assert config.models["mine"].path == "/m/mine.safetensors"
+    known = models(config)
+    assert known["sdxl"].path == "/real/sdxl" and known["sd15"].path == "demo:sd15"
+    assert known["mine"].path == "/m/mine.safetensors"
 
 
 UNET_IN = "model.diffusion_model.input_blocks.0.0.weight"
@@ -168,6 +170,6 @@ def test_a_file_genbot_cannot_run_says_what_was_found(tmp_path):
 def test_a_single_file_config_folder_is_resolved_like_a_path(tmp_path):
     config = cfg.from_dict({"models": {"m": {"path": "m.safetensors", "config": "base"}}},
                            base_dir=str(tmp_path))
-    assert config.models["m"].config == "base"
+    assert models(config)["m"].config == "base"
     with pytest.raises(cfg.ConfigError, match="config: expected the path of a diffusers folder"):
         cfg.from_dict({"models": {"m": {"path": "m.safetensors", "config": ""}}})

@@ -9,14 +9,14 @@ from openpyxl import load_workbook
 from PIL import Image
 
 from bot.chat.notifier import Notifier
-from executor.workflow import load_templates
 from storage.db import Database
 from storage.files import FileStore
 from storage.outbox import Outbox
 from storage.queue import NewJob, Queue, Submission
+from templates.loader import load_templates
 from tests.conftest import ROOT, queue_settings
 
-TEMPLATES, _ = load_templates(ROOT / "templates")
+TEMPLATES, _ = load_templates(ROOT / "templates" / "shipped")
 
 
 @pytest.fixture
@@ -91,7 +91,8 @@ async def test_a_batch_from_acceptance_to_summary(env, clock):
     sheet = load_workbook(store.path(results_path)).active
     rows = [list(r) for r in sheet.iter_rows(values_only=True)]
     assert rows[0] == ["行号", "image", "title", "aspect", "width", "position", "text_color",
-                       "band_color", "watermark", "状态", "输出文件", "错误"]
+                       "band_color", "watermark", "状态", "输出文件", "错误", "任务", "来源任务",
+                       "操作", "评价", "模型", "模板版本"]
     assert rows[1][:5] == [2, "inputs/abc.png", "新品 SKU2", "1:1", 1080]
     assert rows[2][0] == 3 and rows[2][9] == "failed" and "out of memory" in rows[2][11]
     assert Image.open(store.path(contact_path)).size[0] > 0
@@ -176,3 +177,65 @@ async def test_milestones_tell_real_progress_once_and_small_batches_see_work_sta
     told = [p["text"].split(": ", 1)[1] for k, (_, p) in (await owed(outbox)).items()
             if ":milestone:" in k or k.endswith(":started")]
     assert [t[:len(e)] for t, e in zip(told, expected, strict=True)] == expected
+
+
+async def test_twenty_actions_cost_the_thread_their_images_and_nothing_else(env, clock):
+    """An action's batch (meta action, in the parent's thread) owes its images (each with
+    its row of buttons, on a platform that shows them) and no acceptance, progress,
+    milestone or summary: after 20 actions the thread holds the first batch's messages
+    and 20 images."""
+    queue, outbox, store, _ = env
+    notifier = Notifier(queue, outbox, store, platforms={"slack"}, editable={"slack"},
+                        bundles={"slack"}, buttons={"slack"}, templates=TEMPLATES, clock=clock)
+    first = (await queue.enqueue(Submission("social_thumb", "slack:U1", [
+        NewJob(2, workflow(2, "SKU2"))], platform="slack", conversation="C1"))).batch_id
+    await run_jobs(queue, store, clock, fail_row=0)
+    while await notifier.run_once():
+        pass
+    before = set(await owed(outbox))
+    for _ in range(20):
+        await queue.enqueue(Submission(
+            "social_thumb", "slack:U1", [NewJob(2, workflow(2, "SKU2"), parent=1,
+                                                action="again")],
+            platform="slack", conversation="C1", thread=f"@batch:{first}",
+            meta={"action": "again", "parent_job": 1, "root_batch": first}))
+        await run_jobs(queue, store, clock, fail_row=0)
+    while await notifier.run_once():
+        pass
+    new = {k: v for k, v in (await owed(outbox)).items() if k not in before}
+    assert len(new) == 40 and all(k.startswith("job:") for k in new)
+    images = [p for k, (kind, p) in new.items() if kind == "image"]
+    assert len(images) == 20 and all("again of job 1" in p["text"].lower()
+                                     for p in images)
+    assert {p["batch"] for _, p in new.values()} == set(range(first + 1, first + 21))
+    rows = await outbox.db.fetch("SELECT DISTINCT thread FROM outbox")
+    assert {r["thread"] for r in rows} == {f"@batch:{first}"}  # all in the first's thread
+
+
+async def test_a_sweeps_summary_carries_its_grids_and_the_results_its_swept_values(env, clock):
+    queue, outbox, store, notifier = env
+    jobs = []
+    for width in (256, 512):
+        for aspect in ("1:1", "4:5"):
+            wf = workflow(2, "SKU2")
+            wf["params"].update(width=width, aspect=aspect)
+            wf["axes"] = {"width": width, "aspect": aspect}
+            jobs.append(NewJob(2, wf))
+    batch = (await queue.enqueue(Submission(
+        "social_thumb", "slack:U1", jobs, platform="slack", conversation="C1",
+        meta={"sweep": {"vary": ["width=256,512", "aspect=1:1,4:5"], "seeds": 1,
+                        "axes": ["width", "aspect"], "grid": []}}))).batch_id
+    await run_jobs(queue, store, clock, fail_row=0)
+    while await notifier.run_once():
+        pass
+    captions = [p["text"] for k, (kind, p) in (await owed(outbox)).items() if kind == "image"
+                and k.startswith("job:")]
+    assert captions[0].startswith("row 2 · job ")  # several images a row: each its job
+    summary = (await outbox.get(f"batch:{batch}:summary")).payload
+    contact, results, grid = summary["paths"]
+    assert grid == f"grids/batch_{batch}/grid_1_row2.png"
+    sheet = load_workbook(store.path(results)).active
+    rows = [list(r) for r in sheet.iter_rows(values_only=True)]
+    assert rows[0][-1] == "swept values"
+    assert [r[-1] for r in rows[1:]] == ["width=256 · aspect=1:1", "width=256 · aspect=4:5",
+                                         "width=512 · aspect=1:1", "width=512 · aspect=4:5"]

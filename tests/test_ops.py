@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import inspect
 import io
-from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from executor.contact import contact_sheet
-from executor.ops import REGISTRY, Context, OpError
-from executor.ops.image import contrast_ratio, load_font, read_metadata
-from executor.signatures import OPS
+from bot.app.contact import contact_sheet
+from executor.diffusers.ops import REGISTRY, Context, OpError
+from executor.diffusers.ops.image import contrast_ratio, read_metadata
 from storage.files import FileStore
+from templates.fonts import load_font
+from templates.jobs import decode, encode
+from templates.signatures import OPS
+from tests.conftest import ROOT
 
 
 @pytest.fixture
@@ -41,7 +43,7 @@ def test_ops_declare_what_the_runner_needs():
     assert [n for n, spec in REGISTRY.items() if spec.batched] == ["generate"]
     assert REGISTRY["generate"].shape is not None
     assert REGISTRY["save"].output == "path" and REGISTRY["crop"].output == "image"
-    runner = (Path(__file__).resolve().parent.parent / "executor" / "runner.py").read_text()
+    runner = (ROOT / "executor" / "diffusers" / "runner.py").read_text()
     assert '"generate"' not in runner and '"save"' not in runner
 
 
@@ -114,14 +116,14 @@ def test_missing_input_image_and_font_are_op_errors(ctx, tmp_path):
 @pytest.mark.parametrize("fmt", ["png", "jpg", "webp"])
 def test_save_writes_atomically_under_the_batch_with_metadata(ctx, fmt):
     ctx.batch_id, ctx.used_models = 7, ["sdxl"]
-    ctx.workflow = {"template": "t", "row": 3, "params": {"seed": 5, "title": "标题"},
-                    "nodes": [{"id": "g", "op": "generate", "inputs": {"seed": 5}}],
-                    "outputs": {"s": f"a/3.{fmt}"}}
+    ctx.job = decode({"template": "t", "row": 3, "params": {"seed": 5, "title": "标题"},
+                      "nodes": [{"id": "g", "op": "generate", "inputs": {"seed": 5}}],
+                      "outputs": {"s": f"a/3.{fmt}"}})
     path = REGISTRY["save"].run(ctx, square(), f"a/3.{fmt}", fmt)
     assert path == f"outputs/batch_7/a/3.{fmt}"
     full = ctx.store.path(path)
     meta = read_metadata(full)
-    assert meta["workflow"] == ctx.workflow and meta["seeds"] == [5]
+    assert meta["workflow"] == encode(ctx.job) and meta["seeds"] == [5]
     assert meta["models"] == ["sdxl"] and meta["params"]["title"] == "标题"
     assert [p.name for p in full.parent.iterdir()] == [f"3.{fmt}"]  # no temp files left
 
@@ -148,3 +150,81 @@ def test_a_watermark_keeps_off_the_title_band(ctx):
     out = np.asarray(REGISTRY["watermark"].run(ctx, base, "genbot", opacity=0.5,
                                                 avoid="bottom"))
     assert out[100:].max() == 0 and out[:100].max() > 0  # moved to the top edge
+
+
+def text_runs(a: np.ndarray, rows: np.ndarray) -> int:
+    """How many separate runs of `rows` have white text in them."""
+    lit = rows & (a.min(axis=2) > 160).any(axis=1)
+    return int(np.count_nonzero(lit[1:] & ~lit[:-1]) + lit[0])
+
+
+def test_a_title_with_a_line_break_is_two_lines_on_a_band_grown_to_hold_them(ctx):
+    grey = Image.new("RGB", (400, 300), (128, 128, 128))
+    bands = {}
+    for title in ("Summer Sale", "Summer Sale\nsecond line", "Summer Sale\r\nsecond line"):
+        out = np.asarray(REGISTRY["text"].run(ctx, grey, title, band="#000000",
+                                              color="#ffffff")).astype(int)
+        band = (out[:, 0] == 0).all(axis=1)
+        assert band[-1] and not band[0]  # at the bottom
+        bands[title] = (int(band.sum()), text_runs(out, band))
+    one, two, crlf = bands.values()
+    assert one[1] == 1 and two[1] == 2 and crlf == two
+    assert two[0] > one[0] * 1.5  # the band grew for the second line
+
+
+def test_a_watermark_with_a_line_break_is_two_lines_in_its_corner(ctx):
+    base = Image.new("RGB", (300, 200), "#000000")
+    out = np.asarray(REGISTRY["watermark"].run(ctx, base, "genbot\nstudio", opacity=1.0))
+    rows = (out.max(axis=2) > 0).any(axis=1)
+    lit = np.flatnonzero(rows)
+    assert lit.min() > 100 and out[:, :150].max() == 0  # bottom right, as one line was
+    assert np.count_nonzero(rows[1:] & ~rows[:-1]) == 2  # two lines, a gap between
+
+
+def test_a_font_file_that_is_no_font_is_an_op_error(ctx, tmp_path):
+    (tmp_path / "not-a-font.ttf").write_text("<html>nope</html>")
+    ctx.font = str(tmp_path / "not-a-font.ttf")
+    with pytest.raises(OpError, match="cannot read the font .*not-a-font.ttf"):
+        REGISTRY["text"].run(ctx, square(), "x")
+
+
+def test_contact_sheet_draws_a_card_for_an_output_that_is_no_image(tmp_path):
+    good = tmp_path / "good.png"
+    square().save(good)
+    png = good.read_bytes()
+    (tmp_path / "clip.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(200))
+    (tmp_path / "page.html").write_text("<!doctype html><title>x</title>")
+    (tmp_path / "cut.png").write_bytes(png[:len(png) // 2])  # a PNG cut short
+    names = ["good.png", "clip.mp4", "page.html", "cut.png", "gone.png"]
+    sheet = np.asarray(Image.open(io.BytesIO(contact_sheet(
+        [(tmp_path / n, f"row {i + 2}") for i, n in enumerate(names)]))))
+    assert sheet.shape == (2 * (256 + 28), 3 * 256, 3)
+    cards = []
+    for i in range(len(names)):
+        x, y = (i % 3) * 256, (i // 3) * (256 + 28)
+        cards.append(tuple(sheet[y + 20, x + 128]))  # inside the card or the thumbnail
+    assert cards[0] != (228, 228, 228)  # a real thumbnail
+    assert cards[1:] == [(228, 228, 228)] * 4  # a grey card for each of the others
+
+
+def test_a_failed_nodes_row_values_are_named_briefly_and_escaped():
+    """What an unexpected error in an op says of the row (the runner's `fed_by`)."""
+    from executor.diffusers.runner import fed_by
+    from templates.jobs import Step
+    job = decode({"template": "t", "row": 2, "nodes": [], "outputs": {},
+                  "params": {"title": 'Summer "Sale"\nsecond line', "sku": "BTL-001",
+                             "picture": "inputs/3f9a.png", "width": 320, "shadow": True,
+                             "note": "long " * 20, "aspect": "1:1"},
+                  "named": {"picture": "assets/bottle.png"}})
+    titled = Step("titled", "text", {"image": {"@": "cropped.image"},
+                                     "text": 'Summer "Sale"\nsecond line', "font_size": 320})
+    assert fed_by(job, titled) == r'title "Summer \"Sale\"\nsecond line", width "320"'
+    templated = Step("t", "text", {"image": "inputs/3f9a.png", "text": "BTL-001 on sale"})
+    assert fed_by(job, templated) == 'sku "BTL-001", picture "assets/bottle.png"'
+    note = Step("n", "watermark", {"text": "long " * 20})
+    assert fed_by(job, note) == f'note "{("long " * 8)[:39]}…"'
+    crowded = Step("c", "x", {"a": "BTL-001", "b": "inputs/3f9a.png", "c": 320, "d": "1:1",
+                              "e": 'Summer "Sale"\nsecond line'})
+    assert fed_by(job, crowded).endswith(" and 2 more")
+    assert fed_by(job, Step("out", "save", {"image": {"@": "titled.image"},
+                                            "name": "thumb_2.png"})) == ""

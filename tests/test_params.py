@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from executor.params import Param, Problem, coerce, normalize_header
+from templates.params import Param, Problem, coerce, normalize_header
 
 
 def value(kind, raw, **spec):

@@ -6,8 +6,8 @@ import pytest
 
 from bot.app.permissions import NEEDS, Action, Permissions, Role, Who, allowed_actions
 from bot.errors import Refused
+from bot.settings import ChatConfig
 from storage.access import Access
-from storage.config import ChatConfig
 from storage.db import Database
 from storage.queue import NewJob, Queue, Submission
 from tests.conftest import queue_settings

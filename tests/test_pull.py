@@ -1,4 +1,4 @@
-"""`genbot models pull` against a Hugging Face Hub on loopback (tests/hubfake.py, reached
+"""`genbot models pull` against a Hugging Face Hub on loopback (tests/fakes/hub.py, reached
 through HF_ENDPOINT as a mirror would be): what a diffusers folder needs and nothing
 else, a pull cut short resumed by the next run, gated repos, wrong hashes, direct URLs."""
 
@@ -7,12 +7,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 
 import pytest
 
-from bot.cli.genbot import main
+from bot.cli import main
 from storage import config as cfg
-from tests.hubfake import FakeHub
+from storage.names import shown
+from templates.settings import model_path, models
+from tests.fakes.hub import HOSTILE_NAMES, FakeHub
 
 WEIGHTS = os.urandom(3 * 2**20 + 123)  # several read chunks, not a round number
 HALF = os.urandom(2**20)
@@ -162,8 +165,8 @@ def test_write_adds_the_line_to_the_config_and_it_loads(hub, tmp_path, capsys):
     assert out.splitlines()[-1] == \
         f'added to [models] in config.toml: mine = "{target}"'
     config = cfg.load("config.toml", env={})
-    assert config.model_path(config.models["mine"]) == target
-    assert config.queue.max_queue_size == 50 and "sdxl" in config.models
+    assert model_path(config, models(config)["mine"]) == target
+    assert config.queue.max_queue_size == 50 and "sdxl" in models(config)
     assert pull(capsys, "org/one", "--name", "mine", "--write")[0] == 0  # the line replaced
     assert (tmp_path / "config.toml").read_text().count("mine =") == 1
 
@@ -192,3 +195,81 @@ def test_a_pull_goes_online_even_where_the_hub_library_was_told_offline(hub, cap
     hub.add_repo("org/one", {"model.safetensors": WEIGHTS})
     assert pull(capsys, "org/one")[0] == 0
     assert constants.HF_HUB_OFFLINE is True  # as it was, afterwards
+
+
+def files_under(folder: Path) -> set[str]:
+    """Every file and link under `folder` but the hub library's home."""
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*")
+            if (p.is_file() or p.is_symlink()) and "hf-home" not in p.parts}
+
+
+WHY = {"../x.json": "it leads out of its folder", "/abs.json": "it is an absolute path",
+       "unet/../../x.safetensors": "it leads out of its folder",
+       "unet/x\0.json": "it holds a control or invisible character",
+       "../../outside/model.safetensors": "it leads out of its folder"}
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_name_a_hostile_mirror_lists_is_refused_and_nothing_lands_outside(
+        hub, tmp_path, capsys, name):
+    """The mirror lists the name and serves whatever path it leads to; the pull stops
+    before writing anything, in one line naming the file and the listing it came from."""
+    hub.add_hostile_repo("org/evil", name)
+    (tmp_path / "outside").mkdir()
+    before = files_under(tmp_path)
+    code, out, err = pull(capsys, "org/evil")
+    assert code == 1
+    assert err == (f'genbot: refused the file name "{shown(name)}" from the file list of '
+                   f"org/evil at {hub.url}: {WHY[name]}\n")
+    assert files_under(tmp_path) == before
+    assert not Path("/abs.json").exists() and not Path("/abs.json.partial").exists()
+    assert not [r for r in hub.requests if "/resolve/" in r[1]]  # nothing was fetched
+    # Asked for by name, the same.
+    code, out, err = pull(capsys, "org/evil", "--file", name)
+    assert code == 1 and WHY[name] in err and files_under(tmp_path) == before
+
+
+def test_the_hostile_mirror_would_have_written_outside_had_its_names_been_trusted(hub):
+    """The mode above is not vacuous: the path `../x.json` leads a client to is served."""
+    import urllib.request
+    commit = hub.add_hostile_repo("org/evil", "../x.json", b"planted")
+    with urllib.request.urlopen(f"{hub.url}/org/evil/resolve/{commit}/../x.json") as r:
+        assert r.read() == b"planted"
+
+
+@pytest.mark.parametrize("planted", ["unet", "model_index.json.partial"])
+def test_a_link_planted_in_the_models_folder_cannot_lead_a_pull_out(hub, tmp_path, capsys,
+                                                                    planted):
+    hub.add_repo("org/tiny-sd", REPO)
+    folder = tmp_path / "data" / "models" / "tiny-sd"
+    folder.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (folder / planted).symlink_to(outside if planted == "unet" else outside / "taken")
+    code, out, err = pull(capsys, "org/tiny-sd")
+    assert code == 1
+    named = "unet/config.json" if planted == "unet" else planted
+    assert err == (f'genbot: refused the file name "{named}" from the file list of '
+                   f"org/tiny-sd at {hub.url}: a link on disk leads it out of its folder\n")
+    assert list(outside.iterdir()) == []
+    assert files_under(folder) == {planted}  # nothing fetched: every target checked first
+
+
+def test_a_url_whose_name_leads_out_is_refused(hub, tmp_path, capsys):
+    code, out, err = pull(capsys, f"{hub.url}/static/a/..", "--name", "m")
+    assert code == 1
+    assert err == (f'genbot: refused the file name ".." from the address {hub.url}/static/a/..: '
+                   "it leads out of its folder\n")
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_name_that_clashes_on_disk_is_one_line_and_leaves_no_partial(hub, tmp_path, capsys):
+    """A file where the listing wants a folder: the file system's refusal, said plainly."""
+    hub.add_repo("org/tiny-sd", REPO)
+    folder = tmp_path / "data" / "models" / "tiny-sd"
+    folder.mkdir(parents=True)
+    (folder / "tokenizer").write_bytes(b"a file, not a folder")
+    code, out, err = pull(capsys, "org/tiny-sd")
+    assert code == 1 and "Traceback" not in err
+    assert err.startswith(f"genbot: tokenizer/merges.txt: cannot write {folder}/tokenizer/")
+    assert not list(folder.rglob("*.partial"))

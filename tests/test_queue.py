@@ -8,7 +8,7 @@ import pytest
 
 from storage.db import Database
 from storage.queue import NewJob, Priority, Queue, QueueFull, Status, Submission
-from storage.records import ActiveCounts
+from storage.records import KEPT, REJECTED, ActiveCounts
 from tests.conftest import queue_settings
 
 
@@ -452,6 +452,21 @@ async def test_pages_of_jobs_and_batches_by_cursor_and_offset(queue):
     assert await queue.count_jobs(submitter="alice") == 5
     assert await queue.count_jobs(status="queued") == 2
     assert await queue.count_jobs(batch=b.batch_id, status="succeeded") == 2
+    # By rating: kept, rejected, or not rated (NULL, unfinished jobs too).
+    assert await queue.rate(ids[2], KEPT, "vic") and await queue.rate(ids[4], KEPT, "vic")
+    assert await queue.rate(ids[3], REJECTED, "vic")
+    assert [j.id for j in await queue.page_jobs(rating="kept")] == [ids[2], ids[4]]
+    assert [j.id for j in await queue.page_jobs(rating="kept", offset=1)] == [ids[4]]
+    assert [j.id for j in await queue.page_jobs(rating="rejected")] == [ids[3]]
+    unrated = [ids[0], ids[1], ids[5], ids[6]]
+    assert [j.id for j in await queue.page_jobs(rating="unrated")] == unrated
+    assert [j.id for j in await queue.page_jobs(rating="unrated", status="queued")] == ids[:2]
+    assert [j.id for j in await queue.page_jobs(rating="kept", submitter="bob")] == [ids[2]]
+    assert (await queue.count_jobs(rating="kept"), await queue.count_jobs(rating="rejected"),
+            await queue.count_jobs(rating="unrated")) == (2, 1, 4)
+    assert await queue.count_jobs(rating="kept", batch=a.batch_id) == 1  # ids[4]; ids[2] bob's
+    with pytest.raises(ValueError):
+        await queue.page_jobs(rating="loved")
     batches = await queue.page_batches()
     assert [(x.batch.id, x.batch.total_jobs, x.counts) for x in batches] == [
         (c.batch_id, 2, {"queued": 2}), (b.batch_id, 2, {"succeeded": 2}),

@@ -104,7 +104,7 @@ def events(url):
     return run(_with_queue(url, lambda q: q.events_after(0, 1_000_000)))
 
 
-def test_no_double_claim_4_processes_x_2000_jobs(db_url):
+def test_no_double_claim_4_processes_x_500_jobs(db_url):
     """Two of the four claim as executors do, the next job ahead of the one they run."""
     run(_with_queue(db_url, lambda q: q.db.fetch("SELECT 1")))  # schema created once, up front
     workers = [Proc(db_url, "drain", "--owner", f"w{i}", "--idle-exit", "5",
@@ -112,7 +112,7 @@ def test_no_double_claim_4_processes_x_2000_jobs(db_url):
     try:
         for w in workers:
             w.expect("ready")
-        enqueue(db_url, 8000)  # all four are polling: they start together
+        enqueue(db_url, 2000)  # all four are polling: they start together
         ran = []
         for w in workers:
             ran += [int(line.split()[1]) for line in w.finish(300) if line.startswith("ran")]

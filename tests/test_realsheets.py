@@ -12,9 +12,9 @@ import pytest
 from bot.intake.check import intake
 from bot.intake.images import ImageResolver
 from bot.intake.sheets import CellError, SheetError, read_sheet
-from executor.workflow import load_template
-from storage.config import IntakeConfig
+from bot.settings import IntakeConfig
 from storage.files import FileStore
+from templates.loader import load_template
 from tests.conftest import ROOT
 
 
@@ -82,7 +82,7 @@ MOJIBAKE = [chr(c) for c in range(0xE000, 0xF900)] + ["\ufffd"]
 
 
 def template(name: str = "product_main"):
-    return load_template(ROOT / "templates" / f"{name}.json")
+    return load_template(ROOT / "templates" / "shipped" / f"{name}.json")
 
 
 async def check(tmp_path, name: str, template_name: str = "product_main"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from dataclasses import replace
 
 from openpyxl import load_workbook
 
@@ -44,9 +45,9 @@ def test_what_a_person_wrote_goes_out_as_text_never_as_a_formula():
 
 def test_contact_sheet_labels_name_the_rows_key_value_and_row():
     from bot.app.results import label
-    from executor.workflow import load_template
+    from templates.loader import load_template
     from tests.conftest import ROOT
-    template = load_template(ROOT / "templates" / "product_main.json")
+    template = load_template(ROOT / "templates" / "shipped" / "product_main.json")
     j = job(7, {"sku": "BTL-001", "product_image": "inputs/x.png", "prompt": "a bottle"})
     assert label(j, template) == "BTL-001 · row 7"
     assert label(j, template, "zh") == "BTL-001 · 第 7 行"
@@ -58,3 +59,39 @@ def test_a_picture_is_shown_as_the_sheet_named_it_not_as_stored():
     j.workflow["named"] = {"image": "assets/bottle.png"}
     sheet = load_workbook(io.BytesIO(results_xlsx([j], ["image", "title"]))).active
     assert [c.value for c in sheet[2]][1:3] == ["assets/bottle.png", "A"]
+
+
+def test_a_batch_summary_survives_outputs_that_are_no_images(tmp_path):
+    """A video, an HTML page, a PNG cut short, a file gone, a stored name outside the
+    store: the results sheet and the contact sheet are still written, each odd output a
+    grey card (or left off), every readable image a thumbnail."""
+    from PIL import Image
+
+    from bot.app.results import write_results
+    from storage.files import FileStore
+    from storage.records import Batch, Priority
+    store = FileStore(tmp_path)
+    folder = "outputs/batch_1"
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 64), (200, 40, 40)).save(buf, "PNG")
+    png = buf.getvalue()
+    outputs = {"good.png": png, "clip.mp4": b"\x00\x00\x00\x18ftypmp42" + bytes(64),
+               "page.html": b"<!doctype html><p>not a picture</p>", "cut.png": png[:40]}
+    for name, data in outputs.items():
+        store.write(f"{folder}/{name}", data)
+    jobs = [job(i + 2, {"title": f"row\n{i}"}) for i in range(6)]
+    names = [*outputs, "gone.png", "../../outside.png"]
+    jobs = [replace(j, status=Status.SUCCEEDED, outputs=[f"{folder}/{n}"])
+            for j, n in zip(jobs, names)]
+    batch = Batch(id=1, template="t", submitter="test:alice", platform="test",
+                  conversation=None, thread=None, priority=Priority.NORMAL,
+                  idempotency_key=None, total_jobs=len(jobs), meta={}, created_at=0)
+    results, contact = write_results(store, batch, jobs, None)
+    assert load_workbook(store.path(results)).active.max_row == 1 + len(jobs)
+    assert contact is not None
+    sheet = Image.open(store.path(contact)).convert("RGB")
+    assert sheet.size == (3 * 256, 2 * (256 + 28))  # five cells: the name outside is left off
+    cells = [sheet.getpixel(((i % 3) * 256 + 128, (i // 3) * 284 + 20)) for i in range(5)]
+    assert cells[0] == (255, 255, 255)  # (a 64 px thumbnail leaves the cell's top white)
+    assert sheet.getpixel((128, 128)) == (200, 40, 40)  # the image, as a thumbnail
+    assert cells[1:] == [(228, 228, 228)] * 4  # a grey card for each of the others

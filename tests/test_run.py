@@ -24,19 +24,24 @@ def home(tmp_path, demo_models):
 
 @pytest.mark.slow
 def test_run_queues_the_sheet_runs_it_and_says_where_the_images_are(home):
-    done = genbot("run", "product_main", str(ROOT / "examples" / "product_main.xlsx"),
-                  "--out", "results", cwd=home)
+    """A sweep, too: each row at steps 2 and 3, side by side in its grid; and pinned to
+    the template's first version (the file as it is: a fresh install's version 1)."""
+    done = genbot("run", "product_main@1", str(ROOT / "examples" / "product_main.xlsx"),
+                  "--out", "results", "--vary", "steps=2,3", cwd=home)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "batch 1: 2 jobs of product_main from product_main.xlsx"
-    assert lines[2] == "[------------------------------] 0/2 · starting the executor"
-    assert lines[-5].startswith("[##############################] 2/2")
-    assert lines[-4].startswith("made here, by this command's executor (")
-    assert lines[-3] == f"2 images in {home / 'data' / 'outputs' / 'batch_1'}"
-    assert lines[-2] == f"contact sheet: {home / 'data' / 'outputs' / 'batch_1' / 'contact.png'}"
+    assert lines[0] == "batch 1: 4 jobs of product_main from product_main.xlsx"
+    assert lines[2] == "[------------------------------] 0/4 · starting the executor"
+    assert lines[-7].startswith("[##############################] 4/4")
+    assert lines[-6].startswith("made here, by this command's executor (")
+    assert lines[-5] == f"4 images in {home / 'data' / 'outputs' / 'batch_1'}"
+    assert lines[-4] == f"contact sheet: {home / 'data' / 'outputs' / 'batch_1' / 'contact.png'}"
+    assert lines[-3:-1] == [f"grid: {home / 'data' / 'grids' / 'batch_1' / name}"
+                            for name in ("grid_1_row2.png", "grid_2_row3.png")]
     copied = sorted(p.relative_to(home / "results").as_posix()
                     for p in (home / "results").rglob("*.png"))
-    assert copied == ["BTL-001/2.png", "BTL-002/3.png", "contact.png"]
+    assert copied == ["BTL-001/2.png", "BTL-001/2_2.png", "BTL-002/3.png", "BTL-002/3_2.png",
+                      "contact.png", "grids/grid_1_row2.png", "grids/grid_2_row3.png"]
     assert Image.open(home / "results" / "BTL-001" / "2.png").size == (128, 128)
 
 
@@ -85,12 +90,16 @@ async def test_the_bar_says_which_executor_took_the_jobs(tmp_path, demo_models):
 
 
 @pytest.mark.slow
-def test_run_exits_non_zero_and_names_the_rows_when_jobs_fail(home):
+def test_run_names_a_missing_model_file_instead_of_waiting_or_failing_every_row(home):
+    """The executor says it cannot run sdxl (its file is not there), so the command ends
+    saying so, and cancels its batch, before any row is tried."""
     (home / "config.toml").write_text('[models]\nsdxl = "./no-such-model"\n')
     done = genbot("run", "product_main", str(ROOT / "examples" / "product_main.xlsx"), cwd=home)
     assert done.returncode == 1
-    assert "row 2: failed: node gen (generate): [models] sdxl = \"./no-such-model\"" in done.stderr
-    assert "does not exist" in done.stderr and "Traceback" not in done.stderr + done.stdout
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("genbot: no executor can run model sdxl (")
+    assert "no-such-model does not exist on " in last and last.endswith("; batch 1 canceled")
+    assert "Traceback" not in done.stderr + done.stdout
 
 
 def test_run_refuses_a_bad_sheet_before_queueing_anything(home):
@@ -134,6 +143,14 @@ def test_worker_takes_a_device_and_refuses_cuda_where_there_is_none(home):
     done = genbot("worker", "--device", "cuda:0", cwd=home, timeout=120)
     assert done.returncode != 0
     assert "CUDA is not available here" in done.stderr
+
+
+def test_worker_for_a_comfyui_server_wants_its_address(tmp_path):
+    done = genbot("worker", "--comfyui", "nowhere", cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert "genbot: 'nowhere' is not a ComfyUI server's address" in done.stderr
+    done = genbot("worker", "--comfyui", "http://127.0.0.1:1", "--device", "cpu", cwd=tmp_path)
+    assert done.returncode == 2 and "not allowed with argument --comfyui" in done.stderr
 
 
 @pytest.mark.slow

@@ -19,8 +19,8 @@ import pytest
 
 from storage import config as cfg
 from storage.workers import Workers
-from tests.chatfake import ServiceWorld, example
 from tests.conftest import PYTHON, executor_config, free_port, python_env
+from tests.fakes.chat import ServiceWorld, bounded, example
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 BOTTLE = example("assets/bottle.png")
@@ -126,59 +126,74 @@ async def under_way(queue, timeout: float = 120) -> None:
             await asyncio.sleep(0.05)
 
 
+@pytest.mark.timeout(480)  # past every stage's own limit (455 s in all): they say where
 async def test_three_workers_share_a_batch_and_a_killed_one_loses_nothing(tmp_path, demo_models,
                                                                           pg_url):
     config_file, config = scale_config(tmp_path, demo_models, pg_url)
     fleet = Fleet(tmp_path, config_file)
+    service = ChatService(config)
     try:
-        async with ChatService(config) as w:
-            fleet.start(3)
-            await idle_workers(w.queue, 3)
-            p = w.platform
-            await gen(w, "rows.csv", 9, 12)
-            async with asyncio.timeout(120):  # a worker with a job under way and the next
-                while True:                    # claimed ahead; then it is killed
-                    jobs = await w.queue.batch_jobs(1)
-                    ahead = {j.lease_owner: j for j in jobs
-                             if j.status == "queued" and j.lease_owner}
-                    running = [r for r in await w.queue.running() if r.lease_owner in ahead]
-                    if running:
-                        break
-                    await asyncio.sleep(0.02)
-            victim = running[0]
-            waiting = ahead[victim.lease_owner]
-            os.kill(fleet.owner_pid(victim.lease_owner), signal.SIGKILL)
-            await w.finish(timeout=240)
-
-            jobs = await w.queue.batch_jobs(1)
-            assert [j.status for j in jobs] == ["succeeded"] * 9, fleet.logs()
-            killed = next(j for j in jobs if j.id == victim.id)
-            assert killed.attempts == 2 and killed.lease_owner != victim.lease_owner
-            # The job it held ahead had not started: it ran once, its attempt unused.
-            assert [j.attempts for j in jobs if j.id != victim.id] == [1] * 8
-            assert next(j for j in jobs if j.id == waiting.id).lease_owner != victim.lease_owner
-            starts = [e.data["owner"] for e in await w.queue.events_after(0)
-                      if e.kind == "running"]
-            assert len(set(starts)) == 3  # all three took part
-            # Every image in the chat exactly once, and the summary after them.
-            images = Counter(x.file for x in p.posts if x.image and x.file != "contact.png")
-            assert len(images) == 9 and set(images.values()) == {1}, images
-            (summary,) = [i for i, x in enumerate(p.posts) if x.text.startswith("Batch 1 finished")]
-            assert summary > max(i for i, x in enumerate(p.posts) if x.file in images)
-            states = {x.id: x.state for x in await Workers.of(w.queue).all()}
-            async with asyncio.timeout(30):  # silent past its lease: lost
-                while states[victim.lease_owner] != "lost":
-                    await asyncio.sleep(0.2)
-                    states = {x.id: x.state for x in await Workers.of(w.queue).all()}
-            assert sorted(states.values()) == ["idle", "idle", "lost"], fleet.logs()[-3000:]
+        w = await bounded(service.__aenter__(), 60, "the service starting")
+        try:
+            await three_workers_run(w, fleet)
+        finally:
+            await bounded(service.__aexit__(None, None, None), 60, "the service stopping")
     finally:
         fleet.stop()
     assert "Traceback" not in fleet.logs()
 
 
+async def three_workers_run(w, fleet) -> None:
+    """The test's stages, each with its own limit."""
+    fleet.start(3)
+    await idle_workers(w.queue, 3, timeout=90)
+    p = w.platform
+    await bounded(gen(w, "rows.csv", 9, 6), 60, "/gen (its reply and the first pump)")
+    async with asyncio.timeout(45):  # a worker with a job under way and the next
+        while True:                    # claimed ahead; then it is killed
+            jobs = await w.queue.batch_jobs(1)
+            ahead = {j.lease_owner: j for j in jobs
+                     if j.status == "queued" and j.lease_owner}
+            running = [r for r in await w.queue.running() if r.lease_owner in ahead]
+            if running:
+                break
+            await asyncio.sleep(0.02)
+    victim = running[0]
+    waiting = ahead[victim.lease_owner]
+    os.kill(fleet.owner_pid(victim.lease_owner), signal.SIGKILL)
+    try:
+        await w.finish(timeout=110)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nworkers' logs:\n{fleet.logs()[-6000:]}") from None
+
+    jobs = await w.queue.batch_jobs(1)
+    assert [j.status for j in jobs] == ["succeeded"] * 9, fleet.logs()
+    killed = next(j for j in jobs if j.id == victim.id)
+    assert killed.attempts == 2 and killed.lease_owner != victim.lease_owner
+    # The job it held ahead had not started: it ran once, its attempt unused.
+    assert [j.attempts for j in jobs if j.id != victim.id] == [1] * 8
+    assert next(j for j in jobs if j.id == waiting.id).lease_owner != victim.lease_owner
+    starts = [e.data["owner"] for e in await w.queue.events_after(0)
+              if e.kind == "running"]
+    assert len(set(starts)) == 3  # all three took part
+    # Every image in the chat exactly once, and the summary after them.
+    images = Counter(x.file for x in p.posts if x.image and x.file != "contact.png")
+    assert len(images) == 9 and set(images.values()) == {1}, images
+    (summary,) = [i for i, x in enumerate(p.posts) if x.text.startswith("Batch 1 finished")]
+    assert summary > max(i for i, x in enumerate(p.posts) if x.file in images)
+    states = {x.id: x.state for x in await Workers.of(w.queue).all()}
+    async with asyncio.timeout(30):  # silent past its lease: lost
+        while states[victim.lease_owner] != "lost":
+            await asyncio.sleep(0.2)
+            states = {x.id: x.state for x in await Workers.of(w.queue).all()}
+    assert sorted(states.values()) == ["idle", "idle", "lost"], fleet.logs()[-3000:]
+
+
 async def test_a_stopped_worker_is_fenced_and_cut_connections_are_made_again(tmp_path,
-                                                                            demo_models, pg_url):
+                                                                            demo_models,
+                                                                            pg_database):
     import asyncpg
+    pg_url = pg_database  # a database of its own: every connection to it is cut below
     config_file, config = scale_config(tmp_path, demo_models, pg_url)
     fleet = Fleet(tmp_path, config_file)
     try:
@@ -186,7 +201,7 @@ async def test_a_stopped_worker_is_fenced_and_cut_connections_are_made_again(tmp
             fleet.start(2)
             await idle_workers(w.queue, 2)
             p = w.platform
-            await gen(w, "rows.csv", 1, 40)
+            await gen(w, "rows.csv", 1, 20)
             await under_way(w.queue)
             (running,) = await w.queue.running()
             stalled = fleet.owner_pid(running.lease_owner)
@@ -195,7 +210,7 @@ async def test_a_stopped_worker_is_fenced_and_cut_connections_are_made_again(tmp
                 while (await w.queue.job(running.id)).status != "succeeded":
                     await asyncio.sleep(0.1)
             os.kill(stalled, signal.SIGCONT)  # it wakes to a lease it no longer holds
-            await asyncio.sleep(3)
+            await asyncio.sleep(1.5)  # three of its heartbeats: each finds the lease gone
             done = await w.queue.job(running.id)
             assert done.lease_owner != running.lease_owner and done.attempts == 2
             kinds = [e.kind for e in await w.queue.events_after(0)
@@ -204,8 +219,7 @@ async def test_a_stopped_worker_is_fenced_and_cut_connections_are_made_again(tmp
 
             # Cut every database connection (the workers' and the service's): all of them
             # connect again and go on.
-            conn = await asyncpg.connect(pg_url.split("?")[0].replace("postgres://",
-                                                                      "postgresql://", 1))
+            conn = await asyncpg.connect(pg_url.replace("postgres://", "postgresql://", 1))
             try:
                 cut = await conn.fetchval(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -231,7 +245,7 @@ async def test_workers_on_another_host_share_outputs_through_an_object_store(tmp
     other way; the store goes away mid-job and the upload waits for it."""
     import boto3
 
-    from tests.test_files import S3Server
+    from tests.fakes.s3 import S3Server
     s3 = S3Server()
     s3.start()
     boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1",
@@ -273,7 +287,7 @@ async def test_two_services_on_one_database_post_each_message_once(tmp_path, dem
                                                                    pg_url):
     """Two `genbot serve --no-executor` for availability: both follow the event log and
     run senders for the same platform; each message is posted by one of them, once."""
-    from tests.chatfake import MemoryPlatform
+    from tests.fakes.chat import MemoryPlatform
     _, config = scale_config(tmp_path, demo_models, pg_url)
     a_chat, b_chat = MemoryPlatform(), MemoryPlatform()
     async with ChatService(config, [a_chat]) as a, ChatService(config, [b_chat]) as b:
@@ -294,8 +308,8 @@ async def test_a_service_killed_mid_upload_leaves_the_rest_to_the_other_one(tmp_
     """Two `genbot serve --no-executor` processes on one database for one Slack app, as
     behind a load balancer, and a worker. The one posting the batch is SIGKILLed in the
     middle of an upload; the other, already running, posts the rest: every image once."""
-    from tests.slackfake import BOT, SECRET, TOKEN, FakeSlack, SlackClient
-    from tests.test_slack import healthy, six_thumbs, start_serve
+    from tests.fakes.service import healthy, start_serve
+    from tests.fakes.slack import BOT, SECRET, TOKEN, FakeSlack, SlackClient, six_thumbs
 
     fake = await FakeSlack().start()
     slack = f"""

@@ -9,8 +9,8 @@ import pytest
 
 from bot.app.values import next_fire
 from bot.scheduler import Scheduler
-from tests.chatfake import World
 from tests.conftest import ROOT, FakeClock, executor_config
+from tests.fakes.chat import World
 
 BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
 START = datetime(2026, 12, 2, 8, 0, tzinfo=UTC).timestamp()  # a Wednesday, 08:00 UTC
@@ -95,7 +95,7 @@ def test_cron_lines_follow_the_schedules_time_zone():
 
 
 async def test_the_service_runs_the_schedules_on_apscheduler(tmp_path, demo_models):
-    from tests.chatfake import ServiceWorld
+    from tests.fakes.chat import ServiceWorld
     cfg = executor_config(tmp_path / "data", demo_models, service={"port": 0}, chat={
         "digest": "slack:C0123", "digest_at": "18:45", "timezone": "Asia/Shanghai"})
     async with ServiceWorld(cfg) as w:

@@ -11,7 +11,7 @@ from bot.chat.sender import Sender
 from storage.db import Database
 from storage.files import FileStore
 from storage.outbox import Outbox
-from tests.chatfake import MemoryPlatform, permanent, rate_limited, server_error
+from tests.fakes.chat import MemoryPlatform, permanent, rate_limited, server_error
 
 
 @pytest.fixture

@@ -9,43 +9,32 @@ import hashlib
 import hmac
 import io
 import json
-import logging
+import re
 import time
 
 import pytest
 from openpyxl import load_workbook
 from PIL import Image
 
-from tests.chatfake import ServiceWorld
-from tests.conftest import PYTHON, ROOT, executor_config, free_port, python_env
-from tests.slackfake import APP_TOKEN, BOT, SECRET, TOKEN, FakeSlack, SlackClient, signed_headers
+from bot.chat.slack import escaped, unescaped
+from bot.settings import IntakeConfig
+from tests.conftest import ROOT, executor_config, free_port
+from tests.fakes.hostile import FILE, HOSTILE, UNUSED, hostile_sheet
+from tests.fakes.service import healthy, raw_post, start_serve, tracebacks
+from tests.fakes.slack import (
+    APP_TOKEN,
+    BOT,
+    SECRET,
+    TOKEN,
+    FakeSlack,
+    SlackClient,
+    SlackWorld,
+    signed_headers,
+    six_thumbs,
+    slack_config,
+)
 
 ASSETS = ROOT / "examples" / "assets"
-
-
-def slack_config(tmp_path, demo_models, fake: FakeSlack, *, chat=None, **slack):
-    return executor_config(
-        tmp_path / "data", demo_models, service={"port": 0},
-        chat={"progress_every": 0.5, "admins": ["slack:BOSS"], "viewers": ["slack:V"],
-              **(chat or {})},
-        slack={"bot_token": TOKEN, "signing_secret": SECRET, "api_url": fake.api_url, **slack})
-
-
-class SlackWorld(ServiceWorld):
-    """The real service with the Slack adapter, and a Slack that signs what it posts."""
-
-    def __init__(self, config, fake: FakeSlack):
-        super().__init__(config)
-        self.fake = fake
-
-    async def __aenter__(self) -> SlackWorld:
-        await super().__aenter__()
-        self.slack = SlackClient(self.url, self.fake)
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.slack.close()
-        await super().__aexit__(*exc)
 
 
 @pytest.fixture
@@ -58,29 +47,6 @@ async def fake():
 def share_examples(fake: FakeSlack, template: str) -> list[dict]:
     return [fake.share(f"{template}.xlsx", (ROOT / "examples" / f"{template}.xlsx").read_bytes()),
             *[fake.share(n, (ASSETS / n).read_bytes()) for n in ("bottle.png", "chair.png")]]
-
-
-async def raw_post(url: str, path: str, headers: bytes = b"", body: bytes = b"{}",
-                   ) -> tuple[int, bytes]:
-    """One POST written byte for byte (`headers`: lines ending in CRLF): aiohttp's client
-    refuses the header bytes a prober sends. The status and the body."""
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        writer.write(b"POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                     b"Content-Length: %d\r\n%s\r\n%s" % (path.encode(), len(body), headers, body))
-        async with asyncio.timeout(10):
-            answer = await reader.read()
-    finally:
-        writer.close()
-    head, _, payload = answer.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), payload
-
-
-def tracebacks(caplog) -> list[str]:
-    """What was logged as an error or with a traceback: hostile input is no server fault."""
-    return [f"{r.name}: {r.getMessage()}" for r in caplog.records
-            if r.levelno >= logging.ERROR or r.exc_info]
 
 
 def slack_signed(body: bytes, content_type: bytes = b"application/json") -> bytes:
@@ -214,12 +180,18 @@ async def test_the_whole_story_upload_gen_progress_images_summary(tmp_path, demo
         contact, results = thread[-2:]  # its text with both files (one completeUpload)
         assert contact["comment"] == results["comment"] and contact["comment"].startswith(
             ("<@U1> Batch 1 fin", "<@U1> 批次 1 已完成"))
+        assert contact["comment"].endswith(("Made with product_main@1.",  # its version
+                                            "使用模板 product_main@1。"))
         rows = list(load_workbook(io.BytesIO(results["data"])).active.iter_rows(values_only=True))
         assert len(rows) == 3 and rows[1][0] == 2
         assert len(fake.files) == 4  # two images, the contact sheet, the results: once each
         assert fake.calls["files.completeUploadExternal"] == 3  # two images, one summary
-        # Besides the images: the acceptance, one progress message (edited), the summary.
-        assert len([x for x in fake.messages if x["channel"] == "C1"]) == 2
+        # Besides the images (each with its row of buttons): the acceptance, one progress
+        # message (edited), the summary.
+        posts = [x for x in fake.messages if x["channel"] == "C1"]
+        buttons = [x for x in posts if x["blocks"] and x["blocks"][-1]["elements"][0][
+            "action_id"] == "image_keep"]
+        assert len(posts) - len(buttons) == 2 and len(buttons) == 2
 
 
 async def test_files_named_earlier_downloads_checked_and_a_retried_event_queues_once(
@@ -278,12 +250,11 @@ async def test_pause_refused_to_a_submitter_and_the_cancel_button_checks_who_cli
         assert audit == [("U1", "pause", False), ("V", "cancel", False)]
 
 
-async def test_a_429_storm_delivers_every_image_once_in_order(tmp_path, demo_models, fake):
+async def test_a_429_storm_delivers_every_image_once_in_order(tmp_path, demo_models, fake,
+                                                              quick_retries):
     async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
-        rows = "\n".join(f"{n},Title {i}" for i, n in enumerate(["bottle.png", "chair.png"] * 3))
-        files = [fake.share("six.csv", f"image,title\n{rows}\n".encode()),
-                 *[fake.share(n, (ASSETS / n).read_bytes()) for n in ("bottle.png", "chair.png")]]
-        _, ts = await w.slack.message(f"<@{BOT}> gen social_thumb six.csv", files=files)
+        _, ts = await w.slack.message(f"<@{BOT}> gen social_thumb six.csv",
+                                      files=six_thumbs(fake))
         await w.until(lambda: len(fake.thread(ts)) >= 2)  # acceptance and progress, in its thread
         # From here on, most calls are refused with 429 (Retry-After 0 or 1) or a 500.
         fake.faults = [(429, {"Retry-After": "1" if i % 5 == 1 else "0"}) if i % 4 else (500, {})
@@ -338,7 +309,7 @@ async def test_a_command_where_the_bot_is_not_invited_is_answered_to_the_person_
 
 async def test_downloads_cut_short_or_too_big_are_refused_plainly(tmp_path, demo_models, fake):
     config = slack_config(tmp_path, demo_models, fake)
-    config = dataclasses.replace(config, intake=dataclasses.replace(config.intake, max_file_mb=1))
+    config = config.replaced(IntakeConfig, max_file_mb=1)
     async with SlackWorld(config, fake) as w:
         short = {**fake.share("short.csv", b"image,title\n"), "size": 999}
         await w.slack.message(f"<@{BOT}> gen social_thumb short.csv", files=[short])
@@ -352,31 +323,6 @@ async def test_downloads_cut_short_or_too_big_are_refused_plainly(tmp_path, demo
         (refused,) = await w.until(lambda: fake.thread(ts))
         assert refused["text"] == '"big.csv" is 5.0 MB; the limit is 1 MB'
         assert fake.calls["download"] == 1  # refused before downloading
-
-
-def six_thumbs(fake: FakeSlack) -> list[dict]:
-    rows = "\n".join(f"{n},Title {i}" for i, n in enumerate(["bottle.png", "chair.png"] * 3))
-    return [fake.share("six.csv", f"image,title\n{rows}\n".encode()),
-            *[fake.share(n, (ASSETS / n).read_bytes()) for n in ("bottle.png", "chair.png")]]
-
-
-async def start_serve(config_file, log, *options: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        PYTHON, "-m", "bot.cli", "serve", "--config", str(config_file), *options, cwd=ROOT,
-        env=python_env(), stdout=log, stderr=log)
-
-
-async def healthy(url: str, timeout: float = 60) -> None:
-    import aiohttp
-    async with asyncio.timeout(timeout), aiohttp.ClientSession() as s:
-        while True:
-            try:
-                async with s.get(f"{url}/healthz") as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
 
 
 @pytest.mark.slow
@@ -442,8 +388,10 @@ def test_the_committed_manifest_asks_for_what_the_adapter_uses():
     assert all(u.endswith("/slack/events") for u in urls)
     assert {"app_mention", "message.im", "message.channels"} <= \
         set(settings["event_subscriptions"]["bot_events"])
-    assert {"chat:write", "files:write", "files:read", "commands"} <= \
+    assert {"chat:write", "files:write", "files:read", "commands", "reactions:read"} <= \
         set(manifest["oauth_config"]["scopes"]["bot"])
+    assert {"reaction_added", "reaction_removed"} <= set(settings["event_subscriptions"][
+        "bot_events"])
 
 
 async def test_downloads_and_answers_each_keep_their_own_time_limit(tmp_path, monkeypatch):
@@ -523,3 +471,119 @@ async def test_the_start_says_whom_the_bot_token_signs_in_as(tmp_path, demo_mode
     async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
         await w.until(lambda: [r for r in caplog.records
                                if r.getMessage() == "slack: signed in as genbot in Fake"])
+
+
+async def test_names_and_cells_from_people_reach_slack_escaped(tmp_path, demo_models, fake):
+    """A file named to ping the channel with a phishing link, cells and a column name like
+    it, titles that end up in captions: on Slack's wire none is a token (a ping, a mention,
+    a link), each reads back as written; genbot's own mention of the submitter still is one.
+    What a person types comes in with Slack's entities undone: echoed, escaped once."""
+    def tokens(text: str) -> list[str]:
+        return re.findall(r"<[^>]*>", text)
+
+    async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
+        image = fake.share("bottle.png", (ASSETS / "bottle.png").read_bytes())
+        _, ts = await w.slack.message(f"<@{BOT}>", files=[fake.share(FILE, hostile_sheet()),
+                                                          image])
+        (got,) = await w.until(lambda: fake.thread(ts))
+        assert got["text"] == escaped(f'Got {FILE}, bottle.png. To run a sheet: /gen TEMPLATE '
+                                      f'"{FILE}" (/templates lists the templates).')
+        assert "&lt;!channel&gt; &lt;https://evil.example/login|genbot" in got["text"]
+        _, ts = await w.slack.message(f"<@{BOT}> gen social_thumb")  # the sheet sent last
+        (report,) = await w.until(lambda: fake.thread(ts))
+        assert tokens(got["text"]) == tokens(report["text"]) == []
+        lines = unescaped(report["text"]).splitlines()
+        assert lines[0] == f"{FILE}: 10 of 10 rows have problems; nothing was queued."
+        assert [re.search(r'"aspect": "(.*)" is not', line)[1] for line in lines[1:-1]] == HOSTILE
+        assert lines[-1] == f'columns not used by social_thumb: "{UNUSED}"'
+        assert '"&amp;lt;b&amp;gt; already escaped"' in report["text"]  # shown as typed
+
+        await w.slack.command("/genbot", "frob&lt;x&gt; &amp;")  # Slack's form of frob<x> &
+        (echo,) = await w.until(lambda: fake.responses)
+        assert echo["text"] == 'unknown command "frob&lt;x&gt;"; /help lists the commands'
+
+        titles = ["<!channel> [click](https://evil.example)", "<@U123> *bold* &lt;"]
+        _, ts = await w.slack.message(f"<@{BOT}> gen social_thumb", files=[
+            fake.share("titles.csv", hostile_sheet(titles, ["1:1", "1:1"])), image])
+        await w.until(lambda: [m for m in fake.thread(ts) if "accepted" in m["text"]])
+        w.start_executor()
+        await w.finish(timeout=120)
+        thread = fake.thread(ts)
+        captions = [x["comment"] for x in thread if x.get("name", "").startswith("thumb_")]
+        assert captions == [escaped(f"row {row} · {title}") for row, title in enumerate(titles, 2)]
+        assert all(tokens(m["text"]) == [] for m in fake.messages)  # replies, progress, …
+        summary = thread[-1]["comment"]
+        assert tokens(summary) == ["<@U1>"] and summary.startswith("<@U1> Batch 1 finished")
+
+
+async def test_buttons_and_reactions_under_each_image_iterate_in_the_thread(
+        tmp_path, demo_models, fake):
+    """Again under an image: one job per click even when the click comes twice (a double
+    click, a resent interaction); another person's click is theirs. ⭐ keeps, taking it
+    off un-keeps, 👎 rejects. Edit opens a modal with the row's values; its submission
+    edits what changed. The new images come into the same thread, with their buttons,
+    and no acceptance, progress or summary of their own."""
+    config = slack_config(tmp_path, demo_models, fake, chat={"submitters": ["slack:U1"]})
+    async with SlackWorld(config, fake) as w:
+        await w.slack.message("", channel="D1", im=True, files=share_examples(fake, "product_main"))
+        await w.until(lambda: fake.top("D1"))
+        await w.slack.command("/gen", "product_main product_main.xlsx")
+        (accepted,) = await w.until(lambda: fake.top("C1"))
+        w.start_executor()
+        await w.finish(timeout=120)
+        rows = [m for m in fake.thread(accepted["ts"]) if m.get("blocks")
+                and m["blocks"][-1]["elements"][0]["action_id"] == "image_keep"]
+        assert [m["text"] for m in rows] == ["row 2 · job 1", "row 3 · job 2"]
+        assert [b["value"] for b in rows[0]["blocks"][-1]["elements"]] == \
+            ["/keep j1", "/again j1", "/vary j1", "/upscale j1", "/edit j1"]
+
+        first = await w.slack.click(rows[0], action="image_again", action_ts="1.000001")
+        assert first.status == 200
+        await w.slack.click(rows[0], action="image_again", action_ts="1.000001")  # resent
+        await w.slack.click(rows[0], action="image_again")  # the second click of a double
+        await w.slack.click(rows[0], user="BOSS", action="image_again")  # someone else
+        # (the resent copy owes nothing new: its answer is the first one's)
+        await w.until(lambda: len(fake.responses) >= 3)
+        again = await w.queue.children(1)
+        assert sorted(j.submitter for j in again) == ["slack:BOSS", "slack:U1"]
+        texts = [r["text"] for r in fake.responses]
+        assert sum(t.startswith("🔁 Again: 1 new image(s) of row 2 (job 1)") for t in texts) == 2
+        assert sum("was asked a moment ago" in t for t in texts) == 1
+
+        async def rated(rating):
+            return (await w.queue.job(2)).rating == rating
+        await w.slack.react(rows[1], "star")
+        await w.until(lambda: rated(1))
+        await w.slack.react(rows[1], "star", removed=True)
+        await w.until(lambda: rated(None))
+        await w.slack.react(rows[1], "-1", user="V")  # a viewer may rate
+        await w.until(lambda: rated(-1))
+        image = next(f for f in fake.files if f["comment"] and f["comment"].startswith("row 3"))
+        await w.slack.react(image, "+1")  # on the image itself
+        await w.until(lambda: rated(1))
+        await w.slack.react(image, "thumbsdown", user="V")
+        await w.until(lambda: rated(-1))
+        await w.slack.react(accepted, "star")  # not an image: nothing, and no reply
+
+        # Edit opens a modal with the row's values; submitted, only what changed is edited.
+        await w.slack.click(rows[1], action="image_edit")
+        (opened,) = await w.until(lambda: fake.views)
+        fields = {b["element"]["action_id"]: b["element"].get("initial_value")
+                  for b in opened["view"]["blocks"]}
+        assert fields["sku"] == "BTL-002" and fields["prompt"].startswith("a glass perfume")
+        assert "product_image" not in fields and fields["seed"].isdigit()
+        await w.slack.submit(opened, {"prompt": 'a "blue" bottle, moody', "steps": "3"})
+        (answer,) = await w.until(lambda: fake.ephemeral)
+        assert answer["text"].startswith("✏️ Edit: 1 new image(s) of row 3 (job 2)")
+        assert answer["thread_ts"] == accepted["ts"] and answer["user"] == "U1"
+        (child,) = [j for j in await w.queue.children(2) if j.action == "edit"]
+        assert (child.values["prompt"], child.values["steps"], child.values["seed"]) == \
+            ('a "blue" bottle, moody', 3, (await w.queue.job(2)).values["seed"])
+        await w.finish(timeout=120)
+        thread = fake.thread(accepted["ts"])
+        made = [x for x in thread if x.get("name", "").endswith(".png") and "Again of job 1"
+                in (x.get("comment") or "")]
+        assert len(made) == 2  # both new images, into the batch's thread
+        assert len(fake.top("C1")) == 1  # no acceptance of their own
+        assert [f["name"] for f in fake.files].count("results.xlsx") == 1  # no summary
+        assert (await w.queue.job(2)).rating == -1 and len(fake.responses) == 3

@@ -12,9 +12,10 @@ import pytest
 
 from bot.supervisor import Supervisor
 from storage.queue import Status, Submission, open_queue
+from storage.workers import Workers
 from tests.conftest import PYTHON, executor_config, free_port, python_env
-from tests.test_cli import get_json
-from tests.test_worker import example_jobs, with_generate
+from tests.fakes.jobs import example_jobs, with_generate
+from tests.fakes.service import get_json
 
 
 def write_config(path, data_dir, port: int, lease: float = 3.0) -> None:
@@ -47,7 +48,8 @@ async def test_sigkill_of_the_executor_leaves_the_service_up_and_the_job_runs_on
                                stderr=subprocess.STDOUT, text=True)
     queue = await open_queue(config)
     try:
-        job = with_generate((await example_jobs(config, "product_main"))[0], steps=60)
+        # Steps enough that it is still generating when killed, right after its first.
+        job = with_generate((await example_jobs(config, "product_main"))[0], steps=16)
         batch = (await queue.enqueue(Submission("product_main", "test:alice", [job]))).batch_id
         job_id = (await queue.batch_jobs(batch))[0].id
         async with asyncio.timeout(120):  # the executor starts (torch import) and runs it
@@ -87,7 +89,7 @@ async def run_supervised(tmp_path, script: str, wait_for) -> Supervisor:
     from storage import config as cfg
     child = tmp_path / "child.py"
     child.write_text(script)
-    supervisor = Supervisor(cfg.from_dict({"executor": {"restart_backoff_max": 0.2}}),
+    supervisor = Supervisor(cfg.from_dict({"service": {"restart_backoff_max": 0.2}}),
                             command=[PYTHON, str(child), str(tmp_path / "runs")])
     supervisor.start()
     async with asyncio.timeout(30):
@@ -134,7 +136,7 @@ async def test_an_executor_whose_service_died_stops_instead_of_lingering(tmp_pat
     data = tmp_path / "data"
     config_file = tmp_path / "genbot.toml"
     write_config(config_file, data, free_port())
-    executor_config(data, demo_models)
+    config = executor_config(data, demo_models)  # links the demo models into data/
     service = subprocess.Popen([PYTHON, "-m", "bot.cli", "serve", "--config", str(config_file)],
                                env=python_env(), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
@@ -143,7 +145,16 @@ async def test_an_executor_whose_service_died_stops_instead_of_lingering(tmp_pat
             while not (children := _children(service.pid)):
                 await asyncio.sleep(0.2)
         executor = children[0]
-        await asyncio.sleep(8)  # the executor is up (torch imported, signal handlers set)
+        # The executor is up (torch imported, signal handlers and its watch on the service
+        # set) once its registry row says idle.
+        queue = await open_queue(config)
+        try:
+            async with asyncio.timeout(60):
+                while not [w for w in await Workers.of(queue).all() if w.state == "idle"]:
+                    assert service.poll() is None
+                    await asyncio.sleep(0.1)
+        finally:
+            await queue.close()
         service.kill()
         service.communicate()
         async with asyncio.timeout(30):

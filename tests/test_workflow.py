@@ -9,15 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from executor.params import Problem
-from executor.workflow import (
-    TemplateError,
-    affinity,
-    bind,
-    load_template,
-    load_templates,
-    safe_output_name,
-)
+from templates.binding import bind, safe_output_name
+from templates.jobs import decode, encode
+from templates.loader import TemplateError, load_template, load_templates
+from templates.params import Problem
 from tests.conftest import ROOT
 
 BASE = {
@@ -36,6 +31,11 @@ BASE = {
     },
     "output": "{sku}/{row}.png",
 }
+
+
+def bound(*args, **kwargs):
+    """A row bound, as the queue stores it."""
+    return encode(bind(*args, **kwargs))
 
 
 def write(tmp_path, data, name="t"):
@@ -145,7 +145,7 @@ def test_a_broken_template_does_not_stop_the_others(tmp_path):
 
 
 def test_every_shipped_template_loads():
-    templates, errors = load_templates(ROOT / "templates")
+    templates, errors = load_templates(ROOT / "templates" / "shipped")
     assert errors == []
     assert set(templates) == {"product_main", "material_swap", "social_thumb"}
     assert templates["product_main"].models == ["sdxl", "canny_sdxl"]
@@ -154,7 +154,7 @@ def test_every_shipped_template_loads():
 
 def test_binding_fills_defaults_draws_seeds_and_resolves_names(tmp_path):
     t = load_template(write(tmp_path, BASE))
-    w = bind(t, {"prompt": "a cat", "seed": None, "steps": None, "sku": "A1"}, row=7,
+    w = bound(t, {"prompt": "a cat", "seed": None, "steps": None, "sku": "A1"}, row=7,
              extras={"note": "x"})
     gen, out = w["nodes"]
     assert gen["inputs"]["prompt"] == "a cat, studio"
@@ -163,15 +163,15 @@ def test_binding_fills_defaults_draws_seeds_and_resolves_names(tmp_path):
     assert gen["inputs"]["steps"] is None  # the model's own, decided when it runs
     assert out["inputs"] == {"image": {"@": "gen.image"}, "name": "A1/7.png", "format": "png"}
     assert w["outputs"] == {"out": "A1/7.png"}
-    assert affinity(w) == "sd15"
-    again = bind(t, {"prompt": "a cat", "seed": 5, "steps": 30, "sku": "A1"}, row=7)
+    assert decode(w).affinity == "sd15"
+    again = bound(t, {"prompt": "a cat", "seed": 5, "steps": 30, "sku": "A1"}, row=7)
     assert again["nodes"][0]["inputs"]["seed"] == 5 and again["params"]["seed"] == 5
 
 
 def test_blank_lora_is_dropped_and_blank_param_falls_back_on_the_input_default():
-    templates, _ = load_templates(ROOT / "templates")
+    templates, _ = load_templates(ROOT / "templates" / "shipped")
     t = templates["material_swap"]
-    w = bind(t, {"sku": "C", "product_image": "inputs/x.png", "material": "walnut",
+    w = bound(t, {"sku": "C", "product_image": "inputs/x.png", "material": "walnut",
                  "lora_weight": 0.8, "prompt": "studio", "strength": 0.6, "seed": 1,
                  "steps": None}, row=2)
     assert w["nodes"][1]["inputs"]["loras"] == [{"name": "walnut", "weight": 0.8}]
@@ -184,11 +184,11 @@ TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30
 @settings(max_examples=200, deadline=None)
 @given(prompt=TEXT, sku=TEXT.filter(lambda s: s and "/" not in s))
 def test_any_text_survives_bind_store_load_unchanged(prompt, sku):
-    t = load_template(ROOT / "templates" / "product_main.json")
+    t = load_template(ROOT / "templates" / "shipped" / "product_main.json")
     values = {"sku": "ok", "product_image": "inputs/x.png", "prompt": prompt,
               "negative": sku, "seed": 3, "steps": None, "guidance": None, "size": None,
               "control_scale": 0.8, "upscale": 2.0}
-    w = bind(t, values, row=2)
+    w = bound(t, values, row=2)
     stored = json.dumps(w, ensure_ascii=False)  # what the queue writes
     loaded = json.loads(stored)
     assert loaded == w
@@ -223,10 +223,10 @@ def test_safe_output_names_pass_and_get_their_extension():
 def test_output_pattern_with_traversal_from_a_cell_is_refused_at_bind(tmp_path):
     t = load_template(write(tmp_path, BASE))
     with pytest.raises(Problem) as e:
-        bind(t, {"prompt": "x", "seed": 1, "steps": None, "sku": ".."}, row=2)
+        bound(t, {"prompt": "x", "seed": 1, "steps": None, "sku": ".."}, row=2)
     assert e.value.code == "output_parent" and e.value.details["name"] == "../2.png"
 
 
 def test_docs_list_every_op_as_the_signatures_declare_them():
-    from executor.signatures import markdown_table
+    from templates.signatures import markdown_table
     assert markdown_table() in (ROOT / "docs" / "templates.md").read_text(encoding="utf-8")

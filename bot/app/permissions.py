@@ -16,8 +16,8 @@ from enum import StrEnum
 from typing import Any, NoReturn
 
 from bot.errors import Refused
+from bot.settings import ChatConfig
 from storage.access import Access
-from storage.config import ChatConfig
 from storage.queue import Queue
 
 
@@ -49,6 +49,16 @@ class Action(StrEnum):
     REVOKE = "revoke"
     SCHEDULE = "schedule"
     UNSCHEDULE = "unschedule"
+    AGAIN = "again"
+    VARY = "vary"
+    UPSCALE = "upscale"
+    EDIT = "edit"
+    KEEP = "keep"
+    REJECT = "reject"
+    UNKEEP = "unkeep"
+    PICKS = "picks"
+    REFINE = "refine"
+    AB = "ab"
 
     @property
     def needs(self) -> Role:
@@ -63,6 +73,11 @@ NEEDS: dict[Action, Role] = {
     Action.GEN: Role.SUBMITTER, Action.CANCEL: Role.SUBMITTER, Action.RETRY: Role.SUBMITTER,
     Action.PAUSE: Role.ADMIN, Action.RESUME: Role.ADMIN, Action.GRANT: Role.ADMIN,
     Action.REVOKE: Role.ADMIN, Action.SCHEDULE: Role.ADMIN, Action.UNSCHEDULE: Role.ADMIN,
+    # Iterating: a new image costs the GPU, as a submission does; a rating costs nothing.
+    Action.AGAIN: Role.SUBMITTER, Action.VARY: Role.SUBMITTER, Action.UPSCALE: Role.SUBMITTER,
+    Action.EDIT: Role.SUBMITTER, Action.KEEP: Role.VIEWER, Action.REJECT: Role.VIEWER,
+    Action.UNKEEP: Role.VIEWER, Action.PICKS: Role.VIEWER, Action.REFINE: Role.VIEWER,
+    Action.AB: Role.VIEWER,
 }
 
 

@@ -5,33 +5,68 @@ sheet). The summary posts them; the API and the dashboard serve them."""
 from __future__ import annotations
 
 import io
+import logging
+from pathlib import Path
 from typing import Any
 
-from bot.intake.sheets import text_cells, writable
+from bot.intake.writer import text_cells, writable
 from bot.messages import say
-from executor.workflow import Template
-from storage.files import FileStore, batch_folder
+from storage.files import FileStore, batch_folder, picks_folder
+from storage.names import shown
 from storage.records import Batch, Job, Status
+from templates.binding import as_text
+from templates.graph import Template
 
 RESULTS = "results.xlsx"
 CONTACT = "contact.png"
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+
+log = logging.getLogger("genbot.results")
 
 
 def write_results(store: FileStore, batch: Batch, jobs: list[Job], template: Template | None,
                   font: str = "") -> tuple[str, str | None]:
     """Write the batch's results sheet and contact sheet (None: no image) into its
     folder in the store; their paths there. Reads every image: run it off the loop."""
-    from executor.contact import contact_sheet
+    from bot.app.contact import contact_sheet
     folder = batch_folder(batch.id)
     results = store.write(f"{folder}/{RESULTS}", results_xlsx(
         jobs, columns_of(template, jobs), batch.meta.get("lang", "en")))
     lang = batch.meta.get("lang", "en")
-    images = [(store.path(o), label(j, template, lang)) for j in jobs
-              if j.status == Status.SUCCEEDED for o in j.outputs]
+    images = [(path, label(j, template, lang)) for j in jobs if j.status == Status.SUCCEEDED
+              for o in j.outputs if (path := _output_file(store, o)) is not None]
+    # An output that is no readable image (a video, a page, a cut-short file) gets a
+    # placeholder card there: one odd file never stops the summary.
     contact = store.write(f"{folder}/{CONTACT}", contact_sheet(images, font=font)) \
         if images else None
     return results, contact
+
+
+def write_picks(store: FileStore, batch: Batch, picks: list[Job], template: Template | None,
+                font: str = "") -> tuple[str, str | None]:
+    """The kept images of a batch and what was made from it: their results sheet (each
+    row's values, seed, model, parent — enough to run them again exactly) and a contact
+    sheet, in the batch's picks folder (never among its outputs)."""
+    from bot.app.contact import contact_sheet
+    lang = batch.meta.get("lang", "en")
+    folder = picks_folder(batch.id)
+    results = store.write(f"{folder}/picks.xlsx", results_xlsx(
+        picks, columns_of(template, picks), lang))
+    images = [(path, label(j, template, lang)) for j in picks for o in j.outputs[:1]
+              if (path := _output_file(store, o)) is not None]
+    contact = store.write(f"{folder}/picks.png", contact_sheet(images, font=font)) \
+        if images else None
+    return results, contact
+
+
+def _output_file(store: FileStore, output: str) -> Path | None:
+    """The file of a job's output on this host; None (and a warning) for a stored name
+    that points outside the store, which no sheet may show."""
+    try:
+        return store.path(output)
+    except ValueError as e:
+        log.warning("results: output %s left off the contact sheet: %s", shown(output), e)
+        return None
 
 
 def label(job: Job, template: Template | None, lang: str = "en") -> str:
@@ -62,19 +97,39 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en") -> bytes:
     file and error."""
     from openpyxl import Workbook
     book = Workbook()
+    swept = any(j.workflow.get("axes") for j in jobs)  # a sweep: each image's axis values
     sheet = book.active
     sheet.title = "results"
     sheet.append([say("col_row", lang), *names, say("col_status", lang),
-                  say("col_output", lang), say("col_error", lang)])
+                  say("col_output", lang), say("col_error", lang), say("col_job", lang),
+                  say("col_parent", lang), say("col_action", lang), say("col_rating", lang),
+                  say("col_model", lang), say("col_version", lang),
+                  *([say("col_swept", lang)] if swept else [])])
     for job in jobs:
         values = {**job.values, **job.workflow.get("named", {})}  # pictures as the sheet named them
-        sheet.append([writable(_cell(v)) for v in (job.row, *[values.get(n) for n in names],
-                                                   str(job.status), ", ".join(job.outputs),
-                                                   job.error or "")])
+        rating = {1: say("rating_kept", lang), -1: say("rating_rejected", lang)}.get(
+            job.rating or 0, "")
+        sheet.append([writable(_cell(v)) for v in (
+            job.row, *[values.get(n) for n in names], str(job.status), ", ".join(job.outputs),
+            job.error or "", job.id, job.parent_job_id, job.action or "", rating,
+            job.affinity or "", _version(job.workflow),
+            *([_swept(job.workflow.get("axes") or {})] if swept else []))])
     text_cells(sheet)
     buf = io.BytesIO()
     book.save(buf)
     return buf.getvalue()
+
+
+def _version(workflow: dict[str, Any]) -> str:
+    """v3 · 1a2b3c4d5e6f: the template's version (genbot template history) and its hash."""
+    number, digest = workflow.get("revision"), workflow.get("version") or ""
+    return f"v{number} · {digest}" if number else digest
+
+
+def _swept(axes: dict[str, Any]) -> str:
+    """steps=20 · guidance=3 · seed 2"""
+    return " · ".join(f"{k}={as_text(v)}" if k != "seed" else f"seed {v}"
+                      for k, v in axes.items())
 
 
 def _cell(value: Any) -> Any:

@@ -10,10 +10,34 @@ from zoneinfo import ZoneInfo
 
 from bot.errors import Invalid
 from storage.records import Priority
+from templates.params import Problem
 
 MAX_AHEAD = timedelta(days=31)
 DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
 PRIORITIES = tuple(p.label for p in Priority)
+
+
+class KeyedProblem(Invalid):
+    """A value that does not fit, given for a KEY (an edit's, a sweep's): the key named,
+    then the problem as a sheet's cell would have it, in the reader's language."""
+
+    def __init__(self, frame: str, problem: Problem):
+        super().__init__(problem.code, **problem.details)
+        self.frame = frame  # the message that names the key: "{key}: {problem}"
+
+    def render(self, lang: str = "en") -> str:
+        from bot.messages import say
+        details = {k: v for k, v in self.details.items() if k not in ("key", "column")}
+        return say(self.frame, lang, key=self.details["key"],
+                   problem=say(self.code, lang, **details))
+
+
+def problem(e: Problem, frame: str, own: tuple[str, ...] = ()) -> Invalid:
+    """A template's Problem as the coded error a front renders: framed by its key when it
+    is about one value (unless its code is one of `own`, whole sentences of their own)."""
+    if "key" in e.details and e.code not in own:
+        return KeyedProblem(frame, e)
+    return Invalid(e.code, **e.details)
 
 
 def priority(raw: str) -> Priority:

@@ -12,21 +12,29 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import replace
 from datetime import datetime
 
 from bot.app import values
-from bot.app.core import CancelTarget, Scheduled, SubmitOptions
+from bot.app.application import CancelTarget, Scheduled, SubmitOptions, Unconfirmed
+from bot.app.iterate import ActionRequest
 from bot.app.permissions import Role, Who
+from bot.app.results import write_picks
 from bot.chat.grammar import Arg, Command, CommandError, Option, Registry
+from bot.chat.platform import DeliveryError, Field, Form
 from bot.chat.turn import Reply, Turn
 from bot.chat.uploads import attachments, sheet_for
-from bot.errors import Invalid
+from bot.errors import Invalid, NotFound
 from bot.intake.check import IntakeReport
 from bot.intake.examples import example_pictures
-from bot.intake.sheets import header_for, write_example
+from bot.intake.sheets import header_for
+from bot.intake.writer import write_example
 from bot.messages import bar, canceled, say
+from bot.settings import ChatConfig, IntakeConfig, assets_dir
 from storage.records import Priority, Status
 from storage.workers import Workers
+from templates.binding import as_text
+from templates.settings import TemplatesConfig
 
 COMMANDS = Registry()
 command = COMMANDS.command
@@ -112,27 +120,63 @@ def _eta(lang: str, seconds: float | None) -> str:
 
 # --- the commands ------------------------------------------------------------------------
 
+def text_value(raw: str, now: datetime) -> str:
+    return raw
+
+
+def seeds_of(raw: str, now: datetime) -> int:
+    return number("seeds")(raw, now)
+
+
+def keys_of(raw: str, now: datetime) -> tuple[str, ...]:
+    """--grid steps,CFG: the keys, across then down."""
+    return tuple(k.strip() for k in raw.split(",") if k.strip())
+
+
 @command("gen", "TEMPLATE [FILE] [--priority urgent|high|normal|low] [--at TIME] "
-         "[--skip-invalid] [--dry-run]", aliases=("generate", "生成"),
-         args=(Arg("template"), Arg("file", optional=True)),
+         "[--skip-invalid] [--dry-run] [--wait-for-executor] [--vary KEY=V1,V2 …] "
+         "[--seeds N] [--grid KEY1,KEY2] [--yes] | TEMPLATE@A TEMPLATE@B [FILE] --compare",
+         aliases=("generate", "生成"),
+         args=(Arg("template"), Arg("file", optional=True), Arg("more", optional=True)),
          options={"--priority": PRIORITY, "--at": Option(values.start_time),
-                  "--skip-invalid": Option(), "--dry-run": Option()})
+                  "--skip-invalid": Option(), "--dry-run": Option(),
+                  "--wait-for-executor": Option(),
+                  "--vary": Option(text_value, (), repeat=True),
+                  "--seeds": Option(seeds_of, 1), "--grid": Option(keys_of, ()),
+                  "--yes": Option(), "--compare": Option()})
 async def gen(turn: Turn, cmd: Command) -> None:
-    name, msg = cmd.args["template"], turn.msg
-    turn.app.template(name)  # an unknown template is said before any file is looked for
-    found = await sheet_for(turn, name, cmd.args["file"])
+    name, msg, o = cmd.args["template"], turn.msg, cmd.options
+    file, others = cmd.args["file"], tuple[str, ...]()
+    if o["compare"]:  # /gen A B [FILE] --compare: each row through both, the same seeds
+        if file is None:
+            raise Invalid("compare_needs_two")
+        file, others = cmd.args["more"], (cmd.args["file"],)
+    elif cmd.args["more"] is not None:
+        raise CommandError("extra_argument", COMMANDS["gen"].line,
+                           value=str(cmd.args["more"])[:40])
+    template = await turn.app.resolve(name)  # an unknown one is said before any file is sought
+    for other in others:
+        await turn.app.resolve(other)
+    turn.app.sweep(template, SubmitOptions(vary=o["vary"], seeds=o["seeds"],
+                                           grid=o["grid"]))  # (said first)
+    found = await sheet_for(turn, name, file)
     if found is None:
         return
     upload, sheet = found
-    o = cmd.options
-    result = await turn.app.submit(turn.who, name, sheet, attachments(turn, upload), SubmitOptions(
+    options = SubmitOptions(
         priority=o["priority"], at=o["at"], skip_invalid=o["skip_invalid"], dry_run=o["dry_run"],
         key=f"chat:{msg.platform}:{msg.message}" if msg.message else None, thread=msg.thread,
-        lang=turn.lang, context=msg.context))
+        lang=turn.lang, context=msg.context, wait_for_executor=o["wait_for_executor"],
+        vary=o["vary"], seeds=o["seeds"], grid=o["grid"], compare=others,
+        ask_over=None if o["yes"] else turn.app.config[ChatConfig].confirm_over)
+    result = await turn.app.submit(turn.who, name, sheet, attachments(turn, upload), options)
+    if isinstance(result, Unconfirmed):
+        _ask_first(turn, result)
+        return
     report = result if isinstance(result, IntakeReport) else result.report
     if report is None:
         return  # the same message again: answered the first time
-    shown = turn.app.config.intake.max_problems_shown
+    shown = turn.app.config[IntakeConfig].max_problems_shown
     text = report.report(turn.lang, shown, skip_invalid=o["skip_invalid"])
     if isinstance(result, IntakeReport):  # nothing queued: why, or what a dry run found
         turn.reply(text)
@@ -140,6 +184,19 @@ async def gen(turn: Turn, cmd: Command) -> None:
             turn.add("dry_run", jobs=len(result.jobs), template=name)
     elif report.issues or report.unused_columns or report.notes:  # (the acceptance: the notifier's)
         turn.reply(text)
+
+
+def _ask_first(turn: Turn, cost: Unconfirmed) -> None:
+    """A sweep past [chat] confirm_over: how many jobs, models and minutes, and the same
+    command with --yes (a button where there are buttons) to queue it."""
+    command = f"{turn.msg.text.strip()} --yes"
+    turn.replies.append(Reply(
+        say("sweep_confirm", turn.lang, jobs=cost.jobs, rows=cost.rows,
+            each=cost.jobs // max(cost.rows, 1),
+            models=", ".join(cost.models) or say("sweep_no_models", turn.lang),
+            eta=_eta(turn.lang, cost.eta_seconds), command=command),
+        buttons=({"label": say("button_yes_queue", turn.lang, jobs=cost.jobs),
+                  "command": command, "id": "sweep_yes"},)))
 
 
 @command("status", "[BATCH]", aliases=("状态",), args=(Arg("batch", True, number("batch")),))
@@ -163,6 +220,8 @@ async def status(turn: Turn, cmd: Command) -> None:
     elif progress.jobs_ahead is not None:
         turn.add("status_waiting", ahead=progress.jobs_ahead,
                  eta=_eta(turn.lang, progress.eta_seconds))
+    for waiting in await turn.app.batch_unplaced(batch_id):
+        turn.add("status_unplaced", what=waiting.what, why="; ".join(waiting.why))
 
 
 @command("queue", aliases=("队列",))
@@ -192,15 +251,12 @@ async def queue_(turn: Turn, cmd: Command) -> None:
         if w.live:
             for template, why in sorted(w.cannot_run.items()):
                 turn.add("queue_worker_cannot", name=w.id, template=template, why=why)
-    live = [w for w in workers if w.live]
-    if not live:
+    if not any(w.live for w in workers):
         turn.add("queue_executor_starting" if turn.app.executor_starting
                  else "queue_no_workers")
-    elif all(w.allow is not None for w in live):  # placement: is anyone taking these?
-        taken = {m for w in live for m in w.allow or ()}
-        for model, jobs in (await queue.queued_by_affinity()).items():
-            if model not in taken:
-                turn.add("queue_unplaced", jobs=jobs, model=model)
+    waiting = await queue.queued_by_affinity()  # placement: is anyone taking these?
+    for unplaced in await turn.app.unplaced(waiting):
+        turn.add("queue_unplaced", jobs=waiting[unplaced.need], model=unplaced.what)
 
 
 @command("cancel", "BATCH | job JOB | mine | all", aliases=("取消",),
@@ -221,6 +277,214 @@ async def retry(turn: Turn, cmd: Command) -> None:
         turn.say("retried", batch=batch_id, jobs=again.jobs, new=again.batch_id)
     else:
         turn.say("retried_already", batch=batch_id, new=again.batch_id)
+
+
+# --- iterating on images: ROW as captioned in this thread, or job N ---------------------
+
+def image_ref(raw: str, now: datetime) -> tuple[str, int | str]:
+    """"3" -> row 3 (of the thread's batch); "j57", "job:57", "job57" -> job 57;
+    "@message:TS" -> the image under the bot's message TS (what a reaction names)."""
+    if raw.startswith("@message:") and len(raw) < 80:
+        return "message", raw.removeprefix("@message:")
+    low = raw.lower().lstrip("#")
+    for prefix in ("job:", "job", "j", "任务"):
+        if low.startswith(prefix) and low[len(prefix):].isdigit():
+            return "job", number("job")(low[len(prefix):], now)
+    return "row", number("row")(low, now)
+
+
+def count_of(raw: str, now: datetime) -> int:
+    return number("count")(raw.lstrip("x×"), now)
+
+
+def factor_of(raw: str, now: datetime) -> float:
+    text = raw.lower().rstrip("x×倍")
+    try:
+        return float(text)
+    except ValueError:
+        raise Invalid("not_number", value=raw[:40]) from None
+
+
+def pair(raw: str, now: datetime) -> tuple[str, str]:
+    key, sep, value = raw.partition("=")
+    if not sep or not key.strip():
+        raise Invalid("edit_pair", value=raw[:60])
+    return key.strip(), value
+
+
+def strength_of(raw: str, now: datetime) -> float:
+    value = factor_of(raw, now)
+    if not 0 < value <= 1:
+        raise Invalid("not_number", value=raw[:40])
+    return value
+
+
+IMAGE = Arg("image", read=image_ref)
+IN_BATCH = {"--batch": Option(number("batch"))}
+
+
+async def _image(turn: Turn, cmd: Command):
+    kind, n = cmd.args["image"]
+    msg = turn.msg
+    if kind == "message":
+        about = await turn.app.message_about(msg.platform, msg.conversation, str(n))
+        if about is None or about[0] != "job":
+            raise NotFound("action_no_batch")
+        kind, n = about
+    return await turn.app.find_image(
+        platform=msg.platform, conversation=msg.conversation, thread=msg.thread,
+        row=n if kind == "row" else None, job=n if kind == "job" else None,
+        batch=cmd.options.get("batch"))
+
+
+async def _act(turn: Turn, cmd: Command, request: ActionRequest) -> None:
+    parent = await _image(turn, cmd)
+    done = await turn.app.act(turn.who, parent.id, replace(request, lang=turn.lang))
+    label = say(f"button_{request.action}", turn.lang)
+    if done.created:
+        turn.say("acted", action=label, jobs=len(done.jobs), row=parent.row, job=parent.id,
+                 batch=done.batch_id)
+    else:
+        turn.say("acted_already", action=label, job=parent.id, batch=done.batch_id)
+
+
+@command("again", "ROW|jJOB [N] [--batch BATCH]", aliases=("再来", "重画", "reroll"),
+         args=(IMAGE, Arg("count", True, count_of)), options=IN_BATCH)
+async def again(turn: Turn, cmd: Command) -> None:
+    await _act(turn, cmd, ActionRequest("again", cmd.args["count"] or 1))
+
+
+@command("vary", "ROW|jJOB [N] [--strength 0.35] [--batch BATCH]", aliases=("变体", "变化"),
+         args=(IMAGE, Arg("count", True, count_of)),
+         options={**IN_BATCH, "--strength": Option(strength_of)})
+async def vary(turn: Turn, cmd: Command) -> None:
+    await _act(turn, cmd, ActionRequest("vary", cmd.args["count"] or 1,
+                                        strength=cmd.options["strength"]))
+
+
+@command("upscale", "ROW|jJOB [FACTOR] [--batch BATCH]", aliases=("放大",),
+         args=(IMAGE, Arg("factor", True, factor_of)), options=IN_BATCH)
+async def upscale(turn: Turn, cmd: Command) -> None:
+    await _act(turn, cmd, ActionRequest("upscale", factor=cmd.args["factor"] or 2.0))
+
+
+@command("edit", 'ROW|jJOB [KEY=VALUE …] [--batch BATCH]', aliases=("修改", "编辑"),
+         args=(IMAGE, Arg("values", True, pair, rest=True)), options=IN_BATCH)
+async def edit(turn: Turn, cmd: Command) -> None:
+    changes = dict(cmd.args["values"] or [])
+    if not changes:  # what the row has now, and how to change it: a form, where there is one
+        parent = await _image(turn, cmd)
+        if await _edit_form(turn, parent):
+            return
+        named = {**parent.values, **parent.workflow.get("named", {})}  # pictures as named
+        values = {k: as_text(v) for k, v in named.items() if v not in (None, "")}
+        text = [k for k in values if k not in parent.workflow.get("named", {})]
+        example = f'{text[0]}="{values[text[0]]}"' if text else "KEY=VALUE"
+        turn.say("edit_usage", row=parent.row, job=parent.id, job_ref=f"j{parent.id}",
+                 values=", ".join(f"{k}={v}" for k, v in values.items()) or "-",
+                 example=example)
+        return
+    await _act(turn, cmd, ActionRequest("edit", values=changes))
+
+
+async def _edit_form(turn: Turn, parent) -> bool:
+    """Where a button press can open a form (Slack's modal), the row's values in one,
+    each field the template lets a person change; True if it opened."""
+    msg = turn.msg
+    platform = turn.platforms.get(msg.platform)
+    if platform is None or not platform.has_forms or not msg.context.get("trigger_id"):
+        return False
+    batch = await turn.app.batch(parent.batch_id)
+    template = turn.app.templates.get(batch.template)
+    if template is None:
+        return False
+    fields = tuple(
+        Field(p.name, header_for(p, turn.lang), as_text(parent.values.get(p.name)),
+              multiline=p.type == "text")
+        for p in template.params.values() if p.type != "image")
+    form = Form(say("edit_form_title", turn.lang, row=parent.row)[:24], f"/edit j{parent.id}",
+                fields, say("edit_form_submit", turn.lang), msg.conversation, msg.thread)
+    try:
+        await platform.open_form(msg.context, form)
+    except DeliveryError:
+        return False  # (the trigger expired): the row's values in text instead
+    return True
+
+
+async def _rate(turn: Turn, cmd: Command, rating: str, code: str) -> None:
+    job = await turn.app.rate(turn.who, (await _image(turn, cmd)).id, rating)
+    turn.say(code, row=job.row, job=job.id)
+
+
+@command("keep", "ROW|jJOB [--batch BATCH]", aliases=("保留", "收藏", "⭐"), args=(IMAGE,),
+         options=IN_BATCH)
+async def keep(turn: Turn, cmd: Command) -> None:
+    await _rate(turn, cmd, "keep", "kept")
+
+
+@command("reject", "ROW|jJOB [--batch BATCH]", aliases=("淘汰", "不要"), args=(IMAGE,),
+         options=IN_BATCH)
+async def reject(turn: Turn, cmd: Command) -> None:
+    await _rate(turn, cmd, "reject", "rejected")
+
+
+@command("unkeep", "ROW|jJOB [--batch BATCH]", aliases=("取消保留",), args=(IMAGE,),
+         options=IN_BATCH)
+async def unkeep(turn: Turn, cmd: Command) -> None:
+    await _rate(turn, cmd, "unkeep", "unkept")
+
+
+@command("picks", "[BATCH]", aliases=("精选",), args=(Arg("batch", True, number("batch")),))
+async def picks(turn: Turn, cmd: Command) -> None:
+    msg = turn.msg
+    batch_id = cmd.args["batch"] or await turn.app.find_batch(
+        platform=msg.platform, conversation=msg.conversation, thread=msg.thread)
+    root, kept = await turn.app.picks(turn.who, batch_id)
+    if not kept:
+        turn.say("picks_none", batch=root.id)
+        return
+    app = turn.app
+    results, contact = await asyncio.to_thread(
+        write_picks, app.store, root, kept, app.templates.get(root.template),
+        app.config[TemplatesConfig].font)
+    text = say("picks", turn.lang, batch=root.id, count=len(kept))
+    if contact:
+        turn.replies.append(Reply(text, file=contact, image=True))
+        turn.replies.append(Reply("", file=results))
+    else:
+        turn.reply(text, file=results)
+
+
+@command("refine", "BATCH", aliases=("精调", "优化"), args=(Arg("batch", read=number("batch")),))
+async def refine(turn: Turn, cmd: Command) -> None:
+    found = await turn.app.refine(turn.who, cmd.args["batch"])
+    lines = [say("refine_head", turn.lang, batch=found.batch.id, rated=found.rated)]
+    for axis in found.axes:
+        if axis.best is None:
+            lines.append(say("refine_unrated", turn.lang, param=axis.param))
+            continue
+        for t in axis.tallies:
+            lines.append(say(
+                "refine_value", turn.lang, param=axis.param, value=as_text(t.value),
+                kept=t.kept, rated=t.rated,
+                percent=f"{t.rate:.0%}" if t.rate is not None else "-",
+                best=say("refine_best", turn.lang) if t.value == axis.best else ""))
+    lines.append(say("refine_next", turn.lang, command=found.command))
+    turn.replies.append(Reply("\n".join(lines), buttons=(
+        {"label": say("button_run_it", turn.lang), "command": found.command,
+         "id": "sweep_yes"},)))
+
+
+@command("ab", "BATCH", aliases=("对比",), args=(Arg("batch", read=number("batch")),))
+async def ab(turn: Turn, cmd: Command) -> None:
+    found = await turn.app.ab(turn.who, cmd.args["batch"])
+    turn.say("ab_head", batch=found.batch.id, rated=found.rated,
+             rows=found.rated + found.unrated)
+    for variant in found.variants:
+        turn.add("ab_won", variant=variant, won=found.won.get(variant, 0))
+    turn.add("ab_ties", ties=found.ties)
+    if found.unrated:
+        turn.add("ab_unrated", unrated=found.unrated)
 
 
 @command("pause", aliases=("暂停",))
@@ -257,7 +521,7 @@ async def template(turn: Turn, cmd: Command) -> None:
     store = turn.app.store
     path = await asyncio.to_thread(store.write, f"examples/{name}-{turn.lang}.xlsx",
                                    write_example(t, turn.lang))
-    pictures = await example_pictures(t, turn.app.config.assets_dir)
+    pictures = await example_pictures(t, assets_dir(turn.app.config))
     text = say("template_info", turn.lang, name=name, description=t.description, columns=columns)
     if pictures:
         text += "\n" + say("template_pictures", turn.lang, names=", ".join(pictures), name=name)
@@ -282,9 +546,11 @@ async def revoke(turn: Turn, cmd: Command) -> None:
     turn.say("revoked", user=target.id, role=role.value)
 
 
-@command("schedule", '"CRON" TEMPLATE [FILE]', aliases=("定时",),
+@command("schedule", '"CRON" TEMPLATE [FILE] [--priority P] [--vary KEY=V1,V2 …] '
+         "[--seeds N]", aliases=("定时",),
          args=(Arg("cron", read=cron_line), Arg("template"), Arg("file", optional=True)),
-         options={"--priority": PRIORITY})
+         options={"--priority": PRIORITY, "--vary": Option(text_value, (), repeat=True),
+                  "--seeds": Option(seeds_of, 1)})
 async def schedule(turn: Turn, cmd: Command) -> None:
     """The sheet and the pictures it names are copied now: chat uploads expire."""
     name = cmd.args["template"]
@@ -295,9 +561,10 @@ async def schedule(turn: Turn, cmd: Command) -> None:
     upload, sheet = found
     made = await turn.app.schedule(turn.who, cmd.args["cron"], str(turn.zone), name, sheet,
                                    attachments(turn, upload), priority=cmd.options["priority"],
-                                   lang=turn.lang)
+                                   lang=turn.lang, vary=cmd.options["vary"],
+                                   seeds=cmd.options["seeds"])
     if not isinstance(made, Scheduled):
-        turn.reply(made.report(turn.lang, turn.app.config.intake.max_problems_shown))
+        turn.reply(made.report(turn.lang, turn.app.config[IntakeConfig].max_problems_shown))
         return
     turn.say("scheduled", id=made.id, template=made.template, sheet=made.sheet, cron=made.cron,
              zone=made.timezone, next=f"{made.next:%Y-%m-%d %H:%M}")

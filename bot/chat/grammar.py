@@ -34,12 +34,14 @@ class Arg:
     optional: bool = False
     read: Read | None = None  # None: the text as typed
     words: int = 1  # the most words it may take (joined by a space), e.g. "job 7"
+    rest: bool = False  # the last argument: every word left, as a list (each read alone)
 
 
 @dataclass(frozen=True)
 class Option:
     read: Read | None = None  # None: a flag, True when given
     default: Any = None
+    repeat: bool = False  # may be given again and again: a tuple of every value, in order
 
 
 @dataclass(frozen=True)
@@ -172,10 +174,11 @@ def _is_mention(token: str) -> bool:
     return bool(re.fullmatch(r"<@[^>]+>", token)) or (token.startswith("@") and len(token) > 1)
 
 
-def _split(spec: Spec, tokens: list[str]) -> tuple[list[str], dict[str, str | bool]]:
-    """Positional words, and the options given (a flag as True)."""
+def _split(spec: Spec, tokens: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """Positional words, and the options given (a flag as True; a repeated option as the
+    list of its values)."""
     given: list[str] = []
-    flags: dict[str, str | bool] = {}
+    flags: dict[str, Any] = {}
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -184,15 +187,20 @@ def _split(spec: Spec, tokens: list[str]) -> tuple[list[str], dict[str, str | bo
             name = name.lower()
             if name not in spec.options:
                 raise CommandError("unknown_option", option=name[:40])
-            if spec.options[name].read is None:
-                flags[name] = True
-            elif inline:
-                flags[name] = inline
-            elif i + 1 < len(tokens):
-                i += 1
-                flags[name] = tokens[i]
+            option = spec.options[name]
+            value: Any = True  # a flag
+            if option.read is not None:
+                if inline:
+                    value = inline
+                elif i + 1 < len(tokens):
+                    i += 1
+                    value = tokens[i]
+                else:
+                    raise CommandError("option_needs_value", option=name)
+            if option.repeat:
+                flags.setdefault(name, []).append(value)
             else:
-                raise CommandError("option_needs_value", option=name)
+                flags[name] = value
         else:
             given.append(token)
         i += 1
@@ -206,6 +214,10 @@ def _args(spec: Spec, given: list[str], now: datetime) -> dict[str, Any]:
     args: dict[str, Any] = {a.name: None for a in spec.args}
     rest = list(given)
     for i, arg in enumerate(spec.args):
+        if arg.rest:
+            args[arg.name] = [arg.read(word, now) if arg.read else word for word in rest]
+            rest = []
+            break
         if not rest:
             break
         after = len(spec.args) - i - 1  # the words the arguments after this one may take
@@ -217,14 +229,16 @@ def _args(spec: Spec, given: list[str], now: datetime) -> dict[str, Any]:
     return args
 
 
-def _options(spec: Spec, flags: dict[str, str | bool], now: datetime) -> dict[str, Any]:
-    out = {}
+def _options(spec: Spec, flags: dict[str, Any], now: datetime) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for name, option in spec.options.items():
         key = name.lstrip("-").replace("-", "_")
         if name not in flags:
             out[key] = False if option.read is None else option.default
         elif option.read is None:
             out[key] = True
+        elif option.repeat:
+            out[key] = tuple(option.read(str(v), now) for v in flags[name])
         else:
             out[key] = option.read(str(flags[name]), now)
     return out

@@ -23,31 +23,41 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 
+from bot.app.grids import write_grids
+from bot.app.placement import unplaced
 from bot.app.results import columns_of, write_results
 from bot.conventions import batch_key, job_key, thread_of
 from bot.messages import bar, canceled, say, took
-from executor.workflow import Template
 from storage.files import FileStore
+from storage.media import is_image_name
 from storage.outbox import Outbox
 from storage.queue import TERMINAL, BatchProgress, Queue
 from storage.records import Batch, Event, Job, Status
+from storage.workers import Workers
+from templates.graph import Template
 
 CURSOR = "notifier"
 CAPTION_VALUES = 3  # key values of a row shown in an image caption
 MILESTONES = (25, 50, 75)  # percent, where progress cannot be edited in place
+IMAGE_BUTTONS = (("keep", "button_keep_image"), ("again", "button_again"),
+                 ("vary", "button_vary"), ("upscale", "button_upscale"), ("edit", "button_edit"))
+BUNDLED_GRIDS = 8  # a sweep's grids in its summary message; more follow (Slack: 10 files)
 SMALL = 8  # rows: a smaller batch gets only the halfway milestone (each is a message)
 
 
 class Notifier:
     def __init__(self, queue: Queue, outbox: Outbox, store: FileStore, *,
                  platforms: Iterable[str], editable: Iterable[str] = (),
-                 bundles: Iterable[str] = (), demo: Iterable[str] = (),
+                 bundles: Iterable[str] = (), buttons: Iterable[str] = (),
+                 inline: Iterable[str] = (), demo: Iterable[str] = (),
                  templates: dict[str, Template] | None = None, font: str = "",
                  auto_save: bool = True, clock: Callable[[], float] = time.time):
         self.queue, self.outbox, self.store = queue, outbox, store
         self.platforms = set(platforms)
         self.editable = set(editable)  # platforms that edit one progress message in place
         self.bundles = set(bundles)  # platforms whose one message carries text and files
+        self.buttons = set(buttons)  # platforms that show buttons (under each image, too)
+        self.inline = set(inline)  # platforms that draw an image's buttons inside its message
         self.demo = set(demo)  # model names that are genbot's demo models
         self.telling: dict[int, list[str]] = {}  # batch -> the columns that tell rows apart
         self.auto_save = auto_save
@@ -62,18 +72,19 @@ class Notifier:
     async def key_values(self, batch: Batch, job: Job) -> list[str]:
         """The values that tell this row apart from the batch's others (not images, not
         seeds, not what every row shares), the key column — the template's first — first."""
-        if batch.id not in self.telling:
-            jobs = await self.queue.batch_jobs(batch.id)
+        source = batch.meta.get("root_batch", batch.id)  # an action's: its sheet's batch
+        if source not in self.telling:
+            jobs = await self.queue.batch_jobs(source) or await self.queue.batch_jobs(batch.id)
             t = self.templates.get(batch.template)
             names = [n for n in self.columns(batch.template, jobs)
                      if t is None or t.params[n].type not in ("image", "seed")]
             varying = [n for n in names
                        if len({repr(j.values.get(n)) for j in jobs}) > 1 or len(jobs) == 1]
-            self.telling[batch.id] = varying
+            self.telling[source] = varying
             if len(self.telling) > 1000:  # finished batches' entries: forget the oldest
                 self.telling.pop(next(iter(self.telling)))
         params = job.values
-        return [str(params[n]) for n in self.telling[batch.id]
+        return [str(params[n]) for n in self.telling[source]
                 if params.get(n) not in (None, "")]
 
     async def _progress(self, batch_id: int) -> BatchProgress:
@@ -99,13 +110,15 @@ class Notifier:
         if batch is None or batch.platform not in self.platforms:
             return
         kind = event.kind
-        if kind == "submitted":
-            await self.accepted(batch)
         job = await self.queue.job(event.job_id) if event.job_id else None
         if job and kind == Status.SUCCEEDED:
             await self.images(batch, job)
         if job and kind == Status.FAILED:
             await self.failure(batch, job)
+        if batch.meta.get("action"):  # an action's images: no acceptance, progress, summary
+            return                    # (the action's own answer was its one message)
+        if kind == "submitted":
+            await self.accepted(batch)
         await self.progress(batch, event if kind == "progress" else None)
         if kind in TERMINAL:
             progress = await self.queue.batch_progress(batch_id)
@@ -148,6 +161,26 @@ class Notifier:
         await self._owe(batch_key(batch.id, "accepted"), batch, "text", {"text": text},
                         answer=True)
 
+    async def waiting(self) -> int:
+        """Each batch whose queued jobs no running executor can take gets one notice in
+        its thread saying what is missing where (nobody waits without knowing why); the
+        outbox's key makes it once per batch and need. Returns how many were owed."""
+        queued = await self.queue.queued_by_affinity()
+        if not queued:
+            return 0
+        owed = 0
+        for need in unplaced(queued, await Workers.of(self.queue).all()):
+            for batch_id in await self.queue.batches_waiting_on(need.need):
+                batch = await self.queue.batch(batch_id)
+                if batch is None or batch.platform not in self.platforms:
+                    continue
+                text = say("unplaced_notice", self._lang(batch), batch=batch.id,
+                           what=need.what, why="; ".join(need.why))
+                await self._owe(batch_key(batch.id, f"unplaced:{need.need}"), batch, "text",
+                                {"text": text})
+                owed += 1
+        return owed
+
     async def progress(self, batch: Batch, step_event: Event | None) -> None:
         progress = await self._progress(batch.id)
         lang = self._lang(batch)
@@ -163,6 +196,11 @@ class Notifier:
             d = step_event.data
             text += "\n" + say("progress_step", lang, row=d.get("row"), step=d["step"],
                                total=d["total"])
+        elif not finished and not progress.counts.get(Status.RUNNING):  # nothing under way:
+            workers = await Workers.of(self.queue).all()                # is anyone coming?
+            for need in unplaced(await self.queue.batch_waiting_for(batch.id), workers):
+                text += "\n" + say("status_unplaced", lang, what=need.what,
+                                   why="; ".join(need.why))
         buttons = [] if finished else [{
             "label": say("button_cancel", lang), "command": f"/cancel {batch.id}",
             "confirm": say("confirm_cancel", lang, batch=batch.id),
@@ -196,12 +234,32 @@ class Notifier:
                             canceled=canceled(lang, progress.canceled))})
 
     async def images(self, batch: Batch, job: Job) -> None:
-        values = (await self.key_values(batch, job))[:CAPTION_VALUES]
-        caption = say("image_caption", self._lang(batch), row=job.row,
-                      values=" · ".join(values))
-        for i, path in enumerate(job.outputs):
-            await self._owe(job_key(job.id, f"image:{i}"), batch, "image",
-                            {"path": path, "text": caption, "row": job.row})
+        """Each image captioned with its row, its job and what tells it apart; on a
+        platform with buttons, the image's actions right under it (one message, which a
+        reaction can be put on: ⭐ keeps, 👎 rejects)."""
+        lang = self._lang(batch)
+        values = " · ".join((await self.key_values(batch, job))[:CAPTION_VALUES])
+        if job.action and job.parent_job_id:
+            caption = say("image_caption_action", lang, row=job.row, job=job.id,
+                          action=say(f"button_{job.action}", lang), parent=job.parent_job_id,
+                          values=values)
+        elif batch.meta.get("sweep"):  # several images a row: the job tells them apart
+            caption = say("image_caption_job", lang, row=job.row, job=job.id, values=values)
+        else:
+            caption = say("image_caption", lang, row=job.row, job=job.id, values=values)
+        caption = caption.rstrip(" ·")
+        buttons = [{"label": say(label, lang), "command": f"/{name} j{job.id}",
+                    "id": f"image_{name}"} for name, label in IMAGE_BUTTONS]
+        for i, path in enumerate(job.outputs):  # a video goes as a file, captioned alike
+            image = is_image_name(path)
+            await self._owe(job_key(job.id, f"image:{i}"), batch, "image" if image else "file",
+                            {"path": path, "text": caption, "row": job.row,
+                             **({"buttons": buttons} if image and i == 0
+                                and batch.platform in self.inline else {})})
+        if job.outputs and batch.platform in self.buttons:
+            await self._owe(job_key(job.id, "actions"), batch, "text", {
+                "text": say("image_actions", lang, row=job.row, job=job.id),
+                "buttons": buttons})
 
     async def failure(self, batch: Batch, job: Job) -> None:
         text = say("job_failed", self._lang(batch), row=job.row, error=job.error)
@@ -229,6 +287,8 @@ class Notifier:
         results, contact = await asyncio.to_thread(  # (reads every image: off the loop)
             write_results, self.store, batch, jobs, self.templates.get(batch.template),
             self.font)
+        grids = await asyncio.to_thread(write_grids, self.store, batch, jobs, font=self.font) \
+            if batch.meta.get("sweep") else []
         started = min((j.started_at for j in jobs if j.started_at), default=None)
         finished = max((j.finished_at for j in jobs if j.finished_at), default=None)
         seconds = finished - started if started and finished else 0
@@ -238,13 +298,17 @@ class Notifier:
                    canceled=sum(j.status == Status.CANCELED for j in jobs),
                    took=took(lang, seconds),
                    attached=say("attached_both" if contact else "attached_results", lang))
+        if batch.meta.get("version"):  # which template version made it (genbot template history)
+            text += say("summary_version", lang, template=batch.template,
+                        version=batch.meta["version"])
         # Last in the thread: once it is sent, every image of the batch has been delivered.
         delete = [] if self.auto_save else [o for j in done for o in j.outputs]
-        if batch.platform in self.bundles:
+        if batch.platform in self.bundles:  # a sweep's grids ride with it, as many as fit
             await self._owe(key, batch, "file", {
-                "text": text, "mention": batch.submitter, "paths": [p for p in (contact, results)
-                                                                    if p],
+                "text": text, "mention": batch.submitter,
+                "paths": [p for p in (contact, results) if p] + grids[:BUNDLED_GRIDS],
                 "delete_after": delete}, answer=True)
+            await self.more_grids(batch, grids[BUNDLED_GRIDS:], BUNDLED_GRIDS)
             return
         if not contact:  # no image at all: the text captions the results sheet
             await self._owe(key, batch, "file", {"text": text, "mention": batch.submitter,
@@ -255,3 +319,10 @@ class Notifier:
                                               "path": contact}, answer=True)
         await self._owe(batch_key(batch.id, "summary:results"), batch, "file",
                         {"path": results, "text": "", "delete_after": delete})
+        await self.more_grids(batch, grids)
+
+    async def more_grids(self, batch: Batch, grids: list[str], first: int = 0) -> None:
+        """A sweep's grids that did not ride with its summary, one image each, after it."""
+        for n, path in enumerate(grids, first + 1):
+            await self._owe(batch_key(batch.id, f"grid:{n}"), batch, "image",
+                            {"path": path, "text": ""})

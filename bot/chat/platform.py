@@ -58,11 +58,36 @@ class Button:
     command: str
     confirm: str | None = None  # a question to confirm first, where the platform can ask
     deny: str | None = None  # the answer that leaves things as they are
+    id: str = "cancel_batch"  # what the platform calls it (Slack's action_id)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One value a form asks for, shown filled in."""
+    name: str  # what the answer is keyed by (a template parameter)
+    label: str
+    value: str = ""
+    multiline: bool = False
+
+
+@dataclass(frozen=True)
+class Form:
+    """A small form (Slack: a modal) whose answers come back as `command` followed by
+    NAME=VALUE for each field the person changed, typed by whoever submitted it, in
+    `conversation` and `thread`."""
+    title: str
+    command: str
+    fields: tuple[Field, ...]
+    submit: str
+    conversation: str
+    thread: str | None = None
 
 
 @dataclass(frozen=True)
 class Outgoing:
-    """One thing to post: text, an image or a file (with text as its caption)."""
+    """One thing to post: text, an image or a file (with text as its caption). The text is
+    plain — names and values from outside quoted as written — and the adapter escapes it
+    for its wire format as it sends (bot.chat.markup)."""
     conversation: str
     thread: str | None  # the platform's thread id, or None
     text: str = ""
@@ -102,6 +127,9 @@ class Platform:
     name = "platform"
     can_edit = False
     has_buttons = False
+    image_buttons = False  # buttons under each image (where `has_buttons`; one message more)
+    has_forms = False  # `open_form` shows a form, for a button press that carries a trigger
+    inline_buttons = False  # buttons drawn inside the message they belong to (as links)
     has_threads = False
     captions = True  # an image or file can carry text; else the text goes just before it
     file_captions = True  # a file (not an image) can carry text too
@@ -119,6 +147,11 @@ class Platform:
     async def download(self, handle: dict[str, Any]) -> bytes:
         """The bytes of a file announced with `handle`, or DownloadError."""
         raise NotImplementedError
+
+    async def open_form(self, context: dict[str, Any], form: Form) -> None:
+        """Show `form` to the person whose press `context` came from (where `has_forms`);
+        DeliveryError when it cannot (the trigger expired): the caller answers in text."""
+        raise NotImplementedError(f"{self.name} has no forms")
 
     # --- what every adapter needs inbound ----------------------------------------------
     def once(self, key: str) -> bool:

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from zoneinfo import ZoneInfo
 
-from bot.app.core import App
+from bot.app.application import App
 from bot.app.permissions import Who
 from bot.chat.commands import COMMANDS
 from bot.chat.grammar import only_mentions
@@ -27,6 +27,7 @@ from bot.chat.uploads import quoted
 from bot.conventions import reply_key
 from bot.errors import Coded
 from bot.messages import LANGS, han, say
+from bot.settings import ChatConfig
 from storage.inbox import Inbox, is_sheet
 from storage.outbox import Outbox
 from storage.records import Upload
@@ -52,7 +53,7 @@ class Chat:
         """Most specific first: the person, the conversation, the workspace, the platform
         (from [chat] languages); then the person's own locale; then the platform's default;
         then [chat] language."""
-        p, settings = msg.platform, self.app.config.chat
+        p, settings = msg.platform, self.app.config[ChatConfig]
         given = settings.language_at(f"{p}:{msg.user}", f"{p}:{msg.conversation}",
                                      f"{p}:{msg.workspace}" if msg.workspace else None, p)
         if given:
@@ -66,7 +67,7 @@ class Chat:
         return (platform.default_lang if platform else None) or settings.language
 
     def zone(self, msg: Incoming) -> ZoneInfo:
-        for name in (msg.tz, self.app.config.chat.timezone):
+        for name in (msg.tz, self.app.config[ChatConfig].timezone):
             try:
                 if name:
                     return ZoneInfo(name)
@@ -118,6 +119,8 @@ class Chat:
     async def owe(self, turn: Turn) -> None:
         """The replies, in order, in the message's thread; a retried message owes nothing new."""
         msg = turn.msg
+        if msg.context.get("quiet"):  # e.g. a reaction: it is its own answer
+            return
         message = msg.message or uuid.uuid4().hex
         for i, reply in enumerate(turn.replies):
             kind = "text" if reply.file is None else ("image" if reply.image else "file")
@@ -125,6 +128,8 @@ class Chat:
                                   conversation=msg.conversation, thread=msg.thread, kind=kind,
                                   payload={"text": reply.text, "path": reply.file,
                                            "lang": turn.lang, "context": msg.context,
-                                           "private": reply.file is None and not reply.public})
+                                           "private": reply.file is None and not reply.public,
+                                           **({"buttons": list(reply.buttons)}
+                                              if reply.buttons else {})})
         if turn.replies:
             self.on_owed()

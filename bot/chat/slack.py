@@ -13,7 +13,10 @@ records every `file_share` the bot sees); `/status` is Slack's own, so `/genbot 
 works for every command; a wrong token downloads an HTML login page with status 200.
 
 Outbound: chat.postMessage (mentions as <@U…>), chat.update with Block Kit for the
-progress message and its Cancel button, files_upload_v2 into the batch's thread. The
+progress message and its Cancel button, files_upload_v2 into the batch's thread. Text is
+mrkdwn on Slack's side and plain in the core (bot.chat.markup): what a person typed comes
+in with Slack's entities undone, and goes out with &, < and > escaped, so a file named
+"<!channel> <https://evil.example|sign in>.csv" is shown as named and pings no one. The
 SDK retries rate limits and server errors once; what still fails goes back to the
 outbox as a DeliveryError (with Retry-After), or as permanent for errors no retry fixes.
 """
@@ -23,8 +26,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import re
+import shlex
 from typing import Any
 
 import aiohttp
@@ -42,10 +47,12 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.chat.markup import Markup
 from bot.chat.platform import (
     DeliveryError,
     DownloadError,
     FileRef,
+    Form,
     Incoming,
     Outgoing,
     Platform,
@@ -53,6 +60,7 @@ from bot.chat.platform import (
     refuse,
     text_of,
 )
+from bot.settings import IntakeConfig, SlackConfig
 from storage.config import Config
 
 log = logging.getLogger("genbot.slack")
@@ -69,6 +77,27 @@ RESPOND_TIMEOUT = aiohttp.ClientTimeout(total=30)  # a short answer to the perso
 CONNECT_TIMEOUT = 30.0  # seconds for Socket Mode to connect before trying again
 BACKOFF_MAX = 60.0
 SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")  # what Slack sends: hex of an HMAC-SHA256
+TEXT_MAX = 3000  # characters in a Block Kit section's text
+FORM = "genbot_form"  # the callback_id of the modals genbot opens
+
+
+def escaped(line: str) -> str:
+    """Slack's documented escaping for mrkdwn, and all it needs: with &, < and > as
+    entities no <!channel>, <@U…> or <url|text> can form; Slack shows the entities as
+    the characters. (Emphasis such as *bold* has no escape in mrkdwn, and links nothing.)"""
+    return line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def unescaped(text: str) -> str:
+    """What a person typed: Slack sends &, < and > in message and command text as those
+    entities (its own <@U…> mentions stay markup, which the grammar reads)."""
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+MRKDWN = Markup(escape=escaped, mention=lambda user: f"<@{user}>")
+# Reactions that rate an image: ⭐ and 👍 keep, 👎 rejects.
+REACTIONS = {"star": "keep", "star2": "keep", "+1": "keep", "thumbsup": "keep",
+             "-1": "reject", "thumbsdown": "reject"}
 NOT_SERVED = ("genbot does not serve this channel; ask an admin. · "
               "此频道未启用 genbot，请联系管理员。")
 
@@ -78,11 +107,13 @@ class Slack(Platform):
     can_edit = True
     bundles_files = True
     has_buttons = True
+    has_forms = True
     has_threads = True
 
     def __init__(self, config: Config):
-        s = self.settings = config.slack
-        self.max_bytes = int(config.intake.max_file_mb * 2**20)
+        s = self.settings = config[SlackConfig]
+        self.image_buttons = s.image_buttons
+        self.max_bytes = int(config[IntakeConfig].max_file_mb * 2**20)
         self.client = AsyncWebClient(token=s.bot_token, base_url=s.api_url, retry_handlers=[
             AsyncConnectionErrorRetryHandler(), AsyncRateLimitErrorRetryHandler(max_retry_count=1),
             AsyncServerErrorRetryHandler(max_retry_count=1)])
@@ -91,7 +122,10 @@ class Slack(Platform):
         self.app.command(re.compile(r"^/"))(self.on_command)
         self.app.event("message")(self.on_message)
         self.app.event("app_mention")(self.on_message)
-        self.app.action("cancel_batch")(self.on_button)
+        self.app.action(re.compile(r"^(cancel_batch|image_\w+|sweep_yes)$"))(self.on_button)
+        self.app.view(FORM)(self.on_form)
+        self.app.event("reaction_added")(self.on_reaction)
+        self.app.event("reaction_removed")(self.on_reaction)
         self.app.error(self.on_error)
         # Checked before bolt (which verifies again): bolt parses a body before verifying it.
         self.verifier = SignatureVerifier(s.signing_secret) if s.signing_secret else None
@@ -237,7 +271,7 @@ class Slack(Platform):
             await ack(NOT_SERVED)
             return
         await ack()
-        name, text = name.lstrip("/"), text_of(command, "text") or ""
+        name, text = name.lstrip("/"), unescaped(text_of(command, "text") or "")
         self._spawn(Incoming(
             self.name, user, channel, text if name == "genbot" else f"{name} {text}",
             message=f"command:{text_of(command, 'trigger_id')}",
@@ -260,7 +294,7 @@ class Slack(Platform):
         files = tuple([await self.file(f) for f in shared if isinstance(f, dict)
                        and text_of(f, "id")] if isinstance(shared, list) else [])
         self._spawn(Incoming(
-            self.name, user, channel, text, message=f"{channel}:{ts}",
+            self.name, user, channel, unescaped(text), message=f"{channel}:{ts}",
             thread=text_of(event, "thread_ts") or (None if direct else ts), files=files,
             workspace=text_of(body, "team_id")))
 
@@ -278,7 +312,94 @@ class Slack(Platform):
             message=f"action:{container.get('message_ts')}:{action.get('action_ts')}",
             thread=text_of(container, "thread_ts") or text_of(container, "message_ts"),
             workspace=text_of(body.get("team"), "id"),
-            context={"response_url": text_of(body, "response_url")}))
+            context={"response_url": text_of(body, "response_url"),
+                     "trigger_id": text_of(body, "trigger_id")}))
+
+    async def open_form(self, context: dict[str, Any], form: Form) -> None:
+        """A modal with one input per field, filled in; its submission is `on_form`'s."""
+        trigger = context.get("trigger_id")
+        if not trigger:
+            raise DeliveryError("no trigger to open a form with", permanent=True)
+        blocks = [{
+            "type": "input", "block_id": f"f{i}", "optional": True,
+            "label": {"type": "plain_text", "text": f.label[:2000]},
+            "element": {"type": "plain_text_input", "action_id": f.name[:255],
+                        "multiline": f.multiline,
+                        **({"initial_value": f.value[:3000]} if f.value else {})}}
+            for i, f in enumerate(form.fields[:100])]
+        await self._call(self.client.views_open, trigger_id=trigger, view={
+            "type": "modal", "callback_id": FORM, "blocks": blocks,
+            "title": {"type": "plain_text", "text": form.title[:24]},
+            "submit": {"type": "plain_text", "text": form.submit[:24]},
+            "private_metadata": json.dumps({"command": form.command, "channel":
+                                            form.conversation, "thread": form.thread})})
+
+    async def on_form(self, ack, body: dict, view: dict) -> None:
+        """A submitted form: its command with NAME=VALUE for each field changed from its
+        first value, typed by whoever submitted it, in the form's channel and thread; the
+        modal closes at once and the answer is shown to them alone."""
+        await ack()
+        user = text_of(body.get("user"), "id")
+        try:
+            where = json.loads(text_of(view, "private_metadata") or "")
+        except ValueError:
+            return
+        if not (user and isinstance(where, dict) and isinstance(where.get("command"), str)
+                and isinstance(where.get("channel"), str)):
+            return  # not a form genbot opened
+        first = {b.get("block_id"): (b.get("element") or {}).get("initial_value") or ""
+                 for b in view.get("blocks") or () if isinstance(b, dict)}
+        changed = []
+        state = (view.get("state") or {}).get("values") or {}
+        for block_id, inputs in state.items():
+            for name, answer in (inputs or {}).items():
+                value = (answer or {}).get("value") or ""
+                if value != first.get(block_id, ""):
+                    changed.append(shlex.quote(f"{name}={value}"))
+        self._spawn(Incoming(
+            self.name, user, where["channel"], " ".join([where["command"], *changed]),
+            message=f"form:{text_of(view, 'id')}:{text_of(view, 'hash')}",
+            thread=where.get("thread") if isinstance(where.get("thread"), str) else None,
+            workspace=text_of(body.get("team"), "id"), context={"ephemeral_to": user}))
+
+    async def on_reaction(self, event: dict, body: dict, context) -> None:
+        """⭐ or 👍 on an image (or on its row of buttons) keeps it, 👎 rejects it; taking
+        the reaction back takes the rating back. Only reactions on the bot's own messages
+        count, and they are answered by nothing but the rating (a reaction is its own
+        feedback)."""
+        item = event.get("item")
+        user, emoji = text_of(event, "user"), text_of(event, "reaction")
+        if not (isinstance(item, dict) and item.get("type") == "message" and user and emoji):
+            return
+        if event.get("item_user") != context.bot_user_id:
+            return
+        channel, ts = text_of(item, "channel"), text_of(item, "ts")
+        rating = REACTIONS.get(emoji.split("::")[0])  # (a skin tone: "+1::skin-tone-2")
+        if not (channel and ts and rating):
+            return
+        if event.get("type") == "reaction_removed":
+            rating = "unkeep"
+        receive = self.receive
+        assert receive is not None, "attach() comes before any event"
+
+        async def rate() -> None:
+            target = await self.file_in(channel, ts) or ts
+            await receive(Incoming(
+                self.name, user, channel, f"{rating} @message:{target}",
+                message=f"reaction:{channel}:{ts}:{user}:{emoji}:{text_of(event, 'event_ts')}",
+                workspace=text_of(body, "team_id"), context={"quiet": True}))
+        self.spawn(rate())
+
+    async def file_in(self, channel: str, ts: str) -> str | None:
+        """The file a message shows, if it is one (an image genbot uploaded: what the outbox
+        knows it by), from reactions.get, which reads any message, thread replies too."""
+        try:
+            found = await self.client.reactions_get(channel=channel, timestamp=ts)
+        except (TimeoutError, SlackApiError, aiohttp.ClientError):
+            return None
+        files = (found.get("message") or {}).get("files") or []
+        first = files[0] if files and isinstance(files[0], dict) else {}
+        return text_of(first, "id")
 
     async def file(self, f: dict) -> FileRef:
         """A shared file as the inbox records it (files.info when the event left it out)."""
@@ -318,7 +439,7 @@ class Slack(Platform):
 
     # --- outbound -----------------------------------------------------------------------
     async def send(self, out: Outgoing) -> str:
-        text = f"<@{out.mention}> {out.text}" if out.mention else out.text
+        text = MRKDWN.render(out.text, out.mention)
         if out.files:  # one message: the text and every file (files.completeUploadExternal)
             done = await self._call(self.client.files_upload_v2, channel=out.conversation,
                                     thread_ts=out.thread, initial_comment=text or None,
@@ -327,8 +448,14 @@ class Slack(Platform):
             return done["files"][0]["id"] if done.get("files") else "files"
         url = out.context.get("response_url")
         if out.private and url:  # a slash command's answer: for the person who typed it
-            await self._respond(url, text)
+            await self._respond(url, text, out.buttons)
             return "response_url"
+        if out.private and out.context.get("ephemeral_to") and out.file is None:
+            done = await self._call(self.client.chat_postEphemeral, channel=out.conversation,
+                                    user=out.context["ephemeral_to"], text=text,
+                                    thread_ts=out.thread,
+                                    blocks=blocks(text, out.buttons) if out.buttons else None)
+            return done.get("message_ts") or "ephemeral"
         if out.file is not None:
             done = await self._call(self.client.files_upload_v2, channel=out.conversation,
                                     thread_ts=out.thread, file=str(out.file),
@@ -347,8 +474,9 @@ class Slack(Platform):
         return sent["ts"]
 
     async def edit(self, message_id: str, out: Outgoing) -> None:
+        text = MRKDWN.render(out.text)
         await self._call(self.client.chat_update, channel=out.conversation, ts=message_id,
-                         text=out.text, blocks=blocks(out.text, out.buttons))
+                         text=text, blocks=blocks(text, out.buttons))
 
     async def _call(self, method, **kwargs) -> Any:
         try:
@@ -365,20 +493,25 @@ class Slack(Platform):
         except SlackRequestError as e:  # the upload step of files_upload_v2
             raise DeliveryError(str(e)[:300]) from None
 
-    async def _respond(self, url: str, text: str) -> None:
-        async with self.session.post(url, timeout=RESPOND_TIMEOUT,
-                                     json={"response_type": "ephemeral", "text": text}) as r:
+    async def _respond(self, url: str, text: str, buttons=()) -> None:
+        answer: dict[str, Any] = {"response_type": "ephemeral", "text": text}
+        if buttons:
+            answer["blocks"] = blocks(text, buttons)
+        async with self.session.post(url, timeout=RESPOND_TIMEOUT, json=answer) as r:
             if r.status >= 400:
                 raise DeliveryError(f"response_url answered HTTP {r.status}",
                                     permanent=r.status < 500)
 
 
 def blocks(text: str, buttons) -> list[dict]:
-    """A text section, and the buttons (each with a confirmation) in an actions block."""
-    out: list[dict] = [{"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}]
+    """A text section (`text` is mrkdwn, escaped already), and the buttons (each with a
+    confirmation) in an actions block; their labels are plain_text, shown as written."""
+    out: list[dict] = [{"type": "section", "text": {"type": "mrkdwn",
+                                                    "text": within(text, TEXT_MAX)}}]
     if buttons:
         out.append({"type": "actions", "elements": [{
-            "type": "button", "action_id": "cancel_batch", "style": "danger",
+            "type": "button", "action_id": b.id,
+            **({"style": "danger"} if b.confirm else {}),
             "text": {"type": "plain_text", "text": b.label}, "value": b.command,
             **({"confirm": {"title": {"type": "plain_text", "text": b.label[:100]},
                             "text": {"type": "plain_text", "text": b.confirm},
@@ -386,3 +519,12 @@ def blocks(text: str, buttons) -> list[dict]:
                             "deny": {"type": "plain_text", "text": b.deny or "✕"},
                             "style": "danger"}} if b.confirm else {})} for b in buttons]})
     return out
+
+
+def within(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, never through an entity ("&am" would show)."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    amp = head.rfind("&")
+    return head[:amp] if amp != -1 and ";" not in head[amp:] else head

@@ -1,20 +1,29 @@
 """The terminal as a chat platform (`genbot chat`, bot.cli.chat): posts are printed,
 and a file is attached by giving its path, e.g. `/gen social_thumb
 examples/social_thumb.xlsx` (the path becomes an upload named social_thumb.xlsx, and
-image cells may name the files beside it)."""
+image cells may name the files beside it).
+
+A terminal obeys control characters: an escape sequence in a cell or an executor's error
+could recolour the screen, retitle the window or print a link (OSC 8) in genbot's voice.
+So every line is printed with them shown as escapes (storage.names.shown), the
+terminal's rule under bot.chat.markup."""
 
 from __future__ import annotations
 
 import asyncio
 import shlex
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TextIO
 
+from bot.chat.markup import Markup
 from bot.chat.platform import DownloadError, FileRef, Outgoing, Platform
+from storage.names import shown
 
 NAME = "terminal"
 CONVERSATION = "terminal"
+SCREEN = Markup(escape=partial(shown, limit=sys.maxsize))  # whole lines, controls shown
 
 
 class Terminal(Platform):
@@ -34,13 +43,14 @@ class Terminal(Platform):
         self.count += 1
         if out.file is not None:
             label = "image" if out.image else "file"
-            self._print(f"{label}: {out.file}" + (f"  {out.text}" if out.text else ""))
+            text = SCREEN.render(out.text)
+            self._print(f"{label}: {SCREEN.escape(str(out.file))}" + (f"  {text}" if text else ""))
         else:
-            self._print(out.text)
+            self._print(SCREEN.render(out.text))
         return str(self.count)
 
     async def edit(self, message_id: str, out: Outgoing) -> None:
-        self._print(out.text)
+        self._print(SCREEN.render(out.text))
 
     async def download(self, handle: dict) -> bytes:
         try:

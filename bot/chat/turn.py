@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from bot.app.core import App
+from bot.app.application import App
 from bot.app.permissions import Who
 from bot.chat.platform import Incoming, Platform
 from bot.messages import say
@@ -21,6 +21,7 @@ class Reply:
     file: str | None = None  # relative to the file store
     image: bool = False
     public: bool = False  # for the whole conversation, even where answers can be private
+    buttons: tuple[dict[str, str], ...] = ()  # label, command, id: where the platform has them
 
 
 @dataclass

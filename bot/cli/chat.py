@@ -10,37 +10,65 @@ message owed, then exits (1 if any job of those batches did not succeed).
 Without --as you are your login name and an admin (the machine is yours); with
 --as USER you are terminal:USER with the role the config and grants give, to try
 what others may do.
+
+Every `genbot` command imports this module to build its parser, so the chat core and
+the application layer (and the HTTP client they bring) are imported in chat().
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import getpass
+import socket
 import sys
 import uuid
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from bot.app.core import App, load_templates
 from bot.app.permissions import Who
-from bot.chat.core import ChatCore
-from bot.chat.platform import Incoming
-from bot.chat.terminal import CONVERSATION, NAME, Terminal, attach
+from bot.cli.shared import load_config
 from bot.messages import say
 from bot.supervisor import Supervisor
-from storage.config import Config
+from storage.config import Config, ServiceConfig
 from storage.files import open_store
 from storage.queue import open_queue
 from storage.records import Status
 
+if TYPE_CHECKING:
+    from bot.chat.hub import ChatCore
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    chat = subparsers.add_parser("chat", parents=[common],
+                                 help="type chat commands here; replies, progress and images "
+                                      "printed")
+    chat.add_argument("--as", dest="as_user", metavar="USER",
+                      help="act as terminal:USER with that user's role (default: you, as admin)")
+    chat.add_argument("--no-executor", action="store_true",
+                      help="a running `genbot serve` or `genbot worker` runs the jobs")
+    chat.set_defaults(func=cmd_chat)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from storage.logs import setup_logging
+    config = load_config(args)
+    setup_logging("warning", config[ServiceConfig].log_format)
+    return asyncio.run(chat(config, args.as_user, executor=not args.no_executor))
+
 
 async def chat(config: Config, user: str | None = None, *, executor: bool = True,
                stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    from bot.app.application import App, load_templates
+    from bot.chat.hub import ChatCore
+    from bot.chat.platform import Incoming
+    from bot.chat.terminal import CONVERSATION, NAME, Terminal, attach
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     me = user or getpass.getuser()
     queue = await open_queue(config)
     terminal = Terminal(stdout)
     app = App(config, queue, open_store(config), load_templates(config),
               local_admins=() if user else (f"{NAME}:{me}",))
+    await app.record_versions(f"genbot chat on {socket.gethostname()}")
     core = ChatCore(app, [terminal])
     who = f"{NAME}:{me}"
     role = await app.role(Who(NAME, me, CONVERSATION))
@@ -81,6 +109,7 @@ async def chat(config: Config, user: str | None = None, *, executor: bool = True
 async def _finish(core: ChatCore, who: str, first: int, supervisor: Supervisor | None,
                   stdout: TextIO) -> int:
     """Wait for this session's batches and every owed message; 1 if a job did not succeed."""
+    from bot.chat.terminal import NAME
     queue = core.queue
     if await queue.active_jobs_of(who):
         print("(waiting for your batches to finish; Ctrl-C leaves them queued)", file=stdout,

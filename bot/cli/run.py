@@ -4,40 +4,79 @@ Checks the sheet as the bot would, queues it in the local queue, runs an executo
 process beside it (supervised, as `genbot serve` does), draws a progress bar, then
 prints where the images and the contact sheet are. The exit code is 0 only if every
 job succeeded.
+
+Every `genbot` command imports this module to build its parser, so what only a run
+needs (the application layer, the intake and their HTTP client) is imported in _run.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import getpass
 import shutil
+import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bot.app.core import App, SubmitOptions
+from bot.app.grids import write_grids
 from bot.app.permissions import Who
+from bot.app.placement import Unplaced, unplaced
 from bot.app.results import write_results
-from bot.intake.check import IntakeReport, SheetFile, check_sheet
-from bot.intake.images import folder_attachments
+from bot.cli.shared import LANGS, PRIORITIES, add_sweep_options, load_config
 from bot.messages import say
+from bot.settings import IntakeConfig
 from bot.supervisor import Supervisor
-from executor.workflow import load_templates
 from storage.config import Config
 from storage.files import batch_folder, open_store
 from storage.queue import BatchProgress, Priority, Queue, Status, open_queue
 from storage.workers import Workers, owner_name
+from templates.loader import load_templates
+from templates.settings import ComfyUIConfig, ModelsConfig, TemplatesConfig, templates_dir
+
+if TYPE_CHECKING:
+    from bot.app.application import App
 
 BAR = 30
 
 
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    run = subparsers.add_parser("run", parents=[common],
+                                help="queue a sheet and run it here, with a progress bar")
+    run.add_argument("template")
+    run.add_argument("sheet")
+    run.add_argument("--out", metavar="DIR", help="also copy the images and contact sheet here")
+    run.add_argument("--priority", choices=PRIORITIES, default="normal")
+    run.add_argument("--lang", choices=LANGS, default="en")
+    add_sweep_options(run)
+    run.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    return run_sheet(load_config(args), args.template, Path(args.sheet), out=args.out,
+                     priority=Priority[args.priority.upper()], lang=args.lang,
+                     vary=tuple(args.vary), seeds=args.seeds,
+                     grid=tuple(k.strip() for k in args.grid.split(",") if k.strip()),
+                     compare=tuple(args.compare))
+
+
 def run_sheet(config: Config, template: str, sheet: Path, *, out: str | None = None,
-              priority: Priority = Priority.NORMAL, lang: str = "en") -> int:
-    return asyncio.run(_run(config, template, sheet, out, priority, lang))
+              priority: Priority = Priority.NORMAL, lang: str = "en",
+              vary: tuple[str, ...] = (), seeds: int = 1, grid: tuple[str, ...] = (),
+              compare: tuple[str, ...] = ()) -> int:
+    return asyncio.run(_run(config, template, sheet, out, priority, lang, vary, seeds, grid,
+                            compare))
 
 
 async def _run(config: Config, name: str, sheet: Path, out: str | None, priority: Priority,
-               lang: str) -> int:
-    templates, _ = load_templates(config.templates_dir)
+               lang: str, vary: tuple[str, ...] = (), seeds: int = 1,
+               grid: tuple[str, ...] = (), compare: tuple[str, ...] = ()) -> int:
+    from bot.app.application import Accepted, App, CancelTarget, SubmitOptions
+    from bot.intake.check import IntakeReport, SheetFile, check_sheet
+    from bot.intake.images import folder_attachments
+    templates, _ = load_templates(templates_dir(config))
+    spec, name = name, name.partition("@")[0]  # (NAME@N: the application resolves the pin)
     if name not in templates:
         print(f"genbot: no template {name!r} (have: {', '.join(templates)})", file=sys.stderr)
         return 2
@@ -46,7 +85,7 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
     except OSError as e:
         print(f"genbot: cannot read {sheet}: {e.strerror or e}", file=sys.stderr)
         return 2
-    if templates[name].engine == "comfyui" and not config.comfyui.servers:
+    if templates[name].engine == "comfyui" and not config[ComfyUIConfig].servers:
         print(f"genbot: {name} runs on ComfyUI: name your servers in [comfyui] servers "
               "(docs/comfyui.md)", file=sys.stderr)
         return 2
@@ -56,20 +95,26 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
     report = await check_sheet(templates[name], SheetFile(sheet.name, data), config=config,
                                store=store, attachments=pictures)
     if not report.ok:
-        print(report.report(lang, config.intake.max_problems_shown), file=sys.stderr)
+        print(report.report(lang, config[IntakeConfig].max_problems_shown), file=sys.stderr)
         return 1
     queue = await open_queue(config)
     try:
         me = Who("cli", getpass.getuser())
         app = App(config, queue, store, templates, local_admins=(me.id,))
-        result = await app.submit(me, name, SheetFile(sheet.name, data), pictures,
-                                  SubmitOptions(priority=priority, lang=lang))
+        await app.record_versions(f"genbot run on {socket.gethostname()}")
+        # Its own executor is about to start: whether it can run the jobs is known once
+        # it says so (below), not before.
+        result = await app.submit(me, spec, SheetFile(sheet.name, data), pictures,
+                                  SubmitOptions(priority=priority, lang=lang,
+                                                wait_for_executor=True, vary=vary,
+                                                seeds=seeds, grid=grid, compare=compare))
         if isinstance(result, IntakeReport):
-            print(result.report(lang, config.intake.max_problems_shown), file=sys.stderr)
+            print(result.report(lang, config[IntakeConfig].max_problems_shown), file=sys.stderr)
             return 1
+        assert isinstance(result, Accepted)  # (no ask_over: the command line asks for it all)
         batch = result.batch_id
         print(f"batch {batch}: {result.jobs} jobs of {name} from {sheet.name}", flush=True)
-        demo = config.demo_models(await queue.batch_models(batch))
+        demo = config[ModelsConfig].demo(await queue.batch_models(batch))
         if demo:
             print(f"note: demo model ({', '.join(demo)}) — images are noise; see README, "
                   "Models, for real ones", flush=True)
@@ -80,13 +125,19 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
             executors = [Supervisor(config, stderr=log)] \
                 if templates[name].engine != "comfyui" else \
                 [Supervisor(config, stderr=log, command=Supervisor.comfy_command(config, url))
-                 for url in config.comfyui.servers]
+                 for url in config[ComfyUIConfig].servers]
             for executor in executors:
                 executor.start()
             ours: set[str] = set()
             try:
-                if not await _follow(queue, batch, executors, ours):
+                ended = await _follow(queue, batch, executors, ours)
+                if ended is GAVE_UP:
                     print(f"genbot: the executor could not start; its log: {log_file}",
+                          file=sys.stderr)
+                    return 1
+                if ended:
+                    await app.cancel(me, CancelTarget.batch(batch))
+                    print(f"genbot: no executor can run {ended}; batch {batch} canceled",
                           file=sys.stderr)
                     return 1
             finally:
@@ -97,13 +148,18 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
         await queue.close()
 
 
+GAVE_UP = "gave up"  # _follow: the executor could not start
+
+
 async def _follow(queue: Queue, batch: int, executors: list[Supervisor],
-                  ours: set[str]) -> bool:
-    """Draw the progress bar until every job of the batch has ended (True), or the
-    executor cannot run (False); `ours` gathers the executor's names. Until the first
-    step, the bar says what the executor is doing (starting, building demo models,
-    loading a model), and which executor took the jobs if another one (a running
-    service's) did."""
+                  ours: set[str]) -> str | None:
+    """Draw the progress bar until every job of the batch has ended (None), the executor
+    cannot run (GAVE_UP), or every running executor has said it cannot run what the
+    batch's jobs need (what, and why: a missing checkpoint, node, model file — said
+    within seconds instead of waiting for ever); `ours` gathers the executor's names.
+    Until the first step, the bar says what the executor is doing (starting, building
+    demo models, loading a model), and which executor took the jobs if another one (a
+    running service's) did."""
     tty = sys.stdout.isatty()
     seq = await queue.last_event_seq()
     workers = Workers.of(queue)
@@ -131,11 +187,26 @@ async def _follow(queue: Queue, batch: int, executors: list[Supervisor],
         elif line != last:
             print(line, flush=True)
         last = line
-        if progress.done >= progress.total or gave_up:
+        missing = [] if progress.counts.get(Status.RUNNING) else \
+            await _unplaced(queue, batch, workers, ours, len(executors))
+        if progress.done >= progress.total or gave_up or missing:
             if tty:
                 print()
-            return not gave_up
+            return GAVE_UP if gave_up else \
+                "; ".join(f"{m.what} ({'; '.join(m.why)})" for m in missing) or None
         await asyncio.sleep(0.3)
+
+
+async def _unplaced(queue: Queue, batch: int, workers: Workers, ours: set[str],
+                    count: int) -> list[Unplaced]:
+    """What the batch's queued jobs need that no running executor can run — asked only
+    once each of this command's executors is up and has looked at what it can run."""
+    known = await workers.all()
+    up = [w for w in known if w.id in ours and w.live
+          and not (w.doing and w.doing[0] in ("server_down", "building_demo"))]
+    if len(up) < count:
+        return []
+    return unplaced(await queue.batch_waiting_for(batch), known)
 
 
 async def _executor_doing(queue: Queue, workers: Workers, progress: BatchProgress,
@@ -171,8 +242,11 @@ async def _summary(app: App, batch_id: int, out: str | None, log_file: Path,
         return 1
     _, contact = await asyncio.to_thread(write_results, store, batch, jobs,
                                          app.templates.get(batch.template),
-                                         app.config.executor.font)
+                                         app.config[TemplatesConfig].font)
     assert contact is not None
+    grids = [store.path(g) for g in await asyncio.to_thread(
+        write_grids, store, batch, jobs, font=app.config[TemplatesConfig].font)] \
+        if batch.meta.get("sweep") else []
     ran = sorted({j.lease_owner for j in jobs if j.status == Status.SUCCEEDED and j.lease_owner})
     others = [o for o in ran if o not in ours]
     if others:
@@ -182,11 +256,16 @@ async def _summary(app: App, batch_id: int, out: str | None, log_file: Path,
         print(f"made here, by this command's executor ({', '.join(ran)})")
     print(f"{len(done)} images in {folder}")
     print(f"contact sheet: {store.path(contact)}")
+    for grid in grids:
+        print(f"grid: {grid}")
     if out:
         target = Path(out)
         for path in [*done, store.path(contact)]:
             dest = target / path.relative_to(folder)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest)
+        for grid in grids:
+            (target / "grids").mkdir(parents=True, exist_ok=True)
+            shutil.copy2(grid, target / "grids" / grid.name)
         print(f"copied to {target.resolve()}")
     return 0 if all(j.status == Status.SUCCEEDED for j in jobs) else 1

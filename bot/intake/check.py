@@ -19,11 +19,15 @@ from bot.intake.examples import example_attachments
 from bot.intake.images import Attachments, ImageResolver, recording
 from bot.intake.sheets import CellError, Sheet, SheetError, header_for, read_sheet
 from bot.messages import Both, say, visible
-from executor.params import Problem, coerce, normalize_header
-from executor.workflow import Template, affinity, bind
-from storage.config import Config, IntakeConfig
-from storage.files import FileStore
+from bot.settings import IntakeConfig, assets_dir
+from storage.config import Config
+from storage.files import FileStore, reserved
 from storage.queue import NewJob
+from templates.binding import bind
+from templates.graph import Template
+from templates.jobs import encode
+from templates.params import Problem, coerce, normalize_header
+from templates.sizes import largest_image
 
 YIELD_EVERY = 200  # rows; about 15 ms of work on a slow CPU
 
@@ -150,12 +154,13 @@ async def check_sheet(template: Template, sheet: SheetSource, *, config: Config,
     stores them, since chat uploads expire)."""
     if keep is not None and attachments is not None:
         attachments = recording(attachments, keep)
-    images = ImageResolver(config.intake, store, assets_dir=config.assets_dir,
+    settings = config[IntakeConfig]
+    images = ImageResolver(settings, store, assets_dir=assets_dir(config),
                            attachments=attachments, examples=example_attachments(template))
     if isinstance(sheet, SheetRows):
-        return await intake_sheet(template, sheet.grid(), settings=config.intake, images=images,
+        return await intake_sheet(template, sheet.grid(), settings=settings, images=images,
                                   skip_invalid=skip_invalid)
-    return await intake(template, sheet.name, sheet.data, settings=config.intake, images=images,
+    return await intake(template, sheet.name, sheet.data, settings=settings, images=images,
                         skip_invalid=skip_invalid)
 
 
@@ -169,7 +174,8 @@ async def intake(template: Template, filename: str, data: bytes, *, settings: In
         return result
     try:  # parsing is CPU work: off the event loop, so the chat stays responsive
         sheet = await asyncio.to_thread(read_sheet, filename, data,
-                                        max_unpacked_bytes=int(settings.max_unpacked_mb * 2**20))
+                                        max_unpacked_bytes=int(settings.max_unpacked_mb * 2**20),
+                                        keep_rows=settings.max_rows + HEADER_SEARCH + 1)
     except SheetError as e:
         result.file_issues.append(Issue(e.code, e.details))
         return result
@@ -186,18 +192,18 @@ async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConf
     filename = sheet.filename
     sheet = _find_header(template, sheet)
     result = IntakeReport(template.name, filename)
-    result.rows = len(sheet.rows)
+    result.rows = len(sheet.rows) + sheet.more_rows
+    if result.rows > settings.max_rows:
+        result.file_issues.append(Issue("too_many_rows", {"file": filename, "rows": result.rows,
+                                                          "max": settings.max_rows}))
+        return result
     if not sheet.rows:
         result.file_issues.append(Issue("no_rows", {"file": filename}))
-        return result
-    if len(sheet.rows) > settings.max_rows:
-        result.file_issues.append(Issue("too_many_rows", {"file": filename, "rows": len(sheet.rows),
-                                                          "max": settings.max_rows}))
         return result
     columns = _map_columns(template, sheet, result)
     if result.file_issues:
         return result
-    await _rows(template, sheet, columns, images, result)
+    await _rows(template, sheet, columns, images, result, settings)
     if images.used_examples:
         result.notes.append(Issue("example_pictures", {
             "names": ", ".join(dict.fromkeys(images.used_examples))}))
@@ -260,7 +266,7 @@ def _map_columns(template: Template, sheet: Sheet, result: IntakeReport) -> dict
 
 
 async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
-                images: ImageResolver, result: IntakeReport) -> None:
+                images: ImageResolver, result: IntakeReport, settings: IntakeConfig) -> None:
     outputs: dict[str, int] = {}
     for count, (number, cells) in enumerate(sheet.rows):
         if count % YIELD_EVERY == YIELD_EVERY - 1:
@@ -275,6 +281,8 @@ async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
             try:
                 if isinstance(raw, CellError):
                     raise Problem("cell_error", shown=str(raw))
+                if isinstance(raw, str) and len(raw) > settings.max_cell_chars:
+                    raise Problem("cell_too_long", chars=len(raw), max=settings.max_cell_chars)
                 value = coerce(p, raw)
                 if p.type == "image" and value is not None:
                     named[p.name] = str(value)
@@ -285,14 +293,21 @@ async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
         if not issues:
             extras = {h: cells[i] for i, h in enumerate(sheet.headers) if h}
             try:
-                workflow = bind(template, values, row=number, extras=extras)
-                if named:
-                    workflow["named"] = named
+                job = bind(template, values, row=number, extras=extras)
+                job.named = named
             except Problem as e:
                 issues.append(Issue(e.code, e.details, number))
             else:
-                for name in workflow["outputs"].values():
-                    if name in outputs:
+                size = largest_image(job)
+                if size is not None and size[0] * size[1] > settings.max_output_pixels:
+                    issues.append(Issue("image_too_large", {
+                        "width": size[0], "height": size[1], "megapixels": size[0] * size[1] / 1e6,
+                        "max": settings.max_output_pixels / 1e6}, number))
+                for name in job.outputs.values():
+                    if (own := reserved(name)) is not None:
+                        issues.append(Issue("output_batch_file", {"name": name, "own": own},
+                                            number))
+                    elif name in outputs:
                         issues.append(Issue("output_duplicate",
                                             {"name": name, "other": outputs[name]}, number))
                     outputs.setdefault(name, number)
@@ -300,4 +315,4 @@ async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
             result.issues += issues
             result.bad_rows += 1
         else:
-            result.jobs.append(NewJob(row=number, workflow=workflow, affinity=affinity(workflow)))
+            result.jobs.append(NewJob(row=number, workflow=encode(job), affinity=job.affinity))

@@ -24,9 +24,9 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 from bot.messages import Both
-from executor.params import Problem
-from storage.config import IntakeConfig
+from bot.settings import IntakeConfig
 from storage.files import FileStore
+from templates.params import Problem
 
 # name -> bytes, or None when there is no such file. Fronts supply one for "files sent
 # with the sheet": the chat inbox, or the sheet's own folder for the CLI.

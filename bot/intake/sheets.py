@@ -14,6 +14,8 @@ import csv
 import io
 import re
 import zipfile
+import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
@@ -22,7 +24,7 @@ import python_calamine
 
 from bot.errors import Coded
 from bot.messages import KINDS, Both, han
-from executor.params import is_blank
+from templates.params import is_blank
 
 WORKBOOKS = (".xlsx", ".xlsm", ".xls", ".ods")
 TEXTS = (".csv", ".tsv")
@@ -57,6 +59,7 @@ class Sheet:
     headers: list[str]
     rows: list[tuple[int, list[Any]]]  # (Excel row number, cells), blank rows left out
     note: tuple[str, dict[str, Any]] | None = None  # read, but worth saying (a wrong name)
+    more_rows: int = 0  # non-blank rows past the cap the reader was given: counted, not kept
     # Every non-blank row as read, the header's too: a title block above the real header
     # (bank and broker exports have one) can be skipped once the template is known.
     source: list[tuple[int, list[Any]]] = field(default_factory=list)
@@ -64,13 +67,18 @@ class Sheet:
     def headed_at(self, index: int) -> Sheet:
         """The same sheet with its `index`-th non-blank row as the header."""
         sheet = _with_header(self.filename, self.source, index)
-        sheet.note = self.note
+        sheet.note, sheet.more_rows = self.note, self.more_rows
         return sheet
 
 
-def read_sheet(filename: str, data: bytes, *, max_unpacked_bytes: int) -> Sheet:
+def read_sheet(filename: str, data: bytes, *, max_unpacked_bytes: int,
+               keep_rows: int | None = None) -> Sheet:
     """Whatever the bytes really are, by their content: the extension only says what the
-    person thinks they sent (a note says so when they differ)."""
+    person thinks they sent (a note says so when they differ).
+
+    `keep_rows`: keep at most this many non-blank rows and only count the rest
+    (`Sheet.more_rows`), so a sheet of a million rows is refused for its size in bounded
+    memory instead of being held whole first."""
     ext = PurePath(filename).suffix.lower()
     if ext not in WORKBOOKS + TEXTS:
         raise SheetError("unsupported_format", file=filename, ext=ext or "extension-less")
@@ -78,9 +86,9 @@ def read_sheet(filename: str, data: bytes, *, max_unpacked_bytes: int) -> Sheet:
         raise SheetError("empty_file", file=filename)
     note: tuple[str, dict[str, Any]] | None = None
     if data.startswith(ZIP_MAGIC):
-        grid, kind = _read_zip(filename, data, max_unpacked_bytes)
+        (grid, more), kind = _read_zip(filename, data, max_unpacked_bytes, keep_rows)
     elif data.startswith(OLE_MAGIC):
-        grid, kind = _read_ole(filename, data), ".xls"
+        (grid, more), kind = _read_ole(filename, data, keep_rows), ".xls"
     elif data[:2] in OLD_EXCEL and ext == ".xls":
         raise SheetError("old_excel", file=filename)
     elif (what := _not_a_sheet(data)) is not None:
@@ -88,7 +96,7 @@ def read_sheet(filename: str, data: bytes, *, max_unpacked_bytes: int) -> Sheet:
             raise SheetError(f"saved_as_{'web_page' if what == 'html' else what}", file=filename)
         raise SheetError("not_a_sheet", file=filename, what=KINDS[what])
     else:
-        grid = _read_text(filename, data, "\t" if ext == ".tsv" else None)
+        grid, more = _read_text(filename, data, "\t" if ext == ".tsv" else None, keep_rows)
         kind = ext if ext in TEXTS else ".csv"
         if ext in WORKBOOKS and max((len(row) for row in grid[:200]), default=0) < 2:
             first = next((row[0] for row in grid if row and row[0].strip()), "")
@@ -96,9 +104,50 @@ def read_sheet(filename: str, data: bytes, *, max_unpacked_bytes: int) -> Sheet:
     if kind != ext and not (kind == ".xlsx" and ext == ".xlsm") \
             and not (kind == ".csv" and ext == ".tsv"):
         note = ("wrong_extension", {"file": filename, "kind": KINDS[kind]})
-    sheet = _to_sheet(filename, grid)
-    sheet.note = note
+    sheet = _to_sheet(filename, grid) if grid or not more else Sheet(filename, 1, [], [])
+    sheet.note, sheet.more_rows = note, more
     return sheet
+
+
+WHOLE_PART = 4 * 2**20  # a package part bigger than this (a long sheet) is read when needed
+_ROW_END = re.compile(rb"</(?:\w+:)?row>")
+_VALUES = (b"<v>", b"<v ", b"<is>", b":v>", b":is>")  # a cell's value, or its inline text
+
+
+def _rows_written(data: bytes, part: str | None) -> int | None:
+    """The rows holding a value (`<v>`, or inline text `<is>`) in an .xlsx worksheet
+    part, counted in its bytes as they are unpacked, never held whole: rows of styled
+    empty cells (merged ranges) are not rows a spreadsheet program shows."""
+    if part is None:
+        return None
+    count, rest = 0, b""
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        if part not in z.NameToInfo:
+            return None
+        with z.open(part) as f:
+            while chunk := f.read(2**20):
+                *rows, rest = _ROW_END.split(rest + chunk)
+                count += sum(any(v in row for v in _VALUES) for row in rows)
+    return count
+
+
+Grid = list[list[Any]]
+
+
+def _capped(rows: Iterable[list[Any]], keep: int | None,
+            cell: Callable[[Any], Any] = lambda v: v) -> tuple[Grid, int]:
+    """The rows up to the `keep`-th non-blank one (each cell through `cell`), and how many
+    non-blank rows came after: those are only counted."""
+    grid: Grid = []
+    kept = more = 0
+    for row in rows:
+        blank = all(map(is_blank, row))
+        if keep is None or kept < keep:
+            grid.append([cell(v) for v in row])
+            kept += not blank
+        elif not blank:
+            more += 1
+    return grid, more
 
 
 def _not_a_sheet(data: bytes) -> str | None:
@@ -121,7 +170,8 @@ def _not_a_sheet(data: bytes) -> str | None:
     return None
 
 
-def _read_zip(filename: str, data: bytes, max_unpacked: int) -> tuple[list[list[Any]], str]:
+def _read_zip(filename: str, data: bytes, max_unpacked: int,
+              keep: int | None) -> tuple[tuple[Grid, int], str]:
     """An .xlsx/.xlsm or .ods package, checked before any XML in it is parsed."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
@@ -138,22 +188,35 @@ def _read_zip(filename: str, data: bytes, max_unpacked: int) -> tuple[list[list[
             else:
                 shown = ", ".join(sorted(names)[:3]) or "nothing"
                 raise SheetError("zip_not_workbook", file=filename, members=shown)
-            parts = {i.filename: z.read(i) for i in infos if i.filename.endswith(".xml")
-                     or i.filename.endswith(".rels")}
-    except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile, NotImplementedError) as e:
+            xml = [i for i in infos if i.filename.endswith((".xml", ".rels"))]
+            parts = {i.filename: z.read(i) for i in xml if i.file_size <= WHOLE_PART}
+            heads = {i.filename: z.open(i).read(4096) for i in xml if i.file_size > WHOLE_PART}
+    except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile, NotImplementedError,
+            zlib.error) as e:
         raise SheetError("corrupt", file=filename, detail=_damage(str(e) or "truncated")) from None
-    for name, part in parts.items():
+    for name, part in {**parts, **heads}.items():
         head = part[:4096]
         if b"<!DOCTYPE" in head or b"<!ENTITY" in head:
             raise SheetError("xml_entities", file=filename, part=name)
+
+    def whole(name: str | None) -> bytes:
+        """A part read whole, when it is needed: the big ones only then."""
+        if name is None or name in parts or name not in heads:
+            return parts.get(name or "", b"")
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            return z.read(name)
+
     if kind == ".ods":
-        _check_repeats(filename, parts.get("content.xml", b""))
-    book, sheet, grid, _ = _calamine(filename, data)
-    if kind == ".xlsx":
-        _mark_errors(grid, parts, sheet.name)
+        _check_repeats(filename, whole("content.xml"))
+    counted = (lambda sheet: _rows_written(data, _sheet_part(parts, sheet))) \
+        if kind == ".xlsx" else None
+    sheet_name, (grid, more), _ = _calamine(filename, data, keep, counted)
+    if kind == ".xlsx" and grid:
+        _mark_errors(grid, whole(_sheet_part(parts, sheet_name)), grow=not more)
     elif kind == ".ods" and not any(not is_blank(v) for row in grid for v in row):
-        grid = _ods_text(parts.get("content.xml", b""))  # cells calamine does not read
-    return grid, kind
+        # cells calamine does not read
+        return _capped(_ods_text(whole("content.xml")), keep), kind
+    return (grid, more), kind
 
 
 def _check_repeats(filename: str, content: bytes) -> None:
@@ -166,7 +229,7 @@ def _check_repeats(filename: str, content: bytes) -> None:
                              axis=KINDS[axis.decode()], limit=limit)
 
 
-def _read_ole(filename: str, data: bytes) -> list[list[Any]]:
+def _read_ole(filename: str, data: bytes, keep: int | None) -> tuple[Grid, int]:
     """An OLE container: a legacy .xls (perhaps under another name), or an encrypted
     workbook of either kind, or another Office file."""
     import msoffcrypto
@@ -181,13 +244,18 @@ def _read_ole(filename: str, data: bytes) -> list[list[Any]]:
             "word" if kind == "Doc97File" else "powerpoint"])
     if encrypted or kind == "OOXMLFile":  # an OOXML package in OLE is always encrypted
         raise SheetError("password_protected", file=filename)
-    _, _, grid, index = _calamine(filename, data)
-    _mark_biff_errors(grid, data, index)
-    return grid
+    _, (grid, more), index = _calamine(filename, data, keep)
+    _mark_biff_errors(grid, data, index, grow=not more)
+    return grid, more
 
 
-def _calamine(filename: str, data: bytes) -> tuple[Any, Any, list[list[Any]], int]:
-    """The first visible worksheet's cells, with merged ranges filled."""
+def _calamine(filename: str, data: bytes, keep: int | None,
+              counted: Callable[[str], int | None] | None = None,
+              ) -> tuple[str, tuple[Grid, int], int]:
+    """The first visible worksheet's name and cells (rows and columns numbered as in the
+    sheet), with merged ranges filled; past `keep` non-blank rows, the rest only counted.
+    `counted`: the rows a sheet (by name) holds, if its file says so cheaply: a sheet
+    with many more than `keep` is not loaded at all (calamine holds a sheet whole)."""
     try:
         book = python_calamine.CalamineWorkbook.from_filelike(io.BytesIO(data))
         visible = [i for i, m in enumerate(book.sheets_metadata)
@@ -195,8 +263,13 @@ def _calamine(filename: str, data: bytes) -> tuple[Any, Any, list[list[Any]], in
                    and m.visible == python_calamine.SheetVisibleEnum.Visible]
         if not visible:
             raise SheetError("empty_sheet", file=filename)
+        name = book.sheet_names[visible[0]]
+        rows = counted(name) if counted is not None and keep is not None else None
+        if rows is not None and keep is not None and rows > keep:  # the header, then the rest
+            return name, ([], rows - 1), visible[0]
         sheet = book.get_sheet_by_index(visible[0])
-        grid = sheet.to_python(skip_empty_area=False)
+        left = [""] * sheet.start[1] if sheet.start else []  # iter_rows leaves them out
+        grid, more = _capped((left + row for row in sheet.iter_rows()), keep, _shown)
         merged = sheet.merged_cell_ranges or []
     except python_calamine.PasswordError:
         raise SheetError("password_protected", file=filename) from None
@@ -205,14 +278,13 @@ def _calamine(filename: str, data: bytes) -> tuple[Any, Any, list[list[Any]], in
     except Exception as e:  # calamine's errors for damaged files vary by format
         raise SheetError("corrupt", file=filename, detail=_damage(
             str(e).splitlines()[0][:200] if str(e) else type(e).__name__)) from None
-    grid = [[_shown(v) for v in row] for row in grid]
     for (r0, c0), (r1, c1) in merged:
         if r0 < len(grid) and c0 < len(grid[r0]):
             value = grid[r0][c0]
             for r in range(r0, min(r1 + 1, len(grid))):
                 for c in range(c0, min(c1 + 1, len(grid[r]))):
                     grid[r][c] = value
-    return book, sheet, grid, visible[0]
+    return sheet.name, (grid, more), visible[0]
 
 
 def _damage(detail: str) -> Both:
@@ -233,12 +305,11 @@ def _shown(value: Any) -> Any:
     return value
 
 
-def _mark_errors(grid: list[list[Any]], parts: dict[str, bytes], sheet_name: str) -> None:
+def _mark_errors(grid: Grid, xml: bytes, *, grow: bool) -> None:
     """calamine reads an error cell (#N/A, #REF!…) as empty; the sheet's XML says which
-    cells show one. Looked for only when the sheet has any (t="e")."""
+    cells show one. Looked for only when the sheet has any (t="e"). `grow`: add rows for
+    error cells below the grid (false when the grid was cut at its cap)."""
     from xml.etree import ElementTree
-    part = _sheet_part(parts, sheet_name)
-    xml = parts.get(part or "", b"")
     if b't="e"' not in xml:
         return
     ns = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
@@ -246,7 +317,7 @@ def _mark_errors(grid: list[list[Any]], parts: dict[str, bytes], sheet_name: str
         if element.tag == f"{ns}c" and element.get("t") == "e":
             r, c = _cell_index(element.get("r", ""))
             shown = (element.findtext(f"{ns}v") or "#N/A").strip()
-            if r is not None and c is not None:
+            if r is not None and c is not None and (grow or r < len(grid)):
                 while len(grid) <= r:
                     grid.append([])
                 row = grid[r]
@@ -261,7 +332,7 @@ BIFF_ERRORS = {0x00: "#NULL!", 0x07: "#DIV/0!", 0x0F: "#VALUE!", 0x17: "#REF!",
                0x1D: "#NAME?", 0x24: "#NUM!", 0x2A: "#N/A"}
 
 
-def _mark_biff_errors(grid: list[list[Any]], data: bytes, index: int) -> None:
+def _mark_biff_errors(grid: Grid, data: bytes, index: int, *, grow: bool) -> None:
     """The same for an .xls: its error cells are BOOLERR records with the error flag, and
     FORMULA records whose cached result is an error, in the `index`-th sheet's records
     (BOUNDSHEET gives where they start)."""
@@ -294,6 +365,8 @@ def _mark_biff_errors(grid: list[list[Any]], data: bytes, index: int) -> None:
             code = body[8]  # FORMULA whose cached result is an error
         if code is not None:
             r, c = struct.unpack_from("<HH", body, 0)
+            if not grow and r >= len(grid):
+                continue
             while len(grid) <= r:
                 grid.append([])
             grid[r].extend([""] * (c + 1 - len(grid[r])))
@@ -408,14 +481,15 @@ def _cjk(text: str) -> bool:
                or "\uac00" <= ch <= "\ud7af" for ch in text[:2000])
 
 
-def _read_text(filename: str, data: bytes, delimiter: str | None) -> list[list[Any]]:
+def _read_text(filename: str, data: bytes, delimiter: str | None,
+               keep: int | None) -> tuple[Grid, int]:
     text = _decode(filename, data).replace("\x00", "")
     if delimiter is None:
         delimiter = _delimiter(text)
     csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
     try:
-        return [[_unwrap(v) for v in row]
-                for row in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)]
+        return _capped(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), keep,
+                       _unwrap)
     except csv.Error as e:
         raise SheetError("corrupt", file=filename, detail=_damage(str(e))) from None
 
@@ -470,7 +544,7 @@ def _with_header(filename: str, rows: list[tuple[int, list[Any]]], at: int) -> S
     return Sheet(filename, header_row, headers, body, source=rows)
 
 
-def _cell(value: Any) -> Any:
+def cell_value(value: Any) -> Any:
     if isinstance(value, list) and len(value) == 2:
         return f"{value[0]}x{value[1]}"
     return value
@@ -483,76 +557,3 @@ def header_for(param, lang: str) -> str:
             if han(alias):
                 return alias
     return param.name
-
-
-def example_rows(template, lang: str = "en") -> list[list[Any]]:
-    """Headers and two example rows, from the template's examples and defaults."""
-    params = list(template.params.values())
-    out = [[header_for(p, lang) for p in params]]
-    for i in range(2):
-        line = []
-        for p in params:
-            example = p.example[i % len(p.example)] if isinstance(p.example, list) and p.example \
-                else p.example
-            line.append(_cell(example if example is not None else p.default))
-        out.append(line)
-    return out
-
-
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
-
-
-def writable(value: Any) -> Any:
-    """A value openpyxl will write: characters XML cannot hold (control characters) are
-    shown as U+FFFD rather than failing the whole file."""
-    from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
-    return ILLEGAL_CHARACTERS_RE.sub("\ufffd", value) if isinstance(value, str) else value
-
-
-def text_cells(sheet: Any) -> None:
-    """Every string in `sheet` goes out as text, never as a formula: openpyxl takes any
-    string starting with "=" for one, and a spreadsheet app may take "+", "-" or "@" so
-    when the cell is edited (the quote prefix keeps it text). Every file genbot writes
-    passes through here; the cell still shows exactly what was written."""
-    for line in sheet.iter_rows():
-        for cell in line:
-            if isinstance(cell.value, str):
-                cell.data_type = "s"
-                if cell.value[:1] in FORMULA_START:
-                    cell.quotePrefix = True
-
-
-def write_example(template, lang: str = "en") -> bytes:
-    """An .xlsx with the right headers, two example rows, and a help sheet."""
-    import openpyxl
-    from openpyxl.styles import Font
-
-    book = openpyxl.Workbook()
-    rows = book.active
-    rows.title = "rows" if lang != "zh" else "数据"
-    params = list(template.params.values())
-    for line in example_rows(template, lang):
-        rows.append([writable(v) for v in line])
-    for cell in rows[1]:
-        cell.font = Font(bold=True)
-    labels = (("column", "type", "required", "default", "allowed", "also accepted as", "help")
-              if lang != "zh" else
-              ("列名", "类型", "必填", "默认值", "取值范围", "也可用的列名", "说明"))
-    help_sheet = book.create_sheet("help" if lang != "zh" else "说明")
-    help_sheet.append(list(labels))
-    for cell in help_sheet[1]:
-        cell.font = Font(bold=True)
-    yes, no = ("yes", "no") if lang != "zh" else ("是", "否")
-    for p in params:
-        help_sheet.append([writable(v) for v in (
-            header_for(p, lang), p.type, yes if p.required else no,
-            "" if p.default is None else str(_cell(p.default)), p.allowed,
-            ", ".join(a for a in (p.name, *p.aliases) if a != header_for(p, lang)), p.help)])
-    for sheet in (rows, help_sheet):
-        text_cells(sheet)
-        for column in sheet.columns:
-            width = max(len(str(c.value or "")) for c in column)
-            sheet.column_dimensions[column[0].column_letter].width = min(60, max(10, width + 2))
-    out = io.BytesIO()
-    book.save(out)
-    return out.getvalue()

@@ -14,9 +14,11 @@ from collections import deque
 from pathlib import Path
 
 from aiohttp import web
+from msgspec import Struct
 
 from bot.app.permissions import Who, allowed_actions
-from bot.web.api import Api, ApiError
+from bot.web.api import Api
+from bot.web.http import ApiError, respond
 from bot.web.sessions import foreign
 
 WEB = Path(__file__).parent / "static"
@@ -30,6 +32,18 @@ HEADERS = {
     "Cache-Control": "no-cache"}
 SIGN_IN_TRIES = 10  # wrong tokens per address per minute before wrong ones are slowed
 SLOW_DOWN = 1.0  # seconds a wrong token waits for its answer past that
+
+
+class Me(Struct):
+    """Who is signed in: their role, what they may do, the CSRF token the page sends."""
+    user: str
+    role: str
+    csrf: str
+    may: list[str]
+
+
+class SignedOut(Struct):
+    signed_out: bool
 
 
 class Dashboard:
@@ -62,7 +76,7 @@ class Dashboard:
         session = await self.sessions.of(request)
         if session is None:
             raise ApiError(401, "unauthorized", "sign in with an API token")
-        return web.json_response(await self._describe(session.user, session.csrf))
+        return respond(await self._describe(session.user, session.csrf))
 
     async def sign_in(self, request: web.Request) -> web.Response:
         """A valid token always signs in, however many wrong ones came from the same
@@ -89,7 +103,7 @@ class Dashboard:
             raise ApiError(401, "unauthorized", "that token is not one of [api] tokens")
         session = self.sessions.read(cookie)
         assert session is not None, "a cookie just issued reads back"
-        response = web.json_response(await self._describe(session.user, session.csrf))
+        response = respond(await self._describe(session.user, session.csrf))
         self.sessions.set_cookie(response, cookie, request)
         return response
 
@@ -100,11 +114,11 @@ class Dashboard:
             raise ApiError(403, "csrf", why)
         if session is not None:
             await self.api.app.access.end_session(session.nonce, session.expires)
-        response = web.json_response({"signed_out": True})
+        response = respond(SignedOut(True))
         self.sessions.clear_cookie(response)
         return response
 
-    async def _describe(self, user: str, csrf: str) -> dict:
+    async def _describe(self, user: str, csrf: str) -> Me:
         who = Who("api", user, "api")
         role = await self.api.app.role(who)
-        return {"user": who.id, "role": role.value, "csrf": csrf, "may": allowed_actions(role)}
+        return Me(who.id, role.value, csrf, allowed_actions(role))

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
@@ -39,6 +40,7 @@ from dingtalk_stream import (
 )
 
 from bot.chat.dingtalk.api import DingTalkAPI
+from bot.chat.dingtalk.markup import MARKDOWN, TEXT
 from bot.chat.platform import (
     DeliveryError,
     FileRef,
@@ -49,6 +51,7 @@ from bot.chat.platform import (
     refuse,
     text_of,
 )
+from bot.settings import DingTalkConfig, IntakeConfig
 from storage.config import Config
 
 log = logging.getLogger("genbot.dingtalk")
@@ -62,15 +65,16 @@ class DingTalk(Platform):
     name = "dingtalk"
     has_threads = False
     has_buttons = False
+    inline_buttons = True  # an image's actions as links in its markdown (one-to-one chats)
     captions = True  # a markdown message shows the image (by media id) under its caption
     file_captions = False  # a file message has no text: its caption goes just before it
     default_lang = "zh"
     file_hint = "file_hint_dm"
 
     def __init__(self, config: Config):
-        d = self.settings = config.dingtalk
+        d = self.settings = config[DingTalkConfig]
         self.can_edit = bool(d.card_template_id)  # a card updated in place; else milestones
-        self.max_bytes = int(config.intake.max_file_mb * 2**20)
+        self.max_bytes = int(config[IntakeConfig].max_file_mb * 2**20)
         self.api = DingTalkAPI(app_key=d.app_key, app_secret=d.app_secret,
                                robot_code=d.robot_code or d.app_key, api_url=d.api_url,
                                oapi_url=d.oapi_url)
@@ -221,7 +225,10 @@ class DingTalk(Platform):
         """Text, or an image under its caption as one markdown message (the image shown by
         its media id, as DingTalk's own examples do), through the message's own reply
         link while it lasts (it can @-mention), else the robot API. A file, or an image
-        with no caption, goes by the robot API (the reply link carries neither)."""
+        with no caption, goes by the robot API (the reply link carries neither). The text
+        is plain (bot.chat.markup), escaped for the format it goes in
+        (bot.chat.dingtalk.markup); the mention and the image are genbot's own. A card's
+        text is the progress line, all genbot's, and goes as it is."""
         if out.progress and self.can_edit:
             card = uuid.uuid4().hex
             await self.api.card(out.conversation, self.settings.card_template_id, card, out.text,
@@ -231,10 +238,12 @@ class DingTalk(Platform):
             return await self._send_file(out)
         picture = await self._media(out.file, True) if out.file is not None else None
         mention = out.mention if out.conversation.startswith("group:") else None  # 1:1: no @
-        text = f"@{mention} {out.text}" if mention else out.text
-        lines = text.splitlines() or [""]
-        markdown = {"title": lines[0][:40], "text": "  \n".join(lines)
-                    + (f"\n\n![{out.file.name}]({picture})" if out.file and picture else "")}
+        lines = out.text.splitlines() or [""]
+        title = f"@{mention} {lines[0]}" if mention else lines[0]  # the notice: plain text
+        markdown = {"title": title[:40], "text": MARKDOWN.render(out.text, mention) + (
+            f"\n\n![{MARKDOWN.escape(out.file.name)}]({picture})" if out.file and picture
+            else "") + self._links(out)}
+        text = TEXT.render(out.text, mention)
         hook, expires = out.context.get("session_webhook"), out.context.get("session_expires", 0)
         if hook and expires - 60 > time.time():  # the message's own reply channel, while it lasts
             message: dict[str, Any] = {"msgtype": "markdown", "markdown": markdown} \
@@ -249,6 +258,16 @@ class DingTalk(Platform):
         if picture or len(lines) > 1:  # markdown keeps lines apart and titles the notice
             return await self.api.send(out.conversation, "sampleMarkdown", markdown)
         return await self.api.send(out.conversation, "sampleText", {"content": text})
+
+    def _links(self, out: Outgoing) -> str:
+        """An image's buttons as links that make the DingTalk client send their command
+        (dtmd://dingtalkclient/sendMessage). Only in one-to-one chats: in a group the
+        robot hears only messages that @-mention it, which such a link cannot make."""
+        if not out.buttons or out.conversation.startswith("group:"):
+            return ""
+        return "\n\n" + " · ".join(
+            f"[{MARKDOWN.escape(b.label)}](dtmd://dingtalkclient/sendMessage?content="
+            f"{quote(b.command, safe='')})" for b in out.buttons)
 
     async def edit(self, message_id: str, out: Outgoing) -> None:
         await self.api.card(out.conversation, self.settings.card_template_id, message_id,

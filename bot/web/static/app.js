@@ -31,12 +31,20 @@ const TEXT = {
     canceled_n: "Canceled {n}", asked_n: "{n} running job(s) asked to stop",
     load_more: "Load more", refused: "Refused",
     demo_note: "Demo model ({models}) — images are noise; see README, Models, for real ones.",
+    unplaced_note: "Waiting: no running executor can run {what} — {why}",
     queued: "queued", running: "running", succeeded: "succeeded", failed: "failed", canceled: "canceled",
     low: "low", normal: "normal", high: "high", urgent: "urgent",
     workers: "Executors", no_workers: "No executor is running: queued jobs wait until one starts.",
     idle: "idle", busy: "busy", lost: "lost", stopped: "stopped", seen: "seen {t} ago",
     takes: "takes", doing_loading: "loading {models}", doing_building_demo: "building demo models: {models}",
     doing_server_down: "server down: {models}",
+    keep: "Keep", unkeep: "Unkeep", kept: "kept", rejected: "rejected",
+    again: "Again", vary: "Vary", upscale: "Upscale", edit: "Edit", lineage: "Lineage",
+    made_from: "{action} of #{id}", ancestors: "Made from", children: "Made from it", none: "none",
+    batch_from: "{action} of job {job}, from", kept_only: "Kept only (with all made from this batch)",
+    ab_won: "{variant}: kept in {won} rows where the other was not", ab_ties: "tie (both or neither kept): {ties}", ab_unrated: "not rated yet: {unrated} rows",
+    picks: "Picks (.xlsx)", picks_contact: "Picks contact sheet", no_picks: "Nothing kept yet.",
+    acted: "Batch {id} queued: {n} jobs",
   },
   zh: {
     overview: "概览", jobs: "任务", submit: "提交", sign_out: "退出",
@@ -60,15 +68,24 @@ const TEXT = {
     canceled_n: "已取消 {n} 个", asked_n: "已要求 {n} 个运行中的任务停止",
     load_more: "加载更多", refused: "被拒绝",
     demo_note: "演示模型 {models}——生成的图是噪点；真实模型见 README 的 Models 一节。",
+    unplaced_note: "等待中：没有正在运行的执行器能运行 {what}——{why}",
     queued: "排队中", running: "运行中", succeeded: "成功", failed: "失败", canceled: "已取消",
     low: "低", normal: "普通", high: "高", urgent: "紧急",
     workers: "执行器", no_workers: "没有运行中的执行器：排队任务将等待执行器启动。",
     idle: "空闲", busy: "忙碌", lost: "失联", stopped: "已停止", seen: "{t} 前有心跳",
     takes: "接收", doing_loading: "正在加载 {models}", doing_building_demo: "正在生成演示模型：{models}",
     doing_server_down: "服务器无法连接：{models}",
+    keep: "保留", unkeep: "取消保留", kept: "已保留", rejected: "已淘汰",
+    again: "再来", vary: "变体", upscale: "放大", edit: "修改", lineage: "来历",
+    made_from: "#{id} 的{action}", ancestors: "来自", children: "由它生成", none: "无",
+    batch_from: "任务 {job} 的{action}，来自", kept_only: "只看保留的（含由此批次生成的）",
+    ab_won: "{variant}：{won} 行中被保留而另一版本未被保留", ab_ties: "平局（都保留或都未保留）：{ties}", ab_unrated: "尚未评价：{unrated} 行",
+    picks: "精选 (.xlsx)", picks_contact: "精选缩略图", no_picks: "还没有保留的图片。",
+    acted: "批次 {id} 已入队：{n} 个任务",
   },
 };
 const STATUSES = ["queued", "running", "succeeded", "failed", "canceled"];
+const IMAGE_ACTIONS = ["again", "vary", "upscale"];  // one click each; edit is for chat and scripts
 const PRIORITIES = ["urgent", "high", "normal", "low"];
 
 let lang = localStorage.getItem("genbot.lang") ||
@@ -390,26 +407,74 @@ async function cancel(path) {
   soon();
 }
 
-async function batchPage(main, id) {
+async function batchPage(main, id, params) {
+  const keptOnly = params.get("kept") === "1";  // the picks: kept images of it and all made from it
   const head = h("div", {class: "card batch-head"});
   const grid = h("div", {class: "grid", id: "thumbs"});
   const more = h("button", {class: "link", hidden: true, text: t("load_more")});
   main.replaceChildren(head, grid, more);
-  const cards = new Map();   // job id -> [status, card]: a card is rebuilt only when it changes
+  const cards = new Map();   // job id -> [state, card]: a card is rebuilt only when it changes
   let shown = 0;             // rows 1..shown are on the page
 
   function card(j) {
+    const state = `${j.status} ${j.rating}`;
     const known = cards.get(j.id);
-    if (known && known[0] === j.status && j.status !== "running") return known[1];
-    const made = h("figure", {class: `thumb ${j.status}`, "data-job": j.id},
+    if (known && known[0] === state && j.status !== "running") return known[1];
+    const lineage = h("div", {class: "lineage"});
+    const made = h("figure", {class: `thumb ${j.status}`, "data-job": j.id, "data-rating": j.rating || ""},
       j.outputs.length
         ? h("a", {href: j.outputs[0], target: "_blank"}, h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: rowName(j)}))
         : h("div", {class: "empty"}, badge(j.status)),
-      h("figcaption", {}, `${rowName(j)} `, badge(j.status)),
+      h("figcaption", {}, `${rowName(j)} `, badge(j.status), j.rating ? badge(j.rating) : null),
       j.status === "running" ? progressBar(j.id) : null,
-      j.error ? h("p", {class: "error", title: j.error, text: j.error}) : null);
-    cards.set(j.id, [j.status, made]);
+      j.error ? h("p", {class: "error", title: j.error, text: j.error}) : null,
+      imageActions(j, lineage), lineage);
+    cards.set(j.id, [state, made]);
     return made;
+  }
+  function imageActions(j, lineage) {
+    const finished = j.status === "succeeded" && j.outputs.length;
+    const keep = j.rating === "kept";
+    return h("div", {class: "image-actions"},
+      finished && me.may.includes("keep") ? h("button", {class: `small${keep ? " on" : ""}`, "data-keep": j.id,
+        onclick: () => rate(j, keep ? null : "keep")}, t(keep ? "unkeep" : "keep")) : null,
+      ...(finished ? IMAGE_ACTIONS : []).filter((a) => mayTouch(a, j.submitter)).map((a) =>
+        h("button", {class: "small", "data-act": a, onclick: (e) => act(j, a, e.currentTarget)}, t(a))),
+      j.parent_job_id || finished ? h("button", {class: "link small", "data-lineage": j.id,
+        text: j.parent_job_id ? t("made_from", {action: t(j.action), id: j.parent_job_id}) : t("lineage"),
+        onclick: () => showLineage(j, lineage)}) : null);
+  }
+  async function rate(j, rating) {
+    const r = await call("PUT", `${API}/jobs/${j.id}/rating`, {rating});
+    if (!r.ok) return failure(r);
+    refresh();
+  }
+  async function act(j, action, button) {
+    button.disabled = true;  // (and a second click within seconds gets the same batch anyway)
+    const r = await call("POST", `${API}/jobs/${j.id}/actions`, {action});
+    button.disabled = false;
+    if (!r.ok) return failure(r);
+    toast(t("acted", {id: r.data.batch, n: r.data.jobs.length}), "ok");
+    location.hash = `#/batches/${r.data.batch}`;
+  }
+  async function showLineage(j, box) {
+    if (box.childElementCount) { box.replaceChildren(); return; }  // a second click hides it
+    const r = await call("GET", `${API}/jobs/${j.id}/lineage`);
+    if (!r.ok) return failure(r);
+    const link = (x, how) => h("a", {href: `#/batches/${x.batch}`, "data-lineage-job": x.id,
+      text: `#${x.id}${how && x.action ? " " + t(x.action) : ""}${x.rating ? " · " + t(x.rating) : ""}`});
+    const list = (jobs, how) => jobs.length ? jobs.flatMap((x, i) => [i ? ", " : "", link(x, how)]) : [t("none")];
+    box.replaceChildren(
+      h("p", {class: "muted ancestors"}, `${t("ancestors")}: `, ...list(r.data.ancestors, false)),
+      h("p", {class: "muted children"}, `${t("children")}: `, ...list(r.data.children, true)));
+  }
+  async function loadPicks() {
+    const r = await call("GET", `${API}/batches/${id}/picks`);
+    if (!r.ok) return failure(r);
+    grid.replaceChildren(...r.data.jobs.map(card));
+    if (!r.data.jobs.length) grid.append(h("p", {class: "muted", id: "no-picks", text: t("no_picks")}));
+    more.hidden = true;
+    return r.data;
   }
   async function loadRows(total) {
     // The API lists newest first, so the sheet's first rows are its last offsets.
@@ -428,20 +493,44 @@ async function batchPage(main, id) {
     if (!r.ok) return failure(r);
     const b = r.data;
     const active = (b.counts.queued || 0) + (b.counts.running || 0);
-    head.replaceChildren(
+    head.replaceChildren(...[  // (null leaves a part out; replaceChildren would write "null")
       h("h2", {text: t("batch", {id})}),
-      h("p", {}, h("strong", {text: b.template}), h("span", {class: "muted", text: ` · ${b.submitter} · ${t(b.priority)} · ${when(b.created_at)}${b.meta.sheet ? " · " + b.meta.sheet : ""}`})),
+      h("p", {}, h("strong", {text: b.template + (b.meta.version ? `@${b.meta.version}` : "")}), h("span", {class: "muted", text: ` · ${b.submitter} · ${t(b.priority)} · ${when(b.created_at)}${b.meta.sheet ? " · " + b.meta.sheet : ""}${b.meta.compare ? " · A/B: " + b.meta.compare.join(" / ") : ""}`})),
       b.demo_models.length ? h("p", {class: "note", id: "demo-note", text: t("demo_note", {models: b.demo_models.join(", ")})}) : null,
+      ...b.unplaced.map((u) => h("p", {class: "note unplaced", text: t("unplaced_note", {what: u.what, why: u.why.join("; ")})})),
       h("p", {}, h("progress", {id: "batch-progress", max: b.total, value: b.done}),
         h("span", {id: "batch-done", text: ` ${t("done_of", b)}`}),
         ...STATUSES.filter((s) => b.counts[s]).map((s) => h("span", {class: "pair"}, badge(s), ` ${b.counts[s]}`)),
         active && b.eta_seconds ? h("span", {class: "muted", text: ` · ${t("eta", {t: span(b.eta_seconds)})}`}) : null),
+      b.meta.parent_job ? h("p", {class: "muted", id: "made-from"},
+        `${t("batch_from", {action: t(b.meta.action), job: b.meta.parent_job})} `,
+        h("a", {href: `#/batches/${b.meta.parent_batch}`, text: t("batch", {id: b.meta.parent_batch})})) : null,
       h("p", {class: "actions"},
         active && mayTouch("cancel", b.submitter) ? h("button", {id: "cancel-batch", onclick: () => cancel(`${API}/batches/${id}/cancel`)}, t("cancel_batch")) : null,
         b.counts.failed && !active && mayTouch("retry", b.submitter) ? h("button", {id: "retry-batch", onclick: retry}, t("retry")) : null,
         b.done >= b.total ? h("a", {href: b.files.contact, target: "_blank", text: t("contact")}) : null,
-        b.done >= b.total ? h("a", {href: b.files.results, text: t("results")}) : null));
-    await loadRows(b.total);
+        b.done >= b.total ? h("a", {href: b.files.results, text: t("results")}) : null,
+        h("label", {}, h("input", {type: "checkbox", id: "kept-only", checked: keptOnly,
+          onchange: (e) => { location.hash = `#/batches/${id}${e.target.checked ? "?kept=1" : ""}`; }}),
+          ` ${t("kept_only")}`),
+        keptOnly ? h("span", {id: "pick-files"}) : null),
+      b.meta.compare ? h("ul", {id: "ab-tally", class: "muted"}) : null].filter((part) => part));
+    if (b.meta.compare) await tally();
+    if (!keptOnly) return loadRows(b.total);
+    const picks = await loadPicks();
+    if (picks && picks.jobs.length) {
+      document.getElementById("pick-files").replaceChildren(
+        h("a", {href: picks.files.contact, target: "_blank", text: t("picks_contact")}), " ",
+        h("a", {href: picks.files.results, text: t("picks")}));
+    }
+  }
+  async function tally() {  // an A/B batch: the rows each version won by keeps (/ab)
+    const r = await call("GET", `${API}/batches/${id}/ab`);
+    if (!r.ok) return;
+    const a = r.data;
+    document.getElementById("ab-tally").replaceChildren(
+      ...a.variants.map((v) => h("li", {text: t("ab_won", {variant: v, won: a.won[v] || 0})})),
+      h("li", {text: t("ab_ties", a)}), a.unrated ? h("li", {text: t("ab_unrated", a)}) : "");
   }
   async function retry() {
     const r = await call("POST", `${API}/batches/${id}/retry`);
@@ -509,7 +598,7 @@ async function submitForm(main) {
     }
     const err = res.data.error || {message: String(res.status)};
     report.replaceChildren(h("p", {class: "error", text: err.code === "invalid_sheet" ? t("problems") : err.message}),
-      err.problems ? h("ul", {class: "problems"}, ...err.problems.map((p) => h("li", {text: p.message}))) : null);
+      err.problems ? h("ul", {class: "problems"}, ...err.problems.map((p) => h("li", {text: p.message}))) : "");
   });
   main.replaceChildren(form);
   showParams();
@@ -572,7 +661,7 @@ async function route() {
   }
   const batch = path.match(/^\/batches\/(\d+)$/);
   view = null;
-  if (batch) view = await batchPage(main, batch[1]);
+  if (batch) view = await batchPage(main, batch[1], params);
   else if (path === "/jobs") view = await jobList(main, params);
   else if (path === "/submit") view = await submitForm(main);
   else view = await overview(main);

@@ -1,0 +1,574 @@
+"""The application layer: every change a person or a script asks of genbot, written once.
+
+`App.submit`, `cancel`, `retry`, `pause`, `resume`, `schedule`, `unschedule`, `grant` and
+`revoke` each check the person's role (and, for a batch, whose it is) here, raise one
+family of coded errors (bot.errors) and return typed results. Chat, the REST API, the
+scheduler and the command line only translate to and from these calls: chat renders a
+reply, the API maps an error to an HTTP status. A new rule — a limit, a role, a check —
+is written here, once.
+
+    submit: the person may submit -> the template -> the sheet through intake -> their
+            limits -> one batch in the queue (or the report, when nothing can go)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import difflib
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import PurePosixPath
+from typing import Any
+
+from bot.app import iterate, values
+from bot.app.iterate import Acted, ActionRequest
+from bot.app.permissions import Action, Permissions, Role, Who
+from bot.app.placement import NoExecutor, Unplaced, unplaced
+from bot.app.refine import Comparison, Proposal, compare_ratings, propose
+from bot.conventions import subject_of, thread_of
+from bot.errors import Conflict, Invalid, NotFound
+from bot.intake.check import IntakeReport, SheetFile, SheetSource, check_sheet
+from bot.intake.images import Attachments
+from bot.settings import ChatConfig, IntakeConfig
+from storage.access import Access
+from storage.config import Config
+from storage.files import FileStore
+from storage.outbox import Outbox
+from storage.queue import CancelResult, Enqueued, NewJob, Queue, QueueFull, Submission
+from storage.records import Batch, Job, Priority, Schedule
+from storage.schedules import Schedules
+from storage.versions import TemplateVersions
+from storage.workers import Workers
+from templates import sweeps
+from templates.graph import Template
+from templates.jobs import decode, encode
+from templates.loader import template_from, version_content
+from templates.params import Problem
+from templates.settings import templates_dir
+from templates.sweeps import Sweep
+
+log = logging.getLogger("genbot.app")
+PRODUCTION = "production"  # the label whose version a plain template name means
+
+
+# --- what callers hand in and get back -------------------------------------------------------
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    priority: Priority = Priority.NORMAL
+    at: datetime | None = None  # start no sooner (aware: shown in its own time zone)
+    skip_invalid: bool = False  # queue the valid rows, report the rest
+    dry_run: bool = False  # check and report; queue nothing
+    key: str | None = None  # the caller's idempotency key: the same key, the same batch
+    thread: str | None = None  # where its messages go; None: the thread its acceptance starts
+    lang: str = "en"  # of everything the batch posts
+    context: dict[str, Any] = field(default_factory=dict)  # the submitting message's, opaque
+    wait_for_executor: bool = False  # queue even when no running executor can take the jobs
+    vary: tuple[str, ...] = ()  # a sweep's axes: "KEY=V1,V2" or "KEY=START..STOP:STEP"
+    seeds: int = 1  # a sweep's seeds per row (templates.sweeps)
+    grid: tuple[str, ...] = ()  # a sweep's grid axes, across then down (default: the first two)
+    compare: tuple[str, ...] = ()  # other template versions each row also runs (A/B), same seeds
+    ask_over: int | None = None  # a sweep of more jobs is not queued: Unconfirmed says its cost
+
+
+@dataclass(frozen=True)
+class Accepted:
+    batch_id: int
+    jobs: int
+    created: bool  # False: the key named a batch made earlier; nothing new was queued
+    report: IntakeReport | None  # what intake said (skipped rows, unused columns); None: earlier
+
+
+@dataclass(frozen=True)
+class Unconfirmed:
+    """A sweep bigger than the caller's `ask_over`, not queued: what it would cost."""
+    jobs: int
+    rows: int
+    models: list[str]
+    eta_seconds: float | None
+
+
+@dataclass(frozen=True)
+class CancelTarget:
+    """What a cancel is about: a batch, a job, the asker's own jobs, one person's
+    (admins), or everything (admins)."""
+    kind: str  # batch | job | mine | submitter | all
+    id: int | None = None
+    submitter: str | None = None
+
+    @classmethod
+    def batch(cls, batch_id: int) -> CancelTarget:
+        return cls("batch", batch_id)
+
+    @classmethod
+    def job(cls, job_id: int) -> CancelTarget:
+        return cls("job", job_id)
+
+    @classmethod
+    def mine(cls) -> CancelTarget:
+        return cls("mine")
+
+    @classmethod
+    def of(cls, submitter: str) -> CancelTarget:
+        return cls("submitter", submitter=submitter)
+
+    @classmethod
+    def everything(cls) -> CancelTarget:
+        return cls("all")
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    id: int
+    cron: str
+    timezone: str
+    template: str
+    sheet: str
+    next: datetime | None
+
+
+class NoTemplate(Invalid):
+    """A template name that is not one of the loaded templates."""
+
+    def __init__(self, name: str, templates: list[str]):
+        close = difflib.get_close_matches(name, templates, n=1, cutoff=0.6)
+        super().__init__("no_template", name=name[:60], names=", ".join(templates) or "-",
+                         close=close[0] if close else None)
+        self.templates = templates
+
+    def render(self, lang: str = "en") -> str:
+        from bot.messages import say
+        code = "unknown_template_close" if self.details["close"] else "unknown_template"
+        return say(code, lang, **self.details)
+
+    def plain(self) -> dict[str, Any]:
+        return {**super().plain(), "templates": self.templates}
+
+
+# Sweep problems that are sentences of their own; others are a value's, framed by its key.
+SWEEP_SENTENCES = ("sweep_unknown", "sweep_image", "sweep_twice", "sweep_empty_value",
+                   "sweep_values", "sweep_step", "sweep_backwards", "sweep_grid")
+
+
+def swept(template: Template, jobs: list[NewJob], sweep: Sweep) -> list[NewJob]:
+    """A sheet's jobs expanded by a sweep: every row × seed × combination."""
+    try:
+        children = sweeps.expand(template, [decode(j.workflow) for j in jobs], sweep)
+    except Problem as e:
+        raise values.problem(e, "sweep_value", own=SWEEP_SENTENCES) from None
+    return [NewJob(c.row, encode(c), c.affinity) for c in children]
+
+
+def compared(variants: list[Template], jobs: list[NewJob],
+             rows: list[dict[int, Any]]) -> list[NewJob]:
+    """Every job once per template version compared (A/B), with the same seeds."""
+    try:
+        children = sweeps.compare(variants, [decode(j.workflow) for j in jobs], rows)
+    except Problem as e:
+        raise values.problem(e, "sweep_value", own=("compare_param", "compare_too_many")) \
+            from None
+    return [NewJob(c.row, encode(c), c.affinity) for c in children]
+
+
+# --- the application ---------------------------------------------------------------------
+
+def load_templates(config: Config) -> dict[str, Template]:
+    """The templates, checked at start-up: broken ones are logged, the others serve."""
+    from templates.loader import load_templates as load
+    templates, errors = load(templates_dir(config))
+    for error in errors:
+        log.error("template not loaded: %s", error)
+    log.info("templates: %s", ", ".join(templates) or f"none in {templates_dir(config)}")
+    return templates
+
+
+class App:
+    def __init__(self, config: Config, queue: Queue, store: FileStore,
+                 templates: dict[str, Template], *, access: Access | None = None,
+                 clock: Callable[[], float] | None = None, local_admins: tuple[str, ...] = ()):
+        """`local_admins`: platform:user ids that are admins on this machine whatever the
+        config says (the person at `genbot chat`'s terminal, the local API token)."""
+        self.config, self.queue, self.store, self.templates = config, queue, store, templates
+        self.clock = clock or queue.clock
+        self.access = access or Access(queue.db, clock=self.clock)
+        settings = config[ChatConfig]
+        if local_admins:
+            settings = dataclasses.replace(settings, admins=[*settings.admins, *local_admins])
+        self.permissions = Permissions(settings, self.access, queue, clock=self.clock)
+        self.schedules = Schedules(queue.db, clock=self.clock)
+        self.versions = TemplateVersions(queue.db, clock=self.clock)
+        # Set by a front that starts an executor beside itself (genbot chat, serve): until
+        # that one registers, "no executor" would be untrue — it is starting.
+        self.executor_starting = False
+
+    # --- names and reads --------------------------------------------------------------
+    def template(self, name: str) -> Template:
+        """A loaded template by its plain name (what its file says now)."""
+        found = self.templates.get(name)
+        if found is None:
+            raise NoTemplate(name, sorted(self.templates))
+        return found
+
+    # --- template versions (storage.versions) -----------------------------------------
+    async def record_versions(self, source: str) -> None:
+        """Keep every loaded template as a numbered version (the same content: the same
+        number, on every host) and mark the loaded ones with their numbers."""
+        for name, t in list(self.templates.items()):
+            seen = await self.versions.record(name, t.version, version_content(t), source)
+            self.templates[name] = dataclasses.replace(t, number=seen.number)
+
+    async def resolve(self, spec: str) -> Template:
+        """The template `spec` means: NAME@N (version N), NAME@LABEL (the version a label
+        points at), or NAME — its `production` version where one is promoted, else what
+        its file says now."""
+        name, _, pin = spec.partition("@")
+        current = self.template(name)
+        if not pin:
+            number = await self.versions.labelled(name, PRODUCTION)
+            return current if number is None else await self.template_version(name, number)
+        if pin.isdigit():
+            return await self.template_version(name, int(pin))
+        number = await self.versions.labelled(name, pin)
+        if number is None:
+            raise NotFound("no_label", name=name, label=pin[:40],
+                           labels=", ".join(x.label for x in await self.versions.labels(name))
+                           or "-")
+        return await self.template_version(name, number)
+
+    async def template_version(self, name: str, number: int) -> Template:
+        """Version `number` of template `name`: the loaded one when it is that version."""
+        current = self.template(name)
+        if number in (current.number, 0):
+            return current
+        found = await self.versions.get(name, number)
+        if found is None:
+            latest = await self.versions.latest(name)
+            raise NotFound("no_version", name=name, number=number,
+                           latest=latest.number if latest else current.number)
+        return template_from(name, found.number, found.hash, found.content)
+
+    async def batch(self, batch_id: int) -> Batch:
+        found = await self.queue.batch(batch_id)
+        if found is None:
+            raise NotFound("no_batch", batch=batch_id)
+        return found
+
+    async def job(self, job_id: int) -> Job:
+        found = await self.queue.job(job_id)
+        if found is None:
+            raise NotFound("no_job", job=job_id)
+        return found
+
+    async def role(self, who: Who) -> Role:
+        return await self.permissions.role(who)
+
+    async def permit(self, who: Who, action: Action) -> Role:
+        """The person's role if they may take `action` here, else Refused (audited). Fronts
+        call it before work that costs (reading an upload) or for what only reads."""
+        return await self.permissions.require(who, action)
+
+    # --- batches ------------------------------------------------------------------------
+    async def submit(self, who: Who, template: str, sheet: SheetSource,
+                     attachments: Attachments | None = None,
+                     options: SubmitOptions = SubmitOptions()
+                     ) -> Accepted | IntakeReport | Unconfirmed:
+        """One batch of `template` over the rows of `sheet`, whose image cells name
+        `attachments` (or assets, or allowed links). The intake report, and nothing
+        queued, when no row can go (or on a dry run)."""
+        role = await self.permissions.require(who, Action.GEN)
+        if options.key and (earlier := await self.queue.batch_by_key(options.key)) is not None:
+            found = await self.batch(earlier)  # a retried request: the same batch, at once
+            return Accepted(found.id, found.total_jobs, created=False, report=None)
+        chosen = await self.resolve(template)
+        sweep = self.sweep(chosen, options)  # a bad --vary is said before the sheet is read
+        report = await check_sheet(chosen, sheet, config=self.config, store=self.store,
+                                   attachments=attachments, skip_invalid=options.skip_invalid)
+        if sweep and report.jobs:
+            report = dataclasses.replace(report, jobs=swept(chosen, report.jobs, sweep))
+        variants = [chosen, *[await self.resolve(spec) for spec in options.compare]]
+        if len(variants) > 1 and report.jobs:  # each version reads the sheet its own way
+            rows = []
+            for other in variants[1:]:
+                read = await check_sheet(other, sheet, config=self.config, store=self.store,
+                                         attachments=attachments,
+                                         skip_invalid=options.skip_invalid)
+                if not read.jobs:
+                    return read  # the sheet does not fit that version: its report says why
+                rows.append({j.row: decode(j.workflow) for j in read.jobs})
+            report = dataclasses.replace(report, jobs=compared(variants, report.jobs, rows))
+        if not report.jobs or options.dry_run:
+            return report
+        if sweep and options.ask_over is not None and len(report.jobs) > options.ask_over:
+            return Unconfirmed(len(report.jobs), len({j.row for j in report.jobs}),
+                               sorted({j.affinity for j in report.jobs if j.affinity}),
+                               await self.queue.eta(len(report.jobs) - 1))
+        if not options.wait_for_executor and \
+                (missing := await self.unplaced(job.affinity for job in report.jobs)):
+            raise NoExecutor(missing)
+        await self.permissions.limits(who, role, len(report.jobs))
+        meta: dict[str, Any] = {"lang": options.lang, "sheet": report.filename,
+                                "version": chosen.number}
+        if options.context:
+            meta["context"] = options.context
+        if options.at is not None:
+            meta["at"] = f"{options.at:%Y-%m-%d %H:%M} ({options.at.tzinfo})"
+        if sweep or len(variants) > 1:
+            axes = [a.param for a in sweep.axes]
+            if len(variants) > 1:  # A/B: the variants across, the first swept value down
+                axes.insert(0, sweeps.VARIANT)
+                meta["compare"] = [sweeps.variant_label(i, t) for i, t in enumerate(variants)]
+            meta["sweep"] = {"vary": list(options.vary), "seeds": sweep.seeds,
+                             "axes": axes, "grid": list(sweep.grid)}
+        done = await self._enqueue(Submission(
+            chosen.name, who.id, report.jobs, platform=who.platform,
+            conversation=who.conversation, thread=options.thread, priority=options.priority,
+            idempotency_key=options.key, meta=meta,
+            not_before=options.at.timestamp() if options.at else 0.0))
+        return Accepted(done.batch_id, done.jobs, done.created, report)
+
+    @staticmethod
+    def sweep(template: Template, options: SubmitOptions) -> Sweep:
+        """The sweep a submission asks for (empty: none), each value checked."""
+        try:
+            return sweeps.plan(template, options.vary, options.seeds, options.grid)
+        except Problem as e:
+            raise values.problem(e, "sweep_value", own=SWEEP_SENTENCES) from None
+
+    async def unplaced(self, needs: Iterable[str | None]) -> list[Unplaced]:
+        """What of `needs` (jobs' affinities) no running executor can take, and why. With
+        no need (nothing queued, a pillow-only template) the registry is not read."""
+        wanted = [n for n in needs if n]
+        return unplaced(wanted, await Workers.of(self.queue).all()) if wanted else []
+
+    async def batch_unplaced(self, batch_id: int) -> list[Unplaced]:
+        """The same for what a batch's queued jobs need (none once none is queued)."""
+        return await self.unplaced(await self.queue.batch_waiting_for(batch_id))
+
+    async def cancel(self, who: Who, target: CancelTarget) -> CancelResult:
+        """Queued jobs end now; running ones are told to stop at their next step.
+        Submitters cancel their own; admins anyone's, or everything."""
+        role = await self.permissions.require(who, Action.CANCEL)
+        if target.kind in ("all", "submitter") and target.submitter != who.id:
+            await self.permissions.admin_only(who, role, Action.CANCEL, "/cancel all")
+            await self.permissions.allowed(who, Action.CANCEL, target=target.kind,
+                                           submitter=target.submitter)
+        if target.kind == "batch":
+            assert target.id is not None
+            owner = (await self.batch(target.id)).submitter
+            await self.permissions.own(who, role, Action.CANCEL, owner=owner, subject=target.id)
+            return await self.queue.cancel(batch=target.id, by=who.id)
+        if target.kind == "job":
+            assert target.id is not None
+            owner = (await self.job(target.id)).submitter
+            await self.permissions.own(who, role, Action.CANCEL, owner=owner, subject=target.id)
+            return await self.queue.cancel(job=target.id, by=who.id)
+        if target.kind == "all":
+            return await self.queue.cancel(everything=True, by=who.id)
+        return await self.queue.cancel(submitter=target.submitter or who.id, by=who.id)
+
+    async def retry(self, who: Who, batch_id: int) -> Enqueued:
+        """A batch's failed jobs again, as a new batch in the same place (conversation and
+        thread) for the same submitter. A new batch, not reset rows: the first attempt's
+        record, events and messages stay true, and the retry gets its own acceptance,
+        progress and summary. Typed twice, it is queued once (`created` False)."""
+        role = await self.permissions.require(who, Action.RETRY)
+        batch = await self.batch(batch_id)
+        await self.permissions.own(who, role, Action.RETRY, owner=batch.submitter,
+                                   subject=batch_id)
+        failed = await self.queue.failed_jobs(batch_id)
+        if not failed:
+            raise Conflict("nothing_to_retry", batch=batch_id)
+        meta = {k: v for k, v in batch.meta.items() if k != "at"}  # it starts now
+        return await self._enqueue(Submission(
+            batch.template, batch.submitter,
+            [NewJob(j.row, j.workflow, j.affinity) for j in failed],
+            platform=batch.platform, conversation=batch.conversation, thread=thread_of(batch),
+            priority=batch.priority,
+            idempotency_key=f"retry:{batch_id}:{len(failed)}:{max(j.id for j in failed)}",
+            meta={**meta, "retry_of": batch_id, "retried_by": who.id}))
+
+    async def pause(self, who: Who) -> bool:
+        """Nothing new starts (running jobs finish); persisted. False: paused already."""
+        await self.permissions.require(who, Action.PAUSE)
+        await self.permissions.allowed(who, Action.PAUSE)
+        return await self.queue.pause(by=who.id)
+
+    async def resume(self, who: Who) -> bool:
+        """False: it was not paused."""
+        await self.permissions.require(who, Action.RESUME)
+        await self.permissions.allowed(who, Action.RESUME)
+        return await self.queue.resume(by=who.id)
+
+    async def _enqueue(self, submission: Submission) -> Enqueued:
+        """The one place bot/ puts jobs in the queue."""
+        try:
+            return await self.queue.enqueue(submission)
+        except QueueFull as e:
+            raise Conflict("queue_full", free=e.free, limit=e.limit, requested=e.requested) \
+                from None
+
+    # --- iterating on images (bot.app.iterate) ----------------------------------------
+    @property
+    def max_output_pixels(self) -> int:
+        """The largest image a job may make ([intake] max_output_pixels), actions' too."""
+        return self.config[IntakeConfig].max_output_pixels
+
+    async def act(self, who: Who, job_id: int, request: ActionRequest) -> Acted:
+        """again, vary, upscale or edit the image of job `job_id`: new jobs in its thread."""
+        return await iterate.act(self, who, job_id, request)
+
+    async def rate(self, who: Who, job_id: int, rating: str) -> Job:
+        """keep, reject or unkeep the image of job `job_id`."""
+        return await iterate.rate(self, who, job_id, rating)
+
+    async def picks(self, who: Who, batch_id: int) -> tuple[Batch, list[Job]]:
+        """The kept images of batch `batch_id` and of all made from it; its first batch."""
+        return await iterate.picks(self, who, batch_id)
+
+    async def refine(self, who: Who, batch_id: int) -> Proposal:
+        """The next sweep of batch `batch_id`, narrowed around its best-rated values."""
+        await self.permissions.require(who, Action.REFINE)
+        batch = await self.batch(batch_id)
+        if not batch.meta.get("sweep"):
+            raise Conflict("refine_not_sweep", batch=batch_id)
+        jobs = await self.queue.batch_jobs(batch_id)
+        if not any(j.rating for j in jobs):
+            raise Conflict("refine_no_ratings", batch=batch_id)
+        template = self.templates.get(batch.template)
+        whole = {n: p.type in ("int", "seed") for n, p in template.params.items()} \
+            if template else {}
+        return propose(batch, jobs, whole, batch.template, batch.meta.get("sheet", "FILE"))
+
+    async def ab(self, who: Who, batch_id: int) -> Comparison:
+        """An A/B batch's preferences: rows each version won (its image kept, the other's
+        not), ties, and rows nobody rated."""
+        await self.permissions.require(who, Action.AB)
+        batch = await self.batch(batch_id)
+        if not batch.meta.get("compare"):
+            raise Conflict("ab_not_compare", batch=batch_id)
+        return compare_ratings(batch, await self.queue.batch_jobs(batch_id))
+
+    async def find_image(self, **where: Any) -> Job:
+        """The image a person means in chat: job N, or row N of this thread's batch."""
+        return await iterate.find_image(self, **where)
+
+    async def find_batch(self, **where: Any) -> int:
+        """The batch of the thread a person writes in."""
+        return await iterate.find_batch(self, **where)
+
+    async def message_about(self, platform: str, conversation: str,
+                            platform_id: str) -> tuple[str, int] | None:
+        """What a message we posted is about — ("batch", N) or ("job", N) — by the
+        platform's id for it (a thread's first message, a message reacted to)."""
+        key = await Outbox(self.queue.db).key_of(platform, conversation, platform_id)
+        return subject_of(key) if key else None
+
+    async def started_thread(self, platform: str, conversation: str,
+                             thread: str) -> int | None:
+        """The batch whose acceptance started this platform thread."""
+        about = await self.message_about(platform, conversation, thread)
+        return about[1] if about and about[0] == "batch" else None
+
+    # --- schedules ----------------------------------------------------------------------
+    async def schedule(self, who: Who, cron: str, timezone: str, template: str,
+                       sheet: SheetFile, attachments: Attachments | None = None, *,
+                       priority: Priority = Priority.NORMAL, lang: str = "en",
+                       vary: tuple[str, ...] = (), seeds: int = 1) -> Scheduled | IntakeReport:
+        """Run `sheet` on a crontab line in `timezone`. The sheet and the pictures its rows
+        name are copied now (chat uploads expire); each firing reads them again, so seeds
+        left empty are new each time. The report, and nothing kept, when a row is bad."""
+        await self.permissions.require(who, Action.SCHEDULE)
+        values.cron_trigger(cron, timezone)
+        chosen = await self.resolve(template)  # (NAME@N: each firing runs that version)
+        sweep = self.sweep(chosen, SubmitOptions(vary=vary, seeds=seeds))  # each firing's
+        pictures: dict[str, bytes] = {}
+        report = await check_sheet(chosen, sheet, config=self.config, store=self.store,
+                                   attachments=attachments, keep=pictures)
+        if not report.ok:
+            return report
+        await self.permissions.allowed(who, Action.SCHEDULE, cron=cron, template=chosen.name)
+        folder = f"schedules/{uuid.uuid4().hex}"
+        stored = self.store.write(f"{folder}/sheet{PurePosixPath(sheet.name).suffix.lower()}",
+                                  sheet.data)
+        files = {name: self.store.write(f"{folder}/files/{i}{PurePosixPath(name).suffix.lower()}",
+                                        data)
+                 for i, (name, data) in enumerate(sorted(pictures.items()))}
+        schedule_id = await self.schedules.add(
+            cron=cron, timezone=timezone, sheet=stored, files=files,
+            template=template if "@" in template else chosen.name,  # a pin stays a pin
+            submitter=who.id, platform=who.platform, conversation=who.conversation,
+            priority=int(priority), meta={"lang": lang, "sheet": sheet.name, **(
+                {"sweep": {"vary": list(vary), "seeds": seeds}} if sweep else {})})
+        return Scheduled(schedule_id, cron, timezone, chosen.name, sheet.name,
+                         values.next_fire(cron, timezone, self.clock()))
+
+    async def unschedule(self, who: Who, schedule_id: int) -> None:
+        await self.permissions.require(who, Action.UNSCHEDULE)
+        await self.permissions.allowed(who, Action.UNSCHEDULE, schedule=schedule_id)
+        if not await self.schedules.remove(schedule_id):
+            raise NotFound("no_schedule", id=schedule_id)
+
+    async def fire(self, schedule: Schedule, at: float) -> int | None:
+        """Queue one firing of `schedule` (due at `at`) in the conversation that made it:
+        its stored sheet through intake again, the valid rows. The maker's role was
+        checked when it was made. None: nothing to queue (the reason is logged)."""
+        try:
+            template = await self.resolve(schedule.template)
+        except (NotFound, Invalid) as e:
+            log.warning("schedule %s: template %s is gone (%s)", schedule.id,
+                        schedule.template, e.render())
+            return None
+        files = schedule.files
+
+        async def stored(name: str) -> bytes | None:
+            path = files.get(name)
+            return (await asyncio.to_thread(self.store.path, path)).read_bytes() if path else None
+
+        path = await asyncio.to_thread(self.store.path, schedule.sheet)
+        report = await check_sheet(
+            template, SheetFile(schedule.meta.get("sheet", path.name), path.read_bytes()),
+            config=self.config, store=self.store, attachments=stored, skip_invalid=True)
+        if not report.jobs:
+            log.warning("schedule %s: nothing to queue: %s", schedule.id, report.report())
+            return None
+        asked = schedule.meta.get("sweep") or {}
+        try:
+            sweep = self.sweep(template, SubmitOptions(vary=tuple(asked.get("vary") or ()),
+                                                       seeds=int(asked.get("seeds") or 1)))
+            jobs = swept(template, report.jobs, sweep) if sweep else report.jobs
+        except Invalid as e:  # (checked when made; a template edited since may refuse it)
+            log.warning("schedule %s: its sweep no longer fits: %s", schedule.id, e.render())
+            return None
+        try:
+            done = await self._enqueue(Submission(
+                template.name, schedule.submitter, jobs, platform=schedule.platform,
+                conversation=schedule.conversation, priority=schedule.priority,
+                idempotency_key=f"schedule:{schedule.id}:{int(at)}",
+                meta={**schedule.meta, "schedule": schedule.id}))
+        except Conflict as e:
+            log.warning("schedule %s: %s", schedule.id, e.render())
+            return None
+        log.info("schedule %s fired: batch %s", schedule.id, done.batch_id)
+        return done.batch_id
+
+    # --- people ---------------------------------------------------------------------------
+    async def grant(self, who: Who, target: Who, role: Role) -> None:
+        """Give `target` a role, on top of the config's (which a grant cannot lower for a
+        config admin)."""
+        await self.permissions.require(who, Action.GRANT)
+        await self.permissions.allowed(who, Action.GRANT, target=target.id, role=role.value)
+        await self.access.grant(target.platform, target.user, role.value, by=who.id)
+
+    async def revoke(self, who: Who, target: Who) -> Role:
+        """Take a granted role away; the role `target` has now."""
+        await self.permissions.require(who, Action.REVOKE)
+        await self.permissions.allowed(who, Action.REVOKE, target=target.id)
+        if target.id in self.permissions.settings.admins:
+            raise Conflict("revoke_config_admin", user=target.id)
+        if not await self.access.revoke(target.platform, target.user):
+            raise NotFound("revoke_none", user=target.id)
+        return await self.permissions.role(target)

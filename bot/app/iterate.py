@@ -1,0 +1,304 @@
+"""Iterating on a batch's images: rate (keep, reject), and again, vary, upscale, edit.
+
+Written once, for chat, the REST API, the dashboard and the command line (App.act,
+App.rate and App.find_image call here). An action is a new batch in the parent batch's
+place — the same conversation and thread — whose jobs record the image they came from
+(`parent_job_id`) and how (`action`); the notifier posts their images into that thread
+without a new acceptance, progress or summary (bot.chat.notifier).
+
+    act: the person may -> the image is theirs (or they are an admin) -> it is finished
+         and its file is there -> the template makes the child jobs -> limits, placement
+         -> one batch, audited
+
+Clicks come twice: a double click, a platform resending an interaction, two tabs.
+Within DEDUPE_SECONDS the same person asking the same thing of the same image gets the
+batch the first ask made (`created` False). Two people pressing at once get one batch
+each: each asked, and each is answered with their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from bot.app import values
+from bot.app.permissions import Action, Permissions, Who
+from bot.app.placement import NoExecutor, Unplaced
+from bot.conventions import thread_of
+from bot.errors import Conflict, Invalid, NotFound
+from storage.files import FileStore
+from storage.queue import Enqueued, NewJob, Queue, Submission
+from storage.records import ACTIONS, KEPT, REJECTED, TERMINAL, Batch, Job, Status
+from templates import actions
+from templates.graph import Template
+from templates.jobs import decode, encode
+from templates.params import Problem
+from templates.sizes import largest_image
+
+DEDUPE_SECONDS = 10.0
+MAX_COUNT = 16  # images one action makes
+RATINGS = {"keep": KEPT, "reject": REJECTED, "unkeep": None}
+
+
+class App(Protocol):
+    """What of bot.app.application.App this module uses (it calls here, not the reverse)."""
+    queue: Queue
+    store: FileStore
+    templates: dict[str, Template]
+    permissions: Permissions
+    clock: Callable[[], float]
+
+    @property
+    def max_output_pixels(self) -> int: ...
+
+    async def job(self, job_id: int) -> Job: ...
+    async def batch(self, batch_id: int) -> Batch: ...
+    async def unplaced(self, needs: Iterable[str | None]) -> list[Unplaced]: ...
+    async def _enqueue(self, submission: Submission) -> Enqueued: ...
+    async def started_thread(self, platform: str, conversation: str,
+                             thread: str) -> int | None: ...
+    async def template_version(self, name: str, number: int) -> Template: ...
+
+
+@dataclass(frozen=True)
+class ActionRequest:
+    action: str  # again | vary | upscale | edit
+    count: int = 1  # again, vary: how many new images
+    values: dict[str, Any] = field(default_factory=dict)  # edit: the changes
+    factor: float = 2.0  # upscale
+    strength: float | None = None  # vary: None is the template's own, else 0.35
+    key: str | None = None  # the caller's idempotency key (the API's Idempotency-Key)
+    lang: str | None = None  # of what the new batch posts; None: the parent batch's
+    wait_for_executor: bool = False
+
+
+@dataclass(frozen=True)
+class Acted:
+    batch_id: int
+    jobs: list[Job]
+    created: bool  # False: asked already (a double click): this is what the first ask made
+    parent: Job
+    action: str
+
+
+def _invalid(e: Problem) -> Invalid:
+    return values.problem(e, "edit_value", own=("edit_unknown", "edit_image"))
+
+
+async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
+    action = request.action
+    if action not in ACTIONS:
+        raise Invalid("action_unknown", action=str(action)[:40], actions=", ".join(ACTIONS))
+    role = await app.permissions.require(who, Action(action))
+    parent = await app.job(job_id)
+    batch = await _batch_of(app, parent)
+    await app.permissions.own(who, role, Action(action), owner=parent.submitter,
+                              subject=parent.batch_id)
+    count = request.count
+    if action in ("upscale", "edit") and count != 1:
+        raise Invalid("action_count_one", action=action)
+    if not 1 <= count <= MAX_COUNT:
+        raise Invalid("action_count", count=count, max=MAX_COUNT)
+    if request.strength is not None and not 0 < request.strength <= 1:
+        raise Invalid("vary_strength", value=request.strength)
+    image = await _image_of(app, parent) if action in ("vary", "upscale") else None
+    if parent.status not in TERMINAL:
+        raise Conflict("action_not_finished", job=parent.id, status=parent.status.value)
+    earlier = await _earlier(app, who, parent, request)
+    if earlier is not None:
+        return earlier
+    if batch.template not in app.templates:
+        raise Conflict("action_template_gone", template=batch.template)
+    bound = decode(parent.workflow)
+    template = await app.template_version(batch.template, bound.revision)  # the parent's
+    if action == "vary" and template.comfy is not None and count > 1 and \
+            not any(p.type == "seed" for p in template.params.values()):
+        raise Invalid("vary_count_no_seed", template=template.name)  # N times the same
+    try:
+        children = actions.siblings([_derive(template, bound, request, image)
+                                     for _ in range(count)])
+    except Problem as e:
+        raise _invalid(e) from None
+    await _within_limit(app, children, image, request)
+    if not request.wait_for_executor and \
+            (missing := await app.unplaced(c.affinity for c in children)):
+        raise NoExecutor(missing)
+    await app.permissions.limits(who, role, count)
+    key = request.key or _window_key(app, who, parent, request, 0)
+    meta: dict[str, Any] = {
+        "lang": request.lang or batch.meta.get("lang", "en"), "action": action,
+        "parent_job": parent.id, "parent_batch": batch.id,
+        "root_batch": batch.meta.get("root_batch", batch.id), "by": who.id}
+    if "sheet" in batch.meta:
+        meta["sheet"] = batch.meta["sheet"]
+    done = await app._enqueue(Submission(
+        batch.template, who.id,
+        [NewJob(parent.row, encode(c), c.affinity, parent=parent.id, action=action)
+         for c in children],
+        platform=batch.platform, conversation=batch.conversation, thread=thread_of(batch),
+        priority=batch.priority, idempotency_key=key, meta=meta))
+    if done.created:
+        await app.permissions.allowed(who, Action(action), job=parent.id,
+                                      batch=done.batch_id, count=count)
+    return Acted(done.batch_id, await app.queue.batch_jobs(done.batch_id), done.created,
+                 parent, action)
+
+
+async def _within_limit(app: App, children: list, image: str | None,
+                        request: ActionRequest) -> None:
+    """What a sheet may not ask for, an action may not either ([intake]
+    max_output_pixels): an edit's size, an upscale of an upscaled image."""
+    limit = app.max_output_pixels
+    sizes = [largest_image(child) for child in children]
+    if request.action == "upscale" and image is not None:
+        def scaled() -> tuple[int, int]:
+            from PIL import Image
+            with Image.open(app.store.path(image)) as im:  # (reads the header only)
+                return round(im.width * request.factor), round(im.height * request.factor)
+        sizes.append(await asyncio.to_thread(scaled))
+    for size in sizes:
+        if size is not None and size[0] * size[1] > limit:
+            raise Invalid("action_too_large", width=size[0], height=size[1],
+                          megapixels=size[0] * size[1] / 1e6, max=limit / 1e6)
+
+
+def _derive(template, bound, request: ActionRequest, image: str | None):
+    if request.action == "again":
+        return actions.again(template, bound)
+    if request.action == "edit":
+        return actions.edit(template, bound, request.values)
+    assert image is not None
+    if request.action == "vary":
+        return actions.vary(template, bound, image, request.strength)
+    return actions.upscale(template, bound, image, request.factor)
+
+
+def _window_key(app: App, who: Who, parent: Job, request: ActionRequest, back: int) -> str:
+    """The same ask within a window of DEDUPE_SECONDS (`back` windows ago) has this key."""
+    asked = json.dumps([request.action, request.count, request.values, request.factor,
+                        request.strength], sort_keys=True, default=str)
+    digest = hashlib.sha256(asked.encode()).hexdigest()[:16]
+    window = int(app.clock() // DEDUPE_SECONDS) - back
+    return f"action:{parent.id}:{who.id}:{digest}:{window}"
+
+
+async def _earlier(app: App, who: Who, parent: Job, request: ActionRequest) -> Acted | None:
+    """What the same ask made a moment ago (a double click), or under the caller's key."""
+    keys = [request.key] if request.key else \
+        [_window_key(app, who, parent, request, back) for back in (0, 1)]
+    for key in keys:
+        batch_id = await app.queue.batch_by_key(key)
+        if batch_id is None:
+            continue
+        found = await app.batch(batch_id)
+        if request.key or app.clock() - found.created_at <= DEDUPE_SECONDS:
+            return Acted(batch_id, await app.queue.batch_jobs(batch_id), False, parent,
+                         request.action)
+    return None
+
+
+async def _batch_of(app: App, job: Job) -> Batch:
+    batch = await app.queue.batch(job.batch_id)
+    if batch is None:
+        raise NotFound("action_batch_gone", job=job.id, batch=job.batch_id)
+    return batch
+
+
+async def _image_of(app: App, job: Job) -> str:
+    """The job's first image, in the file store: there to vary or upscale."""
+    if job.status != Status.SUCCEEDED or not job.outputs:
+        raise Conflict("action_no_image", job=job.id, status=job.status.value)
+    path = job.outputs[0]
+    exists = await asyncio.to_thread(lambda: app.store.path(path).is_file())
+    if not exists:
+        raise Conflict("action_outputs_gone", job=job.id, batch=job.batch_id)
+    return path
+
+
+async def rate(app: App, who: Who, job_id: int, rating: str) -> Job:
+    """keep, reject or unkeep a finished image; the job as rated."""
+    if rating not in RATINGS:
+        raise Invalid("rating_unknown", rating=str(rating)[:40])
+    what = Action(rating)
+    await app.permissions.require(who, what)  # anyone who sees an image may rate it
+    job = await app.job(job_id)
+    if not await app.queue.rate(job.id, RATINGS[rating], who.id):
+        raise Conflict("action_no_image", job=job.id, status=job.status.value)
+    await app.permissions.allowed(who, what, job=job.id, rating=rating)
+    return await app.job(job_id)
+
+
+async def find_image(app: App, *, platform: str, conversation: str | None,
+                     thread: str | None, row: int | None = None, job: int | None = None,
+                     batch: int | None = None) -> Job:
+    """The image a person means in chat: job N, or row N "as captioned" — of `batch`, or
+    of the batch whose thread this is (where the platform has none: the conversation's
+    latest). Of a row made again, the newest finished image."""
+    if job is not None:
+        return await app.job(job)
+    assert row is not None
+    root = batch if batch is not None else await _thread_batch(app, platform, conversation,
+                                                               thread)
+    if root is None:
+        raise NotFound("action_no_batch")
+    found = await app.batch(root)
+    root = found.meta.get("root_batch", found.id)
+    first = await app.queue.batch_jobs(root)
+    family = first + await app.queue.descendants(root)
+    rows = sorted({j.row for j in first})
+    candidates = [j for j in family if j.row == row]
+    if not candidates:
+        raise NotFound("action_no_row", row=row, batch=root,
+                       rows=_ranges(rows) or "-")
+    finished = [j for j in candidates if j.status == Status.SUCCEEDED]
+    return max(finished or candidates, key=lambda j: j.id)
+
+
+async def _thread_batch(app: App, platform: str, conversation: str | None,
+                        thread: str | None) -> int | None:
+    if conversation is None:
+        return None
+    if thread:
+        inside = await app.queue.batches_in_thread(platform, conversation, thread)
+        if inside:
+            return inside[0]
+        started = await app.started_thread(platform, conversation, thread)
+        if started is not None:
+            return started
+    return await app.queue.latest_batch_in(platform, conversation)
+
+
+def _ranges(rows: list[int]) -> str:
+    """2, 3, 4, 7 -> "2–4, 7"."""
+    out: list[str] = []
+    for r in rows:
+        if out and out[-1].split("–")[-1] == str(r - 1):
+            out[-1] = f"{out[-1].split('–')[0]}–{r}"
+        else:
+            out.append(str(r))
+    return ", ".join(out)
+
+
+async def picks(app: App, who: Who, batch_id: int) -> tuple[Batch, list[Job]]:
+    """The kept images of a batch and of everything made from its images (again, vary …),
+    with the batch they began in."""
+    await app.permissions.require(who, Action.PICKS)
+    batch = await app.batch(batch_id)
+    root = await app.batch(batch.meta.get("root_batch", batch.id))
+    first = await app.queue.batch_jobs(root.id)
+    family = first + await app.queue.descendants(root.id)
+    return root, [j for j in family if j.kept and j.outputs]
+
+
+async def find_batch(app: App, *, platform: str, conversation: str | None,
+                     thread: str | None) -> int:
+    """The batch of the thread a person writes in (where the platform has none: the
+    conversation's latest)."""
+    found = await _thread_batch(app, platform, conversation, thread)
+    if found is None:
+        raise NotFound("action_no_batch")
+    return found

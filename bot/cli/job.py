@@ -1,0 +1,166 @@
+"""`genbot job again|vary|upscale|edit|keep|reject|unkeep|lineage ID`: act on a finished
+image of a running genbot, over the REST API (as `genbot submit` does, with its token
+and exit codes: bot.cli.client).
+
+  genbot job again 12 -n 3               the same row with new seeds, three times
+  genbot job vary 12 -n 2 --strength 0.5 close variations of the image
+  genbot job upscale 12 --factor 4       the image four times larger
+  genbot job edit 12 prompt="a red jar" steps=30
+  genbot job keep 12  /  reject 12  /  unkeep 12
+  genbot job lineage 12                  what it was made from, and what from it
+
+An action prints its new batch and job ids: `batch 7: again of job 12 -> jobs 31, 32, 33`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from bot.cli.client import (
+    TOKEN_EXIT,
+    add_server_options,
+    answer,
+    error,
+    server_of,
+    token_for,
+    unreachable,
+)
+
+if TYPE_CHECKING:
+    import aiohttp
+
+RATINGS = {"keep": "keep", "reject": "reject", "unkeep": None}
+SHOWN = {"kept": "kept", "rejected": "rejected", None: "not rated"}
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    job = subparsers.add_parser("job", help="act on a finished image over the API: again, "
+                                            "vary, upscale, edit, keep, lineage")
+    actions = job.add_subparsers(dest="job", required=True, metavar="ACTION")
+
+    def sub(name: str, help_: str) -> argparse.ArgumentParser:
+        parser = actions.add_parser(name, help=help_)
+        parser.add_argument("id", type=int, metavar="ID", help="the job whose image it is")
+        add_server_options(parser)
+        return parser
+
+    def acting(name: str, help_: str) -> argparse.ArgumentParser:
+        parser = sub(name, help_)
+        parser.add_argument("--wait-for-executor", action="store_true",
+                            help="queue it even when no running executor can run its jobs")
+        parser.add_argument("--idempotency-key", metavar="KEY",
+                            help="the same key again returns the first batch (safe retries)")
+        parser.set_defaults(func=cmd_act, action=name)
+        return parser
+
+    acting("again", "the same row with new seeds").add_argument(
+        "-n", "--count", type=int, default=1, help="how many new images (default 1)")
+    vary = acting("vary", "close variations of the image")
+    vary.add_argument("-n", "--count", type=int, default=1, help="how many (default 1)")
+    vary.add_argument("--strength", type=float, metavar="S",
+                      help="0 to 1: how far from the image (default: the template's, else 0.35)")
+    acting("upscale", "the image enlarged").add_argument(
+        "--factor", type=float, default=2.0, metavar="F", help="how many times (default 2)")
+    acting("edit", "the row again with some values changed").add_argument(
+        "values", nargs="+", metavar="KEY=VALUE", type=key_value,
+        help="a column or parameter and its new value, read as a sheet's cell")
+    for name, help_ in (("keep", "keep the image (its batch's picks)"),
+                        ("reject", "reject the image"), ("unkeep", "take its rating back")):
+        sub(name, help_).set_defaults(func=cmd_rate, rating=name)
+    sub("lineage", "what the image was made from, and what was made from it").set_defaults(
+        func=cmd_lineage)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key.strip(), value
+
+
+def cmd_act(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"action": args.action,
+                            "wait_for_executor": args.wait_for_executor}
+    for name in ("count", "factor", "strength"):
+        if getattr(args, name, None) is not None:
+            body[name] = getattr(args, name)
+    if args.action == "edit":
+        body["values"] = dict(args.values)
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
+
+    async def act(http: aiohttp.ClientSession) -> int:
+        async with http.post(f"/api/v1/jobs/{args.id}/actions", json=body,
+                             headers=headers) as r:
+            done = await answer(r)
+            if r.status not in (200, 201):
+                return error(done, r.status)
+        ids = ", ".join(str(j["id"]) for j in done["jobs"])
+        print(f"batch {done['batch']}: {done['action']} of job {done['parent']} -> "
+              f"job{'s' if len(done['jobs']) != 1 else ''} {ids}"
+              + ("" if done["created"] else " (asked before: nothing new queued)"))
+        return 0
+    return _run(args, act)
+
+
+def cmd_rate(args: argparse.Namespace) -> int:
+    async def rate(http: aiohttp.ClientSession) -> int:
+        async with http.put(f"/api/v1/jobs/{args.id}/rating",
+                            json={"rating": RATINGS[args.rating]}) as r:
+            job = await answer(r)
+            if r.status != 200:
+                return error(job, r.status)
+        print(f"job {job['id']}: {SHOWN.get(job['rating'], job['rating'])}")
+        return 0
+    return _run(args, rate)
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    async def lineage(http: aiohttp.ClientSession) -> int:
+        async with http.get(f"/api/v1/jobs/{args.id}") as r:
+            job = await answer(r)
+            if r.status != 200:
+                return error(job, r.status)
+        async with http.get(f"/api/v1/jobs/{args.id}/lineage") as r:
+            line = await answer(r)
+            if r.status != 200:
+                return error(line, r.status)
+        how = f"{job['action']} of job {job['parent_job_id']}" \
+            if job["parent_job_id"] is not None else "a sheet's row"
+        print(f"job {job['id']} (batch {job['batch']}, row {job['row']}): {how}, "
+              f"{job['status']}, {SHOWN.get(job['rating'], job['rating'])}")
+        print("made from: " + (" <- ".join(_described(j) for j in line["ancestors"]) or "-"))
+        print("children: " + (", ".join(_described(j, how=True) for j in line["children"])
+                              or "-"))
+        return 0
+    return _run(args, lineage)
+
+
+def _described(job: dict, how: bool = False) -> str:
+    what = [f"batch {job['batch']}", job["status"]]
+    if how and job["action"]:
+        what.insert(0, job["action"])
+    if job["rating"]:
+        what.append(job["rating"])
+    return f"job {job['id']} ({', '.join(what)})"
+
+
+def _run(args: argparse.Namespace,
+         work: Callable[[aiohttp.ClientSession], Awaitable[int]]) -> int:
+    server = server_of(args.server)
+    token = token_for(server, args.token)
+    if not token:
+        return TOKEN_EXIT
+    import aiohttp
+
+    async def session() -> int:
+        async with aiohttp.ClientSession(
+                server, headers={"Authorization": f"Bearer {token}"},
+                timeout=aiohttp.ClientTimeout(total=120)) as http:
+            return await work(http)
+    try:
+        return asyncio.run(session())
+    except (aiohttp.ClientError, OSError, TimeoutError) as e:
+        return unreachable(server, e)

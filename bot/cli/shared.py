@@ -1,0 +1,41 @@
+"""What several `genbot` commands share: the config they load, who runs them, the choices.
+
+Kept apart so that each command module owns its parser and logic, and none of them
+reaches into another's for a helper.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+
+from bot.app.permissions import Who
+from storage import config as cfg
+from storage.queue import Priority
+
+PRIORITIES = [p.name.lower() for p in Priority]
+LANGS = ("en", "zh")  # the languages of genbot's reports (bot.messages)
+
+
+def load_config(args: argparse.Namespace) -> cfg.Config:
+    """The config named by --config (None: $GENBOT_CONFIG, ./config.toml, defaults)."""
+    return cfg.load(args.config)
+
+
+def me() -> Who:
+    """Whoever runs the command line: an admin of this machine's genbot."""
+    return Who("cli", getpass.getuser())
+
+
+def add_sweep_options(parser: argparse.ArgumentParser) -> None:
+    """--vary and --seeds, as genbot run and genbot submit take them (templates.sweeps)."""
+    parser.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
+                        help="sweep a value: KEY=V1,V2,… or KEY=START..STOP:STEP; again for "
+                             "another axis (every row runs with every combination)")
+    parser.add_argument("--seeds", type=int, default=1, metavar="N",
+                        help="a sweep's seeds per row, shared across its combinations")
+    parser.add_argument("--grid", default="", metavar="KEY1,KEY2",
+                        help="a sweep's grid axes, across then down (default: the first two)")
+    parser.add_argument("--compare", action="append", default=[], metavar="NAME@N",
+                        help="A/B: run each row through this template version too, with the "
+                             "same seeds (again for more)")

@@ -1,0 +1,50 @@
+"""Who is asking: api:USER, from a Bearer token of [api] tokens or the dashboard's
+session cookie, settled before anything else is looked at (401, never a 404 that would
+say what exists); then the application layer says whether they may."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from bot.app.application import App
+from bot.app.permissions import Action, Who
+from bot.settings import ApiConfig
+from bot.web.http import PREFIX, ApiError
+from bot.web.sessions import Sessions, session_secret
+
+EVENTS = f"{PREFIX}/events"  # scripts' WebSockets may not set headers: a token in the query
+
+
+class Callers:
+    def __init__(self, app: App):
+        self.app = app
+        config = app.config
+        self.tokens = {t: u for t, _, u in (e.partition("=") for e in config[ApiConfig].tokens)}
+        self.sessions = Sessions(self.tokens, session_secret(config[ApiConfig].session_secret,
+                                                             config.data_dir),
+                                 hours=config[ApiConfig].session_hours, clock=app.clock,
+                                 ended=app.access.session_ended)
+
+    async def who(self, request: web.Request) -> Who:
+        auth = request.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
+        if not token and request.path == EVENTS:
+            token = request.query.get("token", "")
+        if token:
+            user = self.sessions.user_of(token)
+        elif (session := await self.sessions.of(request)) is not None:
+            if (why := self.sessions.forged(request, session)) is not None:
+                raise ApiError(403, "csrf", why)
+            user = session.user
+        else:
+            user = None
+        if user is None:
+            raise ApiError(401, "unauthorized", "a valid Bearer token is required",
+                           headers_hint="Authorization: Bearer TOKEN")
+        return Who("api", user, "api")
+
+    async def allowed(self, request: web.Request, action: Action) -> Who:
+        """Who asks, if they may take `action` (a read, or before reading a body)."""
+        who = await self.who(request)
+        await self.app.permit(who, action)
+        return who

@@ -1,0 +1,236 @@
+"""Iterating on finished images, the twin of chat's again, vary, upscale, edit, keep and
+/picks (bot.app.iterate): an action on a job's image queues a new batch in its parent
+batch's thread; a rating keeps or rejects an image; a job's lineage is what it was made
+from and what was made from it; a batch's picks are the kept images of it and of all
+made from it, as JSON, a results sheet and a contact sheet."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from aiohttp import web
+from msgspec import Meta, Struct
+
+from bot.app.application import App
+from bot.app.iterate import MAX_COUNT, ActionRequest
+from bot.app.permissions import Action
+from bot.app.results import XLSX, write_picks
+from bot.web.batches import BATCH_ID, IDEMPOTENCY_KEY
+from bot.web.callers import Callers
+from bot.web.http import PREFIX, ApiError, in_path, json_body, respond, stored_file
+from bot.web.jobs import JOB_ID, ActionName, Job
+from bot.web.routes import Answer, Param, Route
+from templates.actions import UPSCALE_MAX, VARY_STRENGTH
+from templates.settings import TemplatesConfig
+
+PICKS_XLSX, PICKS_PNG = "picks.xlsx", "picks.png"
+RatingName = Annotated[str, Meta(extra_json_schema={"enum": ["keep", "reject", "unkeep"]})]
+
+
+class ActionBody(Struct, kw_only=True):
+    """What to make from a finished job's image (JSON). Values that do not fit are
+    refused as chat refuses them (422, or 409 for an image not there to use)."""
+    action: ActionName
+    count: Annotated[int, Meta(
+        description="again, vary: how many new images; upscale and edit make one",
+        extra_json_schema={"minimum": 1, "maximum": MAX_COUNT})] = 1
+    values: Annotated[dict[str, Any], Meta(description=(
+        "edit: the changes, by parameter or column name, each read as a sheet's cell "
+        "would be; a seed left out stays"))] = {}
+    factor: Annotated[float, Meta(description=(
+        f"upscale: how many times larger, above 1 and at most {UPSCALE_MAX:g}"))] = 2.0
+    strength: Annotated[float | None, Meta(description=(
+        "vary (diffusers templates): how far from the image, 0 to 1; null: the template's "
+        f"own, else {VARY_STRENGTH}"))] = None
+    wait_for_executor: bool = False  # queue even if no running executor can run the jobs
+
+
+class RatingBody(Struct):
+    """keep or reject a finished image, or null (or unkeep) to take the rating back."""
+    rating: RatingName | None
+
+
+class Acted(Struct):
+    """What an action queued: a new batch in the parent batch's thread."""
+    batch: int
+    created: bool  # false: asked before (the same Idempotency-Key, or a double click)
+    action: ActionName
+    parent: int  # the job whose image it was made from
+    jobs: list[Job]
+
+
+class Lineage(Struct):
+    """What a job's image was made from, and what was made from it."""
+    ancestors: Annotated[list[Job], Meta(description=(
+        "its parent first, then the parent's, back to the sheet's row"))]
+    children: list[Job]  # made from this image, oldest first
+
+
+class PickFiles(Struct):
+    results: str  # the kept images' rows: values, seed, model, parent
+    contact: str  # their contact sheet (404 while nothing is kept)
+
+
+class Picks(Struct):
+    """The kept images of a batch and of all made from its images."""
+    batch: int  # the batch they began in (a batch made by an action began in its parent's)
+    jobs: list[Job]
+    files: PickFiles
+
+
+class ValueTally(Struct):
+    value: Any  # a value the sweep tried
+    kept: int
+    rejected: int
+    images: int  # that finished with it, rated or not
+    keep_rate: float | None  # kept ÷ rated; null when none was rated
+
+
+class AxisRefinement(Struct):
+    param: str
+    values: list[ValueTally]
+    best: Any | None  # the best-rated value; null when none was rated
+    next: list[Any]  # the values of the next sweep
+
+
+class Refinement(Struct):
+    """A sweep's ratings per swept value, and the next, narrower sweep."""
+    batch: int
+    rated: int
+    axes: list[AxisRefinement]
+    vary: list[str]  # the next sweep, as the submit's `vary` field
+    seeds: int
+    command: str  # the same, as the chat command line
+
+
+class Tally(Struct):
+    """An A/B batch's keeps by row: rows each version won, ties, rows not rated."""
+    batch: int
+    variants: list[str]  # "A product_main@3", "B product_main@4"
+    won: dict[str, int]  # variant -> rows where its image was kept and the other's not
+    ties: int  # both kept, or neither
+    unrated: int
+
+
+class IterateRoutes:
+    def __init__(self, app: App, callers: Callers):
+        self.app, self.queue, self.callers = app, app.queue, callers
+        self.config, self.store, self.templates = app.config, app.store, app.templates
+
+    def routes(self) -> list[Route]:
+        picks_file = {200: Answer("the file", files=(XLSX,))}
+        return [
+            Route("POST", "/jobs/{id}/actions", self.act,
+                  "Again, vary, upscale or edit a finished job's image: a new batch",
+                  {201: Answer("queued", Acted),
+                   200: Answer("asked before (the same Idempotency-Key, or the same ask a "
+                               "moment ago): that batch", Acted)},
+                  errors=(400, 404, 409, 413, 422, 429),
+                  params=(JOB_ID, Param("Idempotency-Key", "header", IDEMPOTENCY_KEY,
+                                        "the same key again returns the first batch")),
+                  body={"application/json": ActionBody}),
+            Route("PUT", "/jobs/{id}/rating", self.rate,
+                  "Keep or reject a finished image, or take its rating back",
+                  {200: Answer("the job as rated", Job)}, errors=(400, 404, 409, 413, 422),
+                  params=(JOB_ID,), body={"application/json": RatingBody}),
+            Route("GET", "/jobs/{id}/lineage", self.lineage,
+                  "What a job's image was made from, and what was made from it",
+                  {200: Answer("OK", Lineage)}, errors=(404,), params=(JOB_ID,)),
+            Route("GET", "/batches/{id}/picks", self.picks,
+                  "The kept images of a batch and of all made from its images",
+                  {200: Answer("OK", Picks)}, errors=(404,), params=(BATCH_ID,)),
+            Route("GET", f"/batches/{{id}}/{PICKS_XLSX}", self.picks_sheet,
+                  "The picks' results sheet: each kept image's values, seed, model, parent",
+                  picks_file, errors=(404,), params=(BATCH_ID,)),
+            Route("GET", "/batches/{id}/refine", self.refine,
+                  "A sweep's keep rate per swept value, and the next sweep around the best",
+                  {200: Answer("OK", Refinement)}, errors=(404, 409), params=(BATCH_ID,)),
+            Route("GET", "/batches/{id}/ab", self.ab,
+                  "An A/B batch's tally: the rows each version won by keeps",
+                  {200: Answer("OK", Tally)}, errors=(404, 409), params=(BATCH_ID,)),
+            Route("GET", f"/batches/{{id}}/{PICKS_PNG}", self.picks_contact,
+                  "The picks' contact sheet (404 while nothing is kept)",
+                  {200: Answer("the file", files=("image/png",))}, errors=(404,),
+                  params=(BATCH_ID,))]
+
+    # --- changing: each a call to the application layer --------------------------------
+    async def act(self, request: web.Request) -> web.Response:
+        """Idempotency-Key makes a retry safe: the same key again answers the first batch."""
+        who = await self.callers.who(request)
+        key = request.headers.get("Idempotency-Key")
+        try:
+            if key is not None and not 0 < len(key) <= 150:
+                raise ApiError(400, "bad_idempotency_key",
+                               "Idempotency-Key is 1 to 150 characters")
+            body = await json_body(request, ActionBody)
+        except ApiError:
+            await self.app.permit(who, Action.AGAIN)  # who may not act hears that first
+            raise
+        job_id = in_path(request, "id")
+        acted = await self.app.act(who, job_id, ActionRequest(
+            body.action, count=body.count, values=body.values, factor=body.factor,
+            strength=body.strength, wait_for_executor=body.wait_for_executor,
+            key=f"api:{who.user}:job:{job_id}:{key}" if key else None))
+        return respond(Acted(acted.batch_id, acted.created, acted.action, acted.parent.id,
+                             [Job.of(j, self.templates) for j in acted.jobs]),
+                       status=201 if acted.created else 200)
+
+    async def rate(self, request: web.Request) -> web.Response:
+        who = await self.callers.who(request)
+        try:
+            body = await json_body(request, RatingBody)
+        except ApiError:
+            await self.app.permit(who, Action.KEEP)
+            raise
+        job = await self.app.rate(who, in_path(request, "id"),
+                                  "unkeep" if body.rating is None else body.rating)
+        return respond(Job.of(job, self.templates))
+
+    # --- reading ------------------------------------------------------------------------
+    async def lineage(self, request: web.Request) -> web.Response:
+        await self.callers.allowed(request, Action.STATUS)
+        job = await self.app.job(in_path(request, "id"))
+        return respond(Lineage(
+            [Job.of(j, self.templates) for j in await self.queue.ancestors(job)],
+            [Job.of(j, self.templates) for j in await self.queue.children(job.id)]))
+
+    async def picks(self, request: web.Request) -> web.Response:
+        who = await self.callers.who(request)
+        root, kept = await self.app.picks(who, in_path(request, "id"))
+        files = f"{PREFIX}/batches/{root.id}"
+        return respond(Picks(root.id, [Job.of(j, self.templates) for j in kept],
+                             PickFiles(f"{files}/{PICKS_XLSX}", f"{files}/{PICKS_PNG}")))
+
+    async def refine(self, request: web.Request) -> web.Response:
+        who = await self.callers.who(request)
+        found = await self.app.refine(who, in_path(request, "id"))
+        return respond(Refinement(
+            found.batch.id, found.rated,
+            [AxisRefinement(a.param, [ValueTally(t.value, t.kept, t.rejected, t.images, t.rate)
+                                      for t in a.tallies], a.best, a.next) for a in found.axes],
+            found.vary, found.seeds, found.command))
+
+    async def ab(self, request: web.Request) -> web.Response:
+        who = await self.callers.who(request)
+        found = await self.app.ab(who, in_path(request, "id"))
+        return respond(Tally(found.batch.id, found.variants, found.won, found.ties,
+                             found.unrated))
+
+    async def picks_sheet(self, request: web.Request) -> web.StreamResponse:
+        root, (results, _) = await self._write_picks(request)
+        return await stored_file(self.store, results, f"batch-{root}-{PICKS_XLSX}")
+
+    async def picks_contact(self, request: web.Request) -> web.StreamResponse:
+        root, (_, contact) = await self._write_picks(request)
+        if contact is None:
+            raise ApiError(404, "no_picks", f"no image of batch {root} is kept yet")
+        return await stored_file(self.store, contact, f"batch-{root}-{PICKS_PNG}")
+
+    async def _write_picks(self, request: web.Request) -> tuple[int, tuple[str, str | None]]:
+        """The picks' files as they are now (kept images change: made afresh each time)."""
+        who = await self.callers.who(request)
+        root, kept = await self.app.picks(who, in_path(request, "id"))
+        return root.id, await asyncio.to_thread(
+            write_picks, self.store, root, kept, self.templates.get(root.template),
+            self.config[TemplatesConfig].font)

@@ -1,0 +1,150 @@
+"""A submission's body, multipart or JSON, read within its limits: each file is held to
+its own limit as it arrives and the whole body to `body_limit`, so what is over is
+refused as it comes (413, naming the limit's config key), never buffered first."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import unquote
+
+from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from bot.intake.check import SheetFile, SheetRows, SheetSource
+from bot.intake.images import Attachments
+from bot.settings import ApiConfig, IntakeConfig
+from bot.web.http import ApiError
+from storage.config import Config
+
+BODY_PICTURES = 10  # the default body limit: a sheet and this many pictures at their limits
+
+
+def body_limit(config: Config) -> int:
+    """The largest request body, in bytes: [api] max_body_mb, or a sheet and
+    BODY_PICTURES pictures at their [intake] limits."""
+    mb = config[ApiConfig].max_body_mb or (config[IntakeConfig].max_file_mb
+                                    + BODY_PICTURES * config[IntakeConfig].max_image_mb)
+    return int(mb * 2**20)
+
+
+def too_large(what: str, size: int, limit_mb: float, key: str) -> ApiError:
+    return ApiError(413, "too_large", f"{what} is larger than {limit_mb:g} MB ({key})",
+                    limit_mb=limit_mb, limit_key=key, size_mb=round(size / 2**20, 2))
+
+
+REPEATED = frozenset({"vary", "compare"})  # multipart fields given once per value
+
+
+async def read_form(request: web.Request, config: Config) -> dict[str, Any]:
+    """The submission's fields, from multipart or JSON; files as (name, bytes)."""
+    max_body = body_limit(config)
+    whole = (config[ApiConfig].max_body_mb or max_body / 2**20,
+             "[api] max_body_mb" if config[ApiConfig].max_body_mb else
+             f"[intake] max_file_mb + {BODY_PICTURES} × max_image_mb")
+    if (request.content_length or 0) > max_body:
+        raise too_large("the request body", request.content_length or 0, *whole)
+    if request.content_type == "application/json":
+        try:
+            body = await request.json()
+        except web.HTTPRequestEntityTooLarge:
+            raise too_large("the request body", request.content_length or max_body,
+                            *whole) from None
+        except ValueError:
+            raise ApiError(400, "bad_json", "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "bad_json", "the body is a JSON object")
+        return body
+    if not request.content_type.startswith("multipart/"):
+        raise ApiError(415, "bad_content_type", "send multipart/form-data or application/json")
+    form: dict[str, Any] = {"files": {}}
+    total = 0
+    try:
+        async for part in await request.multipart():
+            if not isinstance(part, BodyPartReader):
+                raise ValueError("a nested multipart body")
+            if part.filename:
+                filename = unquote(part.filename)  # aiohttp's client percent-encodes "/"
+                sheet = part.name == "sheet"
+                intake = config[IntakeConfig]
+                limit_mb = intake.max_file_mb if sheet else intake.max_image_mb
+                key = "[intake] max_file_mb" if sheet else "[intake] max_image_mb"
+                data = bytearray()
+                while chunk := await part.read_chunk():
+                    data += chunk
+                    total += len(chunk)
+                    if len(data) > limit_mb * 2**20:
+                        raise too_large(f"{'the sheet' if sheet else 'the file'} "
+                                        f"{filename[:80]!r}", len(data), limit_mb, key)
+                    if total > max_body:
+                        raise too_large("the request body", total, *whole)
+                if sheet:
+                    form["sheet"] = (filename, bytes(data))
+                else:
+                    form["files"][filename] = bytes(data)
+            elif part.name:
+                text = await part.text()
+                total += len(text)
+                if total > max_body:
+                    raise too_large("the request body", total, *whole)
+                if part.name in REPEATED:  # a field that may be sent again and again
+                    form.setdefault(part.name, []).append(text)
+                else:
+                    form[part.name] = text
+    except web.HTTPRequestEntityTooLarge:
+        raise too_large("a field", max_body, *whole) from None
+    except (ValueError, AssertionError, HttpProcessingError, LookupError) as e:  # malformed
+        raise ApiError(400, "bad_multipart", f"the multipart body cannot be read: {e}"[:300]) \
+            from None
+    return form
+
+
+def sweep_axes(value: Any, field: str = "vary", what: str = "KEY=V1,V2 strings") -> tuple[str, ...]:
+    """`vary` (or `compare`): one string, or a list of them."""
+    if value is None or value == "":
+        return ()
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise ApiError(422, "bad_field", f"{field} is a list of {what}")
+    return tuple(values)
+
+
+def grid_axes(value: Any) -> tuple[str, ...]:
+    """`grid`: "KEY1,KEY2", or a list of keys."""
+    if value is None or value == "":
+        return ()
+    keys = value.split(",") if isinstance(value, str) else value
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise ApiError(422, "bad_field", "grid is KEY1,KEY2 or a list of keys")
+    return tuple(k.strip() for k in keys if k.strip())
+
+
+def sweep_seeds(value: Any) -> int:
+    """`seeds`: a whole number (the templates say which are allowed)."""
+    if value is None or value == "":
+        return 1
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or \
+            not str(value).strip().isdigit():
+        raise ApiError(422, "bad_field", f"seeds is a whole number, not {str(value)[:40]!r}")
+    return int(value)
+
+
+def form_files(form: dict[str, Any]) -> Attachments:
+    """The pictures sent along, by name (or by the name's last part)."""
+    files = form.get("files") or {}
+
+    async def get(name: str) -> bytes | None:
+        return files.get(name) or files.get(PurePosixPath(name).name)
+    return get
+
+
+def form_sheet(form: dict[str, Any]) -> SheetSource:
+    """The sheet: a file (multipart), or rows (JSON)."""
+    sheet = form.get("sheet")
+    if isinstance(sheet, tuple):
+        return SheetFile(*sheet)
+    rows = form.get("rows")
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise ApiError(422, "no_rows", "send a sheet file (multipart) or JSON rows: "
+                       '{"template": …, "rows": [{"column": "value"}, …]}')
+    return SheetRows(rows)

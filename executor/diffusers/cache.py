@@ -1,0 +1,295 @@
+"""The model cache: pipelines stay resident between jobs. Imports torch and diffusers.
+
+- A checkpoint is loaded once; its txt2img, img2img and ControlNet pipelines are built
+  with `from_pipe`, sharing its UNet, VAE and text encoders.
+- LoRAs are adapters on the resident UNet: loaded once, switched per call, never a
+  reload of the base.
+- Device memory is a budget: past it, the least recently used model moves to CPU RAM
+  (the tier below); past the RAM budget, the least recently used there is dropped.
+- Counters (loads, hits, ...) are what the tests and benchmarks read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from executor.diffusers import devices
+from executor.models.registry import ModelError, ModelInfo, Registry
+from templates.settings import models_dir
+
+log = logging.getLogger("genbot.executor")
+
+PIPELINE_CLASSES = {  # (family, mode, with controlnet) -> diffusers class
+    ("sd15", "txt2img", False): "StableDiffusionPipeline",
+    ("sd15", "img2img", False): "StableDiffusionImg2ImgPipeline",
+    ("sd15", "txt2img", True): "StableDiffusionControlNetPipeline",
+    ("sd15", "img2img", True): "StableDiffusionControlNetImg2ImgPipeline",
+    **{("sd2", mode, cn): cls for (family, mode, cn), cls in {  # SD 2.x: SD 1.5's classes
+        ("sd15", "txt2img", False): "StableDiffusionPipeline",
+        ("sd15", "img2img", False): "StableDiffusionImg2ImgPipeline",
+        ("sd15", "txt2img", True): "StableDiffusionControlNetPipeline",
+        ("sd15", "img2img", True): "StableDiffusionControlNetImg2ImgPipeline"}.items()},
+    ("sdxl", "txt2img", False): "StableDiffusionXLPipeline",
+    ("sdxl", "img2img", False): "StableDiffusionXLImg2ImgPipeline",
+    ("sdxl", "txt2img", True): "StableDiffusionXLControlNetPipeline",
+    ("sdxl", "img2img", True): "StableDiffusionXLControlNetImg2ImgPipeline",
+}
+MAX_ADAPTERS = 8  # LoRAs kept loaded on one checkpoint
+
+
+@dataclass
+class Unit:
+    """One loaded model: a checkpoint's base pipeline, a ControlNet or an upscaler."""
+    info: ModelInfo
+    obj: Any
+    bytes: int
+    tier: str  # "device" | "ram"
+    adapters: OrderedDict  # LoRA name -> None, least recently used first
+    scheduler: dict | None = None  # the checkpoint's own scheduler config ("sampler: none")
+
+
+def _modules(obj: Any) -> list[torch.nn.Module]:
+    if isinstance(obj, torch.nn.Module):
+        return [obj]
+    return [m for m in obj.components.values() if isinstance(m, torch.nn.Module)]
+
+
+def _size(obj: Any) -> int:
+    seen, total = set(), 0
+    for module in _modules(obj):
+        for t in [*module.parameters(), *module.buffers()]:
+            if id(t) not in seen:
+                seen.add(id(t))
+                total += t.numel() * t.element_size()
+    return total
+
+
+class ModelCache:
+    def __init__(self, registry: Registry, device: str, dtype: torch.dtype, *,
+                 vram_budget: float, ram_budget: float):
+        self.registry = registry
+        self.device, self.dtype = device, dtype
+        self.vram_budget, self.ram_budget = vram_budget, ram_budget
+        self.units: OrderedDict[str, Unit] = OrderedDict()  # least recently used first
+        self.pipes: dict[tuple, Any] = {}
+        self.stats: Counter = Counter()
+        self.changed = True  # models loaded or dropped since the last look (worker hygiene)
+        self.on_load: Callable[[str | None], None] | None = None  # a model starts/ends loading
+        import diffusers
+        import transformers
+        diffusers.utils.logging.disable_progress_bar()
+        transformers.utils.logging.disable_progress_bar()
+
+    # --- what is here --------------------------------------------------------------
+    def resident(self) -> list[str]:
+        """Checkpoints on the device now: the claim prefers jobs that need them."""
+        return [n for n, u in self.units.items() if u.tier == "device"
+                and u.info.kind == "checkpoint"]
+
+    def resident_bytes(self) -> int:
+        """Bytes of models in the memory the executor watches for leaks: the device's
+        (on a CPU device, RAM holds both tiers)."""
+        if self.device == "cpu":
+            return sum(u.bytes for u in self.units.values())
+        return self._bytes("device")
+
+    def _bytes(self, tier: str) -> int:
+        return sum(u.bytes for u in self.units.values() if u.tier == tier)
+
+    def clear(self) -> None:
+        """Drop every model (memory drift, or an out-of-memory error)."""
+        self.units.clear()
+        self.pipes.clear()
+        devices.release(self.device, refreeze=True)
+        self.stats["clears"] += 1
+
+    # --- loading -------------------------------------------------------------------
+    def _get(self, name: str, kind: str, keep: set[str]) -> Unit:
+        unit = self.units.get(name)
+        if unit is not None:
+            self.units.move_to_end(name)
+            if unit.tier == "device":
+                self.stats["hits"] += 1
+                return unit
+            self._make_room(unit.bytes, keep | {name})
+            self._move(unit, "device")
+            self.stats["promotions"] += 1
+            return unit
+        info = self.registry.get(name, kind)
+        started = time.perf_counter()
+        if self.on_load:
+            self.on_load(name)
+        try:
+            obj = self._load(info)
+        finally:
+            if self.on_load:
+                self.on_load(None)
+        own = dict(obj.scheduler.config) if hasattr(obj, "scheduler") else None
+        unit = Unit(info, obj, _size(obj), "ram", OrderedDict(), own)
+        self._make_room(unit.bytes, keep | {name})
+        self._move(unit, "device")
+        self.units[name] = unit
+        self.changed = True
+        self.stats["loads"] += 1
+        self.stats[f"loads:{name}"] += 1
+        log.info("model loaded", extra={"model": name, "kind": info.kind,
+                                        "mb": round(unit.bytes / 2**20, 1),
+                                        "seconds": round(time.perf_counter() - started, 3)})
+        return unit
+
+    def _load(self, info: ModelInfo) -> Any:
+        import diffusers
+        common = {"torch_dtype": self.dtype, "local_files_only": True}
+        single: dict[str, Any] = {"config": info.config_dir} if info.config_dir else {}
+        cls_name = None
+        if info.kind == "controlnet" and info.single_file and info.model_type and \
+                not info.config_dir:
+            from executor.models import families
+            single = {"config": str(families.materialise_controlnet(
+                info.model_type, models_dir(self.registry.config) / "configs"))}
+        elif info.single_file and info.model_type and not info.config_dir:
+            from executor.models import families  # genbot's own configuration of its family
+            single = {"config": str(families.materialise(
+                info.model_type, models_dir(self.registry.config) / "configs",
+                prediction_type=info.prediction_type))}
+            cls_name = families.family(info.model_type, info.prediction_type).pipeline
+            if info.kind == "checkpoint" and info.family in ("sd15", "sd2"):
+                single["requires_safety_checker"] = False  # (none is loaded from one file)
+        try:
+            if info.kind == "controlnet":
+                cls = diffusers.ControlNetModel
+                return (cls.from_single_file(str(info.path), **common, **single)
+                        if info.single_file else cls.from_pretrained(str(info.path), **common))
+            if info.kind == "upscaler":
+                cls = diffusers.StableDiffusionUpscalePipeline
+                pipe = cls.from_single_file(str(info.path), **common, **single) \
+                    if info.single_file else cls.from_pretrained(str(info.path), **common)
+            else:
+                assert info.family is not None  # the registry knows every checkpoint's family
+                cls = getattr(diffusers, cls_name or PIPELINE_CLASSES[(info.family, "txt2img",
+                                                                      False)])
+                if info.single_file:
+                    pipe = cls.from_single_file(str(info.path), **common, **single)
+                else:
+                    kwargs = {"safety_checker": None, "requires_safety_checker": False} \
+                        if info.family == "sd15" else {}
+                    pipe = cls.from_pretrained(str(info.path), **common, **kwargs)
+        except torch.OutOfMemoryError:
+            raise  # the runner's out-of-memory path frees the cache and retries
+        except Exception as e:  # noqa: BLE001 - whatever the loader raises, say which model
+            hint = ""
+            if info.single_file and not info.config_dir:
+                hint = (f'; a single-file checkpoint needs its configuration offline: set '
+                        f'[models] {info.name} = {{ path = "...", config = "<a diffusers folder '
+                        f'of the {info.family or "same"} family>" }}')
+            raise ModelError(f'model "{info.name}" ({info.path}) could not be loaded offline: '
+                             f"{type(e).__name__}: {str(e)[:300]}{hint}") from e
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def _move(self, unit: Unit, tier: str) -> None:
+        target = self.device if tier == "device" else "cpu"
+        if target != "cpu" or unit.tier != "ram":
+            unit.obj.to(target)
+        unit.tier = tier
+
+    def _make_room(self, needed: int, keep: set[str]) -> None:
+        """Offload least recently used models until `needed` fits the device budget,
+        then drop from RAM until the RAM budget holds."""
+        moved = False
+        for name, unit in list(self.units.items()):
+            if self._bytes("device") + needed <= self.vram_budget:
+                break
+            if unit.tier == "device" and name not in keep:
+                self._move(unit, "ram")
+                self.stats["offloads"] += 1
+                moved = True
+        for name, unit in list(self.units.items()):
+            if self._bytes("ram") <= self.ram_budget:
+                break
+            if unit.tier == "ram" and name not in keep:
+                self._drop(name)
+                moved = True
+        if moved:  # give the device memory back before the next model lands there
+            devices.release(self.device, refreeze=True)
+
+    def _drop(self, name: str) -> None:
+        self.units.pop(name)
+        self.pipes = {k: p for k, p in self.pipes.items() if name not in k}
+        self.stats["evictions"] += 1
+        self.changed = True
+
+    # --- what generation asks for ------------------------------------------------------
+    def pipeline(self, model: str, mode: str, controlnet: str | None = None) -> Any:
+        """The pipeline for a checkpoint in txt2img or img2img mode, with a ControlNet or
+        not; built on the resident checkpoint's components."""
+        keep = {model, *([controlnet] if controlnet else [])}
+        info = self.registry.get(model, "checkpoint")
+        if info.inpainting:
+            raise ModelError(f'model "{model}" is an inpainting checkpoint: generate makes new '
+                             "images and does not inpaint; name a plain checkpoint of its family")
+        if info.model_type == "xl_refiner" and mode == "txt2img":
+            raise ModelError(f'model "{model}" is an SDXL refiner: it refines an image, so give '
+                             "its generate node an init image (img2img)")
+        base = self._get(model, "checkpoint", keep)
+        family = base.info.family
+        assert family is not None  # the registry knows every checkpoint's family
+        cn = None
+        if controlnet:
+            cn_unit = self._get(controlnet, "controlnet", keep)
+            if cn_unit.info.family not in (None, family):
+                raise ModelError(f'ControlNet "{controlnet}" is for {cn_unit.info.family}; '
+                                 f'model "{model}" is {family}')
+            cn = cn_unit.obj
+        key = (model, mode, controlnet)
+        if mode == "txt2img" and not controlnet:
+            return base.obj
+        if key not in self.pipes:
+            import diffusers
+            cls = getattr(diffusers, PIPELINE_CLASSES[(family, mode, bool(controlnet))])
+            extra = {"controlnet": cn} if controlnet else {}
+            pipe = cls.from_pipe(base.obj, **extra)
+            pipe.set_progress_bar_config(disable=True)
+            self.pipes[key] = pipe
+        return self.pipes[key]
+
+    def upscaler(self, name: str) -> Any:
+        return self._get(name, "upscaler", {name}).obj
+
+    def use_loras(self, model: str, loras: list[dict]) -> None:
+        """Switch the checkpoint's active LoRAs (loading each the first time)."""
+        unit = self.units[model]
+        base = unit.obj
+        if not loras:
+            if unit.adapters:
+                base.disable_lora()
+            return
+        for lora in loras:
+            name = lora["name"]
+            info = self.registry.get(name, "lora")
+            if info.family not in (None, unit.info.family):
+                raise ModelError(f'LoRA "{name}" is for {info.family}; model "{model}" is '
+                                 f"{unit.info.family}")
+            if name in unit.adapters:
+                unit.adapters.move_to_end(name)
+                self.stats["lora_hits"] += 1
+                continue
+            if len(unit.adapters) >= MAX_ADAPTERS:
+                old, _ = unit.adapters.popitem(last=False)
+                base.delete_adapters(old)
+            base.load_lora_weights(str(info.path.parent), weight_name=info.path.name,
+                                   adapter_name=name, local_files_only=True)
+            unit.adapters[name] = None
+            self.changed = True
+            self.stats["lora_loads"] += 1
+            self.stats[f"lora_loads:{name}"] += 1
+        base.enable_lora()
+        base.set_adapters([lora["name"] for lora in loras],
+                          adapter_weights=[float(lora["weight"]) for lora in loras])

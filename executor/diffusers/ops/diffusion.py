@@ -1,0 +1,162 @@
+"""The ops that run models: `generate` on diffusers (txt2img, img2img, ControlNet, LoRAs,
+six samplers) and `upscale` (a diffusers upscaler when one is named, else resampling).
+
+torch and diffusers are imported inside the functions that need them, so registering
+these ops loads neither: the chat side and the template checker import the registry
+freely. `generate` is batched: jobs whose inputs have the same `shape` share one
+pipeline call with a list of prompts, images and one seeded generator per image, so
+each image is the one its job would get alone (within floating-point tolerance).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from PIL import Image
+
+from executor.diffusers.ops.base import Context, OpError, op
+
+SCHEDULERS = {  # sampler name -> (diffusers scheduler class, config overrides)
+    "euler": ("EulerDiscreteScheduler", {}),
+    "euler_a": ("EulerAncestralDiscreteScheduler", {}),
+    "dpm++_2m": ("DPMSolverMultistepScheduler", {"algorithm_type": "dpmsolver++",
+                                                 "solver_order": 2}),
+    "dpm++_2m_karras": ("DPMSolverMultistepScheduler", {"algorithm_type": "dpmsolver++",
+                                                        "solver_order": 2,
+                                                        "use_karras_sigmas": True}),
+    "ddim": ("DDIMScheduler", {}),
+    "unipc": ("UniPCMultistepScheduler", {}),
+}
+PER_IMAGE = ("prompt", "negative", "seed", "init_image", "control_image")
+
+
+def shape(inputs: dict[str, Any]) -> tuple:
+    """What must be equal for two generate calls to share one pipeline call."""
+    loras = tuple((lora["name"], float(lora["weight"])) for lora in inputs.get("loras") or [])
+    size = tuple(inputs["size"]) if inputs.get("size") else None
+    return (inputs["model"], inputs.get("controlnet"), inputs.get("init_image") is None,
+            size, inputs.get("steps"), inputs.get("guidance"), inputs.get("sampler"),
+            inputs.get("strength"), inputs.get("control_scale"), loras)
+
+
+@op(batched=True, shape=shape, device=True)
+def generate(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Image]:
+    return generate_batch(ctx, batch)
+
+
+
+@op(device=True)
+def upscale(ctx: Context, image, scale: float = 2.0, model=None) -> Image.Image:
+    im = ctx.image(image)
+    name = model or ctx.upscaler
+    target = (round(im.width * scale), round(im.height * scale))
+    if name:
+        im = upscale_with_model(ctx, name, im)
+        ctx.used_models.append(name)
+    return im if im.size == target else im.resize(target, Image.Resampling.LANCZOS)
+
+
+def _scheduler(sampler: str | None, original: dict) -> Any:
+    import diffusers
+    overrides: dict[str, Any]
+    if sampler is None:
+        name, overrides = original["_class_name"], {}
+    else:
+        name, overrides = SCHEDULERS[sampler]
+    return getattr(diffusers, name).from_config(original, **overrides)
+
+
+def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Image]:
+    """Images for generate inputs of one shape, in order; one pipeline call."""
+    import torch
+    first = batch[0]
+    if any(shape(inputs) != shape(first) for inputs in batch):
+        raise ValueError("generate_batch needs inputs of one shape")
+    cache = ctx.models
+    model, controlnet = first["model"], first.get("controlnet")
+    if first.get("control_image") is not None and not controlnet:
+        raise OpError("a control image needs a controlnet model")
+    if controlnet and first.get("control_image") is None:
+        raise OpError(f'controlnet "{controlnet}" needs a control image')
+    mode = "txt2img" if first.get("init_image") is None else "img2img"
+    pipe = cache.pipeline(model, mode, controlnet)
+    info = cache.units[model].info
+    cache.use_loras(model, first.get("loras") or [])
+    ctx.used_models.extend([model, *([controlnet] if controlnet else []),
+                            *(lora["name"] for lora in first.get("loras") or [])])
+
+    if first.get("size"):
+        width, height = (int(v) for v in first["size"])
+    else:
+        native = info.entry.size or pipe.unet.config.sample_size * pipe.vae_scale_factor
+        width = height = native
+    width, height = width - width % 8, height - height % 8
+    if min(width, height) < 8:
+        raise OpError(f"size {width}x{height} is too small")
+
+    # A fresh scheduler per call, from the checkpoint's own config (never from whatever
+    # sampler the previous call set).
+    pipe.scheduler = _scheduler(first.get("sampler"), cache.units[model].scheduler)
+    n = len(batch)
+    kwargs: dict[str, Any] = {
+        "prompt": [i["prompt"] for i in batch],
+        "negative_prompt": [i.get("negative") or "" for i in batch],
+        "num_inference_steps": first.get("steps") or info.steps,
+        "guidance_scale": first["guidance"] if first.get("guidance") is not None else info.guidance,
+        # CPU generators: the same seed gives the same noise on any device.
+        "generator": [torch.Generator("cpu").manual_seed(int(i["seed"])) for i in batch],
+        "num_images_per_prompt": 1,
+        "callback_on_step_end": _on_step(ctx),
+    }
+
+    def fit(value: Any) -> Image.Image:
+        return ctx.image(value).resize((width, height), Image.Resampling.LANCZOS)
+
+    control = [fit(i["control_image"]) for i in batch] if controlnet else None
+    if mode == "img2img":
+        kwargs["image"] = [fit(i["init_image"]) for i in batch]  # the size comes from these
+        strength = kwargs["strength"] = first.get("strength", 0.75)
+        # diffusers denoises int(steps * strength) steps: a few steps at a low strength (a
+        # "vary" of a 4-step row) would be none, and the pipeline fails on an empty schedule.
+        if strength > 0 and int(kwargs["num_inference_steps"] * strength) < 1:
+            kwargs["num_inference_steps"] = math.ceil(1 / strength)
+        if controlnet:
+            kwargs["control_image"] = control
+    else:
+        kwargs.update(height=height, width=width)
+        if controlnet:
+            kwargs["image"] = control
+    if controlnet:
+        kwargs["controlnet_conditioning_scale"] = float(first.get("control_scale", 1.0))
+    images = pipe(**kwargs).images
+    if len(images) != n:
+        raise RuntimeError(f"the pipeline made {len(images)} images for {n} prompts")
+    return images
+
+
+def _on_step(ctx: Context):
+    def callback(pipe: Any, step: int, timestep: Any, tensors: dict) -> dict:
+        if ctx.on_step is not None and ctx.on_step(step + 1, pipe.num_timesteps):
+            pipe._interrupt = True
+        return tensors
+    return callback
+
+
+class Interrupted(Exception):
+    """Raised from a legacy step callback, which has no other way to stop a pipeline."""
+
+
+def upscale_with_model(ctx: Context, name: str, image: Image.Image) -> Image.Image:
+    """A diffusers upscaler (e.g. Stable Diffusion x4), conditioned on an empty prompt."""
+    import torch
+    pipe = ctx.models.upscaler(name)
+    steps = ctx.models.units[name].info.steps
+
+    def on_step(step: int, timestep: Any, latents: Any) -> None:
+        if ctx.on_step is not None and ctx.on_step(step + 1, steps):
+            raise Interrupted
+    result = pipe(prompt="", image=image, num_inference_steps=steps,
+                  generator=torch.Generator("cpu").manual_seed(0), callback=on_step,
+                  callback_steps=1)
+    return result.images[0]

@@ -1,0 +1,193 @@
+"""Tiny random-weight demo models, built locally in seconds: nothing is downloaded.
+
+They have the real architectures (UNet, VAE, CLIP text encoders, ControlNet, LoRA) at
+toy sizes, so every template runs end to end on a CPU and every code path the real
+checkpoints take is exercised. Their images are noise; real checkpoints give real
+images. Native size 64 px.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+DEMO_STEPS = 8
+DEMO_GUIDANCE = 5.0
+CHECKPOINTS = ("sd15", "sdxl")
+CONTROLNETS = {"canny_sd15": "sd15", "canny_sdxl": "sdxl"}
+LORAS = {"walnut": ("sd15", 1), "brushed_steel": ("sd15", 2)}  # name -> (family, seed)
+UPSCALERS = ("upscaler",)
+ALL = (*CHECKPOINTS, *CONTROLNETS, *LORAS, *UPSCALERS)
+
+
+def _tokenizer(folder: Path):
+    """A byte-level CLIP tokenizer with no merges: any text, Chinese included, tokenizes."""
+    from transformers import CLIPTokenizer
+
+    from executor.models.families import bytes_to_unicode
+    chars = list(bytes_to_unicode().values())
+    vocab = {c: i for i, c in enumerate(chars + [c + "</w>" for c in chars]
+                                        + ["<|startoftext|>", "<|endoftext|>"])}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    return CLIPTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"),
+                         model_max_length=77)
+
+
+def _text_encoder(vocab_size: int, bos: int, eos: int, projection: bool):
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+    config = CLIPTextConfig(bos_token_id=bos, eos_token_id=eos, pad_token_id=eos,
+                            vocab_size=vocab_size, hidden_size=32, intermediate_size=37,
+                            num_attention_heads=4, num_hidden_layers=3, projection_dim=32)
+    return (CLIPTextModelWithProjection if projection else CLIPTextModel)(config)
+
+
+def _unet_kwargs(family: str) -> dict:
+    common = dict(block_out_channels=(32, 64), layers_per_block=1, norm_num_groups=32,
+                  down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"))
+    if family == "sdxl":
+        # text_time conditioning: 6 size/crop ids x 8 + the pooled text embedding (32)
+        return {**common, "cross_attention_dim": 64, "addition_embed_type": "text_time",
+                "addition_time_embed_dim": 8, "projection_class_embeddings_input_dim": 80,
+                "use_linear_projection": True, "attention_head_dim": (2, 4)}
+    return {**common, "cross_attention_dim": 32, "attention_head_dim": 8}
+
+
+def _scheduler():
+    from diffusers import EulerDiscreteScheduler
+    return EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                                  steps_offset=1, timestep_spacing="leading")
+
+
+def build_checkpoint(family: str, out: Path) -> None:
+    import torch
+    from diffusers import (
+        AutoencoderKL,
+        StableDiffusionPipeline,
+        StableDiffusionXLPipeline,
+        UNet2DConditionModel,
+    )
+    torch.manual_seed({"sd15": 15, "sdxl": 10}[family])
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = _tokenizer(Path(tmp))
+    vocab = len(tok)
+    bos, eos = tok.convert_tokens_to_ids(["<|startoftext|>", "<|endoftext|>"])
+    unet = UNet2DConditionModel(sample_size=32, in_channels=4, out_channels=4,
+                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+                                **_unet_kwargs(family))
+    vae = AutoencoderKL(block_out_channels=(32, 64), in_channels=3, out_channels=3,
+                        down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4,
+                        sample_size=64, norm_num_groups=32)
+    if family == "sdxl":
+        pipe = StableDiffusionXLPipeline(
+            unet=unet, vae=vae, scheduler=_scheduler(),
+            text_encoder=_text_encoder(vocab, bos, eos, False), tokenizer=tok,
+            text_encoder_2=_text_encoder(vocab, bos, eos, True), tokenizer_2=tok)
+    else:
+        pipe = StableDiffusionPipeline(
+            unet=unet, vae=vae, scheduler=_scheduler(),
+            text_encoder=_text_encoder(vocab, bos, eos, False), tokenizer=tok,
+            safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    pipe.save_pretrained(out)
+
+
+def build_controlnet(family: str, out: Path) -> None:
+    import torch
+    from diffusers import ControlNetModel
+    torch.manual_seed({"sd15": 115, "sdxl": 110}[family])
+    kwargs = _unet_kwargs(family)
+    ControlNetModel(in_channels=4, conditioning_embedding_out_channels=(16, 32),
+                    **kwargs).save_pretrained(out)
+
+
+def build_upscaler(out: Path) -> None:
+    """A Stable Diffusion upscaler (the x4 upscaler's design) that doubles the size."""
+    import torch
+    from diffusers import (
+        AutoencoderKL,
+        DDIMScheduler,
+        DDPMScheduler,
+        StableDiffusionUpscalePipeline,
+        UNet2DConditionModel,
+    )
+    torch.manual_seed(4)
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = _tokenizer(Path(tmp))
+    bos, eos = tok.convert_tokens_to_ids(["<|startoftext|>", "<|endoftext|>"])
+    # 7 input channels: the latents and the low-resolution image; noise level as a class.
+    unet = UNet2DConditionModel(sample_size=32, in_channels=7, out_channels=4,
+                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+                                num_class_embeds=1000, **_unet_kwargs("sd15"))
+    vae = AutoencoderKL(block_out_channels=(32, 64), in_channels=3, out_channels=3,
+                        down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4,
+                        norm_num_groups=32, scaling_factor=0.08333)
+    StableDiffusionUpscalePipeline(
+        vae=vae, text_encoder=_text_encoder(len(tok), bos, eos, False), tokenizer=tok, unet=unet,
+        low_res_scheduler=DDPMScheduler(), scheduler=DDIMScheduler(prediction_type="v_prediction"),
+        max_noise_level=350).save_pretrained(out)
+
+
+def build_lora(base: Path, seed: int, out: Path) -> None:
+    """A LoRA on the demo SD UNet's attention, with visible (random, small) weights."""
+    import torch
+    from diffusers import StableDiffusionPipeline, UNet2DConditionModel
+    from peft import LoraConfig
+    from peft.utils import get_peft_model_state_dict
+    unet = UNet2DConditionModel.from_pretrained(base / "unet", local_files_only=True)
+    torch.manual_seed(seed)
+    unet.add_adapter(LoraConfig(r=4, lora_alpha=4, init_lora_weights=False,
+                                target_modules=["to_q", "to_k", "to_v", "to_out.0"]))
+    state = {k: v * 0.5 for k, v in get_peft_model_state_dict(unet).items()}
+    StableDiffusionPipeline.save_lora_weights(out, unet_lora_layers=state,
+                                              safe_serialization=True)
+
+
+def build(folder: Path, names: list[str] | None = None, *, force: bool = False) -> list[str]:
+    """Build the demo models under `folder` (those in `names`, default all) that are
+    missing, or all of them with `force`. Returns what was built. Each model is built
+    in a temporary folder and renamed into place, so a crash leaves no half model."""
+    import logging
+    logging.getLogger("diffusers").setLevel(logging.ERROR)
+    wanted = names or list(ALL)
+    unknown = set(wanted) - set(ALL)
+    if unknown:
+        raise ValueError(f"no demo model {', '.join(sorted(unknown))}")
+    folder.mkdir(parents=True, exist_ok=True)
+    built = []
+    # LoRAs are cut for a checkpoint: build the checkpoints first.
+    order = sorted(wanted, key=lambda n: (n not in CHECKPOINTS, n))
+    for name in order:
+        target = folder / name
+        if target.exists() and not force:
+            continue
+        if name in LORAS and not (folder / LORAS[name][0]).exists():
+            build(folder, [LORAS[name][0]])
+        tmp = Path(tempfile.mkdtemp(dir=folder, prefix=f".{name}-"))
+        try:
+            if name in CHECKPOINTS:
+                build_checkpoint(name, tmp)
+                family = name
+            elif name in CONTROLNETS:
+                build_controlnet(CONTROLNETS[name], tmp)
+                family = CONTROLNETS[name]
+            elif name in UPSCALERS:
+                build_upscaler(tmp)
+                family = "sd15"
+            else:
+                family, seed = LORAS[name]
+                build_lora(folder / family, seed, tmp)
+            (tmp / "genbot.json").write_text(json.dumps({
+                "demo": True, "family": family, "steps": DEMO_STEPS, "guidance": DEMO_GUIDANCE}))
+            if target.exists():
+                shutil.rmtree(target)
+            tmp.rename(target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        built.append(name)
+    return built

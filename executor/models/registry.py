@@ -1,0 +1,223 @@
+"""The model registry: logical names from the config -> what each file or folder is.
+
+Reading what a model is needs no torch: a diffusers folder says it in
+model_index.json or config.json, a .safetensors file in its tensor names. Nothing
+is ever fetched: a name that points nowhere is an error naming the config key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from storage.config import Config
+from templates.settings import ModelEntry, model_path, models
+
+PIPELINES = {  # model_index.json _class_name -> (kind, family)
+    "StableDiffusionPipeline": ("checkpoint", "sd15"),
+    "StableDiffusionImg2ImgPipeline": ("checkpoint", "sd15"),
+    "StableDiffusionXLPipeline": ("checkpoint", "sdxl"),
+    "StableDiffusionXLImg2ImgPipeline": ("checkpoint", "sdxl"),
+    "StableDiffusionUpscalePipeline": ("upscaler", "sd15"),
+}
+DEFAULT_STEPS, DEFAULT_GUIDANCE = 30, {"sd15": 7.5, "sd2": 7.5, "sdxl": 5.0}
+PICKLES = (".ckpt", ".pt", ".pth", ".bin")  # weights that can run code when loaded
+TEXT_WIDTH = {768: "sd15", 1024: "sd2", 2048: "sdxl"}  # cross-attention width -> family
+LORA_FILE = "pytorch_lora_weights.safetensors"
+
+
+class ModelError(Exception):
+    """A model that cannot be used: unknown name, missing files, wrong kind or family."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    path: Path
+    kind: str  # checkpoint | controlnet | lora | upscaler
+    family: str | None  # sd15 | sd2 | sdxl | None when unknown (some LoRAs)
+    single_file: bool
+    entry: ModelEntry
+    defaults: dict  # a demo's genbot.json: steps, guidance
+    model_type: str | None = None  # a single-file checkpoint's, as diffusers names it (v1 …)
+    prediction_type: str | None = None  # SD 2.x: v_prediction (768) or epsilon (512 base)
+
+    @property
+    def config_dir(self) -> str | None:
+        """A configuration folder named in [models]; None: genbot's own (models.families)."""
+        return self.entry.config
+
+    @property
+    def inpainting(self) -> bool:
+        return self.model_type in ("inpainting", "xl_inpaint")
+
+    @property
+    def steps(self) -> int:
+        return self.entry.steps or self.defaults.get("steps") or DEFAULT_STEPS
+
+    @property
+    def guidance(self) -> float:
+        if self.entry.guidance is not None:
+            return self.entry.guidance
+        return self.defaults.get("guidance") or DEFAULT_GUIDANCE.get(self.family or "sd15", 7.5)
+
+
+class Registry:
+    def __init__(self, config: Config):
+        self.config = config
+        self._known: dict[str, ModelInfo] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(models(self.config))
+
+    def size(self, name: str) -> int:
+        """Bytes of a model's files on disk: about what it takes in device memory at
+        16 bits (what placement compares with an executor's budget). 0: not there yet."""
+        path = model_path(self.config, models(self.config)[name])
+        if path.is_file():
+            return path.stat().st_size
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
+    def needs_demo(self) -> list[str]:
+        """Demo models the config names that are not built yet."""
+        return [n for n, e in models(self.config).items()
+                if e.path.startswith("demo:") and not model_path(self.config, e).exists()]
+
+    def get(self, name: str, kind: str | None = None) -> ModelInfo:
+        if name not in self._known:
+            self._known[name] = self._inspect(name)
+        info = self._known[name]
+        if kind and info.kind != kind:
+            raise ModelError(f'model "{name}" is a {info.kind}, not a {kind}')
+        return info
+
+    def _inspect(self, name: str) -> ModelInfo:
+        entry = models(self.config).get(name)
+        if entry is None:
+            raise ModelError(f'no model "{name}" in [models] (known: {", ".join(self.names)})')
+        path = model_path(self.config, entry)
+        where = f'[models] {name} = "{entry.path}"'
+        if not path.exists():
+            hint = " (run `genbot models demo`)" if entry.path.startswith("demo:") else ""
+            raise ModelError(f"{where}: {path} does not exist{hint}")
+        defaults = {}
+        if path.is_dir() and (path / "genbot.json").is_file():
+            defaults = json.loads((path / "genbot.json").read_text())
+        if path.is_dir():
+            kind, family, file = self._folder(path, where)
+        elif path.suffix == ".safetensors":
+            kind, family, model_type, prediction = self._single_file(path, where)
+            file = path
+        elif path.suffix.lower() in PICKLES:
+            raise ModelError(f"{where}: {path.name} is a pickle ({path.suffix}): loading one can "
+                             "run any code in it, so genbot does not; use the model's "
+                             ".safetensors release, or convert it once with a tool you trust")
+        else:
+            raise ModelError(f"{where}: expected a diffusers folder or a .safetensors file")
+        if path.is_dir():
+            model_type = prediction = None
+        family = defaults.get("family", family)
+        if entry.config:
+            entry = replace(entry,
+                            config=str(model_path(self.config, replace(entry, path=entry.config))))
+        return ModelInfo(name, file, kind, family, file.is_file() and kind != "lora", entry,
+                         defaults, model_type, prediction)
+
+    @staticmethod
+    def _folder(path: Path, where: str) -> tuple[str, str | None, Path]:
+        if (path / "model_index.json").is_file():
+            cls = json.loads((path / "model_index.json").read_text()).get("_class_name")
+            if cls not in PIPELINES:
+                raise ModelError(f"{where}: {cls} pipelines are not supported "
+                                 f"(supported: {', '.join(PIPELINES)})")
+            return (*PIPELINES[cls], path)
+        if (path / "config.json").is_file():
+            config = json.loads((path / "config.json").read_text())
+            if config.get("_class_name") == "ControlNetModel":
+                family = "sdxl" if config.get("addition_embed_type") == "text_time" else \
+                    TEXT_WIDTH.get(config.get("cross_attention_dim"), "sd15")
+                return "controlnet", family, path
+        if (path / LORA_FILE).is_file():
+            return "lora", Registry._single_file(path / LORA_FILE, where)[1], path / LORA_FILE
+        raise ModelError(f"{where}: not a diffusers pipeline, ControlNet or LoRA folder")
+
+    @staticmethod
+    def _single_file(path: Path, where: str) -> tuple[str, str | None, str | None, str | None]:
+        """(kind, family, model type, prediction type) of a .safetensors file, from its
+        tensor names and shapes alone (nothing is loaded but SD 2.x's one telling bias)."""
+        from safetensors import safe_open
+        try:
+            with safe_open(str(path), framework="np") as f:
+                keys = list(f.keys())
+                # A LoRA's cross-attention key projection takes the text width: 768 for
+                # SD 1.5, 1024 for SD 2.x, 2048 for SDXL (diffusers/peft and kohya styles).
+                shapes = {k: f.get_slice(k).get_shape() for k in keys
+                          if re.search(r"attn2[._]to_k", k) and ("lora_A" in k or "lora_down" in k)}
+                if any(k.startswith("model.diffusion_model.") for k in keys):
+                    family, model_type, prediction = _checkpoint_family(f, keys, path, where)
+                    kind = "upscaler" if model_type == "upscale" else "checkpoint"
+                    return kind, family, model_type, prediction
+                if any(k.startswith("control_model.") or
+                       k.startswith("controlnet_cond_embedding.") for k in keys):
+                    return ("controlnet", *_controlnet_family(f, keys, where), None)
+        except ModelError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer
+            raise ModelError(f"{where}: not a readable .safetensors file ({e})") from None
+        if any("lora" in k for k in keys):
+            dims = {shape[-1] for shape in shapes.values()}
+            return "lora", TEXT_WIDTH.get(next(iter(dims), 0)), None, None
+        shown = ", ".join(sorted(keys)[:3]) + (" …" if len(keys) > 3 else "")
+        raise ModelError(f"{where}: not a Stable Diffusion checkpoint, LoRA or ControlNet genbot "
+                         f"knows: its {len(keys)} tensors are named like {shown or 'nothing'}")
+
+
+def _checkpoint_family(f, keys: list[str], path: Path,
+                       where: str) -> tuple[str, str, str | None]:
+    """(family, model type, prediction type) of an original-layout checkpoint, by
+    diffusers' own detector (infer_diffusers_model_type)."""
+    from types import SimpleNamespace
+
+    from diffusers.loaders.single_file_utils import infer_diffusers_model_type
+
+    from executor.models import families
+    # Tensor name -> something with its .shape: all diffusers' detector reads.
+    shapes = {k: SimpleNamespace(shape=tuple(f.get_slice(k).get_shape())) for k in keys}
+    model_type = infer_diffusers_model_type(shapes)
+    if model_type not in families.FAMILIES:
+        raise ModelError(f"{where}: a {model_type} checkpoint (as diffusers names it); genbot "
+                         "runs SD 1.5, SD 2.x and SDXL (base, refiner, inpainting) checkpoints "
+                         "and the x4 upscaler")
+    prediction = None
+    if model_type == "v2":
+        key = "model.diffusion_model.output_blocks.11.1.transformer_blocks.0.norm1.bias"
+        bias = {key: _tensor(path, key)} if key in shapes else {}
+        prediction = families.v2_prediction_type(bias)
+    return families.family(model_type, prediction).family, model_type, prediction
+
+
+def _controlnet_family(f, keys: list[str], where: str) -> tuple[str, str]:
+    """(family, the model type whose UNet it mirrors) of a single-file ControlNet, in the
+    original layout (control_model.*) or diffusers' own naming."""
+    if "add_embedding.linear_1.weight" in keys:  # SDXL: only diffusers-named files exist
+        if "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_k.weight" not in keys:
+            raise ModelError(f"{where}: a reduced SDXL ControlNet (small or mid): give its "
+                             'diffusers folder instead, or config = "<that folder>"')
+        return "sdxl", "xl_base"
+    widths = {f.get_slice(k).get_shape()[-1] for k in keys
+              if re.search(r"transformer_blocks\.0\.attn2\.to_k\.weight$", k)}
+    width = next(iter(widths), 0)
+    if width not in (768, 1024):
+        raise ModelError(f"{where}: a ControlNet whose text width ({width or 'none'}) is no "
+                         "SD 1.5 (768) or SD 2.x (1024) one")
+    return TEXT_WIDTH[width], "v1" if width == 768 else "v2"
+
+
+def _tensor(path: Path, key: str):
+    """One tensor, read by torch (numpy has no bfloat16, which many files are in)."""
+    from safetensors import safe_open
+    with safe_open(str(path), framework="pt") as f:
+        return f.get_tensor(key)

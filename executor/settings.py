@@ -1,0 +1,49 @@
+"""The executor's settings: its device, how it batches, caches models, and guards
+against leaks ([executor]; the loader is storage.config)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from storage.config import key, section
+
+
+@section("executor", order=70)
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """The GPU executor: its device, how it batches, caches models, and guards against leaks."""
+
+    device: str = key("auto", "auto picks cuda, then mps, then cpu; or name one: cpu, cuda, "
+                      "cuda:1, mps.")
+    dtype: str = key("auto", "auto: bfloat16 on CUDA GPUs that support it, else float16; "
+                     "float16 on mps; float32 on the CPU.",
+                     choices=("auto", "float32", "float16", "bfloat16"))
+    max_batch: int = key(4, "Images one pipeline call may make for jobs of one batch with the same "
+                         "shape (model, size, steps, LoRAs). 1 turns micro-batching off.",
+                         min=1, max=64)
+    finish_threads: int = key(2, "Threads that finish jobs beside the GPU (pillow ops, encoding, "
+                              "saving, uploading) while it makes the next image. 0: finish "
+                              "each job on the GPU's own thread before the next one starts.",
+                              min=0, max=16)
+    models: list[str] = key((), "Models (names from [models]) this executor takes jobs for, e.g. "
+                            "[\"sdxl\"] on a small GPU; empty: every model whose files fit its "
+                            "device memory. Jobs for other models are left to other executors.")
+    vram_budget_gb: float = key(0.0, "Memory the model cache may keep on the device; past it the "
+                                "least recently used model moves to CPU RAM. 0: 85% of the "
+                                "device's memory (no limit on the CPU).", min=0, max=4096)
+    ram_budget_gb: float = key(16.0, "CPU RAM for models moved off the device; past it the least "
+                               "recently used is dropped.", min=0, max=4096)
+    job_timeout: float = key(900.0, "Seconds a job may run before it is stopped and failed.",
+                             min=1, max=86_400)
+    progress_interval: float = key(1.0, "Least seconds between two progress events of a job "
+                                   "(the first and last step always go out).", min=0, max=600)
+    memory_drift_mb: float = key(2048.0, "Growth of memory in use between jobs, beyond what it was "
+                                 "after the models loaded, that drops and rebuilds the model "
+                                 "cache (a leak guard). 0: off.", min=0, max=1_000_000)
+    recycle_after_jobs: int = key(0, "Restart the executor process after this many jobs "
+                                  "(0: never); the service starts a fresh one at once.",
+                                  min=0, max=10_000_000)
+    recycle_on_drift: bool = key(False, "On memory drift restart the executor process instead of "
+                                 "rebuilding the cache.")
+    upscaler: str = key("", "Model (from [models]) the upscale op uses when a template names none. "
+                        "Empty: high-quality resampling (Lanczos).")

@@ -1,0 +1,383 @@
+"""ComfyUI templates: a team's own API-format workflow, its inputs bound to sheet columns.
+
+The workflow file ("Save (API Format)" in ComfyUI: node id -> {class_type, inputs,
+_meta}) stays beside the template, untouched. The template gives typed parameters —
+the same types, aliases, checks and sheet intake as genbot's own templates — each with
+`"to"`: the node inputs it sets, by node id or by the node's title (`_meta.title`, what
+people set in ComfyUI), e.g. `"to": ["Positive.text", "3.seed"]`. Everything is checked
+when the template loads, from the file alone; what a server lacks (a node class, a
+model file) is the executor's check, against that server (executor.comfyui.worker).
+
+`import_workflow` writes such a template from a workflow with its bindings guessed.
+Nothing here talks to a server or loads torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from storage.names import shown
+from templates.jsonfile import JsonFileError, read_json
+from templates.params import normalize_header
+
+ENGINE = "comfyui"
+TEMPLATE_KEYS = ("name", "description", "engine", "workflow", "params", "output", "vary_image")
+# What a parameter may set, by the literal the workflow holds there.
+PARAM_TYPES = ("text", "int", "float", "bool", "seed", "choice", "image")
+SAMPLERS = ("KSampler", "KSamplerAdvanced")
+WORKFLOW_MAX_BYTES = 16 * 2**20  # exported workflows are kilobytes; each job stores a copy
+UI_FORMAT = ("this is a ComfyUI workflow in the UI format (it has \"nodes\" and \"links\"); "
+             "export it for the API instead: in ComfyUI, Workflow → Export (API), or "
+             "Save (API Format) with dev mode on")
+
+
+class WorkflowError(ValueError):
+    """A file that is not a usable API-format workflow: where, and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One node input a parameter sets."""
+    node: str  # the node's id in the workflow
+    input: str
+    written: str  # as the template wrote it ("Positive.text")
+
+
+@dataclass(frozen=True)
+class ComfyGraph:
+    file: str  # the workflow file, as the template names it
+    prompt: dict[str, Any]  # the API-format graph, as the file has it
+    targets: dict[str, tuple[Target, ...]]  # parameter -> the inputs it sets
+
+    def title(self, node: str) -> str:
+        meta = self.prompt.get(node, {}).get("_meta") or {}
+        return str(meta.get("title") or self.prompt.get(node, {}).get("class_type") or node)
+
+
+def read_workflow_file(path: Path, file: str | None = None) -> tuple[bytes, dict[str, Any]]:
+    """The file's bytes (kept as they are) and its workflow, checked (`read_workflow`);
+    else WorkflowError, one line. `file`: how messages name it (default: the path)."""
+    try:
+        raw, data = read_json(path, WORKFLOW_MAX_BYTES, file)
+    except JsonFileError as e:
+        raise WorkflowError(str(e)) from None
+    return raw, read_workflow(data, str(path) if file is None else file)
+
+
+def read_workflow(data: Any, file: str) -> dict[str, Any]:
+    """`data` checked to be an API-format workflow, else WorkflowError saying why and
+    where (the node id, the key): every node an object with a string class_type, an
+    object of inputs and, if any, an object _meta whose title is a string — what the
+    binding, the import and the executor then rely on without looking again."""
+    if isinstance(data, dict) and isinstance(data.get("nodes"), list) and "links" in data:
+        raise WorkflowError(f"{file}: {UI_FORMAT}")
+    if isinstance(data, dict) and isinstance(data.get("prompt"), dict) and "client_id" in data:
+        data = data["prompt"]  # a /prompt request body saved whole
+    if isinstance(data, dict) and isinstance(data.get("params"), dict) \
+            and "class_type" not in data["params"] and ("nodes" in data or "engine" in data):
+        raise WorkflowError(f"{file}: this is a genbot template, not a ComfyUI workflow")
+    if not isinstance(data, dict):
+        raise WorkflowError(f"{file}: {_kind(data)}, not a ComfyUI API-format workflow "
+                            "(expected an object of nodes: id -> {class_type, inputs})")
+    if not data:
+        raise WorkflowError(f"{file}: no nodes (expected an object of nodes: id -> "
+                            "{class_type, inputs})")
+    for nid, node in data.items():
+        if not nid.strip():
+            raise WorkflowError(f'{file}: node "{shown(nid)}": a node id cannot be blank')
+        where = f"{file}: node {shown(nid)}"
+        if not isinstance(node, dict):
+            raise WorkflowError(f"{where}: {_kind(node)}, expected an object "
+                                "{class_type, inputs} — not a ComfyUI API-format workflow")
+        kind = node.get("class_type")
+        if kind is None:
+            raise WorkflowError(f"{where}: no class_type — not a ComfyUI API-format workflow")
+        if not isinstance(kind, str) or not kind.strip():
+            raise WorkflowError(f"{where}: class_type is {_kind(kind)}, expected the node "
+                                "class's name")
+        if "inputs" not in node:
+            raise WorkflowError(f"{where} ({shown(kind)}): no inputs (an API-format node has "
+                                "\"inputs\": {...}, empty when it takes none)")
+        if not isinstance(node["inputs"], dict):
+            raise WorkflowError(f"{where} ({shown(kind)}): inputs is {_kind(node['inputs'])}, "
+                                "expected an object of input name -> value")
+        meta = node.get("_meta")
+        if meta is not None and not isinstance(meta, dict):
+            raise WorkflowError(f"{where} ({shown(kind)}): _meta is {_kind(meta)}, expected an "
+                                "object such as {\"title\": \"Positive\"}")
+        if meta and meta.get("title") is not None and not isinstance(meta["title"], str):
+            raise WorkflowError(f"{where} ({shown(kind)}): _meta.title is {_kind(meta['title'])}, "
+                                "expected text")
+    return data
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, for people: "a list", "a number" …"""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return "a string" if isinstance(value, str) else "a number"
+
+
+def is_link(value: Any) -> bool:
+    """An input fed by another node's output: [node id, output index]."""
+    return (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str)
+            and isinstance(value[1], int) and not isinstance(value[1], bool))
+
+
+def resolve_target(prompt: dict[str, Any], written: str) -> Target:
+    """"6.text" or "Positive.text" -> the node input, or ValueError saying what is wrong.
+    A node id wins over a title; a title must name one node."""
+    node, dot, name = written.rpartition(".")
+    if not dot or not node or not name:
+        raise ValueError(f'"{written}" is not NODE.input (a node id or title, a dot, an '
+                         "input name), e.g. \"6.text\" or \"Positive.text\"")
+    if node not in prompt:
+        titled = [nid for nid, n in prompt.items()
+                  if str((n.get("_meta") or {}).get("title", "")) == node]
+        if len(titled) > 1:
+            raise ValueError(f'the title "{node}" names nodes {", ".join(titled)}: bind by id, '
+                             f'e.g. "{titled[0]}.{name}"')
+        if not titled:
+            known = sorted({*prompt, *(str((n.get("_meta") or {}).get("title"))
+                                       for n in prompt.values() if n.get("_meta"))})
+            raise ValueError(f'no node "{node}" (by id or title) in the workflow; it has '
+                             + ", ".join(known[:20]))
+        node = titled[0]
+    inputs = prompt[node].get("inputs", {})
+    if name not in inputs:
+        raise ValueError(f'node {node} ({prompt[node]["class_type"]}) has no input "{name}"; '
+                         f"it has {', '.join(inputs) or 'none'}")
+    return Target(node, name, written)
+
+
+def fits(kind: str, literal: Any) -> str | None:
+    """Why a parameter of type `kind` cannot replace `literal`, or None if it can."""
+    if is_link(literal):
+        return (f"is fed by node {literal[0]} (a link, not a value): bind an input that "
+                "holds a value")
+    ok = {"text": isinstance(literal, str), "choice": isinstance(literal, str),
+          "image": isinstance(literal, str),
+          "int": isinstance(literal, int) and not isinstance(literal, bool),
+          "seed": isinstance(literal, int) and not isinstance(literal, bool),
+          "float": isinstance(literal, (int, float)) and not isinstance(literal, bool),
+          "bool": isinstance(literal, bool)}[kind]
+    return None if ok else f"holds {json.dumps(literal)[:40]}, which a {kind} cannot replace"
+
+
+def bind_comfy(graph: ComfyGraph, params: dict[str, Any],
+               values: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    """A copy of the workflow with this row's values set, and the pictures to upload
+    ([node, input, stored path]: the executor sends each and puts its server name in)."""
+    prompt = copy.deepcopy(graph.prompt)
+    uploads = []
+    for name, targets in graph.targets.items():
+        value = values.get(name)
+        if value is None:
+            continue  # left as the workflow has it
+        for t in targets:
+            if params[name].type == "image":
+                uploads.append((t.node, t.input, value))
+            prompt[t.node]["inputs"][t.input] = value
+    return prompt, uploads
+
+
+# --- import: a template from a workflow, bindings guessed ---------------------------------
+
+# ComfyUI's own limits for the inputs import makes columns of (nodes.py and
+# comfy_extras/nodes_sd3.py INPUT_TYPES: min, max, step), used unless the import asks a
+# server, whose /object_info says what it allows (`object_info_limits`).
+COMFY_LIMITS: dict[str, dict[str, tuple[float, float, float]]] = {
+    "KSampler": {"steps": (1, 10000, 1), "cfg": (0.0, 100.0, 0.1), "denoise": (0.0, 1.0, 0.01)},
+    "KSamplerAdvanced": {"steps": (1, 10000, 1), "cfg": (0.0, 100.0, 0.1)},
+    "EmptyLatentImage": {"width": (16, 16384, 8), "height": (16, 16384, 8)},
+    "EmptySD3LatentImage": {"width": (16, 16384, 16), "height": (16, 16384, 16)},
+    "LoraLoader": {"strength_model": (-100.0, 100.0, 0.01),
+                   "strength_clip": (-100.0, 100.0, 0.01)},
+}
+NOTHING_TO_BIND = ("found nothing to make a column of (a sampler's CLIPTextEncode prompt, "
+                   "seed, steps, cfg; an EmptyLatentImage's size; a LoadImage; a checkpoint "
+                   "or LoRA loader): write the template's \"to\" bindings by hand "
+                   "(docs/comfyui.md)")
+
+
+def object_info_limits(info: dict[str, Any], kind: str, name: str) -> tuple[float, float,
+                                                                             float | None] | None:
+    """(min, max, step) a server's /object_info gives node class `kind`'s number input
+    `name` (["INT" | "FLOAT", {"min": …, "max": …, "step": …}]), or None where it says
+    nothing usable."""
+    spec = info.get(kind)
+    inputs = spec.get("input") if isinstance(spec, dict) else None
+    if not isinstance(inputs, dict):
+        return None
+    for group in ("required", "optional"):
+        entry = inputs.get(group)
+        entry = entry.get(name) if isinstance(entry, dict) else None
+        if not (isinstance(entry, list) and len(entry) > 1 and entry[0] in ("INT", "FLOAT")
+                and isinstance(entry[1], dict)):
+            continue
+        low, high, step = entry[1].get("min"), entry[1].get("max"), entry[1].get("step")
+        if _finite(low) and _finite(high) and low <= high:
+            return low, high, (step if _finite(step) and step > 0 else None)
+    return None
+
+
+def _finite(value: Any) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def import_workflow(data: Any, file: str, name: str, info: dict[str, Any] | None = None,
+                    ) -> tuple[dict[str, Any], list[str]]:
+    """The template (as JSON data) for the workflow in `data`, and one line per column it
+    made, saying what the column sets. `info`: a ComfyUI server's /object_info, whose
+    limits the number columns take (default: ComfyUI's own, COMFY_LIMITS).
+
+    A column joins inputs that hold the same value (a base and a refiner sampler's
+    steps); an input holding another value gets a column of its own, so an empty cell
+    leaves each node as the workflow has it."""
+    prompt = read_workflow(data, file)
+    params: dict[str, dict[str, Any]] = {}
+    nodes: dict[str, list[str]] = {}  # column -> the node ids it sets, for `said`
+    bound: set[tuple[str, str]] = set()
+
+    def bind(column: str, spec: dict[str, Any], node: str, inp: str) -> None:
+        if (node, inp) in bound:  # one input, one column
+            return
+        if column in params and "default" in spec \
+                and params[column].get("default") != spec["default"]:
+            column = _column(column, params, node)  # another value: its own column
+        if column not in params:
+            params[column], nodes[column] = {**spec, "to": []}, []
+        else:  # the range every input it sets allows
+            have = params[column]
+            if "min" in spec:
+                have["min"] = max(have.get("min", spec["min"]), spec["min"])
+            if "max" in spec:
+                have["max"] = min(have.get("max", spec["max"]), spec["max"])
+        params[column]["to"].append(f"{node}.{inp}")
+        nodes[column].append(node)
+        bound.add((node, inp))
+
+    def number(column: str, kind: str, node: str, inp: str, help_: str) -> None:
+        """A number column with the range ComfyUI (or the server) allows for that input."""
+        value, cls = prompt[node]["inputs"][inp], prompt[node]["class_type"]
+        limits = object_info_limits(info, cls, inp) if info is not None else None
+        source = "the server"
+        if limits is None:
+            limits, source = COMFY_LIMITS.get(cls, {}).get(inp), "ComfyUI"
+        bounds: dict[str, Any] = {}
+        if limits is not None:
+            low, high, step = limits
+            if not low <= value <= high:
+                raise WorkflowError(f"{file}: node {shown(node)} ({shown(cls)}): {inp} is "
+                                    f"{value}, outside the {low:g}..{high:g} {source} allows")
+            bounds = {"min": math.ceil(low), "max": math.floor(high)} if kind == "int" \
+                else {"min": float(low), "max": float(high)}
+            if kind == "int" and step and step > 1:
+                help_ += f" (a multiple of {step:g})"
+        spec = {"type": kind, **bounds, "default": value, "help": help_}
+        bind(column, spec, node, inp)
+
+    def text_node(link: Any) -> str | None:
+        """The CLIPTextEncode-like node whose text feeds a conditioning link."""
+        if not is_link(link) or link[0] not in prompt:
+            return None
+        text = prompt[link[0]]["inputs"].get("text")
+        return link[0] if isinstance(text, str) else None
+
+    samplers = [nid for nid, n in prompt.items() if n["class_type"] in SAMPLERS]
+    for nid in samplers:
+        inputs = prompt[nid]["inputs"]
+        positive, negative = text_node(inputs.get("positive")), text_node(inputs.get("negative"))
+        if positive:
+            bind("prompt", {"type": "text", "required": True,
+                            "help": "What to make (the positive prompt)",
+                            "example": prompt[positive]["inputs"]["text"].strip()},
+                 positive, "text")
+        if negative and negative != positive:
+            bind("negative", {"type": "text", "default": prompt[negative]["inputs"]["text"],
+                              "help": "What to avoid (the negative prompt)"}, negative, "text")
+        for key in ("seed", "noise_seed"):
+            if _whole(inputs.get(key)):
+                bind("seed", {"type": "seed", "help": "Empty: a random seed, stored with the "
+                              "job"}, nid, key)
+        if _whole(inputs.get("steps")):
+            number("steps", "int", nid, "steps", "Sampling steps")
+        if _finite(inputs.get("cfg")):
+            number("cfg", "float", nid, "cfg", "Guidance (CFG)")
+        if _finite(inputs.get("denoise")) and inputs["denoise"] < 1:  # img2img: its strength
+            number("denoise", "float", nid, "denoise",
+                   "How much of the picture is redrawn (0: none, 1: all)")
+    for nid, node in prompt.items():
+        inputs, kind = node["inputs"], node["class_type"]
+        if kind in ("EmptyLatentImage", "EmptySD3LatentImage"):
+            for key in ("width", "height"):
+                if _whole(inputs.get(key)):
+                    number(key, "int", nid, key, f"Image {key} in pixels")
+        elif kind == "LoadImage" and isinstance(inputs.get("image"), str):
+            bind(_column("image", params, nid), {
+                "type": "image", "required": True,
+                "help": f"The picture for {shown(_title(prompt, nid))}",
+                "example": inputs["image"]}, nid, "image")
+        elif isinstance(inputs.get("ckpt_name"), str):
+            bind(_column("checkpoint", params, nid), {
+                "type": "choice", "choices": [inputs["ckpt_name"]],
+                "default": inputs["ckpt_name"],
+                "help": "The checkpoint file on the ComfyUI server (add the others to "
+                        "choices)"}, nid, "ckpt_name")
+        if kind == "LoraLoader" and isinstance(inputs.get("lora_name"), str):
+            column = _column("lora", params, nid)
+            bind(column, {"type": "choice", "choices": [inputs["lora_name"]],
+                          "default": inputs["lora_name"],
+                          "help": "The LoRA file on the ComfyUI server (add the others to "
+                                  "choices)"}, nid, "lora_name")
+            if _finite(inputs.get("strength_model")):
+                number(_column(f"{column}_strength", params), "float", nid, "strength_model",
+                       "How strongly the LoRA applies")
+    if not params:
+        raise WorkflowError(f"{file}: {NOTHING_TO_BIND}")
+    said = [f"{column} ({spec['type']}) → "
+            + ", ".join(f"{shown(to)} [{shown(_title(prompt, node))}]"
+                        for to, node in zip(spec["to"], nodes[column]))
+            for column, spec in params.items()]
+    template = {"name": name, "engine": ENGINE, "workflow": f"{name}.workflow.json",
+                "description": f"ComfyUI workflow imported from {Path(file).name}",
+                "params": params, "output": "{row}.png"}
+    return template, said
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _title(prompt: dict[str, Any], nid: str) -> str:
+    node = prompt.get(nid, {})
+    return str((node.get("_meta") or {}).get("title") or node.get("class_type") or nid)
+
+
+def _column(base: str, params: dict[str, Any], nid: str | None = None) -> str:
+    """A column name no other column has (compared as sheet headers are: case-free):
+    `base`, then `base_NODE` with the node id made a name (subgraph node `20:5` →
+    `image_20_5`: letters, digits and _ only, as parameter names are), then numbered."""
+    taken = {normalize_header(p) for p in params}
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", nid or "").strip("_")[:40]
+    candidates = [base, f"{base}_{slug}"] if slug else [base]
+    for candidate in candidates:
+        if normalize_header(candidate) not in taken:
+            return candidate
+    n = 2
+    while normalize_header(f"{candidates[-1]}_{n}") in taken:
+        n += 1
+    return f"{candidates[-1]}_{n}"

@@ -1,0 +1,183 @@
+"""The template layer's settings: where templates come from, the models they may name,
+and the ComfyUI servers that run ComfyUI templates.
+
+These are the settings both sides read: the bot checks a template's models against
+[models] (and says which are genbot's demo models), draws contact sheets in [templates]
+font and starts one executor per [comfyui] server; the executor loads the models,
+draws text in the font and drives the servers. (storage.config is the loader.)
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from storage.config import Config, ConfigError, key, section, table
+from templates.loader import shipped_dir
+
+
+@section("templates", order=50)
+@dataclass(frozen=True)
+class TemplatesConfig:
+    """Workflow templates: JSON files, checked at start-up and on demand."""
+
+    dir: str = key("", "Folder of *.json templates. Empty: the templates shipped with genbot.")
+    font: str = key("", "TrueType/OpenType font for text, watermarks and contact sheets. "
+                    "Empty: the bundled WenQuanYi Micro Hei, which covers Chinese and Latin.")
+
+
+def templates_dir(config: Config) -> Path:
+    """The folder templates are read from: [templates] dir, else the shipped ones."""
+    folder = config[TemplatesConfig].dir
+    return config.path(folder) if folder else shipped_dir()
+
+
+@section("comfyui", order=60)
+@dataclass(frozen=True)
+class ComfyUIConfig:
+    """ComfyUI servers a team already runs: genbot queues, they generate (docs/comfyui.md)."""
+
+    servers: list[str] = key((), "ComfyUI servers (http://host:8188) for templates with "
+                             "\"engine\": \"comfyui\"; genbot serve runs one executor for each. "
+                             "Empty: none (genbot worker --comfyui URL runs one anywhere).")
+    connect_timeout: float = key(10.0, "Seconds to connect to a server before it counts as down.",
+                                 min=0.1, max=600)
+    backoff_max: float = key(60.0, "Longest wait, in seconds, between tries to reach a server "
+                             "that is down; the wait doubles from 1 s.", min=0.1, max=3600)
+    free_after_jobs: int = key(0, "Ask the server to unload its models and free memory (POST "
+                               "/free) after this many jobs (0: never; [executor] "
+                               "recycle_after_jobs applies too).", min=0, max=10_000_000)
+
+    def check(self, source: str) -> None:
+        for url in self.servers:
+            if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+                raise ConfigError(f'{source}: [comfyui] servers: "{url}": expected a ComfyUI '
+                                  'server\'s address such as "http://127.0.0.1:8188"')
+        if len({u.rstrip("/") for u in self.servers}) != len(self.servers):
+            raise ConfigError(f"{source}: [comfyui] servers: a server is named twice (one "
+                              "executor per server: it gets one prompt at a time)")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A logical model name -> where its weights are, and defaults a sheet may leave empty."""
+
+    path: str  # a diffusers folder, a .safetensors file, or "demo:<name>" (built by genbot)
+    steps: int | None = None  # None: the model's own (a demo's genbot.json, else 30)
+    guidance: float | None = None
+    size: int | None = None  # None: the model's native resolution
+    # For a single-file checkpoint: a diffusers folder of the same family to take the
+    # configuration (and tokenizers) from. None: genbot's own for the family it detects
+    # (executor.models.families); needed only for what genbot does not ship (a ControlNet file).
+    config: str | None = None
+
+
+# The demo models `genbot models demo` builds (tiny, random weights; images are noise).
+# The shipped templates name these, so a fresh install runs every template on a CPU.
+DEMO_MODELS = {
+    "sd15": ModelEntry("demo:sd15"),
+    "sdxl": ModelEntry("demo:sdxl"),
+    "canny_sd15": ModelEntry("demo:canny_sd15"),
+    "canny_sdxl": ModelEntry("demo:canny_sdxl"),
+    "walnut": ModelEntry("demo:walnut"),
+    "brushed_steel": ModelEntry("demo:brushed_steel"),
+    "upscaler": ModelEntry("demo:upscaler"),  # used when [executor] upscaler = "upscaler"
+}
+MODEL_KEYS = ("path", "steps", "guidance", "size", "config")
+
+
+@table("models", order=65)
+@dataclass(frozen=True)
+class ModelsConfig:
+    """[models]: logical model name -> its weights. Names given replace the demo models."""
+
+    entries: Mapping[str, ModelEntry]
+
+    @classmethod
+    def parse(cls, body: Any, source: str, env: Mapping[str, str]) -> ModelsConfig:
+        if not isinstance(body, dict):
+            raise ConfigError(f"{source}: models must be a [models] table of name = \"path\"")
+        entries = dict(DEMO_MODELS)
+        entries.update({name: _model_entry(name, value, f"{source}: [models] {name}")
+                        for name, value in body.items()})
+        for var, raw in env.items():
+            if var.startswith(cls.env_prefix()):
+                model = var.removeprefix(cls.env_prefix()).lower()
+                entries[model] = _model_entry(model, raw, f"environment {var}")
+        return cls(entries)
+
+    @classmethod
+    def env_prefix(cls) -> str:
+        return "GENBOT_MODELS_"
+
+    @classmethod
+    def example(cls) -> list[str]:
+        return [
+            "# Logical model name -> weights: a diffusers folder (SD 1.5, SD 2.x or SDXL family, a",
+            "# ControlNet, an upscaler), a single-file .safetensors checkpoint (its family told",
+            "# from its tensors, no config needed), or a LoRA .safetensors file (kohya or",
+            "# diffusers). Loaded strictly offline; `genbot models pull REPO --write` fetches and",
+            "# adds one (docs/models.md). A table sets defaults a sheet may leave empty:",
+            '#   sdxl = { path = "/models/sdxl-base", steps = 30, guidance = 5.0 }',
+            '#   dreamshaper = "/models/checkpoints/dreamshaper_8.safetensors"',
+            "# Names given here replace the defaults below, which are genbot's demo models: tiny,",
+            "# random weights (their images are noise), built on first start or by",
+            "# `genbot models demo`, so every shipped template runs on a CPU out of the box.",
+            "[models]",
+            *(f'{name} = "{entry.path}"' for name, entry in DEMO_MODELS.items())]
+
+    def demo(self, names: Any) -> list[str]:
+        """Which of these model names are genbot's demo models (their images are noise)."""
+        return sorted({n for n in names if n in self.entries
+                       and self.entries[n].path.startswith("demo:")})
+
+
+def models(config: Config) -> Mapping[str, ModelEntry]:
+    return config[ModelsConfig].entries
+
+
+def models_dir(config: Config) -> Path:
+    """Where genbot keeps models it builds or pulls (the demo models under demo/)."""
+    return config.data_dir / "models"
+
+
+def model_path(config: Config, entry: ModelEntry) -> Path:
+    if entry.path.startswith("demo:"):
+        return models_dir(config) / "demo" / entry.path.removeprefix("demo:")
+    return config.path(entry.path)
+
+
+def _model_entry(name: str, value: Any, where: str) -> ModelEntry:
+    if not name or not name.replace("_", "a").replace("-", "a").isalnum():
+        raise ConfigError(f"{where}: a model name is letters, digits, _ and -")
+    if isinstance(value, str):
+        value = {"path": value}
+    if not isinstance(value, dict):
+        raise ConfigError(f'{where}: expected "path" or {{ path = "...", steps = 30 }}')
+    for k in value:
+        if k not in MODEL_KEYS:
+            close = difflib.get_close_matches(k, MODEL_KEYS, n=1, cutoff=0.6)
+            hint = f" — did you mean {close[0]}?" if close else ""
+            raise ConfigError(f"{where}: unknown key {k}{hint}; expected {', '.join(MODEL_KEYS)}")
+    path = value.get("path")
+    if not isinstance(path, str) or not path.strip():
+        raise ConfigError(f"{where}: path: expected a diffusers folder, a .safetensors file "
+                          'or "demo:<name>"')
+    # key -> (the number types it takes, lowest, highest); type[float] admits int
+    checks: dict[str, tuple[type[float] | tuple[type[float], ...], int, int]] = {
+        "steps": (int, 1, 200), "guidance": ((int, float), 0, 50), "size": (int, 64, 8192)}
+    for k, (kind, low, high) in checks.items():
+        v = value.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, kind)
+                              or not low <= v <= high):
+            raise ConfigError(f"{where}: {k} = {v!r}: expected a number from {low} to {high}")
+    guidance = value.get("guidance")
+    config = value.get("config")
+    if config is not None and (not isinstance(config, str) or not config.strip()):
+        raise ConfigError(f"{where}: config: expected the path of a diffusers folder")
+    return ModelEntry(path, value.get("steps"), None if guidance is None else float(guidance),
+                      value.get("size"), config)

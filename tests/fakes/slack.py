@@ -1,0 +1,388 @@
+"""A Slack Web API on loopback, speaking what genbot and slack_sdk call, with fault switches;
+and helpers that sign requests as Slack does and post them to the service's /slack/events."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from urllib.parse import urlencode
+
+import aiohttp
+from aiohttp import web
+from slack_sdk.signature import SignatureVerifier
+
+from tests.fakes.chat import ServiceWorld
+
+TOKEN = "xoxb-test-token"
+APP_TOKEN = "xapp-test-token"
+SECRET = "test-signing-secret"
+BOT = "UBOT"
+LOGIN_PAGE = "<!DOCTYPE html><html><body>Sign in to Slack</body></html>"
+
+
+class FakeSlack:
+    def __init__(self):
+        # what the bot posted: channel, ts, thread_ts, text, blocks, updates
+        self.messages: list[dict] = []
+        # what the bot uploaded: id, name, data, channel, thread_ts, comment
+        self.files: list[dict] = []
+        self.shared: dict[str, dict] = {}  # files people shared: id -> {name, data}
+        self.responses: list[dict] = []  # posts to response_url
+        self.views: list[dict] = []  # modals opened: {"id", "trigger_id", "view"}
+        self.ephemeral: list[dict] = []  # chat.postEphemeral: channel, user, text, thread_ts
+        self.people: dict[str, dict] = {}  # users.info answers
+        self.faults: list[tuple[int, dict]] = []  # (status, headers) for the next Web API calls
+        self.calls: Counter = Counter()
+        self._ts = itertools.count(1)
+        self._ids = itertools.count(1)
+        self._uploads: dict[str, dict] = {}
+        self.not_in: set[str] = set()  # channels the bot was never invited to
+        self.sockets: list[web.WebSocketResponse] = []  # Socket Mode connections
+        self.acks: list[dict] = []  # what came back over them
+        # Stall the upload that completes after this many: the test kills the service meanwhile.
+        self.stall_after: int | None = None
+        self.stalled = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def start(self) -> FakeSlack:
+        app = web.Application(client_max_size=64 * 2**20)
+        app.router.add_post("/api/{method}", self.api)
+        app.router.add_get("/api/{method}", self.api)
+        app.router.add_get("/download/{id}", self.download)
+        app.router.add_post("/upload/{id}", self.upload)
+        app.router.add_post("/respond/{id}", self.respond)
+        app.router.add_get("/socket", self.socket)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.base = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+        return self
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.base}/api/"
+
+    # --- what people do -------------------------------------------------------------
+    def share(self, name: str, data: bytes, *, complete: bool = True) -> dict:
+        """A file a person shares, as a file_share event lists it."""
+        fid = f"F{next(self._ids):04d}"
+        self.shared[fid] = {"name": name, "data": data}
+        if not complete:  # Slack sometimes sends only the id: files.info tells the rest
+            return {"id": fid, "file_access": "check_file_info"}
+        return self._file(fid)
+
+    def _file(self, fid: str) -> dict:
+        f = self.shared[fid]
+        return {"id": fid, "name": f["name"], "title": f["name"], "size": len(f["data"]),
+                "mimetype": "application/octet-stream",
+                "url_private": f"{self.base}/download/{fid}",
+                "url_private_download": f"{self.base}/download/{fid}?dl=1"}
+
+    def response_url(self) -> str:
+        return f"{self.base}/respond/{next(self._ids)}"
+
+    # --- reading what the bot did -------------------------------------------------------
+    def thread(self, ts: str) -> list[dict]:
+        """Everything in a thread, messages and files, in the order posted."""
+        items = [m for m in self.messages if m["thread_ts"] == ts] + \
+            [f for f in self.files if f["thread_ts"] == ts]
+        return sorted(items, key=lambda x: x["order"])
+
+    def top(self, channel: str) -> list[dict]:
+        return [m for m in self.messages if m["channel"] == channel and not m["thread_ts"]]
+
+    # --- the Web API ------------------------------------------------------------------
+    async def api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        self.calls[method] += 1
+        args = dict(request.query)
+        if request.content_type == "application/json":
+            args.update(await request.json())
+        elif request.can_read_body:
+            args.update(await request.post())
+        token = (request.headers.get("Authorization", "").removeprefix("Bearer ")
+                 or args.get("token"))
+        if token != (APP_TOKEN if method == "apps.connections.open" else TOKEN):
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        if self.faults and method not in ("auth.test", "users.info"):
+            status, headers = self.faults.pop(0)
+            error = "ratelimited" if status == 429 else "internal_error"
+            return web.json_response({"ok": False, "error": error}, status=status, headers=headers)
+        if method == "files.completeUploadExternal" and self.stall_after is not None and \
+                len(self.files) >= self.stall_after:
+            self.stall_after = None
+            self.stalled.set()
+            await self.release.wait()
+            if request.transport is None or request.transport.is_closing():
+                return web.Response(status=499)  # the caller died: nothing was posted
+        if method == "chat.postMessage" and args.get("channel") in self.not_in:
+            return web.json_response({"ok": False, "error": "not_in_channel"})
+        handler = getattr(self, "m_" + method.replace(".", "_"), None)
+        if handler is None:
+            return web.json_response({"ok": False, "error": "unknown_method"})
+        return web.json_response({"ok": True, **handler(args)})
+
+    def m_auth_test(self, a):
+        return {"url": "https://fake.slack.com/", "team": "Fake", "user": "genbot",
+                "team_id": "T1", "user_id": BOT, "bot_id": "B1"}
+
+    def m_apps_connections_open(self, a):
+        return {"url": f"{self.base.replace('http', 'ws')}/socket"}
+
+    async def socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_json({"type": "hello", "num_connections": 1,
+                            "debug_info": {"host": "fake"}, "connection_info": {"app_id": "A1"}})
+        self.sockets.append(ws)
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                self.acks.append(json.loads(msg.data))
+        self.sockets.remove(ws)
+        return ws
+
+    async def push(self, kind: str, payload: dict) -> str:
+        """An envelope down the Socket Mode connection, as Slack sends one."""
+        envelope = f"env-{next(self._ids)}"
+        await self.sockets[-1].send_json({"envelope_id": envelope, "type": kind,
+                                          "payload": payload, "accepts_response_payload": True,
+                                          "retry_attempt": 0})
+        return envelope
+
+    def m_users_info(self, a):
+        return {"user": {"id": a["user"], **self.people.get(a["user"], {})}}
+
+    def m_files_info(self, a):
+        return {"file": self._file(a["file"])}
+
+    def m_chat_postMessage(self, a):
+        ts = f"{1_700_000_000 + next(self._ts)}.000100"
+        blocks = a.get("blocks")
+        self.messages.append({"channel": a["channel"], "ts": ts, "thread_ts": a.get("thread_ts"),
+                              "text": a.get("text", ""), "updates": [], "order": time.monotonic(),
+                              "blocks": json.loads(blocks) if isinstance(blocks, str) else blocks})
+        return {"channel": a["channel"], "ts": ts}
+
+    def m_views_open(self, a):
+        """A modal; Slack refuses a trigger used before or older than 3 s (here: used)."""
+        view = json.loads(a["view"]) if isinstance(a["view"], str) else a["view"]
+        if any(v["trigger_id"] == a["trigger_id"] for v in self.views):
+            raise web.HTTPOk(text=json.dumps({"ok": False, "error": "expired_trigger_id"}),
+                             content_type="application/json")
+        opened = {"id": f"V{next(self._ids):04d}", "hash": f"h{next(self._ids)}",
+                  "trigger_id": a["trigger_id"], "view": view}
+        self.views.append(opened)
+        return {"view": {"id": opened["id"], "hash": opened["hash"], **view}}
+
+    def m_reactions_get(self, a):
+        """A message by channel and ts, with the files it shares (a message of ours, or a
+        file upload's share)."""
+        for m in self.messages:
+            if (m["channel"], m["ts"]) == (a["channel"], a["timestamp"]):
+                return {"type": "message", "channel": m["channel"],
+                        "message": {"ts": m["ts"], "text": m["text"]}}
+        for f in self.files:
+            if (f["channel"], f["ts"]) == (a["channel"], a["timestamp"]):
+                return {"type": "message", "channel": f["channel"], "message": {
+                    "ts": f["ts"], "text": f["comment"] or "", "files": [{"id": f["id"]}]}}
+        raise web.HTTPOk(text=json.dumps({"ok": False, "error": "message_not_found"}),
+                         content_type="application/json")
+
+    def m_chat_postEphemeral(self, a):
+        self.ephemeral.append({"channel": a["channel"], "user": a["user"],
+                               "text": a.get("text", ""), "thread_ts": a.get("thread_ts")})
+        return {"message_ts": f"{1_700_000_000 + next(self._ts)}.000100"}
+
+    def m_chat_update(self, a):
+        m = next((m for m in self.messages if m["ts"] == a["ts"]), None)
+        if m is None:
+            raise web.HTTPOk(text=json.dumps({"ok": False, "error": "message_not_found"}),
+                             content_type="application/json")
+        blocks = a.get("blocks")
+        m["updates"].append({"text": a.get("text", ""), "blocks": json.loads(blocks)
+                             if isinstance(blocks, str) else blocks})
+        return {"channel": a["channel"], "ts": a["ts"]}
+
+    def m_files_getUploadURLExternal(self, a):
+        fid = f"FU{next(self._ids):04d}"
+        self._uploads[fid] = {"name": a["filename"], "length": int(a["length"]), "data": None}
+        return {"upload_url": f"{self.base}/upload/{fid}", "file_id": fid}
+
+    def m_files_completeUploadExternal(self, a):
+        done = []
+        for f in json.loads(a["files"]):
+            up = self._uploads[f["id"]]
+            self.files.append({"id": f["id"], "name": up["name"], "data": up["data"],
+                               "channel": a.get("channel_id"), "thread_ts": a.get("thread_ts"),
+                               "comment": a.get("initial_comment"), "order": time.monotonic(),
+                               # the message that shares it (Slack's files.info "shares")
+                               "ts": f"{1_700_000_000 + next(self._ts)}.000100"})
+            done.append({"id": f["id"], "name": up["name"], "title": f.get("title")})
+        return {"files": done}
+
+    async def upload(self, request: web.Request) -> web.Response:
+        self._uploads[request.match_info["id"]]["data"] = await request.read()
+        return web.Response(text="OK")
+
+    async def download(self, request: web.Request) -> web.Response:
+        self.calls["download"] += 1
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return web.Response(text=LOGIN_PAGE, content_type="text/html")  # as Slack does
+        return web.Response(body=self.shared[request.match_info["id"]]["data"],
+                            content_type="application/octet-stream")
+
+    async def respond(self, request: web.Request) -> web.Response:
+        self.responses.append(await request.json())
+        return web.Response(text="ok")
+
+
+# --- Slack's side of /slack/events ---------------------------------------------------------
+
+def signed_headers(body: str, content_type: str, *, timestamp: int | None = None,
+                   secret: str = SECRET, retry: int | None = None) -> dict:
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    headers = {"Content-Type": content_type, "X-Slack-Request-Timestamp": ts,
+               "X-Slack-Signature": SignatureVerifier(secret).generate_signature(
+                   timestamp=ts, body=body)}
+    if retry is not None:
+        headers.update({"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"})
+    return headers
+
+
+class SlackClient:
+    """Posts signed events, slash commands and clicks to the service, as Slack would."""
+
+    def __init__(self, service_url: str, fake: FakeSlack):
+        self.url = f"{service_url}/slack/events"
+        self.fake = fake
+        self._n = itertools.count(1)
+        self.session = aiohttp.ClientSession()
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def post(self, body: str, content_type: str, **sign) -> aiohttp.ClientResponse:
+        async with self.session.post(self.url, data=body.encode(),
+                                     headers=signed_headers(body, content_type, **sign)) as r:
+            await r.read()
+            return r
+
+    async def event(self, event: dict, *, event_id: str | None = None, **sign):
+        body = json.dumps({"token": "x", "team_id": "T1", "api_app_id": "A1",
+                           "type": "event_callback", "event_id": event_id or f"Ev{next(self._n)}",
+                           "event_time": int(time.time()), "event": event,
+                           "authorizations": [{"team_id": "T1", "user_id": BOT, "is_bot": True}]})
+        return await self.post(body, "application/json", **sign)
+
+    async def message(self, text: str, *, user: str = "U1", channel: str = "C1",
+                      files: list[dict] = (), im: bool = False, thread_ts: str | None = None,
+                      **sign):
+        ts = f"{1_600_000_000 + next(self._n)}.000200"
+        event = {"type": "message", "user": user, "channel": channel, "text": text, "ts": ts,
+                 "channel_type": "im" if im else "channel", "event_ts": ts}
+        if files:
+            event.update(subtype="file_share", files=list(files))
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        return await self.event(event, **sign), ts
+
+    async def submit(self, opened: dict, answers: dict[str, str], *, user: str = "U1",
+                     **sign):
+        """The person submits a modal the bot opened, with `answers` (field -> text;
+        the others as they were filled in), as Slack posts a view_submission."""
+        view = opened["view"]
+        values = {}
+        for block in view["blocks"]:
+            element = block["element"]
+            value = answers.get(element["action_id"], element.get("initial_value"))
+            values[block["block_id"]] = {element["action_id"]: {"type": "plain_text_input",
+                                                               "value": value}}
+        payload = {"type": "view_submission", "team": {"id": "T1"}, "user": {"id": user},
+                   "api_app_id": "A1", "trigger_id": f"t{next(self._n)}",
+                   "view": {**view, "id": opened["id"], "hash": opened["hash"],
+                            "state": {"values": values}}}
+        return await self.post(urlencode({"payload": json.dumps(payload)}),
+                               "application/x-www-form-urlencoded", **sign)
+
+    async def react(self, message: dict, emoji: str, *, user: str = "U1",
+                    removed: bool = False, **sign):
+        """A person puts an emoji on (or takes it off) a message the bot posted."""
+        return await self.event({
+            "type": "reaction_removed" if removed else "reaction_added", "user": user,
+            "reaction": emoji, "item_user": BOT, "event_ts": f"{time.time():.6f}",
+            "item": {"type": "message", "channel": message["channel"], "ts": message["ts"]}},
+            **sign)
+
+    async def command(self, command: str, text: str = "", *, user: str = "U1",
+                      channel: str = "C1", **sign):
+        body = urlencode({"token": "x", "team_id": "T1", "team_domain": "fake",
+                          "channel_id": channel, "channel_name": "general", "user_id": user,
+                          "user_name": user.lower(), "command": command, "text": text,
+                          "api_app_id": "A1", "response_url": self.fake.response_url(),
+                          "trigger_id": f"trig{next(self._n)}"})
+        return await self.post(body, "application/x-www-form-urlencoded", **sign)
+
+    async def click(self, message: dict, *, user: str = "U1", action: str | None = None,
+                    action_ts: str | None = None, **sign):
+        """A click on the message's button (its first, or the one whose action_id is
+        `action`); `action_ts` as Slack stamps it (the same for a resent interaction)."""
+        shown = message["updates"][-1]["blocks"] if message["updates"] else message["blocks"]
+        buttons = shown[-1]["elements"]
+        button = next(b for b in buttons if action in (None, b["action_id"]))
+        payload = {"type": "block_actions", "user": {"id": user}, "team": {"id": "T1"},
+                   "api_app_id": "A1", "channel": {"id": message["channel"]},
+                   "container": {"type": "message", "message_ts": message["ts"],
+                                 "thread_ts": message["thread_ts"],
+                                 "channel_id": message["channel"]},
+                   "response_url": self.fake.response_url(), "trigger_id": f"t{next(self._n)}",
+                   "actions": [{"action_id": button["action_id"], "block_id": "b",
+                                "value": button["value"], "type": "button",
+                                "action_ts": action_ts or f"{time.time():.6f}"}]}
+        return await self.post(urlencode({"payload": json.dumps(payload)}),
+                               "application/x-www-form-urlencoded", **sign)
+
+
+# --- the service with the Slack adapter, on this fake ---------------------------------
+
+ASSETS = Path(__file__).resolve().parents[2] / "examples" / "assets"
+
+
+def slack_config(tmp_path, demo_models, fake: FakeSlack, *, chat=None, **slack):
+    from tests.conftest import executor_config
+    return executor_config(
+        tmp_path / "data", demo_models, service={"port": 0},
+        chat={"progress_every": 0.5, "admins": ["slack:BOSS"], "viewers": ["slack:V"],
+              **(chat or {})},
+        slack={"bot_token": TOKEN, "signing_secret": SECRET, "api_url": fake.api_url, **slack})
+
+
+class SlackWorld(ServiceWorld):
+    """The real service with the Slack adapter, and a Slack that signs what it posts."""
+
+    def __init__(self, config, fake: FakeSlack):
+        super().__init__(config)
+        self.fake = fake
+
+    async def __aenter__(self) -> SlackWorld:
+        await super().__aenter__()
+        self.slack = SlackClient(self.url, self.fake)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.slack.close()
+        await super().__aexit__(*exc)
+
+
+def six_thumbs(fake: FakeSlack) -> list[dict]:
+    """six.csv (six social_thumb rows) and the two pictures it names, shared on `fake`."""
+    rows = "\n".join(f"{n},Title {i}" for i, n in enumerate(["bottle.png", "chair.png"] * 3))
+    return [fake.share("six.csv", f"image,title\n{rows}\n".encode()),
+            *[fake.share(n, (ASSETS / n).read_bytes()) for n in ("bottle.png", "chair.png")]]

@@ -1,0 +1,165 @@
+"""Iterating on images through the REST API, on the real service: an action queues a new
+batch (the same Idempotency-Key answers that batch again), refusals come back as the
+coded errors chat renders, ratings are set and taken back, a job's lineage reads both
+ways, and a batch's picks come as JSON, a results sheet and a contact sheet."""
+
+from __future__ import annotations
+
+import io
+
+import aiohttp
+import pytest
+from openpyxl import load_workbook
+from PIL import Image
+
+from tests.fakes.api import ALICE, BOB, BOTTLE, VIEWER, ApiWorld, api_config
+from tests.fakes.jobs import finish_all
+
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+SAFE = {"X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "default-src 'none'; sandbox"}
+
+
+@pytest.fixture
+async def api(tmp_path, demo_models):
+    async with ApiWorld(api_config(tmp_path, demo_models)) as w:
+        yield w
+
+
+
+async def products(api: ApiWorld) -> list:
+    """A product_main batch of two rows, submitted by alice and finished."""
+    form = aiohttp.FormData()
+    form.add_field("template", "product_main")
+    form.add_field("sheet", b"sku,product_image,prompt,steps\nA1,bottle.png,a bottle,4\n"
+                            b"A2,bottle.png,a jar,4\n", filename="p.csv")
+    form.add_field("pictures", BOTTLE, filename="bottle.png")
+    status, batch = await api.call("POST", "/batches", ALICE, data=form)
+    assert status == 201, batch
+    return await finish_all(api.app, batch["id"])
+
+
+async def test_actions_ratings_lineage_and_picks_through_the_api(api):
+    first, second = await products(api)
+    act = f"/jobs/{first.id}/actions"
+
+    # An action: 201 with the new batch and its jobs; the same key again, that batch.
+    status, again = await api.call("POST", act, json={"action": "again", "count": 2},
+                                   headers={"Idempotency-Key": "redo-1"})
+    assert status == 201 and again["created"] and again["action"] == "again"
+    assert again["parent"] == first.id and len(again["jobs"]) == 2
+    assert {(j["parent_job_id"], j["action"], j["row"], j["status"], j["rating"])
+            for j in again["jobs"]} == {(first.id, "again", 2, "queued", None)}
+    assert {j["batch"] for j in again["jobs"]} == {again["batch"]}
+    status, repeat = await api.call("POST", act, json={"action": "again", "count": 2},
+                                    headers={"Idempotency-Key": "redo-1"})
+    assert (status, repeat["batch"], repeat["created"]) == (200, again["batch"], False)
+    assert [j["id"] for j in repeat["jobs"]] == [j["id"] for j in again["jobs"]]
+    status, made = await api.call("GET", f"/batches/{again['batch']}", VIEWER)
+    assert made["meta"]["action"] == "again" and made["meta"]["root_batch"] == first.batch_id
+    status, edit = await api.call("POST", f"/jobs/{second.id}/actions", json={
+        "action": "edit", "values": {"prompt": "a red jar"}})
+    assert status == 201 and edit["jobs"][0]["parent_job_id"] == second.id
+
+    # Refusals: the coded errors chat renders, each with its status.
+    child = again["jobs"][0]["id"]  # queued: not finished yet
+    for token, path, body, expected in (
+            (ALICE, "/jobs/999/actions", {"action": "again"}, (404, "no_job")),
+            (BOB, act, {"action": "again"}, (403, "refused_not_owner")),  # not bob's image
+            (VIEWER, act, {"action": "again"}, (403, "refused_role")),
+            (VIEWER, act, None, (403, "refused_role")),  # no body: who may not act hears that
+            (ALICE, act, {"action": "dance"}, (422, "action_unknown")),
+            (ALICE, act, {"action": "again", "count": 99}, (422, "action_count")),
+            (ALICE, act, {"action": "upscale", "factor": 20}, (422, "upscale_factor")),
+            (ALICE, act, {"action": "again", "count": "two"}, (422, "bad_field")),
+            (ALICE, act, {"count": 2}, (422, "bad_field")),
+            (ALICE, act, [1], (400, "bad_json")),
+            (ALICE, f"/jobs/{child}/actions", {"action": "again"},
+             (409, "action_not_finished")),
+            (ALICE, f"/jobs/{child}/rating", {"rating": "keep"}, (409, "action_no_image")),
+            (VIEWER, f"/jobs/{first.id}/rating", {"rating": "love"}, (422, "rating_unknown")),
+            (VIEWER, "/jobs/999/rating", {"rating": "keep"}, (404, "no_job"))):
+        method = "PUT" if path.endswith("rating") else "POST"
+        status, answer = await api.call(method, path, token, json=body)
+        assert (status, answer["error"]["code"]) == expected, (path, body, answer)
+        assert answer["error"]["message"]
+    status, answer = await api.call("POST", act, json={"action": "edit",
+                                                       "values": {"steps": "many"}})
+    assert (status, answer["error"]["message"]) == (422, 'steps: "many" is not a whole number')
+    status, answer = await api.call("POST", act, data=b"{", headers={
+        "Content-Type": "application/json"})
+    assert (status, answer["error"]["code"]) == (400, "bad_json")
+    status, answer = await api.call("POST", act, data=b" " * 70_000)
+    assert (status, answer["error"]["code"]) == (413, "too_large")
+    status, answer = await api.call("POST", act, json={"action": "again"},
+                                    headers={"Idempotency-Key": "k" * 151})
+    assert (status, answer["error"]["code"]) == (400, "bad_idempotency_key")
+
+    # Ratings: who and when, on the job record; null takes it back.
+    status, kept = await api.call("PUT", f"/jobs/{first.id}/rating", VIEWER,
+                                  json={"rating": "keep"})
+    assert status == 200 and (kept["id"], kept["rating"], kept["rated_by"]) == \
+        (first.id, "kept", "api:vic") and kept["rated_at"] > 0
+    status, rejected = await api.call("PUT", f"/jobs/{second.id}/rating", json={
+        "rating": "reject"})
+    assert rejected["rating"] == "rejected"
+    status, cleared = await api.call("PUT", f"/jobs/{second.id}/rating", json={"rating": None})
+    assert (status, cleared["rating"], cleared["rated_by"]) == (200, None, "api:alice")
+    # The job list filtered by rating: kept, rejected, or not rated.
+    status, listed = await api.call("GET", "/jobs?rating=kept", VIEWER)
+    assert status == 200 and [j["id"] for j in listed["jobs"]] == [first.id]
+    assert {j["rating"] for j in listed["jobs"]} == {"kept"}
+    status, listed = await api.call(
+        "GET", f"/jobs?rating=unrated&batch={first.batch_id}&offset=0", VIEWER)
+    assert [j["id"] for j in listed["jobs"]] == [second.id] and listed["total"] == 1
+    assert (await api.call("GET", "/jobs?rating=rejected", VIEWER))[1]["jobs"] == []
+    status, answer = await api.call("GET", "/jobs?rating=loved", VIEWER)
+    assert (status, answer["error"]["code"]) == (400, "bad_query")
+
+    # Lineage, both ways.
+    (grandchild, _) = await finish_all(api.app, again["batch"])
+    status, line = await api.call("GET", f"/jobs/{grandchild.id}/lineage", VIEWER)
+    assert status == 200 and [j["id"] for j in line["ancestors"]] == [first.id]
+    assert line["children"] == []
+    status, line = await api.call("GET", f"/jobs/{first.id}/lineage", VIEWER)
+    assert line["ancestors"] == [] and \
+        [j["id"] for j in line["children"]] == [j["id"] for j in again["jobs"]]
+    assert (await api.call("GET", "/jobs/999/lineage", VIEWER))[0] == 404
+
+    # Picks: the kept images of the first batch and of all made from it, from any of them.
+    await api.call("PUT", f"/jobs/{grandchild.id}/rating", json={"rating": "keep"})
+    status, picks = await api.call("GET", f"/batches/{again['batch']}/picks", VIEWER)
+    assert status == 200 and picks["batch"] == first.batch_id
+    assert sorted(j["id"] for j in picks["jobs"]) == [first.id, grandchild.id]
+    assert picks["files"] == {
+        "results": f"/api/v1/batches/{first.batch_id}/picks.xlsx",
+        "contact": f"/api/v1/batches/{first.batch_id}/picks.png"}
+    headers = {"Authorization": f"Bearer {VIEWER}"}
+    async with api.http.get(picks["files"]["results"], headers=headers) as r:
+        assert r.status == 200 and r.content_type == XLSX
+        assert r.headers["Content-Disposition"] == (
+            f'attachment; filename="batch-{first.batch_id}-picks.xlsx"; '
+            f"filename*=UTF-8''batch-{first.batch_id}-picks.xlsx")
+        assert {k: r.headers[k] for k in SAFE} == SAFE
+        sheet = load_workbook(io.BytesIO(await r.read())).active
+    assert sheet.max_row == 3  # the header and two kept images
+    async with api.http.get(picks["files"]["contact"], headers=headers) as r:
+        assert r.status == 200 and r.content_type == "image/png"
+        assert "Content-Disposition" not in r.headers  # an image: shown, not downloaded
+        assert {k: r.headers[k] for k in SAFE} == SAFE
+        assert Image.open(io.BytesIO(await r.read())).format == "PNG"
+    for job in (first, grandchild):
+        await api.call("PUT", f"/jobs/{job.id}/rating", json={"rating": None})
+    status, none = await api.call("GET", f"/batches/{first.batch_id}/picks.png", VIEWER)
+    assert (status, none["error"]["code"]) == (404, "no_picks")
+    assert (await api.call("GET", "/batches/999/picks", VIEWER))[0] == 404
+
+    status, doc = await api.call("GET", "/openapi.json", token=None)
+    assert {"/api/v1/jobs/{id}/actions", "/api/v1/jobs/{id}/rating", "/api/v1/jobs/{id}/lineage",
+            "/api/v1/batches/{id}/picks", "/api/v1/batches/{id}/picks.xlsx",
+            "/api/v1/batches/{id}/picks.png"} <= set(doc["paths"])
+    (rating,) = [p for p in doc["paths"]["/api/v1/jobs"]["get"]["parameters"]
+                 if p["name"] == "rating"]
+    assert rating["in"] == "query" and rating["schema"]["enum"] == ["kept", "rejected", "unrated"]
+    job = doc["components"]["schemas"]["Job"]["properties"]
+    assert {"parent_job_id", "action", "rating", "rated_by", "rated_at"} <= set(job)

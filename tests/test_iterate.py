@@ -1,0 +1,240 @@
+"""Iterating on images through the application layer (bot.app.iterate): ratings, again, vary,
+upscale and edit as new jobs linked to their parent; who may; a double click makes one
+batch; every refusal one plain sentence. Then for real on the diffusers executor: vary is
+image-to-image from the parent's file, upscale doubles its size."""
+
+from __future__ import annotations
+
+import pytest
+from PIL import Image
+
+from bot.app.application import Accepted, App, SubmitOptions, load_templates
+from bot.app.iterate import DEDUPE_SECONDS, ActionRequest
+from bot.app.permissions import Who
+from bot.errors import Conflict, Invalid, NotFound, Refused
+from bot.intake.check import SheetFile
+from storage.files import open_store
+from storage.queue import open_queue
+from storage.records import KEPT, REJECTED, Status
+from templates.jobs import decode
+from tests.fakes.apps import ALICE, BOB, BOSS, PRODUCTS, VIC, app_on, pictures
+from tests.fakes.jobs import finish_all
+
+
+@pytest.fixture
+async def app(tmp_path, db_url):
+    async with app_on(tmp_path, db_url) as made:
+        yield made
+
+
+async def finished(app: App, who: Who = ALICE) -> list:
+    """A product_main batch of two rows whose jobs have finished, each with an image."""
+    done = await app.submit(who, "product_main", PRODUCTS, pictures,
+                            SubmitOptions(wait_for_executor=True))
+    assert isinstance(done, Accepted)
+    return await finish_all(app, done.batch_id)
+
+
+
+def ask(action: str, **kw) -> ActionRequest:
+    return ActionRequest(action, wait_for_executor=True, **kw)
+
+
+async def test_again_vary_upscale_and_edit_queue_children_linked_to_their_image(app):
+    first, second = await finished(app)
+    again = await app.act(ALICE, first.id, ask("again", count=3))
+    assert again.created and len(again.jobs) == 3
+    assert {(j.parent_job_id, j.action, j.row) for j in again.jobs} == {(first.id, "again", 2)}
+    seeds = {j.values["seed"] for j in again.jobs}
+    assert len(seeds) == 3 and first.values["seed"] not in seeds  # new seeds, recorded
+    assert {j.values["prompt"] for j in again.jobs} == {"a bottle"}
+    names = [decode(j.workflow).outputs["out"] for j in again.jobs]  # one folder, no overwrite
+    assert names == ["A1/2.png", "A1/2_2.png", "A1/2_3.png"]
+    batch = await app.batch(again.batch_id)
+    assert (batch.template, batch.submitter, batch.conversation, batch.thread) == \
+        ("product_main", "test:ALICE", "C1", f"@batch:{first.batch_id}")  # the same thread
+    assert batch.meta["action"] == "again" and batch.meta["root_batch"] == first.batch_id
+
+    vary = await app.act(ALICE, first.id, ask("vary", count=2))
+    gen = next(s for s in decode(vary.jobs[0].workflow).nodes if s.op == "generate")
+    assert gen.inputs["init_image"] == first.outputs[0] and gen.inputs["strength"] == 0.35
+
+    up = await app.act(ALICE, second.id, ask("upscale", factor=4))
+    (job,) = up.jobs
+    steps = decode(job.workflow).nodes
+    assert [s.op for s in steps] == ["upscale", "save"] and job.affinity is None
+    assert steps[0].inputs == {"image": second.outputs[0], "scale": 4.0, "model": None}
+
+    edit = await app.act(ALICE, second.id, ask("edit", values={"提示词": "a red jar",
+                                                                "steps": "30"}))
+    (changed,) = edit.jobs
+    assert changed.values["prompt"] == "a red jar" and changed.values["steps"] == 30
+    assert changed.values["seed"] == second.values["seed"]  # only what was asked changes
+    assert changed.values["sku"] == "A2"
+
+    # The chain of a picture: children of an image, and an image's ancestors.
+    [grandchild] = (await app.act(ALICE, (await finish_all(app, edit.batch_id))[0].id,
+                                  ask("upscale"))).jobs
+    assert [j.id for j in await app.queue.ancestors(grandchild)] == [changed.id, second.id]
+    assert [j.action for j in await app.queue.children(second.id)] == ["upscale", "edit"]
+    # The results sheet carries the chain and the ratings: job, made from, action, rating.
+    await app.rate(ALICE, changed.id, "keep")
+    from openpyxl import load_workbook
+
+    from bot.app.results import write_results
+    done = await app.queue.batch_jobs(edit.batch_id)
+    path, _ = write_results(app.store, await app.batch(edit.batch_id), done,
+                            app.templates["product_main"])
+    head, row = list(load_workbook(app.store.path(path)).active.iter_rows(values_only=True))
+    assert head[-6:] == ("job", "made from job", "action", "rating", "model",
+                         "template version")
+    assert row[-6:] == (changed.id, second.id, "edit", "kept", "sdxl",
+                        app.templates["product_main"].version)
+    assert len(row[-1]) == 12 and decode(second.workflow).version == row[-1]
+    log = [(a.action, a.allowed) for a in await app.access.audit_log()]
+    assert ("again", True) in log and ("edit", True) in log and ("upscale", True) in log
+
+
+async def test_a_double_click_makes_one_batch_and_two_people_make_two(app):
+    first, _ = await finished(app)
+    one = await app.act(ALICE, first.id, ask("again"))
+    twice = await app.act(ALICE, first.id, ask("again"))  # the same click, resent
+    assert (twice.batch_id, twice.created) == (one.batch_id, False)
+    boss = await app.act(BOSS, first.id, ask("again"))  # someone else, at once: their own
+    assert boss.created and boss.batch_id != one.batch_id
+    app.clock.advance(DEDUPE_SECONDS * 2 + 1)  # a later, deliberate click: a new batch
+    later = await app.act(ALICE, first.id, ask("again"))
+    assert later.created and later.batch_id not in (one.batch_id, boss.batch_id)
+    keyed = await app.act(ALICE, first.id, ask("again", key="k-1"))
+    assert (await app.act(ALICE, first.id, ask("again", key="k-1"))).batch_id == keyed.batch_id
+
+
+async def test_ratings_are_stored_with_who_and_when_and_can_be_taken_back(app):
+    first, second = await finished(app)
+    kept = await app.rate(VIC, first.id, "keep")  # a viewer may rate, not queue
+    assert (kept.rating, kept.rated_by, kept.kept) == (KEPT, "test:VIC", True)
+    assert kept.rated_at == app.clock()
+    assert (await app.rate(ALICE, second.id, "reject")).rating == REJECTED
+    assert (await app.rate(ALICE, first.id, "unkeep")).rating is None
+    with pytest.raises(Refused) as e:
+        await app.act(VIC, first.id, ask("again"))
+    assert e.value.code == "refused_role"
+    with pytest.raises(Invalid):
+        await app.rate(ALICE, first.id, "love")
+
+
+async def test_each_refusal_names_what_to_change(app, monkeypatch):
+    first, second = await finished(app)
+
+    async def refused(who, job_id, request, error=Invalid):
+        with pytest.raises(error) as e:
+            await app.act(who, job_id, request)
+        return e.value.code, e.value.render("en"), e.value.render("zh")
+
+    code, en, zh = await refused(BOB, first.id, ask("again"), Refused)  # not Bob's batch
+    assert code == "refused_not_owner" and "test:ALICE" in en and "test:ALICE" in zh
+    assert (await refused(ALICE, first.id, ask("again", count=99)))[0] == "action_count"
+    assert (await refused(ALICE, first.id, ask("upscale", count=2)))[0] == "action_count_one"
+    assert (await refused(ALICE, first.id, ask("upscale", factor=20)))[0] == "upscale_factor"
+    assert (await refused(ALICE, first.id, ask("vary", strength=5.0)))[0] == "vary_strength"
+    monkeypatch.setattr(App, "max_output_pixels", 64 * 48 * 4)  # (the parents are 64x48)
+    code, en, _ = await refused(ALICE, first.id, ask("upscale", factor=3))
+    assert code == "action_too_large" and en.startswith("That would be a 192x144 image")
+    assert (await refused(ALICE, first.id, ask("edit", values={"size": "512x512"})))[0] == \
+        "action_too_large"
+    assert (await app.act(ALICE, first.id, ask("upscale"))).created  # 128x96: within it
+    monkeypatch.undo()
+    code, en, zh = await refused(ALICE, first.id, ask("edit", values={"colour": "red"}))
+    assert code == "edit_unknown" and '"colour"' in en and "prompt" in en and "colour" in zh
+    code, en, zh = await refused(ALICE, first.id, ask("edit", values={"steps": "many"}))
+    assert en == 'steps: "many" is not a whole number' and zh.startswith("steps：")
+    assert (await refused(ALICE, first.id, ask("edit", values={"steps": 500})))[0] == \
+        "too_large"
+    assert (await refused(ALICE, first.id, ask("edit", values={"product_image": "x.png"})
+                          ))[0] == "edit_image"
+    assert (await refused(ALICE, first.id, ask("dance"))) [0] == "action_unknown"
+    with pytest.raises(NotFound):
+        await app.act(ALICE, 999, ask("again"))
+    app.store.path(second.outputs[0]).unlink()  # auto_save off, or retention
+    code, en, _ = await refused(ALICE, second.id, ask("vary"), Conflict)
+    assert code == "action_outputs_gone" and "again or edit" in en
+    assert (await app.act(ALICE, second.id, ask("again"))).created  # made anew: still works
+
+    thumbs = await app.submit(ALICE, "social_thumb", SheetFile(
+        "t.csv", b"image,title\nbottle.png,A\n"), pictures)
+    assert isinstance(thumbs, Accepted)
+    (thumb,) = await finish_all(app, thumbs.batch_id)
+    assert (await refused(ALICE, thumb.id, ask("again")))[0] == "action_no_seed"
+    assert (await refused(ALICE, thumb.id, ask("vary")))[0] == "vary_no_model"
+    assert (await app.act(ALICE, thumb.id, ask("edit", values={"title": "B"}))).created
+
+
+async def test_a_row_as_captioned_is_the_newest_image_of_that_row_in_the_thread(app):
+    first, second = await finished(app)
+    where = {"platform": "test", "conversation": "C1", "thread": None}
+    assert (await app.find_image(**where, row=3)).id == second.id
+    again = await app.act(ALICE, second.id, ask("again"))
+    (redo,) = await finish_all(app, again.batch_id)
+    assert (await app.find_image(**where, row=3)).id == redo.id  # the newest of row 3
+    assert (await app.find_image(**where, job=second.id)).id == second.id
+    with pytest.raises(NotFound) as e:
+        await app.find_image(**where, row=9)
+    assert e.value.render("en") == f"Batch {first.batch_id} has no row 9; its rows are 2–3."
+    with pytest.raises(NotFound):
+        await app.find_image(platform="test", conversation="elsewhere", thread=None, row=2)
+    assert redo.status == Status.SUCCEEDED
+
+
+async def test_vary_runs_image_to_image_from_the_parent_file_and_upscale_doubles_it(
+        tmp_path, demo_models, monkeypatch):
+    """On the real diffusers executor (tiny demo models): the vary child's generate runs the
+    img2img ControlNet pipeline with the parent's image as its init image; the upscale
+    child is the parent's image at twice the size."""
+    import asyncio
+
+    from executor.diffusers.ops.base import Context
+    from executor.worker import executor_loop
+    from tests.conftest import executor_config
+
+    config = executor_config(tmp_path / "data", demo_models)
+    read: list = []
+    real_image = Context.image
+    monkeypatch.setattr(Context, "image", lambda ctx, value: (read.append(value),
+                                                              real_image(ctx, value))[1])
+    queue = await open_queue(config)
+    app = App(config, queue, open_store(config), load_templates(config))
+    worker = executor_loop(config, queue, owner="test-executor")
+    task = asyncio.create_task(worker.run())
+
+    async def ended(batch_id: int) -> list:
+        async with asyncio.timeout(180):
+            while True:
+                jobs = await queue.batch_jobs(batch_id)
+                if all(j.status in ("succeeded", "failed", "canceled") for j in jobs):
+                    return jobs
+                await asyncio.sleep(0.05)
+
+    try:
+        done = await app.submit(ALICE, "product_main", SheetFile(
+            "p.csv", b"sku,product_image,prompt,steps\nA1,bottle.png,a bottle,2\n"), pictures,
+            SubmitOptions(wait_for_executor=True))
+        assert isinstance(done, Accepted)
+        (parent,) = await ended(done.batch_id)
+        assert parent.status == Status.SUCCEEDED, parent.error
+        varied = await app.act(ALICE, parent.id, ActionRequest("vary"))  # an executor runs
+        (child,) = await ended(varied.batch_id)
+        assert child.status == Status.SUCCEEDED, child.error
+        pipes = worker.engine.cache.pipes
+        assert type(pipes["sdxl", "img2img", "canny_sdxl"]).__name__ == \
+            "StableDiffusionXLControlNetImg2ImgPipeline"
+        assert parent.outputs[0] in read  # the parent's file was the init image
+        up = await app.act(ALICE, parent.id, ActionRequest("upscale"))
+        (big,) = await ended(up.batch_id)
+        assert big.status == Status.SUCCEEDED, big.error
+        sizes = [Image.open(app.store.path(j.outputs[0])).size for j in (parent, big)]
+        assert sizes[1] == (sizes[0][0] * 2, sizes[0][1] * 2)
+        assert big.outputs[0].endswith(f"{parent.outputs[0].rsplit('/', 1)[1][:-4]}_x2.png")
+    finally:
+        worker.stopping.set()
+        await task
+        await queue.close()
