@@ -1,4 +1,5 @@
-"""The names bot's parts agree on, in one place: outbox keys and thread references.
+"""The names bot's parts agree on, in one place: outbox keys, thread references and
+where the API lives.
 
 The notifier owes messages under these keys and the sender reads them back; a key is
 what makes owing a message twice a no-op, so each is built here and nowhere else.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from storage.records import Batch
 
+API_PREFIX = "/api/v1"  # the REST API's paths, and the links webhooks carry
 _BATCH_THREAD = "@batch:"
 _UNDELIVERED = ":undelivered"
 
@@ -25,6 +27,11 @@ _UNDELIVERED = ":undelivered"
 def batch_key(batch_id: int, what: str) -> str:
     """A message about a whole batch: accepted, progress, milestone:25, summary …"""
     return f"batch:{batch_id}:{what}"
+
+
+def webhook_key(endpoint: str, event_type: str, subject: str) -> str:
+    """An event owed to one webhook endpoint: subject b7 (batch 7), j12 (job 12) …"""
+    return f"webhook:{endpoint}:{event_type}:{subject}"
 
 
 def job_key(job_id: int, what: str) -> str:

@@ -220,6 +220,10 @@ CATALOG: dict[str, tuple[str, str]] = {
                 "{total:,} images, {failed:,} failed, {canceled:,} canceled. {attached}",
                 "批次 {batch} 已完成，用时 {took}：{total:,} 张中成功 "
                 "{succeeded:,} 张，失败 {failed:,}，取消 {canceled:,}。{attached}"),
+    "webhook_summary": ("Batch {batch} ({template}) ended in {took}: {succeeded:,} of {total:,} "
+                        "images, {failed:,} failed, {canceled:,} canceled.",
+                        "批次 {batch}（{template}）已结束，用时 {took}：{total:,} 张中成功 "
+                        "{succeeded:,} 张，失败 {failed:,}，取消 {canceled:,}。"),
     "summary_version": (" Made with {template}@{version}.", "使用模板 {template}@{version}。"),
     "chat_banner": ("genbot chat as {who} ({role}). /help lists the commands; attach a file by "
                     "its path: /gen social_thumb examples/social_thumb.xlsx. Ctrl-D ends.",
@@ -307,6 +311,20 @@ CATALOG: dict[str, tuple[str, str]] = {
     "no_batches": ("You have no batches yet.", "你还没有提交过批次。"),
     "no_batch": ("There is no batch {batch}.", "没有批次 {batch}。"),
     "no_job": ("There is no job {job}.", "没有任务 {job}。"),
+    "no_delivery": ("There is no webhook delivery {delivery}.", "没有 webhook 投递 {delivery}。"),
+    "no_endpoint": ("There is no webhook endpoint {endpoint} (configured: {endpoints}).",
+                    "没有 webhook 端点 {endpoint}（已配置：{endpoints}）。"),
+    "delivery_owed": ("Webhook delivery {delivery} is still being sent; it is retried on its "
+                      "own.", "webhook 投递 {delivery} 仍在发送中，会自动重试。"),
+    "callback_url_bad": ("The callback URL {url} cannot be used: expected http(s)://host/path, "
+                         "without a user or password, at most {most:,} characters.",
+                         "回调地址 {url} 无法使用：应为 http(s)://主机/路径，不含用户名和密码，"
+                         "最多 {most:,} 个字符。"),
+    "callback_url_private": ("The callback URL's host {host} is a private, loopback or "
+                             "link-local address (or resolves to one); genbot posts only to "
+                             "public hosts unless [webhook] callback_allowlist names it.",
+                             "回调地址的主机 {host} 是内网、本机或链路本地地址（或解析到这类地址）；"
+                             "除非 [webhook] callback_allowlist 列出它，genbot 只向公网主机发送。"),
     "status": ("Batch {batch} · {template} · {owner}\n{bar} {done:,}/{total:,} done, {failed:,} "
                "failed{canceled}; {queued:,} queued, {running:,} running",
                "批次 {batch} · {template} · {owner}\n{bar} 已完成 {done:,}/{total:,}，失败 "
@@ -504,6 +522,25 @@ CATALOG: dict[str, tuple[str, str]] = {
                "  {variant}：{won} 行中被保留而另一版本未被保留"),
     "ab_ties": ("  tie (both or neither kept): {ties}", "  平局（都保留或都未保留）：{ties}"),
     "ab_unrated": ("  not rated yet: {unrated} rows", "  尚未评价：{unrated} 行"),
+    "help_webhooks": ("admins: webhook endpoints and their deliveries; test one, resend one",
+                      "管理员：webhook 端点及其投递；测试端点，重发投递"),
+    "webhooks_none": ("No webhook endpoints: add [[webhooks]] to the config, or submit with a "
+                      "callback URL.", "没有 webhook 端点：在配置中添加 [[webhooks]]，或提交时"
+                      "带上回调地址。"),
+    "webhooks_head": ("{count} webhook endpoints:", "{count} 个 webhook 端点："),
+    "webhooks_endpoint": ("  {endpoint} {url}: {sent:,} sent, {pending:,} pending, {failed:,} "
+                          "failed{off}", "  {endpoint} {url}：已送达 {sent:,}，待发送 "
+                          "{pending:,}，失败 {failed:,}{off}"),
+    "webhooks_disabled": (" — disabled: {why}", " — 已停用：{why}"),
+    "webhooks_usage": ("/webhooks lists the endpoints; /webhooks test ENDPOINT sends a test; "
+                       "/webhooks redeliver DELIVERY sends one again.",
+                       "/webhooks 列出端点；/webhooks test 端点 发送测试；/webhooks redeliver "
+                       "投递编号 重新发送。"),
+    "webhook_sent": ("Delivery {delivery} ({type}) to {endpoint}: taken (HTTP {status}).",
+                     "投递 {delivery}（{type}）到 {endpoint}：已送达（HTTP {status}）。"),
+    "webhook_not_sent": ("Delivery {delivery} ({type}) to {endpoint} was not taken ({state}): "
+                         "{error}", "投递 {delivery}（{type}）到 {endpoint} 未送达（{state}）："
+                         "{error}"),
     "help_ab": ("an A/B batch's tally: the rows each version won by keeps",
                 "A/B 对比批次的统计：各版本按保留赢得的行数"),
     "compare_param": ('Template "{template}" needs {names}, which "{other}" does not have: '

@@ -1,8 +1,8 @@
 """`genbot serve`: the long-running service process.
 
 One aiohttp app: the chat platforms' endpoints, the REST API (with /healthz), the
-dashboard and /metrics, with the chat core's delivery loops (bot.chat.hub) and the scheduler in the
-same process.
+dashboard and /metrics, with the chat core's delivery loops (bot.chat.hub), the webhooks'
+(bot.webhooks) and the scheduler in the same process.
 The executor runs beside it as a supervised child process (bot.supervisor), so
 the GPU code can crash without taking the service down.
 """
@@ -26,6 +26,7 @@ from bot.web.api import Api, body_limit
 from bot.web.dashboard import Dashboard
 from bot.web.metrics import Metrics
 from bot.web.sessions import local_token
+from bot.webhooks.service import WebhookService
 from storage.config import Config, ServiceConfig
 from storage.files import open_store
 from storage.queue import open_queue
@@ -83,14 +84,16 @@ class Service:
                        local_admins=local_admins)
         await self.app.record_versions(f"the service on {socket.gethostname()}")
         self.core = ChatCore(self.app, self.platforms)
+        self.hooks = WebhookService(self.app)
         app = web.Application(client_max_size=body_limit(config))
-        api = Api(self.app)
+        api = Api(self.app, self.hooks)
         api.routes(app)
         await api.summary.get()  # /healthz answers from it, from the first probe on
         Dashboard(api).routes(app)
         self.metrics = Metrics(self.queue, self.core.outbox, restarts=lambda:
                                sum(s.restarts for s in [self.supervisor, *self.comfy] if s),
-                               token=config[ApiConfig].metrics_token)
+                               token=config[ApiConfig].metrics_token,
+                               webhooks=(self.hooks.webhooks, self.hooks.deliverer.counts))
         await self.metrics.start()
         app.router.add_get("/metrics", self.metrics.handler)
         for platform in self.platforms:
@@ -123,6 +126,7 @@ class Service:
                 supervisor.start()
                 self.comfy.append(supervisor)
         self.core.start()
+        await self.hooks.start()
         self.scheduler = Scheduler(self.app, outbox=self.core.outbox)
         self.scheduler.start()
         for platform in self.platforms:
@@ -132,6 +136,7 @@ class Service:
         log.info("genbot stopping")
         self.scheduler.stop()
         await self.core.stop()
+        await self.hooks.stop()
         for supervisor in ([self.supervisor] if self.supervisor else []) + self.comfy:
             await supervisor.stop()
         await self.runner.cleanup()

@@ -1,13 +1,22 @@
-"""The bot's settings: spreadsheets in, the chat platforms, the REST API and dashboard
-([intake], [chat], [api], [slack], [dingtalk]; the loader is storage.config)."""
+"""The bot's settings: spreadsheets in, the chat platforms, the REST API and dashboard,
+outgoing webhooks ([intake], [chat], [api], [slack], [dingtalk], [webhook], [[webhooks]];
+the loader is storage.config)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import difflib
+import hashlib
+import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
-from storage.config import Config, ConfigError, key, section
+from storage.config import Config, ConfigError, key, section, table
 
 
 @section("intake", order=80)
@@ -130,11 +139,16 @@ class ApiConfig:
                              "(authorization: credentials in its scrape config); empty: "
                              "/metrics is open, so keep the port private. Env "
                              "GENBOT_API_METRICS_TOKEN.", secret=True)
+    public_url: str = key("", "The service's address as others reach it, e.g. "
+                          "https://genbot.example.com: webhooks link to images and results "
+                          "with it. Empty: their links are paths under /api/v1.")
     max_body_mb: float = key(0.0, "Largest request body the API reads (a sheet and its "
                              "pictures), in MB; 0: [intake] max_file_mb plus 10 pictures at "
                              "[intake] max_image_mb.", min=0, max=65536)
 
     def check(self, source: str) -> None:
+        if self.public_url and urlsplit(self.public_url).scheme not in ("http", "https"):
+            raise ConfigError(f"{source}: [api] public_url: expected http(s)://host[:port]")
         for entry in self.tokens:
             token, _, user = entry.partition("=")
             if len(token) < 16 or not user or ":" in user:
@@ -193,3 +207,148 @@ class DingTalkConfig:
     def check(self, source: str) -> None:
         if self.app_key and not self.app_secret:
             raise ConfigError(f"{source}: [dingtalk] app_key is set: expected app_secret too")
+
+
+def kept_secret(path: Path, make: Callable[[], str]) -> str:
+    """The secret in `path`, made (readable by this user only) when missing or empty."""
+    try:
+        if text := path.read_text().strip():
+            return text
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = make()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+    return text
+
+
+# --- outgoing webhooks (bot.webhooks) ------------------------------------------------------
+EVENTS = ("batch.queued", "batch.finished", "batch.canceled", "job.succeeded", "job.failed")
+ENDPOINT_KEYS = ("url", "secret", "events", "description", "name")
+SECRET_PREFIX = "whsec_"
+
+
+@section("webhook", order=130)
+@dataclass(frozen=True)
+class WebhookConfig:
+    """How webhooks are sent: signed, from the outbox, retried (docs/webhooks.md)."""
+
+    retry_hours: float = key(24.0, "Keep retrying a delivery this long: waits of 5 s, 25 s, "
+                             "2 min … growing fivefold up to 6 h, each with ±20% jitter; then "
+                             "it fails (genbot webhooks redeliver sends it again).",
+                             min=0.001, max=720)
+    timeout: float = key(10.0, "Seconds a receiver has to answer one delivery.", min=0.1, max=120)
+    concurrency: int = key(8, "Deliveries in flight to one endpoint at once (each endpoint "
+                           "has its own: a slow one holds up no other).", min=1, max=100)
+    callback_secret: str = key("", "Signs deliveries to a submission's callback_url (whsec_ "
+                               "and base64). Empty: a random one kept in data_dir/callback.key "
+                               "(genbot webhooks list shows it). Env "
+                               "GENBOT_WEBHOOK_CALLBACK_SECRET.", secret=True)
+    callback_allowlist: list[str] = key((), "Hosts a callback_url may name even though they "
+                                        "resolve to private or loopback addresses (internal "
+                                        "services); every other such host is refused.")
+
+    def check(self, source: str) -> None:
+        if self.callback_secret:
+            secret_bytes(self.callback_secret, f"{source}: [webhook] callback_secret")
+
+
+def secret_bytes(secret: str, where: str) -> bytes:
+    """A Standard Webhooks secret's key: whsec_ then base64 of 24 to 64 random bytes."""
+    try:
+        raw = base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if not secret.startswith(SECRET_PREFIX) or not 24 <= len(raw) <= 64:
+        raise ConfigError(f"{where}: expected whsec_ then base64 of 24 to 64 random bytes "
+                          "(make one: genbot webhooks secret)")
+    return raw
+
+
+@dataclass(frozen=True)
+class WebhookEntry:
+    """One [[webhooks]] endpoint."""
+    id: str  # its name, or one made from its URL: the outbox platform is webhook:<id>
+    url: str
+    secret: str
+    events: tuple[str, ...]
+    description: str = ""
+
+
+@table("webhooks", order=131)
+@dataclass(frozen=True)
+class WebhooksConfig:
+    """[[webhooks]]: endpoints told of events, each as its own table."""
+
+    entries: tuple[WebhookEntry, ...] = ()
+
+    @classmethod
+    def parse(cls, body: Any, source: str, env: Mapping[str, str]) -> WebhooksConfig:
+        if body == {}:
+            return cls()
+        if not isinstance(body, list) or not all(isinstance(e, dict) for e in body):
+            raise ConfigError(f"{source}: webhooks: expected [[webhooks]] tables, each with "
+                              "url and secret")
+        entries = [_webhook(entry, n, source, env) for n, entry in enumerate(body, 1)]
+        ids = [e.id for e in entries]
+        if len(set(ids)) < len(ids):
+            raise ConfigError(f"{source}: [[webhooks]]: two entries have the same name or URL")
+        return cls(tuple(entries))
+
+    @classmethod
+    def env_prefix(cls) -> str:
+        return "GENBOT_WEBHOOKS_SECRET_"
+
+    @classmethod
+    def example(cls) -> list[str]:
+        return [
+            "# Endpoints told of events by signed POSTs (Standard Webhooks: webhook-id,",
+            "# webhook-timestamp, webhook-signature; docs/webhooks.md), one [[webhooks]] table",
+            "# each. events: any of " + ", ".join(EVENTS[:3]) + ",",
+            "# " + ", ".join(EVENTS[3:]) + " (default: all).",
+            "# The secret may come from env GENBOT_WEBHOOKS_SECRET_<NAME> instead. Example:",
+            "#   [[webhooks]]",
+            "#   name = \"dam\"",
+            "#   url = \"https://dam.example.com/hooks/genbot\"",
+            "#   secret = \"whsec_…\"  # genbot webhooks secret makes one",
+            "#   events = [\"batch.finished\"]",
+            "#   description = \"the asset library files finished batches\""]
+
+
+def endpoint_id(url: str, prefix: str = "h") -> str:
+    """An endpoint's id made from its URL (the same URL, the same id, on every host)."""
+    return prefix + hashlib.sha256(url.encode()).hexdigest()[:12]
+
+
+def _webhook(entry: dict[str, Any], n: int, source: str,
+             env: Mapping[str, str]) -> WebhookEntry:
+    where = f"{source}: [[webhooks]] #{n}"
+    for k in entry:
+        if k not in ENDPOINT_KEYS:
+            close = difflib.get_close_matches(k, ENDPOINT_KEYS, n=1, cutoff=0.6)
+            hint = f" — did you mean {close[0]}?" if close else ""
+            raise ConfigError(f"{where}: unknown key {k}{hint}; expected "
+                              f"{', '.join(ENDPOINT_KEYS)}")
+    url = entry.get("url")
+    if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https") \
+            or not urlsplit(url).hostname:
+        raise ConfigError(f"{where}: url: expected http(s)://host/path")
+    name = entry.get("name", "")
+    if not isinstance(name, str) or (name and not re.fullmatch(r"[a-z0-9_-]{1,20}", name)):
+        raise ConfigError(f"{where}: name: expected up to 20 of a-z, 0-9, _ and -")
+    secret = env.get(WebhooksConfig.env_prefix() + name.upper().replace("-", "_")) if name else None
+    secret = secret or entry.get("secret")
+    if not isinstance(secret, str):
+        raise ConfigError(f"{where}: secret: expected whsec_… (or env "
+                          f"{WebhooksConfig.env_prefix()}<NAME> with a name)")
+    secret_bytes(secret, f"{where}: secret")
+    events = entry.get("events", list(EVENTS))
+    if not isinstance(events, list) or not events or any(e not in EVENTS for e in events):
+        raise ConfigError(f"{where}: events: expected a list of {', '.join(EVENTS)}")
+    description = entry.get("description", "")
+    if not isinstance(description, str) or len(description) > 300:
+        raise ConfigError(f"{where}: description: expected text of up to 300 characters")
+    return WebhookEntry(name or endpoint_id(url), url, secret, tuple(events), description)
+

@@ -128,6 +128,32 @@ class Outbox:
         return [Message.from_row(r)
                 for r in await self.db.fetch(DUE, platform, self.clock(), limit)]
 
+    async def put_many(self, rows: list[dict[str, Any]],
+                       cursor: tuple[str, int] | None = None) -> None:
+        """Owe many messages (each as `put` takes it, by keyword) and, in the same
+        transaction, move a reader's cursor past the events that owed them: one commit
+        for a whole chunk of the event log, and never a cursor ahead of what it owed."""
+        now = self.clock()
+        async with self.db.transaction() as tx:
+            for r in rows:
+                await self.db.execute(PUT, r["key"], r["platform"], r["conversation"],
+                                      r["thread"], r["kind"], encoded(r["payload"]), now,
+                                      client=tx)
+            if cursor is not None:
+                await self.db.execute(SET_CURSOR, *cursor, client=tx)
+
+    async def claim_many(self, messages: list[Message],
+                         seconds: float = CLAIM_SECONDS) -> list[Message]:
+        """`claim` for several, in one transaction: those now this sender's."""
+        until = self.clock() + seconds
+        mine = []
+        async with self.db.transaction() as tx:
+            for m in messages:
+                if await self.db.execute(CLAIM, m.id, m.next_at, until, m.version,
+                                         client=tx) > 0:
+                    mine.append(m)
+        return mine
+
     async def claim(self, message: Message, seconds: float = CLAIM_SECONDS) -> float | None:
         """Mine to send now, until the time returned; None: another sender took it, or it
         changed since `due`."""
@@ -145,15 +171,16 @@ class Outbox:
     async def next_due(self, platform: str) -> float | None:
         return await self.db.fetchval(NEXT_DUE, platform)
 
-    async def sent(self, message: Message, platform_id: str | None, *, hold: float = 0.0) -> bool:
+    async def sent(self, message: Message, platform_id: str | None, *, hold: float = 0.0,
+                   client: Any = None) -> bool:
         """Mark sent with the platform's message or file id. `hold`: seconds before a
         newer progress state may edit it. False: a newer progress state came in
         meanwhile; it stays pending and will edit the message sent, after the hold."""
         until = self.clock() + hold
         if await self.db.execute(SENT, message.id, platform_id, self.clock(),
-                                 message.version, until) > 0:
+                                 message.version, until, client=client) > 0:
             return True
-        await self.db.execute(KEEP_PLATFORM_ID, message.id, platform_id, until)
+        await self.db.execute(KEEP_PLATFORM_ID, message.id, platform_id, until, client=client)
         return False
 
     async def mark(self, message: Message, platform_id: str) -> None:
@@ -161,18 +188,22 @@ class Outbox:
         posts only the rest."""
         await self.db.execute(MARK, message.id, platform_id)
 
-    async def retry(self, message: Message, error: str, retry_after: float | None = None) -> None:
+    async def retry(self, message: Message, error: str, retry_after: float | None = None, *,
+                    wait: float | None = None, client: Any = None) -> None:
         """Try again later: when the platform said (a rate limit, which is not the
-        message's fault and uses no attempt), else after a doubling backoff."""
+        message's fault and uses no attempt), else after `wait` seconds or a doubling
+        backoff."""
         if retry_after is not None:
             await self.db.execute(RETRY, message.id, self.clock() + retry_after, error,
-                                  self.clock(), 0)
+                                  self.clock(), 0, client=client)
             return
-        wait = min(self.backoff * 2 ** message.attempts, self.backoff_max)
-        await self.db.execute(RETRY, message.id, self.clock() + wait, error, self.clock(), 1)
+        if wait is None:
+            wait = min(self.backoff * 2 ** message.attempts, self.backoff_max)
+        await self.db.execute(RETRY, message.id, self.clock() + wait, error, self.clock(), 1,
+                              client=client)
 
-    async def failed(self, message: Message, error: str) -> None:
-        await self.db.execute(FAILED, message.id, error, self.clock())
+    async def failed(self, message: Message, error: str, *, client: Any = None) -> None:
+        await self.db.execute(FAILED, message.id, error, self.clock(), client=client)
 
     async def key_of(self, platform: str, conversation: str, platform_id: str) -> str | None:
         """The key of the message we posted that the platform calls `platform_id`."""
@@ -190,9 +221,10 @@ class Outbox:
         return {(r["platform"], r["status"]): r["n"]
                 for r in await self.db.fetch(COUNTS_BY_PLATFORM)}
 
-    async def cursor(self, name: str) -> int:
-        """The last event seq `name` has handled (0 before the first)."""
-        return await self.db.fetchval(CURSOR, name) or 0
+    async def cursor(self, name: str, default: Any = 0) -> Any:
+        """The last event seq `name` has handled (`default` before it first read any)."""
+        seq = await self.db.fetchval(CURSOR, name)
+        return default if seq is None else seq
 
     async def advance(self, name: str, seq: int) -> None:
         await self.db.execute(SET_CURSOR, name, seq)

@@ -286,3 +286,19 @@ class TemplateLabel(Model):
     class Meta:
         table = "template_labels"
         unique_together = (("name", "label"),)
+
+
+class WebhookEndpoint(Model):
+    """Where signed event notices go, disabled once it answers 410 Gone."""
+
+    id = fields.CharField(max_length=24, primary_key=True)
+    url = fields.TextField()
+    kind = fields.CharField(max_length=16, description="config (a [[webhooks]] entry) or "
+                                                       "callback (a submission callback_url)")
+    description = fields.CharField(max_length=300, default="")
+    disabled_at = fields.FloatField(null=True)
+    disabled_reason = fields.TextField(null=True)
+    created_at = fields.FloatField()
+
+    class Meta:
+        table = "webhook_endpoints"

@@ -318,7 +318,10 @@ def executor_config(data_dir: Path, demo_folder: Path, *, db_url: str | None = N
                       "retry_backoff": 0.0, **(queue or {})},
             "executor": {"progress_interval": 0.0, **(executor or {})}}
     for name, table in sections.items():
-        data.setdefault(name, {}).update(table)
+        if isinstance(table, list):  # an array of tables: [[webhooks]]
+            data[name] = table
+        else:
+            data.setdefault(name, {}).update(table)
     if db_url:
         data["database"] = {"url": db_url}
     if models:

@@ -26,6 +26,7 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     "comfy_bench.py": (["--jobs", "5", "--rounds", "1"], "per-job overhead"),
     "sweep_bench.py": (["--rows", "2", "--values", "2", "--grid", "2", "--side", "64",
                         "--rounds", "1"], "sweep/rows"),
+    "webhook_bench.py": (["--events", "20", "--rounds", "1"], "fan-out 3/1"),
 }
 
 

@@ -437,3 +437,52 @@ async def test_genbot_job_again_keep_and_lineage_talk_to_the_api(tmp_path, demo_
             "--token", ALICE])
         out, err = capsys.readouterr()
         assert code == 0 and out.startswith("batch 3: 12 product_main@1 jobs"), out + err
+
+
+# --- webhooks ----------------------------------------------------------------------------
+
+def test_webhooks_list_test_redeliver_enable_and_a_new_secret(workdir, capsys):
+    """`genbot webhooks` on this machine's queue: a test sent at once, from the command
+    line, to an endpoint that takes it and to one that is down."""
+    import base64
+    import http.server
+    import threading
+
+    class Taker(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Taker)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        code, secret = run_cli(capsys, "webhooks", "secret")
+        secret = secret.strip()
+        assert code == 0 and len(base64.b64decode(secret.removeprefix("whsec_"))) == 32
+        (workdir / "config.toml").write_text(
+            f'[[webhooks]]\nname = "ok"\nurl = "http://127.0.0.1:{server.server_port}/h"\n'
+            f'secret = "{secret}"\ndescription = "takes everything"\n\n'
+            f'[[webhooks]]\nname = "down"\nurl = "http://127.0.0.1:9/h"\nsecret = "{secret}"\n'
+            'events = ["batch.finished"]\n')
+        code, out = run_cli(capsys, "webhooks", "list")
+        assert code == 0 and "ok " in out and "down " in out and "no deliveries yet" in out
+        assert "events: batch.finished;" in out and "callbacks are signed with: whsec_" in out
+        code, out = run_cli(capsys, "webhooks", "test", "ok")
+        assert code == 0 and "webhook.test" in out and "sent (HTTP 204)" in out
+        sent = int(out.split()[0])
+        code, out = run_cli(capsys, "webhooks", "test", "down")
+        assert code == 1 and "pending, next try" in out and "last error:" in out
+        code, out = run_cli(capsys, "webhooks", "deliveries")
+        assert code == 0 and len([ln for ln in out.splitlines() if "webhook.test" in ln]) == 2
+        code, out = run_cli(capsys, "webhooks", "redeliver", str(sent))
+        assert code == 0 and "2 tries" in out
+        assert run_cli(capsys, "webhooks", "enable", "ok")[1].strip() == \
+            "ok: was enabled already"
+        assert main(["webhooks", "test", "nope"]) == 1
+        assert "no webhook endpoint nope" in capsys.readouterr().err
+    finally:
+        server.shutdown()

@@ -1,6 +1,7 @@
 """The dashboard in a real headless Chromium against the real service: a 20,000-job list
 that stays light, pause seen live by another viewer, a viewer refused, live step
-progress, and a sheet submitted through the form and watched to the end."""
+progress, a sheet submitted through the form and watched to the end, and the webhooks page
+an admin tests, re-enables and redelivers from."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tests.conftest import ROOT, executor_config
 from tests.fakes.browser import launched
 from tests.fakes.chat import ServiceWorld
 from tests.fakes.jobs import finish_all
+from tests.fakes.webhooks import Receiver
 
 ADMIN, ALICE, VIEWER = "admin-token-0000001", "alice-token-000001", "viewer-token-00001"
 BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
@@ -22,11 +24,12 @@ LOAD_BOUND = 20.0  # seconds: a hang detector on a noisy 2-core machine, not a b
 pytestmark = pytest.mark.slow
 
 
-def dashboard_config(tmp_path, demo_models, **queue):
+def dashboard_config(tmp_path, demo_models, webhooks: list[dict] | None = None, **queue):
     return executor_config(
         tmp_path / "data", demo_models, service={"port": 0}, queue=queue,
         api={"tokens": [f"{ADMIN}=ops", f"{ALICE}=alice", f"{VIEWER}=vic"]},
-        chat={"admins": ["api:ops"], "viewers": ["api:vic"], "default_role": "submitter"})
+        chat={"admins": ["api:ops"], "viewers": ["api:vic"], "default_role": "submitter"},
+        **({"webhooks": webhooks} if webhooks else {}))
 
 
 class DashWorld(ServiceWorld):
@@ -309,3 +312,58 @@ async def test_keep_again_and_the_lineage_of_an_image_from_its_batch_page(tmp_pa
             "A product_main@1: kept in 1 rows where the other was not",
             "B product_main@1: kept in 0 rows where the other was not",
             "tie (both or neither kept): 0"]
+
+
+async def test_an_admin_tests_a_webhook_re_enables_it_after_410_and_redelivers(tmp_path,
+                                                                             demo_models,
+                                                                             browser):
+    from bot.webhooks.endpoints import new_secret
+    hook = await Receiver(new_secret()).start()
+    try:
+        config = dashboard_config(tmp_path, demo_models, webhooks=[
+            {"name": "dam", "url": hook.url, "secret": hook.secret}])
+        async with DashWorld(config) as w:
+            viewer = await signed_in(browser, w, VIEWER)  # no link to a page it may not see
+            await viewer.wait_for_selector("#nav a[href='#/']")
+            assert await viewer.is_hidden("#nav-webhooks")
+
+            page = await signed_in(browser, w, ADMIN)
+            await page.click("#nav-webhooks")
+            endpoint = '#endpoints tr[data-endpoint="dam"]'
+            await page.wait_for_selector(endpoint)
+            assert hook.url in await page.text_content(endpoint)
+            assert await page.locator("#no-deliveries").count() == 1
+
+            # A test it takes: said so, and listed as sent.
+            await page.click(f'{endpoint} [data-test="dam"]')
+            await page.wait_for_selector('#toast.ok:has-text("dam took the test")')
+            await page.wait_for_selector('#deliveries tr[data-delivery="1"][data-status="sent"]')
+            assert [b["type"] for b in hook.events()] == ["webhook.test"]
+
+            # Answered 410 Gone: not taken, and the endpoint is off until an admin says.
+            hook.gone = True
+            await page.click(f'{endpoint} [data-test="dam"]')
+            await page.wait_for_selector('#toast.error:has-text("dam did not take the test")')
+            await page.wait_for_selector(f'{endpoint}[data-disabled="true"] [data-enable="dam"]')
+            assert "410 Gone" in await page.text_content(f"{endpoint} .reason")
+            failed = '#deliveries tr[data-delivery="2"][data-status="failed"]'
+            await page.wait_for_selector(failed)
+            assert "410" in await page.text_content(failed)
+
+            hook.gone = False
+            await page.click(f'{endpoint} [data-enable="dam"]')
+            await page.wait_for_selector(f'{endpoint}[data-disabled="false"]')
+            assert await page.locator(f'{endpoint} [data-enable]').count() == 0
+            await page.click(f'{failed} [data-redeliver="2"]')
+            await page.wait_for_selector('#toast.ok:has-text("Delivery 2 taken")')
+            await page.wait_for_selector('#deliveries tr[data-delivery="2"][data-status="sent"]')
+            assert len(hook.events("webhook.test")) == 2
+            # Newest first; and the filter by status lists only those.
+            assert await page.eval_on_selector_all(
+                "#deliveries tr[data-delivery]", "rs => rs.map(r => r.dataset.delivery)") == \
+                ["2", "1"]
+            await page.select_option("#delivery-status", "failed")
+            await page.wait_for_selector("#no-deliveries")
+            assert await page.evaluate("location.hash") == "#/webhooks?status=failed"
+    finally:
+        await hook.stop()

@@ -14,7 +14,8 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from PIL import Image
 
 from bot.intake.check import intake
-from bot.intake.images import ImageResolver, is_public
+from bot.intake.images import ImageResolver
+from bot.outbound import is_public
 from bot.settings import IntakeConfig
 from storage.files import FileStore
 from templates.loader import load_template, load_templates

@@ -147,8 +147,11 @@ def test_bots_parts_depend_one_way():
     edges = {(part(a), part(b)) for a, targets in graph.items() for b in targets
              if a.startswith("bot.") and b.startswith("bot.") and part(a) != part(b)}
     assert not {e for e in edges if e[0] in ("bot.app", "bot.intake", "bot.errors",
-                                              "bot.messages", "bot.conventions")
-                and e[1] in ("bot.chat", "bot.web", "bot.cli", "bot.service", "bot.scheduler")}
+                                              "bot.messages", "bot.conventions", "bot.outbound")
+                and e[1] in ("bot.chat", "bot.web", "bot.cli", "bot.service", "bot.scheduler",
+                             "bot.webhooks")}
+    assert not {e for e in edges if e[0] == "bot.webhooks"  # a front for other systems
+                and e[1] in ("bot.chat", "bot.web", "bot.cli", "bot.service")}
     assert ("bot.web", "bot.chat") not in edges and ("bot.chat", "bot.web") not in edges
     assert ("bot.intake", "bot.app") not in edges
 
@@ -157,8 +160,8 @@ def test_bot_shows_its_parts():
     top = sorted(p.name for p in (ROOT / "bot").iterdir()
                  if p.name != "__pycache__" and not p.name.startswith("."))
     assert top == ["__init__.py", "app", "chat", "cli", "client.py", "conventions.py", "errors.py",
-                   "intake", "messages.py", "scheduler.py", "service.py", "settings.py",
-                   "supervisor.py", "web"]
+                   "intake", "messages.py", "outbound.py", "scheduler.py", "service.py",
+                   "settings.py", "supervisor.py", "web", "webhooks"]
 
 
 def test_the_queue_is_fed_by_the_application_layer_only():

@@ -13,6 +13,7 @@ import asyncio
 import os
 import re
 
+import msgspec
 import pytest
 import pytest_asyncio
 import requests
@@ -28,9 +29,11 @@ from schemathesis.checks import (
 )
 
 from bot.settings import IntakeConfig
+from bot.webhooks.payloads import EVENTS
 from storage.config import QueueConfig
 from tests.fakes.api import ADMIN, ALICE, BOB, BOTTLE, VIEWER, ApiWorld, api_config
 from tests.fakes.jobs import finish_all
+from tests.fakes.webhooks import Receiver
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -44,9 +47,14 @@ QUEUE_SIZE, IMAGE_MB = 10, 1
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def world(tmp_path_factory, demo_models):
+    from bot.webhooks.endpoints import new_secret
+    hook = await Receiver(new_secret()).start()  # "tour" takes deliveries; "down" refuses
     config = api_config(tmp_path_factory.mktemp("openapi"), demo_models,
                         tokens=(f"{NOBODY}=nobody",), default_role="none",
-                        submitters=["api:alice", "api:bob"], submitter_per_minute=1)
+                        submitters=["api:alice", "api:bob"], submitter_per_minute=1,
+                        webhooks=[{"name": "tour", "url": hook.url, "secret": hook.secret},
+                                  {"name": "down", "url": "http://127.0.0.1:9/gone",
+                                   "secret": hook.secret, "events": ["batch.canceled"]}])
     config = config.replaced(QueueConfig, max_queue_size=QUEUE_SIZE).replaced(
         IntakeConfig, max_image_mb=IMAGE_MB)
     async with ApiWorld(config) as w:
@@ -67,7 +75,9 @@ async def world(tmp_path_factory, demo_models):
         status, w.doc = await w.call("GET", "/openapi.json", token=None)
         assert status == 200
         w.schema = schemathesis.openapi.from_dict(w.doc)
+        w.hook_bodies = hook.events
         yield w
+    await hook.stop()
 
 
 def documented(doc: dict) -> set[tuple[str, str, int]]:
@@ -99,7 +109,7 @@ def conforms(world, method: str, template: str, path: str, response: requests.Re
 
 def concrete(template: str) -> str:
     """A path of the template that routes: batch and job 1, the first output, a real name."""
-    return (template.replace("{id}", "1").replace("{index}", "0")
+    return (template.replace("{id}", "1").replace("{index}", "0").replace("{endpoint}", "tour")
             .replace("{name}", "contact.png" if "files" in template else "social_thumb"))
 
 
@@ -225,12 +235,59 @@ def tour(world) -> set[tuple[str, str, int]]:
          headers={"Content-Type": "multipart/form-data; boundary=x"})
     call(ADMIN, "DELETE", f"{schedules}/{{id}}", 200)
     call(ADMIN, "DELETE", f"{schedules}/{{id}}", 404)
+
+    hooks, endpoint = f"{v}/webhooks", f"{v}/webhooks/endpoints/{{endpoint}}"
+    call(ADMIN, "GET", hooks, 200)
+    call(ADMIN, "POST", f"{endpoint}/test", 200)  # taken by the receiver
+    call(ADMIN, "POST", f"{endpoint}/test", 200, path=f"{hooks}/endpoints/down/test")  # not
+    call(ADMIN, "POST", f"{endpoint}/test", 404, path=f"{hooks}/endpoints/nope/test")
+    call(ADMIN, "POST", f"{endpoint}/enable", 200)
+    call(ADMIN, "POST", f"{endpoint}/enable", 404, path=f"{hooks}/endpoints/nope/enable")
+    deliveries = f"{hooks}/deliveries"
+    call(ADMIN, "GET", deliveries, 200, path=f"{deliveries}?endpoint=tour&limit=5")
+    call(ADMIN, "GET", deliveries, 400, path=f"{deliveries}?status=lost")
+    listed = requests.get(f"{url}{deliveries}", timeout=30,
+                          headers={"Authorization": f"Bearer {ADMIN}"}).json()["deliveries"]
+    sent = next(d["id"] for d in listed if d["status"] == "sent")
+    owed = next(d["id"] for d in listed if d["status"] == "pending")
+    one = f"{deliveries}/{{id}}"
+    call(ADMIN, "GET", one, 200, path=f"{deliveries}/{sent}")
+    call(ADMIN, "GET", one, 404, path=f"{deliveries}/99999")
+    call(ADMIN, "POST", f"{one}/redeliver", 200, path=f"{deliveries}/{sent}/redeliver")
+    call(ADMIN, "POST", f"{one}/redeliver", 409, path=f"{deliveries}/{owed}/redeliver")
+    call(ADMIN, "POST", f"{one}/redeliver", 404, path=f"{deliveries}/99999/redeliver")
     return seen
 
 
 async def test_a_tour_reaches_every_documented_answer_and_each_is_as_documented(world):
     seen = await asyncio.to_thread(tour, world)
     assert seen == documented(world.doc)
+
+
+async def test_the_webhooks_section_documents_each_events_body_and_its_signature(world):
+    hooks = world.doc["webhooks"]
+    assert set(hooks) == {"batch.queued", "batch.finished", "batch.canceled", "job.succeeded",
+                          "job.failed", "webhook.test"}
+    for name, op in hooks.items():
+        post = op["post"]
+        assert {p["name"] for p in post["parameters"]} == \
+            {"webhook-id", "webhook-timestamp", "webhook-signature"}
+        ref = post["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        schema = world.doc["components"]["schemas"][ref.rsplit("/", 1)[1]]
+        assert schema["properties"]["type"]["enum"] == [name]
+    ended = world.doc["components"]["schemas"]["BatchEnded"]["properties"]
+    assert {"succeeded", "failed", "canceled", "summary", "outputs", "links"} <= set(ended)
+    # What a receiver takes is what the document says: the bodies of batch 1's events and
+    # of a test, each read strictly as its documented record.
+    status, _ = await world.call("POST", "/webhooks/endpoints/tour/test", token=ADMIN)
+    assert status == 200
+    wanted = {"batch.queued", "job.succeeded", "batch.finished", "webhook.test"}
+    async with asyncio.timeout(20):  # the service delivers on its own loops
+        while not wanted <= {b["type"] for b in world.hook_bodies()}:
+            await asyncio.sleep(0.05)
+    taken = world.hook_bodies()
+    for body in taken:
+        msgspec.convert(body, EVENTS[body["type"]])
 
 
 def generated(world, roles: dict[str, str | None], examples: int) -> set:

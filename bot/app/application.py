@@ -24,6 +24,8 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any
 
+from aiohttp.abc import AbstractResolver
+
 from bot.app import iterate, values
 from bot.app.iterate import Acted, ActionRequest
 from bot.app.permissions import Action, Permissions, Role, Who
@@ -33,7 +35,8 @@ from bot.conventions import subject_of, thread_of
 from bot.errors import Conflict, Invalid, NotFound
 from bot.intake.check import IntakeReport, SheetFile, SheetSource, check_sheet
 from bot.intake.images import Attachments
-from bot.settings import ChatConfig, IntakeConfig
+from bot.outbound import check_callback
+from bot.settings import ChatConfig, IntakeConfig, WebhookConfig
 from storage.access import Access
 from storage.config import Config
 from storage.files import FileStore
@@ -73,6 +76,7 @@ class SubmitOptions:
     grid: tuple[str, ...] = ()  # a sweep's grid axes, across then down (default: the first two)
     compare: tuple[str, ...] = ()  # other template versions each row also runs (A/B), same seeds
     ask_over: int | None = None  # a sweep of more jobs is not queued: Unconfirmed says its cost
+    callback_url: str | None = None  # told of the batch's events by signed webhooks
 
 
 @dataclass(frozen=True)
@@ -201,6 +205,7 @@ class App:
         self.permissions = Permissions(settings, self.access, queue, clock=self.clock)
         self.schedules = Schedules(queue.db, clock=self.clock)
         self.versions = TemplateVersions(queue.db, clock=self.clock)
+        self.dns: AbstractResolver | None = None  # answers callback URLs' lookups (tests)
         # Set by a front that starts an executor beside itself (genbot chat, serve): until
         # that one registers, "no executor" would be untrue — it is starting.
         self.executor_starting = False
@@ -280,6 +285,9 @@ class App:
         `attachments` (or assets, or allowed links). The intake report, and nothing
         queued, when no row can go (or on a dry run)."""
         role = await self.permissions.require(who, Action.GEN)
+        if options.callback_url:  # a private address is refused before the sheet is read
+            await check_callback(options.callback_url, dns=self.dns,
+                                 allowlist=self.config[WebhookConfig].callback_allowlist)
         if options.key and (earlier := await self.queue.batch_by_key(options.key)) is not None:
             found = await self.batch(earlier)  # a retried request: the same batch, at once
             return Accepted(found.id, found.total_jobs, created=False, report=None)
@@ -314,6 +322,8 @@ class App:
                                 "version": chosen.number}
         if options.context:
             meta["context"] = options.context
+        if options.callback_url:
+            meta["callback"] = options.callback_url
         if options.at is not None:
             meta["at"] = f"{options.at:%Y-%m-%d %H:%M} ({options.at.tzinfo})"
         if sweep or len(variants) > 1:

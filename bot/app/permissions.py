@@ -59,6 +59,7 @@ class Action(StrEnum):
     PICKS = "picks"
     REFINE = "refine"
     AB = "ab"
+    WEBHOOKS = "webhooks"
 
     @property
     def needs(self) -> Role:
@@ -78,6 +79,8 @@ NEEDS: dict[Action, Role] = {
     Action.EDIT: Role.SUBMITTER, Action.KEEP: Role.VIEWER, Action.REJECT: Role.VIEWER,
     Action.UNKEEP: Role.VIEWER, Action.PICKS: Role.VIEWER, Action.REFINE: Role.VIEWER,
     Action.AB: Role.VIEWER,
+    # Endpoints' addresses and every event they were sent: for admins.
+    Action.WEBHOOKS: Role.ADMIN,
 }
 
 

@@ -487,6 +487,39 @@ async def ab(turn: Turn, cmd: Command) -> None:
         turn.add("ab_unrated", unrated=found.unrated)
 
 
+@command("webhooks", "[test ENDPOINT | redeliver DELIVERY]", aliases=("回调",), args=(
+    Arg("what", True), Arg("target", True)))
+async def webhooks(turn: Turn, cmd: Command) -> None:
+    """Admins: the endpoints and their deliveries; a test sent now; a delivery sent again."""
+    from bot.webhooks.service import WebhookService
+    hooks = WebhookService(turn.app)
+    what, target = (cmd.args["what"] or "").lower(), cmd.args["target"]
+    if what in ("test", "测试", "redeliver", "重发") and target:
+        if what in ("test", "测试"):
+            done = await hooks.test(turn.who, target)
+        else:
+            done = await hooks.redeliver(turn.who, number("delivery")(target, datetime.now()))
+        m = done.message
+        turn.say("webhook_sent" if m.status == "sent" else "webhook_not_sent",
+                 delivery=done.id, endpoint=done.endpoint, type=m.payload.get("type", ""),
+                 status=m.platform_id or "", error=m.error or "", state=m.status)
+        return
+    if what:
+        raise CommandError("webhooks_usage", usage=COMMANDS["webhooks"].line)
+    states = await hooks.endpoints_of(turn.who)
+    if not states:
+        turn.say("webhooks_none")
+        return
+    turn.say("webhooks_head", count=len(states))
+    for state in states:
+        e = state.endpoint
+        turn.add("webhooks_endpoint", endpoint=e.id, url=e.url,
+                 sent=state.counts.get("sent", 0), pending=state.counts.get("pending", 0),
+                 failed=state.counts.get("failed", 0),
+                 off=say("webhooks_disabled", turn.lang, why=e.disabled_reason or "")
+                 if e.disabled_at else "")
+
+
 @command("pause", aliases=("暂停",))
 async def pause(turn: Turn, cmd: Command) -> None:
     if await turn.app.pause(turn.who):

@@ -12,6 +12,8 @@
   genbot submit TEMPLATE SHEET      send a sheet to a running genbot (REST API); --wait follows it
   genbot job again|vary|upscale|edit|keep|reject|unkeep|lineage ID
                                     act on a finished image of a running genbot (REST API)
+  genbot webhooks list|deliveries|test|redeliver|enable|secret
+                                    webhook endpoints and their deliveries
   genbot worker [--comfyui URL]     run one executor (one per GPU, or per ComfyUI server)
   genbot models [demo|pull]         the model registry; build the demo models; download one
 
@@ -39,13 +41,14 @@ from bot.cli import (
     submit,
     templates,
     validate,
+    webhooks,
 )
 from bot.errors import Coded
 from storage import config as cfg
 from storage.db import DatabaseError
 
 COMMANDS = (serve, run, submit, job, chat, config, db, queue, templates,  # --help order
-            validate)
+            validate, webhooks)
 
 
 def build_parser() -> argparse.ArgumentParser:

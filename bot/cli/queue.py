@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from bot.app.permissions import Who
-from bot.cli.shared import PRIORITIES, load_config, me
-from storage.queue import Status, open_queue
+from bot.cli.shared import PRIORITIES, load_config, local_app
+from storage.queue import Status
 
 if TYPE_CHECKING:
     from bot.app.application import App
@@ -48,15 +48,8 @@ def _queue_command(func: QueueCommand) -> Callable[[argparse.Namespace], int]:
         config = load_config(args)
 
         async def inner() -> int:
-            from bot.app.application import App
-            from storage.files import open_store
-            queue = await open_queue(config)
-            try:
-                who = me()
-                app = App(config, queue, open_store(config), {}, local_admins=(who.id,))
+            async with local_app(config) as (app, who):
                 return await func(app, who, args)
-            finally:
-                await queue.close()
 
         return asyncio.run(inner())
     return run

@@ -7,11 +7,17 @@ reaches into another's for a helper.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from bot.app.permissions import Who
 from storage import config as cfg
-from storage.queue import Priority
+from storage.queue import Priority, open_queue
+
+if TYPE_CHECKING:
+    from bot.app.application import App
 
 PRIORITIES = [p.name.lower() for p in Priority]
 LANGS = ("en", "zh")  # the languages of genbot's reports (bot.messages)
@@ -25,6 +31,20 @@ def load_config(args: argparse.Namespace) -> cfg.Config:
 def me() -> Who:
     """Whoever runs the command line: an admin of this machine's genbot."""
     return Who("cli", getpass.getuser())
+
+
+@contextlib.asynccontextmanager
+async def local_app(config: cfg.Config) -> AsyncIterator[tuple[App, Who]]:
+    """The application layer over this machine's queue, and `me()` as its admin: a
+    command that acts locally asks as a person in chat would."""
+    from bot.app.application import App
+    from storage.files import open_store
+    queue = await open_queue(config)
+    try:
+        who = me()
+        yield App(config, queue, open_store(config), {}, local_admins=(who.id,)), who
+    finally:
+        await queue.close()
 
 
 def add_sweep_options(parser: argparse.ArgumentParser) -> None:

@@ -49,6 +49,9 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
                         help="with --wait: the images, contact sheet and results into DIR")
     submit.add_argument("--wait-for-executor", action="store_true",
                         help="queue it even when no running executor can run its jobs")
+    submit.add_argument("--callback", metavar="URL",
+                        help="tell URL of the batch's events by signed webhooks "
+                             "(docs/webhooks.md)")
     add_sweep_options(submit)
     submit.set_defaults(func=cmd_submit)
 
@@ -58,13 +61,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
                   priority=args.priority, wait=args.wait, key=args.idempotency_key,
                   wait_for_executor=args.wait_for_executor,
                   sweep=(tuple(args.vary), args.seeds, args.grid, tuple(args.compare)),
-                  download=args.download)
+                  download=args.download, callback=args.callback)
 
 
 def submit(template: str, sheet: Path, *, server: str | None, token: str | None,
            priority: str, wait: bool, key: str | None = None,
            wait_for_executor: bool = False,
-           sweep: SweepArgs = NO_SWEEP, download: str | None = None) -> int:
+           sweep: SweepArgs = NO_SWEEP, download: str | None = None,
+           callback: str | None = None) -> int:
     server = server_of(server)
     token = token_for(server, token)
     if not token:
@@ -72,14 +76,15 @@ def submit(template: str, sheet: Path, *, server: str | None, token: str | None,
     import aiohttp
     try:
         return asyncio.run(_submit(template, sheet, server, token, priority, wait or bool(download),
-                                   key, wait_for_executor, sweep, download))
+                                   key, wait_for_executor, sweep, download, callback))
     except (aiohttp.ClientError, OSError, TimeoutError) as e:
         return unreachable(server, e)
 
 
 async def _submit(template: str, sheet: Path, server: str, token: str, priority: str,
                   wait: bool, key: str | None, wait_for_executor: bool = False,
-                  sweep: SweepArgs = NO_SWEEP, download: str | None = None) -> int:
+                  sweep: SweepArgs = NO_SWEEP, download: str | None = None,
+                  callback: str | None = None) -> int:
     """Through the Python client (bot.client), as any script would."""
     from bot.client import AsyncClient, GenbotError
     vary, seeds, grid, compare = sweep
@@ -88,7 +93,7 @@ async def _submit(template: str, sheet: Path, server: str, token: str, priority:
             batch = await genbot.submit(
                 template, sheet, vary=vary, seeds=seeds, grid=[k for k in grid.split(",") if k],
                 compare=compare, priority=priority, wait_for_executor=wait_for_executor,
-                key=key)
+                key=key, callback_url=callback)
         except GenbotError as e:
             return error({"error": {"message": e.message}}, e.status)
         for problem in batch.problems:

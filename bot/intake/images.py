@@ -14,16 +14,15 @@ import asyncio
 import io
 import ipaddress
 import re
-import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
+from aiohttp.abc import AbstractResolver
 
 from bot.messages import Both
+from bot.outbound import PrivateAddress, is_public, refusal, session
 from bot.settings import IntakeConfig
 from storage.files import FileStore
 from templates.params import Problem
@@ -32,66 +31,6 @@ from templates.params import Problem
 # with the sheet": the chat inbox, or the sheet's own folder for the CLI.
 Attachments = Callable[[str], Awaitable[bytes | None]]
 MAX_REDIRECTS = 3
-# IPv6 ranges whose low 32 bits are an IPv4 address the packet really goes to: IPv4-mapped
-# (::ffff:127.0.0.1), IPv4-compatible (::127.0.0.1) and NAT64 (64:ff9b::7f00:1).
-_EMBEDS_IPV4 = tuple(ipaddress.IPv6Network(n) for n in ("::ffff:0:0/96", "::/96", "64:ff9b::/96"))
-
-
-def is_public(address: str) -> bool:
-    """Whether a connection to `address` (an IP, as a resolver gives it) leaves for the public
-    internet. An IPv6 form that carries an IPv4 address is judged by that IPv4 address, so
-    ::ffff:127.0.0.1 is loopback; anything that is not an IP at all is not public."""
-    try:
-        ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and any(ip in net for net in _EMBEDS_IPV4):
-        ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return ip.is_global and not ip.is_multicast
-
-
-class PrivateAddress(OSError):
-    """A host answered with an address downloads may not reach. An OSError, so aiohttp wraps it
-    like any failed lookup; the download unwraps it to say which host was refused."""
-
-    def __init__(self, host: str):
-        super().__init__(f"{host} resolves to a private or local address")
-        self.host = host
-
-
-class CheckedResolver(AbstractResolver):
-    """The connector's resolver: asks `inner` once per connection, refuses the whole answer if
-    any address in it is not public, and hands the connector exactly the addresses it checked.
-    Checking and connecting on one lookup is what stops DNS rebinding (a name that answers a
-    public address to the check and 127.0.0.1 to the connect)."""
-
-    def __init__(self, inner: AbstractResolver, *, allow_private: bool, owns_inner: bool):
-        self.inner, self.allow_private, self.owns_inner = inner, allow_private, owns_inner
-
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
-        checked = [result.copy() for result in await self.inner.resolve(host, port, family)]
-        if not checked:
-            raise OSError(f"{host} has no address")
-        if not self.allow_private and not all(is_public(r["host"]) for r in checked):
-            raise PrivateAddress(host)
-        return checked
-
-    async def close(self) -> None:
-        if self.owns_inner:
-            await self.inner.close()
-
-
-def _refusal(error: BaseException | None) -> PrivateAddress | None:
-    """The PrivateAddress behind an aiohttp error (it arrives wrapped, e.g. in a
-    ClientConnectorDNSError), or None."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, PrivateAddress):
-            return error
-        seen.add(id(error))
-        error = getattr(error, "os_error", None) or error.__cause__ or error.__context__
-    return None
 
 
 NAME_MAX = 255  # bytes in one part of a path, on every common file system
@@ -242,16 +181,9 @@ class ImageResolver:
     async def _download(self, url: str) -> bytes:
         limit = int(self.settings.max_image_mb * 2**20)
         timeout = aiohttp.ClientTimeout(total=60, sock_connect=self.connect_timeout)
-        resolver = CheckedResolver(self.dns or DefaultResolver(),
-                                   allow_private=self.settings.allow_private_urls,
-                                   owns_inner=self.dns is None)
-        # No DNS cache: every new connection is resolved, and checked, afresh.
-        connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False)
-        try:
-            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-                return await self._fetch(session, url, limit)
-        finally:
-            await resolver.close()
+        async with session(allow_private=self.settings.allow_private_urls, dns=self.dns,
+                           timeout=timeout) as client:
+            return await self._fetch(client, url, limit)
 
     async def _fetch(self, session: aiohttp.ClientSession, url: str, limit: int) -> bytes:
         for _ in range(MAX_REDIRECTS + 1):
@@ -275,7 +207,7 @@ class ImageResolver:
                         self._check_size(url, len(data))
                     return bytes(data)
             except (TimeoutError, aiohttp.ClientError, PrivateAddress) as e:
-                refused = _refusal(e)
+                refused = refusal(e)
                 if refused is not None:
                     raise Problem("image_private_address", host=refused.host) from None
                 raise Problem("image_download_failed", ref=url,

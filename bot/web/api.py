@@ -33,7 +33,10 @@ from bot.web.routes import Resource, serve
 from bot.web.schedules import ScheduleRoutes
 from bot.web.templates import TemplateRoutes
 from bot.web.uploads import body_limit
+from bot.web.webhooks import WebhookRoutes
 from bot.web.workers import WorkerRoutes
+from bot.webhooks.payloads import DESCRIPTIONS, EVENTS
+from bot.webhooks.service import WebhookService
 
 __all__ = ["Api", "body_limit", "coded_errors", "status_of"]  # body_limit: `genbot serve`
 # sizes the app's client_max_size with it
@@ -87,8 +90,9 @@ async def coded_errors(request: web.Request, handler: Any) -> web.StreamResponse
 class Api:
     """Every resource of /api/v1 over one application layer, and who is asking."""
 
-    def __init__(self, app: App):
+    def __init__(self, app: App, hooks: WebhookService | None = None):
         self.app = app
+        self.hooks = hooks or WebhookService(app)
         self.callers = Callers(app)
         self.sessions = self.callers.sessions  # (the dashboard signs in with them)
         self.queue = QueueRoutes(app, self.callers)
@@ -97,7 +101,8 @@ class Api:
         self.resources: list[Resource] = [
             self.queue, WorkerRoutes(app, self.callers), TemplateRoutes(app, self.callers),
             BatchRoutes(app, self.callers), JobRoutes(app, self.callers),
-            IterateRoutes(app, self.callers), self.events, ScheduleRoutes(app, self.callers)]
+            IterateRoutes(app, self.callers), self.events, ScheduleRoutes(app, self.callers),
+            WebhookRoutes(self.hooks, self.callers)]
 
     def routes(self, app: web.Application) -> None:
         """Each resource's routes as declared, and the document generated from them."""
@@ -105,4 +110,5 @@ class Api:
         app.on_shutdown.append(self.events.close_streams)
         app.router.add_get("/healthz", self.queue.healthz)
         routes = [route for resource in self.resources for route in resource.routes()]
-        serve(app, [*routes, OpenApi(routes).route])
+        serve(app, [*routes, OpenApi(routes, webhooks={
+            name: (record, DESCRIPTIONS[name]) for name, record in EVENTS.items()}).route])

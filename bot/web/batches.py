@@ -27,7 +27,7 @@ from bot.web.http import (
     Problem,
     flag,
     in_path,
-    number,
+    page_of,
     problems,
     respond,
     stored_file,
@@ -147,6 +147,10 @@ class Fields(Struct, kw_only=True):
     grid: Annotated[list[str], Meta(description=(
         "a sweep's grid axes, across then down (default: the first two swept); "
         "multipart: KEY1,KEY2"))] = []
+    callback_url: Annotated[str, Meta(description=(
+        "told of this batch's events (batch.queued, job.succeeded, job.failed, "
+        "batch.finished, batch.canceled) by signed POSTs: see the webhooks section. A public "
+        "http(s) host only, unless [webhook] callback_allowlist names it"), max_length=2000)] = ""
 
 
 class SheetSubmission(Fields, kw_only=True):
@@ -224,13 +228,7 @@ class BatchRoutes:
     async def page(self, request: web.Request) -> web.Response:
         await self.callers.allowed(request, Action.STATUS)
         q = request.query
-        try:
-            limit = number(q.get("limit", "50"))
-            cursor = number(q["cursor"]) if q.get("cursor") else None
-        except ValueError:
-            raise ApiError(400, "bad_query", "limit and cursor are whole numbers") from None
-        if not 1 <= limit <= MAX_BATCHES_PAGE:
-            raise ApiError(400, "bad_query", f"limit is 1 to {MAX_BATCHES_PAGE}")
+        limit, cursor = page_of(request, MAX_BATCHES_PAGE)
         rows = await self.queue.page_batches(before=cursor, submitter=q.get("submitter"),
                                              limit=limit)
         return respond(BatchPage([BatchLine.of(r) for r in rows],
@@ -273,7 +271,8 @@ class BatchRoutes:
             wait_for_executor=flag(form.get("wait_for_executor")),
             vary=sweep_axes(form.get("vary")), seeds=sweep_seeds(form.get("seeds")),
             grid=grid_axes(form.get("grid")),
-            compare=sweep_axes(form.get("compare"), "compare", "template names (NAME@N)"))
+            compare=sweep_axes(form.get("compare"), "compare", "template names (NAME@N)"),
+            callback_url=str(form.get("callback_url") or "") or None)
         result = await self.app.submit(who, name, form_sheet(form), form_files(form), options)
         if isinstance(result, IntakeReport):
             if not result.jobs:

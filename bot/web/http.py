@@ -26,10 +26,11 @@ import msgspec
 from aiohttp import web
 from msgspec import UNSET, Struct, UnsetType
 
+from bot.conventions import API_PREFIX
 from storage.files import FileStore
 from storage.media import sniff_file
 
-PREFIX = "/api/v1"
+PREFIX = API_PREFIX
 BIGGEST = 2**63 - 1  # ids are 64-bit in the database
 SMALL_BODY = 64 * 1024  # a JSON body of fields alone (an action, a rating): no files in it
 T = TypeVar("T")
@@ -166,6 +167,19 @@ def number(text: str) -> int:
     if not 0 <= value <= BIGGEST:
         raise ValueError(f"{text} is out of range")
     return value
+
+
+def page_of(request: web.Request, most: int) -> tuple[int, int | None]:
+    """A page's `limit` (default 50) and `cursor` (where the last page ended), or 400."""
+    q = request.query
+    try:
+        limit = number(q.get("limit", "50"))
+        cursor = number(q["cursor"]) if q.get("cursor") else None
+    except ValueError:
+        raise ApiError(400, "bad_query", "limit and cursor are whole numbers") from None
+    if not 1 <= limit <= most:
+        raise ApiError(400, "bad_query", f"limit is 1 to {most}")
+    return limit, cursor
 
 
 def in_path(request: web.Request, name: str) -> int:

@@ -10,6 +10,7 @@ run on.
 from __future__ import annotations
 
 import hmac
+from collections import Counter
 from collections.abc import Callable
 
 from aiohttp import web
@@ -20,9 +21,13 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client import (
+    Counter as Total,
+)
 
 from storage.outbox import Outbox
 from storage.queue import TERMINAL, Priority, Queue, Status
+from storage.webhooks import Webhooks
 from storage.workers import STATES, Workers
 
 CACHE_KINDS = ("loads", "hits", "promotions", "offloads", "evictions", "lora_loads", "lora_hits",
@@ -31,9 +36,20 @@ CACHE_KINDS = ("loads", "hits", "promotions", "offloads", "evictions", "lora_loa
 
 class Metrics:
     def __init__(self, queue: Queue, outbox: Outbox, restarts: Callable[[], int] = lambda: 0,
-                 token: str = ""):
+                 token: str = "",
+                 webhooks: tuple[Webhooks, Counter[tuple[str, str]]] | None = None):
+        """`webhooks`: the deliveries' table and the deliverer's tries by (endpoint,
+        outcome), counted since the service started."""
         self.queue, self.outbox, self.restarts, self.token = queue, outbox, restarts, token
+        self.webhooks = webhooks
         r = self.registry = CollectorRegistry()
+        self.deliveries = Gauge("genbot_webhook_deliveries", "Webhook deliveries by endpoint "
+                                "and state (failed: given up, or refused)",
+                                ["endpoint", "status"], registry=r)
+        self.tries = Total("genbot_webhook_attempts", "Webhook delivery tries by endpoint and "
+                           "outcome (delivered, retried, failed, gone) since the service "
+                           "started", ["endpoint", "outcome"], registry=r)
+        self._tries_seen: Counter[tuple[str, str]] = Counter()
         self.jobs = Gauge("genbot_jobs", "Jobs by status and priority", ["status", "priority"],
                           registry=r)
         self.paused = Gauge("genbot_queue_paused", "1 while the queue is paused", registry=r)
@@ -82,7 +98,17 @@ class Metrics:
         self.paused.set(1 if await self.queue.paused() else 0)
         self.outbox_messages.clear()
         for (platform, state), n in (await self.outbox.counts_by_platform()).items():
-            self.outbox_messages.labels(platform, state).set(n)
+            if not platform.startswith("webhook:"):  # (deliveries have their own, below)
+                self.outbox_messages.labels(platform, state).set(n)
+        if self.webhooks is not None:
+            table, tries = self.webhooks
+            self.deliveries.clear()
+            for (endpoint, state), n in (await table.counts()).items():
+                self.deliveries.labels(endpoint, state).set(n)
+            for (endpoint, outcome), n in list(tries.items()):
+                if grown := n - self._tries_seen[(endpoint, outcome)]:
+                    self.tries.labels(endpoint, outcome).inc(grown)
+                    self._tries_seen[(endpoint, outcome)] = n
         self.executor_restarts.set(self.restarts())
         await self.observe_ended_jobs()
         await self.read_workers()

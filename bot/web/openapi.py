@@ -5,7 +5,7 @@ declarations (bot.web.routes), so the document says what the handlers do. Served
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -30,14 +30,27 @@ ERRORS = {
     426: "a WebSocket asked with a plain GET",
     429: "too many submissions (or actions) this minute: try again later",
 }
+SIGNED = ("Signed per Standard Webhooks (docs/webhooks.md); retried until a 2XX for up to "
+          "[webhook] retry_hours with the same webhook-id, so dedupe by it.")
+SIGNATURE_HEADERS = {
+    "webhook-id": "the event's id (msg_…): the same on every try",
+    "webhook-timestamp": "this try's time, in Unix seconds: refuse one more than 5 minutes off",
+    "webhook-signature": "v1, then base64 of HMAC-SHA256 over \"id.timestamp.body\" keyed with "
+                         "the base64-decoded part of the endpoint's whsec_ secret"}
 DESCRIPTION = (
     "Batch image generation: the queue, for scripts. Every call needs `Authorization: Bearer "
     "TOKEN` ([api] tokens), or the dashboard's session cookie plus X-CSRF-Token for changes; "
     "roles and limits are the chat's. Every error is an Error.")
 
 
-def document(routes: Sequence[Route]) -> dict[str, Any]:
+def document(routes: Sequence[Route],
+             webhooks: Mapping[str, tuple[Any, str]] | None = None) -> dict[str, Any]:
+    """`webhooks`: event type -> (the record its body is, what it means): the POSTs genbot
+    makes to receivers (OpenAPI 3.1's webhooks section)."""
+    webhooks = webhooks or {}
     wanted: dict[Any, None] = {Error: None}  # every type described, in order, once
+    for record, _ in webhooks.values():
+        wanted.setdefault(record)
     for route in routes:
         for t in [p.type for p in route.params] + [*(route.body or {}).values()] + \
                 [r for a in route.answers.values() for r in _records(a)] + \
@@ -67,12 +80,23 @@ def document(routes: Sequence[Route]) -> dict[str, Any]:
         if route.messages is not None:
             op["x-websocket-message"] = schema[route.messages]
         paths.setdefault(route.documented, {})[route.method.lower()] = op
+    hooks = {name: {"post": {
+        "summary": name, "description": f"{text} {SIGNED}",
+        "parameters": [{"name": h, "in": "header", "required": True, "schema": {"type": "string"},
+                        "description": d} for h, d in SIGNATURE_HEADERS.items()],
+        "requestBody": {"required": True,
+                        "content": {"application/json": {"schema": schema[record]}}},
+        "responses": {"2XX": {"description": "taken: not sent again"},
+                      "410": {"description": "the endpoint is retired: genbot disables it"},
+                      "default": {"description": "sent again later, with backoff"}}}}
+        for name, (record, text) in webhooks.items()}
     return {
         "openapi": "3.1.0",
         "info": {"title": "genbot", "version": "1", "description": DESCRIPTION},
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
         "paths": paths,
+        **({"webhooks": hooks} if hooks else {}),
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "responses": {f"Error{s}": {"description": text, "content": {
@@ -100,10 +124,11 @@ def _answer(answer: Answer, schema: dict[Any, dict[str, Any]]) -> dict[str, Any]
 class OpenApi:
     """GET /openapi.json: the document of every route, its own included, made once."""
 
-    def __init__(self, routes: Sequence[Route]):
+    def __init__(self, routes: Sequence[Route],
+                 webhooks: Mapping[str, tuple[Any, str]] | None = None):
         self.route = Route("GET", "/openapi.json", self.serve, "This document",
                            {200: Answer("the OpenAPI document", dict[str, Any])}, public=True)
-        self.body = msgspec.json.encode(document([*routes, self.route]))
+        self.body = msgspec.json.encode(document([*routes, self.route], webhooks))
 
     async def serve(self, request: web.Request) -> web.Response:
         return web.Response(body=self.body, content_type="application/json", charset="utf-8")

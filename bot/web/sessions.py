@@ -15,7 +15,6 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -24,6 +23,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from aiohttp import web
+
+from bot.settings import kept_secret
 
 COOKIE = "genbot_session"
 CSRF_HEADER = "X-CSRF-Token"
@@ -142,28 +143,13 @@ def session_secret(configured: str, data_dir: Path) -> bytes:
     outlive a restart."""
     if configured:
         return configured.encode()
-    return bytes.fromhex(_kept(data_dir / "session.key", lambda: secrets.token_hex(32)))
+    return bytes.fromhex(kept_secret(data_dir / "session.key", lambda: secrets.token_hex(32)))
 
 
 def local_token(data_dir: Path) -> str:
     """With no [api] tokens configured, one admin token for whoever can read this
     machine's data_dir (as Jupyter does), so a fresh install's dashboard can be opened."""
-    return _kept(data_dir / "local-admin.token", lambda: secrets.token_urlsafe(24))
-
-
-def _kept(path: Path, make: Callable[[], str]) -> str:
-    """The secret in `path`, made (readable by this user only) when missing or empty."""
-    try:
-        if text := path.read_text().strip():
-            return text
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = make()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text + "\n")
-    return text
+    return kept_secret(data_dir / "local-admin.token", lambda: secrets.token_urlsafe(24))
 
 
 def _bytes(text: str) -> bytes:

@@ -14,12 +14,14 @@ ADMIN, ALICE, BOB, VIEWER = ("admin-token-0000001", "alice-token-000001", "bob-t
 BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
 
 
-def api_config(tmp_path, demo_models, tokens: tuple[str, ...] = (), **chat):
+def api_config(tmp_path, demo_models, tokens: tuple[str, ...] = (),
+               webhooks: list[dict] | None = None, **chat):
     return executor_config(
         tmp_path / "data", demo_models, service={"port": 0},
         api={"tokens": [f"{ADMIN}=ops", f"{ALICE}=alice", f"{BOB}=bob", f"{VIEWER}=vic",
                         *tokens]},
-        chat={"admins": ["api:ops"], "viewers": ["api:vic"], **chat})
+        chat={"admins": ["api:ops"], "viewers": ["api:vic"], **chat},
+        **({"webhooks": webhooks} if webhooks else {}))
 
 
 class ApiWorld(ServiceWorld):

@@ -355,13 +355,16 @@ class SlackClient:
 ASSETS = Path(__file__).resolve().parents[2] / "examples" / "assets"
 
 
-def slack_config(tmp_path, demo_models, fake: FakeSlack, *, chat=None, **slack):
+def slack_config(tmp_path, demo_models, fake: FakeSlack, *, chat=None, sections=None,
+                 **slack):
+    """`sections`: more of the config, e.g. {"webhooks": [...]}."""
     from tests.conftest import executor_config
     return executor_config(
         tmp_path / "data", demo_models, service={"port": 0},
         chat={"progress_every": 0.5, "admins": ["slack:BOSS"], "viewers": ["slack:V"],
               **(chat or {})},
-        slack={"bot_token": TOKEN, "signing_secret": SECRET, "api_url": fake.api_url, **slack})
+        slack={"bot_token": TOKEN, "signing_secret": SECRET, "api_url": fake.api_url, **slack},
+        **(sections or {}))
 
 
 class SlackWorld(ServiceWorld):

@@ -45,6 +45,20 @@ const TEXT = {
     ab_won: "{variant}: kept in {won} rows where the other was not", ab_ties: "tie (both or neither kept): {ties}", ab_unrated: "not rated yet: {unrated} rows",
     picks: "Picks (.xlsx)", picks_contact: "Picks contact sheet", no_picks: "Nothing kept yet.",
     acted: "Batch {id} queued: {n} jobs",
+    webhooks: "Webhooks", endpoints: "Endpoints", deliveries: "Deliveries", endpoint: "Endpoint",
+    url: "URL", kind: "Kind", kind_config: "config", kind_callback: "callback URL", events: "Events",
+    delivery_id: "Delivery", event: "Event", attempts: "Attempts", last_error: "Last error",
+    updated: "Updated", next_attempt: "Next attempt", all_endpoints: "All endpoints",
+    pending: "pending", sent: "sent", disabled: "disabled",
+    send_test: "Send test", enable: "Enable", redeliver: "Redeliver", more: "More",
+    no_endpoints: "No webhook endpoints yet: add [[webhooks]] to the config (docs/webhooks.md).",
+    no_deliveries: "No deliveries.",
+    test_taken: "{endpoint} took the test (HTTP {response})",
+    test_not_taken: "{endpoint} did not take the test: {error}",
+    redelivered: "Delivery {id} taken (HTTP {response})",
+    not_redelivered: "Delivery {id} not taken: {error}",
+    still_pending: "Delivery {id} is still pending: it is sent on its own",
+    enabled: "{endpoint} is on again", was_enabled: "{endpoint} was on already",
   },
   zh: {
     overview: "概览", jobs: "任务", submit: "提交", sign_out: "退出",
@@ -82,11 +96,27 @@ const TEXT = {
     ab_won: "{variant}：{won} 行中被保留而另一版本未被保留", ab_ties: "平局（都保留或都未保留）：{ties}", ab_unrated: "尚未评价：{unrated} 行",
     picks: "精选 (.xlsx)", picks_contact: "精选缩略图", no_picks: "还没有保留的图片。",
     acted: "批次 {id} 已入队：{n} 个任务",
+    webhooks: "Webhook", endpoints: "端点", deliveries: "投递记录", endpoint: "端点",
+    url: "地址", kind: "类型", kind_config: "配置", kind_callback: "回调地址", events: "事件",
+    delivery_id: "投递", event: "事件", attempts: "尝试次数", last_error: "最近的错误",
+    updated: "更新时间", next_attempt: "下次尝试", all_endpoints: "全部端点",
+    pending: "待发送", sent: "已送达", disabled: "已停用",
+    send_test: "发送测试", enable: "启用", redeliver: "重新投递", more: "更多",
+    no_endpoints: "还没有 Webhook 端点：在配置中添加 [[webhooks]]（见 docs/webhooks.md）。",
+    no_deliveries: "没有投递记录。",
+    test_taken: "{endpoint} 已接收测试（HTTP {response}）",
+    test_not_taken: "{endpoint} 未接收测试：{error}",
+    redelivered: "投递 {id} 已被接收（HTTP {response}）",
+    not_redelivered: "投递 {id} 未被接收：{error}",
+    still_pending: "投递 {id} 仍在待发送中：它会自动发送",
+    enabled: "{endpoint} 已重新启用", was_enabled: "{endpoint} 本来就是启用的",
   },
 };
 const STATUSES = ["queued", "running", "succeeded", "failed", "canceled"];
 const IMAGE_ACTIONS = ["again", "vary", "upscale"];  // one click each; edit is for chat and scripts
 const PRIORITIES = ["urgent", "high", "normal", "low"];
+const DELIVERY_STATES = ["pending", "sent", "failed"];
+const DELIVERY_PAGE = 50; // webhook deliveries fetched per page
 
 let lang = localStorage.getItem("genbot.lang") ||
   (navigator.language.toLowerCase().startsWith("zh") ? "zh" : "en");
@@ -158,6 +188,10 @@ function failure(r) {
 
 function when(seconds) {
   return seconds ? new Date(seconds * 1000).toLocaleString(lang === "zh" ? "zh-CN" : "en-GB") : "";
+}
+
+function at(iso) {  // an ISO 8601 time from the API, as when() shows epoch seconds
+  return iso ? new Date(iso).toLocaleString(lang === "zh" ? "zh-CN" : "en-GB") : "";
 }
 
 function span(seconds) {
@@ -613,6 +647,123 @@ async function submitWith(body, key) {
   return {ok: response.ok, status: response.status, data};
 }
 
+async function webhooksPage(main, params) {
+  // Admins only (the API refuses anyone else): the endpoints and how their deliveries went,
+  // a test sent now, a delivery sent again, an endpoint a 410 Gone turned off turned on.
+  const status = params.get("status") || "";
+  const only = params.get("endpoint") || "";
+  const endpoints = h("section", {class: "card", id: "endpoints"});
+  const byStatus = h("select", {id: "delivery-status", onchange: filtered},
+    h("option", {value: "", text: t("all")}),
+    ...DELIVERY_STATES.map((s) => h("option", {value: s, selected: s === status, text: t(s)})));
+  const byEndpoint = h("select", {id: "delivery-endpoint", onchange: filtered});
+  const list = h("table", {id: "deliveries"});
+  const more = h("button", {id: "more-deliveries", class: "link", hidden: true, text: t("more")});
+  main.replaceChildren(endpoints, h("section", {class: "card"},
+    h("h2", {text: t("deliveries")}), h("div", {class: "toolbar"}, byStatus, byEndpoint), list, more));
+  let pages = 1;  // pages of deliveries on screen: a refresh fetches as many again
+
+  function filtered() {
+    const q = new URLSearchParams();
+    if (byStatus.value) q.set("status", byStatus.value);
+    if (byEndpoint.value) q.set("endpoint", byEndpoint.value);
+    location.hash = q.toString() ? `#/webhooks?${q}` : "#/webhooks";
+  }
+  function query(cursor) {
+    const q = new URLSearchParams({limit: DELIVERY_PAGE});
+    if (only) q.set("endpoint", only);
+    if (status) q.set("status", status);
+    if (cursor !== null) q.set("cursor", cursor);
+    return `${API}/webhooks/deliveries?${q}`;
+  }
+  function endpointRow(e) {
+    return h("tr", {"data-endpoint": e.id, "data-disabled": String(Boolean(e.disabled))},
+      h("td", {}, h("strong", {text: e.id}),
+        e.description ? h("div", {class: "muted", text: e.description}) : null),
+      h("td", {class: "url", text: e.url}),
+      h("td", {text: t(`kind_${e.kind}`)}),
+      h("td", {class: "muted", text: e.events.join(", ")}),
+      h("td", {class: "nowrap"}, ...DELIVERY_STATES.map((s) => h("span", {class: "pair", "data-count": s},
+        badge(s), ` ${e.deliveries[s] || 0}`))),
+      h("td", {}, e.disabled ? [badge("disabled"), h("div", {class: "error reason", text: e.disabled})] : null),
+      h("td", {class: "nowrap"},
+        h("button", {class: "small", "data-test": e.id, onclick: (ev) => test(e.id, ev.currentTarget)}, t("send_test")),
+        e.disabled ? h("button", {class: "small", "data-enable": e.id,
+          onclick: (ev) => enable(e.id, ev.currentTarget)}, t("enable")) : null));
+  }
+  function deliveryRow(d) {
+    return h("tr", {"data-delivery": d.id, "data-status": d.status},
+      h("td", {text: `#${d.id}`}), h("td", {text: d.endpoint}), h("td", {}, h("code", {text: d.type})),
+      h("td", {class: "nowrap"}, badge(d.status), d.response ? h("span", {class: "muted", text: ` ${d.response}`}) : null),
+      h("td", {text: String(d.attempts)}),
+      h("td", {class: d.status === "sent" ? "muted" : "error", title: d.last_error || null, text: d.last_error || ""}),
+      h("td", {class: "muted", text: at(d.updated_at)}),
+      h("td", {class: "muted", text: at(d.next_attempt_at)}),
+      h("td", {}, d.status === "pending" ? null : h("button", {class: "small", "data-redeliver": d.id,
+        onclick: (ev) => redeliver(d.id, ev.currentTarget)}, t("redeliver"))));
+  }
+  async function test(id, button) {
+    button.disabled = true;  // (the attempt is made while the request waits)
+    const r = await call("POST", `${API}/webhooks/endpoints/${encodeURIComponent(id)}/test`);
+    button.disabled = false;
+    if (!r.ok) return failure(r);
+    if (r.data.status === "sent") toast(t("test_taken", {endpoint: id, response: r.data.response}), "ok");
+    else toast(t("test_not_taken", {endpoint: id, error: r.data.last_error || t(r.data.status)}));
+    refresh();
+  }
+  async function enable(id, button) {
+    button.disabled = true;
+    const r = await call("POST", `${API}/webhooks/endpoints/${encodeURIComponent(id)}/enable`);
+    if (!r.ok) { button.disabled = false; return failure(r); }
+    toast(t(r.data.enabled ? "enabled" : "was_enabled", {endpoint: id}), "ok");
+    refresh();
+  }
+  async function redeliver(id, button) {
+    button.disabled = true;
+    const r = await call("POST", `${API}/webhooks/deliveries/${id}/redeliver`);
+    button.disabled = false;
+    if (r.status === 409) toast(t("still_pending", {id}));
+    else if (!r.ok) failure(r);
+    else if (r.data.status === "sent") toast(t("redelivered", {id, response: r.data.response}), "ok");
+    else toast(t("not_redelivered", {id, error: r.data.last_error || t(r.data.status)}));
+    refresh();
+  }
+  async function refresh() {
+    const e = await call("GET", `${API}/webhooks`);
+    if (!e.ok) {
+      endpoints.replaceChildren(h("h2", {text: t("endpoints")}), h("p", {class: "muted", text: t("admins_only")}));
+      return failure(e);
+    }
+    const found = [];
+    let cursor = null;
+    for (let p = 0; p < pages; p++) {
+      const r = await call("GET", query(cursor));
+      if (!r.ok) return failure(r);
+      found.push(...r.data.deliveries);
+      cursor = r.data.next_cursor;
+      if (cursor === null) break;
+    }
+    const ids = e.data.endpoints.map((x) => x.id);
+    endpoints.replaceChildren(h("h2", {text: t("endpoints")}), ids.length
+      ? h("table", {},
+        h("tr", {}, ...["endpoint", "url", "kind", "events", "deliveries", "status"].map((k) => h("th", {text: t(k)})), h("th")),
+        ...e.data.endpoints.map(endpointRow))
+      : h("p", {class: "muted", text: t("no_endpoints")}));
+    byEndpoint.replaceChildren(h("option", {value: "", text: t("all_endpoints")}),
+      ...(only && !ids.includes(only) ? [...ids, only] : ids).map((id) =>
+        h("option", {value: id, selected: id === only, text: id})));
+    list.replaceChildren(
+      h("tr", {}, ...["delivery_id", "endpoint", "event", "status", "attempts", "last_error", "updated", "next_attempt"]
+        .map((k) => h("th", {text: t(k)})), h("th")),
+      ...found.map(deliveryRow));
+    if (!found.length) list.append(h("tr", {}, h("td", {colspan: 9, class: "muted", id: "no-deliveries", text: t("no_deliveries")})));
+    more.hidden = cursor === null;
+  }
+  more.addEventListener("click", () => { pages += 1; refresh(); });
+  await refresh();
+  return {refresh};
+}
+
 // --- sign-in and routing -------------------------------------------------------------
 function signInForm() {
   const input = h("input", {type: "password", id: "token", autocomplete: "current-password", required: true});
@@ -641,6 +792,7 @@ function signedOut() {
 async function signedIn(session) {
   me = session;
   document.getElementById("nav").hidden = false;
+  document.getElementById("nav-webhooks").hidden = me.role !== "admin";  // (the API checks too)
   const who = document.getElementById("me");
   who.hidden = false;
   who.textContent = `${me.user} (${me.role})`;
@@ -664,6 +816,7 @@ async function route() {
   if (batch) view = await batchPage(main, batch[1], params);
   else if (path === "/jobs") view = await jobList(main, params);
   else if (path === "/submit") view = await submitForm(main);
+  else if (path === "/webhooks") view = await webhooksPage(main, params);
   else view = await overview(main);
   document.body.dataset.view = path;
 }

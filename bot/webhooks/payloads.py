@@ -1,0 +1,191 @@
+"""What a webhook says: one typed record per event, in Standard Webhooks' envelope.
+
+Every body is `{"type": ..., "timestamp": ..., "data": {...}}` (the envelope the Standard
+Webhooks specification suggests). The records here are the contract: the OpenAPI
+document's `webhooks` section is generated from them (bot.web.openapi), and a body is
+encoded once, when the delivery is owed, so every retry sends the same bytes.
+
+Links are absolute where [api] public_url is set, else paths under /api/v1; fetching
+them needs a token, as every API call does.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+from bot.app.results import CONTACT, RESULTS
+from bot.conventions import API_PREFIX
+from bot.messages import say, took
+from storage.reads import BatchProgress
+from storage.records import Batch, Job, Status
+
+
+class BatchLinks(Struct):
+    """Where a batch and its files are read (the files once it has ended)."""
+    batch: str
+    results: Annotated[str, Meta(description="its results sheet (.xlsx): a row per job, "
+                                             "with its status, outputs and error")]
+    contact: Annotated[str, Meta(description="its contact sheet (.png): every image at once")]
+
+
+class Output(Struct):
+    job: int
+    row: int
+    url: str
+
+
+class BatchQueued(Struct):
+    batch: int
+    template: str
+    submitter: str
+    priority: str
+    jobs: int
+    jobs_ahead: int | None
+    eta_seconds: float | None
+    sheet: str | None
+    links: BatchLinks
+
+
+class BatchEnded(Struct):
+    """A batch whose every job has ended: finished (none canceled) or canceled."""
+    batch: int
+    template: str
+    submitter: str
+    jobs: int
+    succeeded: int
+    failed: int
+    canceled: int
+    seconds: Annotated[float, Meta(description="from its first start to its last end")]
+    summary: Annotated[str, Meta(description="one sentence, in the batch's language")]
+    outputs: list[Output]
+    links: BatchLinks
+
+
+class JobEnded(Struct):
+    job: int
+    batch: int
+    row: int
+    template: str
+    status: Literal["succeeded", "failed"]
+    outputs: Annotated[list[str], Meta(description="links to its images or videos")]
+    error: str | None
+    seconds: float | None
+    values: Annotated[dict[str, Any], Meta(description="its row's values, by column")]
+
+
+class Test(Struct):
+    endpoint: str
+    message: str
+
+
+class BatchQueuedEvent(Struct):
+    type: Literal["batch.queued"]
+    timestamp: str
+    data: BatchQueued
+
+
+class BatchFinishedEvent(Struct):
+    type: Literal["batch.finished"]
+    timestamp: str
+    data: BatchEnded
+
+
+class BatchCanceledEvent(Struct):
+    type: Literal["batch.canceled"]
+    timestamp: str
+    data: BatchEnded
+
+
+class JobSucceededEvent(Struct):
+    type: Literal["job.succeeded"]
+    timestamp: str
+    data: JobEnded
+
+
+class JobFailedEvent(Struct):
+    type: Literal["job.failed"]
+    timestamp: str
+    data: JobEnded
+
+
+class TestEvent(Struct):
+    type: Literal["webhook.test"]
+    timestamp: str
+    data: Test
+
+
+# Event type -> its body's record: what [[webhooks]] events name, and the OpenAPI document's
+# `webhooks` section. (webhook.test goes only where `genbot webhooks test` sends it.)
+EVENTS: dict[str, type[Struct]] = {
+    "batch.queued": BatchQueuedEvent, "batch.finished": BatchFinishedEvent,
+    "batch.canceled": BatchCanceledEvent, "job.succeeded": JobSucceededEvent,
+    "job.failed": JobFailedEvent, "webhook.test": TestEvent}
+DESCRIPTIONS = {
+    "batch.queued": "A batch was accepted: its jobs are in the queue.",
+    "batch.finished": "Every job of a batch has ended and none was canceled: counts, a "
+                      "summary, every output and the results sheet.",
+    "batch.canceled": "Every job of a batch has ended and some were canceled.",
+    "job.succeeded": "A job's images are ready.",
+    "job.failed": "A job failed for good (its retries used up, or an error no retry mends).",
+    "webhook.test": "Sent by `genbot webhooks test` (or the API or /webhooks test) to check "
+                    "an endpoint."}
+
+
+def timestamp(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+
+
+def body(event_type: str, at: float, data: Struct) -> str:
+    """The exact JSON a delivery sends, every time it is sent."""
+    record = EVENTS[event_type](type=event_type, timestamp=timestamp(at), data=data)
+    return msgspec.json.encode(record).decode()
+
+
+class Links:
+    """Absolute links where the service's public address is known, else API paths."""
+
+    def __init__(self, public_url: str):
+        self.base = public_url.rstrip("/") + API_PREFIX
+
+    def batch(self, batch_id: int) -> BatchLinks:
+        at = f"{self.base}/batches/{batch_id}"
+        return BatchLinks(at, f"{at}/files/{RESULTS}", f"{at}/files/{CONTACT}")
+
+    def outputs(self, job: Job) -> list[str]:
+        return [f"{self.base}/jobs/{job.id}/outputs/{i}" for i in range(len(job.outputs))]
+
+
+def queued(batch: Batch, progress: BatchProgress, links: Links) -> BatchQueued:
+    return BatchQueued(batch.id, batch.template, batch.submitter, batch.priority.label,
+                       progress.total, progress.jobs_ahead, progress.eta_seconds,
+                       batch.meta.get("sheet"), links.batch(batch.id))
+
+
+def ended(batch: Batch, jobs: list[Job], links: Links) -> BatchEnded:
+    count = {s: sum(j.status == s for j in jobs) for s in Status}
+    started = min((j.started_at for j in jobs if j.started_at), default=None)
+    finished = max((j.finished_at for j in jobs if j.finished_at), default=None)
+    seconds = round(finished - started, 3) if started and finished else 0.0
+    lang = batch.meta.get("lang", "en")
+    summary = say("webhook_summary", lang, batch=batch.id, template=batch.template,
+                  succeeded=count[Status.SUCCEEDED], total=len(jobs),
+                  failed=count[Status.FAILED], canceled=count[Status.CANCELED],
+                  took=took(lang, seconds))
+    outputs = [Output(j.id, j.row, url) for j in jobs if j.status == Status.SUCCEEDED
+               for url in links.outputs(j)]
+    return BatchEnded(batch.id, batch.template, batch.submitter, len(jobs),
+                      count[Status.SUCCEEDED], count[Status.FAILED], count[Status.CANCELED],
+                      seconds, summary, outputs, links.batch(batch.id))
+
+
+def job_ended(batch: Batch, job: Job, links: Links) -> JobEnded:
+    seconds = round(job.finished_at - job.started_at, 3) \
+        if job.started_at and job.finished_at else None
+    status: Literal["succeeded", "failed"] = \
+        "succeeded" if job.status == Status.SUCCEEDED else "failed"
+    return JobEnded(job.id, batch.id, job.row, batch.template, status, links.outputs(job),
+                    job.error, seconds, dict(job.values))
