@@ -311,6 +311,28 @@ CATALOG: dict[str, tuple[str, str]] = {
     "no_batches": ("You have no batches yet.", "你还没有提交过批次。"),
     "no_batch": ("There is no batch {batch}.", "没有批次 {batch}。"),
     "no_job": ("There is no job {job}.", "没有任务 {job}。"),
+    "template_name_bad": ("{name} cannot be a template name: letters, digits, _ and -, up to "
+                          "64, starting with a letter or digit.",
+                          "{name} 不能作为模板名：只能用字母、数字、_ 和 -，最多 64 个，"
+                          "以字母或数字开头。"),
+    "template_dir_unset": ("Imported templates need a folder of their own: set [templates] dir "
+                           "(copy the shipped ones there to keep them).",
+                           "导入的模板需要单独的文件夹：请设置 [templates] dir（可把内置模板复制"
+                           "过去以保留它们）。"),
+    "template_exists": ("There is a template {name} already; add --replace to replace it.",
+                        "已有模板 {name}；加 --replace 可替换它。"),
+    "workflow_refused": ("The workflow cannot be imported: {why}", "无法导入该工作流：{why}"),
+    "object_info_failed": ("Cannot read the node list of ComfyUI server {server} (GET "
+                           "/object_info): {why}.", "无法读取 ComfyUI 服务器 {server} 的节点"
+                           "列表（GET /object_info）：{why}。"),
+    "template_imported": ("Template {name}@{version} imported from {how} of {file}. Its "
+                          "columns:\n{columns}\nNext: /template {name} for an example sheet.",
+                          "已从 {file}（{how}）导入模板 {name}@{version}。它的列：\n{columns}"
+                          "\n下一步：/template {name} 获取示例表格。"),
+    "template_import_file": ("Send the workflow first (a .json file, or a PNG ComfyUI "
+                             "saved), then /template import NAME [FILE].",
+                             "请先发送工作流（.json 文件，或 ComfyUI 保存的 PNG），再发送 "
+                             "/template import 名称 [文件]。"),
     "no_delivery": ("There is no webhook delivery {delivery}.", "没有 webhook 投递 {delivery}。"),
     "no_endpoint": ("There is no webhook endpoint {endpoint} (configured: {endpoints}).",
                     "没有 webhook 端点 {endpoint}（已配置：{endpoints}）。"),
@@ -611,7 +633,10 @@ CATALOG: dict[str, tuple[str, str]] = {
                    "暂停启动新任务（管理员）；运行中的任务会完成"),
     "help_resume": ("start jobs again (admins)", "恢复启动任务（管理员）"),
     "help_templates": ("the templates you can use", "可用的模板"),
-    "help_template": ("a template's columns, with an example sheet", "模板的列说明及示例表格"),
+    "help_template": ("a template's columns, with an example sheet; admins: import NAME makes "
+                      "one from a ComfyUI workflow or PNG you sent",
+                      "模板的列说明及示例表格；管理员：import 名称 可用你发送的 ComfyUI 工作流"
+                      "或 PNG 创建模板"),
     "help_grant": ("give a user a role (admins)", "为用户授予角色（管理员）"),
     "help_revoke": ("take a user's granted role away (admins)", "撤销用户被授予的角色（管理员）"),
     "help_schedule": ("run a sheet on a cron, e.g. \"0 9 * * 1-5\" (admins)",

@@ -233,6 +233,20 @@ def object_info_limits(info: dict[str, Any], kind: str, name: str) -> tuple[floa
     return None
 
 
+def object_info_choices(info: dict[str, Any], kind: str, name: str) -> list[str] | None:
+    """The values a server's /object_info lists for node class `kind`'s input `name` (a
+    COMBO: [[…values…], {…}]), or None."""
+    spec = info.get(kind)
+    inputs = spec.get("input") if isinstance(spec, dict) else None
+    for group in ("required", "optional"):
+        entry = inputs.get(group) if isinstance(inputs, dict) else None
+        entry = entry.get(name) if isinstance(entry, dict) else None
+        if isinstance(entry, list) and entry and isinstance(entry[0], list) \
+                and all(isinstance(v, str) for v in entry[0]):
+            return list(entry[0])
+    return None
+
+
 def _finite(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) \
         and math.isfinite(value)
@@ -290,6 +304,16 @@ def import_workflow(data: Any, file: str, name: str, info: dict[str, Any] | None
         spec = {"type": kind, **bounds, "default": value, "help": help_}
         bind(column, spec, node, inp)
 
+    def choice(kind: str, inp: str, value: str, help_: str) -> dict[str, Any]:
+        """A choice column: of the files the server lists for that input (its /object_info)
+        — the workflow's own the default where the server has it — else of that one."""
+        listed = object_info_choices(info, kind, inp) if info is not None else None
+        if not listed:
+            return {"type": "choice", "choices": [value], "default": value,
+                    "help": f"{help_} (add the others to choices)"}
+        return {"type": "choice", "choices": listed, "help": help_,
+                **({"default": value} if value in listed else {"required": True})}
+
     def text_node(link: Any) -> str | None:
         """The CLIPTextEncode-like node whose text feeds a conditioning link."""
         if not is_link(link) or link[0] not in prompt:
@@ -332,17 +356,13 @@ def import_workflow(data: Any, file: str, name: str, info: dict[str, Any] | None
                 "help": f"The picture for {shown(_title(prompt, nid))}",
                 "example": inputs["image"]}, nid, "image")
         elif isinstance(inputs.get("ckpt_name"), str):
-            bind(_column("checkpoint", params, nid), {
-                "type": "choice", "choices": [inputs["ckpt_name"]],
-                "default": inputs["ckpt_name"],
-                "help": "The checkpoint file on the ComfyUI server (add the others to "
-                        "choices)"}, nid, "ckpt_name")
+            bind(_column("checkpoint", params, nid), choice(
+                kind, "ckpt_name", inputs["ckpt_name"], "The checkpoint file on the ComfyUI "
+                "server"), nid, "ckpt_name")
         if kind == "LoraLoader" and isinstance(inputs.get("lora_name"), str):
             column = _column("lora", params, nid)
-            bind(column, {"type": "choice", "choices": [inputs["lora_name"]],
-                          "default": inputs["lora_name"],
-                          "help": "The LoRA file on the ComfyUI server (add the others to "
-                                  "choices)"}, nid, "lora_name")
+            bind(column, choice(kind, "lora_name", inputs["lora_name"],
+                                "The LoRA file on the ComfyUI server"), nid, "lora_name")
             if _finite(inputs.get("strength_model")):
                 number(_column(f"{column}_strength", params), "float", nid, "strength_model",
                        "How strongly the LoRA applies")

@@ -519,6 +519,38 @@ async def test_workflows_exported_by_others_import_and_run(tmp_path, demo_models
         assert info["prompt"] == "a lighthouse at dusk" and info["seed"] == 77
 
 
+@pytest.mark.skipif(WORKFLOWS is None, reason="no ../shared/comfyui-workflows")
+async def test_a_ui_format_workflow_converted_with_the_servers_object_info_runs(
+        tmp_path, demo_models, comfy):
+    """The frontend's default graph, saved in the UI format, converted with the server's
+    own /object_info and imported: a row runs on it, its prompt and seed reaching the
+    sampler and its checkpoint one of the server's."""
+    import aiohttp
+
+    from templates.comfy import import_workflow
+    from templates.comfy_ui import to_api
+    assert WORKFLOWS is not None
+    name = "ui-format__comfyui-frontend-default.json"
+    async with aiohttp.ClientSession() as http, http.get(f"{comfy.url}/object_info") as r:
+        info = await r.json()
+    prompt = to_api(json.loads((WORKFLOWS / name).read_text()), info, name)
+    async with Rig(tmp_path, demo_models, comfy) as rig:
+        template, _ = import_workflow(prompt, name, "ui", info)
+        assert template["params"]["checkpoint"]["choices"] == comfy.checkpoints
+        folder = templates_dir(rig.config)
+        (folder / "ui.workflow.json").write_text(json.dumps(prompt))
+        (folder / "ui.json").write_text(json.dumps(template))
+        rig.worker = executor_loop(rig.config, rig.queue, comfyui=comfy.url, owner="comfy:1")
+        rig.start()
+        (job,) = await rig.finished(await rig.submit("ui", [{
+            "prompt": "a lighthouse at dusk", "seed": 77, "steps": 3,
+            "checkpoint": comfy.checkpoints[-1]}]))
+        assert job.status == Status.SUCCEEDED, job.error
+        info_seen = read_fake_info(rig.image(job.outputs[0]))
+        assert (info_seen["prompt"], info_seen["seed"], info_seen["ckpt_name"]) == \
+            ("a lighthouse at dusk", 77, comfy.checkpoints[-1])
+
+
 # --- hostile or broken servers: one row fails, saying why; the executor lives on -----------
 
 ODD = "odd answer from the ComfyUI server: "

@@ -10,8 +10,10 @@ results and an executor to list); the tour runs first, then the generated reques
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import shutil
 
 import msgspec
 import pytest
@@ -31,9 +33,11 @@ from schemathesis.checks import (
 from bot.settings import IntakeConfig
 from bot.webhooks.payloads import EVENTS
 from storage.config import QueueConfig
+from templates.settings import TemplatesConfig, shipped_dir
 from tests.fakes.api import ADMIN, ALICE, BOB, BOTTLE, VIEWER, ApiWorld, api_config
 from tests.fakes.jobs import finish_all
 from tests.fakes.webhooks import Receiver
+from tests.fakes.workflows import TXT2IMG
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -55,8 +59,10 @@ async def world(tmp_path_factory, demo_models):
                         webhooks=[{"name": "tour", "url": hook.url, "secret": hook.secret},
                                   {"name": "down", "url": "http://127.0.0.1:9/gone",
                                    "secret": hook.secret, "events": ["batch.canceled"]}])
+    folder = tmp_path_factory.mktemp("templates")  # imports go here, beside the shipped ones
+    shutil.copytree(shipped_dir(), folder, dirs_exist_ok=True)
     config = config.replaced(QueueConfig, max_queue_size=QUEUE_SIZE).replaced(
-        IntakeConfig, max_image_mb=IMAGE_MB)
+        IntakeConfig, max_image_mb=IMAGE_MB).replaced(TemplatesConfig, dir=str(folder))
     async with ApiWorld(config) as w:
         assert (await w.submit(2, token=ADMIN))[0] == 201  # batch 1: run, so it has images
         w.start_executor()
@@ -235,6 +241,16 @@ def tour(world) -> set[tuple[str, str, int]]:
          headers={"Content-Type": "multipart/form-data; boundary=x"})
     call(ADMIN, "DELETE", f"{schedules}/{{id}}", 200)
     call(ADMIN, "DELETE", f"{schedules}/{{id}}", 404)
+
+    templates, workflow = f"{v}/templates", ("flow.json", json.dumps(TXT2IMG).encode())
+    call(ADMIN, "POST", templates, 201, data={"name": "imported"}, files={"workflow": workflow})
+    call(ADMIN, "POST", templates, 409, data={"name": "imported"}, files={"workflow": workflow})
+    call(ADMIN, "POST", templates, 422, data={"name": "ui"},  # UI format, and no server
+         files={"workflow": ("ui.json", b'{"nodes": [], "links": []}')})
+    call(ADMIN, "POST", templates, 413, data={"name": "big"}, files={"workflow": too_big})
+    call(ADMIN, "POST", templates, 415, data=b"x", headers={"Content-Type": "text/plain"})
+    call(ADMIN, "POST", templates, 400, data=b"--x\r\nnot a part",
+         headers={"Content-Type": "multipart/form-data; boundary=x"})
 
     hooks, endpoint = f"{v}/webhooks", f"{v}/webhooks/endpoints/{{endpoint}}"
     call(ADMIN, "GET", hooks, 200)

@@ -26,7 +26,8 @@ from typing import Any
 
 from aiohttp.abc import AbstractResolver
 
-from bot.app import iterate, values
+from bot.app import importer, iterate, values
+from bot.app.importer import Imported
 from bot.app.iterate import Acted, ActionRequest
 from bot.app.permissions import Action, Permissions, Role, Who
 from bot.app.placement import NoExecutor, Unplaced, unplaced
@@ -243,6 +244,21 @@ class App:
                            labels=", ".join(x.label for x in await self.versions.labels(name))
                            or "-")
         return await self.template_version(name, number)
+
+    async def import_template(self, who: Who, name: str, file: str, raw: bytes, *,
+                              replace: bool = False) -> Imported:
+        """A ComfyUI workflow (API or UI format, or a picture ComfyUI saved) installed as
+        template `name` (admins; bot.app.importer), kept as its next version."""
+        role = await self.permissions.require(who, Action.TEMPLATE)
+        await self.permissions.admin_only(who, role, Action.TEMPLATE, "/template import")
+        done = await importer.import_template(self.config, self.templates, name, file, raw,
+                                              replace=replace)
+        t = done.template
+        seen = await self.versions.record(name, t.version, version_content(t), who.id)
+        self.templates[name] = dataclasses.replace(t, number=seen.number)
+        await self.permissions.allowed(who, Action.TEMPLATE, what="import", template=name,
+                                       version=seen.number)
+        return dataclasses.replace(done, template=self.templates[name])
 
     async def template_version(self, name: str, number: int) -> Template:
         """Version `number` of template `name`: the loaded one when it is that version."""

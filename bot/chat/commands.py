@@ -21,7 +21,7 @@ from bot.app.iterate import ActionRequest
 from bot.app.permissions import Role, Who
 from bot.app.results import write_picks
 from bot.chat.grammar import Arg, Command, CommandError, Option, Registry
-from bot.chat.platform import DeliveryError, Field, Form
+from bot.chat.platform import DeliveryError, DownloadError, Field, Form
 from bot.chat.turn import Reply, Turn
 from bot.chat.uploads import attachments, sheet_for
 from bot.errors import Invalid, NotFound
@@ -543,9 +543,18 @@ async def templates(turn: Turn, cmd: Command) -> None:
     turn.reply("\n".join(lines))
 
 
-@command("template", "NAME", aliases=("模板",), args=(Arg("name"),))
+WORKFLOW_FILES = (".json", ".png", ".webp")  # what /template import takes
+
+
+@command("template", "NAME | import NAME [FILE] [--replace]", aliases=("模板",),
+         args=(Arg("name"), Arg("target", True), Arg("file", True)),
+         options={"--replace": Option()})
 async def template(turn: Turn, cmd: Command) -> None:
     name = cmd.args["name"]
+    if name.lower() in ("import", "导入") and cmd.args["target"]:
+        await import_template(turn, cmd.args["target"], cmd.args["file"],
+                              bool(cmd.options["replace"]))
+        return
     t = turn.app.template(name)
     columns = "\n".join(
         f"  {header_for(p, turn.lang)}{'*' if p.required and p.default is None else ''}"
@@ -562,6 +571,30 @@ async def template(turn: Turn, cmd: Command) -> None:
     for picture, data in pictures.items():  # what the rows name, to see and to replace
         shown = await asyncio.to_thread(store.write, f"examples/{name}/{picture}", data)
         turn.replies.append(Reply(picture, file=shown, image=True))
+
+
+async def import_template(turn: Turn, name: str, file: str | None, replace: bool) -> None:
+    """An admin's workflow file (or PNG), sent earlier, installed as template `name`."""
+    msg = turn.msg
+    if file:
+        upload = (await turn.inbox.find_sheet(platform=msg.platform, user=msg.user,
+                                              conversation=msg.conversation, name=file,
+                                              message=msg.message)).found
+    else:
+        recent = await turn.inbox.recent(platform=msg.platform, user=msg.user,
+                                         conversation=msg.conversation)
+        upload = next((u for u in recent if u.name.lower().endswith(WORKFLOW_FILES)), None)
+    if upload is None:
+        turn.say("template_import_file")
+        return
+    try:
+        data = await turn.platforms[upload.platform].download(upload.handle)
+    except DownloadError as e:
+        turn.say(e.code, **{"file": upload.name, **e.details})
+        return
+    done = await turn.app.import_template(turn.who, name, upload.name, data, replace=replace)
+    turn.say("template_imported", name=name, version=done.template.number, how=done.how,
+             file=upload.name, columns="\n".join(f"  {line}" for line in done.columns))
 
 
 @command("grant", "USER admin|submitter|viewer", aliases=("授权",),

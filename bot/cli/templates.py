@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from bot.cli.shared import LANGS, load_config
 from bot.settings import assets_dir
 from storage import config as cfg
-from templates.settings import templates_dir
+from templates.settings import ComfyUIConfig, templates_dir
 
 if TYPE_CHECKING:
     from templates.graph import Template
@@ -42,13 +42,15 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     example.add_argument("--lang", choices=LANGS, default="en")
     example.set_defaults(func=cmd_template_example)
     imp = template.add_parser("import", parents=[common],
-                              help="a template from a ComfyUI API-format workflow")
-    imp.add_argument("workflow", metavar="WORKFLOW_API.json")
+                              help="a template from a ComfyUI workflow: API or UI format, or "
+                                   "a PNG/WebP ComfyUI saved")
+    imp.add_argument("workflow", metavar="WORKFLOW.json|IMAGE.png")
     imp.add_argument("--name", required=True, help="the template's name (its file name)")
     imp.add_argument("--force", action="store_true", help="replace a template of that name")
     imp.add_argument("--server", metavar="URL",
-                     help="a ComfyUI server whose /object_info gives the number columns' "
-                          "limits (default: ComfyUI's own)")
+                     help="a ComfyUI server whose /object_info converts a UI-format workflow "
+                          "and gives the columns' limits and choices (default: the first of "
+                          "[comfyui] servers, for a UI-format one)")
     imp.set_defaults(func=cmd_template_import)
     history = template.add_parser("history", parents=[common],
                                   help="its versions (each content it had), and their labels")
@@ -154,7 +156,8 @@ def cmd_template_import(args: argparse.Namespace) -> int:
     (templates.install): a refusal is one line, and the template it would replace stays."""
     import re
 
-    from templates.comfy import WorkflowError, import_workflow, read_workflow_file
+    from templates.comfy import WorkflowError, import_workflow
+    from templates.comfy_ui import read_shared
     from templates.install import InstallError, install_template
     config = load_config(args)
     name = args.name
@@ -162,11 +165,21 @@ def cmd_template_import(args: argparse.Namespace) -> int:
         raise SystemExit(f"genbot: {name!r} cannot be a template name (letters, digits, _ "
                          "and -, up to 64)")
     source = Path(args.workflow)
+    url = object_info_url(args.server) if args.server else None
+    asked: dict[str, dict | None] = {}
+
+    def info() -> dict | None:
+        """The server's /object_info, asked once: --server, else (for a UI-format
+        workflow, which cannot be read without one) the first of [comfyui] servers."""
+        if "info" not in asked:
+            servers = config[ComfyUIConfig].servers
+            where = url or (object_info_url(servers[0]) if servers else None)
+            asked["info"] = asyncio.run(object_info(where)) if where else None
+        return asked["info"]
     try:
-        raw, prompt = read_workflow_file(source)
-        url = object_info_url(args.server) if args.server else None
-        info = asyncio.run(object_info(url)) if url else None
-        template, said = import_workflow(prompt, str(source), name, info)
+        raw, prompt, how = read_shared(source, info)
+        template, said = import_workflow(prompt, str(source), name,
+                                         info() if url else asked.get("info"))
     except WorkflowError as e:
         raise SystemExit(f"genbot: {e}") from None
     folder = templates_dir(config)
@@ -181,7 +194,8 @@ def cmd_template_import(args: argparse.Namespace) -> int:
     except InstallError as e:
         kept = f"; kept {' and '.join(there)} as they were" if there else ""
         raise SystemExit(f"genbot: {e}{kept}") from None
-    print(f"wrote {target} and {workflow} (the workflow, unchanged)")
+    print(f"wrote {target} and {workflow} (" + ("the workflow, unchanged)" if how ==
+                                                 "the API format" else f"from {how})"))
 
     async def recorded(app, me) -> int:  # imported again: a new version, kept where all see it
         return app.templates[name].number

@@ -57,3 +57,17 @@ def templates(folder: Path) -> Path:
             "name": name, "engine": "comfyui", "workflow": f"{name}.workflow.json",
             "params": {**common, **extra}, "output": "{prompt}/{row}.png"}))
     return folder
+
+
+def saved_png(**chunks: str) -> bytes:
+    """A picture as ComfyUI's Save Image writes it: its workflow in PNG text chunks
+    (`prompt`: API format, `workflow`: UI format)."""
+    import io
+
+    from PIL import Image, PngImagePlugin
+    info = PngImagePlugin.PngInfo()
+    for key, text in chunks.items():
+        info.add_text(key, text)
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), "red").save(out, "PNG", pnginfo=info)
+    return out.getvalue()

@@ -1,0 +1,272 @@
+"""ComfyUI workflows as people share them: the UI format, and images that carry one.
+
+The ComfyUI frontend saves a workflow as its canvas — `nodes` with `widgets_values` in
+widget order, and `links` between slots — while a server runs the API format: node id ->
+{class_type, inputs by name}. Turning one into the other needs what the frontend knows
+from the server's /object_info: each node class's inputs in order, which of them are
+widgets, and which widgets carry a hidden companion value (a seed's "control after
+generate", an image's upload button). `to_api` does what the frontend's graphToPrompt
+does, with that knowledge:
+
+- widget values are matched to the class's widget inputs in order, companions skipped;
+- links are followed through Reroute nodes and through bypassed nodes (mode 4: the input
+  of the same type passes through), and a PrimitiveNode's value becomes the literal;
+- muted nodes (mode 2), notes, reroutes and primitives are not nodes of the prompt; an
+  input linked only to a muted node is left out, as the frontend leaves it;
+- a node's title becomes its `_meta.title`, which names its columns on import.
+
+`from_image` reads the workflow ComfyUI embeds in what it saves: a PNG's `prompt` text
+chunk (API format) or `workflow` chunk (UI format); WebP's EXIF ("prompt:{…}" in tag
+0x0110, "workflow:{…}" in 0x010F, as SaveAnimatedWEBP writes them).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from storage.names import shown
+from templates.comfy import WORKFLOW_MAX_BYTES, WorkflowError, read_workflow
+from templates.jsonfile import JsonFileError, parse_json
+
+WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
+VIRTUAL = ("Reroute", "PrimitiveNode", "Note", "MarkdownNote")  # not nodes of the prompt
+MUTED, BYPASSED = 2, 4  # a node's mode: never runs; runs as if it were not there
+SEEDS = ("seed", "noise_seed")  # INT widgets the frontend gives a "control after generate"
+
+
+def is_ui_format(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("nodes"), list) and "links" in data
+
+
+def widgets(spec: dict[str, Any]) -> list[tuple[str, int]]:
+    """A node class's widget inputs in the frontend's order, each with how many values it
+    takes in widgets_values (2 where a hidden companion value follows)."""
+    inputs = spec.get("input")
+    inputs = inputs if isinstance(inputs, dict) else {}
+    order = spec.get("input_order")
+    order = order if isinstance(order, dict) else {}
+    found: list[tuple[str, int]] = []
+    for group in ("required", "optional"):
+        entries = inputs.get(group)
+        entries = entries if isinstance(entries, dict) else {}
+        listed = order.get(group)
+        names: list[Any] = listed if isinstance(listed, list) else list(entries)
+        for name in names:
+            entry = entries.get(name)
+            if not isinstance(entry, list) or not entry:
+                continue
+            kind, options = entry[0], entry[1] if len(entry) > 1 and isinstance(
+                entry[1], dict) else {}
+            if not (isinstance(kind, list) or kind in WIDGET_TYPES):
+                continue  # a connection (MODEL, CLIP …): no widget
+            takes = 1
+            if kind in ("INT", "FLOAT") and (options.get("control_after_generate")
+                                             or (kind == "INT" and name in SEEDS)):
+                takes = 2
+            if options.get("image_upload") or options.get("video_upload"):
+                takes = 2  # the upload button's own value follows
+            found.append((name, takes))
+    return found
+
+
+def to_api(data: dict[str, Any], info: dict[str, Any], file: str) -> dict[str, Any]:
+    """The API-format prompt of UI-format workflow `data`, using a server's /object_info;
+    else WorkflowError naming the node and what is missing."""
+    if data.get("definitions", {}).get("subgraphs") if isinstance(
+            data.get("definitions"), dict) else False:
+        raise WorkflowError(f"{file}: this workflow uses subgraphs, which genbot cannot "
+                            "unpack yet: in ComfyUI, Workflow → Export (API), and import that")
+    nodes = {n["id"]: n for n in data["nodes"] if isinstance(n, dict) and "id" in n}
+    links: dict[Any, tuple[Any, int, str]] = {}  # link id -> (from node, from slot, type)
+    for link in data.get("links") or []:
+        if isinstance(link, list) and len(link) >= 6:
+            links[link[0]] = (link[1], link[2], link[5])
+        elif isinstance(link, dict):  # (the newer frontend's object form)
+            links[link.get("id")] = (link.get("origin_id"), link.get("origin_slot", 0),
+                                     link.get("type", "*"))
+
+    def origin(link_id: Any, seen: frozenset = frozenset()) -> Any:
+        """What feeds a link: [node id, slot], a literal (a primitive's value), or None
+        (a muted node, a dangling link)."""
+        if link_id is None or link_id not in links or link_id in seen:
+            return None
+        node_id, slot, kind = links[link_id]
+        node = nodes.get(node_id)
+        if node is None:
+            return None
+        seen = seen | {link_id}
+        if node.get("type") == "Reroute":
+            return origin(_input_link(node, 0), seen)
+        if node.get("type") == "PrimitiveNode":
+            values = node.get("widgets_values") or []
+            return values[0] if values else None
+        if node.get("mode") == MUTED:
+            return None
+        if node.get("mode") == BYPASSED:  # the input of the same type passes through
+            candidates = [i for i in node.get("inputs") or [] if i.get("type") == kind]
+            by_slot = (node.get("inputs") or [])[slot:slot + 1]
+            for inp in [*[i for i in by_slot if i in candidates], *candidates]:
+                found = origin(inp.get("link"), seen)
+                if found is not None:
+                    return found
+            return None
+        return [str(node_id), slot]
+
+    prompt: dict[str, Any] = {}
+    for node_id, node in nodes.items():
+        cls = node.get("type")
+        if cls in VIRTUAL or node.get("mode") in (MUTED, BYPASSED):
+            continue
+        where = f"{file}: node {shown(str(node_id))} ({shown(str(cls))})"
+        spec = info.get(cls) if isinstance(cls, str) else None
+        if not isinstance(spec, dict):
+            raise WorkflowError(f"{where}: this ComfyUI server has no such node class (a "
+                                "custom node it lacks?): install it there, or import a "
+                                "workflow of the nodes it has")
+        inputs: dict[str, Any] = {}
+        values = node.get("widgets_values")
+        if isinstance(values, dict):  # (some nodes save their widgets by name)
+            inputs.update({k: v for k, v in values.items() if isinstance(k, str)})
+        values = values if isinstance(values, list) else []
+        at = 0
+        for name, takes in widgets(spec):
+            if name in inputs:
+                continue
+            if at < len(values):
+                inputs[name] = values[at]
+            elif (default := widget_default(spec, name)) is not None:
+                inputs[name] = default  # never set on the canvas: the widget's default
+            else:
+                raise WorkflowError(
+                    f"{where}: no value for its input {shown(name)} (saved by another "
+                    "version of the node?): export the workflow in API format instead")
+            at += takes
+        for inp in node.get("inputs") or []:
+            if not isinstance(inp, dict) or not isinstance(inp.get("name"), str) \
+                    or inp.get("link") is None:
+                continue
+            name = inp["name"]
+            target = str((inp.get("widget") or {}).get("name", name))
+            found = origin(inp["link"])
+            if found is None:  # fed by nothing that runs: left out, as the frontend does
+                inputs.pop(target, None)
+                continue
+            inputs[target] = found
+        title = node.get("title") or spec.get("display_name") or cls
+        prompt[str(node_id)] = {"inputs": inputs, "class_type": cls,
+                                "_meta": {"title": str(title)}}
+    if not prompt:
+        raise WorkflowError(f"{file}: no node runs (every node is muted, bypassed or a note)")
+    return prompt
+
+
+def widget_default(spec: dict[str, Any], name: str) -> Any:
+    """The value a widget starts with: its `default`, else a list's first choice."""
+    for group in ("required", "optional"):
+        entry = (spec.get("input") or {}).get(group, {}).get(name)
+        if isinstance(entry, list) and entry:
+            options = entry[1] if len(entry) > 1 and isinstance(entry[1], dict) else {}
+            if "default" in options:
+                return options["default"]
+            if isinstance(entry[0], list) and entry[0]:
+                return entry[0][0]
+    return None
+
+
+def _input_link(node: dict[str, Any], slot: int) -> Any:
+    inputs = node.get("inputs") or []
+    return inputs[slot].get("link") if slot < len(inputs) and isinstance(
+        inputs[slot], dict) else None
+
+
+def from_image(data: bytes, file: str) -> tuple[str, Any]:
+    """("api" | "ui", the workflow) ComfyUI embedded in an image it saved; the API format
+    where both are there (it is what ran). Else WorkflowError saying what the image holds."""
+    from PIL import Image, UnidentifiedImageError
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            text = dict(getattr(image, "text", None) or image.info or {})
+            exif = image.getexif()
+    except (UnidentifiedImageError, OSError, ValueError):
+        raise WorkflowError(f"{file}: not a picture genbot can read (PNG or WebP saved by "
+                            "ComfyUI)") from None
+    for tag in (0x0110, 0x010F, 0x010E):
+        raw = exif.get(tag)
+        value = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        if isinstance(value, str) and ":" in value:
+            key, _, body = value.partition(":")
+            text.setdefault(key.strip().lower(), body)
+    for key, kind in (("prompt", "api"), ("workflow", "ui")):
+        found = text.get(key)
+        if isinstance(found, str):
+            try:
+                return kind, json.loads(found)
+            except ValueError:
+                raise WorkflowError(f"{file}: its {key} metadata is not JSON") from None
+    raise WorkflowError(f"{file}: this picture carries no ComfyUI workflow (ComfyUI's Save "
+                        "Image keeps one; a picture resaved elsewhere often loses it)")
+
+
+IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"RIFF", b"\xff\xd8\xff")  # PNG, WebP, JPEG
+NEEDS_SERVER = ("is in the UI format (as the ComfyUI frontend saves it); genbot converts "
+                "it with a ComfyUI server's /object_info: pass --server http://HOST:8188, set "
+                "[comfyui] servers, or export it in API format (Workflow → Export (API))")
+
+
+def shared(raw: bytes, file: str) -> tuple[str, Any]:
+    """What a shared file holds: ("api" | "ui" | "api-image" | "ui-image", the workflow);
+    else WorkflowError, one line."""
+    if len(raw) > WORKFLOW_MAX_BYTES:
+        raise WorkflowError(f"{file}: larger than {WORKFLOW_MAX_BYTES // 2**20} MiB, the most "
+                            "genbot reads of a workflow")
+    if raw.startswith(IMAGE_MAGIC):
+        kind, data = from_image(raw, file)
+        return f"{kind}-image", data
+    try:
+        data = parse_json(raw, file)
+    except JsonFileError as e:
+        raise WorkflowError(str(e)) from None
+    return ("ui" if is_ui_format(data) else "api"), data
+
+
+HOW = {"api": "the API format", "ui": "the UI format",
+       "api-image": "the API-format workflow in the picture",
+       "ui-image": "the UI-format workflow in the picture"}
+
+
+def api_workflow(raw: bytes, kind: str, data: Any, info: dict[str, Any] | None,
+                 file: str) -> tuple[bytes, dict[str, Any]]:
+    """(the bytes to keep as NAME.workflow.json, the API-format prompt) of what `shared`
+    found: an API-format file byte for byte, anything else written out. A UI-format one
+    needs a server's /object_info (`info`; None: WorkflowError saying how to get one)."""
+    if kind.startswith("ui"):
+        if info is None:
+            raise WorkflowError(f"{file}: {NEEDS_SERVER}")
+        prompt = to_api(data, info, file)
+    else:
+        prompt = read_workflow(data, file)
+    kept = raw if kind == "api" else \
+        json.dumps(prompt, indent=2, ensure_ascii=False).encode() + b"\n"
+    return kept, prompt
+
+
+def read_shared(path: Path, info: Callable[[], dict[str, Any] | None],
+                file: str | None = None) -> tuple[bytes, dict[str, Any], str]:
+    """`shared` and `api_workflow` on a file: (bytes to keep, prompt, how it came). `info`
+    is asked only for a UI-format workflow."""
+    file = str(path) if file is None else file
+    try:
+        if not path.is_file():
+            raise WorkflowError(f"{file}: no such file")
+        with path.open("rb") as f:
+            raw = f.read(WORKFLOW_MAX_BYTES + 1)
+    except OSError as e:
+        raise WorkflowError(f"{file}: cannot read: {e.strerror or e}") from None
+    kind, data = shared(raw, file)
+    kept, prompt = api_workflow(raw, kind, data, info() if kind.startswith("ui") else None,
+                                file)
+    return kept, prompt, HOW[kind]

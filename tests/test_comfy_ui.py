@@ -1,0 +1,239 @@
+"""ComfyUI workflows as people share them: the UI format converted with a server's
+/object_info (the fake ComfyUI's, in ComfyUI's shape), and images that carry a workflow."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import io
+import json
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from templates.comfy import WorkflowError, read_workflow
+from templates.comfy_ui import VIRTUAL, from_image, is_ui_format, read_shared, to_api
+from tests.fakes.comfyui import node_classes
+from tests.fakes.workflows import TXT2IMG, WORKFLOWS, saved_png
+
+needs_workflows = pytest.mark.skipif(WORKFLOWS is None, reason="no ../shared/comfyui-workflows")
+UI_DEFAULT = "ui-format__comfyui-frontend-default.json"
+
+
+def object_info(checkpoints=("v1-5-pruned-emaonly-fp16.safetensors",)) -> dict:
+    """/object_info as the fake ComfyUI answers it (its node classes, ComfyUI's inputs)."""
+    classes = node_classes(list(checkpoints), ["add_detail.safetensors"], [], ["example.png"])
+    return {name: {"input": c["input"], "input_order": {k: list(v) for k, v in c["input"].items()},
+                   "display_name": c["display_name"]} for name, c in classes.items()}
+
+
+def default_ui() -> dict:
+    assert WORKFLOWS is not None
+    return json.loads((WORKFLOWS / UI_DEFAULT).read_text())
+
+
+def links_of(prompt: dict) -> set[tuple[str, str, str, int]]:
+    return {(nid, name, value[0], value[1]) for nid, node in prompt.items()
+            for name, value in node["inputs"].items() if isinstance(value, list)}
+
+
+@needs_workflows
+def test_the_frontends_default_graph_is_comfyuis_default_prompt():
+    """The frontend's default graph, saved in the UI format, and ComfyUI's own default
+    prompt in the API format are one graph: the same nodes, links and inputs; the values
+    are the UI file's."""
+    assert WORKFLOWS is not None
+    prompt = to_api(default_ui(), object_info(), UI_DEFAULT)
+    reference = json.loads((WORKFLOWS / "comfyui__basic_api_example.json").read_text())
+    assert {k: n["class_type"] for k, n in prompt.items()} == \
+        {k: n["class_type"] for k, n in reference.items()}
+    assert links_of(prompt) == links_of(reference)
+    assert {k: sorted(n["inputs"]) for k, n in prompt.items()} == \
+        {k: sorted(n["inputs"]) for k, n in reference.items()}
+    sampler = prompt["3"]["inputs"]
+    assert (sampler["seed"], sampler["steps"], sampler["cfg"], sampler["sampler_name"],
+            sampler["scheduler"], sampler["denoise"]) == \
+        (156680208700286, 20, 8, "euler", "normal", 1)  # the seed's "randomize" skipped
+    assert prompt["5"]["inputs"] == {"width": 512, "height": 512, "batch_size": 1}
+    assert prompt["9"]["inputs"]["filename_prefix"] == "ComfyUI"  # never set: its default
+    assert prompt["4"]["_meta"]["title"] == "Load Checkpoint"
+    read_workflow(prompt, "converted")  # a workflow genbot runs
+
+
+def graph_with_extras() -> dict:
+    """The default graph, plus what people's graphs have: a Reroute on the VAE, a
+    PrimitiveNode driving the seed, a bypassed LoRA between checkpoint and sampler, a
+    muted second SaveImage, a Note, and a title."""
+    ui = copy.deepcopy(default_ui())
+    nodes = {n["id"]: n for n in ui["nodes"]}
+    links = ui["links"]
+    # Reroute 20 on link 8 (checkpoint VAE -> VAEDecode.vae)
+    links[:] = [x for x in links if x[0] != 8]
+    links += [[30, 4, 2, 20, 0, "VAE"], [31, 20, 0, 8, 1, "VAE"]]
+    nodes[8]["inputs"][1]["link"] = 31
+    ui["nodes"].append({"id": 20, "type": "Reroute", "mode": 0,
+                        "inputs": [{"name": "", "type": "*", "link": 30}],
+                        "outputs": [{"name": "", "type": "VAE", "links": [31]}]})
+    # PrimitiveNode 21 -> KSampler.seed (a widget turned into an input)
+    nodes[3]["inputs"].append({"name": "seed", "type": "INT", "link": 32,
+                               "widget": {"name": "seed"}})
+    links.append([32, 21, 0, 3, 4, "INT"])
+    ui["nodes"].append({"id": 21, "type": "PrimitiveNode", "mode": 0, "outputs": [
+        {"name": "INT", "type": "INT", "links": [32], "widget": {"name": "seed"}}],
+        "widgets_values": [424242, "fixed"]})
+    # a bypassed LoraLoader 22 between the checkpoint's MODEL and the sampler
+    links[:] = [x for x in links if x[0] != 1]
+    links += [[33, 4, 0, 22, 0, "MODEL"], [34, 4, 1, 22, 1, "CLIP"],
+              [35, 22, 0, 3, 0, "MODEL"]]
+    nodes[3]["inputs"][0]["link"] = 35
+    ui["nodes"].append({"id": 22, "type": "LoraLoader", "mode": 4, "inputs": [
+        {"name": "model", "type": "MODEL", "link": 33}, {"name": "clip", "type": "CLIP",
+                                                          "link": 34}],
+        "outputs": [{"name": "MODEL", "type": "MODEL", "links": [35]},
+                    {"name": "CLIP", "type": "CLIP", "links": []}],
+        "widgets_values": ["add_detail.safetensors", 1, 1]})
+    # a muted SaveImage 23, a Note 24, and a title on the positive prompt
+    links.append([36, 8, 0, 23, 0, "IMAGE"])
+    ui["nodes"].append({"id": 23, "type": "SaveImage", "mode": 2, "inputs": [
+        {"name": "images", "type": "IMAGE", "link": 36}], "widgets_values": ["muted"]})
+    ui["nodes"].append({"id": 24, "type": "Note", "mode": 0, "widgets_values": ["hi"]})
+    nodes[6]["title"] = "Positive"
+    return ui
+
+
+@needs_workflows
+def test_reroutes_primitives_bypassed_and_muted_nodes_resolve_as_the_frontend_does():
+    prompt = to_api(graph_with_extras(), object_info(), "extras.json")
+    assert set(prompt) == {"3", "4", "5", "6", "7", "8", "9"}  # no reroute, primitive,
+    assert prompt["8"]["inputs"]["vae"] == ["4", 2]  # bypassed, muted node or note
+    assert prompt["3"]["inputs"]["seed"] == 424242  # the primitive's value, as a literal
+    assert prompt["3"]["inputs"]["model"] == ["4", 0]  # through the bypassed LoRA
+    assert prompt["6"]["_meta"]["title"] == "Positive"
+
+
+@needs_workflows
+def test_a_node_the_server_lacks_or_values_it_cannot_place_are_said():
+    ui = default_ui()
+    ui["nodes"][0]["type"] = "IPAdapterAdvanced"
+    with pytest.raises(WorkflowError, match=r"node 7 \(IPAdapterAdvanced\): this ComfyUI "
+                                            r"server has no such node class"):
+        to_api(ui, object_info(), "x.json")
+    ui = default_ui()  # saved before the node had its later widgets: their defaults
+    sampler = next(n for n in ui["nodes"] if n["type"] == "KSampler")
+    sampler["widgets_values"] = sampler["widgets_values"][:3]
+    assert to_api(ui, object_info(), "x.json")["3"]["inputs"]["cfg"] == 8.0
+    text = next(n for n in ui["nodes"] if n["type"] == "CLIPTextEncode")
+    text["widgets_values"] = []  # a text has no default to fall back on
+    with pytest.raises(WorkflowError, match="no value for its input text"):
+        to_api(ui, object_info(), "x.json")
+    ui = default_ui()
+    ui["definitions"] = {"subgraphs": [{"id": "s"}]}
+    with pytest.raises(WorkflowError, match="subgraphs.*Export \\(API\\)"):
+        to_api(ui, object_info(), "x.json")
+
+
+@needs_workflows
+def test_a_picture_comfyui_saved_carries_its_workflow():
+    ui = json.dumps(default_ui())
+    both = saved_png(prompt=json.dumps(TXT2IMG), workflow=ui)
+    assert from_image(both, "a.png") == ("api", TXT2IMG)  # what ran, first
+    kind, found = from_image(saved_png(workflow=ui), "b.png")
+    assert kind == "ui" and is_ui_format(found)
+    webp = io.BytesIO()  # SaveAnimatedWEBP: "prompt:{…}" in EXIF 0x0110
+    image = Image.new("RGB", (8, 8), "blue")
+    exif = image.getexif()
+    exif[0x0110] = "prompt:" + json.dumps(TXT2IMG)
+    exif[0x010F] = "workflow:" + ui
+    image.save(webp, "WEBP", exif=exif)
+    assert from_image(webp.getvalue(), "c.webp") == ("api", TXT2IMG)
+    with pytest.raises(WorkflowError, match="carries no ComfyUI workflow"):
+        from_image(saved_png(), "plain.png")
+    with pytest.raises(WorkflowError, match="not a picture"):
+        from_image(b"\x89PNG\r\n\x1a\nbroken", "broken.png")
+
+
+@needs_workflows
+def test_read_shared_asks_a_server_only_for_the_ui_format(tmp_path):
+    asked = []
+
+    def info():
+        asked.append(1)
+        return object_info()
+
+    (tmp_path / "api.json").write_text(json.dumps(TXT2IMG))
+    raw, prompt, how = read_shared(tmp_path / "api.json", info)
+    assert prompt == TXT2IMG and how == "the API format" and not asked
+    assert raw == (tmp_path / "api.json").read_bytes()  # kept byte for byte
+    (tmp_path / "ui.png").write_bytes(saved_png(workflow=json.dumps(default_ui())))
+    raw, prompt, how = read_shared(tmp_path / "ui.png", info)
+    assert asked == [1] and json.loads(raw) == prompt and "UI-format" in how
+    with pytest.raises(WorkflowError, match="UI format.*--server.*\\[comfyui\\] servers.*"
+                                            "Export \\(API\\)"):
+        read_shared(WORKFLOWS / UI_DEFAULT, lambda: None)  # type: ignore[operator]
+
+
+@needs_workflows
+async def test_genbot_template_import_converts_with_the_first_configured_server(
+        tmp_path, monkeypatch, capsys):
+    """No --server: the first of [comfyui] servers converts it; the template it writes
+    loads, with its checkpoint column offering the server's files."""
+    from bot.cli.genbot import main
+    from templates.loader import load_templates
+    from tests.fakes.comfyui import FakeComfy
+    assert WORKFLOWS is not None
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GENBOT_CONFIG", raising=False)
+    (tmp_path / "shared.png").write_bytes(saved_png(workflow=json.dumps(default_ui())))
+    async with FakeComfy() as comfy:
+        (tmp_path / "config.toml").write_text(
+            f'[templates]\ndir = "t"\n[comfyui]\nservers = ["{comfy.url}"]\n')
+        code = await asyncio.to_thread(main, ["template", "import", "shared.png", "--name",
+                                              "shared"])
+        assert ("GET", "/object_info") in comfy.requests
+    out = capsys.readouterr().out
+    assert code == 0 and "from the UI-format workflow in the picture" in out
+    templates, broken = load_templates(tmp_path / "t")
+    assert not broken and templates["shared"].comfy is not None
+    checkpoint = templates["shared"].params["checkpoint"]
+    assert checkpoint.choices == tuple(comfy.checkpoints) or \
+        list(checkpoint.choices) == comfy.checkpoints
+
+
+def official_corpus() -> Path | None:
+    """The workflows ComfyUI ships (the comfyui-workflow-templates-json package)."""
+    spec = find_spec("comfyui_workflow_templates_json")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "templates"
+
+
+@pytest.mark.skipif(official_corpus() is None, reason="comfyui-workflow-templates-json is not "
+                                                      "installed")
+def test_the_official_corpus_converts_where_its_nodes_are_known(capsys):
+    """Every UI-format workflow of ComfyUI's own template corpus: those whose nodes the
+    server knows (here the fake's core nodes) convert to a workflow genbot runs, every link
+    to a node of the prompt; the rest are counted by why (subgraphs, other nodes)."""
+    folder = official_corpus()
+    assert folder is not None
+    info, counts, converted = object_info(), {"subgraphs": 0, "other nodes": 0}, []
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not is_ui_format(data):
+            continue  # an index, a schema
+        if (data.get("definitions") or {}).get("subgraphs"):
+            counts["subgraphs"] += 1
+            continue
+        if {n.get("type") for n in data["nodes"]} - set(VIRTUAL) - set(info):
+            counts["other nodes"] += 1
+            continue
+        prompt = read_workflow(to_api(data, info, path.name), path.name)
+        assert all(link[0] in prompt for _, _, *link in [(n, k, *v) for n, node in
+                   prompt.items() for k, v in node["inputs"].items() if isinstance(v, list)])
+        converted.append(path.name)
+    with capsys.disabled():
+        print(f"\nofficial corpus: {len(converted)} converted ({', '.join(converted)}); "
+              f"left: {counts['subgraphs']} with subgraphs, {counts['other nodes']} with "
+              "nodes the fake server lacks")
+    assert len(converted) >= 3
