@@ -351,7 +351,7 @@ def import_workflow(data: Any, file: str, name: str, info: dict[str, Any] | None
                 if _whole(inputs.get(key)):
                     number(key, "int", nid, key, f"Image {key} in pixels")
         elif kind == "LoadImage" and isinstance(inputs.get("image"), str):
-            bind(_column("image", params, nid), {
+            bind(_column(_titled(prompt, nid, "image"), params, nid), {
                 "type": "image", "required": True,
                 "help": f"The picture for {shown(_title(prompt, nid))}",
                 "example": inputs["image"]}, nid, "image")
@@ -385,6 +385,20 @@ def _whole(value: Any) -> bool:
 def _title(prompt: dict[str, Any], nid: str) -> str:
     node = prompt.get(nid, {})
     return str((node.get("_meta") or {}).get("title") or node.get("class_type") or nid)
+
+
+DEFAULT_TITLES = {"LoadImage": ("Load Image", "LoadImage")}
+
+
+def _titled(prompt: dict[str, Any], nid: str, base: str) -> str:
+    """A column's name from its node's title where someone gave it one ("Product photo"
+    -> product_photo), else `base`: a sheet's header then says which picture it is."""
+    node = prompt.get(nid, {})
+    title = str((node.get("_meta") or {}).get("title") or "").strip()
+    if not title or title in DEFAULT_TITLES.get(node.get("class_type", ""), ()):
+        return base
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", title).strip("_").lower()[:40]
+    return slug if slug and slug[0].isalpha() else base
 
 
 def _column(base: str, params: dict[str, Any], nid: str | None = None) -> str:

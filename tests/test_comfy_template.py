@@ -634,3 +634,19 @@ def test_a_workflow_saved_with_a_bom_imports_and_is_kept_byte_for_byte(genbot, t
     offset = data.index(b"a cat") + 2  # counted in the file, its BOM included
     assert line == f"genbot: bad.json: line 1: not UTF-8 text (byte 0xff at offset {offset}): " \
                    "save it as UTF-8"
+
+
+def test_a_picture_column_takes_its_nodes_own_title():
+    """A LoadImage someone titled ("Product photo") names its column; one left with the
+    default title is `image`, as before."""
+    workflow = {**TXT2IMG,
+                "10": {"class_type": "LoadImage", "inputs": {"image": "a.png"},
+                       "_meta": {"title": "Product photo"}},
+                "11": {"class_type": "LoadImage", "inputs": {"image": "b.png"},
+                       "_meta": {"title": "Load Image"}},
+                "12": {"class_type": "LoadImage", "inputs": {"image": "c.png"},
+                       "_meta": {"title": "产品图"}}}  # nothing a header can be: by node id
+    template, _ = import_workflow(workflow, "x.json", "shots")
+    images = {k: v["to"] for k, v in template["params"].items() if v["type"] == "image"}
+    assert images == {"product_photo": ["10.image"], "image": ["11.image"],
+                      "image_12": ["12.image"]}
