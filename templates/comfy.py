@@ -351,7 +351,10 @@ def import_workflow(data: Any, file: str, name: str, info: dict[str, Any] | None
                 if _whole(inputs.get(key)):
                     number(key, "int", nid, key, f"Image {key} in pixels")
         elif kind == "LoadImage" and isinstance(inputs.get("image"), str):
-            bind(_column(_titled(prompt, nid, "image"), params, nid), {
+            titled = _titled(prompt, nid, "image")  # its own title, while no column has it
+            taken = {normalize_header(c) for c in params}
+            bind(titled if titled != "image" and normalize_header(titled) not in taken
+                 else _column("image", params, nid), {
                 "type": "image", "required": True,
                 "help": f"The picture for {shown(_title(prompt, nid))}",
                 "example": inputs["image"]}, nid, "image")

@@ -447,14 +447,14 @@ def test_subgraph_node_ids_make_valid_columns_that_set_their_own_node(genbot, tm
     (tmp_path / "sub.json").write_text(json.dumps(subgraph_workflow()))
     assert genbot(["template", "import", "sub.json", "--name", "sub"]) == 0
     out = capsys.readouterr().out
-    assert "image_21_10 (image) → 21:10.image [Photo 21:10]" in out
+    assert "photo_21_10 (image) → 21:10.image [Photo 21:10]" in out  # named by its title
     t = load_template(tmp_path / "t" / "sub.json")
     assert {n: p.uses for n, p in t.params.items() if p.type == "image"} == {
-        "image": ("20:10.image",), "image_21_10": ("21:10.image",),
-        "image_21_10_2": ("21_10.image",)}
+        "photo_20_10": ("20:10.image",), "photo_21_10": ("21:10.image",),
+        "image": ("21_10.image",)}  # (its title's name is taken)
     assert t.params["prompt"].uses == ("20:6.text",) and t.params["seed"].uses == ("20:3.seed",)
-    job = bound(t, {"prompt": "a fox", "seed": 3, "image": "inputs/a.png",
-                    "image_21_10": "inputs/b.png", "image_21_10_2": "inputs/c.png"}, row=2)
+    job = bound(t, {"prompt": "a fox", "seed": 3, "photo_20_10": "inputs/a.png",
+                    "photo_21_10": "inputs/b.png", "image": "inputs/c.png"}, row=2)
     assert job["uploads"] == [["20:10", "image", "inputs/a.png"],
                               ["21:10", "image", "inputs/b.png"],
                               ["21_10", "image", "inputs/c.png"]]
@@ -644,9 +644,9 @@ def test_a_picture_column_takes_its_nodes_own_title():
                        "_meta": {"title": "Product photo"}},
                 "11": {"class_type": "LoadImage", "inputs": {"image": "b.png"},
                        "_meta": {"title": "Load Image"}},
-                "12": {"class_type": "LoadImage", "inputs": {"image": "c.png"},
-                       "_meta": {"title": "产品图"}}}  # nothing a header can be: by node id
+                "30:12": {"class_type": "LoadImage", "inputs": {"image": "c.png"},
+                          "_meta": {"title": "产品图"}}}  # no header from it: by node id
     template, _ = import_workflow(workflow, "x.json", "shots")
     images = {k: v["to"] for k, v in template["params"].items() if v["type"] == "image"}
     assert images == {"product_photo": ["10.image"], "image": ["11.image"],
-                      "image_12": ["12.image"]}
+                      "image_30_12": ["30:12.image"]}  # (a subgraph's node id, made a name)
