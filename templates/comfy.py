@@ -341,6 +341,13 @@ def import_workflow(data: Any, file: str, name: str, info: dict[str, Any] | None
             number("steps", "int", nid, "steps", "Sampling steps")
         if _finite(inputs.get("cfg")):
             number("cfg", "float", nid, "cfg", "Guidance (CFG)")
+        for key, column, what in (("sampler_name", "sampler", "Sampling method"),
+                                  ("scheduler", "scheduler", "Noise schedule")):
+            listed = object_info_choices(info, prompt[nid]["class_type"], key) \
+                if info is not None else None  # (only where the server says what there is)
+            if listed and isinstance(inputs.get(key), str) and inputs[key] in listed:
+                bind(column, {"type": "choice", "choices": listed, "default": inputs[key],
+                              "help": what}, nid, key)
         if _finite(inputs.get("denoise")) and inputs["denoise"] < 1:  # img2img: its strength
             number("denoise", "float", nid, "denoise",
                    "How much of the picture is redrawn (0: none, 1: all)")

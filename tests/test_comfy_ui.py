@@ -237,3 +237,24 @@ def test_the_official_corpus_converts_where_its_nodes_are_known(capsys):
               f"left: {counts['subgraphs']} with subgraphs, {counts['other nodes']} with "
               "nodes the fake server lacks")
     assert len(converted) >= 3
+
+
+@needs_workflows
+def test_with_object_info_the_columns_offer_what_the_server_has():
+    """Converted and imported with the server's /object_info: the sampler and scheduler
+    are choices of the server's lists, the checkpoint one of its files, numbers in its
+    ranges; every column defaults to what the workflow holds."""
+    from templates.comfy import import_workflow
+    from tests.fakes.comfyui import SAMPLERS, SCHEDULERS
+    info = object_info(checkpoints=("v1-5-pruned-emaonly-fp16.safetensors", "dream.safetensors"))
+    template, said = import_workflow(to_api(default_ui(), info, UI_DEFAULT), UI_DEFAULT, "d",
+                                     info)
+    params = template["params"]
+    assert params["sampler"] == {"type": "choice", "choices": list(SAMPLERS),
+                                 "default": "euler", "help": "Sampling method",
+                                 "to": ["3.sampler_name"]}
+    assert params["scheduler"]["choices"] == list(SCHEDULERS)
+    assert params["checkpoint"]["choices"] == ["v1-5-pruned-emaonly-fp16.safetensors",
+                                               "dream.safetensors"]
+    assert params["checkpoint"]["default"] == "v1-5-pruned-emaonly-fp16.safetensors"
+    assert "sampler (choice) → 3.sampler_name [KSampler]" in said
