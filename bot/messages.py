@@ -342,6 +342,9 @@ CATALOG: dict[str, tuple[str, str]] = {
                          "without a user or password, at most {most:,} characters.",
                          "回调地址 {url} 无法使用：应为 http(s)://主机/路径，不含用户名和密码，"
                          "最多 {most:,} 个字符。"),
+    "callback_url_unresolved": ("The callback URL's host {host} has no address (DNS "
+                                "cannot find it).", "回调地址的主机 {host} 无法解析（DNS 找不到"
+                                "它）。"),
     "callback_url_private": ("The callback URL's host {host} is a private, loopback or "
                              "link-local address (or resolves to one); genbot posts only to "
                              "public hosts unless [webhook] callback_allowlist names it.",

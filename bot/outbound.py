@@ -112,10 +112,8 @@ async def public_host(host: str, *, dns: AbstractResolver | None = None) -> bool
     else:
         return is_public(host)
     resolver = dns or DefaultResolver()
-    try:
+    try:  # (a name with no address: OSError, for the caller to say so)
         answers = await resolver.resolve(host, 0, socket.AF_UNSPEC)
-    except OSError:
-        return False
     finally:
         if dns is None:
             await resolver.close()
@@ -138,7 +136,12 @@ async def check_callback(url: str, *, allowlist: Collection[str],
     if parts.scheme not in ("http", "https") or not host or len(url) > MAX_CALLBACK \
             or parts.username or parts.password:
         raise Invalid("callback_url_bad", url=url[:200], most=MAX_CALLBACK)
-    if host.lower() not in {h.lower() for h in allowlist} \
-            and not await public_host(host, dns=dns):
+    if host.lower() in {h.lower() for h in allowlist}:
+        return url
+    try:
+        public = await public_host(host, dns=dns)
+    except OSError:
+        raise Invalid("callback_url_unresolved", host=host[:200]) from None
+    if not public:
         raise Invalid("callback_url_private", host=host[:200])
     return url

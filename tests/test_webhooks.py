@@ -97,6 +97,8 @@ class Pinned(AbstractResolver):
 
     async def resolve(self, host, port=0, family=0):
         ips = self.answers[host]
+        if not ips:
+            raise OSError(f"{host}: no such name")
         ip = ips.pop(0) if len(ips) > 1 else ips[0]
         return [{"hostname": host, "host": ip, "port": port, "family": 2, "proto": 0,
                  "flags": 0}]
@@ -328,11 +330,12 @@ async def test_a_callback_url_hears_its_own_batch_signed_with_the_callback_secre
     ("file:///etc/passwd", "callback_url_bad"),
     ("http://user:pw@hooks.example/hook", "callback_url_bad"),
     ("http://hooks.example:99999/hook", "callback_url_bad"),
+    ("http://nowhere.example/hook", "callback_url_unresolved"),
 ])
 async def test_a_callback_to_a_private_address_is_refused_before_anything_queues(
         tmp_path, url, code):
     async with world(tmp_path, {}) as (app, hooks):
-        app.dns = Pinned({"inside.example": ["10.0.0.7"]})
+        app.dns = Pinned({"inside.example": ["10.0.0.7"], "nowhere.example": []})
         with pytest.raises(Invalid) as e:
             await submit(app, callback_url=url)
         assert e.value.code == code
