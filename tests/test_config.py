@@ -239,8 +239,10 @@ def test_the_service_starts_on_its_configured_address_inside_a_kubernetes_pod(tm
                     assert r.status == 200
                     break
             except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, \
-                    proc.stdout.read() if proc.stdout else ""
+                if proc.poll() is not None or time.monotonic() >= deadline:
+                    proc.terminate()  # (its output can be read only once it has ended)
+                    out, _ = proc.communicate(timeout=30)
+                    raise AssertionError(f"/healthz never answered:\n{out[-3000:]}") from None
                 time.sleep(0.2)
     finally:
         proc.terminate()
