@@ -13,7 +13,13 @@ does, with that knowledge:
   of the same type passes through), and a PrimitiveNode's value becomes the literal;
 - muted nodes (mode 2), notes, reroutes and primitives are not nodes of the prompt; an
   input linked only to a muted node is left out, as the frontend leaves it;
-- a node's title becomes its `_meta.title`, which names its columns on import.
+- a node's title becomes its `_meta.title`, which names its columns on import;
+- subgraphs are unpacked as ComfyUI runs them: their nodes join the prompt as
+  "instance:node" (nested: "a:b:c"), fed through the subgraph's input node by what feeds
+  the instance (or by the instance's own widget values, where they line up with the
+  subgraph's widget inputs), read out through its output node; a muted or bypassed
+  instance is treated as any muted or bypassed node. The old frontend's group nodes are
+  refused, saying to convert them.
 
 `from_image` reads the workflow ComfyUI embeds in what it saves: a PNG's `prompt` text
 chunk (API format) or `workflow` chunk (UI format); WebP's EXIF ("prompt:{…}" in tag
@@ -25,6 +31,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,34 +80,87 @@ def widgets(spec: dict[str, Any]) -> list[tuple[str, int]]:
     return found
 
 
+SUBGRAPH_IN, SUBGRAPH_OUT = -10, -20  # a subgraph's own input and output nodes
+KEEP = object()  # a subgraph input nothing feeds: the inner widget keeps its own value
+
+
+@dataclass
+class Scope:
+    """One graph: the top level, or one instance of a subgraph (its nodes named
+    `prefix` + their id, as ComfyUI names them: "19:3", "19:5:2")."""
+    prefix: str
+    nodes: dict[Any, dict[str, Any]]
+    links: dict[Any, tuple[Any, int, Any, int, str]]  # id -> (from, slot, to, slot, type)
+    parent: Scope | None = None
+    instance: dict[str, Any] | None = None  # the node of `parent` this scope unpacks
+
+
+def _links(raw: Any) -> dict[Any, tuple[Any, int, Any, int, str]]:
+    found: dict[Any, tuple[Any, int, Any, int, str]] = {}
+    for link in raw or []:
+        if isinstance(link, list) and len(link) >= 6:
+            found[link[0]] = (link[1], link[2], link[3], link[4], link[5])
+        elif isinstance(link, dict):  # (the newer frontend's object form)
+            found[link.get("id")] = (link.get("origin_id"), link.get("origin_slot", 0),
+                                     link.get("target_id"), link.get("target_slot", 0),
+                                     link.get("type", "*"))
+    return found
+
+
 def to_api(data: dict[str, Any], info: dict[str, Any], file: str) -> dict[str, Any]:
     """The API-format prompt of UI-format workflow `data`, using a server's /object_info;
-    else WorkflowError naming the node and what is missing."""
-    if data.get("definitions", {}).get("subgraphs") if isinstance(
-            data.get("definitions"), dict) else False:
-        raise WorkflowError(f"{file}: this workflow uses subgraphs, which genbot cannot "
-                            "unpack yet: in ComfyUI, Workflow → Export (API), and import that")
-    nodes = {n["id"]: n for n in data["nodes"] if isinstance(n, dict) and "id" in n}
-    links: dict[Any, tuple[Any, int, str]] = {}  # link id -> (from node, from slot, type)
-    for link in data.get("links") or []:
-        if isinstance(link, list) and len(link) >= 6:
-            links[link[0]] = (link[1], link[2], link[5])
-        elif isinstance(link, dict):  # (the newer frontend's object form)
-            links[link.get("id")] = (link.get("origin_id"), link.get("origin_slot", 0),
-                                     link.get("type", "*"))
+    else WorkflowError naming the node and what is missing. Subgraphs are unpacked as
+    ComfyUI does: their nodes join the prompt as "instance:node", their inputs fed by what
+    feeds the instance (or by the widget values it promotes), their outputs taken from
+    what feeds the subgraph's output node."""
+    definitions = data.get("definitions")
+    listed = definitions.get("subgraphs") if isinstance(definitions, dict) else None
+    subgraphs = {g["id"]: g for g in listed or [] if isinstance(g, dict) and "id" in g}
+    top = Scope("", {n["id"]: n for n in data["nodes"] if isinstance(n, dict) and "id" in n},
+                _links(data.get("links")))
 
-    def origin(link_id: Any, seen: frozenset = frozenset()) -> Any:
-        """What feeds a link: [node id, slot], a literal (a primitive's value), or None
-        (a muted node, a dangling link)."""
-        if link_id is None or link_id not in links or link_id in seen:
+    def inner(scope: Scope, node: dict[str, Any], depth: int = 0) -> Scope:
+        if depth > 16:
+            raise WorkflowError(f"{file}: subgraphs nested more than 16 deep")
+        graph = subgraphs[node["type"]]
+        return Scope(f"{scope.prefix}{node['id']}:",
+                     {n["id"]: n for n in graph.get("nodes") or [] if isinstance(n, dict)},
+                     _links(graph.get("links")), scope, node)
+
+    def promoted(instance: dict[str, Any], slot: int) -> Any:
+        """The value an instance's own widgets give subgraph input `slot`, where its saved
+        values line up one to one with the subgraph's widget inputs; else KEEP (frontends
+        have saved these differently: the inner node's own value is then what runs)."""
+        graph = subgraphs[instance["type"]]
+        kinds = [i.get("type") if isinstance(i, dict) else None
+                 for i in graph.get("inputs") or []]
+        widget_slots = [n for n, k in enumerate(kinds) if k in WIDGET_TYPES or
+                        isinstance(k, list)]
+        values = instance.get("widgets_values")
+        if slot in widget_slots and isinstance(values, list) \
+                and len(values) == len(widget_slots):
+            return values[widget_slots.index(slot)]
+        return KEEP
+
+    def origin(scope: Scope, link_id: Any, seen: frozenset = frozenset()) -> Any:
+        """What feeds a link: [node id, slot], a literal (a primitive's or a promoted
+        widget's value), KEEP, or None (a muted node, a dangling link)."""
+        if link_id is None or link_id not in scope.links or (scope.prefix, link_id) in seen:
             return None
-        node_id, slot, kind = links[link_id]
-        node = nodes.get(node_id)
+        node_id, slot, _, _, kind = scope.links[link_id]
+        seen = seen | {(scope.prefix, link_id)}
+        if node_id == SUBGRAPH_IN and scope.parent is not None and scope.instance is not None:
+            fed = scope.instance.get("inputs") or []
+            link = fed[slot].get("link") if slot < len(fed) and isinstance(
+                fed[slot], dict) else None
+            if link is not None:
+                return origin(scope.parent, link, seen)
+            return promoted(scope.instance, slot)
+        node = scope.nodes.get(node_id)
         if node is None:
             return None
-        seen = seen | {link_id}
         if node.get("type") == "Reroute":
-            return origin(_input_link(node, 0), seen)
+            return origin(scope, _input_link(node, 0), seen)
         if node.get("type") == "PrimitiveNode":
             values = node.get("widgets_values") or []
             return values[0] if values else None
@@ -110,18 +170,36 @@ def to_api(data: dict[str, Any], info: dict[str, Any], file: str) -> dict[str, A
             candidates = [i for i in node.get("inputs") or [] if i.get("type") == kind]
             by_slot = (node.get("inputs") or [])[slot:slot + 1]
             for inp in [*[i for i in by_slot if i in candidates], *candidates]:
-                found = origin(inp.get("link"), seen)
+                found = origin(scope, inp.get("link"), seen)
                 if found is not None:
                     return found
             return None
-        return [str(node_id), slot]
+        if node.get("type") in subgraphs:  # an instance's output: what feeds it inside
+            within = inner(scope, node, len(seen))
+            feeding = next((lid for lid, (_, _, to, to_slot, _) in within.links.items()
+                            if to == SUBGRAPH_OUT and to_slot == slot), None)
+            return origin(within, feeding, seen)
+        return [f"{scope.prefix}{node_id}", slot]
 
     prompt: dict[str, Any] = {}
-    for node_id, node in nodes.items():
+
+    def add(scope: Scope, depth: int = 0) -> None:
+        for node_id, node in scope.nodes.items():
+            cls = node.get("type")
+            if cls in subgraphs:
+                if node.get("mode") not in (MUTED, BYPASSED):
+                    add(inner(scope, node, depth), depth + 1)
+                continue
+            if cls in VIRTUAL or node.get("mode") in (MUTED, BYPASSED):
+                continue
+            prompt[f"{scope.prefix}{node_id}"] = api_node(scope, node)
+
+    def api_node(scope: Scope, node: dict[str, Any]) -> dict[str, Any]:
         cls = node.get("type")
-        if cls in VIRTUAL or node.get("mode") in (MUTED, BYPASSED):
-            continue
-        where = f"{file}: node {shown(str(node_id))} ({shown(str(cls))})"
+        where = f"{file}: node {shown(scope.prefix + str(node.get('id')))} ({shown(str(cls))})"
+        if isinstance(cls, str) and cls.startswith(("workflow>", "workflow/")):
+            raise WorkflowError(f"{where}: a group node of the old frontend: in ComfyUI, "
+                                "convert it to a subgraph, or Workflow → Export (API)")
         spec = info.get(cls) if isinstance(cls, str) else None
         if not isinstance(spec, dict):
             raise WorkflowError(f"{where}: this ComfyUI server has no such node class (a "
@@ -149,16 +227,18 @@ def to_api(data: dict[str, Any], info: dict[str, Any], file: str) -> dict[str, A
             if not isinstance(inp, dict) or not isinstance(inp.get("name"), str) \
                     or inp.get("link") is None:
                 continue
-            name = inp["name"]
-            target = str((inp.get("widget") or {}).get("name", name))
-            found = origin(inp["link"])
+            target = str((inp.get("widget") or {}).get("name", inp["name"]))
+            found = origin(scope, inp["link"])
+            if found is KEEP:
+                continue  # a subgraph input nothing feeds: the widget's own value
             if found is None:  # fed by nothing that runs: left out, as the frontend does
                 inputs.pop(target, None)
                 continue
             inputs[target] = found
         title = node.get("title") or spec.get("display_name") or cls
-        prompt[str(node_id)] = {"inputs": inputs, "class_type": cls,
-                                "_meta": {"title": str(title)}}
+        return {"inputs": inputs, "class_type": cls, "_meta": {"title": str(title)}}
+
+    add(top)
     if not prompt:
         raise WorkflowError(f"{file}: no node runs (every node is muted, bypassed or a note)")
     return prompt

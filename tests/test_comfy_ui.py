@@ -120,6 +120,10 @@ def test_a_node_the_server_lacks_or_values_it_cannot_place_are_said():
     with pytest.raises(WorkflowError, match=r"node 7 \(IPAdapterAdvanced\): this ComfyUI "
                                             r"server has no such node class"):
         to_api(ui, object_info(), "x.json")
+    ui = default_ui()
+    ui["nodes"][0]["type"] = "workflow>prompts"
+    with pytest.raises(WorkflowError, match="group node of the old frontend.*subgraph"):
+        to_api(ui, object_info(), "x.json")
     ui = default_ui()  # saved before the node had its later widgets: their defaults
     sampler = next(n for n in ui["nodes"] if n["type"] == "KSampler")
     sampler["widgets_values"] = sampler["widgets_values"][:3]
@@ -128,10 +132,7 @@ def test_a_node_the_server_lacks_or_values_it_cannot_place_are_said():
     text["widgets_values"] = []  # a text has no default to fall back on
     with pytest.raises(WorkflowError, match="no value for its input text"):
         to_api(ui, object_info(), "x.json")
-    ui = default_ui()
-    ui["definitions"] = {"subgraphs": [{"id": "s"}]}
-    with pytest.raises(WorkflowError, match="subgraphs.*Export \\(API\\)"):
-        to_api(ui, object_info(), "x.json")
+
 
 
 @needs_workflows
@@ -212,30 +213,30 @@ def official_corpus() -> Path | None:
 @pytest.mark.skipif(official_corpus() is None, reason="comfyui-workflow-templates-json is not "
                                                       "installed")
 def test_the_official_corpus_converts_where_its_nodes_are_known(capsys):
-    """Every UI-format workflow of ComfyUI's own template corpus: those whose nodes the
-    server knows (here the fake's core nodes) convert to a workflow genbot runs, every link
-    to a node of the prompt; the rest are counted by why (subgraphs, other nodes)."""
+    """Every UI-format workflow of ComfyUI's own template corpus, subgraphs unpacked:
+    those whose nodes the server knows (here the fake's core nodes) convert to a workflow
+    genbot runs, every link to a node of the prompt; the rest are counted."""
     folder = official_corpus()
     assert folder is not None
-    info, counts, converted = object_info(), {"subgraphs": 0, "other nodes": 0}, []
+    info, counts, converted = object_info(), {"with subgraphs": 0, "other nodes": 0}, []
     for path in sorted(folder.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         if not is_ui_format(data):
             continue  # an index, a schema
-        if (data.get("definitions") or {}).get("subgraphs"):
-            counts["subgraphs"] += 1
-            continue
-        if {n.get("type") for n in data["nodes"]} - set(VIRTUAL) - set(info):
+        graphs = (data.get("definitions") or {}).get("subgraphs") or []
+        kinds = {n.get("type") for g in [data, *graphs] for n in g.get("nodes") or []}
+        if kinds - {g["id"] for g in graphs} - set(VIRTUAL) - set(info):
             counts["other nodes"] += 1
             continue
+        counts["with subgraphs"] += bool(graphs)
         prompt = read_workflow(to_api(data, info, path.name), path.name)
         assert all(link[0] in prompt for _, _, *link in [(n, k, *v) for n, node in
                    prompt.items() for k, v in node["inputs"].items() if isinstance(v, list)])
         converted.append(path.name)
     with capsys.disabled():
-        print(f"\nofficial corpus: {len(converted)} converted ({', '.join(converted)}); "
-              f"left: {counts['subgraphs']} with subgraphs, {counts['other nodes']} with "
-              "nodes the fake server lacks")
+        print(f"\nofficial corpus: {len(converted)} converted ({', '.join(converted)}), "
+              f"{counts['with subgraphs']} of them with subgraphs; left: "
+              f"{counts['other nodes']} with nodes the fake server lacks")
     assert len(converted) >= 3
 
 
@@ -258,3 +259,100 @@ def test_with_object_info_the_columns_offer_what_the_server_has():
                                                "dream.safetensors"]
     assert params["checkpoint"]["default"] == "v1-5-pruned-emaonly-fp16.safetensors"
     assert "sampler (choice) → 3.sampler_name [KSampler]" in said
+
+
+
+def subgraph_workflow() -> dict:
+    """The default graph with its sampler and empty latent moved into a subgraph, as the
+    newer frontend saves one: the instance node 10 of type "sg-1", fed the model and both
+    prompts, promoting the sampler's steps as its own widget (12); inside, links from the
+    subgraph's input node (-10) and to its output node (-20), in the object form."""
+    ui = default_ui()
+    nodes = {n["id"]: n for n in ui["nodes"]}
+    sampler, latent = nodes.pop(3), nodes.pop(5)
+    sampler = {**sampler, "inputs": [
+        {"name": "model", "type": "MODEL", "link": 201},
+        {"name": "positive", "type": "CONDITIONING", "link": 202},
+        {"name": "negative", "type": "CONDITIONING", "link": 203},
+        {"name": "latent_image", "type": "LATENT", "link": 204},
+        {"name": "steps", "type": "INT", "widget": {"name": "steps"}, "link": 205}]}
+    nodes[10] = {"id": 10, "type": "sg-1", "mode": 0, "inputs": [
+        {"name": "model", "type": "MODEL", "link": 101},
+        {"name": "positive", "type": "CONDITIONING", "link": 102},
+        {"name": "negative", "type": "CONDITIONING", "link": 103},
+        {"name": "steps", "type": "INT", "widget": {"name": "steps"}, "link": None}],
+        "outputs": [{"name": "LATENT", "type": "LATENT", "links": [104]}],
+        "widgets_values": [12]}
+    nodes[8]["inputs"][0]["link"] = 104
+    ui["nodes"] = list(nodes.values())
+    ui["links"] = [x for x in ui["links"] if x[0] in (3, 5, 8, 9)] + [
+        [101, 4, 0, 10, 0, "MODEL"], [102, 6, 0, 10, 1, "CONDITIONING"],
+        [103, 7, 0, 10, 2, "CONDITIONING"], [104, 10, 0, 8, 0, "LATENT"]]
+
+    def link(i, a, a_slot, b, b_slot, kind):
+        return {"id": i, "origin_id": a, "origin_slot": a_slot, "target_id": b,
+                "target_slot": b_slot, "type": kind}
+    ui["definitions"] = {"subgraphs": [{
+        "id": "sg-1", "name": "sampling", "nodes": [sampler, latent],
+        "inputs": [{"name": n, "type": t, "linkIds": []} for n, t in (
+            ("model", "MODEL"), ("positive", "CONDITIONING"), ("negative", "CONDITIONING"),
+            ("steps", "INT"))],
+        "outputs": [{"name": "LATENT", "linkIds": [206]}],
+        "links": [link(201, -10, 0, 3, 0, "MODEL"), link(202, -10, 1, 3, 1, "CONDITIONING"),
+                  link(203, -10, 2, 3, 2, "CONDITIONING"), link(204, 5, 0, 3, 3, "LATENT"),
+                  link(205, -10, 3, 3, 4, "INT"), link(206, 3, 0, -20, 0, "LATENT")]}]}
+    return ui
+
+
+@needs_workflows
+def test_a_subgraph_unpacks_into_instance_prefixed_nodes_as_comfyui_runs_it():
+    prompt = to_api(subgraph_workflow(), object_info(), "sub.json")
+    assert set(prompt) == {"4", "6", "7", "8", "9", "10:3", "10:5"}
+    sampler = prompt["10:3"]["inputs"]
+    assert (sampler["model"], sampler["positive"], sampler["negative"],
+            sampler["latent_image"]) == (["4", 0], ["6", 0], ["7", 0], ["10:5", 0])
+    assert sampler["steps"] == 12  # the instance's promoted widget, not the inner 20
+    assert sampler["seed"] == 156680208700286  # the inner widgets, as saved inside
+    assert prompt["8"]["inputs"]["samples"] == ["10:3", 0]  # out through the output node
+    read_workflow(prompt, "sub.json")
+    saved = subgraph_workflow()  # saved without the instance's values (another frontend):
+    next(n for n in saved["nodes"] if n["id"] == 10)["widgets_values"] = []
+    assert to_api(saved, object_info(), "sub.json")["10:3"]["inputs"]["steps"] == 20  # inner
+    # the same graph, flat, differs only by the node ids and the promoted steps
+    flat = to_api(default_ui(), object_info(), UI_DEFAULT)
+    assert {k: v for k, v in sampler.items() if k not in ("latent_image", "steps")} == \
+        {k: v for k, v in flat["3"]["inputs"].items() if k not in ("latent_image", "steps")}
+
+
+class AnyNode(dict):
+    """An /object_info that knows every node class and gives none of them widgets: the
+    graph's structure alone (links, subgraphs, reroutes, bypasses) is converted."""
+
+    def get(self, key, default=None):
+        return {"input": {}, "display_name": key}
+
+
+@pytest.mark.skipif(official_corpus() is None, reason="comfyui-workflow-templates-json is not "
+                                                      "installed")
+def test_every_subgraph_of_the_official_corpus_unpacks_with_every_link_resolved(capsys):
+    """ComfyUI's own workflows that use subgraphs (nested ones, bypassed and muted ones
+    among them): unpacked, every input linked to another node names a node of the prompt."""
+    folder = official_corpus()
+    assert folder is not None
+    unpacked = 0
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not is_ui_format(data) or not (data.get("definitions") or {}).get("subgraphs"):
+            continue
+        prompt = to_api(data, AnyNode(), path.name)
+        dangling = [(nid, key, value) for nid, node in prompt.items()
+                    for key, value in node["inputs"].items()
+                    if isinstance(value, list) and len(value) == 2
+                    and isinstance(value[0], str) and value[0] not in prompt]
+        assert not dangling, (path.name, dangling[:3])
+        assert any(":" in nid for nid in prompt), path.name  # its inner nodes, by path
+        unpacked += 1
+    with capsys.disabled():
+        print(f"\nofficial corpus: {unpacked} workflows with subgraphs unpacked, every link "
+              "resolved")
+    assert unpacked >= 200
