@@ -445,3 +445,18 @@ async def test_in_the_service_a_hanging_receiver_delays_no_chat_message(tmp_path
     finally:
         await hangs.stop()
         await fake.stop()
+
+
+async def test_an_allow_listed_callback_host_may_resolve_to_a_private_address(tmp_path):
+    """An internal service named in [webhook] callback_allowlist: its name resolves to a
+    private address when the batch is submitted and on every delivery, and both let it."""
+    cb = await receiver()
+    try:
+        async with world(tmp_path, {}, callback_allowlist=["hooks.internal"]) as (app, hooks):
+            cb.secret = hooks.endpoints.callback_secret
+            app.dns = hooks.deliverer.dns = Pinned({"hooks.internal": ["127.0.0.1"]})
+            await submit(app, callback_url=cb.url.replace("127.0.0.1", "hooks.internal"))
+            await hooks.pump()
+            assert [b["type"] for b in cb.events()] == ["batch.queued"]
+    finally:
+        await cb.stop()

@@ -113,9 +113,16 @@ class Deliverer:
         at once, `concurrency` in flight, outcomes written together (one commit each way
         per batch, not per delivery)."""
         n = self.settings.concurrency
-        async with self.client(self.endpoints.get(endpoint_id)) as client:
-            while due := await self.webhooks.due(endpoint_id, limit=n * BATCHES):
+        due = await self.webhooks.due(endpoint_id, limit=n * BATCHES)
+        if not due:
+            return
+        # A callback endpoint is known by the URL its deliveries carry: whether its host
+        # is allow-listed (may resolve to a private address) is read from it.
+        endpoint = self.endpoints.get(endpoint_id, due[0].payload.get("url"))
+        async with self.client(endpoint) as client:
+            while due:
                 await self.send(due, client)
+                due = await self.webhooks.due(endpoint_id, limit=n * BATCHES)
 
     async def send(self, due: list[Message], client: aiohttp.ClientSession) -> list[Attempt]:
         """Claim, post and record these deliveries of one endpoint; the tries of those
