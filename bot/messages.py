@@ -322,9 +322,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "template_exists": ("There is a template {name} already; add --replace to replace it.",
                         "已有模板 {name}；加 --replace 可替换它。"),
     "workflow_refused": ("The workflow cannot be imported: {why}", "无法导入该工作流：{why}"),
-    "object_info_failed": ("Cannot read the node list of ComfyUI server {server} (GET "
-                           "/object_info): {why}.", "无法读取 ComfyUI 服务器 {server} 的节点"
-                           "列表（GET /object_info）：{why}。"),
+    "object_info_failed": ("Cannot read the node list of ComfyUI server {server}: {why}.",
+                           "无法读取 ComfyUI 服务器 {server} 的节点列表：{why}。"),
     "template_imported": ("Template {name}@{version} imported from {how} of {file}. Its "
                           "columns:\n{columns}\nNext: /template {name} for an example sheet.",
                           "已从 {file}（{how}）导入模板 {name}@{version}。它的列：\n{columns}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -37,27 +38,47 @@ class Imported:
 
 
 async def object_info(server: str) -> dict[str, Any]:
-    """GET /object_info of a ComfyUI server, or Invalid saying why it cannot be had."""
+    """GET /object_info of a ComfyUI server (node class -> its inputs and their limits),
+    read in chunks up to OBJECT_INFO_MAX_BYTES; else Invalid("object_info_failed") whose
+    `why` says in words what went wrong. Asked here, not through the executor's client:
+    the bot never imports the executor."""
     url = server.rstrip("/") + "/object_info"
+
+    def failed(why: str) -> Invalid:
+        return Invalid("object_info_failed", server=server, why=why)
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http, \
                 http.get(url) as answer:
             if answer.status != 200:
-                raise Invalid("object_info_failed", server=server,
-                              why=f"GET /object_info answered {answer.status}")
-            body = await answer.content.read(OBJECT_INFO_MAX_BYTES + 1)
-    except (aiohttp.ClientError, TimeoutError, OSError) as e:
-        raise Invalid("object_info_failed", server=server,
-                      why=f"cannot connect: {type(e).__name__}") from None
-    if len(body) > OBJECT_INFO_MAX_BYTES:
-        raise Invalid("object_info_failed", server=server, why="its answer is too large")
+                status = f"{answer.status} {answer.reason or ''}".rstrip()
+                raise failed(f"GET /object_info answered {status}")
+            body = bytearray()
+            async for chunk in answer.content.iter_chunked(2**16):
+                body += chunk
+                if len(body) > OBJECT_INFO_MAX_BYTES:
+                    raise failed(f"its /object_info is larger than "
+                                 f"{OBJECT_INFO_MAX_BYTES // 2**20} MiB")
+    except TimeoutError:
+        raise failed("no answer in 60 s") from None
+    except aiohttp.ClientConnectorError as e:
+        raise failed(f"cannot connect to {e.host}:{e.port} ({_reason(e.os_error)})") from None
+    except (aiohttp.ClientError, OSError) as e:
+        raise failed(f"the connection failed ({type(e).__name__})") from None
     try:
         info = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         info = None
     if not isinstance(info, dict):
-        raise Invalid("object_info_failed", server=server, why="its answer is not an object")
+        raise failed("its /object_info is not a ComfyUI answer (expected a JSON object of "
+                     "node classes)")
     return info
+
+
+def _reason(error: OSError) -> str:
+    """"Connection refused", not the library's "Connect call failed ('10.0.0.2', 8188)"."""
+    if error.errno and error.errno > 0:
+        return os.strerror(error.errno)
+    return error.strerror or type(error).__name__  # a name lookup's: "Name or service not known"
 
 
 async def import_template(config: Config, templates: dict[str, Template], name: str,

@@ -174,7 +174,7 @@ def cmd_template_import(args: argparse.Namespace) -> int:
         if "info" not in asked:
             servers = config[ComfyUIConfig].servers
             where = url or (object_info_url(servers[0]) if servers else None)
-            asked["info"] = asyncio.run(object_info(where)) if where else None
+            asked["info"] = object_info(where) if where else None
         return asked["info"]
     try:
         raw, prompt, how = read_shared(source, info)
@@ -209,9 +209,6 @@ def cmd_template_import(args: argparse.Namespace) -> int:
     return 0
 
 
-OBJECT_INFO_MAX_BYTES = 256 * 2**20  # a server with many custom nodes answers megabytes
-
-
 def object_info_url(server: str) -> str:
     """`server`'s /object_info, or exit saying that `server` is no server's URL."""
     from yarl import URL
@@ -227,51 +224,17 @@ def object_info_url(server: str) -> str:
     return str(url)
 
 
-async def object_info(url: str) -> dict:
-    """GET /object_info (node class -> its inputs and their limits), or exit saying in
-    one line why it cannot be had. Asked here, not through the executor's client: the bot
-    never imports the executor."""
-    import aiohttp
+def object_info(url: str) -> dict:
+    """GET /object_info (bot.app.importer.object_info), or exit saying in one line why it
+    cannot be had."""
+    from bot.app.importer import object_info as ask
+    from bot.errors import Invalid
     server = url.removesuffix("/object_info")
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session, \
-                session.get(url) as answer:
-            if answer.status != 200:
-                status = f"{answer.status} {answer.reason or ''}".rstrip()
-                raise SystemExit(f"genbot: cannot import with the limits of {server}: GET "
-                                 f"/object_info answered {status}")
-            body = bytearray()
-            async for chunk in answer.content.iter_chunked(2**16):
-                body += chunk
-                if len(body) > OBJECT_INFO_MAX_BYTES:
-                    raise SystemExit(f"genbot: cannot import with the limits of {server}: "
-                                     "its /object_info is larger than "
-                                     f"{OBJECT_INFO_MAX_BYTES // 2**20} MiB")
-    except TimeoutError:
-        raise SystemExit(f"genbot: cannot import with the limits of {server}: no answer in "
-                         "60 s") from None
-    except aiohttp.ClientConnectorError as e:
-        raise SystemExit(f"genbot: cannot import with the limits of {server}: cannot connect "
-                         f"to {e.host}:{e.port} ({_reason(e.os_error)})") from None
-    except (aiohttp.ClientError, OSError) as e:
-        raise SystemExit(f"genbot: cannot import with the limits of {server}: the connection "
-                         f"failed ({type(e).__name__})") from None
-    try:
-        info = json.loads(body)
-    except (ValueError, RecursionError):
-        info = None
-    if not isinstance(info, dict):
-        raise SystemExit(f"genbot: cannot import with the limits of {server}: its /object_info "
-                         "is not a ComfyUI answer (expected a JSON object of node classes)")
-    return info
-
-
-def _reason(error: OSError) -> str:
-    """"Connection refused", not the library's "Connect call failed ('10.0.0.2', 8188)"."""
-    import os
-    if error.errno and error.errno > 0:
-        return os.strerror(error.errno)
-    return error.strerror or type(error).__name__  # a name lookup's: "Name or service not known"
+        return asyncio.run(ask(server))
+    except Invalid as e:
+        raise SystemExit(f"genbot: cannot import with the limits of {server}: "
+                         f"{e.details['why']}") from None
 
 
 # --- versions (storage.versions): read and moved in the database every host shares ---------
