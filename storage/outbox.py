@@ -26,7 +26,8 @@ from typing import Any
 from storage.db import Database
 from storage.records import Message, encoded
 
-_COLUMNS = ("id, key, platform, conversation, thread, kind, payload, status, attempts, "
+# An outbox row as storage.records.Message reads it (storage.webhooks reads the same rows).
+MESSAGE_COLUMNS = ("id, key, platform, conversation, thread, kind, payload, status, attempts, "
             "version, next_at, platform_id, error")
 
 PUT = """
@@ -52,7 +53,7 @@ WHERE outbox.status <> 'failed' AND outbox.payload <> excluded.payload"""
 # The oldest unsent message of each thread of one platform, if it is due. Progress edits
 # wait for older messages but hold none up: a throttled edit must not delay images.
 DUE = f"""
-SELECT {_COLUMNS} FROM outbox o
+SELECT {MESSAGE_COLUMNS} FROM outbox o
 WHERE platform = $1 AND status = 'pending' AND next_at <= $2
   AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending' AND e.id < o.id
                   AND e.kind <> 'progress'
@@ -91,7 +92,7 @@ CLAIM_SECONDS = 30.0  # how soon the message of a sender that died mid-send fall
 
 MARK = "UPDATE outbox SET platform_id = $2 WHERE id = $1 AND status = 'pending'"
 
-BY_KEY = f"SELECT {_COLUMNS} FROM outbox WHERE key = $1"
+BY_KEY = f"SELECT {MESSAGE_COLUMNS} FROM outbox WHERE key = $1"
 # Which message of ours a platform's id names (a thread someone wrote in, a message they
 # reacted to): the outbox key says what it was about.
 BY_PLATFORM_ID = """

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage.db import Database
+from storage.outbox import MESSAGE_COLUMNS
 from storage.records import Message
 
 PLATFORM = "webhook:"  # + the endpoint's id: the outbox platform of its deliveries
@@ -41,8 +42,7 @@ FAIL_OWED = """
 UPDATE outbox SET status = 'failed', error = $2, updated_at = $3
 WHERE platform = $1 AND status = 'pending'"""
 
-_COLUMNS = ("id, key, platform, conversation, thread, kind, payload, status, attempts, "
-            "version, next_at, platform_id, error, created_at, updated_at")
+_COLUMNS = f"{MESSAGE_COLUMNS}, created_at, updated_at"
 # Every webhook platform sorts between 'webhook:' and 'webhook;' (';' follows ':').
 DELIVERIES = f"""
 SELECT {_COLUMNS} FROM outbox
@@ -59,10 +59,9 @@ UPDATE outbox SET status = 'pending', next_at = $2, error = NULL, updated_at = $
 WHERE id = $1 AND status <> 'pending'"""
 # An endpoint's deliveries due now, oldest first. Unlike chat messages (storage.outbox.DUE)
 # they keep no order among themselves: one being retried holds none of the others back.
-DUE = """
-SELECT id, key, platform, conversation, thread, kind, payload, status, attempts, version,
-       next_at, platform_id, error
-FROM outbox WHERE platform = $1 AND status = 'pending' AND next_at <= $2 ORDER BY id LIMIT $3"""
+DUE = f"""
+SELECT {MESSAGE_COLUMNS} FROM outbox
+WHERE platform = $1 AND status = 'pending' AND next_at <= $2 ORDER BY id LIMIT $3"""
 # Endpoints with a delivery due now (callback endpoints come and go with submissions).
 DUE_ENDPOINTS = """
 SELECT DISTINCT platform FROM outbox
