@@ -90,9 +90,9 @@ async def coded_errors(request: web.Request, handler: Any) -> web.StreamResponse
 class Api:
     """Every resource of /api/v1 over one application layer, and who is asking."""
 
-    def __init__(self, app: App, hooks: WebhookService | None = None):
-        self.app = app
-        self.hooks = hooks or WebhookService(app)
+    def __init__(self, app: App, hooks: WebhookService):
+        """`hooks`: the service's webhooks, whose admin actions /webhooks offers."""
+        self.app, self.hooks = app, hooks
         self.callers = Callers(app)
         self.sessions = self.callers.sessions  # (the dashboard signs in with them)
         self.queue = QueueRoutes(app, self.callers)
