@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from executor.settings import add_lifetime_options
 from storage import config as cfg
 from templates.settings import models, models_dir
 
@@ -27,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     which_worker.add_argument("--device", help="override [executor] device, e.g. cuda:1")
     which_worker.add_argument("--comfyui", metavar="URL",
                               help="drive this ComfyUI server instead (http://host:8188)")
+    add_lifetime_options(worker)
     worker.set_defaults(func=cmd_worker)
     models = subparsers.add_parser("models", parents=[common], help="the model registry")
     models.set_defaults(func=cmd_models)
@@ -72,10 +74,13 @@ def _load(args: argparse.Namespace) -> cfg.Config:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from executor.worker import main as worker_main
-    config = ["--config", args.config] if args.config else []
-    if args.comfyui:
-        return worker_main([*config, "--comfyui", args.comfyui])
-    return worker_main(config + (["--device", args.device] if args.device else []))
+    argv = ["--config", args.config] if args.config else []
+    for flag, value in (("--comfyui", args.comfyui), ("--device", args.device),
+                        ("--exit-when-idle", args.exit_when_idle),
+                        ("--drain-seconds", args.drain_seconds)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return worker_main(argv)
 
 
 def cmd_models(args: argparse.Namespace) -> int:

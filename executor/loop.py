@@ -76,7 +76,9 @@ class Loop:
         self.progress: list[tuple[Lease, dict[str, Any], float]] = []  # to write, in order
         self.poked = asyncio.Event()  # a step happened: write progress, look for cancels
         self.progress_lock = asyncio.Lock()
-        self.stopping = asyncio.Event()
+        self.stopping = asyncio.Event()  # stop now: jobs on the device are handed back
+        self.draining = asyncio.Event()  # take nothing more; what runs may finish
+        self.idle_since: float | None = None  # (monotonic) nothing taken since then
         self.stats: Counter = Counter()
         self.taken = 0  # jobs that went to the engine (recycle_after_jobs counts these)
         self.exit_code = 0
@@ -91,14 +93,17 @@ class Loop:
         beating = asyncio.create_task(self.presence.beat_forever())
         watching = asyncio.create_task(self.watch())
         try:
-            while not self.stopping.is_set():
+            while not (self.stopping.is_set() or self.draining.is_set()):
                 if not await self.engine.ready():
                     await self.sleep(self.engine.backoff())
                     continue
                 leases = await self.next_group()
                 if not leases:
+                    if self.idle_too_long():
+                        break
                     await self.idle()
                     continue
+                self.idle_since = None
                 runs = await self.generate(leases)
                 if await self.engine.after(runs, self.taken):
                     self.exit_code = EXIT_RECYCLE
@@ -117,6 +122,36 @@ class Loop:
             await self.presence.stopped()
             await self.engine.close(recycling=self.exit_code == EXIT_RECYCLE)
         return self.exit_code
+
+    def drain(self, grace: float) -> None:
+        """Stop taking jobs (a scale-down, a node drained): what is claimed ahead goes
+        back at once; the jobs on the device may finish for `grace` seconds, then they
+        are handed back (no attempt used). Asked twice, or with no grace: at once."""
+        if grace <= 0 or self.draining.is_set():
+            log.info("stopping: jobs under way go back to the queue")
+            self.stopping.set()
+            return
+        log.info("draining: taking no more jobs; those under way may finish",
+                 extra={"grace_s": grace})
+        self.draining.set()
+        asyncio.get_running_loop().call_later(grace, self.stopping.set)
+        hand_back = asyncio.ensure_future(self.hand_back_ahead())
+        self.finishing.add(hand_back)  # (awaited by wind_down like a finish)
+        hand_back.add_done_callback(self.finishing.discard)
+
+    def idle_too_long(self) -> bool:
+        """Nothing to take for [executor] exit_when_idle seconds (and nothing held): time
+        to exit, so a pool can shrink to zero."""
+        limit = self.settings.exit_when_idle
+        if not limit or self.held or self.finishing:
+            return False
+        now = time.monotonic()
+        if self.idle_since is None:
+            self.idle_since = now
+        if now - self.idle_since < limit:
+            return False
+        log.info("no work for a while; exiting", extra={"idle_s": round(now - self.idle_since)})
+        return True
 
     def wanted(self, *, ahead: bool = False) -> Claim | None:
         want = self.engine.wanted()
@@ -157,7 +192,7 @@ class Loop:
     def may_claim_ahead(self) -> bool:
         limit = self.settings.recycle_after_jobs
         return self.engine.claims_ahead and not (
-            self.stopping.is_set() or self.exit_code or self.ahead
+            self.stopping.is_set() or self.draining.is_set() or self.exit_code or self.ahead
             or self.claiming is not None or self.config[QueueConfig].batch_delay
             or (limit and self.taken + self.engine.max_batch > limit))
 
@@ -181,7 +216,7 @@ class Loop:
             leases = []
         finally:
             self.claiming = None
-        if self.stopping.is_set() or self.exit_code:
+        if self.stopping.is_set() or self.draining.is_set() or self.exit_code:
             with contextlib.suppress(Exception):  # else their claims run out
                 await self.queue.unclaim(leases)
             return
@@ -190,12 +225,17 @@ class Loop:
             self.held[lease.job_id] = Held(lease, AHEAD)
 
     async def idle(self) -> None:
-        waiting = asyncio.ensure_future(self.queue.wait_for_work())
+        timeout = None
+        if self.settings.exit_when_idle and self.idle_since is not None:
+            left = self.settings.exit_when_idle - (time.monotonic() - self.idle_since)
+            timeout = max(0.0, min(left, self.config[QueueConfig].poll_interval))
+        waiting = asyncio.ensure_future(self.queue.wait_for_work(timeout))
         stopping = asyncio.ensure_future(self.stopping.wait())
+        draining = asyncio.ensure_future(self.draining.wait())
         interrupted = self.engine.interrupted()
-        await asyncio.wait({t for t in (waiting, stopping, interrupted) if t is not None},
-                           return_when=asyncio.FIRST_COMPLETED)
-        for task in (waiting, stopping):
+        await asyncio.wait({t for t in (waiting, stopping, draining, interrupted)
+                            if t is not None}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (waiting, stopping, draining):
             task.cancel()
 
     async def sleep(self, seconds: float) -> None:
@@ -326,6 +366,11 @@ class Loop:
     async def wind_down(self) -> None:
         """Stopping: what is claimed ahead goes back untouched; what is finishing ends
         (its files are stored and it is completed) before the executor exits."""
+        await self.hand_back_ahead()
+        await self.finished()
+
+    async def hand_back_ahead(self) -> None:
+        """The group claimed ahead (or being claimed) goes back to the queue untouched."""
         if self.claiming is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait({self.claiming})
@@ -336,7 +381,6 @@ class Loop:
             log.warning("could not hand back the jobs claimed ahead: %s", e)
         for lease in ahead:
             self.held.pop(lease.job_id, None)
-        await self.finished()
 
     def state(self) -> tuple[int | None, dict[str, Any]]:
         """What the registry row says of the loop: its current job, and its counts."""

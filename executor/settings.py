@@ -3,6 +3,7 @@ against leaks ([executor]; the loader is storage.config)."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 from storage.config import key, section
@@ -45,5 +46,25 @@ class ExecutorConfig:
                                   min=0, max=10_000_000)
     recycle_on_drift: bool = key(False, "On memory drift restart the executor process instead of "
                                  "rebuilding the cache.")
+    exit_when_idle: float = key(0.0, "Seconds with no job to take after which the worker exits "
+                                "(status 0, deregistered): scale to zero where something starts "
+                                "workers on demand. 0: never. `genbot worker --exit-when-idle`.",
+                                min=0, max=86_400 * 365)
+    drain_seconds: float = key(60.0, "On SIGTERM or SIGINT a standalone worker stops taking jobs, "
+                               "hands back those claimed ahead at once and lets the jobs on its "
+                               "device finish for this long; any still running then go back to "
+                               "the queue without using an attempt. A second signal hands back "
+                               "at once. (Under `genbot serve` the executor hands back at once.)",
+                               min=0, max=86_400)
     upscaler: str = key("", "Model (from [models]) the upscale op uses when a template names none. "
                         "Empty: high-quality resampling (Lanczos).")
+
+
+def add_lifetime_options(parser: argparse.ArgumentParser) -> None:
+    """How long the worker lives: shared by `genbot worker` and `python -m executor.worker`."""
+    parser.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
+                        help="exit (status 0) after this long with no job to take: scale to "
+                        "zero ([executor] exit_when_idle)")
+    parser.add_argument("--drain-seconds", type=float, metavar="SECONDS",
+                        help="on SIGTERM, let running jobs finish for this long before handing "
+                        "them back ([executor] drain_seconds)")

@@ -20,6 +20,7 @@ import warnings
 
 from executor.engine import Engine
 from executor.loop import EXIT_RECYCLE, Loop
+from executor.settings import ExecutorConfig, add_lifetime_options
 from storage import config as cfg
 from storage.config import ServiceConfig
 from storage.logs import setup_logging
@@ -64,8 +65,12 @@ async def serve(config: cfg.Config, *, comfyui: str | None = None) -> int:
     try:
         loop = executor_loop(config, queue, comfyui=comfyui)
         running = asyncio.get_running_loop()
+        # A standalone worker drains (Kubernetes scaling down, a node drained); under
+        # `genbot serve` the service is going down: hand back at once.
+        grace = 0.0 if os.environ.get("GENBOT_SUPERVISOR_PID") else \
+            config[ExecutorConfig].drain_seconds
         for sig in (signal.SIGINT, signal.SIGTERM):
-            running.add_signal_handler(sig, loop.stopping.set)
+            running.add_signal_handler(sig, loop.drain, grace)
         orphan_watch = asyncio.create_task(stop_when_orphaned(loop))
         try:
             return await loop.run()
@@ -93,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--device", help="override [executor] device, e.g. cuda:1")
     which.add_argument("--comfyui", "--url", dest="comfyui", metavar="URL",
                        help="drive this ComfyUI server instead (http://host:8188)")
+    add_lifetime_options(parser)
     args = parser.parse_args(argv)
     if args.comfyui and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", args.comfyui):
         print(f"genbot: {args.comfyui!r} is not a ComfyUI server's address "
@@ -103,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     if args.device:
         env["GENBOT_EXECUTOR_DEVICE"] = args.device
+    if args.exit_when_idle is not None:
+        env["GENBOT_EXECUTOR_EXIT_WHEN_IDLE"] = str(args.exit_when_idle)
+    if args.drain_seconds is not None:
+        env["GENBOT_EXECUTOR_DRAIN_SECONDS"] = str(args.drain_seconds)
     try:
         config = cfg.load(args.config, env)
         setup_logging(config[ServiceConfig].log_level, config[ServiceConfig].log_format)

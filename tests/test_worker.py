@@ -441,6 +441,62 @@ async def test_stopping_hands_the_job_claimed_ahead_back_untouched(one_by_one, b
     assert jobs[1].lease_owner is None  # never started: no trace of the claim
 
 
+# --- scaling down: drain on SIGTERM, exit when idle ------------------------------------
+
+async def test_draining_hands_back_the_job_ahead_at_once_and_lets_the_running_one_finish(
+        one_by_one, base):
+    from storage.workers import Workers
+    async with Harness(one_by_one) as h:
+        batch = await h.submit("product_main", slow_rows(base, 2))
+        h.start()
+        first, second = await h.queue.batch_jobs(batch)
+        await until(lambda: _leased(h.queue, second.id))
+        h.worker.drain(60)
+        job = await until(lambda: _unleased(h.queue, second.id), timeout=5)
+        assert (job.status, job.attempts) == ("queued", 0)  # another worker may take it now
+        assert await asyncio.wait_for(h.task, 60) == 0
+        h.task = None
+        done = await h.queue.job(first.id)
+        rows = await Workers.of(h.queue).all()
+        assert (await h.queue.job(second.id)).status == "queued"  # never started here
+    assert (done.status, done.attempts) == ("succeeded", 1)  # finished, not run twice
+    assert [w.state for w in rows] == ["stopped"]  # deregistered
+
+
+async def _unleased(queue, job_id):
+    job = await queue.job(job_id)
+    return job if job.lease_owner is None else None
+
+
+async def test_a_job_still_running_when_the_drain_grace_ends_goes_back_without_an_attempt(
+        one_by_one, base):
+    async with Harness(one_by_one) as h:
+        batch = await h.submit("product_main", slow_rows(base, 1, steps=100))
+        h.start()
+        job = (await h.queue.batch_jobs(batch))[0]
+        await until(lambda: _status(h.queue, job.id, "running"))
+        h.worker.drain(0.3)
+        assert await asyncio.wait_for(h.task, 60) == 0
+        h.task = None
+        job = (await h.queue.batch_jobs(batch))[0]
+    assert (job.status, job.attempts) == ("queued", 0)
+
+
+async def test_a_worker_with_nothing_to_do_exits_after_exit_when_idle(one_by_one, base):
+    from storage.workers import Workers
+    config = executor_config(one_by_one.data_dir, models_dir(one_by_one) / "demo",
+                             executor={"max_batch": 1, "exit_when_idle": 0.5})
+    async with Harness(config) as h:
+        batch = await h.submit("product_main", slow_rows(base, 1, steps=2))
+        h.start()
+        assert await asyncio.wait_for(h.task, 60) == 0  # the job, then half a second idle
+        h.task = None
+        job = (await h.queue.batch_jobs(batch))[0]
+        rows = await Workers.of(h.queue).all()
+    assert (job.status, job.attempts) == ("succeeded", 1)
+    assert [w.state for w in rows] == ["stopped"]
+
+
 class Timeline:
     """When each generation and each file write began and ended, across threads."""
 
