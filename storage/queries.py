@@ -32,6 +32,12 @@ _DIALECT = {
 # {json_list($N)}: the JSON list in parameter N, as rows.
 _JSON_LIST = {"sqlite": r"SELECT value FROM json_each(\1)",
               "postgres": r"SELECT jsonb_array_elements_text(CAST(\1 AS jsonb))"}
+# {done_rows($N)}: the JSON list of {"id", "token", "outputs"} in parameter N, as rows.
+_DONE_ROWS = {
+    "sqlite": r"SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token, "
+              r"json_extract(value, '$.outputs') AS outputs FROM json_each(\1)",
+    "postgres": r"SELECT (r->>'id')::bigint AS id, r->>'token' AS token, r->'outputs' AS outputs "
+                r"FROM jsonb_array_elements(CAST(\1 AS jsonb)) AS x(r)"}
 # {progress_rows($N)}: the JSON list of progress records in parameter N, as rows.
 _PROGRESS_ROWS = {
     "sqlite": r"SELECT key AS n, json_extract(value, '$.id') AS id, "
@@ -64,6 +70,7 @@ def placed(sql: str, placement: dict[str, str]) -> str:
 def for_dialect(sql: str, dialect: str) -> str:
     sql = re.sub(r"\{json_list\((\$\d+)\)\}", _JSON_LIST[dialect], sql)
     sql = re.sub(r"\{progress_rows\((\$\d+)\)\}", _PROGRESS_ROWS[dialect], sql)
+    sql = re.sub(r"\{done_rows\((\$\d+)\)\}", _DONE_ROWS[dialect], sql)
     for placeholder, text in _DIALECT[dialect].items():
         sql = sql.replace(placeholder, text)
     return sql
@@ -114,6 +121,8 @@ INSERT_EVENT = """
 INSERT INTO events (at, kind, batch_id, job_id, data) VALUES ($1, $2, $3, $4, $5)"""
 
 NOTIFY = "SELECT pg_notify($1, '')"
+
+ANALYZE_JOBS = "ANALYZE jobs"  # PostgreSQL, after a burst (Queue.enqueue)
 
 
 # --- Claim ----------------------------------------------------------------------
@@ -221,6 +230,17 @@ CLAIM_FOLLOWERS = _FOLLOWERS + _CLAIM_SET + "WHERE id IN (SELECT id FROM picked)
 CLAIM_FOLLOWERS_AHEAD = _FOLLOWERS + _AHEAD_SET + "WHERE id IN (SELECT id FROM picked)" \
     + _NOT_PAUSED_RETURNING
 
+# Batched: the next $5 jobs in claim order, in one statement under one lease token, for
+# an executor (or a group of them) that runs many quick jobs; priorities, turns, placement
+# and leases as for CLAIM. (No preference: a loaded model is a one-job concern.)
+_MANY = """
+WITH picked AS MATERIALIZED (
+  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+    {allowed}
+  ORDER BY priority, fair_rank, id LIMIT $5 {skip_locked})
+"""
+CLAIM_MANY = _MANY + _CLAIM_SET + "WHERE id IN (SELECT id FROM picked)" + _NOT_PAUSED_RETURNING
+
 # After a preferred job was taken out of its turn: the submitter's job whose turn it
 # used takes the claimed job's place ($1), so a preference never grants an extra turn.
 GIVE_BACK_TURN = """
@@ -260,6 +280,19 @@ def complete_then(claim_sql: str) -> str:
             "FROM (SELECT 1 AS one) AS one LEFT JOIN taken ON TRUE")
 
 
+@functools.cache
+def complete_many_then(claim_sql: str) -> str:
+    """PostgreSQL: COMPLETE_MANY ($1-$2) and a claim statement (its parameters moved up
+    by two) as one statement. Rows: the claimed jobs' columns (one row of NULLs when
+    nothing was claimed), each with `done`, the JSON list of the completions
+    [{"id", "status"}] (a job whose lease was lost is missing from it)."""
+    shifted = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + 2}", claim_sql)
+    return (f"WITH done AS ({COMPLETE_MANY}), taken AS ({shifted})\n"
+            "SELECT (SELECT COALESCE(jsonb_agg(jsonb_build_object('id', id, 'status', status)),"
+            " '[]'::jsonb) FROM done)::text AS done, taken.* "
+            "FROM (SELECT 1 AS one) AS one LEFT JOIN taken ON TRUE")
+
+
 # --- Running job: heartbeat and finish (fenced by the lease token) --------------
 
 HEARTBEAT = """
@@ -281,6 +314,16 @@ UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succee
   lease_token = NULL, lease_expires_at = NULL
 WHERE id = $1 AND lease_token = $2 AND status = 'running'
 RETURNING status"""
+
+# Many jobs done, in one statement: the JSON list $1 of {"id", "token", "outputs"}; each
+# fenced by its own lease token, as COMPLETE.
+COMPLETE_MANY = """
+UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
+  outputs = d.outputs, error = NULL, finished_at = $2, updated_at = $2,
+  lease_token = NULL, lease_expires_at = NULL
+FROM ({done_rows($1)}) d
+WHERE jobs.id = d.id AND jobs.lease_token = d.token AND jobs.status = 'running'
+RETURNING jobs.id, jobs.status"""
 
 # $3: may this error be retried; $4: max_attempts; $6: when a retry may start.
 FAIL = """
@@ -476,6 +519,9 @@ COUNTS = "SELECT status, priority, SUM(n) AS n FROM job_counts GROUP BY status, 
 QUEUED_BY_AFFINITY = """
 SELECT affinity, COUNT(*) AS n FROM jobs WHERE status = 'queued' AND affinity IS NOT NULL
 GROUP BY affinity ORDER BY affinity"""
+
+# What an autoscaler sizes pools by (migration 0017): one row per engine and affinity.
+PLACEMENT = "SELECT * FROM genbot_placement ORDER BY engine, affinity"
 
 RUNNING_EXECUTORS = """
 SELECT COUNT(DISTINCT lease_owner) AS n FROM jobs WHERE status = 'running'"""

@@ -22,6 +22,7 @@ from storage.records import (
     Digest,
     Event,
     Job,
+    Placement,
     Priority,
     QueueState,
     RunningJob,
@@ -189,6 +190,11 @@ class QueueReads:
     async def queued_by_affinity(self) -> dict[str, int]:
         """Queued jobs by the model they need."""
         return {r["affinity"]: r["n"] for r in await self.db.fetch(q.QUEUED_BY_AFFINITY)}
+
+    async def placement(self) -> list[Placement]:
+        """Ready, claimed-ahead, running and delayed jobs, and the oldest ready job's wait,
+        per engine and affinity (the genbot_placement view)."""
+        return [Placement.from_row(r) for r in await self.db.fetch(q.PLACEMENT)]
 
     async def average_duration(self, last: int = 20) -> float | None:
         """Mean run time of the last `last` succeeded jobs, or None before the first."""

@@ -198,6 +198,26 @@ class ActiveCounts:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """The work waiting for one kind of executor (a row of the genbot_placement view): what
+    an autoscaler sizes a worker pool by."""
+    engine: str  # diffusers, or the engine of an "ENGINE:NAME" affinity (comfyui)
+    affinity: str  # the model (diffusers) or template (comfyui); "" for any executor
+    ready: int  # claimable now (0 while paused)
+    ahead: int  # claimed ahead by a busy executor
+    running: int
+    delayed: int  # waiting out a retry's backoff
+    oldest_ready_seconds: float
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Placement:
+        return cls(engine=row["engine"], affinity=row["affinity"], ready=int(row["ready"]),
+                   ahead=int(row["ahead"]), running=int(row["running"]),
+                   delayed=int(row["delayed"]),
+                   oldest_ready_seconds=max(0.0, float(row["oldest_ready_seconds"])))
+
+
+@dataclass(frozen=True)
 class Digest:
     """What happened in a time window: the daily digest's figures."""
     batches: int

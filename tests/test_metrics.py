@@ -30,6 +30,13 @@ async def test_metrics_after_a_batch(tmp_path, demo_models):
             before = samples(await r.text())
         assert before[("genbot_jobs", (("priority", "normal"), ("status", "queued")))] == 2
         assert before[("genbot_queue_paused", ())] == 0
+        ready = {dict(labels)["affinity"]: v for (name, labels), v in before.items()
+                 if name == "genbot_placement_jobs" and ("state", "ready") in labels
+                 and ("engine", "diffusers") in labels}
+        assert sum(ready.values()) == 2, ready  # what a scaler sizes the pool by
+        assert all(before[("genbot_oldest_ready_seconds", (("affinity", a),
+                                                           ("engine", "diffusers")))] >= 0
+                   for a in ready)
         w.start_executor()
         await w.finish(timeout=120)
         async with w.http.get("/metrics") as r:
@@ -44,6 +51,9 @@ async def test_metrics_after_a_batch(tmp_path, demo_models):
     assert after[("genbot_executor_memory_bytes",
                   (("device", "cpu"), ("executor", "test-executor"), ("what", "in_use")))] > 0
     assert after[("genbot_executor_restarts", ())] == 0
+    assert not any(name == "genbot_placement_jobs" and v for (name, _), v in after.items())
+    assert sum(v for (name, labels), v in after.items() if name == "genbot_executors"
+               and ("engine", "diffusers") in labels) == 1  # the one executor, idle or busy
 
 
 async def test_a_metrics_token_is_asked_of_every_scrape(tmp_path, demo_models):

@@ -862,3 +862,119 @@ async def test_progress_of_several_jobs_in_one_statement(queue, clock):
     progress = [(e.job_id, e.data["step"], e.at) for e in await queue.events_after(0)
                 if e.kind == "progress"]
     assert progress == [(a.job_id, 1, 100.0), (b.job_id, 1, 100.5), (a.job_id, 2, 101.0)]
+
+
+# --- placement: what an autoscaler sizes pools by ----------------------------------
+
+async def test_placement_counts_the_work_each_kind_of_executor_could_take(db_url):
+    import time
+    db = await Database(db_url).open()
+    queue = Queue(db, queue_settings(), clock=time.time)
+    try:
+        assert await queue.placement() == []
+        await queue.enqueue(sub("alice", 3, affinity=["sd15", "sd15", None]))
+        await queue.enqueue(sub("bob", 2, affinity="comfyui:portrait", template="portrait"))
+        await queue.enqueue(sub("carol", 1, affinity="sdxl", not_before=time.time() + 3600))
+        running = await queue.claim("gpu1", only=["sd15"])
+        ahead = await queue.claim("gpu1", only=["sd15"], ahead=True)
+        assert running and ahead and {running.affinity, ahead.affinity} <= {"sd15", None}
+        await asyncio.sleep(0.05)
+        rows = {(p.engine, p.affinity): p for p in await queue.placement()}
+        assert set(rows) == {("diffusers", "sd15"), ("diffusers", ""), ("diffusers", "sdxl"),
+                             ("comfyui", "portrait")}
+        by = {key: (p.ready, p.ahead, p.running, p.delayed) for key, p in rows.items()}
+        assert by[("comfyui", "portrait")] == (2, 0, 0, 0)
+        assert by[("diffusers", "sdxl")] == (0, 0, 0, 1)
+        assert sum(by[k][i] for k in (("diffusers", "sd15"), ("diffusers", ""))
+                   for i in range(3)) == 3  # 1 ready, 1 ahead, 1 running, over the two
+        assert by[("diffusers", "sd15")][2] + by[("diffusers", "")][2] == 1
+        assert by[("diffusers", "sd15")][1] + by[("diffusers", "")][1] == 1
+        assert 0.05 <= rows[("comfyui", "portrait")].oldest_ready_seconds < 60
+        assert rows[("diffusers", "sdxl")].oldest_ready_seconds == 0  # none ready
+        await queue.pause("admin")  # nothing can be taken: nothing to scale up for
+        paused = {(p.engine, p.affinity): p.ready for p in await queue.placement()}
+        assert set(paused.values()) == {0}
+    finally:
+        await queue.close()
+
+
+# --- batched claims and completions ----------------------------------------------------
+
+async def test_claim_many_takes_jobs_in_claim_order_in_one_statement(queue):
+    await queue.enqueue(sub("alice", 3))
+    await queue.enqueue(sub("bob", 2))
+    await queue.enqueue(sub("zoe", 1, priority=Priority.HIGH))
+    first = await queue.claim_many("w", 4)
+    assert [lease.submitter for lease in first] == ["zoe", "alice", "bob", "alice"]
+    assert len({lease.token for lease in first}) == 1  # one lease for the group
+    rest = await queue.claim_many("w2", 10)
+    assert [lease.submitter for lease in rest] == ["bob", "alice"]
+    assert await queue.claim_many("w3", 10) == []
+    jobs = {lease.job_id: await queue.job(lease.job_id) for lease in first + rest}
+    assert {(j.status, j.attempts) for j in jobs.values()} == {("running", 1)}
+
+
+async def test_claim_many_keeps_placement_and_the_pause(queue):
+    await queue.enqueue(sub("alice", 4, affinity=["sd15", "sdxl", None, "comfyui:portrait"]))
+    taken = await queue.claim_many("gpu", 10, only=["sd15"])
+    assert sorted(str(lease.affinity) for lease in taken) == ["None", "sd15"]
+    assert [lease.affinity for lease in await queue.claim_many(
+        "cf", 10, only=["comfyui:portrait"], engine=True)] == ["comfyui:portrait"]
+    await queue.pause("admin")
+    assert await queue.claim_many("any", 10) == []
+    await queue.resume("admin")
+    assert [lease.affinity for lease in await queue.claim_many("any", 10)] == ["sdxl"]
+
+
+async def test_complete_many_is_fenced_per_lease_and_logs_each_end(queue, clock):
+    await queue.enqueue(sub("alice", 3))
+    leases = await queue.claim_many("w", 3)
+    await queue.cancel(job=leases[1].job_id, by="admin")  # asked while it runs
+    clock.advance(6)
+    assert (await queue.heartbeat(leases[2])).held  # only the last job's lease renewed
+    clock.advance(6)  # the others expire; another executor takes the first one back
+    again = await queue.claim("w2")
+    assert again is not None and again.job_id == leases[0].job_id
+    assert (await queue.job(leases[1].job_id)).status == "canceled"
+    ended = await queue.complete_many([(lease, [f"{lease.job_id}.png"]) for lease in leases])
+    assert ended == {leases[2].job_id: Status.SUCCEEDED}
+    assert (await queue.job(leases[0].job_id)).status == "running"  # w2's now, untouched
+    done = await queue.job(leases[2].job_id)
+    assert done.outputs == [f"{leases[2].job_id}.png"]
+    kinds = [(e.job_id, e.kind) for e in await queue.events_after(0) if e.job_id]
+    assert kinds.count((leases[2].job_id, "succeeded")) == 1
+
+
+async def test_complete_many_and_claim_is_one_round_trip_for_both(queue):
+    await queue.enqueue(sub("alice", 5))
+    leases = await queue.claim_many("w", 2)
+    ended, more = await queue.complete_many_and_claim(
+        [(lease, ["x.png"]) for lease in leases], "w", 2)
+    assert ended == {lease.job_id: Status.SUCCEEDED for lease in leases}
+    assert len(more) == 2 and {lease.job_id for lease in more}.isdisjoint(ended)
+    ended, last = await queue.complete_many_and_claim([(m, []) for m in more], "w", 2)
+    assert set(ended) == {m.job_id for m in more} and len(last) == 1
+    ended, none = await queue.complete_many_and_claim([(last[0], [])], "w", 2)
+    assert list(ended) == [last[0].job_id] and none == []
+    jobs = await queue.batch_jobs(leases[0].batch_id)
+    assert [j.status for j in jobs] == ["succeeded"] * 5
+    events = [e for e in await queue.events_after(0) if e.job_id]
+    for kind in ("running", "succeeded"):  # each job's each transition logged once
+        assert sorted(e.job_id for e in events if e.kind == kind) == [j.id for j in jobs]
+
+
+async def test_a_burst_leaves_postgresql_planning_claims_on_the_queue_index(pg_url):
+    """After 10,000 jobs enqueued into an empty queue the claim reads the queue's index in
+    order (LIMIT k), instead of sorting every queued job on each claim until autovacuum's
+    next look (as it did with the statistics of the empty table)."""
+    db = await Database(pg_url).open()
+    queue = Queue(db, queue_settings(max_queue_size=20_000))
+    try:
+        for i in range(20):
+            await queue.enqueue(sub(f"user{i % 7}", 500))
+        sql, args, _ = queue._many_statement("w", 10, None, False, queue.clock())
+        plan = "\n".join(r["QUERY PLAN"] for r in await db.fetch("EXPLAIN " + sql, *args))
+        assert "Index Scan using jobs_queued on jobs" in plan and "Sort" not in plan, plan
+        assert len(await queue.claim_many("w", 10)) == 10
+    finally:
+        await queue.close()

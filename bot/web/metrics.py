@@ -73,6 +73,17 @@ class Metrics:
                                    "reported (Unix time)", ["executor"], registry=r)
         self.workers_by_state = Gauge("genbot_workers", "Executors in the registry by state "
                                       "(lost: silent for a lease)", ["state"], registry=r)
+        self.placed = Gauge("genbot_placement_jobs", "Jobs by where they can run (engine; "
+                            "affinity: model or template, empty for any) and state: ready "
+                            "(claimable now, 0 while paused), ahead (claimed ahead), running, "
+                            "delayed (retry backoff). What an autoscaler sizes pools by",
+                            ["engine", "affinity", "state"], registry=r)
+        self.oldest_ready = Gauge("genbot_oldest_ready_seconds", "How long the oldest ready "
+                                  "job of a placement has waited", ["engine", "affinity"],
+                                  registry=r)
+        self.executors = Gauge("genbot_executors", "Live executors by engine, what they may "
+                               "take (affinity; * for anything) and state (idle, busy)",
+                               ["engine", "affinity", "state"], registry=r)
         self.workers = Workers.of(queue)
         self.seq: int | None = None  # the event log read so far (from the start on)
 
@@ -110,6 +121,7 @@ class Metrics:
                     self.tries.labels(endpoint, outcome).inc(grown)
                     self._tries_seen[(endpoint, outcome)] = n
         self.executor_restarts.set(self.restarts())
+        await self.read_placement()
         await self.observe_ended_jobs()
         await self.read_workers()
 
@@ -126,10 +138,27 @@ class Metrics:
                             job.finished_at - job.started_at)
                         self.wait.observe(max(0.0, job.started_at - job.enqueued_at))
 
+    async def read_placement(self) -> None:
+        self.placed.clear()
+        self.oldest_ready.clear()
+        for p in await self.queue.placement():
+            for state in ("ready", "ahead", "running", "delayed"):
+                self.placed.labels(p.engine, p.affinity, state).set(getattr(p, state))
+            self.oldest_ready.labels(p.engine, p.affinity).set(p.oldest_ready_seconds)
+
     async def read_workers(self) -> None:
         rows = await self.workers.all()
         for state in STATES:
             self.workers_by_state.labels(state).set(sum(w.state == state for w in rows))
+        self.executors.clear()
+        pools: Counter[tuple[str, str, str]] = Counter()
+        for w in rows:
+            if w.live:
+                engine = str(w.stats.get("engine") or "diffusers")
+                for taken in ("*",) if w.allow is None else w.allow:
+                    pools[(engine, taken.removeprefix(f"{engine}:"), w.state)] += 1
+        for (engine, affinity, state), n in pools.items():
+            self.executors.labels(engine, affinity, state).set(n)
         for w in rows:
             name = w.id
             self.executor_seen.labels(name).set(w.seen_at)
