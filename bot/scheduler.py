@@ -20,12 +20,12 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from bot.app.application import App
+from bot.app.retention import prune
 from bot.app.values import next_fire
 from bot.conventions import digest_key
 from bot.messages import say
 from bot.settings import ChatConfig
 from storage.config import QueueConfig
-from storage.files import batch_folder, grids_folder, picks_folder
 from storage.outbox import Outbox
 from storage.workers import Workers
 
@@ -105,16 +105,12 @@ class Scheduler:
         days = self.config[QueueConfig].retention_days
         if not days:
             return []
-        forgotten: list[int] = []
-        while ids := await self.queue.forget_finished(self.clock() - days * 86400):
-            for batch_id in ids:
-                self.store.delete_folder(batch_folder(batch_id))
-                self.store.delete_folder(picks_folder(batch_id))
-                self.store.delete_folder(grids_folder(batch_id))
-            forgotten += ids
-        if forgotten:
-            log.info("retention: forgot %d batches finished over %g days ago", len(forgotten), days)
-        return forgotten
+        done = await prune(self.queue, self.outbox, self.store, self.clock() - days * 86400)
+        if done.batches or done.events or done.messages:
+            log.info("retention: forgot %d batches, %d other events and %d chat messages "
+                     "finished over %g days ago", len(done.batches), done.events,
+                     done.messages, days)
+        return done.batches
 
     def stop(self) -> None:
         self.stopping = True

@@ -99,6 +99,10 @@ BY_PLATFORM_ID = """
 SELECT key FROM outbox WHERE platform = $1 AND conversation = $2 AND platform_id = $3
 ORDER BY id LIMIT 1"""
 COUNTS = "SELECT status, COUNT(*) AS n FROM outbox GROUP BY status"
+# Messages sent or given up on before $1, $2 at a time (retention).
+FORGET_DONE = """
+DELETE FROM outbox WHERE id IN (
+  SELECT id FROM outbox WHERE status IN ('sent', 'failed') AND updated_at < $1 LIMIT $2)"""
 COUNTS_BY_PLATFORM = """
 SELECT platform, status, COUNT(*) AS n FROM outbox GROUP BY platform, status"""
 
@@ -213,6 +217,15 @@ class Outbox:
     async def get(self, key: str) -> Message | None:
         row = await self.db.fetchrow(BY_KEY, key)
         return Message.from_row(row) if row else None
+
+    async def forget_done(self, before: float, limit: int = 5000) -> int:
+        """Delete messages sent or given up on before `before`, `limit` at a time;
+        returns how many. (A forgotten message's key could be put again: retention
+        keeps months, no retry comes that late.)"""
+        total = 0
+        while n := await self.db.execute(FORGET_DONE, before, limit):
+            total += n
+        return total
 
     async def counts(self) -> dict[str, int]:
         return {r["status"]: r["n"] for r in await self.db.fetch(COUNTS)}

@@ -490,6 +490,11 @@ SELECT b.id FROM batches b WHERE b.created_at < $1 AND NOT EXISTS (
     AND (j.status IN ('queued', 'running') OR COALESCE(j.finished_at, 0) >= $1))
 ORDER BY b.id LIMIT $2"""
 FORGET_EVENTS = "DELETE FROM events WHERE batch_id = $1"
+BATCH_EVENTS = "SELECT * FROM events WHERE batch_id = $1 ORDER BY seq"
+# Events of no batch (pause, resume, a worker lost) older than $1, $2 at a time.
+FORGET_LOOSE_EVENTS = """
+DELETE FROM events WHERE seq IN (
+  SELECT seq FROM events WHERE batch_id IS NULL AND at < $1 ORDER BY seq LIMIT $2)"""
 FORGET_JOBS = "DELETE FROM jobs WHERE batch_id = $1"
 FORGET_BATCH = "DELETE FROM batches WHERE id = $1"
 
@@ -519,6 +524,19 @@ COUNTS = "SELECT status, priority, SUM(n) AS n FROM job_counts GROUP BY status, 
 QUEUED_BY_AFFINITY = """
 SELECT affinity, COUNT(*) AS n FROM jobs WHERE status = 'queued' AND affinity IS NOT NULL
 GROUP BY affinity ORDER BY affinity"""
+
+# Each table's size on disk with its indexes, and (PostgreSQL) its live and dead rows:
+# bloat shows as dead rows and bytes growing with no more jobs. (SQLite's dbstat reads
+# every page: /metrics reads it seldom.)
+TABLE_SIZES_PG = """
+SELECT s.relname AS name, pg_total_relation_size(s.relid) AS bytes, s.n_live_tup AS live,
+  s.n_dead_tup AS dead
+FROM pg_stat_user_tables s WHERE s.schemaname = current_schema() ORDER BY s.relname"""
+TABLE_SIZES_SQLITE = """
+SELECT COALESCE(m.tbl_name, d.name) AS name, SUM(d.pgsize) AS bytes, NULL AS live,
+  NULL AS dead
+FROM dbstat d LEFT JOIN sqlite_schema m ON m.name = d.name
+WHERE COALESCE(m.tbl_name, d.name) NOT LIKE 'sqlite_%' GROUP BY 1 ORDER BY 1"""
 
 # What an autoscaler sizes pools by (migration 0017): one row per engine and affinity.
 PLACEMENT = "SELECT * FROM genbot_placement ORDER BY engine, affinity"

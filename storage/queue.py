@@ -510,15 +510,40 @@ class Queue(QueueReads):
             raise ValueError(f"a rating is {KEPT}, {REJECTED} or None, not {rating!r}")
         return await self.db.fetchrow(q.RATE, job_id, rating, by, self.clock()) is not None
 
-    async def forget_finished(self, before: float, limit: int = 500) -> list[int]:
+    async def forget_finished(self, before: float, limit: int = 500,
+                              ids: Sequence[int] | None = None) -> list[int]:
         """Delete batches wholly finished before `before`, with their jobs and events
-        (retention); returns their ids, for their output files to go too."""
-        ids = [r["id"] for r in await self.db.fetch(q.OLD_BATCHES, before, limit)]
+        (retention), each batch in a transaction of its own (no lock on the queue);
+        returns their ids, for their output files to go too. `ids`: these batches
+        only (still only if wholly finished before `before`)."""
+        old = await self.finished_before(before, limit)
+        ids = old if ids is None else [i for i in ids if i in set(old)]
         for batch_id in ids:
             async with self.db.transaction() as tx:
                 for sql in (q.FORGET_EVENTS, q.FORGET_JOBS, q.FORGET_BATCH):
                     await self.db.execute(sql, batch_id, client=tx)
         return ids
+
+    async def finished_before(self, before: float, limit: int = 500) -> list[int]:
+        """Batches wholly finished before `before` (what `forget_finished` would take),
+        oldest first, without forgetting them."""
+        return [r["id"] for r in await self.db.fetch(q.OLD_BATCHES, before, limit)]
+
+    async def batch_record(self, batch_id: int) -> dict[str, Any] | None:
+        """A batch with its jobs and events, as rows: what an archive keeps of it."""
+        batch = await self.db.fetchrow(q.BATCH, batch_id)
+        if batch is None:
+            return None
+        return {"batch": batch, "jobs": await self.db.fetch(q.BATCH_JOBS, batch_id),
+                "events": await self.db.fetch(q.BATCH_EVENTS, batch_id)}
+
+    async def forget_loose_events(self, before: float, limit: int = 5000) -> int:
+        """Delete events of no batch (pause, resume, lost workers) older than `before`,
+        `limit` at a time (each a short transaction); returns how many."""
+        total = 0
+        while n := await self.db.execute(q.FORGET_LOOSE_EVENTS, before, limit):
+            total += n
+        return total
 
     async def pause(self, by: str = "") -> bool:
         """Stop claiming (running jobs finish). Persisted. Returns False if already paused.

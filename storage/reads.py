@@ -8,7 +8,7 @@ storage.queue's, whose `Queue` reads through this base. The SQL is storage.queri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from storage import queries as q
 from storage.db import Database
@@ -190,6 +190,12 @@ class QueueReads:
     async def queued_by_affinity(self) -> dict[str, int]:
         """Queued jobs by the model they need."""
         return {r["affinity"]: r["n"] for r in await self.db.fetch(q.QUEUED_BY_AFFINITY)}
+
+    async def table_sizes(self) -> list[dict[str, Any]]:
+        """{name, bytes, live, dead} per table, indexes included (live and dead rows:
+        PostgreSQL's estimates; None on SQLite)."""
+        sql = q.TABLE_SIZES_PG if self.db.dialect == "postgres" else q.TABLE_SIZES_SQLITE
+        return await self.db.fetch(sql)
 
     async def placement(self) -> list[Placement]:
         """Ready, claimed-ahead, running and delayed jobs, and the oldest ready job's wait,

@@ -34,6 +34,7 @@ async def test_metrics_after_a_batch(tmp_path, demo_models):
                  if name == "genbot_placement_jobs" and ("state", "ready") in labels
                  and ("engine", "diffusers") in labels}
         assert sum(ready.values()) == 2, ready  # what a scaler sizes the pool by
+        assert before[("genbot_table_bytes", (("table", "jobs"),))] > 0  # (SQLite: dbstat)
         assert all(before[("genbot_oldest_ready_seconds", (("affinity", a),
                                                            ("engine", "diffusers")))] >= 0
                    for a in ready)

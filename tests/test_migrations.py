@@ -99,3 +99,19 @@ async def test_models_and_migrations_agree(tmp_path):
         writers = await MigrationAutodetector(ctx.apps, APPS).changes()
     assert writers == []
 
+
+
+async def test_postgresql_queue_tables_carry_their_vacuum_settings(pg_url):
+    """Migration 0019: the tables rewritten all day are vacuumed after a few hundred
+    changes and leave room in their pages (bench/bloat_bench.py measures why)."""
+    db = await Database(pg_url).open()
+    try:
+        rows = await db.fetch("SELECT relname, reloptions FROM pg_class WHERE relname IN "
+                              "('jobs', 'workers', 'job_counts') AND relnamespace = "
+                              "current_schema()::regnamespace")
+        options = {r["relname"]: set(r["reloptions"] or ()) for r in rows}
+    finally:
+        await db.close()
+    assert {"fillfactor=80", "autovacuum_vacuum_threshold=500"} <= options["jobs"]
+    assert {"fillfactor=50", "autovacuum_vacuum_scale_factor=0"} <= options["workers"]
+    assert "autovacuum_vacuum_threshold=200" in options["job_counts"]

@@ -978,3 +978,13 @@ async def test_a_burst_leaves_postgresql_planning_claims_on_the_queue_index(pg_u
         assert len(await queue.claim_many("w", 10)) == 10
     finally:
         await queue.close()
+
+
+async def test_table_sizes_show_each_table_with_its_indexes(queue):
+    await queue.enqueue(sub("alice", 3))
+    await drain(queue)
+    sizes = {row["name"]: row for row in await queue.table_sizes()}
+    assert {"jobs", "events", "batches", "outbox"} <= set(sizes)
+    assert sizes["jobs"]["bytes"] > 0
+    if queue.db.dialect == "postgres":  # its statistics' row estimates, live and dead
+        assert sizes["jobs"]["live"] is not None and sizes["jobs"]["dead"] is not None

@@ -14,7 +14,10 @@
                                     act on a finished image of a running genbot (REST API)
   genbot webhooks list|deliveries|test|redeliver|enable|secret
                                     webhook endpoints and their deliveries
-  genbot worker [--comfyui URL]     run one executor (one per GPU, or per ComfyUI server)
+  genbot prune --finished-before 30d [--archive FILE.jsonl]
+                                    forget batches finished long ago (jobs, events, outputs)
+  genbot worker [--comfyui URL] [--exit-when-idle S]
+                                    run one executor (one per GPU, or per ComfyUI server)
   genbot models [demo|pull]         the model registry; build the demo models; download one
 
 Each command module registers its own subcommands (`register(subparsers, common)`);
@@ -35,6 +38,7 @@ from bot.cli import (
     db,
     job,
     plugins,
+    prune,
     queue,
     run,
     serve,
@@ -48,7 +52,7 @@ from storage import config as cfg
 from storage.db import DatabaseError
 
 COMMANDS = (serve, run, submit, job, chat, config, db, queue, templates,  # --help order
-            validate, webhooks)
+            validate, webhooks, prune)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ run on.
 from __future__ import annotations
 
 import hmac
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -30,6 +31,7 @@ from storage.queue import TERMINAL, Priority, Queue, Status
 from storage.webhooks import Webhooks
 from storage.workers import STATES, Workers
 
+TABLE_SIZES_EVERY = {"postgres": 0.0, "sqlite": 300.0}  # seconds between reads of the sizes
 CACHE_KINDS = ("loads", "hits", "promotions", "offloads", "evictions", "lora_loads", "lora_hits",
                "clears")
 
@@ -84,6 +86,12 @@ class Metrics:
         self.executors = Gauge("genbot_executors", "Live executors by engine, what they may "
                                "take (affinity; * for anything) and state (idle, busy)",
                                ["engine", "affinity", "state"], registry=r)
+        self.table_bytes = Gauge("genbot_table_bytes", "Each table's size on disk, its indexes "
+                                 "included", ["table"], registry=r)
+        self.table_rows = Gauge("genbot_table_rows", "Rows per table, live and dead (not yet "
+                                "vacuumed): PostgreSQL's estimates", ["table", "state"],
+                                registry=r)
+        self.sizes_read = -TABLE_SIZES_EVERY["sqlite"]  # (monotonic) when last read
         self.workers = Workers.of(queue)
         self.seq: int | None = None  # the event log read so far (from the start on)
 
@@ -122,6 +130,7 @@ class Metrics:
                     self._tries_seen[(endpoint, outcome)] = n
         self.executor_restarts.set(self.restarts())
         await self.read_placement()
+        await self.read_table_sizes()
         await self.observe_ended_jobs()
         await self.read_workers()
 
@@ -145,6 +154,19 @@ class Metrics:
             for state in ("ready", "ahead", "running", "delayed"):
                 self.placed.labels(p.engine, p.affinity, state).set(getattr(p, state))
             self.oldest_ready.labels(p.engine, p.affinity).set(p.oldest_ready_seconds)
+
+    async def read_table_sizes(self) -> None:
+        """Cheap on PostgreSQL (statistics views): every scrape. SQLite must read every
+        page for them: at most every five minutes."""
+        now = time.monotonic()
+        if now - self.sizes_read < TABLE_SIZES_EVERY[self.queue.db.dialect]:
+            return
+        self.sizes_read = now
+        for row in await self.queue.table_sizes():
+            self.table_bytes.labels(row["name"]).set(row["bytes"] or 0)
+            for state in ("live", "dead"):
+                if row[state] is not None:
+                    self.table_rows.labels(row["name"], state).set(row[state])
 
     async def read_workers(self) -> None:
         rows = await self.workers.all()

@@ -1,0 +1,62 @@
+"""`genbot prune --finished-before 30d [--archive FILE] [--dry-run]`: retention on demand.
+
+What the daily run of [queue] retention_days does (bot.app.retention), for a cutoff
+chosen now: batches wholly finished before it go, with their jobs, events and output
+files, each in its own short transaction beside a running queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from pathlib import Path
+
+from bot.app.retention import duration, prune
+from bot.cli.shared import load_config
+from storage.files import open_store
+from storage.outbox import Outbox
+from storage.queue import open_queue
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    cmd = subparsers.add_parser("prune", parents=[common],
+                                help="forget batches finished long ago (jobs, events, outputs)")
+    cmd.add_argument("--finished-before", required=True, metavar="AGE", type=_age,
+                     help="how long ago: 30d, 12h, 90m, 2w")
+    cmd.add_argument("--archive", metavar="FILE.jsonl", type=Path,
+                     help="append each batch (its jobs and events) to this file first")
+    cmd.add_argument("--dry-run", action="store_true", help="only say what would go")
+    cmd.set_defaults(func=cmd_prune)
+
+
+def _age(text: str) -> float:
+    try:
+        return duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    config = load_config(args)
+    cutoff = time.time() - args.finished_before
+
+    async def run():
+        queue = await open_queue(config)
+        try:
+            return await prune(queue, Outbox(queue.db), open_store(config), cutoff,
+                               archive=args.archive, dry_run=args.dry_run)
+        finally:
+            await queue.close()
+
+    done = asyncio.run(run())
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(cutoff))
+    ids = done.batches
+    span = f" (#{ids[0]}–#{ids[-1]})" if ids else ""
+    if args.dry_run:
+        print(f"would forget {len(ids)} batches finished before {when}{span}")
+        return 0
+    print(f"forgot {len(ids)} batches finished before {when}{span}, {done.events} other "
+          f"events and {done.messages} chat messages"
+          + (f"; archived to {args.archive}" if args.archive and ids else ""))
+    return 0
