@@ -27,6 +27,9 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     "sweep_bench.py": (["--rows", "2", "--values", "2", "--grid", "2", "--side", "64",
                         "--rounds", "1"], "sweep/rows"),
     "webhook_bench.py": (["--events", "20", "--rounds", "1"], "fan-out 3/1"),
+    "queue_peers.py": (["--smoke", "--pg", PG_URL], "genbot/pgqueuer"),
+    "autoscale_bench.py": (["--quick", "--pg", PG_URL], "time to first image from zero"),
+    "bloat_bench.py": (["--smoke", "--pg", PG_URL], "held/free"),
 }
 
 
