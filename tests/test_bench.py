@@ -29,6 +29,8 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     "webhook_bench.py": (["--events", "20", "--rounds", "1"], "fan-out 3/1"),
     "queue_peers.py": (["--smoke", "--pg", PG_URL], "genbot/pgqueuer"),
     "autoscale_bench.py": (["--quick", "--pg", PG_URL], "time to first image from zero"),
+    "submit_bench.py": (["--pg", PG_URL, "--clients", "5", "--rows", "2", "--rounds", "1"],
+                        "p99 postgres/sqlite"),
     "bloat_bench.py": (["--smoke", "--pg", PG_URL], "held/free"),
 }
 
