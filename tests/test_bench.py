@@ -28,7 +28,7 @@ SMOKE = {  # script, its smallest run, a line its summary prints
                         "--rounds", "1"], "sweep/rows"),
     "webhook_bench.py": (["--events", "20", "--rounds", "1"], "fan-out 3/1"),
     "queue_peers.py": (["--smoke", "--pg", PG_URL], "genbot/pgqueuer"),
-    "autoscale_bench.py": (["--quick", "--pg", PG_URL], "time to first image from zero"),
+    "autoscale_bench.py": (["--quick", "--pg", PG_URL], "exactly once: yes"),
     "submit_bench.py": (["--pg", PG_URL, "--clients", "5", "--rows", "2", "--rounds", "1"],
                         "p99 postgres/sqlite"),
     "bloat_bench.py": (["--smoke", "--pg", PG_URL], "held/free"),
