@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import re
@@ -66,9 +67,12 @@ async def serve(config: cfg.Config, *, comfyui: str | None = None) -> int:
         loop = executor_loop(config, queue, comfyui=comfyui)
         running = asyncio.get_running_loop()
         # A standalone worker drains (Kubernetes scaling down, a node drained); under
-        # `genbot serve` the service is going down: hand back at once.
-        grace = 0.0 if os.environ.get("GENBOT_SUPERVISOR_PID") else \
-            config[ExecutorConfig].drain_seconds
+        # `genbot serve` the service is going down: hand back at once. And the service
+        # keeps its executor: one that left when idle would only be started again.
+        supervised = bool(os.environ.get("GENBOT_SUPERVISOR_PID"))
+        grace = 0.0 if supervised else config[ExecutorConfig].drain_seconds
+        if supervised:
+            loop.settings = dataclasses.replace(loop.settings, exit_when_idle=0.0)
         for sig in (signal.SIGINT, signal.SIGTERM):
             running.add_signal_handler(sig, loop.drain, grace)
         orphan_watch = asyncio.create_task(stop_when_orphaned(loop))
