@@ -27,7 +27,7 @@ from bot.web.dashboard import Dashboard
 from bot.web.metrics import Metrics
 from bot.web.sessions import local_token
 from bot.webhooks.service import WebhookService
-from storage.config import Config, ServiceConfig
+from storage.config import Config, DatabaseConfig, ServiceConfig
 from storage.files import open_store
 from storage.queue import open_queue
 from templates.settings import ComfyUIConfig
@@ -79,7 +79,7 @@ class Service:
             config = config.replaced(ApiConfig, tokens=(f"{token}=local",))
             local_admins = ("api:local",)
         templates = load_templates(config)
-        self.queue = await open_queue(config)
+        self.queue = await open_queue(config, wait=config[DatabaseConfig].open_wait)
         self.app = App(config, self.queue, open_store(config), templates,
                        local_admins=local_admins)
         await self.app.record_versions(f"the service on {socket.gethostname()}")

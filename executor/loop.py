@@ -34,6 +34,7 @@ from executor.engine import Engine, Run, Stop
 from executor.presence import Presence
 from executor.settings import ExecutorConfig
 from storage.config import Config, QueueConfig
+from storage.db import DatabaseUnavailable, connection_lost
 from storage.queue import Claim, Lease, Queue, Status
 from storage.workers import owner_name
 
@@ -97,7 +98,12 @@ class Loop:
                 if not await self.engine.ready():
                     await self.sleep(self.engine.backoff())
                     continue
-                leases = await self.next_group()
+                try:
+                    leases = await self.next_group()
+                except DatabaseUnavailable as e:  # past a statement's patience: wait on
+                    log.warning("cannot claim jobs: %s; trying again", e)
+                    await self.sleep(1.0)
+                    continue
                 if not leases:
                     if self.idle_too_long():
                         break
@@ -403,6 +409,7 @@ class Loop:
         beat = asked = time.monotonic()
         tick = min(0.5, self.config[QueueConfig].heartbeat_seconds)
         bell = asyncio.ensure_future(self.queue.cancel_bell.wait(3600))
+        failing = False  # the last round failed: told once, not every tick
         try:
             while True:
                 poke = asyncio.ensure_future(self.poked.wait())
@@ -421,8 +428,20 @@ class Loop:
                     if time.monotonic() - beat >= self.config[QueueConfig].heartbeat_seconds:
                         beat = time.monotonic()
                         await self.heartbeat()
-                except Exception:  # noqa: BLE001 - e.g. the database away for a moment
-                    log.exception("heartbeat or cancel check failed; retrying")
+                except Exception as e:  # noqa: BLE001 - e.g. the database away for a while
+                    beat = 0.0  # the leases are renewed at the next tick, not a beat later
+                    if failing:
+                        log.debug("heartbeat or cancel check failed again: %s", e)
+                    elif connection_lost(e):  # storage.db tells the outage (once)
+                        log.info("heartbeat or cancel check failed (retrying every %g s): "
+                                 "%s", tick, e)
+                    else:  # a bug: its traceback, once
+                        log.exception("heartbeat or cancel check failed; retrying")
+                    failing = True
+                else:
+                    if failing:
+                        log.info("heartbeats and cancel checks work again")
+                    failing = False
         finally:
             bell.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -442,6 +461,8 @@ class Loop:
         for h in held:
             if states[h.lease.job_id].held:
                 continue
+            if self.held.get(h.lease.job_id) is not h or h.recorded:
+                continue  # it ended while the heartbeat was on its way: not lost, done
             if h.phase == AHEAD:  # canceled while it waited, or its claim ran out
                 self.ahead = [lease for lease in self.ahead if lease.job_id != h.lease.job_id]
                 self.held.pop(h.lease.job_id, None)

@@ -21,6 +21,7 @@ from typing import Any
 from executor import VERSION
 from executor.engine import Engine
 from storage.config import Config, QueueConfig
+from storage.db import connection_lost
 from storage.queue import Queue
 from storage.workers import Workers
 
@@ -41,6 +42,7 @@ class Presence:
         self.was_busy, self.last = False, 0.0  # what the row last said, and when
         self.at_once = asyncio.Event()
         self.lock = asyncio.Lock()  # one write at a time: the last one says the latest
+        self.failing = False  # the last write failed (told once until one works again)
 
     async def beat_forever(self) -> None:
         while True:
@@ -82,7 +84,21 @@ class Presence:
                                         version=VERSION, job=job, started_at=self.started_at,
                                         stats=stats, **engine)
             except Exception as e:  # noqa: BLE001 - the database away for a moment: next beat
-                log.warning("cannot write to the worker registry: %s", e)
+                self.cannot_write(e)
+            else:
+                if self.failing:
+                    self.failing = False
+                    log.info("writing to the worker registry again")
+
+    def cannot_write(self, error: Exception) -> None:
+        """Told once until a write works again, not at every beat; a warning unless the
+        database is unreachable, which storage.db tells once per outage."""
+        if self.failing:
+            log.debug("still cannot write to the worker registry: %s", error)
+            return
+        self.failing = True
+        log.log(logging.INFO if connection_lost(error) else logging.WARNING,
+                "cannot write to the worker registry (trying again at each beat): %s", error)
 
     async def stopped(self) -> None:
         """The executor ends: no write left pending (it would say idle after this), the

@@ -23,7 +23,7 @@ from executor.engine import Engine
 from executor.loop import EXIT_RECYCLE, Loop
 from executor.settings import ExecutorConfig, add_lifetime_options
 from storage import config as cfg
-from storage.config import ServiceConfig
+from storage.config import DatabaseConfig, ServiceConfig
 from storage.logs import setup_logging
 from storage.queue import Queue, open_queue
 
@@ -62,7 +62,7 @@ def executor_loop(config: cfg.Config, queue: Queue, *, comfyui: str | None = Non
 
 
 async def serve(config: cfg.Config, *, comfyui: str | None = None) -> int:
-    queue = await open_queue(config)
+    queue = await open_queue(config, wait=config[DatabaseConfig].open_wait)
     try:
         loop = executor_loop(config, queue, comfyui=comfyui)
         running = asyncio.get_running_loop()

@@ -145,6 +145,10 @@ class DatabaseConfig:
                    "or postgres://user:password@host:5432/db (env GENBOT_DATABASE_URL).",
                    secret=True)
     pool_size: int = key(10, "PostgreSQL connections per process.", min=2, max=200)
+    open_wait: float = key(60.0, "Seconds `genbot serve` and `genbot worker` wait at start for a "
+                           "PostgreSQL server not reachable yet (starting, failing over), "
+                           "trying again with backoff; then they exit with one line. Other "
+                           "commands wait a few seconds.", min=0, max=3600)
 
     def check(self, source: str) -> None:
         if self.url and not self.url.startswith(("sqlite://", "postgres://", "postgresql://")):

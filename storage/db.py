@@ -14,10 +14,12 @@ import fcntl
 import functools
 import logging
 import re
+import socket
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlencode
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from tortoise.backends.base.config_generator import expand_db_url
 from tortoise.context import TortoiseContext, _current_context
@@ -31,17 +33,30 @@ APPS = {APP: {"models": ["storage.tables"], "default_connection": "default",
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 MIGRATION_LOCK_ID = 0x67656E62  # "genb": PostgreSQL advisory lock key for migrations
 
-
-RECONNECT_TRIES = 6  # about 3 s of backoff in all
+# PostgreSQL going away (a restart, a failover, a proxy cutting idle connections): a
+# statement waits for it, trying again on a fresh connection, backing off from
+# RECONNECT_FIRST to RECONNECT_MAX seconds between tries, for up to RECONNECT_SECONDS
+# (Database's `patience`) before it fails with DatabaseUnavailable. A restart (a second
+# or two) or a quick failover is ridden through; the short longest wait keeps the time
+# from the server's return to the first statement through it under half a second.
+RECONNECT_SECONDS = 10.0
+RECONNECT_FIRST, RECONNECT_MAX = 0.05, 0.5
+CONNECT_TIMEOUT = 10.0  # seconds to set up one connection (asyncpg's own default: 60)
+# How long `Database.open` waits by default for a server not reachable yet: about what
+# opening always tolerated. Long-running processes (serve, worker) may wait longer.
+OPEN_WAIT_SECONDS = 3.0
 
 
 def _connection_lost(error: BaseException) -> bool:
-    """Is this (or what caused it) PostgreSQL's connection going away? (InternalClientError:
-    asyncpg's word for a connection the drop left mid-protocol.)"""
+    """Is this (or what caused it) PostgreSQL's connection going away, or the server not
+    reachable? (InternalClientError: asyncpg's word for a connection the drop left
+    mid-protocol; CannotConnectNowError: starting up, shutting down, in recovery;
+    TimeoutError: a connection that could not be set up in CONNECT_TIMEOUT.)"""
     import asyncpg
     lost = (asyncpg.ConnectionDoesNotExistError, asyncpg.InternalClientError,
             asyncpg.AdminShutdownError, asyncpg.CannotConnectNowError,
-            asyncpg.PostgresConnectionError, ConnectionError)
+            asyncpg.PostgresConnectionError, ConnectionError, socket.gaierror, TimeoutError,
+            DatabaseUnavailable)
     cause: BaseException | None = error
     while cause is not None:
         if isinstance(cause, lost):
@@ -50,8 +65,130 @@ def _connection_lost(error: BaseException) -> bool:
     return False
 
 
+def _cannot_connect(error: BaseException) -> bool:
+    """Is this (or what caused it) a failure to reach the server at all — refused, starting
+    up or shutting down, no route, a name that does not resolve, a connect timed out —
+    rather than one connection dropped (which a fresh one may simply replace)?"""
+    import asyncpg
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, (asyncpg.CannotConnectNowError, DatabaseUnavailable)) or (
+                isinstance(cause, OSError)
+                and not isinstance(cause, (ConnectionResetError, BrokenPipeError))):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Did `error` come of the database being unreachable (rather than of a statement)?"""
+    return _connection_lost(error)
+
+
 class DatabaseError(Exception):
     """The database could not be opened or migrated; the message says why and where."""
+
+
+class DatabaseUnavailable(DatabaseError):
+    """PostgreSQL could not be reached for a statement (or a transaction), after waiting
+    for it as long as the Database's `patience`. The statement did not run, or (a
+    connection lost while its answer was on the way, a commit cut short) its outcome is
+    unknown; the queue's writes are fenced by lease tokens and keys, so trying it again
+    is safe. The message names the database (password hidden) and how long it has been
+    unreachable; `since` is when that began (Unix time)."""
+
+    def __init__(self, message: str, since: float | None = None):
+        super().__init__(message)
+        self.since = since
+
+
+class Outage:
+    """A PostgreSQL server unreachable, as this process sees it: one per server, shared by
+    every pool, statement and LISTEN connection on it, so an outage is told in one warning
+    however many of them run into it, and its end in one line."""
+
+    def __init__(self, name: str):
+        self.name = name  # the server, as shown (no password)
+        self.since: float | None = None  # when it went (Unix time); None: reachable
+        self.error = ""  # what the first failure said
+        self._started = 0.0  # (monotonic)
+        self.count = 0  # outages seen by this process
+
+    @property
+    def down(self) -> bool:
+        return self.since is not None
+
+    @property
+    def seconds(self) -> float:
+        """How long it has been unreachable (0 when it is not)."""
+        return time.monotonic() - self._started if self.since is not None else 0.0
+
+    def failed(self, error: BaseException, url: str) -> None:
+        """A connection to `url` failed: the first failure to connect logs one warning (a
+        connection dropped under a statement is not an outage yet: a fresh one may work)."""
+        if self.since is None and not _cannot_connect(error):
+            log.debug("database %s: a connection was dropped (%s); making it again",
+                      self.name, _without_secrets(_brief(error), url))
+            return
+        if self.since is not None:
+            log.debug("database %s still unreachable: %s", self.name,
+                      _without_secrets(_brief(error), url))
+            return
+        self.since, self._started = time.time(), time.monotonic()
+        self.error = _without_secrets(_brief(error), url)
+        self.count += 1
+        log.warning("database %s unreachable (%s); waiting for it to come back",
+                    self.name, self.error)
+
+    def reached(self) -> None:
+        """A statement or connection succeeded: an outage under way has ended."""
+        if self.since is None:
+            return
+        took = time.monotonic() - self._started
+        self.since, self.error = None, ""
+        log.info("database %s reachable again after %.1f s", self.name, took)
+
+
+_outages: dict[str, Outage] = {}
+
+
+def outage_of(url: str) -> Outage:
+    """The one Outage record of `url`'s server (host, port and database) in this process."""
+    parts = urlsplit(url.replace("postgresql://", "postgres://", 1))
+    key = f"{parts.netloc.rpartition('@')[2]}{parts.path}"
+    if key not in _outages:
+        _outages[key] = Outage(redacted(parts._replace(query="").geturl()))
+    return _outages[key]
+
+
+def _brief(error: BaseException) -> str:
+    """The innermost driver error, in one line: what an operator needs of an outage."""
+    inner: BaseException = error
+    while (nxt := inner.__cause__ or inner.__context__) is not None:
+        inner = nxt
+    text = str(inner).strip().splitlines()[0] if str(inner).strip() else ""
+    return f"{type(inner).__name__}: {text}" if text else type(inner).__name__
+
+
+class _QuietPoolFloor(logging.Filter):
+    """asyncpg (0.32+) logs a warning with a traceback each time its pool fails to make
+    its floor connection again (after 1, 2, 4 … s) while the server is away. The outage
+    is told once, by Outage; these go to debug, one line each."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Failed to restore the pool connection floor"):
+            error = record.exc_info[1] if record.exc_info else None
+            record.msg, record.args = "asyncpg: pool floor not restored yet (%s)", (
+                _brief(error) if error is not None else "?",)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return _pool_logger.isEnabledFor(logging.DEBUG)
+        return True
+
+
+_pool_logger = logging.getLogger("asyncpg.pool")
+if not any(isinstance(f, _QuietPoolFloor) for f in _pool_logger.filters):
+    _pool_logger.addFilter(_QuietPoolFloor())
 
 
 def tortoise_config(url: str, pool_size: int = 10) -> dict[str, Any]:
@@ -70,6 +207,7 @@ def tortoise_config(url: str, pool_size: int = 10) -> dict[str, Any]:
         connection["engine"] = "tortoise.backends.asyncpg"
         connection["credentials"].setdefault("maxsize", pool_size)
         connection["credentials"].setdefault("minsize", 1)
+        connection["credentials"].setdefault("timeout", CONNECT_TIMEOUT)
         connection["credentials"]["reset"] = _keep_session
     return {"connections": {"default": connection}, "apps": APPS}
 
@@ -141,14 +279,41 @@ def _to_sqlite(sql: str) -> str:
     return re.sub(r"\$(\d+)", r"?\1", sql)
 
 
-class Database:
-    """One open connection (SQLite) or pool (PostgreSQL) and the SQL helpers the queue uses."""
+class _Backoff:
+    """The waits between tries of one statement (or BEGIN) against an unreachable
+    server: RECONNECT_FIRST doubling to RECONNECT_MAX, until the Database's patience
+    runs out; then DatabaseUnavailable."""
 
-    def __init__(self, url: str, *, pool_size: int = 10):
+    def __init__(self, db: Database):
+        self.db, self.delay = db, RECONNECT_FIRST
+        self.deadline: float | None = None
+
+    async def wait(self, error: BaseException) -> None:
+        now = time.monotonic()
+        if self.deadline is None:
+            self.deadline = now + self.db.patience
+        if now >= self.deadline:
+            raise self.db._unavailable(error) from error
+        await asyncio.sleep(min(self.delay, self.deadline - now))
+        self.delay = min(self.delay * 2, RECONNECT_MAX)
+
+
+class Database:
+    """One open connection (SQLite) or pool (PostgreSQL) and the SQL helpers the queue uses.
+
+    PostgreSQL going away is ridden through: a statement waits up to `patience` seconds
+    for it to come back (see RECONNECT_SECONDS), then raises DatabaseUnavailable; an
+    outage is logged once (`outage`), however many statements wait on it."""
+
+    def __init__(self, url: str, *, pool_size: int = 10, patience: float | None = None):
+        """`patience`: seconds a statement waits for an unreachable PostgreSQL
+        (default RECONNECT_SECONDS)."""
         self.url = url
         self.dialect = "sqlite" if url.startswith("sqlite://") else "postgres"
         self.pool_size = pool_size
+        self.patience = RECONNECT_SECONDS if patience is None else patience
         self._ctx: TortoiseContext | None = None
+        self.outage: Outage | None = outage_of(url) if self.dialect == "postgres" else None
 
     @property
     def path(self) -> Path | None:
@@ -163,22 +328,53 @@ class Database:
         assert self._ctx is not None, "database is not open"
         return self._ctx
 
-    async def open(self, *, migrate: bool = True) -> Database:
+    @property
+    def down_since(self) -> float | None:
+        """Since when (Unix time) the server has been unreachable; None while it answers
+        (as far as the last statement or connection of this process could tell)."""
+        return self.outage.since if self.outage is not None else None
+
+    async def open(self, *, migrate: bool = True, wait: float | None = None) -> Database:
+        """Connect (and migrate). `wait`: seconds to wait for a PostgreSQL server that is
+        not reachable yet (starting, restarting, failing over), trying again with backoff
+        and saying so in one line (default OPEN_WAIT_SECONDS; 0: fail at once). Fails
+        with DatabaseError, one line naming the database (password hidden) and why."""
         if self.dialect == "sqlite":
             sqlite_path(self.url).parent.mkdir(parents=True, exist_ok=True)
+        wait = OPEN_WAIT_SECONDS if wait is None else wait
+        started = time.monotonic()
+        delay, told = RECONNECT_FIRST, False
+        while True:
+            try:
+                return await self._open(migrate)
+            except Exception as e:
+                waited = time.monotonic() - started
+                left = wait - waited
+                if self.outage is None or not _connection_lost(e) or left <= 0:
+                    if isinstance(e, DatabaseError) and not isinstance(e, DatabaseUnavailable):
+                        raise
+                    after = f" (waited {waited:.0f} s for it)" if wait > 0 else ""
+                    raise DatabaseError(f"cannot open database {self.display_url}: "
+                                        f"{_without_secrets(str(e), self.url)}{after}") from e
+                if not told:
+                    told = True
+                    self.outage.failed(e, self.url)  # (the one warning, if not told yet)
+                    log.info("opening database %s: waiting up to %.0f s for it",
+                             self.display_url, wait)
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, RECONNECT_MAX)
+
+    async def _open(self, migrate: bool) -> Database:
         self._ctx = TortoiseContext()
         try:
             with _active(self._ctx):  # tortoise resolves connections through it
                 await self._ctx.init(config=tortoise_config(self.url, self.pool_size))
-            await self.fetch("SELECT 1")
+            await self._once(lambda c: c.execute_query_dict("SELECT 1", []))
             if migrate:
                 await self.upgrade()
-        except Exception as e:
+        except BaseException:
             await self.close()
-            if isinstance(e, DatabaseError):
-                raise
-            raise DatabaseError(f"cannot open database {self.display_url}: "
-                                f"{_without_secrets(str(e), self.url)}") from e
+            raise
         return self
 
     async def close(self) -> None:
@@ -190,6 +386,20 @@ class Database:
     def display_url(self) -> str:
         """The URL with any password hidden."""
         return redacted(self.url)
+
+    async def ping(self, timeout: float = 1.0) -> bool:
+        """Is the server reachable now? One try of SELECT 1, no waiting for it beyond
+        `timeout` seconds (a probe, not a statement that must run). Updates `outage`."""
+        try:
+            await asyncio.wait_for(
+                self._once(lambda c: c.execute_query_dict("SELECT 1", [])), timeout)
+            return True
+        except TimeoutError:  # slow, not known unreachable: no outage for it
+            return False
+        except Exception as e:
+            if not _connection_lost(e):
+                raise
+            return False
 
     # --- SQL -----------------------------------------------------------------
 
@@ -217,31 +427,108 @@ class Database:
         count, _ = await self._again(lambda c: c.execute_query(self.sql(sql), list(args)))
         return count
 
+    async def _once(self, call):
+        """One try of a statement, recorded in `outage` (a failure to reach the server
+        starts one, a success ends one)."""
+        try:
+            result = await call(self.client)
+        except Exception as e:
+            if self.outage is not None and _connection_lost(e):
+                self.outage.failed(e, self.url)
+            raise
+        if self.outage is not None:
+            self.outage.reached()
+        return result
+
     async def _again(self, call):
         """Run one statement (no transaction open); when PostgreSQL dropped the pooled
-        connection under it (a restart, a failover, an idle connection killed), run it
-        again on a fresh one, backing off for a few seconds. A connection found dead when
-        the statement is sent never ran it; the queue's statements are fenced by lease
-        tokens and keys, so one that did run and is sent again changes nothing more."""
-        for attempt in range(RECONNECT_TRIES):
+        connection under it (a restart, a failover, an idle connection killed) or cannot be
+        reached, run it again on a fresh one, backing off, for up to `patience` seconds;
+        then DatabaseUnavailable. A connection found dead when the statement is sent never
+        ran it; the queue's statements are fenced by lease tokens and keys, so one that did
+        run (its answer lost with the connection) and is sent again changes nothing more."""
+        if self.outage is None:
+            return await call(self.client)
+        backoff = _Backoff(self)
+        while True:
             try:
-                return await call(self.client)
+                return await self._once(call)
             except Exception as e:
-                if self.dialect != "postgres" or attempt == RECONNECT_TRIES - 1 \
-                        or not _connection_lost(e):
+                if not _connection_lost(e):
                     raise
-                log.warning("database connection lost (%s); trying again", e)
-                await asyncio.sleep(0.1 * 2 ** attempt)
+                await backoff.wait(e)
+
+    def _unavailable(self, error: BaseException) -> DatabaseUnavailable:
+        if isinstance(error, DatabaseUnavailable):
+            return error
+        assert self.outage is not None
+        why = _without_secrets(_brief(error), self.url)
+        if not self.outage.down:  # one connection dropped, the server not known away
+            return DatabaseUnavailable(f"database {self.display_url}: connection lost ({why})")
+        return DatabaseUnavailable(f"database {self.display_url} unreachable for "
+                                   f"{self.outage.seconds:.1f} s: {why}", self.outage.since)
 
     async def execute_many(self, sql: str, rows: list[list[Any]], client=None) -> None:
-        await (client or self.client).execute_many(self.sql(sql), rows)
+        if client is not None or self.outage is None:
+            await (client or self.client).execute_many(self.sql(sql), rows)
+            return
+        # Its own transaction: all rows or none, so one cut short may be sent again.
+        await self._again(lambda c: c.execute_many(self.sql(sql), rows))
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
-        """A write transaction: BEGIN IMMEDIATE on SQLite, a normal one on PostgreSQL."""
+        """A write transaction: BEGIN IMMEDIATE on SQLite, a normal one on PostgreSQL.
+
+        On PostgreSQL, beginning it waits for an unreachable server as a statement does
+        (nothing has run yet); a connection lost inside it (or at its commit) ends it with
+        DatabaseUnavailable: its body is not run again here (its outcome may be unknown
+        when the commit was cut short)."""
         with _active(self._context):  # tortoise tracks the open transaction in it
-            async with in_transaction("default") as tx:
+            if self.outage is None:
+                async with in_transaction("default") as tx:
+                    yield tx
+                return
+            context, tx = await self._begin()
+            try:
                 yield tx
+            except BaseException as e:
+                try:
+                    await context.__aexit__(type(e), e, e.__traceback__)
+                except Exception as rollback:  # noqa: BLE001 - the connection went with it
+                    if not _connection_lost(rollback):
+                        raise
+                if isinstance(e, Exception) and _connection_lost(e):
+                    assert self.outage is not None
+                    self.outage.failed(e, self.url)
+                    raise self._unavailable(e) from e
+                raise
+            try:
+                await context.__aexit__(None, None, None)
+            except Exception as e:
+                if not _connection_lost(e):
+                    raise
+                self.outage.failed(e, self.url)
+                raise self._unavailable(e) from e
+            self.outage.reached()
+
+    async def _begin(self) -> tuple[Any, Any]:
+        """Acquire a connection and BEGIN, trying again (as `_again`) while the server is
+        unreachable; tortoise's context and its transaction."""
+        backoff = _Backoff(self)
+        while True:
+            context = in_transaction("default")
+            try:
+                return context, await context.__aenter__()
+            except Exception as e:
+                if getattr(context, "token", None) is not None:
+                    # BEGIN failed on a connection taken from the pool: give it back.
+                    with contextlib.suppress(Exception):
+                        await context.__aexit__(type(e), e, e.__traceback__)
+                if not _connection_lost(e):
+                    raise
+                assert self.outage is not None
+                self.outage.failed(e, self.url)
+                await backoff.wait(e)
 
     # --- Migrations ----------------------------------------------------------
 

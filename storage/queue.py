@@ -562,8 +562,10 @@ class Queue(QueueReads):
 
 
 async def open_queue(config: Config, *, clock: Callable[[], float] = time.time,
-                     migrate: bool = True) -> Queue:
-    """Open the configured database (applying migrations) and return its queue."""
+                     migrate: bool = True, wait: float | None = None) -> Queue:
+    """Open the configured database (applying migrations) and return its queue. `wait`:
+    seconds to wait for a PostgreSQL server not reachable yet (None: a few seconds; the
+    long-running processes pass [database] open_wait)."""
     db = Database(config.database_url, pool_size=config[DatabaseConfig].pool_size)
-    await db.open(migrate=migrate)
+    await db.open(migrate=migrate, wait=wait)
     return Queue(db, config[QueueConfig], clock=clock)

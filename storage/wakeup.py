@@ -11,6 +11,12 @@ cancel" to busy executors (`Queue.cancel_bell`), so they need not ask after ever
 `EventBell`: on PostgreSQL a trigger NOTIFYs on every insert into `events` (migration
 0009), so the service hears state changes and progress from workers on any host at
 once; on SQLite readers poll.
+
+A LISTEN connection that PostgreSQL drops (a restart, a failover) wakes its waiters at
+once (a signal may have been lost with it: they look again) and is made again at the
+next wait; while the server is away, waits are cut into short turns that try again, so
+listening resumes within about LISTEN_RETRY_MAX seconds of its return. The outage is
+told once per process (storage.db.Outage), not once per waiter or per try.
 """
 
 from __future__ import annotations
@@ -27,10 +33,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
+from storage.db import CONNECT_TIMEOUT, connection_lost, outage_of
+
 if TYPE_CHECKING:
     import asyncpg
 
 log = logging.getLogger(__name__)
+
+LISTEN_RETRY_FIRST, LISTEN_RETRY_MAX = 0.1, 1.0  # seconds between tries to LISTEN again
 
 
 class Waker:
@@ -143,46 +153,113 @@ class PostgresWaker(Waker):
                                               query=urlencode(query, doseq=True)))
         self._run_notify = run_notify
         self._conn: asyncpg.Connection | None = None
+        self._outage = outage_of(url)
+        self._failing = False  # the last try to LISTEN failed (told once until it works)
+        self._retry = LISTEN_RETRY_FIRST
+
+    @property
+    def connected(self) -> bool:
+        """LISTENing now (a connection that PostgreSQL has not dropped)."""
+        return self._conn is not None and not self._conn.is_closed()
+
+    @property
+    def down(self) -> bool:
+        """Started, but not LISTENing now: signals are not heard, only polling works."""
+        return self._listening and not self.connected
 
     async def listen(self) -> None:
         import asyncpg
-        if self._conn is not None and not self._conn.is_closed():
+        if self.connected:
             return
+        self._conn = None
         try:
-            self._conn = await asyncpg.connect(self._dsn)
-            await self._conn.add_listener(self.channel, self._on_notify)
-        except (OSError, asyncpg.PostgresError) as e:
-            log.warning("cannot LISTEN for new work (polling instead): %s", e)
-            self._conn = None
+            conn = await asyncpg.connect(self._dsn, timeout=CONNECT_TIMEOUT)
+            try:
+                await conn.add_listener(self.channel, self._on_notify)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await conn.close()
+                raise
+            conn.add_termination_listener(self._dropped)
+            self._conn = conn
+        except Exception as e:  # noqa: BLE001 - never fatal: polling is the fallback
+            self._cannot_listen(e)
+        else:
+            if self._failing:
+                log.info("listening on %s again", self.channel)
+            self._failing, self._retry = False, LISTEN_RETRY_FIRST
+            self._outage.reached()
         await super().listen()
+
+    def _cannot_listen(self, error: Exception) -> None:
+        """Told once until LISTEN works again: a warning, unless it is the database being
+        unreachable, which storage.db.Outage tells (once for the whole process)."""
+        lost = connection_lost(error)
+        if lost:
+            self._outage.failed(error, self._dsn)
+        if self._failing:
+            log.debug("cannot LISTEN on %s yet: %s", self.channel, error)
+            return
+        self._failing = True
+        log.log(logging.INFO if lost else logging.WARNING,
+                "cannot LISTEN on %s (polling instead until it can): %s", self.channel,
+                f"{type(error).__name__}: {error}")
+
+    def _dropped(self, conn) -> None:
+        """PostgreSQL closed the LISTEN connection: waiters look again now (a signal may
+        have gone with it), and the next wait makes it again."""
+        if conn is not self._conn or not self._listening:
+            return  # an old one, or closed by `close`
+        log.debug("the LISTEN connection on %s was dropped", self.channel)
+        self._on_signal()
 
     def _on_notify(self, *_args) -> None:
         self._on_signal()
 
     async def notify(self) -> None:
         self._event.set()
-        await self._run_notify(self.channel)
+        try:
+            await self._run_notify(self.channel)
+        except Exception as e:
+            if not connection_lost(e):
+                raise
+            # A lost signal costs a poll interval, never a job: listeners poll meanwhile.
+            log.debug("could not NOTIFY %s: %s", self.channel, e)
 
     async def relisten(self) -> bool:
         """Listen if not yet, or again if the listening connection was lost; True when it
         just started (a signal may have been missed meanwhile: look again)."""
-        if self._listening and self._conn is not None and not self._conn.is_closed():
+        if self._listening and self.connected:
             return False
         first = not self._listening
         await self.listen()
-        return first or self._conn is not None
+        return first or self.connected
 
     async def wait(self, timeout: float) -> bool:
         if await self.relisten():
             return True
-        return await super().wait(timeout)
+        if self.connected:
+            return await super().wait(timeout)
+        # Not listening (the database away): short turns, trying to LISTEN between them,
+        # so a long wait (a busy executor's cancel bell) hears again soon after it is back.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (left := deadline - loop.time()) > 0:
+            if await super().wait(min(left, self._retry)):
+                return True
+            self._retry = min(self._retry * 2, LISTEN_RETRY_MAX)
+            if await self.relisten():
+                return True
+        return False
 
     async def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await self._conn.close()
-            self._conn = None
+        conn, self._conn = self._conn, None
         await super().close()
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.remove_termination_listener(self._dropped)
+            with contextlib.suppress(Exception):
+                await conn.close()
 
 
 class EventBell:
@@ -201,7 +278,9 @@ class EventBell:
 
     @property
     def live(self) -> bool:
-        return self.listener is not None
+        """Rings when events come (PostgreSQL, LISTENing or not started yet): readers may
+        wait longer between reads. False while the LISTEN connection is down."""
+        return self.listener is not None and not self.listener.down
 
     def ring(self) -> None:
         self.rung += 1
@@ -214,6 +293,8 @@ class EventBell:
             return True
         if self.rung != seen:
             return True
+        if self.listener is not None and self.listener.down:
+            timeout = min(timeout, LISTEN_RETRY_MAX)  # try to LISTEN again soon
         changed = self._changed
         try:
             await asyncio.wait_for(changed.wait(), timeout)

@@ -37,6 +37,7 @@ from bot.web.webhooks import WebhookRoutes
 from bot.web.workers import WorkerRoutes
 from bot.webhooks.payloads import DESCRIPTIONS, EVENTS
 from bot.webhooks.service import WebhookService
+from storage.db import DatabaseUnavailable
 
 __all__ = ["Api", "body_limit", "coded_errors", "status_of"]  # body_limit: `genbot serve`
 # sizes the app's client_max_size with it
@@ -77,6 +78,12 @@ async def coded_errors(request: web.Request, handler: Any) -> web.StreamResponse
                        headers=headers) from None
     except (asyncio.CancelledError, ConnectionResetError):
         raise
+    except DatabaseUnavailable as e:
+        log.warning("%s %s: %s", request.method, request.path[:200], e)
+        raise ApiError(503, "database_unavailable", "genbot's database cannot be reached "
+                       "just now; try again shortly (a submission sent with an "
+                       "Idempotency-Key is safe to send again)",
+                       headers={"Retry-After": "5"}) from None
     except Exception:
         reference = uuid.uuid4().hex[:8]
         log.exception("internal error on %s %s (reference %s)", request.method,

@@ -26,12 +26,14 @@ from prometheus_client import (
     Counter as Total,
 )
 
+from storage.db import connection_lost
 from storage.outbox import Outbox
 from storage.queue import TERMINAL, Priority, Queue, Status
 from storage.webhooks import Webhooks
 from storage.workers import STATES, Workers
 
 TABLE_SIZES_EVERY = {"postgres": 0.0, "sqlite": 300.0}  # seconds between reads of the sizes
+PING_TIMEOUT = 1.0  # seconds a scrape waits to learn whether the database answers
 CACHE_KINDS = ("loads", "hits", "promotions", "offloads", "evictions", "lora_loads", "lora_hits",
                "clears")
 
@@ -92,6 +94,9 @@ class Metrics:
                                 "vacuumed): PostgreSQL's estimates", ["table", "state"],
                                 registry=r)
         self.sizes_read = -TABLE_SIZES_EVERY["sqlite"]  # (monotonic) when last read
+        self.database_up = Gauge("genbot_database_up", "1 while the database answers this "
+                                 "service, 0 while it cannot be reached (the series read from "
+                                 "it then keep their last values)", registry=r)
         self.workers = Workers.of(queue)
         self.seq: int | None = None  # the event log read so far (from the start on)
 
@@ -104,9 +109,26 @@ class Metrics:
             raise web.HTTPUnauthorized(text="genbot /metrics: send Authorization: Bearer "
                                        "<[api] metrics_token>\n",
                                        headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
-        await self.refresh()
+        await self.refresh_or_mark_down()
         return web.Response(body=generate_latest(self.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def refresh_or_mark_down(self) -> None:
+        """`refresh`; with the database unreachable, genbot_database_up 0 and what needs
+        no database (executor restarts) instead of an error: a scrape still answers, within
+        PING_TIMEOUT, and says what is wrong."""
+        self.executor_restarts.set(self.restarts())
+        if not await self.queue.db.ping(PING_TIMEOUT):
+            self.database_up.set(0)
+            return
+        try:
+            await self.refresh()
+        except Exception as e:
+            if not connection_lost(e):
+                raise
+            self.database_up.set(0)
+            return
+        self.database_up.set(1)
 
     async def refresh(self) -> None:
         counts = await self.queue.counts()

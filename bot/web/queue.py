@@ -1,7 +1,9 @@
 """The queue as a whole: GET /queue, pause and resume, and /healthz beside them.
 
 /queue is computed once for every caller asking meanwhile (bot.web.shared); /healthz
-never waits on the database: it answers from the latest /queue summary.
+never waits on the database: it answers from the latest /queue summary, and 503 while
+this process finds PostgreSQL unreachable (storage.db.Outage: the last statement or
+connection of any part of the service failed to reach it), saying since when.
 """
 
 from __future__ import annotations
@@ -62,8 +64,12 @@ class Paused(Struct):
 
 class Health(Struct):
     """/healthz: ok, with the latest /queue summary's figures (`age` seconds old) once
-    there is one."""
+    there is one; or (503) unavailable, the database unreachable since `since` (Unix
+    time), for `down_seconds`, with the figures as last read."""
     status: str
+    database: str | UnsetType = UNSET  # "unreachable" (only said when it is)
+    since: float | UnsetType = UNSET
+    down_seconds: float | UnsetType = UNSET
     paused: bool | UnsetType = UNSET
     queued: int | UnsetType = UNSET
     running: int | UnsetType = UNSET
@@ -103,14 +109,22 @@ class QueueRoutes:
 
     async def healthz(self, request: web.Request) -> web.Response:
         """Liveness: never waits on the database. It answers from the last /queue
-        summary and refreshes that in the background."""
-        self.summary.refresh_soon(older_than=HEALTH_FRESH)
+        summary and refreshes that in the background; 503 while this process finds the
+        database unreachable (storage.db.Outage), saying since when."""
+        self.summary.refresh_soon(older_than=HEALTH_FRESH)  # (it also finds an outage's end)
         latest = self.summary.latest
-        if latest is None:
-            return respond(Health("ok"))
-        return respond(Health("ok", paused=latest.paused, queued=latest.queued,
-                              running=latest.running,
-                              age=round(time.monotonic() - self.summary.latest_at, 3)))
+        health = Health("ok")
+        if latest is not None:
+            health = Health("ok", paused=latest.paused, queued=latest.queued,
+                            running=latest.running,
+                            age=round(time.monotonic() - self.summary.latest_at, 3))
+        outage = self.queue.db.outage
+        since = outage.since if outage is not None else None
+        if outage is None or since is None:
+            return respond(health)
+        health.status, health.database = "unavailable", "unreachable"
+        health.since, health.down_seconds = round(since, 3), round(outage.seconds, 3)
+        return respond(health, status=503)
 
     async def pause(self, request: web.Request) -> web.Response:
         return respond(Paused(True, await self.app.pause(await self.callers.who(request))))
