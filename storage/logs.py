@@ -90,3 +90,28 @@ def setup_logging(level: str, fmt: str) -> None:
     root.setLevel(level.upper())
     if root.level > logging.DEBUG:  # two lines per scheduled run: noise in an INFO log
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+
+class Retrying:
+    """A loop that retries what failed, told once per run of failures rather than once
+    per try: the first failure logs a line (its traceback too, unless the database is
+    merely unreachable: storage.db tells that outage once, for the whole process), the
+    next ones go to debug, and the first success after them says the loop works again."""
+
+    def __init__(self, log: logging.Logger, what: str):
+        self.log, self.what, self.failing = log, what, False
+
+    def failed(self, error: BaseException) -> None:
+        from storage.db import connection_lost
+        if self.failing:
+            self.log.debug("%s failed again: %s", self.what, error)
+        elif connection_lost(error):
+            self.log.warning("%s failed: %s; trying again", self.what, error)
+        else:
+            self.log.error("%s failed; trying again", self.what, exc_info=error)
+        self.failing = True
+
+    def worked(self) -> None:
+        if self.failing:
+            self.log.info("%s works again", self.what)
+            self.failing = False

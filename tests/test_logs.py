@@ -76,3 +76,28 @@ def test_json_lines_escape_what_a_terminal_or_a_line_reader_acts_on_and_read_bac
     assert not any(ch in line for ch in "\x1b\x00\x9b\u2028\u2029\x85")
     data = json.loads(line)
     assert data["error"] == FORGED and data["标签"] == "中文 é"  # the values, exactly
+
+
+def test_a_retrying_loop_tells_a_run_of_failures_once(caplog):
+    from storage.logs import Retrying
+    log = logging.getLogger("genbot.test.retrying")
+    retrying = Retrying(log, "sender slack: reading the outbox")
+    with caplog.at_level(logging.DEBUG, logger="genbot.test.retrying"):
+        for _ in range(5):  # the database away: one warning, no traceback
+            retrying.failed(ConnectionRefusedError("connect call failed"))
+        retrying.worked()
+        retrying.worked()
+        try:
+            raise KeyError("a bug")
+        except KeyError as e:  # anything else: its traceback, once
+            retrying.failed(e)
+            retrying.failed(e)
+    told = [(r.levelname, r.getMessage(), r.exc_info is not None) for r in caplog.records]
+    assert told == [
+        ("WARNING", "sender slack: reading the outbox failed: connect call failed; trying "
+                    "again", False),
+        *[("DEBUG", "sender slack: reading the outbox failed again: connect call failed",
+           False)] * 4,
+        ("INFO", "sender slack: reading the outbox works again", False),
+        ("ERROR", "sender slack: reading the outbox failed; trying again", True),
+        ("DEBUG", "sender slack: reading the outbox failed again: 'a bug'", False)]

@@ -21,6 +21,7 @@ from bot.chat.sender import Sender
 from bot.settings import ChatConfig
 from storage.config import QueueConfig
 from storage.inbox import Inbox
+from storage.logs import Retrying
 from storage.outbox import Outbox
 from templates.settings import ModelsConfig, TemplatesConfig, models
 
@@ -107,25 +108,30 @@ class ChatCore:
         """Follow the event log: at once when the database rings (PostgreSQL), else by
         polling; polling stays as the fallback either way."""
         bell = self.queue.bell
+        retrying = Retrying(log, "notifier: following the event log")
         while True:
             seen = bell.rung
             try:
                 if await self.notifier.run_once():
                     self.wake()
+                    retrying.worked()
                     continue
-            except Exception:
-                log.exception("notifier: cannot follow the event log; trying again")
+                retrying.worked()
+            except Exception as e:
+                retrying.failed(e)
             await bell.wait(seen, NOTIFIER_POLL * (10 if bell.live else 1))
 
     async def _waiting(self) -> None:
         """Batches no running executor can take: looked for every few seconds (executors
         come and go without an event in the log)."""
+        retrying = Retrying(log, "notifier: finding batches that wait for an executor")
         while True:
             try:
                 if await self.notifier.waiting():
                     self.wake()
-            except Exception:
-                log.exception("notifier: cannot tell which batches wait for an executor")
+                retrying.worked()
+            except Exception as e:
+                retrying.failed(e)
             await asyncio.sleep(PLACEMENT_EVERY)
 
     async def _purge(self) -> None:

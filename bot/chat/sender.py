@@ -26,6 +26,7 @@ from bot.chat.platform import Button, DeliveryError, Outgoing, Platform
 from bot.conventions import is_job_key, is_undelivered_key, thread_root, undelivered_key
 from bot.messages import say
 from storage.files import FileStore
+from storage.logs import Retrying
 from storage.outbox import CLAIM_SECONDS, Outbox
 from storage.records import Message
 
@@ -52,13 +53,16 @@ class Sender:
 
     async def run(self, idle: float = 1.0) -> None:
         """Forever: deliver, then sleep until the next message falls due or `wake` is set."""
+        retrying = Retrying(log, f"sender {self.platform.name}: reading the outbox")
         while True:
             try:
                 if await self.run_once():
+                    retrying.worked()
                     continue
                 next_at = await self.outbox.next_due(self.platform.name)
-            except Exception:  # the database away for a moment: try again shortly
-                log.exception("sender %s: cannot read the outbox", self.platform.name)
+                retrying.worked()
+            except Exception as e:  # the database away for a moment: try again shortly
+                retrying.failed(e)
                 next_at = None
             wait = idle if next_at is None else min(idle, max(0.0, next_at - self.clock()))
             self.wake.clear()

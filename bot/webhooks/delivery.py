@@ -40,6 +40,7 @@ from standardwebhooks.webhooks import Webhook
 from bot.outbound import refusal, session
 from bot.settings import WebhookConfig
 from bot.webhooks.endpoints import Endpoint, Endpoints
+from storage.logs import Retrying
 from storage.outbox import Outbox
 from storage.records import Message
 from storage.webhooks import PLATFORM, Webhooks
@@ -84,11 +85,13 @@ class Deliverer:
     async def run(self) -> None:
         """Forever: each endpoint with a delivery due gets a task that drains it."""
         try:
+            retrying = Retrying(log, "webhooks: reading the deliveries owed")
             while True:
                 try:
                     await self.run_once()
-                except Exception:
-                    log.exception("webhooks: cannot read the deliveries owed; trying again")
+                    retrying.worked()
+                except Exception as e:
+                    retrying.failed(e)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), IDLE)
                 self.wake.clear()

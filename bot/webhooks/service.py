@@ -20,6 +20,7 @@ from bot.webhooks import payloads
 from bot.webhooks.announcer import Announcer
 from bot.webhooks.delivery import Deliverer
 from bot.webhooks.endpoints import Endpoints
+from storage.logs import Retrying
 from storage.outbox import Outbox
 from storage.webhooks import Delivery, Endpoint, Webhooks
 
@@ -71,14 +72,17 @@ class WebhookService:
         """Follow the event log: at once when the database rings (PostgreSQL), else by
         polling; a delivery owed wakes the deliverer."""
         bell = self.app.queue.bell
+        retrying = Retrying(log, "webhooks: following the event log")
         while True:
             seen = bell.rung
             try:
                 if await self.announcer.run_once():
                     self.deliverer.wake.set()
+                    retrying.worked()
                     continue
-            except Exception:
-                log.exception("webhooks: cannot follow the event log; trying again")
+                retrying.worked()
+            except Exception as e:
+                retrying.failed(e)
             await bell.wait(seen, ANNOUNCE_POLL * (10 if bell.live else 1))
 
     # --- for admins ----------------------------------------------------------------------
