@@ -3,7 +3,7 @@ on PostgreSQL, through a burst, an idle period and a second burst. Prints figure
 nothing about speed. Record results in docs/benchmarks.md.
 
   python bench/autoscale_bench.py [--pg URL] [--burst 60] [--second 30] [--max 4]
-                                  [--job-seconds 0.5] [--quick]
+                                  [--job-seconds 0.5] [--gap 30] [--quick]
 
 The scaler is what KEDA does with deploy/kubernetes, at a faster pace: every
 --poll seconds it reads Queue.placement() (the genbot_placement view KEDA's query
@@ -173,7 +173,7 @@ heartbeat_seconds = 1.0
         while pool.live:  # the idle period: every worker leaves
             await asyncio.sleep(0.1)
         zero_at = time.monotonic() - t0
-        await asyncio.sleep(args.idle)  # a while at zero
+        await asyncio.sleep(args.gap)  # the quiet hours: nothing runs, nothing is paid for
         second_batch, second_image = await burst(queue, template, args.second, 10_000)
         wall = time.monotonic() - t0
     finally:
@@ -193,7 +193,8 @@ heartbeat_seconds = 1.0
     print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs, python {platform.python_version()}")
     print(f"jobs: {len(jobs)} ({args.burst} + {args.second}), {args.job_seconds:g} s each; "
-          f"pool max {args.max}, scaler every {args.poll:g} s, exit when idle {args.idle:g} s")
+          f"pool max {args.max}, scaler every {args.poll:g} s, exit when idle {args.idle:g} s, "
+          f"{args.gap:g} s at zero between the bursts")
     print(f"exactly once: {'yes' if once else 'NO'} (re-runs: {reruns}); workers started "
           f"{pool.started}, told to drain {pool.drained}, peak {peak}")
     print(f"first burst done at {busy_until:.1f} s; pool at zero at {zero_at:.1f} s; "
@@ -214,11 +215,14 @@ def main() -> None:
     parser.add_argument("--max", type=int, default=4)
     parser.add_argument("--job-seconds", type=float, default=0.5)
     parser.add_argument("--poll", type=float, default=0.5)
-    parser.add_argument("--idle", type=float, default=3.0)
+    parser.add_argument("--idle", type=float, default=3.0, help="workers' --exit-when-idle")
+    parser.add_argument("--gap", type=float, default=30.0,
+                        help="seconds at zero workers between the bursts")
     parser.add_argument("--quick", action="store_true", help="6 + 3 jobs, 2 workers")
     args = parser.parse_args()
     if args.quick:
-        args.burst, args.second, args.max, args.job_seconds, args.idle = 6, 3, 2, 0.2, 1.0
+        args.burst, args.second, args.max, args.job_seconds, args.idle, args.gap = \
+            6, 3, 2, 0.2, 1.0, 1.0
     made = fresh_pg(args.pg)
     if made is None:
         raise SystemExit(f"no PostgreSQL at {args.pg}")

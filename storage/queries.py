@@ -38,6 +38,17 @@ _DONE_ROWS = {
               r"json_extract(value, '$.outputs') AS outputs FROM json_each(\1)",
     "postgres": r"SELECT (r->>'id')::bigint AS id, r->>'token' AS token, r->'outputs' AS outputs "
                 r"FROM jsonb_array_elements(CAST(\1 AS jsonb)) AS x(r)"}
+# {job_rows($N)}: the JSON list of new jobs in parameter N, as rows numbered from 0.
+_JOB_ROWS = {
+    "sqlite": r"SELECT key AS n, json_extract(value, '$.row') AS row, "
+              r"json_extract(value, '$.workflow') AS workflow, "
+              r"json_extract(value, '$.affinity') AS affinity, "
+              r"json_extract(value, '$.parent') AS parent, "
+              r"json_extract(value, '$.action') AS action FROM json_each(\1)",
+    "postgres": r"SELECT n - 1 AS n, (r->>'row')::int AS row, r->'workflow' AS workflow, "
+                r"r->>'affinity' AS affinity, (r->>'parent')::bigint AS parent, "
+                r"r->>'action' AS action "
+                r"FROM jsonb_array_elements(CAST(\1 AS jsonb)) WITH ORDINALITY AS x(r, n)"}
 # {progress_rows($N)}: the JSON list of progress records in parameter N, as rows.
 _PROGRESS_ROWS = {
     "sqlite": r"SELECT key AS n, json_extract(value, '$.id') AS id, "
@@ -71,6 +82,7 @@ def for_dialect(sql: str, dialect: str) -> str:
     sql = re.sub(r"\{json_list\((\$\d+)\)\}", _JSON_LIST[dialect], sql)
     sql = re.sub(r"\{progress_rows\((\$\d+)\)\}", _PROGRESS_ROWS[dialect], sql)
     sql = re.sub(r"\{done_rows\((\$\d+)\)\}", _DONE_ROWS[dialect], sql)
+    sql = re.sub(r"\{job_rows\((\$\d+)\)\}", _JOB_ROWS[dialect], sql)
     for placeholder, text in _DIALECT[dialect].items():
         sql = sql.replace(placeholder, text)
     return sql
@@ -111,11 +123,16 @@ INSERT INTO batches (template, submitter, platform, conversation, thread, priori
                      idempotency_key, total_jobs, meta, created_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id"""
 
-INSERT_JOB = """
+# Every job of a submission in one statement (one trigger run, one round trip), from the
+# JSON list $7 of {"row", "workflow", "affinity", "parent", "action"}, in order: their
+# turns are $4, $4 + 1, ... and their ids follow the list.
+INSERT_JOBS = """
 INSERT INTO jobs (batch_id, row, workflow, status, priority, submitter, fair_rank, affinity,
                   attempts, not_before, cancel_requested, outputs, enqueued_at, updated_at,
                   parent_job_id, action)
-VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, 0, $8, FALSE, '[]', $9, $9, $10, $11)"""
+SELECT $1, j.row, j.workflow, 'queued', $2, $3, $4 + j.n, j.affinity, 0, $5, FALSE, '[]',
+  $6, $6, j.parent, j.action
+FROM ({job_rows($7)}) j ORDER BY j.n"""
 
 INSERT_EVENT = """
 INSERT INTO events (at, kind, batch_id, job_id, data) VALUES ($1, $2, $3, $4, $5)"""

@@ -166,7 +166,8 @@ class Queue(QueueReads):
         n = len(sub.jobs)
         now = self.clock()
         prio = int(sub.priority)
-        workflows = [encoded(job.workflow) for job in sub.jobs]
+        jobs = encoded([{"row": job.row, "workflow": job.workflow, "affinity": job.affinity,
+                         "parent": job.parent, "action": job.action} for job in sub.jobs])
         async with self.db.transaction() as tx:
             if self.db.dialect == "postgres":
                 await self.db.fetch(q.LOCK_QUEUE_STATE, client=tx)
@@ -189,10 +190,8 @@ class Queue(QueueReads):
             batch_id = await self.db.fetchval(
                 q.INSERT_BATCH, sub.template, sub.submitter, sub.platform, sub.conversation,
                 sub.thread, prio, sub.idempotency_key, n, encoded(sub.meta), now, client=tx)
-            await self.db.execute_many(q.INSERT_JOB, [
-                [batch_id, job.row, workflows[i], prio, sub.submitter, start + i, job.affinity,
-                 float(sub.not_before), now, job.parent, job.action]
-                for i, job in enumerate(sub.jobs)], client=tx)
+            await self.db.execute(self._sql(q.INSERT_JOBS), batch_id, prio, sub.submitter,
+                                  start, float(sub.not_before), now, jobs, client=tx)
             await self.db.execute(q.INSERT_EVENT, now, "submitted", batch_id, None, encoded({
                 "template": sub.template, "submitter": sub.submitter, "jobs": n,
                 "priority": sub.priority.label}), client=tx)

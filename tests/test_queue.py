@@ -988,3 +988,17 @@ async def test_table_sizes_show_each_table_with_its_indexes(queue):
     assert sizes["jobs"]["bytes"] > 0
     if queue.db.dialect == "postgres":  # its statistics' row estimates, live and dead
         assert sizes["jobs"]["live"] is not None and sizes["jobs"]["dead"] is not None
+
+
+async def test_a_workflow_comes_back_exactly_as_it_was_enqueued(queue):
+    """One statement inserts a submission's jobs from a JSON list: nothing in a workflow
+    is re-rendered on the way (big seeds, small floats, any text)."""
+    workflow = {"seed": 18446744073709551615, "cfg": 1e-07, "w": 7.5, "n": None,
+                "prompt": "瓶子 \u2028 \"quoted\" \\ \U0001f600", "nested": [{"a": [1, 2.0]}]}
+    batch = (await queue.enqueue(Submission("t", "alice", [
+        NewJob(row=7, workflow=workflow, affinity="sd15", parent=None, action="again"),
+        NewJob(row=9, workflow={}, affinity=None)]))).batch_id
+    first, second = await queue.batch_jobs(batch)
+    assert first.workflow == workflow and (first.row, first.affinity) == (7, "sd15")
+    assert (second.workflow, second.row, second.affinity, second.id) == ({}, 9, None,
+                                                                         first.id + 1)
