@@ -555,6 +555,15 @@ SELECT COALESCE(m.tbl_name, d.name) AS name, SUM(d.pgsize) AS bytes, NULL AS liv
 FROM dbstat d LEFT JOIN sqlite_schema m ON m.name = d.name
 WHERE COALESCE(m.tbl_name, d.name) NOT LIKE 'sqlite_%' GROUP BY 1 ORDER BY 1"""
 
+# PostgreSQL: how long the oldest open snapshot of this database has been held (0: none):
+# while one is held vacuum can remove no dead row younger than it, and every claim walks
+# more of them (bench/bloat_bench.py). Other databases' snapshots hold back only the
+# catalogs here.
+OLDEST_SNAPSHOT_PG = """
+SELECT COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - MIN(xact_start)), 0) AS seconds
+FROM pg_stat_activity
+WHERE datname = current_database() AND backend_xmin IS NOT NULL AND pid <> pg_backend_pid()"""
+
 # What an autoscaler sizes pools by (migration 0017): one row per engine and affinity.
 PLACEMENT = "SELECT * FROM genbot_placement ORDER BY engine, affinity"
 

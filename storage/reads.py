@@ -197,6 +197,13 @@ class QueueReads:
         sql = q.TABLE_SIZES_PG if self.db.dialect == "postgres" else q.TABLE_SIZES_SQLITE
         return await self.db.fetch(sql)
 
+    async def oldest_snapshot(self) -> float | None:
+        """Seconds the oldest open transaction snapshot on this PostgreSQL database has
+        been held by another session (0: none); None on SQLite (no such thing)."""
+        if self.db.dialect != "postgres":
+            return None
+        return float(await self.db.fetchval(q.OLDEST_SNAPSHOT_PG) or 0)
+
     async def placement(self) -> list[Placement]:
         """Ready, claimed-ahead, running and delayed jobs, and the oldest ready job's wait,
         per engine and affinity (the genbot_placement view)."""

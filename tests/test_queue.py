@@ -1002,3 +1002,21 @@ async def test_a_workflow_comes_back_exactly_as_it_was_enqueued(queue):
     assert first.workflow == workflow and (first.row, first.affinity) == (7, "sd15")
     assert (second.workflow, second.row, second.affinity, second.id) == ({}, 9, None,
                                                                          first.id + 1)
+
+
+async def test_an_open_snapshot_shows_as_its_age(db_url, queue):
+    if queue.db.dialect == "sqlite":
+        assert await queue.oldest_snapshot() is None  # no such thing on SQLite
+        return
+    import asyncpg
+    assert await queue.oldest_snapshot() == 0
+    holder = await asyncpg.connect(db_url.split("?")[0])  # (any session on the database)
+    try:
+        await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        await holder.fetchval("SELECT 1")  # takes its snapshot
+        await asyncio.sleep(0.3)
+        assert await queue.oldest_snapshot() >= 0.3
+        await holder.execute("ROLLBACK")
+        assert await queue.oldest_snapshot() == 0
+    finally:
+        await holder.close()

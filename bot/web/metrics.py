@@ -94,6 +94,11 @@ class Metrics:
                                 "vacuumed): PostgreSQL's estimates", ["table", "state"],
                                 registry=r)
         self.sizes_read = -TABLE_SIZES_EVERY["sqlite"]  # (monotonic) when last read
+        self.oldest_snapshot = Gauge(
+            "genbot_oldest_snapshot_seconds", "PostgreSQL: how long the oldest open "
+            "transaction snapshot on genbot's database has been held; while it is, vacuum "
+            "frees nothing younger and the queue slows (alert past a few minutes)",
+            registry=r)
         self.database_up = Gauge("genbot_database_up", "1 while the database answers this "
                                  "service, 0 while it cannot be reached (the series read from "
                                  "it then keep their last values)", registry=r)
@@ -184,6 +189,8 @@ class Metrics:
         if now - self.sizes_read < TABLE_SIZES_EVERY[self.queue.db.dialect]:
             return
         self.sizes_read = now
+        if (held := await self.queue.oldest_snapshot()) is not None:
+            self.oldest_snapshot.set(held)
         for row in await self.queue.table_sizes():
             self.table_bytes.labels(row["name"]).set(row["bytes"] or 0)
             for state in ("live", "dead"):
