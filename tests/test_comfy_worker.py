@@ -418,6 +418,38 @@ async def test_genbot_worker_comfyui_runs_as_its_own_process(tmp_path, demo_mode
         assert b"Traceback" not in err
 
 
+async def test_sigterm_drains_the_worker_process_its_job_finishes_and_it_deregisters(
+        tmp_path, demo_models):
+    """A scale-down as Kubernetes does it: SIGTERM to `genbot worker` mid-job. The job on
+    the server finishes (once, no attempt lost), the next one goes back untouched, the
+    process leaves the registry and exits 0."""
+    import signal
+
+    from storage.workers import Workers as W
+    async with FakeComfy(step_delay=0.1) as comfy:
+        rig = Rig(tmp_path, demo_models, comfy)
+        async with rig:
+            batch = await rig.submit("portrait", [{"prompt": "x", "seed": 1},
+                                                  {"prompt": "y", "seed": 2}])
+            first, second = await rig.queue.batch_jobs(batch)
+            process = await rig.worker_process()
+            try:
+                async def running():
+                    return (await rig.queue.job(first.id)).status == "running"
+                await rig.until(running)
+                process.send_signal(signal.SIGTERM)
+                _, err = await asyncio.wait_for(process.communicate(), 60)
+            finally:
+                if process.returncode is None:
+                    process.kill()
+            done, back = await rig.queue.batch_jobs(batch)
+            (me,) = [w for w in await W.of(rig.queue).all() if w.pid == process.pid]
+    assert process.returncode == 0, err.decode()
+    assert (done.status, done.attempts) == ("succeeded", 1)
+    assert (back.status, back.attempts) == ("queued", 0)
+    assert me.state == "stopped" and b"draining" in err and b"Traceback" not in err
+
+
 @pytest.mark.slow
 async def test_serve_runs_one_supervised_executor_per_comfyui_server(tmp_path, demo_models):
     """[comfyui] servers: `genbot serve` starts an executor for each, beside its own."""
