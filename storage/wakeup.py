@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LISTEN_RETRY_FIRST, LISTEN_RETRY_MAX = 0.1, 1.0  # seconds between tries to LISTEN again
+CLOSE_TIMEOUT = 5.0  # seconds a LISTEN connection's graceful close may take
 
 
 class Waker:
@@ -258,8 +259,10 @@ class PostgresWaker(Waker):
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.remove_termination_listener(self._dropped)
-            with contextlib.suppress(Exception):
-                await conn.close()
+            try:  # (a graceful close waits on the server: never for long at shutdown)
+                await asyncio.wait_for(conn.close(), CLOSE_TIMEOUT)
+            except Exception:  # noqa: BLE001 - TimeoutError, or a connection already gone
+                conn.terminate()
 
 
 class EventBell:

@@ -4,6 +4,7 @@ everything posted, with switches for the faults real platforms have."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 from dataclasses import dataclass, field
@@ -239,12 +240,30 @@ def tasks_waiting() -> str:
     return out.getvalue()
 
 
+def awaiting(coro) -> str:
+    """Where a coroutine waits, down its chain of awaits (a task's own stack stops at its
+    first frame)."""
+    lines = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} in "
+                         f"{frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return "\n".join(lines)
+
+
 async def bounded(work, seconds: float, what: str):
-    """`work` within `seconds`, or an AssertionError naming `what` and every task's stack
-    (a stage of a test that hangs says where, before pytest's own limit kills it blind)."""
-    try:
-        async with asyncio.timeout(seconds):
-            return await work
-    except TimeoutError:
-        raise AssertionError(f"{what}: not done after {seconds:g} s; tasks:\n"
-                             f"{tasks_waiting()[-8000:]}") from None
+    """`work` within `seconds`, or an AssertionError naming `what`, where it waits and
+    every task's stack (a stage of a test that hangs says where, before pytest's own
+    limit kills it blind)."""
+    task = asyncio.ensure_future(work)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        where = awaiting(task.get_coro())
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise AssertionError(f"{what}: not done after {seconds:g} s; waiting at:\n{where}\n"
+                             f"tasks:\n{tasks_waiting()[-8000:]}")
+    return task.result()
