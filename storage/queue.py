@@ -516,7 +516,8 @@ class Queue(QueueReads):
         returns their ids, for their output files to go too. `ids`: these batches
         only (still only if wholly finished before `before`)."""
         old = await self.finished_before(before, limit)
-        ids = old if ids is None else [i for i in ids if i in set(old)]
+        still = set(old)
+        ids = old if ids is None else [i for i in ids if i in still]
         for batch_id in ids:
             async with self.db.transaction() as tx:
                 for sql in (q.FORGET_EVENTS, q.FORGET_JOBS, q.FORGET_BATCH):
