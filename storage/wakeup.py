@@ -29,11 +29,13 @@ import os
 import socket
 import tempfile
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from storage.db import CONNECT_TIMEOUT, connection_lost, outage_of
+from storage.logs import Retrying
 
 if TYPE_CHECKING:
     import asyncpg
@@ -304,6 +306,24 @@ class EventBell:
             return True
         except TimeoutError:
             return False
+
+    async def follow(self, step: Callable[[], Awaitable[Any]], found: Callable[[], None],
+                     poll: float, retrying: Retrying) -> None:
+        """Forever, a reader of the event log: `step` reads once (true when it found
+        something, and then `found` is called and it reads again at once); otherwise it
+        waits for the bell, or `poll` seconds (ten times that while the database rings).
+        A failing read is told once per run of failures and tried again."""
+        while True:
+            seen = self.rung
+            try:
+                if await step():
+                    found()
+                    retrying.worked()
+                    continue
+                retrying.worked()
+            except Exception as e:  # noqa: BLE001 - the database away: the next round
+                retrying.failed(e)
+            await self.wait(seen, poll * (10 if self.live else 1))
 
     async def close(self) -> None:
         if self.listener is not None:

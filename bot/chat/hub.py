@@ -107,19 +107,8 @@ class ChatCore:
     async def _notify(self) -> None:
         """Follow the event log: at once when the database rings (PostgreSQL), else by
         polling; polling stays as the fallback either way."""
-        bell = self.queue.bell
-        retrying = Retrying(log, "notifier: following the event log")
-        while True:
-            seen = bell.rung
-            try:
-                if await self.notifier.run_once():
-                    self.wake()
-                    retrying.worked()
-                    continue
-                retrying.worked()
-            except Exception as e:
-                retrying.failed(e)
-            await bell.wait(seen, NOTIFIER_POLL * (10 if bell.live else 1))
+        await self.queue.bell.follow(self.notifier.run_once, self.wake, NOTIFIER_POLL,
+                                     Retrying(log, "notifier: following the event log"))
 
     async def _waiting(self) -> None:
         """Batches no running executor can take: looked for every few seconds (executors

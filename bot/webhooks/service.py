@@ -71,19 +71,9 @@ class WebhookService:
     async def _announce(self) -> None:
         """Follow the event log: at once when the database rings (PostgreSQL), else by
         polling; a delivery owed wakes the deliverer."""
-        bell = self.app.queue.bell
-        retrying = Retrying(log, "webhooks: following the event log")
-        while True:
-            seen = bell.rung
-            try:
-                if await self.announcer.run_once():
-                    self.deliverer.wake.set()
-                    retrying.worked()
-                    continue
-                retrying.worked()
-            except Exception as e:
-                retrying.failed(e)
-            await bell.wait(seen, ANNOUNCE_POLL * (10 if bell.live else 1))
+        await self.app.queue.bell.follow(self.announcer.run_once, self.deliverer.wake.set,
+                                         ANNOUNCE_POLL,
+                                         Retrying(log, "webhooks: following the event log"))
 
     # --- for admins ----------------------------------------------------------------------
     async def endpoints_of(self, who: Who) -> list[EndpointState]:
