@@ -12,7 +12,7 @@ up to --max, starts workers up to that and SIGTERMs the newest beyond it (each d
 its job finishes, what it claimed ahead goes back). Workers also leave on their own
 after --idle seconds with nothing to take (`--exit-when-idle`), so the pool reaches zero.
 Each worker drives its own ComfyUI server (tests/fakes/comfyui.py, --job-seconds per
-image), so no GPU is needed and a worker starts in about a second.
+image, bench/comfy_bench.py's template), so no GPU is needed and a worker starts in about a second.
 
 Reported: every job succeeded exactly once (from the database: one 'succeeded' event
 each, re-runs counted), time to first image from zero workers for each burst,
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import os
 import platform
@@ -38,16 +37,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from comfy_bench import bench_jobs, write_template  # noqa: E402
 from queue_bench import drop_pg, fresh_pg  # noqa: E402
 
 from storage import config as cfg  # noqa: E402
-from storage.queue import NewJob, Queue, Submission, open_queue  # noqa: E402
-from templates.binding import bind  # noqa: E402
-from templates.jobs import encode  # noqa: E402
+from storage.queue import Queue, Submission, open_queue  # noqa: E402
 from templates.loader import load_templates  # noqa: E402
 from templates.settings import templates_dir  # noqa: E402
 from tests.fakes.comfyui import FakeComfy  # noqa: E402
-from tests.fakes.workflows import TXT2IMG  # noqa: E402
 
 STEPS = 10
 
@@ -114,11 +111,7 @@ async def scale(queue: Queue, pool: Pool, maximum: int, until: asyncio.Event,
 
 async def burst(queue: Queue, template, n: int, first_seed: int) -> tuple[int, float]:
     """Queue `n` jobs; (batch id, seconds until its first image)."""
-    jobs = []
-    for i in range(n):
-        wf = bind(template, {"prompt": "a bottle", "seed": first_seed + i, "steps": STEPS},
-                  row=i + 2)
-        jobs.append(NewJob(row=i + 2, workflow=encode(wf), affinity=wf.affinity))
+    jobs = bench_jobs(template, n, first_seed, STEPS)
     started = time.monotonic()
     batch = (await queue.enqueue(Submission("bench", "bench:me", jobs))).batch_id
     first = None
@@ -134,14 +127,7 @@ async def burst(queue: Queue, template, n: int, first_seed: int) -> tuple[int, f
 
 
 async def run(args: argparse.Namespace, url: str, folder: Path) -> None:
-    (folder / "t").mkdir()
-    (folder / "t" / "bench.workflow.json").write_text(  # a checkpoint the fake server has
-        json.dumps(TXT2IMG).replace("sd15.safetensors", "dreamshaper_8.safetensors"))
-    (folder / "t" / "bench.json").write_text(json.dumps({
-        "name": "bench", "engine": "comfyui", "workflow": "bench.workflow.json",
-        "params": {"prompt": {"type": "text", "to": ["6.text"]},
-                   "seed": {"type": "seed", "to": ["3.seed"]},
-                   "steps": {"type": "int", "to": ["3.steps"]}}}))
+    write_template(folder / "t")
     config_file = folder / "genbot.toml"
     config_file.write_text(f"""
 [service]

@@ -81,6 +81,27 @@ async def direct(url: str, jobs: int, steps: int, first_seed: int) -> float:
         return time.perf_counter() - started
 
 
+def write_template(folder: Path) -> None:
+    """The template "bench" (engine comfyui: prompt, seed, steps) into `folder`."""
+    folder.mkdir()
+    (folder / "bench.workflow.json").write_text(json.dumps(WORKFLOW))
+    (folder / "bench.json").write_text(json.dumps({
+        "name": "bench", "engine": "comfyui", "workflow": "bench.workflow.json",
+        "params": {"prompt": {"type": "text", "to": ["6.text"]},
+                   "seed": {"type": "seed", "to": ["3.seed"]},
+                   "steps": {"type": "int", "to": ["3.steps"]}}}))
+
+
+def bench_jobs(template, n: int, first_seed: int, steps: int) -> list[NewJob]:
+    """`n` rows of the "bench" template, seeds from `first_seed`."""
+    jobs = []
+    for i in range(n):
+        wf = bind(template, {"prompt": "a bottle", "seed": first_seed + i, "steps": steps},
+                  row=i + 2)
+        jobs.append(NewJob(row=i + 2, workflow=encode(wf), affinity=wf.affinity))
+    return jobs
+
+
 async def through_genbot(config: cfg.Config, url: str, jobs: int, steps: int,
                          first_seed: int) -> float:
     queue = await open_queue(config)
@@ -90,11 +111,7 @@ async def through_genbot(config: cfg.Config, url: str, jobs: int, steps: int,
     try:
         while worker.engine.down is not None:  # connected, templates checked: as in steady state
             await asyncio.sleep(0.01)
-        new = []
-        for i in range(jobs):
-            wf = bind(template, {"prompt": "a bottle", "seed": first_seed + i, "steps": steps},
-                      row=i + 2)
-            new.append(NewJob(row=i + 2, workflow=encode(wf), affinity=wf.affinity))
+        new = bench_jobs(template, jobs, first_seed, steps)
         started = time.perf_counter()
         batch = (await queue.enqueue(Submission("bench", "bench:me", new))).batch_id
         while (progress := await queue.batch_progress(batch)) and progress.done < jobs:
@@ -116,13 +133,7 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        (folder / "t").mkdir()
-        (folder / "t" / "bench.workflow.json").write_text(json.dumps(WORKFLOW))
-        (folder / "t" / "bench.json").write_text(json.dumps({
-            "name": "bench", "engine": "comfyui", "workflow": "bench.workflow.json",
-            "params": {"prompt": {"type": "text", "to": ["6.text"]},
-                       "seed": {"type": "seed", "to": ["3.seed"]},
-                       "steps": {"type": "int", "to": ["3.steps"]}}}))
+        write_template(folder / "t")
         async with FakeComfy(cache=False) as comfy:
             config = cfg.from_dict({"service": {"data_dir": str(folder / "data")},
                                     "templates": {"dir": str(folder / "t")},
