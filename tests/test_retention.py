@@ -69,7 +69,7 @@ def test_prune_forgets_what_finished_before_the_age_and_archives_it(tmp_path, mo
     assert main(["prune", "--finished-before", "7d", "--archive", str(archive)]) == 0
     said = capsys.readouterr().out
     assert said.startswith("forgot 2 batches finished before ") and \
-        "2 other events and 1 chat messages; archived to" in said, said
+        "2 other events and 1 chat message; archived to" in said, said
     lines = [json.loads(line) for line in archive.read_text().splitlines()]
     assert [line["batch"]["id"] for line in lines] == [ids["old"], ids["old2"]]
     assert [j["status"] for j in lines[0]["jobs"]] == ["succeeded"]

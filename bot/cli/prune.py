@@ -30,6 +30,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     cmd.set_defaults(func=cmd_prune)
 
 
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
+
+
 def _age(text: str) -> float:
     try:
         return duration(text)
@@ -53,10 +57,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(cutoff))
     ids = done.batches
     span = f" (#{ids[0]}–#{ids[-1]})" if ids else ""
+    batches = _count(len(ids), "batch", "batches")
     if args.dry_run:
-        print(f"would forget {len(ids)} batches finished before {when}{span}")
+        print(f"would forget {batches} finished before {when}{span}")
         return 0
-    print(f"forgot {len(ids)} batches finished before {when}{span}, {done.events} other "
-          f"events and {done.messages} chat messages"
+    print(f"forgot {batches} finished before {when}{span}, "
+          f"{_count(done.events, 'other event', 'other events')} and "
+          f"{_count(done.messages, 'chat message', 'chat messages')}"
           + (f"; archived to {args.archive}" if args.archive and ids else ""))
     return 0
