@@ -246,12 +246,18 @@ class Queue(QueueReads):
             sql = q.CLAIM_AHEAD if want.ahead else q.CLAIM
             return self._sql(q.placed(sql, q.ANYTHING)), args, token
         args.append(encoded(list(want.prefer)))
-        placement = q.ANYTHING
-        if want.only is not None:
-            args.append(encoded(list(want.only)))
-            placement = q.ENGINE_ONLY if want.engine else q.ALLOWED
         sql = q.CLAIM_AHEAD_PREFERRING if want.ahead else q.CLAIM_PREFERRING
-        return self._sql(q.placed(sql, placement)), args, token
+        return self._placed(sql, args, want.only, want.engine), args, token
+
+    def _placed(self, sql: str, args: list[Any], only: Sequence[str] | None,
+                engine: bool) -> str:
+        """A claim statement ($5: a preference or a limit, already in `args`) for its
+        placement; `only`, if any, is appended to `args` as $6."""
+        placement = q.ANYTHING
+        if only is not None:
+            args.append(encoded(list(only)))
+            placement = q.ENGINE_ONLY if engine else q.ALLOWED
+        return self._sql(q.placed(sql, placement))
 
     async def _taken(self, want: Claim, row: dict | None, token: str,
                      now: float) -> Lease | None:
@@ -292,11 +298,7 @@ class Queue(QueueReads):
             raise ValueError("an engine's claim names the affinities it takes (only=)")
         token = uuid.uuid4().hex
         args: list[Any] = [owner, token, now + self.settings.lease_seconds, now, limit]
-        placement = q.ANYTHING
-        if only is not None:
-            args.append(encoded(list(only)))
-            placement = q.ENGINE_ONLY if engine else q.ALLOWED
-        return self._sql(q.placed(q.CLAIM_MANY, placement)), args, token
+        return self._placed(q.CLAIM_MANY, args, only, engine), args, token
 
     async def _taken_many(self, owner: str, rows: list[dict], token: str,
                           now: float) -> list[Lease]:
