@@ -10,7 +10,10 @@ once, for every engine. An engine only runs jobs:
                   and saving, or fetching and storing the server's images
 
 While it runs, it tells the loop each step (`Control.step`) and asks between steps
-whether a job must stop (`Control.stop_reason`); it never waits for the database. How a
+whether a run must stop (`Control.stop_reason`); it never waits for the database. The
+loop knows each run by its lease (`Run.key`: the job and its lease token), not by the
+job: after an outage longer than a lease the same job may come back to the same
+executor while its stale run is still finishing, and the two must not be confused. How a
 job ended is left on its `Run`: outputs, or an error (retryable or not), or stopped
 for a reason the loop gave, or given back (the engine's own trouble, such as a server
 that went down: the job runs again and no attempt is used).
@@ -27,7 +30,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from storage.names import one_line
-from storage.queue import Lease
+from storage.queue import Lease, LeaseKey
 
 
 class Stop(StrEnum):
@@ -51,6 +54,11 @@ class Run:
     @property
     def id(self) -> int:
         return self.lease.job_id
+
+    @property
+    def key(self) -> LeaseKey:
+        """This run of the job: its lease (job id and token)."""
+        return self.lease.key
 
     @property
     def batch_id(self) -> int:
@@ -78,11 +86,11 @@ class Control(Protocol):
     """The loop's side, as an engine sees it. Every method may be called from any thread
     and returns at once."""
 
-    def step(self, job_ids: list[int], node: str, step: int, total: int) -> None:
-        """A step of these jobs is done (progress for people)."""
+    def step(self, runs: list[Run], node: str, step: int, total: int) -> None:
+        """A step of these runs is done (progress for people)."""
 
-    def stop_reason(self, job_id: int) -> Stop | None:
-        """Why this job must stop now, or None."""
+    def stop_reason(self, run: Run) -> Stop | None:
+        """Why this run must stop now, or None."""
 
     def doing(self, what: dict[str, Any] | None) -> None:
         """What keeps the executor from its jobs now (building, loading, a server down),

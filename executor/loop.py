@@ -3,20 +3,30 @@
 One loop per executor process (one per GPU, one per ComfyUI server). Read `Loop.run`
 top to bottom for the life of a job:
 
-  claim      the next group of jobs (a micro-batch of one template), or the group
-             already claimed ahead, started in one statement
+  claim      the next group of jobs (a micro-batch of one template): the group claimed
+             ahead, started in one statement, or a fresh claim (executor.prefetch)
   generate   the engine's device or server part; meanwhile the loop claims the next
-             group ahead (docs/queue.md), writes progress in batches, renews every held
-             lease in one statement, and stops a job that is canceled (the cancel bell),
-             timed out, or whose lease was lost
+             group ahead, writes progress in batches, renews every held lease in one
+             statement (handing back any it holds without knowing), and stops a run
+             that is canceled (the cancel bell), timed out, or whose lease was lost
   finish     the rest of each job (saving, uploading) beside the next generation; back
              pressure past 2 x max_batch finishing jobs
   record     each job's end, in the order the jobs started: completed (claiming the
              next group ahead in the same round trip), failed, canceled, timed out,
-             handed back on shutdown, given back when the engine's server went down
+             handed back on shutdown, given back when the engine's server went down;
+             tried again while the database is away
 
-This is the one module of the executor that calls the queue's lease operations.
-Nothing here waits on the engine's threads, and nothing on them waits on the database.
+Everything the loop holds is a run of a job under one lease, known by its lease
+(`Run.key`: job id and token), never by the job alone: after an outage longer than a
+lease the same job can come back to this executor while its stale run still finishes,
+and each must end only itself. `problems` states the invariant that ties the runs to
+the group claimed ahead; a model-based test (tests/test_loop_model.py) drives the loop
+through claims, completions, lost answers, outages and signals in random order and
+checks it after every step.
+
+This module and executor.prefetch are the only ones of the executor that call the
+queue's lease operations. Nothing here waits on the engine's threads, and nothing on
+them waits on the database. Trouble is told once per episode (executor.told).
 """
 
 from __future__ import annotations
@@ -26,51 +36,72 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from executor.engine import Engine, Run, Stop
+from executor.prefetch import Prefetch
 from executor.presence import Presence
 from executor.settings import ExecutorConfig
+from executor.told import Told
 from storage.config import Config, QueueConfig
-from storage.db import DatabaseUnavailable, connection_lost
-from storage.queue import Claim, Lease, Queue, Status
+from storage.db import connection_lost
+from storage.queue import TERMINAL, Claim, Lease, LeaseKey, Queue, Status
 from storage.workers import owner_name
 
 log = logging.getLogger("genbot.executor")
 
 EXIT_RECYCLE = 75  # "start me again": after recycle_after_jobs, or memory drift
 
-AHEAD, DEVICE, FINISHING = "ahead", "device", "finishing"  # where a held job is
+DEVICE, FINISHING = "device", "finishing"  # where a run is
+
+# The kinds of trouble told once per episode (executor.told).
+CLAIMING = "claiming jobs"
+STORING = "storing a job's images"
+RECORDING = "recording the end of a job"
+TENDING = "heartbeats and cancel checks"
+LEAVING = "handing back what this executor holds, on leaving"
+
+_running_owners: set[str] = set()  # the executors running in this process, by owner
 
 
 @dataclass
 class Held:
-    """A job this executor holds a lease on: claimed ahead, generating, or finishing."""
-    lease: Lease
+    """A run of a job whose lease this executor holds: generating, or finishing."""
+    run: Run
     phase: str
-    started: float = 0.0  # when it went to the engine (monotonic): its timeout counts from here
+    started: float  # when it went to the engine (monotonic): its timeout counts from here
     stop: Stop | None = None  # why it must stop
-    recorded: bool = False  # its end is already written (e.g. canceled mid-run)
+    recorded: bool = False  # its end is written (e.g. canceled mid-run)
+    ending: bool = False  # its end is being written
     last_progress: float = 0.0
     step: int = 0
     total: int = 0
 
+    @property
+    def lease(self) -> Lease:
+        return self.run.lease
 
-@dataclass
+    @property
+    def renewing(self) -> bool:
+        """Whether its lease is still this executor's to renew."""
+        return not self.recorded and self.stop != Stop.LEASE_LOST
+
+
 class Loop:
-    config: Config
-    queue: Queue
-    engine: Engine
-    owner: str = field(default_factory=owner_name)
-
-    def __post_init__(self):
+    def __init__(self, config: Config, queue: Queue, engine: Engine,
+                 owner: str | None = None):
+        """`owner`: what the executor is called in leases and the worker registry (host:pid
+        by default). It must be unique among live executors: the heartbeat hands back
+        whatever its owner holds that this loop does not know of."""
+        self.config, self.queue, self.engine = config, queue, engine
+        self.owner = owner or owner_name()
         self.settings = self.config[ExecutorConfig]
-        self.held: dict[int, Held] = {}
-        self.ahead: list[Lease] = []  # the next group, claimed ahead
-        self.claiming: asyncio.Task | None = None  # a claim ahead in flight
-        self.ahead_wanted = False  # the next completion should claim ahead
+        self.told = Told(log)
+        self.runs: dict[LeaseKey, Held] = {}  # on the device or finishing, by lease
+        self.prefetch = Prefetch(queue, max_batch=engine.max_batch, told=self.told,
+                                 wanted=self.wanted, may_hold=self.may_hold_ahead,
+                                 taking=self.taking, landed=self.landed)
         self.finishing: set[asyncio.Task] = set()
         self.last_end: asyncio.Future | None = None  # set when the last job handed on ended
         self.finish_room = asyncio.Semaphore(2 * self.engine.max_batch)  # back-pressure
@@ -89,21 +120,32 @@ class Loop:
     # --- the loop --------------------------------------------------------------------
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
+        if self.owner in _running_owners:
+            raise ValueError(f"an executor called {self.owner} already runs in this process: "
+                             "each needs an owner of its own")
+        _running_owners.add(self.owner)
+        try:
+            return await self.serve()
+        finally:
+            _running_owners.discard(self.owner)
+
+    async def serve(self) -> int:
         await self.engine.start(self)
         await self.queue.cancel_bell.listen()
         beating = asyncio.create_task(self.presence.beat_forever())
         watching = asyncio.create_task(self.watch())
         try:
-            while not (self.stopping.is_set() or self.draining.is_set()):
+            while self.taking():
                 if not await self.engine.ready():
                     await self.sleep(self.engine.backoff())
                     continue
                 try:
-                    leases = await self.next_group()
-                except DatabaseUnavailable as e:  # past a statement's patience: wait on
-                    log.warning("cannot claim jobs: %s; trying again", e)
+                    leases = await self.prefetch.take()
+                except Exception as e:  # noqa: BLE001 - the database away: wait for it
+                    self.told.failed(CLAIMING, e)
                     await self.sleep(1.0)
                     continue
+                self.told.worked(CLAIMING)
                 if not leases:
                     if self.idle_too_long():
                         break
@@ -129,6 +171,10 @@ class Loop:
             await self.engine.close(recycling=self.exit_code == EXIT_RECYCLE)
         return self.exit_code
 
+    def taking(self) -> bool:
+        """Whether the executor takes work now (not stopping, draining or recycling)."""
+        return not (self.stopping.is_set() or self.draining.is_set() or self.exit_code)
+
     def drain(self, grace: float) -> None:
         """Stop taking jobs (a scale-down, a node drained): what is claimed ahead goes
         back at once; the jobs on the device may finish for `grace` seconds, then they
@@ -141,7 +187,7 @@ class Loop:
                  extra={"grace_s": grace})
         self.draining.set()
         asyncio.get_running_loop().call_later(grace, self.stopping.set)
-        hand_back = asyncio.ensure_future(self.hand_back_ahead())
+        hand_back = asyncio.ensure_future(self.prefetch.hand_back())
         self.finishing.add(hand_back)  # (awaited by wind_down like a finish)
         hand_back.add_done_callback(self.finishing.discard)
 
@@ -149,7 +195,7 @@ class Loop:
         """Nothing to take for [executor] exit_when_idle seconds (and nothing held): time
         to exit, so a pool can shrink to zero."""
         limit = self.settings.exit_when_idle
-        if not limit or self.held or self.finishing:
+        if not limit or self.runs or self.prefetch.ahead or self.finishing:
             return False
         now = time.monotonic()
         if self.idle_since is None:
@@ -159,76 +205,19 @@ class Loop:
         log.info("no work for a while; exiting", extra={"idle_s": round(now - self.idle_since)})
         return True
 
-    def wanted(self, *, ahead: bool = False) -> Claim | None:
+    def wanted(self, ahead: bool = False) -> Claim | None:
+        """The next claim's arguments: what the engine can take now (None: nothing)."""
         want = self.engine.wanted()
         if want is None:
             return None
         return Claim(self.owner, want.prefer, want.only, engine=want.engine, ahead=ahead)
 
-    async def next_group(self) -> list[Lease]:
-        """The jobs to run now: the group claimed ahead, started (one statement), or else
-        a fresh claim."""
-        if self.claiming is not None:
-            await asyncio.wait({self.claiming})
-        ahead, self.ahead = self.ahead, []
-        self.ahead_wanted = False
-        if ahead:
-            started = await self.queue.start(ahead)
-            for lease in ahead:  # canceled, paused or lost while it waited
-                self.held.pop(lease.job_id, None)
-            if started:
-                return started
-        return await self.claim()
-
-    async def claim(self, *, ahead: bool = False) -> list[Lease]:
-        want = self.wanted(ahead=ahead)
-        if want is None:
-            return []
-        first = await self.queue.claim(want.owner, prefer=want.prefer, only=want.only,
-                                       engine=want.engine, ahead=ahead)
-        return await self.with_followers(first)
-
-    async def with_followers(self, first: Lease | None) -> list[Lease]:
-        if first is None:
-            return []
-        more = await self.queue.claim_followers(first, self.engine.max_batch - 1) \
-            if self.engine.max_batch > 1 else []
-        return [first, *more]
-
-    def may_claim_ahead(self) -> bool:
+    def may_hold_ahead(self) -> bool:
+        """Whether holding the next group while one runs is worth it and allowed now."""
         limit = self.settings.recycle_after_jobs
-        return self.engine.claims_ahead and not (
-            self.stopping.is_set() or self.draining.is_set() or self.exit_code or self.ahead
-            or self.claiming is not None or self.config[QueueConfig].batch_delay
+        return self.engine.claims_ahead and self.taking() and not (
+            self.config[QueueConfig].batch_delay
             or (limit and self.taken + self.engine.max_batch > limit))
-
-    def claim_ahead(self, *, now: bool = False) -> None:
-        """Hold the next group while this one runs: with the completion of a job being
-        finished (one round trip for both), or, with none under way, now."""
-        if not self.may_claim_ahead():
-            return
-        if self.finishing and not now:
-            self.ahead_wanted = True
-            return
-        self.ahead_wanted = False
-        self.claiming = asyncio.create_task(self.hold(self.claim(ahead=True)))
-
-    async def hold(self, claim: Awaitable[list[Lease]]) -> None:
-        """Keep what a claim ahead took as the next group (or hand it back if stopping)."""
-        try:
-            leases = await claim
-        except Exception as e:  # noqa: BLE001 - the next group is claimed when needed instead
-            log.warning("could not claim the next job ahead: %s", e)
-            leases = []
-        finally:
-            self.claiming = None
-        if self.stopping.is_set() or self.draining.is_set() or self.exit_code:
-            with contextlib.suppress(Exception):  # else their claims run out
-                await self.queue.unclaim(leases)
-            return
-        self.ahead = leases
-        for lease in leases:
-            self.held[lease.job_id] = Held(lease, AHEAD)
 
     async def idle(self) -> None:
         timeout = None
@@ -243,6 +232,8 @@ class Loop:
                             if t is not None}, return_when=asyncio.FIRST_COMPLETED)
         for task in (waiting, stopping, draining):
             task.cancel()
+        # (a database away makes waiting raise: the next claim says so, once)
+        await asyncio.gather(waiting, stopping, draining, return_exceptions=True)
 
     async def sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -254,24 +245,66 @@ class Loop:
             log.info("recycling the executor", extra={"jobs": self.taken})
             self.exit_code = EXIT_RECYCLE
 
+    # --- what it holds -------------------------------------------------------------------
+    def landed(self, leases: list[Lease]) -> None:
+        """Leases just taken. A job taken again means the database gave it out anew: an
+        older run of it here has lost its lease (after an outage longer than a lease)."""
+        fresh = {lease.job_id: lease.key for lease in leases}
+        for job in self.runs.values():
+            if job.renewing and fresh.get(job.run.id, job.run.key) != job.run.key:
+                self.lose(job, "the job was given out again")
+        self.check()
+
+    def lose(self, job: Held, why: str) -> None:
+        job.stop = Stop.LEASE_LOST
+        log.warning("lease lost (%s): this run of the job stops and records nothing", why,
+                    extra={"job": job.run.id, "batch": job.lease.batch_id})
+
+    def problems(self) -> list[str]:
+        """What breaks the loop's invariant now; nothing, ever, unless there is a bug. The
+        leases this executor renews are its runs' (on the device or finishing) and the
+        group claimed ahead: each lease in one place, no job under two live leases, the
+        group ahead not started, every run kept under its own lease."""
+        found = []
+        for key, job in self.runs.items():
+            if key != job.run.key or job.phase not in (DEVICE, FINISHING):
+                found.append(f"run {job.run.key} kept as {key} ({job.phase})")
+        ahead = self.prefetch.ahead
+        if both := sorted({lease.key for lease in ahead} & self.runs.keys()):
+            found.append(f"leases both ahead and running: {both}")
+        if started := sorted(lease.key for lease in ahead if lease.started):
+            found.append(f"started leases left ahead: {started}")
+        live = Counter([j.run.id for j in self.runs.values() if j.renewing]
+                       + [lease.job_id for lease in ahead])
+        if twice := sorted(job for job, n in live.items() if n > 1):
+            found.append(f"jobs held under two leases: {twice}")
+        return found
+
+    def check(self) -> None:
+        if found := self.problems():
+            log.error("the executor's record of its leases is inconsistent (a bug; the "
+                      "heartbeat hands back what it cannot account for): %s", "; ".join(found))
+
     # --- one group ---------------------------------------------------------------------
     async def generate(self, leases: list[Lease]) -> list[Run]:
         """The group's device or server part; then each job's finish goes beside the next
         group."""
         assert self.loop is not None
         now = time.monotonic()
-        runs = []
+        jobs = []
         for lease in leases:
-            self.held[lease.job_id] = Held(lease, DEVICE, now)
             try:
-                runs.append(self.engine.prepare(lease))
+                run = self.engine.prepare(lease)
             except Exception as e:  # noqa: BLE001 - a job this engine cannot read: its fault
                 run = Run(lease)
                 run.fail(f"not a job this executor can run: {e}")
-                runs.append(run)
+            job = self.runs[run.key] = Held(run, DEVICE, now)
+            jobs.append(job)
+        self.landed(leases)
         self.taken += len(leases)
         self.presence.soon()  # busy, at once
-        self.claim_ahead()
+        self.prefetch.want_next(finishing=bool(self.finishing))
+        runs = [job.run for job in jobs]
         try:
             await self.engine.generate([r for r in runs if r.live])
         except Exception as e:  # noqa: BLE001 - a bug here must not stop the executor
@@ -279,45 +312,75 @@ class Loop:
             for run in runs:
                 if run.live and not run.outputs:
                     run.fail(f"executor error: {type(e).__name__}: {e}", retry=True)
-        for run in runs:
+        for job in jobs:
             await self.finish_room.acquire()  # back-pressure: storage is behind
-            self.held[run.id].phase = FINISHING
+            job.phase = FINISHING
             before, self.last_end = self.last_end, self.loop.create_future()
-            task = asyncio.create_task(self.finish(run, before, self.last_end))
+            task = asyncio.create_task(self.finish(job, before, self.last_end))
             self.finishing.add(task)
             task.add_done_callback(self.finishing.discard)
         return runs
 
-    async def finish(self, run: Run, before: asyncio.Future | None,
+    async def finish(self, job: Held, before: asyncio.Future | None,
                      ended: asyncio.Future) -> None:
         """Off the engine's path: the job's finish, then its end — recorded after the end
         of the job before it, so jobs end in the order they started (a chat thread gets
         row 2's image before row 3's) however the finishes interleave."""
+        run = job.run
         try:
-            job = self.held[run.id]
             if run.live and not job.recorded and job.stop is None:
                 try:
                     await self.engine.finish(run)
-                except Exception as e:  # noqa: BLE001 - the store away: the job runs again
-                    log.exception("could not finish job %s", run.id)
+                except OSError as e:  # the machine's (a full disk, a store away): it runs again
+                    self.told.failed(STORING, e, job=run.id, expected=True)
+                    run.fail(f"could not store its images: {type(e).__name__}: {e}", retry=True)
+                except Exception as e:  # noqa: BLE001 - a bug: the job runs again
+                    self.told.failed(STORING, e, job=run.id)
                     run.fail(f"executor error: {type(e).__name__}: {e}", retry=True)
+                else:
+                    if run.live:
+                        self.told.worked(STORING)
             if before is not None:
                 await before
-            await self.record(run)
-        except Exception:  # noqa: BLE001 - the lease brings the job back
+            await self.record(job)
+        except Exception:  # noqa: BLE001 - a bug: the lease brings the job back
             log.exception("could not record the end of job %s", run.id)
         finally:
             ended.set_result(None)
-            self.held.pop(run.id, None)
+            self.runs.pop(run.key, None)
             self.finish_room.release()
             self.presence.soon()  # its count, at once
-            if self.ahead_wanted and len(self.finishing) <= 1:  # no completion will carry it
-                self.claim_ahead(now=True)
+            if self.prefetch.wanted and len(self.finishing) <= 1:  # no completion will carry it
+                self.prefetch.want_next(finishing=False)
+            self.check()
 
-    async def record(self, run: Run) -> None:
-        """The job's end, worded the same for every engine."""
-        job = self.held[run.id]
-        lease, extra = job.lease, {"batch": job.lease.batch_id, "job": run.id}
+    async def record(self, job: Held) -> None:
+        """The job's end, worded the same for every engine. While the database is away it
+        is tried again (the run's lease renewed meanwhile by the heartbeat, should the
+        database answer that first) until it answers — or, once the executor is stopping,
+        given up after one more try: the lease then brings the job back."""
+        job.ending = True
+        tries = 0
+        while True:
+            try:
+                await self.record_once(job, again=tries > 0)
+            except Exception as e:
+                if not connection_lost(e):
+                    raise
+                tries += 1
+                self.told.failed(RECORDING, e, job=job.run.id)
+                if self.stopping.is_set() and tries > 1:
+                    log.info("stopping before the end of a job could be recorded; its lease "
+                             "brings it back", extra={"job": job.run.id})
+                    return
+                await self.sleep(min(0.5 * tries, 5.0))
+                continue
+            self.told.worked(RECORDING)
+            return
+
+    async def record_once(self, job: Held, *, again: bool) -> None:
+        run, lease = job.run, job.lease
+        extra = {"batch": lease.batch_id, "job": run.id}
         stop = job.stop or run.stopped
         if job.recorded or stop == Stop.LEASE_LOST:
             return
@@ -338,31 +401,26 @@ class Loop:
             status = await self.queue.fail(lease, run.error, retry=run.retryable)
             log.warning("job failed", extra={**extra, "status": status, "error": run.error})
         else:
-            status = await self.complete(lease, run.outputs)
-            log.info("job done", extra={**extra, "status": status, "outputs": run.outputs,
-                                        "seconds": round(time.monotonic() - job.started, 3)})
+            status = await self.prefetch.complete(lease, run.outputs)
+            if status is None and again:  # the first try may have landed, its answer lost
+                status = await self.ended_here(run)
+            if status is None:
+                log.info("job's completion refused: its lease ran out before it was "
+                         "recorded, and the job runs again", extra=extra)
+            else:
+                log.info("job done", extra={**extra, "status": status, "outputs": run.outputs,
+                                            "seconds": round(time.monotonic() - job.started, 3)})
+        job.recorded = True
         self.stats["jobs"] += 1
 
-    async def complete(self, lease: Lease, outputs: list[str]) -> Status | None:
-        """Complete a job; when the next group is wanted, claim it ahead in the same round
-        trip (its followers, for a micro-batch, come after)."""
-        want = self.wanted(ahead=True) if self.ahead_wanted and self.may_claim_ahead() \
-            else None
-        if want is None:
-            return await self.queue.complete(lease, outputs)
-        self.ahead_wanted = False
-        done: asyncio.Future[tuple[Status | None, Lease | None]] = \
-            asyncio.get_running_loop().create_future()
-
-        async def claimed() -> list[Lease]:
-            try:
-                done.set_result(await self.queue.complete_and_claim(lease, outputs, want))
-            except Exception as e:
-                done.set_exception(e)
-                return []
-            return await self.with_followers(done.result()[1])
-        self.claiming = asyncio.create_task(self.hold(claimed()))
-        return (await done)[0]
+    async def ended_here(self, run: Run) -> Status | None:
+        """How the job ended, if it was this executor's completion of this run that ended
+        it (an earlier try whose answer the database lost); None otherwise."""
+        found = await self.queue.job(run.id)
+        if found is not None and found.status in TERMINAL and \
+                found.lease_owner == self.owner and found.outputs == run.outputs:
+            return found.status
+        return None
 
     async def finished(self) -> None:
         """Until every job handed to finishing has ended."""
@@ -371,33 +429,30 @@ class Loop:
 
     async def wind_down(self) -> None:
         """Stopping: what is claimed ahead goes back untouched; what is finishing ends
-        (its files are stored and it is completed) before the executor exits."""
-        await self.hand_back_ahead()
+        (its files are stored and it is completed); then whatever this executor still
+        holds a lease on goes back too, so nothing waits out a lease for it."""
+        await self.prefetch.hand_back()
         await self.finished()
-
-    async def hand_back_ahead(self) -> None:
-        """The group claimed ahead (or being claimed) goes back to the queue untouched."""
-        if self.claiming is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait({self.claiming})
-        ahead, self.ahead = self.ahead, []
         try:
-            await self.queue.unclaim(ahead)
-        except Exception as e:  # noqa: BLE001 - their leases run out instead
-            log.warning("could not hand back the jobs claimed ahead: %s", e)
-        for lease in ahead:
-            self.held.pop(lease.job_id, None)
+            async with self.prefetch.gate:
+                renewal = await self.queue.heartbeat_all([], owner=self.owner)
+        except Exception as e:  # noqa: BLE001 - the database away: their leases run out
+            self.told.failed(LEAVING, e)
+            return
+        if renewal.handed_back:
+            log.info("handed back on leaving: jobs this executor still held",
+                     extra={"jobs": renewal.handed_back})
 
     def state(self) -> tuple[int | None, dict[str, Any]]:
         """What the registry row says of the loop: its current job, and its counts."""
         return self.current_job(), {
-            "jobs": self.stats["jobs"], "ahead": [lease.job_id for lease in self.ahead],
-            "finishing": sum(h.phase == FINISHING for h in self.held.values())}
+            "jobs": self.stats["jobs"], **self.prefetch.state(),
+            "finishing": sum(j.phase == FINISHING for j in self.runs.values())}
 
     def current_job(self) -> int | None:
         """The job the registry shows: the one generating, else one being finished."""
         for phase in (DEVICE, FINISHING):
-            if found := next((i for i, h in self.held.items() if h.phase == phase), None):
+            if found := next((j.run.id for j in self.runs.values() if j.phase == phase), None):
                 return found
         return None
 
@@ -409,7 +464,6 @@ class Loop:
         beat = asked = time.monotonic()
         tick = min(0.5, self.config[QueueConfig].heartbeat_seconds)
         bell = asyncio.ensure_future(self.queue.cancel_bell.wait(3600))
-        failing = False  # the last round failed: told once, not every tick
         try:
             while True:
                 poke = asyncio.ensure_future(self.poked.wait())
@@ -420,32 +474,32 @@ class Loop:
                 rung = bell in done
                 if rung:
                     bell = asyncio.ensure_future(self.queue.cancel_bell.wait(3600))
-                try:
-                    await self.write_progress()
-                    if rung or time.monotonic() - asked >= tick:
-                        asked = time.monotonic()
-                        await self.check_stops()
-                    if time.monotonic() - beat >= self.config[QueueConfig].heartbeat_seconds:
-                        beat = time.monotonic()
-                        await self.heartbeat()
-                except Exception as e:  # noqa: BLE001 - e.g. the database away for a while
+                now = time.monotonic()
+                check = rung or now - asked >= tick
+                due = now - beat >= self.config[QueueConfig].heartbeat_seconds
+                asked = now if check else asked
+                beat = now if due else beat
+                if not await self.tend(check=check, beat=due):
                     beat = 0.0  # the leases are renewed at the next tick, not a beat later
-                    if failing:
-                        log.debug("heartbeat or cancel check failed again: %s", e)
-                    elif connection_lost(e):  # storage.db tells the outage (once)
-                        log.info("heartbeat or cancel check failed (retrying every %g s): "
-                                 "%s", tick, e)
-                    else:  # a bug: its traceback, once
-                        log.exception("heartbeat or cancel check failed; retrying")
-                    failing = True
-                else:
-                    if failing:
-                        log.info("heartbeats and cancel checks work again")
-                    failing = False
         finally:
             bell.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await bell
+
+    async def tend(self, *, check: bool = True, beat: bool = True) -> bool:
+        """One round beside the engine: progress written; with `check`, stops looked
+        for; with `beat`, every lease renewed. False: it failed (told once per episode)."""
+        try:
+            await self.write_progress()
+            if check:
+                await self.check_stops()
+            if beat:
+                await self.heartbeat()
+        except Exception as e:  # noqa: BLE001 - e.g. the database away for a while
+            self.told.failed(TENDING, e)
+            return False
+        self.told.worked(TENDING)
+        return True
 
     async def write_progress(self) -> None:
         """Every progress update not yet written, in one statement (one writer at a time,
@@ -456,49 +510,62 @@ class Loop:
                 await self.queue.progress_all(updates)
 
     async def heartbeat(self) -> None:
-        held = [h for h in self.held.values() if not h.recorded and h.stop != Stop.LEASE_LOST]
-        states = await self.queue.heartbeat_all([h.lease for h in held])
-        for h in held:
-            if states[h.lease.job_id].held:
+        """Renew every lease this executor holds — its runs' and the group ahead — in one
+        statement; with no claim on its way, hand back in the same statement whatever
+        else it holds without knowing (Queue.heartbeat_all). Runs whose lease is gone
+        stop; leases ahead that are gone are dropped."""
+        runs = [j for j in self.runs.values() if j.renewing]
+        ahead = list(self.prefetch.ahead)
+        leases = [j.lease for j in runs] + ahead
+        if self.prefetch.gate.locked():  # a claim on its way: renew only, this once
+            renewal = await self.queue.heartbeat_all(leases)
+        else:
+            async with self.prefetch.gate:
+                renewal = await self.queue.heartbeat_all(leases, owner=self.owner)
+        if renewal.handed_back:
+            log.warning("handed back jobs this executor held a lease on without knowing (a "
+                        "claim whose answer the database lost)",
+                        extra={"jobs": renewal.handed_back})
+        for job in runs:
+            if renewal.states[job.run.key].held:
                 continue
-            if self.held.get(h.lease.job_id) is not h or h.recorded:
+            if self.runs.get(job.run.key) is not job or job.recorded or job.ending:
                 continue  # it ended while the heartbeat was on its way: not lost, done
-            if h.phase == AHEAD:  # canceled while it waited, or its claim ran out
-                self.ahead = [lease for lease in self.ahead if lease.job_id != h.lease.job_id]
-                self.held.pop(h.lease.job_id, None)
-                continue
-            h.stop = Stop.LEASE_LOST
-            log.warning("lease lost: another executor may run the job",
-                        extra={"job": h.lease.job_id})
+            self.lose(job, "another executor may run the job")
+        self.prefetch.drop({lease.key for lease in ahead
+                            if not renewal.states[lease.key].held})
+        self.check()
 
     async def check_stops(self) -> None:
         if self.stopping.is_set():
-            for job in self.held.values():
+            for job in self.runs.values():
                 if job.phase == DEVICE:
                     job.stop = job.stop or Stop.SHUTDOWN
-        running = [(i, h) for i, h in self.held.items() if h.phase != AHEAD and not h.stop]
+        running = [j for j in self.runs.values() if not j.stop and not j.recorded]
         if not running:
             return
         canceled = await self.queue.cancels_asked(self.owner)
         now = time.monotonic()
-        for job_id, job in running:
-            if job.stop:
+        for job in running:
+            if job.stop or job.recorded or self.runs.get(job.run.key) is not job:
                 continue
-            if job_id in canceled:
+            if job.run.id in canceled:
                 job.stop = Stop.CANCELED
                 # The job ends now; the engine stops it at its next step or poll.
-                await self.queue.fail(job.lease, f"canceled at step {job.step} of {job.total}",
+                await self.queue.fail(job.lease,
+                                      f"canceled at step {job.step} of {job.total}",
                                       retry=False)
                 job.recorded = True
-                log.info("job canceled", extra={"job": job_id, "step": job.step})
+                log.info("job canceled", extra={"job": job.run.id, "step": job.step})
             elif job.phase == DEVICE and now - job.started > self.settings.job_timeout:
                 job.stop = Stop.TIMEOUT
 
-    def stepped(self, job_ids: list[int], node: str, step: int, total: int, at: float) -> None:
+    def stepped(self, keys: list[LeaseKey], node: str, step: int, total: int,
+                at: float) -> None:
         """On the event loop, after a step: progress to write, cancels to see."""
         now = time.monotonic()
-        for job_id in job_ids:
-            job = self.held.get(job_id)
+        for key in keys:
+            job = self.runs.get(key)
             if job is None:
                 continue
             job.step, job.total = step, total
@@ -512,12 +579,13 @@ class Loop:
         self.poked.set()
 
     # --- Control: what the engine calls, from any thread; none of these waits -----------
-    def step(self, job_ids: list[int], node: str, step: int, total: int) -> None:
+    def step(self, runs: list[Run], node: str, step: int, total: int) -> None:
         assert self.loop is not None  # set by run(), which starts every job
-        self.loop.call_soon_threadsafe(self.stepped, job_ids, node, step, total, time.time())
+        self.loop.call_soon_threadsafe(self.stepped, [r.key for r in runs], node, step,
+                                       total, time.time())
 
-    def stop_reason(self, job_id: int) -> Stop | None:
-        job = self.held.get(job_id)
+    def stop_reason(self, run: Run) -> Stop | None:
+        job = self.runs.get(run.key)
         return job.stop if job else None
 
     def doing(self, what: dict[str, Any] | None) -> None:

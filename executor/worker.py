@@ -58,7 +58,7 @@ def executor_loop(config: cfg.Config, queue: Queue, *, comfyui: str | None = Non
                   owner: str | None = None) -> Loop:
     """An executor: the loop over its engine (not started)."""
     engine = make_engine(config, comfyui)
-    return Loop(config, queue, engine, owner=owner) if owner else Loop(config, queue, engine)
+    return Loop(config, queue, engine, owner)
 
 
 async def serve(config: cfg.Config, *, comfyui: str | None = None) -> int:

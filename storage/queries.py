@@ -32,6 +32,9 @@ _DIALECT = {
 # {json_list($N)}: the JSON list in parameter N, as rows.
 _JSON_LIST = {"sqlite": r"SELECT value FROM json_each(\1)",
               "postgres": r"SELECT jsonb_array_elements_text(CAST(\1 AS jsonb))"}
+# {id_list($N)}: the JSON list of job ids in parameter N, as rows of numbers.
+_ID_LIST = {"sqlite": r"SELECT value FROM json_each(\1)",
+            "postgres": r"SELECT CAST(jsonb_array_elements_text(CAST(\1 AS jsonb)) AS bigint)"}
 # {done_rows($N)}: the JSON list of {"id", "token", "outputs"} in parameter N, as rows.
 _DONE_ROWS = {
     "sqlite": r"SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token, "
@@ -49,6 +52,15 @@ _JOB_ROWS = {
                 r"r->>'affinity' AS affinity, (r->>'parent')::bigint AS parent, "
                 r"r->>'action' AS action "
                 r"FROM jsonb_array_elements(CAST(\1 AS jsonb)) WITH ORDINALITY AS x(r, n)"}
+# {lease_rows($N)}: the JSON list of {"id", "token"} in parameter N (leases: a job and
+# the token it is held under), as rows. Leases are fenced by both: a token may cover
+# several jobs (a micro-batch), and the same job may come back to the same executor
+# under a new token after its old lease ran out.
+_LEASE_ROWS = {
+    "sqlite": r"SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token "
+              r"FROM json_each(\1)",
+    "postgres": r"SELECT (r->>'id')::bigint AS id, r->>'token' AS token "
+                r"FROM jsonb_array_elements(CAST(\1 AS jsonb)) AS x(r)"}
 # {progress_rows($N)}: the JSON list of progress records in parameter N, as rows.
 _PROGRESS_ROWS = {
     "sqlite": r"SELECT key AS n, json_extract(value, '$.id') AS id, "
@@ -82,6 +94,8 @@ def for_dialect(sql: str, dialect: str) -> str:
     sql = re.sub(r"\{json_list\((\$\d+)\)\}", _JSON_LIST[dialect], sql)
     sql = re.sub(r"\{progress_rows\((\$\d+)\)\}", _PROGRESS_ROWS[dialect], sql)
     sql = re.sub(r"\{done_rows\((\$\d+)\)\}", _DONE_ROWS[dialect], sql)
+    sql = re.sub(r"\{id_list\((\$\d+)\)\}", _ID_LIST[dialect], sql)
+    sql = re.sub(r"\{lease_rows\((\$\d+)\)\}", _LEASE_ROWS[dialect], sql)
     sql = re.sub(r"\{job_rows\((\$\d+)\)\}", _JOB_ROWS[dialect], sql)
     for placeholder, text in _DIALECT[dialect].items():
         sql = sql.replace(placeholder, text)
@@ -187,12 +201,13 @@ WHERE status IN ('running', 'queued') AND lease_owner = $1 AND lease_expires_at 
 # its executor every time is bounded by max_attempts (promise 5).
 _CLAIM_SET = """
 UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, started_at = $4, updated_at = $4
+  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
 """
 
 # Claiming ahead leases the job and leaves it queued; `START` starts it later.
 _AHEAD_SET = """
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, updated_at = $4
+UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
+  updated_at = $4
 """
 
 # The next job in claim order: priority class, then round-robin turn among
@@ -266,21 +281,23 @@ WHERE id = (SELECT id FROM jobs WHERE status = 'queued' AND priority = $2 AND su
               AND not_before <= $4 AND lease_token IS NULL ORDER BY fair_rank, id LIMIT 1)
   AND status = 'queued' AND fair_rank < $1"""
 
-# Jobs claimed ahead start: every job under the tokens in the JSON list $1 (a claim and
-# its followers), unless canceled, handed back or the queue paused meanwhile. The
-# attempt counts from here. $3: the new lease expiry.
+# Jobs claimed ahead start: the leases in the JSON list $1 (a claim and its followers),
+# unless canceled, handed back or the queue paused meanwhile. The attempt counts from
+# here. $3: the new lease expiry.
 START = """
 UPDATE jobs SET status = 'running', attempts = attempts + 1, started_at = $2, updated_at = $2,
   lease_expires_at = $3
-WHERE lease_token IN ({json_list($1)}) AND status = 'queued'
+FROM ({lease_rows($1)}) h
+WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status = 'queued'
   AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, attempts"""
+RETURNING jobs.id, jobs.attempts"""
 
 # Jobs claimed ahead go back to waiting, untouched (the executor stops, or will not
-# start them): by token, or every one (pause).
+# start them): by lease, or every one (pause).
 UNCLAIM_AHEAD = """
 UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $2
-WHERE lease_token IN ({json_list($1)}) AND status = 'queued'"""
+FROM ({lease_rows($1)}) h
+WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status = 'queued'"""
 UNCLAIM_ALL_AHEAD = """
 UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
 WHERE status = 'queued' AND lease_expires_at IS NOT NULL"""
@@ -318,12 +335,61 @@ WHERE id = $1 AND lease_token = $2 AND status IN ('running', 'queued')
 RETURNING cancel_requested"""
 
 # Every lease an executor holds (running, finishing, claimed ahead), in one statement:
-# the tokens in the JSON list $1. A job missing from the answer is no longer this
-# executor's (its lease ran out and another took it, or it was canceled while ahead).
+# the leases in the JSON list $1. A lease missing from the answer is no longer this
+# executor's (it ran out and another took the job, or the job was canceled while ahead).
 HEARTBEAT_ALL = """
 UPDATE jobs SET lease_expires_at = $2
-WHERE lease_token IN ({json_list($1)}) AND status IN ('running', 'queued')
-RETURNING id, status, cancel_requested"""
+FROM ({lease_rows($1)}) h
+WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('running', 'queued')
+RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested"""
+
+def _handed_back(now: str, why: str) -> str:
+    """A leased job handed back ($now, $why): claimed ahead, free again untouched; running,
+    queued again with its attempt given back (or canceled, if that was asked)."""
+    return f"""
+UPDATE jobs SET
+  status = CASE WHEN status = 'running' AND cancel_requested THEN 'canceled' ELSE 'queued' END,
+  attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
+                  ELSE attempts END,
+  finished_at = CASE WHEN status = 'running' AND cancel_requested
+                     THEN CAST({now} AS DOUBLE PRECISION) ELSE finished_at END,
+  error = CASE WHEN status = 'running' THEN CAST({why} AS TEXT) ELSE error END,
+  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = {now}"""
+
+
+# What an executor ($3) holds a lease on but does not know it holds — not among the
+# leases it renews ($1) — goes back to the queue: a claim whose answer was lost (the
+# database went away after committing it, or a statement sent again took a second job
+# under the same token), or a lease its executor dropped by mistake. Nothing else could
+# ever run or renew it: left alone it would wait out its lease, or, renewed by a token
+# the executor still uses, forever. Claimed ahead: free again, untouched. Running (it
+# never ran there): queued, its attempt given back; canceled if that was asked. ($4
+# now, $5 why; $2 is HEARTBEAT_ALL's, which it runs beside.) The partial indexes of
+# running jobs and of jobs claimed ahead find the owner's few rows.
+HAND_BACK_UNHELD = _handed_back("$4", "$5") + """
+WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_owner = $3
+             UNION ALL
+             SELECT id FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+               AND lease_owner = $3)
+  AND lease_owner = $3 AND status IN ('running', 'queued') AND lease_token IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM ({lease_rows($1)}) h
+                  WHERE h.id = jobs.id AND h.token = jobs.lease_token)
+RETURNING id, status"""
+
+# PostgreSQL: both in one statement. The two never touch the same row (the hand-back
+# leaves out every lease renewed), so they may run as sibling data-modifying CTEs.
+HEARTBEAT_AND_HAND_BACK = (
+    "WITH renewed AS (" + HEARTBEAT_ALL + "), handed AS (" + HAND_BACK_UNHELD + ")\n"
+    "SELECT id, token, status, cancel_requested, FALSE AS handed_back FROM renewed\n"
+    "UNION ALL SELECT id, NULL, status, FALSE, TRUE FROM handed")
+
+# An operator's hand-back of stuck jobs (genbot queue doctor): the jobs in the JSON list
+# $1, if still leased, go back to the queue: claimed ahead, freed untouched; running,
+# queued again without using an attempt (or canceled, if that was asked). Whoever held
+# the lease finds it gone at its next heartbeat and stops. ($2 now, $3 why.)
+HAND_BACK_JOBS = _handed_back("$2", "$3") + """
+WHERE id IN ({id_list($1)}) AND lease_token IS NOT NULL AND status IN ('running', 'queued')
+RETURNING id, status"""
 
 COMPLETE = """
 UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
@@ -365,13 +431,6 @@ UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'queued
 WHERE id = $1 AND lease_token = $2 AND status = 'running'
 RETURNING status"""
 
-# Live progress of a running job, into the event log; only while the lease is held.
-PROGRESS = """
-INSERT INTO events (at, kind, batch_id, job_id, data)
-SELECT $3, 'progress', batch_id, id, $4 FROM jobs
-WHERE id = $1 AND lease_token = $2 AND status = 'running'
-RETURNING seq"""
-
 # Progress of several running jobs in one statement: the JSON list $1 of
 # {"id", "token", "at", "data"}, in order; a job no longer held is left out.
 PROGRESS_ALL = """
@@ -380,6 +439,33 @@ SELECT p.at, 'progress', j.batch_id, j.id, p.data
 FROM ({progress_rows($1)}) p JOIN jobs j ON j.id = p.id AND j.lease_token = p.token
 WHERE j.status = 'running' ORDER BY p.n
 RETURNING seq"""
+
+# ... and each job's sign of life (`progressed_at`, migration 0020: what tells a running
+# job that makes no progress from one that does), beside it: one transaction on SQLite,
+# one statement on PostgreSQL (PROGRESS_ALL_PG).
+PROGRESSED = """
+UPDATE jobs SET progressed_at = p.at
+FROM (SELECT id, token, MAX(at) AS at FROM ({progress_rows($1)}) r GROUP BY id, token) p
+WHERE jobs.id = p.id AND jobs.lease_token = p.token AND jobs.status = 'running'"""
+PROGRESS_ALL_PG = ("WITH written AS (" + PROGRESS_ALL + "), progressed AS (" + PROGRESSED
+                   + ")\nSELECT seq FROM written")
+
+# Leased jobs and how long each has shown no sign of life, longest first: claimed ahead
+# and not started, since the claim; running, since its last progress event (migration
+# 0020 keeps `progressed_at`) or its start. A few rows (one or two groups per executor),
+# found through the partial indexes. What the stuck-job gauges of /metrics and `genbot
+# queue doctor` read. $1: now, $2: at most this many.
+LEASED_IDLE = """
+SELECT * FROM (
+  SELECT id, batch_id, row, status, attempts, lease_owner, lease_expires_at,
+    CAST($1 AS DOUBLE PRECISION) - COALESCE(leased_at, updated_at) AS idle_seconds
+  FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+  UNION ALL
+  SELECT id, batch_id, row, status, attempts, lease_owner, lease_expires_at,
+    CAST($1 AS DOUBLE PRECISION) - CASE WHEN progressed_at > started_at THEN progressed_at
+                                        ELSE started_at END AS idle_seconds
+  FROM jobs WHERE status = 'running'
+) leased ORDER BY idle_seconds DESC, id LIMIT $2"""
 
 # Running jobs of one executor that someone asked to cancel (polled between steps).
 CANCELS_ASKED = """

@@ -35,8 +35,8 @@ from storage.records import (
 from storage.wakeup import EventBell, PostgresWaker, SocketWaker, Waker
 
 __all__ = ["ACTIVE", "TERMINAL", "BatchProgress", "CancelResult", "Claim", "Enqueued", "Lease",
-           "LeaseState", "NewJob", "Priority", "Queue", "QueueFull", "Status", "Submission",
-           "open_queue"]
+           "LeaseKey", "LeaseState", "NewJob", "Priority", "Queue", "QueueFull", "Renewal",
+           "Status", "Submission", "open_queue"]
 
 
 ANALYZE_EVERY = 2000  # jobs this process enqueues between renewals of PostgreSQL's statistics
@@ -81,6 +81,9 @@ class QueueFull(Exception):
                          f"but this submission has {requested}: nothing was queued")
 
 
+LeaseKey = tuple[int, str]  # (job id, lease token): one lease, one run of a job
+
+
 @dataclass(frozen=True)
 class Lease:
     job_id: int
@@ -103,6 +106,11 @@ class Lease:
                    priority=Priority(row["priority"]), submitter=row["submitter"],
                    affinity=row["affinity"], started=started)
 
+    @property
+    def key(self) -> LeaseKey:
+        """What the lease is known by: a later lease of the same job has another token."""
+        return self.job_id, self.token
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -119,6 +127,14 @@ class Claim:
 class LeaseState:
     held: bool  # False: the lease expired and the job is no longer this executor's
     cancel_requested: bool
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """What a heartbeat found: each lease's state, and the jobs handed back because their
+    executor held them without knowing (`heartbeat_all`)."""
+    states: dict[LeaseKey, LeaseState]
+    handed_back: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -368,12 +384,12 @@ class Queue(QueueReads):
         if not leases:
             return []
         now = self.clock()
-        tokens = encoded(sorted({lease.token for lease in leases}))
-        rows = await self.db.fetch(self._sql(q.START), tokens, now,
+        held = self._lease_list(leases)
+        rows = await self.db.fetch(self._sql(q.START), held, now,
                                    now + self.settings.lease_seconds)
         attempts = {r["id"]: r["attempts"] for r in rows}
         if len(attempts) < len(leases):
-            await self.db.execute(self._sql(q.UNCLAIM_AHEAD), tokens, now)
+            await self.db.execute(self._sql(q.UNCLAIM_AHEAD), held, now)
         return [replace(lease, attempts=attempts[lease.job_id], started=True)
                 for lease in leases if lease.job_id in attempts]
 
@@ -381,8 +397,12 @@ class Queue(QueueReads):
         """Hand jobs claimed ahead back to the queue, untouched (no attempt was used)."""
         if not leases:
             return 0
-        tokens = encoded(sorted({lease.token for lease in leases}))
-        return await self.db.execute(self._sql(q.UNCLAIM_AHEAD), tokens, self.clock())
+        return await self.db.execute(self._sql(q.UNCLAIM_AHEAD), self._lease_list(leases),
+                                     self.clock())
+
+    @staticmethod
+    def _lease_list(leases: Sequence[Lease]) -> str:
+        return encoded([{"id": lease.job_id, "token": lease.token} for lease in leases])
 
     async def heartbeat(self, lease: Lease) -> LeaseState:
         """Extend the lease; also tells the executor whether a cancel was asked for."""
@@ -392,16 +412,50 @@ class Queue(QueueReads):
             return LeaseState(held=False, cancel_requested=False)
         return LeaseState(held=True, cancel_requested=bool(row["cancel_requested"]))
 
-    async def heartbeat_all(self, leases: Sequence[Lease]) -> dict[int, LeaseState]:
-        """Extend every lease an executor holds in one statement: {job id: state}."""
-        if not leases:
-            return {}
-        tokens = encoded(sorted({lease.token for lease in leases}))
-        rows = await self.db.fetch(self._sql(q.HEARTBEAT_ALL), tokens,
-                                   self.clock() + self.settings.lease_seconds)
-        held = {r["id"]: bool(r["cancel_requested"]) for r in rows}
-        return {lease.job_id: LeaseState(lease.job_id in held, held.get(lease.job_id, False))
-                for lease in leases}
+    async def heartbeat_all(self, leases: Sequence[Lease], *,
+                            owner: str | None = None) -> Renewal:
+        """Extend every lease an executor holds, each fenced by its job and token: the
+        state of each. With `owner`, also hand back whatever else that executor holds a
+        lease on, in the same statement on PostgreSQL and the same transaction on
+        SQLite, so the leases an executor renews are exactly the ones it knows of
+        (queries.HAND_BACK_UNHELD says what that catches). The caller must have no claim
+        on its way meanwhile: the lease that claim takes would look unknown."""
+        now = self.clock()
+        held, expiry = self._lease_list(leases), now + self.settings.lease_seconds
+        rows: list[dict]
+        if owner is None:
+            rows = await self.db.fetch(self._sql(q.HEARTBEAT_ALL), held, expiry) \
+                if leases else []
+        else:
+            reason = f"handed back: executor {owner} held it without knowing " \
+                "(a claim whose answer was lost)"
+            args = [held, expiry, owner, now, reason]
+            if self.db.dialect == "postgres":
+                rows = await self.db.fetch(self._sql(q.HEARTBEAT_AND_HAND_BACK), *args)
+            else:
+                async with self.db.transaction() as tx:
+                    rows = await self.db.fetch(self._sql(q.HEARTBEAT_ALL), held, expiry,
+                                               client=tx) if leases else []
+                    handed = await self.db.fetch(self._sql(q.HAND_BACK_UNHELD), *args,
+                                                 client=tx)
+                rows += [{**r, "handed_back": True} for r in handed]
+        renewed = {(r["id"], r["token"]): bool(r["cancel_requested"]) for r in rows
+                   if not r.get("handed_back")}
+        return Renewal({lease.key: LeaseState(lease.key in renewed, renewed.get(lease.key, False))
+                        for lease in leases},
+                       sorted(r["id"] for r in rows if r.get("handed_back")))
+
+    async def hand_back(self, job_ids: Sequence[int], reason: str) -> list[int]:
+        """An operator's hand-back of stuck jobs: those of `job_ids` still leased go back to
+        the queue (claimed ahead: untouched; running: queued again, no attempt used;
+        canceled if asked), and whoever held them finds the lease gone. Returns those."""
+        if not job_ids:
+            return []
+        rows = await self.db.fetch(self._sql(q.HAND_BACK_JOBS), encoded(list(job_ids)),
+                                   self.clock(), reason)
+        if rows:
+            await self.waker.notify()
+        return sorted(r["id"] for r in rows)
 
     async def complete(self, lease: Lease, outputs: Sequence[Any] = ()) -> Status | None:
         """Record success (or canceled, if a cancel came first). None: the lease was lost."""
@@ -458,17 +512,22 @@ class Queue(QueueReads):
 
     async def progress(self, lease: Lease, data: dict[str, Any]) -> bool:
         """A progress event (e.g. {"node", "step", "total"}) for a job this lease holds."""
-        return await self.db.fetchrow(q.PROGRESS, lease.job_id, lease.token, self.clock(),
-                                      encoded(data)) is not None
+        return await self.progress_all([(lease, data, self.clock())]) > 0
 
     async def progress_all(self, updates: Sequence[tuple[Lease, dict[str, Any], float]]) -> int:
         """Progress events of several jobs in one statement: (lease, data, when) each, in
-        order. Returns how many were recorded (a job no longer held records nothing)."""
+        order; each job's `progressed_at` moves with them. Returns how many were recorded
+        (a job no longer held records nothing)."""
         if not updates:
             return 0
-        rows = [{"id": lease.job_id, "token": lease.token, "at": at, "data": data}
-                for lease, data, at in updates]
-        return len(await self.db.fetch(self._sql(q.PROGRESS_ALL), encoded(rows)))
+        rows = encoded([{"id": lease.job_id, "token": lease.token, "at": at, "data": data}
+                        for lease, data, at in updates])
+        if self.db.dialect == "postgres":
+            return len(await self.db.fetch(self._sql(q.PROGRESS_ALL_PG), rows))
+        async with self.db.transaction() as tx:
+            written = await self.db.fetch(self._sql(q.PROGRESS_ALL), rows, client=tx)
+            await self.db.execute(self._sql(q.PROGRESSED), rows, client=tx)
+        return len(written)
 
     async def cancels_asked(self, owner: str) -> set[int]:
         """Jobs running under `owner` that someone asked to cancel."""

@@ -7,6 +7,7 @@ storage.queue's, whose `Queue` reads through this base. The SQL is storage.queri
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from storage.records import (
     Digest,
     Event,
     Job,
+    LeasedJob,
     Placement,
     Priority,
     QueueState,
@@ -67,6 +69,7 @@ class BatchProgress:
 
 class QueueReads:
     db: Database
+    clock: Callable[[], float]
 
     async def job(self, job_id: int) -> Job | None:
         row = await self.db.fetchrow(q.JOB, job_id)
@@ -203,6 +206,12 @@ class QueueReads:
         if self.db.dialect != "postgres":
             return None
         return float(await self.db.fetchval(q.OLDEST_SNAPSHOT_PG) or 0)
+
+    async def leased_idle(self, limit: int = 1000) -> list[LeasedJob]:
+        """Every leased job (claimed ahead, or running), the longest without a sign of
+        life first: stuck ones lead (queries.LEASED_IDLE)."""
+        return [LeasedJob.from_row(r)
+                for r in await self.db.fetch(q.LEASED_IDLE, self.clock(), limit)]
 
     async def placement(self) -> list[Placement]:
         """Ready, claimed-ahead, running and delayed jobs, and the oldest ready job's wait,

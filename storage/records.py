@@ -153,6 +153,31 @@ class RunningJob:
 
 
 @dataclass(frozen=True)
+class LeasedJob:
+    """A job under a lease (claimed ahead, or running) and how long it has shown no sign
+    of life: what the stuck-job alarm and `genbot queue doctor` read."""
+    id: int
+    batch_id: int
+    row: int
+    status: Status  # queued (claimed ahead, not started) or running
+    attempts: int
+    lease_owner: str | None
+    lease_expires_at: float | None
+    idle_seconds: float  # ahead: since the claim; running: since its last progress or start
+
+    @property
+    def ahead(self) -> bool:
+        return self.status == Status.QUEUED
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> LeasedJob:
+        return cls(id=row["id"], batch_id=row["batch_id"], row=row["row"],
+                   status=Status(row["status"]), attempts=row["attempts"],
+                   lease_owner=row["lease_owner"], lease_expires_at=row["lease_expires_at"],
+                   idle_seconds=max(0.0, float(row["idle_seconds"] or 0.0)))
+
+
+@dataclass(frozen=True)
 class BatchCounts:
     """A batch with its jobs counted by status: a line of a batch list."""
     batch: Batch

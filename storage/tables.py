@@ -45,11 +45,13 @@ class Job(Model):
     lease_owner = fields.CharField(max_length=200, null=True)
     lease_token = fields.CharField(max_length=64, null=True)
     lease_expires_at = fields.FloatField(null=True)
+    leased_at = fields.FloatField(null=True, description="when its lease was taken")
     cancel_requested = fields.BooleanField(default=False)
     outputs = fields.JSONField(default=list)
     error = fields.TextField(null=True)
     enqueued_at = fields.FloatField()
     started_at = fields.FloatField(null=True)
+    progressed_at = fields.FloatField(null=True, description="its last progress event")
     finished_at = fields.FloatField(null=True)
     updated_at = fields.FloatField()
     # Iteration (keep, again, vary, upscale, edit): the image a job was made from, how, and

@@ -162,11 +162,11 @@ async def test_a_lost_lease_stops_the_work_and_records_nothing(kind, tmp_path, d
         batch = await side.slow()
         job_id = await side.stepping(batch)
         # Another executor took the job over (its lease ran out while this one was cut off).
-        await side.queue.db.execute("UPDATE jobs SET lease_token = ? WHERE id = ?",
-                                    "someone-else", job_id)
+        await side.queue.db.execute("UPDATE jobs SET lease_token = ?, lease_owner = ? "
+                                    "WHERE id = ?", "someone-else", "elsewhere:1", job_id)
 
         async def stopped():
-            return not side.loop.held and side.interrupted()
+            return not side.loop.runs and side.interrupted()
         await side.until(stopped)
         (job,) = await side.queue.batch_jobs(batch)
         assert job.status == Status.RUNNING and job.attempts == 1 and job.outputs == []
@@ -196,11 +196,11 @@ async def test_stopping_hands_the_running_job_back_without_an_attempt(kind, tmp_
         assert job.error is None or "executor stopped" in job.error
 
 
-def test_one_module_of_the_executor_calls_the_queues_lease_operations():
+def test_only_the_loop_and_its_prefetch_call_the_queues_lease_operations():
     from tests.conftest import ROOT
     lease_ops = re.compile(r"\.(claim|claim_followers|start|unclaim|heartbeat_all|heartbeat|"
                            r"complete|complete_and_claim|fail|release|progress|progress_all|"
                            r"cancels_asked)\(")
     callers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "executor").rglob("*.py")
                      if re.search(r"queue" + lease_ops.pattern, p.read_text(encoding="utf-8")))
-    assert callers == ["executor/loop.py"]
+    assert callers == ["executor/loop.py", "executor/prefetch.py"]

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from storage.db import Database
-from storage.queue import NewJob, Priority, Queue, QueueFull, Status, Submission
+from storage.queue import LeaseState, NewJob, Priority, Queue, QueueFull, Status, Submission
 from storage.records import KEPT, REJECTED, ActiveCounts
 from tests.conftest import queue_settings
 
@@ -726,7 +726,7 @@ async def test_cancel_ends_a_job_claimed_ahead_at_once(queue):
     job = await queue.job(ahead.job_id)
     assert (job.status, job.attempts, job.lease_owner) == ("canceled", 0, None)
     assert await queue.start([ahead]) == []  # the executor learns it is gone
-    assert not (await queue.heartbeat_all([ahead]))[ahead.job_id].held
+    assert not (await queue.heartbeat_all([ahead])).states[ahead.key].held
 
 
 async def test_pause_hands_jobs_claimed_ahead_back_at_once(queue):
@@ -792,16 +792,17 @@ async def test_heartbeat_all_extends_every_lease_in_one_statement(queue, clock):
     ahead = await queue.claim("w", ahead=True)
     for _ in range(3):
         clock.advance(8)
-        states = await queue.heartbeat_all([a, b, ahead])
+        states = (await queue.heartbeat_all([a, b, ahead])).states
         assert all(s.held for s in states.values())
     await queue.cancel(job=b.job_id, by="admin")
-    states = await queue.heartbeat_all([a, b, ahead])
-    assert states[b.job_id].cancel_requested and not states[a.job_id].cancel_requested
+    states = (await queue.heartbeat_all([a, b, ahead])).states
+    assert states[b.key].cancel_requested and not states[a.key].cancel_requested
     assert await queue.claim("w2") is None  # all three still held
     clock.advance(10.5)
     taken = await queue.claim("w2")  # sweeps the lapsed leases, takes one over
-    states = await queue.heartbeat_all([a, b, ahead])
-    assert not states[taken.job_id].held
+    states = (await queue.heartbeat_all([a, b, ahead])).states
+    stale = next(x for x in (a, b, ahead) if x.job_id == taken.job_id)
+    assert not states[stale.key].held
 
 
 async def test_followers_claimed_ahead_start_with_their_head(queue):
@@ -849,6 +850,102 @@ async def test_complete_and_claim_keeps_affinity_preference_fair(queue):
             break
         rows.append(lease.row)
     assert rows == [2, 4, 3, 5]  # the "a" jobs first, within alice's own turns
+
+
+# --- leases an executor holds without knowing: handed back by its heartbeat ----------
+
+async def test_a_second_job_under_a_reused_token_is_neither_started_nor_renewed(queue):
+    """A claim sent again after its answer was lost takes a second job under the same
+    token. Leases are fenced by job and token, so the first job is not started, renewed
+    or handed back along with the one the executor knows of."""
+    await queue.enqueue(sub("alice", 2))
+    lost = await queue.claim("w", ahead=True)  # its answer never came...
+    await queue.db.execute("UPDATE jobs SET lease_token = 't1' WHERE id = $1", lost.job_id)
+    known = await queue.claim("w", ahead=True)  # ...the same claim sent again, same token
+    await queue.db.execute("UPDATE jobs SET lease_token = 't1' WHERE id = $1", known.job_id)
+    lost, known = (type(x)(**{**x.__dict__, "token": "t1"}) for x in (lost, known))
+    assert lost.job_id != known.job_id
+    renewal = await queue.heartbeat_all([known])
+    assert renewal.states == {known.key: LeaseState(True, False)} and not renewal.handed_back
+    (started,) = await queue.start([known])
+    assert started.job_id == known.job_id
+    lost_job = await queue.job(lost.job_id)  # not started with it, but still leased
+    assert (lost_job.status, lost_job.attempts, lost_job.lease_owner) == ("queued", 0, "w")
+    assert (await queue.heartbeat_all([started], owner="w")).handed_back == [lost.job_id]
+
+
+async def test_the_heartbeat_hands_back_what_its_executor_does_not_know_it_holds(queue):
+    await queue.enqueue(sub("alice", 5))
+    known = await queue.claim("w")
+    lost_running = await queue.claim("w")  # answers lost: the executor never saw them
+    lost_ahead = await queue.claim("w", ahead=True)
+    other = await queue.claim("w2")  # another executor's: never touched
+    renewal = await queue.heartbeat_all([known], owner="w")
+    assert renewal.states[known.key].held
+    assert renewal.handed_back == sorted([lost_running.job_id, lost_ahead.job_id])
+    running = await queue.job(lost_running.job_id)
+    assert (running.status, running.attempts, running.lease_owner) == ("queued", 0, None)
+    assert "held it without knowing" in running.error
+    ahead = await queue.job(lost_ahead.job_id)
+    assert (ahead.status, ahead.attempts, ahead.lease_owner) == ("queued", 0, None)
+    assert (await queue.job(other.job_id)).lease_owner == "w2"
+    assert (await queue.job(known.job_id)).status == "running"
+    ahead = await queue.claim("w", ahead=True)  # known: renewed like any other
+    renewal = await queue.heartbeat_all([known, ahead], owner="w")
+    assert renewal.handed_back == [] and renewal.states[ahead.key].held
+    # Nothing held at all (an executor leaving): everything of its goes back.
+    renewal = await queue.heartbeat_all([], owner="w")
+    assert renewal.handed_back == sorted([known.job_id, ahead.job_id])
+    kinds = [e.kind for e in await queue.events_after(0) if e.job_id == lost_running.job_id]
+    assert kinds == ["running", "queued"]  # one run given back, as a release is
+
+
+async def test_a_lease_held_without_knowing_with_a_cancel_asked_ends_canceled(queue):
+    await queue.enqueue(sub("alice", 1))
+    lost = await queue.claim("w")
+    await queue.cancel(job=lost.job_id, by="admin")
+    assert (await queue.heartbeat_all([], owner="w")).handed_back == [lost.job_id]
+    job = await queue.job(lost.job_id)
+    assert (job.status, job.attempts) == ("canceled", 1)
+
+
+async def test_leased_jobs_are_listed_by_how_long_they_showed_no_sign_of_life(queue, clock):
+    await queue.enqueue(sub("alice", 3))
+    running = await queue.claim("w")
+    clock.advance(3)
+    ahead = await queue.claim("w", ahead=True)
+    busy = await queue.claim("w2")
+    clock.advance(5)
+    assert await queue.progress(busy, {"step": 1})  # a sign of life
+    clock.advance(2)
+    idle = {j.id: (j.status, j.idle_seconds, j.lease_owner) for j in await queue.leased_idle()}
+    assert idle == {running.job_id: ("running", 10.0, "w"),
+                    ahead.job_id: ("queued", 7.0, "w"), busy.job_id: ("running", 2.0, "w2")}
+    assert [j.id for j in await queue.leased_idle()] == [running.job_id, ahead.job_id,
+                                                          busy.job_id]
+    assert (await queue.leased_idle())[1].ahead
+    # A stale progress event (a lost lease) is no sign of life of the job's new run.
+    stale = type(busy)(**{**busy.__dict__, "token": "gone"})
+    clock.advance(0.5)
+    assert not await queue.progress(stale, {"step": 9})
+    assert {j.id: j.idle_seconds for j in await queue.leased_idle()}[busy.job_id] == 2.5
+
+
+async def test_an_operator_hands_back_stuck_jobs_and_their_holder_is_fenced(queue):
+    await queue.enqueue(sub("alice", 3))
+    running = await queue.claim("w")
+    ahead = await queue.claim("w", ahead=True)
+    assert await queue.hand_back([running.job_id, ahead.job_id, 999], "handed back by ops") \
+        == sorted([running.job_id, ahead.job_id])
+    job = await queue.job(running.job_id)
+    assert (job.status, job.attempts, job.lease_owner, job.error) == \
+        ("queued", 0, None, "handed back by ops")
+    assert (await queue.job(ahead.job_id)).lease_owner is None
+    assert not (await queue.heartbeat_all([running])).states[running.key].held
+    assert await queue.complete(running, ["late.png"]) is None  # the old run is fenced
+    assert await queue.hand_back([running.job_id], "again") == []  # not leased: nothing
+    again = await queue.claim("w2")
+    assert (again.job_id, again.attempts) == (running.job_id, 1)
 
 
 async def test_progress_of_several_jobs_in_one_statement(queue, clock):

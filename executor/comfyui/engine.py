@@ -308,8 +308,8 @@ class ComfyEngine:
                 shown = (state.step, state.total)
                 node = prompt.get(state.step_node, {})
                 title = (node.get("_meta") or {}).get("title") or node.get("class_type") or "?"
-                self.control.step([run.id], title, state.step, state.total)
-            if reason := self.control.stop_reason(run.id):
+                self.control.step([run], title, state.step, state.total)
+            if reason := self.control.stop_reason(run):
                 await self.stop_prompt(state.id)
                 run.stopped = reason
                 return None

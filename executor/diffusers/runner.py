@@ -12,7 +12,9 @@ executor runs on another thread while the GPU starts the next job.
 
 A job's error is written for the person who sent the row: an op's OpError as it is;
 any other exception names its node and the row's values that fed it, and the library's
-own words (with the traceback) go to the executor's log.
+own words (with the traceback) go to the executor's log. The machine's trouble (a full
+disk, a store away: an OSError) is not a bug: the job is retried, and the log says it in
+one line per episode (executor.told), not a traceback per job.
 
 Runs in worker threads (it blocks on the GPU); the loop's `Control` is how it reports
 progress and learns that a job should stop, between denoising steps. Neither call waits
@@ -30,6 +32,7 @@ from typing import Any
 from executor.diffusers.ops import REGISTRY, Context, Op, OpError
 from executor.engine import Control, Run
 from executor.models.registry import ModelError
+from executor.told import Told
 from storage.names import shown
 from templates.jobs import DiffusersJob, Step
 
@@ -53,6 +56,7 @@ def split(job: DiffusersJob) -> int:
 
 
 UNEXPECTED = "an unexpected error inside the op; the executor's log has the details"
+MACHINE = "reading or writing a job's files"  # the kind of trouble executor.told counts
 
 
 def fed_by(job: DiffusersJob, node: Step, limit: int = 3) -> str:
@@ -105,6 +109,7 @@ class Runner:
         self.control = control
         self.max_batch = max_batch
         self.on_oom = on_oom or (lambda: None)  # frees memory (the worker clears the cache)
+        self.told = Told(log)  # the machine's trouble (a full disk), once per episode
 
     def run_device(self, runs: list[JobRun]) -> None:
         """The GPU's part of each job (jobs of one template in lockstep)."""
@@ -134,10 +139,11 @@ class Runner:
         if r.live:
             ops = {n.id: REGISTRY[n.op] for n in nodes}
             r.outputs = [r.values[f"{nid}.{ops[nid].output}"] for nid in r.job.outputs]
+            self.told.worked(MACHINE)
 
     def _check_stops(self, runs: list[JobRun]) -> None:
         for r in runs:
-            if r.live and (reason := self.control.stop_reason(r.id)):
+            if r.live and (reason := self.control.stop_reason(r)):
                 r.stopped = reason
 
     def _chunks(self, spec: Op, live: list[JobRun], index: int) -> list[list[JobRun]]:
@@ -151,7 +157,7 @@ class Runner:
 
     def _call(self, chunk: list[JobRun], index: int, device: bool = True) -> None:
         for r in chunk:  # canceled (or timed out) while an earlier call ran
-            if reason := self.control.stop_reason(r.id):
+            if reason := self.control.stop_reason(r):
                 r.stopped = reason
         chunk = [r for r in chunk if r.live]
         if not chunk:
@@ -164,7 +170,7 @@ class Runner:
         # call's list is copied to each of its jobs below.
         used = [] if batched else chunk[0].used_models
         ctx = replace(self.base, used_models=used, batch_id=chunk[0].batch_id,
-                      job=chunk[0].job, on_step=self._on_step(ids, node.id))
+                      job=chunk[0].job, on_step=self._on_step(chunk, node.id))
         started = time.perf_counter()
         extra = {"batch": chunk[0].batch_id, "jobs": ids, "node": node.id, "op": node.op}
         log.info("node start", extra=extra)
@@ -209,8 +215,8 @@ class Runner:
             self._call([r], index)
             return
         node = r.job.nodes[index]
-        if r.stopped or self.control.stop_reason(r.id):
-            r.stopped = r.stopped or self.control.stop_reason(r.id)
+        if r.stopped or self.control.stop_reason(r):
+            r.stopped = r.stopped or self.control.stop_reason(r)
             return
         where = f"node {node.id} ({node.op})"
         if oom:
@@ -220,6 +226,8 @@ class Runner:
         elif isinstance(error, OSError):  # the machine's, not the row's: a disk, a store
             r.error = f"{where}: {type(error).__name__}: {error}"
             r.retryable = True
+            self.told.failed(MACHINE, error, job=r.id, expected=True)
+            return
         else:  # a library's own words mean nothing to the person: the log has them
             fed = fed_by(r.job, node)
             r.error = (f"{where}: failed on this row's {fed} ({UNEXPECTED})" if fed
@@ -230,8 +238,8 @@ class Runner:
         log.error("job failed: %s; cause: %s: %s", r.error, type(error).__name__, error,
                   extra={**extra, "traceback": "".join(traceback.format_exception(error))})
 
-    def _on_step(self, ids: list[int], node: str):
+    def _on_step(self, runs: list[JobRun], node: str):
         def on_step(step: int, total: int) -> bool:
-            self.control.step(ids, node, step, total)
-            return all(self.control.stop_reason(i) for i in ids)
+            self.control.step(list(runs), node, step, total)
+            return all(self.control.stop_reason(r) for r in runs)
         return on_step
