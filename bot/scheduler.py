@@ -26,6 +26,8 @@ from bot.conventions import digest_key
 from bot.messages import say
 from bot.settings import ChatConfig
 from storage.config import QueueConfig
+from storage.db import connection_lost
+from storage.logs import Retrying
 from storage.outbox import Outbox
 from storage.workers import Workers
 
@@ -43,16 +45,22 @@ class Scheduler:
 
     def _quiet(self, work: Any) -> Any:
         """A job as the scheduler runs it: one caught by the service stopping (the
-        database closing under it) ends quietly instead of logging a traceback."""
+        database closing under it) ends quietly; a failure is told once per run of
+        failures (a database outage in one line, since storage.db tells it too), not a
+        traceback at every firing; the next firing tries again."""
+        retrying = Retrying(log, f"schedules: {work.__name__}")
+
         async def run() -> Any:
             try:
-                return await work()
+                done = await work()
             except asyncio.CancelledError:
                 return None
-            except Exception:
-                if self.stopping:
-                    return None
-                raise
+            except Exception as e:  # noqa: BLE001 - told once; the next firing tries again
+                if not self.stopping:
+                    retrying.failed(e)
+                return None
+            retrying.worked()
+            return done
         run.__name__ = run.__qualname__ = work.__name__
         return run
 
@@ -129,7 +137,9 @@ class Scheduler:
                 continue  # another service queued this firing
             try:
                 batch = await self.app.fire(row, when.timestamp())
-            except Exception:
+            except Exception as e:
+                if connection_lost(e):  # (the tick tells the outage, once)
+                    raise
                 log.exception("schedule %s could not fire", row.id)
                 continue
             if batch is not None:

@@ -33,6 +33,7 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     "submit_bench.py": (["--pg", PG_URL, "--clients", "5", "--rows", "2", "--rounds", "1"],
                         "p99 postgres/sqlite"),
     "bloat_bench.py": (["--smoke", "--pg", PG_URL], "held/free"),
+    "outage_bench.py": (["--quick"], "every job succeeded exactly once: yes"),
 }
 
 

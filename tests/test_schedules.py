@@ -176,3 +176,38 @@ async def test_a_job_caught_by_the_service_stopping_ends_quietly():
         await scheduler._quiet(broken)()  # a real failure still surfaces...
     scheduler.stop()
     assert await scheduler._quiet(broken)() is None  # ...unless the service is stopping
+
+
+async def test_a_scheduled_job_failing_in_an_outage_is_told_once_not_a_traceback_per_firing(
+        caplog):
+    """The database away for a few firings of the schedules' tick: one line when it starts
+    failing, one when it works again, no traceback (apscheduler would print one per
+    firing); a genuine bug is told with its traceback, once."""
+    import logging
+
+    from storage.db import DatabaseUnavailable
+    caplog.set_level(logging.DEBUG, logger="genbot.schedules")
+    failures = [DatabaseUnavailable("database x unreachable for 12.0 s")] * 3 + [None]
+
+    async def tick():
+        if error := failures.pop(0):
+            raise error
+        return ["queued"]
+    scheduler = Scheduler.__new__(Scheduler)
+    scheduler.stopping = False
+    run = scheduler._quiet(tick)
+    assert [await run() for _ in range(4)] == [None, None, None, ["queued"]]
+    told = [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO]
+    assert told == [("WARNING", "schedules: tick failed: database x unreachable for 12.0 s; "
+                                "trying again"), ("INFO", "schedules: tick works again")]
+    assert not any(r.exc_info for r in caplog.records)
+
+    caplog.clear()
+
+    async def broken():
+        raise KeyError("a bug")
+    run = scheduler._quiet(broken)
+    await run()
+    await run()
+    (bug,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert bug.levelname == "ERROR" and bug.exc_info is not None
