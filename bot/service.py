@@ -27,7 +27,7 @@ from bot.web.dashboard import Dashboard
 from bot.web.metrics import Metrics
 from bot.web.sessions import local_token
 from bot.webhooks.service import WebhookService
-from storage.config import Config, DatabaseConfig, ServiceConfig
+from storage.config import Config, DatabaseConfig, QueueConfig, ServiceConfig
 from storage.files import open_store
 from storage.queue import open_queue
 from templates.settings import ComfyUIConfig
@@ -93,7 +93,8 @@ class Service:
         self.metrics = Metrics(self.queue, self.core.outbox, restarts=lambda:
                                sum(s.restarts for s in [self.supervisor, *self.comfy] if s),
                                token=config[ApiConfig].metrics_token,
-                               webhooks=(self.hooks.webhooks, self.hooks.deliverer.counts))
+                               webhooks=(self.hooks.webhooks, self.hooks.deliverer.counts),
+                               stuck_after=config[QueueConfig].stuck_after)
         await self.metrics.start()
         app.router.add_get("/metrics", self.metrics.handler)
         for platform in self.platforms:

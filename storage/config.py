@@ -187,6 +187,10 @@ class QueueConfig:
                                    min=0, max=604_800)
     poll_interval: float = key(5.0, "Fallback polling of an idle executor, in seconds; new work "
                                "normally wakes it at once.", min=0.05, max=3600)
+    stuck_after: float = key(600.0, "Seconds a leased job may show no sign of life (claimed "
+                             "ahead and not started, or running without a progress step) before "
+                             "`genbot queue doctor`, /doctor and the API call it stuck.",
+                             min=1, max=604_800)
     retention_days: float = key(0.0, "Forget batches finished more than this many days ago: "
                                 "their jobs, events and output files (checked daily). 0 keeps "
                                 "everything.", min=0, max=36_500)

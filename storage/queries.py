@@ -292,6 +292,13 @@ WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status = 'queued'
   AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING jobs.id, jobs.attempts"""
 
+# Of those leases, the jobs running under them already: a start sent again after its
+# answer was lost finds its jobs started, and they are the executor's to run.
+RUNNING_UNDER = """
+SELECT jobs.id, jobs.attempts FROM jobs JOIN ({lease_rows($1)}) h
+  ON jobs.id = h.id AND jobs.lease_token = h.token
+WHERE jobs.status = 'running'"""
+
 # Jobs claimed ahead go back to waiting, untouched (the executor stops, or will not
 # start them): by lease, or every one (pause).
 UNCLAIM_AHEAD = """

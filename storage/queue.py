@@ -380,7 +380,8 @@ class Queue(QueueReads):
     async def start(self, leases: Sequence[Lease]) -> list[Lease]:
         """Start jobs claimed ahead (a claim and its followers); their attempt counts now.
         Returns those started. The others were canceled (they ended at once), handed
-        back, or the queue was paused: whatever is left of their claims is dropped."""
+        back, or the queue was paused: whatever is left of their claims is dropped.
+        Sent again after its answer was lost, it finds its jobs started: the same."""
         if not leases:
             return []
         now = self.clock()
@@ -388,6 +389,9 @@ class Queue(QueueReads):
         rows = await self.db.fetch(self._sql(q.START), held, now,
                                    now + self.settings.lease_seconds)
         attempts = {r["id"]: r["attempts"] for r in rows}
+        if len(attempts) < len(leases):
+            for r in await self.db.fetch(self._sql(q.RUNNING_UNDER), held):
+                attempts.setdefault(r["id"], r["attempts"])
         if len(attempts) < len(leases):
             await self.db.execute(self._sql(q.UNCLAIM_AHEAD), held, now)
         return [replace(lease, attempts=attempts[lease.job_id], started=True)

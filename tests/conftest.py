@@ -253,6 +253,15 @@ def quick_retries(monkeypatch):
 
 
 @pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A folder with no config.toml: the CLI runs on built-in defaults, data under ./data."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GENBOT_CONFIG", raising=False)
+    monkeypatch.delenv("GENBOT_DATABASE_URL", raising=False)
+    return tmp_path
+
+
+@pytest.fixture
 def clock():
     return FakeClock()
 

@@ -241,6 +241,7 @@ ROUTES = [  # method, path, who passes, the answer once past the check
     ("POST", "/batches", S, 415), ("POST", "/batches/1/retry", OWNER, 409),
     ("POST", "/jobs/2/cancel", OWNER, 200), ("POST", "/batches/1/cancel", OWNER, 200),
     ("POST", "/queue/pause", A, 200), ("POST", "/queue/resume", A, 200),
+    ("GET", "/queue/leases", A, 200), ("POST", "/queue/hand-back", A, 400),  # (no body)
     ("POST", "/schedules", A, 415), ("DELETE", "/schedules/9", A, 404),
     ("GET", "/jobs/1/lineage", V, 200), ("GET", "/batches/1/picks", V, 200),
     ("GET", "/batches/1/picks.xlsx", V, 200), ("GET", "/batches/1/picks.png", V, 404),

@@ -20,15 +20,6 @@ from tests.fakes.service import get_json
 BOTTLE_BYTES = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
 
 
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    """A folder with no config.toml: the CLI runs on built-in defaults, data under ./data."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("GENBOT_CONFIG", raising=False)
-    monkeypatch.delenv("GENBOT_DATABASE_URL", raising=False)
-    return tmp_path
-
-
 def seed(n=3, submitter="slack:U1", priority=Priority.NORMAL) -> int:
     async def go():
         queue = await open_queue(cfg.load(env={}))

@@ -519,6 +519,23 @@ def test_a_start_the_database_did_not_answer_is_tried_again_not_forgotten(db_url
         assert m.trouble.seen["handed back jobs"] == 0
 
 
+def test_a_start_whose_answer_was_lost_still_runs_its_group(db_url):
+    """Found by the machine: the start of the group ahead committed but its answer was
+    lost; the start tried again found the group running and dropped it, so nobody ran it
+    until a heartbeat handed it back."""
+    with scripted(db_url) as m:
+        m.submit(2)
+        (ahead,) = m.loop.prefetch.ahead
+        m.fault(0, "after")  # the next statement commits, its answer lost: the start
+        m.outage(1.0, ["end"])
+        m.tend()
+        m.consistent()
+        m.nothing_held_unknowingly()
+        assert ahead.key in m.loop.runs and job_row(m, ahead.job_id).attempts == 1
+        m.work_flows(2)
+        assert m.trouble.seen["handed back jobs"] == 0
+
+
 def test_a_claim_whose_answer_was_lost_is_handed_back_by_the_next_heartbeat(db_url):
     with scripted(db_url) as m:
         m.db.fail(0, "after")  # the claim the submit wakes commits, its answer lost

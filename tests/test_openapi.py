@@ -173,6 +173,12 @@ def tour(world) -> set[tuple[str, str, int]]:
 
     call(ADMIN, "POST", f"{v}/queue/pause", 200)
     call(ADMIN, "POST", f"{v}/queue/resume", 200)
+    call(ADMIN, "GET", f"{v}/queue/leases", 200)
+    hand_back = f"{v}/queue/hand-back"
+    call(ADMIN, "POST", hand_back, 200, json={"jobs": [1]})
+    call(ADMIN, "POST", hand_back, 400, data=b"{", headers={"Content-Type": "application/json"})
+    call(ADMIN, "POST", hand_back, 413, data=b" " * 70_000)
+    call(ADMIN, "POST", hand_back, 422, json={"jobs": "all"})
     batches = f"{v}/batches"
     form = {"template": "social_thumb"}
     call(ALICE, "POST", batches, 201, data=form, files={"sheet": sheet, "pictures": picture},

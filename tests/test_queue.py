@@ -874,6 +874,20 @@ async def test_a_second_job_under_a_reused_token_is_neither_started_nor_renewed(
     assert (await queue.heartbeat_all([started], owner="w")).handed_back == [lost.job_id]
 
 
+async def test_a_start_sent_again_after_its_answer_was_lost_finds_its_jobs_started(queue):
+    """(Found by tests/test_loop_model.py.) The first start committed, its answer lost; the
+    same start again must not drop the jobs it started: they are the executor's to run."""
+    await queue.enqueue(sub("alice", 3, affinity="m"))
+    head = await queue.claim("w", ahead=True)
+    group = [head, *await queue.claim_followers(head, 2)]
+    first = await queue.start(group)  # (its answer lost on the way)
+    again = await queue.start(group)
+    assert [(x.job_id, x.attempts, x.started) for x in again] == \
+        [(x.job_id, 1, True) for x in first]
+    assert [j.status for j in await queue.batch_jobs(head.batch_id)] == ["running"] * 3
+    assert (await queue.heartbeat_all(again, owner="w")).handed_back == []
+
+
 async def test_the_heartbeat_hands_back_what_its_executor_does_not_know_it_holds(queue):
     await queue.enqueue(sub("alice", 5))
     known = await queue.claim("w")

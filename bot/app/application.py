@@ -1,11 +1,11 @@
 """The application layer: every change a person or a script asks of genbot, written once.
 
-`App.submit`, `cancel`, `retry`, `pause`, `resume`, `schedule`, `unschedule`, `grant` and
-`revoke` each check the person's role (and, for a batch, whose it is) here, raise one
-family of coded errors (bot.errors) and return typed results. Chat, the REST API, the
-scheduler and the command line only translate to and from these calls: chat renders a
-reply, the API maps an error to an HTTP status. A new rule — a limit, a role, a check —
-is written here, once.
+`App.submit`, `cancel`, `retry`, `pause`, `resume`, `leases`, `hand_back`, `schedule`,
+`unschedule`, `grant` and `revoke` each check the person's role (and, for a batch, whose
+it is) here, raise one family of coded errors (bot.errors) and return typed results.
+Chat, the REST API, the scheduler and the command line only translate to and from these
+calls: chat renders a reply, the API maps an error to an HTTP status. A new rule — a
+limit, a role, a check — is written here, once.
 
     submit: the person may submit -> the template -> the sheet through intake -> their
             limits -> one batch in the queue (or the report, when nothing can go)
@@ -18,7 +18,7 @@ import dataclasses
 import difflib
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import PurePosixPath
@@ -29,6 +29,7 @@ from aiohttp.abc import AbstractResolver
 from bot.app import importer, iterate, values
 from bot.app.importer import Imported
 from bot.app.iterate import Acted, ActionRequest
+from bot.app.leases import Lease, leases
 from bot.app.permissions import Action, Permissions, Role, Who
 from bot.app.placement import NoExecutor, Unplaced, unplaced
 from bot.app.refine import Comparison, Proposal, compare_ratings, propose
@@ -39,7 +40,7 @@ from bot.intake.images import Attachments
 from bot.outbound import check_callback
 from bot.settings import ChatConfig, IntakeConfig, WebhookConfig
 from storage.access import Access
-from storage.config import Config
+from storage.config import Config, QueueConfig
 from storage.files import FileStore
 from storage.outbox import Outbox
 from storage.queue import CancelResult, Enqueued, NewJob, Queue, QueueFull, Submission
@@ -428,6 +429,25 @@ class App:
         await self.permissions.require(who, Action.RESUME)
         await self.permissions.allowed(who, Action.RESUME)
         return await self.queue.resume(by=who.id)
+
+    async def leases(self, who: Who) -> list[Lease]:
+        """Every job under a lease, the quietest first, and whether it looks stuck
+        ([queue] stuck_after): what an operator paged for a hung batch reads (admins)."""
+        await self.permissions.require(who, Action.DOCTOR)
+        return await leases(self.queue, self.config[QueueConfig].stuck_after)
+
+    async def hand_back(self, who: Who, jobs: Sequence[int] | None = None) -> list[int]:
+        """Leased jobs back to the queue, no attempt used: `jobs`, or (None) every one that
+        looks stuck. Their holders find their leases gone and stop them (admins, audited).
+        Returns those handed back (a job no longer leased is left as it is)."""
+        await self.permissions.require(who, Action.DOCTOR)
+        if jobs is None:
+            jobs = [lease.job.id for lease in
+                    await leases(self.queue, self.config[QueueConfig].stuck_after)
+                    if lease.stuck]
+        handed = await self.queue.hand_back(jobs, f"handed back by {who.id}")
+        await self.permissions.allowed(who, Action.DOCTOR, jobs=handed)
+        return handed
 
     async def _enqueue(self, submission: Submission) -> Enqueued:
         """The one place bot/ puts jobs in the queue."""

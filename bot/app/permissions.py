@@ -45,6 +45,7 @@ class Action(StrEnum):
     RETRY = "retry"
     PAUSE = "pause"
     RESUME = "resume"
+    DOCTOR = "doctor"
     GRANT = "grant"
     REVOKE = "revoke"
     SCHEDULE = "schedule"
@@ -72,7 +73,8 @@ NEEDS: dict[Action, Role] = {
     Action.STATUS: Role.VIEWER, Action.QUEUE: Role.VIEWER, Action.TEMPLATES: Role.VIEWER,
     Action.TEMPLATE: Role.VIEWER, Action.SCHEDULES: Role.VIEWER,
     Action.GEN: Role.SUBMITTER, Action.CANCEL: Role.SUBMITTER, Action.RETRY: Role.SUBMITTER,
-    Action.PAUSE: Role.ADMIN, Action.RESUME: Role.ADMIN, Action.GRANT: Role.ADMIN,
+    Action.PAUSE: Role.ADMIN, Action.RESUME: Role.ADMIN, Action.DOCTOR: Role.ADMIN,
+    Action.GRANT: Role.ADMIN,
     Action.REVOKE: Role.ADMIN, Action.SCHEDULE: Role.ADMIN, Action.UNSCHEDULE: Role.ADMIN,
     # Iterating: a new image costs the GPU, as a submission does; a rating costs nothing.
     Action.AGAIN: Role.SUBMITTER, Action.VARY: Role.SUBMITTER, Action.UPSCALE: Role.SUBMITTER,

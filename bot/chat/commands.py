@@ -31,6 +31,7 @@ from bot.intake.sheets import header_for
 from bot.intake.writer import write_example
 from bot.messages import bar, canceled, say
 from bot.settings import ChatConfig, IntakeConfig, assets_dir
+from storage.config import QueueConfig
 from storage.records import Priority, Status
 from storage.workers import Workers
 from templates.binding import as_text
@@ -534,6 +535,41 @@ async def resume(turn: Turn, cmd: Command) -> None:
         turn.announce("resumed_now")
     else:
         turn.say("resumed_already")
+
+
+def job_or_stuck(raw: str, now: datetime) -> int | str:
+    """A job's number, or "stuck" (every job that looks stuck)."""
+    return "stuck" if raw.lower() in ("stuck", "卡住") else number("job")(raw, now)
+
+
+@command("doctor", "[JOB … | stuck]", aliases=("诊断",),
+         args=(Arg("jobs", True, job_or_stuck, rest=True),))
+async def doctor(turn: Turn, cmd: Command) -> None:
+    """Admins: the leased jobs, the quietest first, those that look stuck marked; with
+    job numbers (or "stuck"), those handed back to the queue."""
+    asked = cmd.args["jobs"] or []
+    if asked:
+        jobs = None if "stuck" in asked else [j for j in asked if isinstance(j, int)]
+        handed = await turn.app.hand_back(turn.who, jobs)
+        turn.say("doctor_handed_back" if handed else "doctor_nothing_handed",
+                 count=len(handed), jobs=", ".join(map(str, handed)))
+        return
+    found = await turn.app.leases(turn.who)
+    if not found:
+        turn.say("doctor_none")
+        return
+    stuck_after = turn.app.config[QueueConfig].stuck_after
+    turn.say("doctor_head", count=len(found), stuck=sum(x.stuck for x in found),
+             minutes=stuck_after / 60)
+    for lease in found:
+        job = lease.job
+        turn.add("doctor_ahead" if job.ahead else "doctor_running", job=job.id,
+                 batch=job.batch_id, row=job.row, holder=job.lease_owner or "-",
+                 state=lease.holder_state, minutes=job.idle_seconds / 60)
+        if lease.why:
+            turn.append(f"doctor_{lease.why}")
+    if any(x.stuck for x in found):
+        turn.add("doctor_how")
 
 
 @command("templates", aliases=("模板列表",))

@@ -1,4 +1,4 @@
-"""`genbot queue status|pause|resume|cancel`: the local queue from a shell.
+"""`genbot queue status|pause|resume|cancel|doctor`: the local queue from a shell.
 
 Each goes through the application layer as the person at the keyboard (an admin of
 this machine's genbot), so a refusal reads as it would in chat.
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from bot.app.permissions import Who
 from bot.cli.shared import PRIORITIES, load_config, local_app
+from storage.config import QueueConfig
 from storage.queue import Status
 
 if TYPE_CHECKING:
@@ -37,6 +38,21 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     which.add_argument("--submitter", metavar="PLATFORM:USER")
     which.add_argument("--all", action="store_true", default=None)
     cancel.set_defaults(func=cmd_queue_cancel)
+    doctor = actions.add_parser(
+        "doctor", parents=[common],
+        help="leased jobs that show no sign of life; hand them back",
+        description="Lists every job under a lease (claimed ahead, or running), the quietest "
+                    "first, marking those that look stuck: no sign of life for [queue] "
+                    "stuck_after seconds, or held by an executor the registry no longer sees "
+                    "alive. --hand-back puts jobs back in the queue (no attempt used); their "
+                    "holders stop them at their next heartbeat. Exits 3 while a job looks "
+                    "stuck and none was handed back, so a script or cron can alert on it.")
+    which = doctor.add_mutually_exclusive_group()
+    which.add_argument("--hand-back", type=int, nargs="+", metavar="JOB",
+                       help="hand these jobs back to the queue")
+    which.add_argument("--hand-back-stuck", action="store_true",
+                       help="hand back every job that looks stuck")
+    doctor.set_defaults(func=cmd_queue_doctor)
 
 
 QueueCommand = Callable[["App", Who, argparse.Namespace], Awaitable[int]]
@@ -114,3 +130,35 @@ async def cmd_queue_cancel(app: App, who: Who, args: argparse.Namespace) -> int:
     print(f"canceled {len(result.ended)} queued job(s); asked {len(result.asked)} running "
           "job(s) to stop")
     return 0
+
+
+STUCK = 3  # `genbot queue doctor`'s exit status while a job looks stuck
+
+
+@_queue_command
+async def cmd_queue_doctor(app: App, who: Who, args: argparse.Namespace) -> int:
+    if args.hand_back or args.hand_back_stuck:
+        handed = await app.hand_back(who, None if args.hand_back_stuck else args.hand_back)
+        print(f"handed back {len(handed)} job(s): {', '.join(map(str, handed))}; they run "
+              "again (no attempt used), and their holders stop them at their next heartbeat"
+              if handed else "none of those jobs is leased now: nothing was handed back")
+        return 0
+    found = await app.leases(who)
+    if not found:
+        print("no job is leased: nothing claimed ahead, nothing running")
+        return 0
+    stuck_after = app.config[QueueConfig].stuck_after
+    print(f"{'job':>8} {'batch':>7} {'row':>5}  {'state':<8} {'quiet':>8}  holder")
+    for lease in found:
+        job = lease.job
+        mark = {"quiet": f"  STUCK (quiet past {stuck_after:g} s)",
+                "holder_gone": "  STUCK (its executor is gone)"}.get(lease.why or "", "")
+        print(f"{job.id:>8} {job.batch_id:>7} {job.row:>5}  "
+              f"{'ahead' if job.ahead else 'running':<8} {_fmt_seconds(job.idle_seconds):>8}"
+              f"  {job.lease_owner or '-'} ({lease.holder_state}){mark}")
+    stuck = [lease.job.id for lease in found if lease.stuck]
+    if not stuck:
+        return 0
+    print(f"{len(stuck)} job(s) look stuck: `genbot queue doctor --hand-back "
+          f"{' '.join(map(str, stuck))}` (or --hand-back-stuck) puts them back in the queue")
+    return STUCK

@@ -26,6 +26,8 @@ from prometheus_client import (
     Counter as Total,
 )
 
+from bot.app.leases import leases
+from storage.config import QueueConfig
 from storage.db import connection_lost
 from storage.outbox import Outbox
 from storage.queue import TERMINAL, Priority, Queue, Status
@@ -41,9 +43,10 @@ CACHE_KINDS = ("loads", "hits", "promotions", "offloads", "evictions", "lora_loa
 class Metrics:
     def __init__(self, queue: Queue, outbox: Outbox, restarts: Callable[[], int] = lambda: 0,
                  token: str = "",
-                 webhooks: tuple[Webhooks, Counter[tuple[str, str]]] | None = None):
+                 webhooks: tuple[Webhooks, Counter[tuple[str, str]]] | None = None,
+                 stuck_after: float = QueueConfig().stuck_after):
         """`webhooks`: the deliveries' table and the deliverer's tries by (endpoint,
-        outcome), counted since the service started."""
+        outcome), counted since the service started. `stuck_after`: [queue] stuck_after."""
         self.queue, self.outbox, self.restarts, self.token = queue, outbox, restarts, token
         self.webhooks = webhooks
         r = self.registry = CollectorRegistry()
@@ -102,6 +105,19 @@ class Metrics:
         self.database_up = Gauge("genbot_database_up", "1 while the database answers this "
                                  "service, 0 while it cannot be reached (the series read from "
                                  "it then keep their last values)", registry=r)
+        self.oldest_ahead = Gauge(
+            "genbot_oldest_ahead_seconds", "How long the job claimed ahead longest ago (leased "
+            "to an executor, not started) has waited; one is normally started within one "
+            "job's run (0: none)", registry=r)
+        self.stalest_running = Gauge(
+            "genbot_stalest_running_seconds", "Seconds since the running job that has gone "
+            "longest without progress last showed some (a step, or its start; 0: none)",
+            registry=r)
+        self.stuck_jobs = Gauge(
+            "genbot_stuck_jobs", "Leased jobs that look stuck: quiet past [queue] stuck_after, "
+            "or held by an executor that is gone (genbot queue doctor lists them)",
+            ["state"], registry=r)
+        self.stuck_after = stuck_after
         self.workers = Workers.of(queue)
         self.seq: int | None = None  # the event log read so far (from the start on)
 
@@ -157,6 +173,7 @@ class Metrics:
                     self._tries_seen[(endpoint, outcome)] = n
         self.executor_restarts.set(self.restarts())
         await self.read_placement()
+        await self.read_leases()
         await self.read_table_sizes()
         await self.observe_ended_jobs()
         await self.read_workers()
@@ -181,6 +198,17 @@ class Metrics:
             for state in ("ready", "ahead", "running", "delayed"):
                 self.placed.labels(p.engine, p.affinity, state).set(getattr(p, state))
             self.oldest_ready.labels(p.engine, p.affinity).set(p.oldest_ready_seconds)
+
+    async def read_leases(self) -> None:
+        """What a stuck-job alert reads (docs/operations.md): a few rows, at any history."""
+        found = await leases(self.queue, self.stuck_after)
+        self.oldest_ahead.set(max((x.job.idle_seconds for x in found if x.job.ahead),
+                                  default=0.0))
+        self.stalest_running.set(max((x.job.idle_seconds for x in found if not x.job.ahead),
+                                     default=0.0))
+        for state in ("ahead", "running"):
+            self.stuck_jobs.labels(state).set(sum(
+                x.stuck and x.job.ahead == (state == "ahead") for x in found))
 
     async def read_table_sizes(self) -> None:
         """Cheap on PostgreSQL (statistics views): every scrape. SQLite must read every

@@ -1,4 +1,5 @@
-"""The queue as a whole: GET /queue, pause and resume, and /healthz beside them.
+"""The queue as a whole: GET /queue, pause and resume, the leases an operator paged for a
+hung batch looks at (and hands back), and /healthz beside them.
 
 /queue is computed once for every caller asking meanwhile (bot.web.shared); /healthz
 never waits on the database: it answers from the latest /queue summary, and 503 while
@@ -15,12 +16,14 @@ from aiohttp import web
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from bot.app.application import App
+from bot.app.leases import Lease
 from bot.app.permissions import Action
 from bot.web.callers import Callers
-from bot.web.http import respond
-from bot.web.routes import Answer, Route
+from bot.web.http import ApiError, json_body, respond
+from bot.web.routes import Answer, Route, Whole
 from bot.web.shared import Shared
 from bot.web.workers import Worker
+from storage.config import QueueConfig
 from storage.records import RunningJob as Running
 from storage.workers import Workers
 
@@ -62,6 +65,52 @@ class Paused(Struct):
     changed: bool  # false: it was so already
 
 
+class LeasedJob(Struct):
+    """A job under a lease: claimed ahead (not started), or running."""
+    id: int
+    batch: int
+    row: int
+    state: Annotated[str, Meta(description="ahead (claimed ahead, still queued) or running")]
+    attempts: int
+    holder: Annotated[str | None, Meta(description="the executor holding its lease")]
+    holder_state: Annotated[str, Meta(description="the holder in the worker registry: idle, "
+                                                  "busy, stopped, lost, or unknown")]
+    quiet_seconds: Annotated[float, Meta(description="since its last sign of life: the claim "
+                                                     "(ahead), the last progress step or the "
+                                                     "start (running)")]
+    lease_expires_at: float | None
+    stuck: bool
+    why: Annotated[str | None, Meta(description="quiet (no sign of life for [queue] "
+                                                "stuck_after seconds) or holder_gone")] = None
+
+    @classmethod
+    def of(cls, lease: Lease) -> LeasedJob:
+        job = lease.job
+        return cls(id=job.id, batch=job.batch_id, row=job.row,
+                   state="ahead" if job.ahead else "running", attempts=job.attempts,
+                   holder=job.lease_owner, holder_state=lease.holder_state,
+                   quiet_seconds=round(job.idle_seconds, 3),
+                   lease_expires_at=job.lease_expires_at, stuck=lease.stuck, why=lease.why)
+
+
+class Leases(Struct):
+    """Every job under a lease, the quietest first."""
+    stuck_after: Annotated[float, Meta(description="[queue] stuck_after, in seconds")]
+    stuck: Annotated[int, Meta(description="how many look stuck")]
+    jobs: list[LeasedJob]
+
+
+class HandBack(Struct, forbid_unknown_fields=True):
+    """Which jobs to hand back: these, or (stuck) every one that looks stuck."""
+    jobs: Annotated[list[Whole], Meta(max_length=1000)] = []
+    stuck: bool = False
+
+
+class HandedBack(Struct):
+    handed_back: Annotated[list[int], Meta(description="the jobs put back in the queue (a job "
+                                                       "no longer leased is left as it is)")]
+
+
 class Health(Struct):
     """/healthz: ok, with the latest /queue summary's figures (`age` seconds old) once
     there is one; or (503) unavailable, the database unreachable since `since` (Unix
@@ -89,7 +138,15 @@ class QueueRoutes:
                   "Queue state: paused, counts, running jobs, executors, ETA",
                   {200: Answer("OK", Queue)}),
             Route("POST", "/queue/pause", self.pause, "Pause (admins)", paused),
-            Route("POST", "/queue/resume", self.resume, "Resume (admins)", paused)]
+            Route("POST", "/queue/resume", self.resume, "Resume (admins)", paused),
+            Route("GET", "/queue/leases", self.leases,
+                  "Every job under a lease, the quietest first, those that look stuck "
+                  "marked (admins)", {200: Answer("OK", Leases)}),
+            Route("POST", "/queue/hand-back", self.hand_back,
+                  "Put leased jobs back in the queue, no attempt used: their holders stop "
+                  "them at their next heartbeat (admins)",
+                  {200: Answer("OK", HandedBack)}, errors=(400, 413, 422),
+                  body={"application/json": HandBack})]
 
     async def status(self, request: web.Request) -> web.Response:
         await self.callers.allowed(request, Action.QUEUE)
@@ -131,3 +188,22 @@ class QueueRoutes:
 
     async def resume(self, request: web.Request) -> web.Response:
         return respond(Paused(False, await self.app.resume(await self.callers.who(request))))
+
+    async def leases(self, request: web.Request) -> web.Response:
+        found = await self.app.leases(await self.callers.who(request))
+        return respond(Leases(stuck_after=self.app.config[QueueConfig].stuck_after,
+                              stuck=sum(lease.stuck for lease in found),
+                              jobs=[LeasedJob.of(lease) for lease in found]))
+
+    async def hand_back(self, request: web.Request) -> web.Response:
+        who = await self.callers.who(request)
+        try:
+            body = await json_body(request, HandBack)
+        except ApiError:
+            await self.app.permit(who, Action.DOCTOR)  # who may not hears that first
+            raise
+        if not body.stuck and not body.jobs:
+            await self.app.permit(who, Action.DOCTOR)
+            raise ApiError(422, "nothing_to_hand_back", "name the jobs, or send stuck: true")
+        handed = await self.app.hand_back(who, None if body.stuck else body.jobs)
+        return respond(HandedBack(handed))
