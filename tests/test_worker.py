@@ -589,6 +589,47 @@ async def test_a_failing_save_touches_only_that_job(one_by_one, base, monkeypatc
     assert failed.error.startswith("node out (save): OSError: disk full writing")
 
 
+async def test_a_full_disk_is_one_line_per_episode_and_its_jobs_run_again_once_it_has_room(
+        one_by_one, base, monkeypatch, caplog):
+    """Every save failing on a full disk: each job fails its attempt (a retryable error it
+    says in one line), the log says it once, not a traceback per job; once there is room
+    again, the retries succeed and the log says so."""
+    import errno
+    import logging
+    caplog.set_level(logging.DEBUG, logger="genbot.executor")
+    real_write, full = FileStore.write, [True]
+
+    def write(store, relative, data):
+        if full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device", relative)
+        return real_write(store, relative, data)
+    monkeypatch.setattr(FileStore, "write", write)
+    jobs = [with_generate(base, row=r, seed=900 + r, steps=1) for r in (2, 3, 4)]
+    config = executor_config(one_by_one.data_dir, models_dir(one_by_one) / "demo",
+                             executor={"max_batch": 1}, queue={"retry_backoff": 0.5,
+                                                               "max_attempts": 5})
+    async with Harness(config) as h:
+        batch = await h.submit("product_main", jobs)
+        h.start()
+
+        async def failed_each_once():
+            done = await h.queue.batch_jobs(batch)
+            return all(j.attempts >= 1 and j.status == "queued" for j in done) and done
+        for job in await until(failed_each_once):
+            assert job.error.endswith("OSError: [Errno 28] No space left on device: "
+                                      f"'outputs/batch_{batch}/row_{job.row}.png'"), job.error
+        full[0] = False  # room again
+        await h.wait(batch, 120)
+        done = await h.queue.batch_jobs(batch)
+    assert [j.status for j in done] == ["succeeded"] * 3
+    told = [r for r in caplog.records if "reading or writing a job's files" in r.getMessage()]
+    warned = [r for r in told if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "[Errno 28] No space left on device" in warned[0].getMessage()
+    assert any("works again" in r.getMessage() for r in told)
+    assert not any(r.exc_info or "traceback" in r.__dict__ for r in caplog.records
+                   if r.name == "genbot.executor"), "no traceback for a full disk"
+
+
 async def test_slow_storage_holds_the_gpu_back_with_a_few_images_waiting(config, monkeypatch):
     config = executor_config(config.data_dir, models_dir(config) / "demo",
                              executor={"max_batch": 2})
