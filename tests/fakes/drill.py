@@ -50,8 +50,8 @@ class Outcome:
     exits: dict[str, int | None]  # process -> exit status after SIGTERM (None: killed)
     tracebacks: list[str]  # "process: line" of every traceback or ERROR in the logs
     stranded: list[str]  # jobs not ended once the fleet had had its time
-    recovery: float | None  # seconds from the server back (after the crash) to a completion
-    drained: float | None  # seconds from the server back to the batch's last job ended
+    recovery: float | None  # seconds from the server back (after the crash) until the
+    drained: float | None   # first job completed, and until the batch had ended (polled)
     faults: dict[str, float] = field(default_factory=dict)  # fault -> when (Unix time)
     seconds: float = 0.0  # the whole drill, processes started to processes stopped
 
@@ -134,13 +134,14 @@ class Drill:
                      ).batch_id
             for number, fault in enumerate(FAULTS, 1):
                 await self.until_succeeded(queue, batch, number * self.every)
+                done = await self.succeeded(queue, batch)  # (none can succeed while it is down)
                 faults[fault] = await self.inflict(pg, fault)
-            stranded = await self.until_ended(queue, batch)
+            stranded, seen = await self.until_ended(queue, batch, done)
         finally:
             self.stop_all()
             seconds = time.monotonic() - started
         try:
-            return await self.outcome(queue, batch, faults, stranded, seconds)
+            return await self.outcome(queue, batch, faults, stranded, seen, seconds)
         finally:
             await queue.close()
 
@@ -215,32 +216,45 @@ drain_seconds = 20
             await asyncio.to_thread(pg.start)
         return pg.ready_at() or time.time()
 
+    async def succeeded(self, queue: Queue, batch: int) -> int:
+        progress = await queue.batch_progress(batch)
+        return progress.counts.get("succeeded", 0) if progress is not None else 0
+
     async def until_succeeded(self, queue: Queue, batch: int, n: int) -> None:
         async with asyncio.timeout(self.patience):
             while True:
                 with contextlib.suppress(Exception):  # (the drill's own reads may meet a fault)
-                    if (await queue.batch_progress(batch)).counts.get("succeeded", 0) >= n:
+                    if await self.succeeded(queue, batch) >= n:
                         return
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.05)
 
-    async def until_ended(self, queue: Queue, batch: int) -> list[str]:
-        """[] once every job has ended; else, after `patience`, the jobs left and who
-        holds them."""
+    async def until_ended(self, queue: Queue, batch: int, before: int
+                          ) -> tuple[list[str], tuple[float | None, float | None]]:
+        """Once every job has ended: [] and when (Unix time) the drill saw the first job
+        succeed past `before` and the last end. Else, after `patience`, the jobs left and
+        who holds them. (Seen from here, polling: a job's own finished_at is when its
+        executor first tried to record it, which may be during the outage.)"""
+        first = None
         deadline = time.monotonic() + self.patience
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 progress = await queue.batch_progress(batch)
-                if progress is not None and progress.done == self.rows:
-                    return []
-            await asyncio.sleep(0.2)
+                if progress is not None:
+                    if first is None and progress.counts.get("succeeded", 0) > before:
+                        first = time.time()
+                    if progress.done == self.rows:
+                        return [], (first, time.time())
+            await asyncio.sleep(0.05)
         workers = {w.id: w.state for w in await Workers.of(queue).all()}
         return [f"job {j.id} {j.status}, attempts {j.attempts}, held by {j.lease_owner} "
                 f"({workers.get(j.lease_owner or '', 'no executor')})"
-                for j in await queue.batch_jobs(batch) if j.status in ("queued", "running")]
+                for j in await queue.batch_jobs(batch)
+                if j.status in ("queued", "running")], (first, None)
 
     # --- what happened -------------------------------------------------------------------
     async def outcome(self, queue: Queue, batch: int, faults: dict[str, float],
-                      stranded: list[str], seconds: float) -> Outcome:
+                      stranded: list[str], seen: tuple[float | None, float | None],
+                      seconds: float) -> Outcome:
         rows = await queue.db.fetch(
             "SELECT job_id, kind, at FROM events WHERE batch_id = $1 AND job_id IS NOT NULL "
             "AND kind <> 'progress' ORDER BY seq", batch)
@@ -248,15 +262,13 @@ drain_seconds = 20
         for r in rows:
             histories.setdefault(r["job_id"], []).append(r["kind"])
         jobs = await queue.batch_jobs(batch)
-        back = faults.get("crash")
-        ends = sorted(r["at"] for r in rows if r["kind"] == "succeeded")
-        after = [t for t in ends if back is not None and t >= back]
+        back, (first, last) = faults.get("crash"), seen
         return Outcome(
             jobs=self.rows, histories=histories, attempts=Counter(j.attempts for j in jobs),
             exits={name: proc.returncode for name, proc in self.procs.items()},
             tracebacks=[f"{name}: {line}" for name in self.procs
                         for line in self.log(name).splitlines()
                         if "Traceback" in line or " ERROR " in line],
-            stranded=stranded, recovery=after[0] - back if after and back else None,
-            drained=ends[-1] - back if ends and back and ends[-1] >= back else None,
+            stranded=stranded, recovery=first - back if first and back else None,
+            drained=last - back if last and back else None,
             faults=faults, seconds=seconds)
