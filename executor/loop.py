@@ -62,7 +62,7 @@ RECORDING = "recording the end of a job"
 TENDING = "heartbeats and cancel checks"
 LEAVING = "handing back what this executor holds, on leaving"
 
-_running_owners: set[str] = set()  # the executors running in this process, by owner
+_running_owners: set[tuple[str, str]] = set()  # running here: (database, owner)
 
 
 @dataclass
@@ -120,14 +120,15 @@ class Loop:
     # --- the loop --------------------------------------------------------------------
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
-        if self.owner in _running_owners:
-            raise ValueError(f"an executor called {self.owner} already runs in this process: "
-                             "each needs an owner of its own")
-        _running_owners.add(self.owner)
+        me = (self.queue.db.url, self.owner)  # two names alike on one queue would hand
+        if me in _running_owners:               # back each other's jobs as unheld
+            raise ValueError(f"an executor called {self.owner} already runs on this queue "
+                             "in this process: each needs an owner of its own")
+        _running_owners.add(me)
         try:
             return await self.serve()
         finally:
-            _running_owners.discard(self.owner)
+            _running_owners.discard(me)
 
     async def serve(self) -> int:
         await self.engine.start(self)
@@ -467,9 +468,11 @@ class Loop:
         try:
             while True:
                 poke = asyncio.ensure_future(self.poked.wait())
-                done, _ = await asyncio.wait({bell, poke}, timeout=tick,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                poke.cancel()
+                try:
+                    done, _ = await asyncio.wait({bell, poke}, timeout=tick,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                finally:  # (also when the watch itself is canceled, on leaving)
+                    poke.cancel()
                 self.poked.clear()
                 rung = bell in done
                 if rung:

@@ -575,3 +575,20 @@ def test_an_outage_longer_than_a_lease_is_told_in_lines_not_tracebacks(db_url):
         m.rival_takes_over()
         m.work_flows(3)
         assert m.trouble.lines() == []
+
+
+def test_two_executors_of_one_name_on_one_queue_are_refused_in_one_process(db_url, tmp_path):
+    """Each would hand back the other's jobs as held by nobody it knows of. On two queues
+    (a benchmark's side by side) the same name is fine."""
+    with scripted(db_url) as m:
+        twin = Loop(CONFIG, m.queue, ScriptedEngine(1), owner=m.loop.owner)
+        with pytest.raises(ValueError, match="already runs on this queue"):
+            m.run(twin.run())
+        other = m.run(Database(f"sqlite:///{tmp_path / 'other.sqlite3'}").open())
+        try:
+            elsewhere = Loop(CONFIG, Queue(other, CONFIG[QueueConfig]), ScriptedEngine(1),
+                             owner=m.loop.owner)
+            elsewhere.stopping.set()
+            assert m.run(elsewhere.run()) == 0
+        finally:
+            m.run(other.close())

@@ -151,6 +151,8 @@ class Reference:
 
     def start(self, job_id, token, now):
         j = self.jobs[job_id]
+        if j.status == "running" and j.token == token:  # started already (its answer lost)
+            return True
         if not (j.ahead and j.token == token):
             return False
         if self.paused:  # the claim is dropped
