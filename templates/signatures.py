@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from templates.size_rules import Given, Native, NoImage, Same, Scaled, SizeRule, Width
+
 SAMPLERS = ("euler", "euler_a", "dpm++_2m", "dpm++_2m_karras", "ddim", "unipc")
 POSITIONS = ("top", "bottom", "center", "top_left", "top_right", "bottom_left", "bottom_right")
 FORMATS = ("png", "jpg", "webp")
@@ -48,18 +50,19 @@ class Signature:
     help: str
     inputs: dict[str, Input]
     outputs: dict[str, str] = field(default_factory=dict)  # output name -> type
+    sizing: tuple[SizeRule, ...] = ()  # how its image is sized (templates.size_rules)
 
 
-def _sig(op: str, help: str, outputs: dict[str, str] | None = None, /,
+def _sig(op: str, help: str, outputs: dict[str, str], sizing: tuple[SizeRule, ...], /,
          **inputs: Input) -> Signature:
-    return Signature(op, help, inputs, outputs or {})
+    return Signature(op, help, inputs, outputs, sizing)
 
 
 _IMAGE_OUT = {"image": "image"}
 
 OPS: dict[str, Signature] = {s.name: s for s in [
     _sig("generate", "Diffusion: txt2img, img2img (init_image), ControlNet guidance "
-         "(control_image + controlnet), LoRAs.", _IMAGE_OUT,
+         "(control_image + controlnet), LoRAs.", _IMAGE_OUT, (Given(), Same(), Native()),
          prompt=Input("text"),
          negative=Input("text", ""),
          model=Input("model"),
@@ -76,51 +79,61 @@ OPS: dict[str, Signature] = {s.name: s for s in [
          control_scale=Input("float", 1.0, min=0, max=4),
          loras=Input("loras", [])),
     _sig("upscale", "Enlarge: a diffusers upscaler when one is configured, else "
-         "high-quality resampling.", _IMAGE_OUT,
+         "high-quality resampling.", _IMAGE_OUT, (Scaled(default=2.0),),
          image=Input("image"),
          scale=Input("float", 2.0, min=1, max=8),
          model=Input("model", None, optional=True)),
-    _sig("canny", "Edge map, e.g. to guide a ControlNet.", _IMAGE_OUT,
+    _sig("canny", "Edge map, e.g. to guide a ControlNet.", _IMAGE_OUT, (Same(),),
          image=Input("image"),
          low=Input("int", 100, min=0, max=255),
          high=Input("int", 200, min=0, max=255)),
-    _sig("crop", "Centre-crop to an aspect ratio.", _IMAGE_OUT,
+    _sig("crop", "Centre-crop to an aspect ratio.", _IMAGE_OUT, (Same(),),
          image=Input("image"),
          aspect=Input("aspect")),
     _sig("resize", "Resize to a size, to a width (keeping the aspect), or by a factor.",
-         _IMAGE_OUT,
+         _IMAGE_OUT, (Given(), Width(), Scaled()),
          image=Input("image"),
          size=Input("size", None, optional=True),
          width=Input("int", None, optional=True, min=8, max=8192),
          scale=Input("float", None, optional=True, min=0.01, max=16),
          aspect=Input("aspect", None, optional=True)),
-    _sig("pad", "Pad to a size, centred.", _IMAGE_OUT,
+    _sig("pad", "Pad to a size, centred.", _IMAGE_OUT, (Given(), Same()),
          image=Input("image"),
          size=Input("size"),
          color=Input("color", "auto")),
     _sig("palette", "Dominant colour of an image and a colour that reads on it.",
-         {"dominant": "color", "contrast": "color"},
+         {"dominant": "color", "contrast": "color"}, (NoImage(),),
          image=Input("image")),
-    _sig("text", "Text over a colour band (CJK-capable font).", _IMAGE_OUT,
+    _sig("text", "Text over a colour band (CJK-capable font).", _IMAGE_OUT, (Same(),),
          image=Input("image"),
          text=Input("text"),
          position=Input("text", "bottom", choices=POSITIONS),
          color=Input("color", "auto"),
          band=Input("color", "auto"),
          font_size=Input("int", None, optional=True, min=6, max=1000)),
-    _sig("watermark", "A translucent text mark.", _IMAGE_OUT,
+    _sig("watermark", "A translucent text mark.", _IMAGE_OUT, (Same(),),
          image=Input("image"),
          text=Input("text"),
          position=Input("text", "bottom_right", choices=POSITIONS),
          opacity=Input("float", 0.35, min=0, max=1),
          avoid=Input("text", None, optional=True)),
     _sig("save", "Write the image into the batch's output folder, with metadata to "
-         "reproduce it.", {},
+         "reproduce it.", {}, (Same(),),
          image=Input("image"),
          name=Input("text", None, optional=True,
                     help="file name pattern; default: the template's output pattern"),
          format=Input("text", "png", choices=FORMATS)),
 ]}
+
+
+def check_signatures(ops: dict[str, Signature]) -> None:
+    """Every op says how it sizes its image: intake's size bound follows those rules, and
+    an op without one would slip past [intake] max_output_pixels unseen."""
+    if unsized := sorted(name for name, s in ops.items() if not s.sizing):
+        raise RuntimeError(f"ops without a size rule (Signature.sizing): {', '.join(unsized)}")
+
+
+check_signatures(OPS)
 
 
 def markdown_table() -> str:

@@ -20,7 +20,7 @@ from PIL import Image
 
 from storage.files import FileStore
 from templates.jobs import DiffusersJob
-from templates.signatures import OPS
+from templates.signatures import OPS, check_signatures
 
 
 class OpError(Exception):
@@ -80,8 +80,9 @@ def op(*, output: str = "image", batched: bool = False,
 
 
 def check_registry() -> None:
-    """Every op declared in signatures has an implementation, and an unbatched one takes
-    exactly its signature's inputs (a batched one takes them as dicts)."""
+    """Every op declared in signatures has an implementation and a size rule, and an
+    unbatched one takes exactly its signature's inputs (a batched one takes them as dicts)."""
+    check_signatures(OPS)
     if set(REGISTRY) != set(OPS):
         raise RuntimeError(f"ops without a signature or implementation: {set(REGISTRY) ^ set(OPS)}")
     for name, spec in REGISTRY.items():
