@@ -240,7 +240,8 @@ async def finish_off_the_gpu(models: Path, tmp: Path, args, pipe, s3: str | None
     from executor.diffusers.ops.image import save
     from storage.files import FileStore
     from templates.jobs import decode as diffusers_job
-    size, steps, enlarge, rows = args.size, args.steps, 1024, (4 if args.smoke else 12)
+    size, steps, rows = args.size, args.steps, (4 if args.smoke else 12)
+    enlarge = 256 if args.smoke else 1024
     image = Image.new("RGB", (size, size), (120, 80, 40)).resize((enlarge, enlarge))
     noise = Image.effect_noise((enlarge, enlarge), 64).convert("RGB")
     image = Image.blend(image, noise, 0.5)  # a photo-like image compresses like one

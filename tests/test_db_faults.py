@@ -11,8 +11,8 @@ the tests stop, restart (fast: a clean shutdown; immediate: a crash) and start l
 - the service: /healthz says 503 with since when while the database is unreachable;
   /metrics keeps answering, with genbot_database_up 0;
 - chat delivery resumes from the outbox after the outage;
-- a fleet (the service and two workers, real processes) through the outage drill
-  (tests/fakes/drill.py): every job succeeds once, no traceback, clean exits on SIGTERM.
+(A fleet — the service and two workers, real processes — goes through the outage drill,
+tests/fakes/drill.py, in bench/outage_bench.py, whose quick run is in the suite.)
 
 Each test gets a database of its own, copied from one migrated template; one cluster
 serves the module (about half a second to make).
@@ -314,27 +314,6 @@ async def test_an_executor_mid_batch_rides_through_a_restart_and_runs_each_job_o
             worker.stopping.set()
             await bounded(task, 30, "the executor stopping")
             await queue.close()
-
-
-# --- a fleet -----------------------------------------------------------------------------
-
-@pytest.mark.timeout(420)
-async def test_a_fleet_rides_through_the_outage_drill(cluster, tmp_path, demo_models):
-    """The sequence that once crashed workers and stranded jobs (issue 40), with real
-    processes: `serve --no-executor`, two workers, 12 product_main rows, and mid-batch
-    every connection cut, a fast restart, then a crash with the server away 12 s (past
-    the 6 s lease and the 10 s patience of a statement). bench/outage_bench.py runs it
-    20 times over."""
-    from tests.fakes.drill import Drill
-    result = await Drill(tmp_path, demo_models, cluster=cluster).run()
-    print(f"\noutage drill: first job done {result.recovery:.2f} s and the batch "
-          f"{result.drained:.2f} s after the crash's end; attempts {dict(result.attempts)}; "
-          f"{result.seconds:.0f} s in all")
-    assert result.each_succeeded_once, result.problems()
-    assert result.exits == {"service": 0, "worker1": 0, "worker2": 0}  # SIGTERM: clean exits
-    assert result.tracebacks == []  # in any log of any process
-    assert result.stranded == []
-    assert set(result.attempts) <= {1, 2}  # a job re-runs only when its lease ran out
 
 
 # --- the service ------------------------------------------------------------------------
