@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from templates.actions import ACTIONS
+
 LANGS = ("en", "zh")
 
 CATALOG: dict[str, tuple[str, str]] = {
@@ -453,10 +455,10 @@ CATALOG: dict[str, tuple[str, str]] = {
                    "with the new picture instead.",
                    "“{key}”是图片：无法通过修改更换；请提交带新图片的表格。"),
     "edit_value": ("{key}: {problem}", "{key}：{problem}"),
-    "edit_usage": ("Row {row} (job {job}) has: {values}\nChange any with /edit {job_ref} "
-                   "KEY=VALUE …, e.g. /edit {job_ref} {example}",
-                   "第 {row} 行（任务 {job}）的值：{values}\n用 /edit {job_ref} 键=值 … 修改，"
-                   "例如 /edit {job_ref} {example}"),
+    "edit_usage": ("Row {row} (job {job}) has: {values}\nChange any with {command} {job_ref} "
+                   "KEY=VALUE …, e.g. {command} {job_ref} {example}",
+                   "第 {row} 行（任务 {job}）的值：{values}\n用 {command} {job_ref} 键=值 … 修改，"
+                   "例如 {command} {job_ref} {example}"),
     "edit_form_title": ("Edit row {row}", "修改第 {row} 行"),
     "edit_form_submit": ("Run", "生成"),
     "edit_pair": ('"{value}" is not KEY=VALUE (e.g. steps=30, prompt="a red bottle").',
@@ -473,10 +475,11 @@ CATALOG: dict[str, tuple[str, str]] = {
     "rejected": ("👎 Rejected row {row} (job {job}).", "👎 已淘汰第 {row} 行（任务 {job}）。"),
     "unkept": ("Row {row} (job {job}) is no longer kept or rejected.",
                "第 {row} 行（任务 {job}）已取消评价。"),
-    "button_again": ("🔁 Again", "🔁 再来"),
-    "button_vary": ("✨ Vary", "✨ 变体"),
-    "button_upscale": ("🔍 Upscale", "🔍 放大"),
-    "button_edit": ("✏️ Edit", "✏️ 修改"),
+    # each image action's verb (templates.actions.ACTIONS; on a button after its icon)
+    "verb_again": ("Again", "再来"),
+    "verb_vary": ("Vary", "变体"),
+    "verb_upscale": ("Upscale", "放大"),
+    "verb_edit": ("Edit", "修改"),
     "button_keep_image": ("⭐ Keep", "⭐ 保留"),
     "image_actions": ("row {row} · job {job}", "第 {row} 行 · 任务 {job}"),
     # Sweeps: --vary and --seeds.
@@ -734,6 +737,14 @@ def took(lang: str, seconds: float) -> str:
     if seconds < 120:
         return say("took_seconds", lang, seconds=max(seconds, 1 if seconds > 0 else 0))
     return say("took_minutes", lang, minutes=seconds / 60)
+
+
+def action_label(name: str, lang: str = "en") -> str:
+    """An image action as a button reads: its icon and its verb ("🔁 Again")."""
+    spec = ACTIONS.get(name)
+    if spec is None:  # (a job made by an action since taken out of the table)
+        return name
+    return f"{spec.icon} {say(spec.verb, lang)}".strip()
 
 
 def say(code: str, lang: str = "en", **details: Any) -> str:

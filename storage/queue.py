@@ -48,7 +48,7 @@ class NewJob:
     workflow: dict[str, Any]  # the bound workflow (templates.jobs.encode)
     affinity: str | None = None  # e.g. the model it needs; lets a claim prefer loaded models
     parent: int | None = None  # the job whose image it was made from (iteration)
-    action: str | None = None  # how: records.ACTIONS
+    action: str | None = None  # how it was made from its parent (the caller's word)
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,6 @@ class Status(StrEnum):
 
 
 KEPT, REJECTED = 1, -1  # a finished image's rating
-ACTIONS = ("again", "vary", "upscale", "edit")  # what makes a new job from an image
-
-
 TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
 ACTIVE = frozenset({Status.QUEUED, Status.RUNNING})
 

@@ -1,4 +1,11 @@
-"""New jobs from a finished image: again, vary, upscale and edit — the bound job each one runs.
+"""New jobs from a finished image: the table of actions (`ACTIONS`, one `ActionSpec` each)
+and the bound job each one runs.
+
+The table is what every front reads: chat's commands and the buttons under each image
+(Slack, DingTalk), the CLI's `genbot job …`, the API's action names and OpenAPI document,
+the dashboard's buttons (GET /api/v1/vocabulary), and who may (bot.app.permissions). A new
+action is a spec here with its derive function, an op if it needs one, and its words in
+the catalog (`verb_NAME`, `help_NAME`): docs/architecture.md, "an image action".
 
 Each takes the template and the parent's bound job (what made the image) and returns the
 child's bound job, bound through the same `bind` as a sheet's row, so a child is checked
@@ -22,6 +29,8 @@ What an action cannot do for a template is a `Problem` with a code people read
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +40,7 @@ from templates.binding import bind, safe_output_name
 from templates.jobs import BoundJob, ComfyJob, DiffusersJob, Step
 from templates.params import Problem, coerce, draw_seed
 from templates.signatures import OPS
+from templates.size_rules import Scaled, SizeRule
 
 if TYPE_CHECKING:
     from templates.graph import Template
@@ -38,6 +48,93 @@ if TYPE_CHECKING:
 VARY_STRENGTH = 0.35  # enough to change details, little enough to keep the picture
 UPSCALE_MAX = OPS["upscale"].inputs["scale"].max or 8.0
 
+
+# --- the table -----------------------------------------------------------------------
+
+PARAMETERS = ("count", "strength", "factor", "values")  # what an action may take beside
+#   the image: count (how many), strength (0-1), factor (>1), values (KEY=VALUE changes)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a person asked of an action beside the image: the values of PARAMETERS."""
+    count: int = 1
+    values: Mapping[str, Any] = field(default_factory=dict)
+    factor: float = 2.0
+    strength: float | None = None  # None: the template's own, else VARY_STRENGTH
+
+
+Derive = Callable[["Template", BoundJob, Ask, "str | None"], BoundJob]
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """One action on a finished image: what it takes, who may, what it needs of the
+    template and the image, how it makes the child job."""
+    name: str
+    derive: Derive  # (template, the parent's bound job, the ask, its image or None) -> child
+    takes: tuple[str, ...] = ()  # of PARAMETERS; an action without "count" makes one image
+    role: str = "submitter"  # the least role that may (a new image costs the GPU)
+    aliases: tuple[str, ...] = ()  # chat's other words for it, in any language
+    icon: str = ""  # before its verb on a button
+    uses_image: bool = False  # it needs the parent's image file, finished and there
+    cannot: Callable[[Template], str | None] = lambda t: None  # why a template cannot:
+    #   a Problem code (bot.messages), or None; the action is offered only where None
+    sizing: tuple[SizeRule, ...] = ()  # the parent's image sized by the ask's values
+    #   (upscale: by its factor), bounded as a sheet's sizes are; (): its graph says all
+    button: bool = True  # offered under each finished image (chat's buttons, the dashboard)
+
+    @property
+    def verb(self) -> str:
+        """Its name in the catalog (bot.messages): "Vary", "变体"."""
+        return f"verb_{self.name}"
+
+    def offered(self, template: Template | None) -> bool:
+        return template is not None and self.cannot(template) is None
+
+
+def _no_seed(t: Template) -> str | None:
+    return None if any(p.type == "seed" for p in t.params.values()) else "action_no_seed"
+
+
+def _no_source(t: Template) -> str | None:
+    """Vary feeds the image into a ComfyUI image input, or a diffusers `generate`."""
+    if t.comfy is not None:
+        has_image = t.vary_image or any(p.type == "image" for p in t.params.values())
+        return None if has_image else "vary_no_image"
+    return None if any(n.op == "generate" for n in t.nodes.values()) else "vary_no_model"
+
+
+def _vary(t: Template, parent: BoundJob, ask: Ask, image: str | None) -> BoundJob:
+    assert image is not None
+    if t.comfy is not None and ask.count > 1 and _no_seed(t):
+        raise Problem("vary_count_no_seed", template=t.name)  # N times the same image
+    return vary(t, parent, image, ask.strength)
+
+
+def _upscale(t: Template, parent: BoundJob, ask: Ask, image: str | None) -> BoundJob:
+    assert image is not None
+    return upscale(t, parent, image, ask.factor)
+
+
+ACTIONS: dict[str, ActionSpec] = {s.name: s for s in [
+    ActionSpec("again", lambda t, parent, ask, image: again(t, parent), takes=("count",),
+               aliases=("再来", "重画", "reroll"), icon="🔁", cannot=_no_seed),
+    ActionSpec("vary", _vary, takes=("count", "strength"), aliases=("变体", "变化"),
+               icon="✨", uses_image=True, cannot=_no_source),
+    ActionSpec("upscale", _upscale, takes=("factor",), aliases=("放大",), icon="🔍",
+               uses_image=True, sizing=(Scaled("factor"),)),
+    ActionSpec("edit", lambda t, parent, ask, image: edit(t, parent, dict(ask.values)),
+               takes=("values",), aliases=("修改", "编辑"), icon="✏️"),
+]}
+
+
+def offered(template: Template | None) -> list[str]:
+    """The actions a template's images offer, in the table's order."""
+    return [s.name for s in ACTIONS.values() if s.offered(template)]
+
+
+# --- what each one makes --------------------------------------------------------------
 
 def again(t: Template, parent: BoundJob) -> BoundJob:
     """The same row, every seed drawn anew."""

@@ -237,7 +237,7 @@ ROUTES = [  # method, path, who passes, the answer once past the check
     ("GET", "/templates/social_thumb", V, 200), ("GET", "/batches", V, 200),
     ("GET", "/batches/1", V, 200), ("GET", "/batches/1/files/results.xlsx", V, 404),
     ("GET", "/jobs", V, 200), ("GET", "/jobs/1", V, 200), ("GET", "/jobs/1/outputs/0", V, 404),
-    ("GET", "/schedules", V, 200),
+    ("GET", "/schedules", V, 200), ("GET", "/vocabulary", V, 200),
     ("POST", "/batches", S, 415), ("POST", "/batches/1/retry", OWNER, 409),
     ("POST", "/jobs/2/cancel", OWNER, 200), ("POST", "/batches/1/cancel", OWNER, 200),
     ("POST", "/queue/pause", A, 200), ("POST", "/queue/resume", A, 200),

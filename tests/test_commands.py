@@ -17,6 +17,7 @@ from bot.chat.commands import COMMANDS
 from bot.chat.grammar import Command, CommandError
 from bot.messages import CATALOG
 from storage.records import Priority
+from templates.actions import ACTIONS
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 12, 2, 20, 0, tzinfo=SHANGHAI)
@@ -165,7 +166,9 @@ def test_help_lists_every_command_in_both_languages():
 
 def test_each_command_is_declared_once_with_its_role_and_handler():
     """One registry: the grammar, the permission and the dispatch read the same entry."""
-    assert set(SPECS) == {a.value for a in Action}
+    assert set(SPECS) == {a.value for a in Action} | set(ACTIONS)  # image actions: specs
+    assert SPECS["vary"].line == "/vary ROW|jJOB [N] [--strength 0.35] [--batch BATCH]"
+    assert COMMANDS.names["放大"] == "upscale" and SPECS["again"].role is Role.SUBMITTER
     assert COMMANDS.names["生成"] == "gen" and COMMANDS.names["暂停"] == "pause"
     assert SPECS["pause"].role is Role.ADMIN and SPECS["gen"].role is Role.SUBMITTER
     assert SPECS["status"].role is Role.VIEWER and SPECS["help"].role is Role.NONE

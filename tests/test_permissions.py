@@ -10,6 +10,7 @@ from bot.settings import ChatConfig
 from storage.access import Access
 from storage.db import Database
 from storage.queue import NewJob, Queue, Submission
+from templates.actions import ACTIONS
 from tests.conftest import queue_settings
 
 ADMIN = Who("slack", "UADMIN", "C1")
@@ -41,7 +42,9 @@ def test_every_action_needs_a_role_and_the_dashboard_mirrors_them():
     assert allowed_actions(Role.NONE) == ["help"]
     assert "gen" in allowed_actions(Role.SUBMITTER) \
         and "pause" not in allowed_actions(Role.SUBMITTER)
-    assert allowed_actions(Role.ADMIN) == sorted(a.value for a in Action)
+    assert allowed_actions(Role.ADMIN) == sorted([*Action, *ACTIONS])  # image actions too
+    assert all(a in allowed_actions(Role.SUBMITTER) for a in ACTIONS)  # (their specs' role)
+    assert not any(a in allowed_actions(Role.VIEWER) for a in ACTIONS)
 
 
 @pytest.mark.parametrize("action, admin, submitter, viewer", [

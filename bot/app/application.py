@@ -288,7 +288,7 @@ class App:
     async def role(self, who: Who) -> Role:
         return await self.permissions.role(who)
 
-    async def permit(self, who: Who, action: Action) -> Role:
+    async def permit(self, who: Who, action: str) -> Role:
         """The person's role if they may take `action` here, else Refused (audited). Fronts
         call it before work that costs (reading an upload) or for what only reads."""
         return await self.permissions.require(who, action)

@@ -32,11 +32,13 @@ from bot.conventions import thread_of
 from bot.errors import Conflict, Invalid, NotFound
 from storage.files import FileStore
 from storage.queue import Enqueued, NewJob, Queue, Submission
-from storage.records import ACTIONS, KEPT, REJECTED, TERMINAL, Batch, Job, Status
+from storage.records import KEPT, REJECTED, TERMINAL, Batch, Job, Status
 from templates import actions
+from templates.actions import ACTIONS, ActionSpec, Ask
 from templates.graph import Template
 from templates.jobs import decode, encode
 from templates.params import Problem
+from templates.size_rules import sized
 from templates.sizes import largest_image
 
 DEDUPE_SECONDS = 10.0
@@ -66,14 +68,18 @@ class App(Protocol):
 
 @dataclass(frozen=True)
 class ActionRequest:
-    action: str  # again | vary | upscale | edit
-    count: int = 1  # again, vary: how many new images
+    action: str  # a name in templates.actions.ACTIONS
+    count: int = 1  # how many new images, where the action takes a count
     values: dict[str, Any] = field(default_factory=dict)  # edit: the changes
     factor: float = 2.0  # upscale
     strength: float | None = None  # vary: None is the template's own, else 0.35
     key: str | None = None  # the caller's idempotency key (the API's Idempotency-Key)
     lang: str | None = None  # of what the new batch posts; None: the parent batch's
     wait_for_executor: bool = False
+
+    @property
+    def ask(self) -> Ask:
+        return Ask(self.count, self.values, self.factor, self.strength)
 
 
 @dataclass(frozen=True)
@@ -91,21 +97,22 @@ def _invalid(e: Problem) -> Invalid:
 
 async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
     action = request.action
-    if action not in ACTIONS:
+    spec = ACTIONS.get(action)
+    if spec is None:
         raise Invalid("action_unknown", action=str(action)[:40], actions=", ".join(ACTIONS))
-    role = await app.permissions.require(who, Action(action))
+    role = await app.permissions.require(who, action)
     parent = await app.job(job_id)
     batch = await _batch_of(app, parent)
-    await app.permissions.own(who, role, Action(action), owner=parent.submitter,
+    await app.permissions.own(who, role, action, owner=parent.submitter,
                               subject=parent.batch_id)
     count = request.count
-    if action in ("upscale", "edit") and count != 1:
+    if "count" not in spec.takes and count != 1:
         raise Invalid("action_count_one", action=action)
     if not 1 <= count <= MAX_COUNT:
         raise Invalid("action_count", count=count, max=MAX_COUNT)
     if request.strength is not None and not 0 < request.strength <= 1:
         raise Invalid("vary_strength", value=request.strength)
-    image = await _image_of(app, parent) if action in ("vary", "upscale") else None
+    image = await _image_of(app, parent) if spec.uses_image else None
     if parent.status not in TERMINAL:
         raise Conflict("action_not_finished", job=parent.id, status=parent.status.value)
     earlier = await _earlier(app, who, parent, request)
@@ -115,15 +122,12 @@ async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
         raise Conflict("action_template_gone", template=batch.template)
     bound = decode(parent.workflow)
     template = await app.template_version(batch.template, bound.revision)  # the parent's
-    if action == "vary" and template.comfy is not None and count > 1 and \
-            not any(p.type == "seed" for p in template.params.values()):
-        raise Invalid("vary_count_no_seed", template=template.name)  # N times the same
     try:
-        children = actions.siblings([_derive(template, bound, request, image)
+        children = actions.siblings([spec.derive(template, bound, request.ask, image)
                                      for _ in range(count)])
     except Problem as e:
         raise _invalid(e) from None
-    await _within_limit(app, children, image, request)
+    await _within_limit(app, children, image, spec, request.ask)
     if not request.wait_for_executor and \
             (missing := await app.unplaced(c.affinity for c in children)):
         raise NoExecutor(missing)
@@ -142,39 +146,30 @@ async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
         platform=batch.platform, conversation=batch.conversation, thread=thread_of(batch),
         priority=batch.priority, idempotency_key=key, meta=meta))
     if done.created:
-        await app.permissions.allowed(who, Action(action), job=parent.id,
-                                      batch=done.batch_id, count=count)
+        await app.permissions.allowed(who, action, job=parent.id, batch=done.batch_id,
+                                      count=count)
     return Acted(done.batch_id, await app.queue.batch_jobs(done.batch_id), done.created,
                  parent, action)
 
 
-async def _within_limit(app: App, children: list, image: str | None,
-                        request: ActionRequest) -> None:
+async def _within_limit(app: App, children: list, image: str | None, spec: ActionSpec,
+                        ask: Ask) -> None:
     """What a sheet may not ask for, an action may not either ([intake]
-    max_output_pixels): an edit's size, an upscale of an upscaled image."""
+    max_output_pixels): an edit's size, an upscale of an upscaled image (the parent's
+    image sized by the spec's rules)."""
     limit = app.max_output_pixels
     sizes = [largest_image(child) for child in children]
-    if request.action == "upscale" and image is not None:
-        def scaled() -> tuple[int, int]:
+    if spec.sizing and image is not None:
+        def measured() -> tuple[int, int]:
             from PIL import Image
             with Image.open(app.store.path(image)) as im:  # (reads the header only)
-                return round(im.width * request.factor), round(im.height * request.factor)
-        sizes.append(await asyncio.to_thread(scaled))
+                return im.width, im.height
+        source = await asyncio.to_thread(measured)
+        sizes.append(sized(spec.sizing, vars(ask), source))
     for size in sizes:
         if size is not None and size[0] * size[1] > limit:
             raise Invalid("action_too_large", width=size[0], height=size[1],
                           megapixels=size[0] * size[1] / 1e6, max=limit / 1e6)
-
-
-def _derive(template, bound, request: ActionRequest, image: str | None):
-    if request.action == "again":
-        return actions.again(template, bound)
-    if request.action == "edit":
-        return actions.edit(template, bound, request.values)
-    assert image is not None
-    if request.action == "vary":
-        return actions.vary(template, bound, image, request.strength)
-    return actions.upscale(template, bound, image, request.factor)
 
 
 def _window_key(app: App, who: Who, parent: Job, request: ActionRequest, back: int) -> str:

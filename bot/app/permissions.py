@@ -19,6 +19,7 @@ from bot.errors import Refused
 from bot.settings import ChatConfig
 from storage.access import Access
 from storage.queue import Queue
+from templates.actions import ACTIONS
 
 
 class Role(StrEnum):
@@ -33,7 +34,9 @@ class Role(StrEnum):
 
 
 class Action(StrEnum):
-    """What people do, by the name chat, the API, the dashboard and the audit log share."""
+    """What people do, by the name chat, the API, the dashboard and the audit log share.
+    The actions on an image that make new ones (again, vary …) are templates.actions.ACTIONS,
+    each with the role it needs: `needs(name)` reads both."""
     HELP = "help"
     STATUS = "status"
     QUEUE = "queue"
@@ -50,10 +53,6 @@ class Action(StrEnum):
     REVOKE = "revoke"
     SCHEDULE = "schedule"
     UNSCHEDULE = "unschedule"
-    AGAIN = "again"
-    VARY = "vary"
-    UPSCALE = "upscale"
-    EDIT = "edit"
     KEEP = "keep"
     REJECT = "reject"
     UNKEEP = "unkeep"
@@ -62,12 +61,9 @@ class Action(StrEnum):
     AB = "ab"
     WEBHOOKS = "webhooks"
 
-    @property
-    def needs(self) -> Role:
-        return NEEDS[self]
 
 
-# The one table of who may do what.
+# The one table of who may do what (beside each image action's own role).
 NEEDS: dict[Action, Role] = {
     Action.HELP: Role.NONE,
     Action.STATUS: Role.VIEWER, Action.QUEUE: Role.VIEWER, Action.TEMPLATES: Role.VIEWER,
@@ -76,9 +72,8 @@ NEEDS: dict[Action, Role] = {
     Action.PAUSE: Role.ADMIN, Action.RESUME: Role.ADMIN, Action.DOCTOR: Role.ADMIN,
     Action.GRANT: Role.ADMIN,
     Action.REVOKE: Role.ADMIN, Action.SCHEDULE: Role.ADMIN, Action.UNSCHEDULE: Role.ADMIN,
-    # Iterating: a new image costs the GPU, as a submission does; a rating costs nothing.
-    Action.AGAIN: Role.SUBMITTER, Action.VARY: Role.SUBMITTER, Action.UPSCALE: Role.SUBMITTER,
-    Action.EDIT: Role.SUBMITTER, Action.KEEP: Role.VIEWER, Action.REJECT: Role.VIEWER,
+    # Iterating: a rating costs nothing (a new image costs the GPU: its spec's role).
+    Action.KEEP: Role.VIEWER, Action.REJECT: Role.VIEWER,
     Action.UNKEEP: Role.VIEWER, Action.PICKS: Role.VIEWER, Action.REFINE: Role.VIEWER,
     Action.AB: Role.VIEWER,
     # Endpoints' addresses and every event they were sent: for admins.
@@ -86,9 +81,16 @@ NEEDS: dict[Action, Role] = {
 }
 
 
+def needs(action: str) -> Role:
+    """The least role that may take `action` (an Action, or an image action's name)."""
+    if action in ACTIONS:
+        return Role(ACTIONS[action].role)
+    return NEEDS[Action(action)]
+
+
 def allowed_actions(role: Role) -> list[str]:
     """Every action `role` may take (the dashboard shows the buttons for these)."""
-    return sorted(a.value for a in Action if role.rank >= a.needs.rank)
+    return sorted(a for a in [*Action, *ACTIONS] if role.rank >= needs(a).rank)
 
 
 @dataclass(frozen=True)
@@ -123,20 +125,20 @@ class Permissions:
             return Role.VIEWER
         return Role(s.default_role)
 
-    async def require(self, who: Who, action: Action) -> Role:
+    async def require(self, who: Who, action: str) -> Role:
         """The person's role if they may take `action` from where they ask; else
         Refused, audited. (Allowed admin actions are audited by whoever acts, once.)"""
         role = await self.role(who)
-        if action is not Action.HELP and self.settings.conversations and \
+        if action != Action.HELP and self.settings.conversations and \
                 who.conversation is not None and \
                 f"{who.platform}:{who.conversation}" not in self.settings.conversations:
             await self.refuse(who, action, "refused_conversation")
-        if role.rank < action.needs.rank:
-            await self.refuse(who, action, "refused_role", command=action.value,
-                              needed=action.needs.value, role=role.value)
+        if role.rank < needs(action).rank:
+            await self.refuse(who, action, "refused_role", command=str(action),
+                              needed=needs(action).value, role=role.value)
         return role
 
-    async def own(self, who: Who, role: Role, action: Action, *, owner: str,
+    async def own(self, who: Who, role: Role, action: str, *, owner: str,
                   subject: int) -> None:
         """May `who` take `action` on what `owner` submitted (batch or job `subject`)?
         Their own, yes; another's, only as an admin — and that is audited."""
@@ -144,10 +146,10 @@ class Permissions:
             return
         if role is not Role.ADMIN:
             await self.refuse(who, action, "refused_not_owner", batch=subject, owner=owner,
-                              command=action.value)
+                              command=str(action))
         await self.allowed(who, action, owner=owner, subject=subject)
 
-    async def admin_only(self, who: Who, role: Role, action: Action, what: str) -> None:
+    async def admin_only(self, who: Who, role: Role, action: str, what: str) -> None:
         """A form of `action` only admins may take (e.g. /cancel all)."""
         if role is not Role.ADMIN:
             await self.refuse(who, action, "refused_admin_only", what=what)
@@ -168,15 +170,15 @@ class Permissions:
             await self.refuse(who, Action.GEN, "limit_rate", count=recent,
                               limit=s.submitter_per_minute)
 
-    async def allowed(self, who: Who, action: Action, **detail: Any) -> None:
+    async def allowed(self, who: Who, action: str, **detail: Any) -> None:
         """Write an admin action to the audit log."""
         await self.access.audit(platform=who.platform, user=who.user,
-                                conversation=who.conversation, action=action.value,
+                                conversation=who.conversation, action=str(action),
                                 allowed=True, **detail)
 
-    async def refuse(self, who: Who, action: Action, code: str, /, **details: Any) -> NoReturn:
+    async def refuse(self, who: Who, action: str, code: str, /, **details: Any) -> NoReturn:
         """Audit the refusal, then raise it."""
         await self.access.audit(platform=who.platform, user=who.user,
-                                conversation=who.conversation, action=action.value,
+                                conversation=who.conversation, action=str(action),
                                 allowed=False, refusal=code, **details)
         raise Refused(code, **details)

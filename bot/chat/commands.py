@@ -29,11 +29,12 @@ from bot.intake.check import IntakeReport
 from bot.intake.examples import example_pictures
 from bot.intake.sheets import header_for
 from bot.intake.writer import write_example
-from bot.messages import bar, canceled, say
+from bot.messages import action_label, bar, canceled, say
 from bot.settings import ChatConfig, IntakeConfig, assets_dir
 from storage.config import QueueConfig
 from storage.records import Priority, Status
 from storage.workers import Workers
+from templates.actions import ACTIONS, PARAMETERS, ActionSpec
 from templates.binding import as_text
 from templates.settings import TemplatesConfig
 
@@ -341,7 +342,7 @@ async def _image(turn: Turn, cmd: Command):
 async def _act(turn: Turn, cmd: Command, request: ActionRequest) -> None:
     parent = await _image(turn, cmd)
     done = await turn.app.act(turn.who, parent.id, replace(request, lang=turn.lang))
-    label = say(f"button_{request.action}", turn.lang)
+    label = action_label(request.action, turn.lang)
     if done.created:
         turn.say("acted", action=label, jobs=len(done.jobs), row=parent.row, job=parent.id,
                  batch=done.batch_id)
@@ -349,46 +350,54 @@ async def _act(turn: Turn, cmd: Command, request: ActionRequest) -> None:
         turn.say("acted_already", action=label, job=parent.id, batch=done.batch_id)
 
 
-@command("again", "ROW|jJOB [N] [--batch BATCH]", aliases=("再来", "重画", "reroll"),
-         args=(IMAGE, Arg("count", True, count_of)), options=IN_BATCH)
-async def again(turn: Turn, cmd: Command) -> None:
-    await _act(turn, cmd, ActionRequest("again", cmd.args["count"] or 1))
+# Each image action (templates.actions.ACTIONS) is a command: its arguments from what it
+# takes, its words from the catalog (help_NAME), its handler this one.
+TAKES: dict[str, tuple[str, Arg | None, tuple[str, Option] | None]] = {  # usage, arg, option
+    "count": ("[N]", Arg("count", True, count_of), None),
+    "factor": ("[FACTOR]", Arg("factor", True, factor_of), None),
+    "values": ("[KEY=VALUE …]", Arg("values", True, pair, rest=True), None),
+    "strength": ("[--strength 0.35]", None, ("--strength", Option(strength_of))),
+}
 
 
-@command("vary", "ROW|jJOB [N] [--strength 0.35] [--batch BATCH]", aliases=("变体", "变化"),
-         args=(IMAGE, Arg("count", True, count_of)),
-         options={**IN_BATCH, "--strength": Option(strength_of)})
-async def vary(turn: Turn, cmd: Command) -> None:
-    await _act(turn, cmd, ActionRequest("vary", cmd.args["count"] or 1,
-                                        strength=cmd.options["strength"]))
+def _image_action(spec: ActionSpec) -> None:
+    takes = [TAKES[name] for name in PARAMETERS if name in spec.takes]
+    usage = " ".join(["ROW|jJOB", *(u for u, arg, _ in takes if arg),
+                      *(u for u, arg, _ in takes if not arg), "[--batch BATCH]"])
+    options = {**IN_BATCH, **dict(option for _, _, option in takes if option)}
 
-
-@command("upscale", "ROW|jJOB [FACTOR] [--batch BATCH]", aliases=("放大",),
-         args=(IMAGE, Arg("factor", True, factor_of)), options=IN_BATCH)
-async def upscale(turn: Turn, cmd: Command) -> None:
-    await _act(turn, cmd, ActionRequest("upscale", factor=cmd.args["factor"] or 2.0))
-
-
-@command("edit", 'ROW|jJOB [KEY=VALUE …] [--batch BATCH]', aliases=("修改", "编辑"),
-         args=(IMAGE, Arg("values", True, pair, rest=True)), options=IN_BATCH)
-async def edit(turn: Turn, cmd: Command) -> None:
-    changes = dict(cmd.args["values"] or [])
-    if not changes:  # what the row has now, and how to change it: a form, where there is one
-        parent = await _image(turn, cmd)
-        if await _edit_form(turn, parent):
+    @command(spec.name, usage, aliases=spec.aliases, options=options,
+             args=(IMAGE, *(arg for _, arg, _ in takes if arg)))
+    async def handle(turn: Turn, cmd: Command) -> None:
+        got = {**cmd.args, **{k.lstrip("-"): v for k, v in cmd.options.items()}}
+        changes = dict(got.get("values") or [])
+        if "values" in spec.takes and not changes:  # what to change: the row's values
+            await _values_now(turn, cmd, spec)
             return
-        named = {**parent.values, **parent.workflow.get("named", {})}  # pictures as named
-        values = {k: as_text(v) for k, v in named.items() if v not in (None, "")}
-        text = [k for k in values if k not in parent.workflow.get("named", {})]
-        example = f'{text[0]}="{values[text[0]]}"' if text else "KEY=VALUE"
-        turn.say("edit_usage", row=parent.row, job=parent.id, job_ref=f"j{parent.id}",
-                 values=", ".join(f"{k}={v}" for k, v in values.items()) or "-",
-                 example=example)
+        await _act(turn, cmd, ActionRequest(
+            spec.name, count=got.get("count") or 1, values=changes,
+            factor=got.get("factor") or 2.0, strength=got.get("strength")))
+
+
+for _spec in ACTIONS.values():
+    _image_action(_spec)
+
+
+async def _values_now(turn: Turn, cmd: Command, spec: ActionSpec) -> None:
+    """What the row has now, and how to change it: a form, where there is one."""
+    parent = await _image(turn, cmd)
+    if await _edit_form(turn, parent, spec):
         return
-    await _act(turn, cmd, ActionRequest("edit", values=changes))
+    named = {**parent.values, **parent.workflow.get("named", {})}  # pictures as named
+    values = {k: as_text(v) for k, v in named.items() if v not in (None, "")}
+    text = [k for k in values if k not in parent.workflow.get("named", {})]
+    example = f'{text[0]}="{values[text[0]]}"' if text else "KEY=VALUE"
+    turn.say("edit_usage", row=parent.row, job=parent.id, job_ref=f"j{parent.id}",
+             values=", ".join(f"{k}={v}" for k, v in values.items()) or "-",
+             example=example, command=f"/{spec.name}")
 
 
-async def _edit_form(turn: Turn, parent) -> bool:
+async def _edit_form(turn: Turn, parent, spec: ActionSpec) -> bool:
     """Where a button press can open a form (Slack's modal), the row's values in one,
     each field the template lets a person change; True if it opened."""
     msg = turn.msg
@@ -403,7 +412,8 @@ async def _edit_form(turn: Turn, parent) -> bool:
         Field(p.name, header_for(p, turn.lang), as_text(parent.values.get(p.name)),
               multiline=p.type == "text")
         for p in template.params.values() if p.type != "image")
-    form = Form(say("edit_form_title", turn.lang, row=parent.row)[:24], f"/edit j{parent.id}",
+    form = Form(say("edit_form_title", turn.lang, row=parent.row)[:24],
+                f"/{spec.name} j{parent.id}",
                 fields, say("edit_form_submit", turn.lang), msg.conversation, msg.thread)
     try:
         await platform.open_form(msg.context, form)

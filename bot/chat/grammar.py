@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from bot.app.permissions import Action, Role
+from bot.app.permissions import Role, needs
 from bot.errors import Invalid
 from bot.messages import say
 
@@ -56,7 +56,7 @@ class Spec:
     """One command, declared once."""
     name: str
     usage: str  # after the command name; the same in both languages
-    action: Action  # what it does, and so the role it needs
+    action: str  # what it does (an Action or an image action), and so the role it needs
     handler: Callable[..., Awaitable[None]]
     args: tuple[Arg, ...] = ()
     options: dict[str, Option] = field(default_factory=dict)  # "--skip-invalid" -> Option
@@ -64,7 +64,7 @@ class Spec:
 
     @property
     def role(self) -> Role:
-        return self.action.needs
+        return needs(self.action)
 
     @property
     def line(self) -> str:
@@ -92,11 +92,12 @@ class Registry:
 
     def command(self, name: str, usage: str = "", *, args: tuple[Arg, ...] = (),
                 options: dict[str, Option] | None = None, aliases: tuple[str, ...] = (),
-                action: Action | None = None):
+                action: str | None = None):
         """Declare a command; the decorated coroutine handles it."""
         def register(handler: Callable[..., Awaitable[None]]):
-            spec = Spec(name, usage, action or Action(name), handler, args, options or {},
+            spec = Spec(name, usage, action or name, handler, args, options or {},
                         aliases)
+            needs(spec.action)  # (an action no role table knows fails here, not when used)
             for word in (name, *aliases):
                 if word in self.names:
                     raise ValueError(f"/{word} is declared twice")

@@ -27,20 +27,19 @@ from bot.app.grids import write_grids
 from bot.app.placement import unplaced
 from bot.app.results import columns_of, write_results
 from bot.conventions import batch_key, job_key, thread_of
-from bot.messages import bar, canceled, say, took
+from bot.messages import action_label, bar, canceled, say, took
 from storage.files import FileStore
 from storage.media import is_image_name
 from storage.outbox import Outbox
 from storage.queue import TERMINAL, BatchProgress, Queue
 from storage.records import Batch, Event, Job, Status
 from storage.workers import Workers
+from templates.actions import ACTIONS
 from templates.graph import Template
 
 CURSOR = "notifier"
 CAPTION_VALUES = 3  # key values of a row shown in an image caption
 MILESTONES = (25, 50, 75)  # percent, where progress cannot be edited in place
-IMAGE_BUTTONS = (("keep", "button_keep_image"), ("again", "button_again"),
-                 ("vary", "button_vary"), ("upscale", "button_upscale"), ("edit", "button_edit"))
 BUNDLED_GRIDS = 8  # a sweep's grids in its summary message; more follow (Slack: 10 files)
 SMALL = 8  # rows: a smaller batch gets only the halfway milestone (each is a message)
 
@@ -241,15 +240,18 @@ class Notifier:
         values = " · ".join((await self.key_values(batch, job))[:CAPTION_VALUES])
         if job.action and job.parent_job_id:
             caption = say("image_caption_action", lang, row=job.row, job=job.id,
-                          action=say(f"button_{job.action}", lang), parent=job.parent_job_id,
+                          action=action_label(job.action, lang), parent=job.parent_job_id,
                           values=values)
         elif batch.meta.get("sweep"):  # several images a row: the job tells them apart
             caption = say("image_caption_job", lang, row=job.row, job=job.id, values=values)
         else:
             caption = say("image_caption", lang, row=job.row, job=job.id, values=values)
         caption = caption.rstrip(" ·")
-        buttons = [{"label": say(label, lang), "command": f"/{name} j{job.id}",
-                    "id": f"image_{name}"} for name, label in IMAGE_BUTTONS]
+        buttons = [{"label": say("button_keep_image", lang), "command": f"/keep j{job.id}",
+                    "id": "image_keep"}]
+        buttons += [{"label": action_label(spec.name, lang), "command": f"/{spec.name} j{job.id}",
+                     "id": f"image_{spec.name}"} for spec in ACTIONS.values()
+                    if spec.button and spec.offered(self.templates.get(batch.template))]
         for i, path in enumerate(job.outputs):  # a video goes as a file, captioned alike
             image = is_image_name(path)
             await self._owe(job_key(job.id, f"image:{i}"), batch, "image" if image else "file",

@@ -1,6 +1,7 @@
-"""`genbot job again|vary|upscale|edit|keep|reject|unkeep|lineage ID`: act on a finished
-image of a running genbot, over the REST API (as `genbot submit` does, with its token
-and exit codes: bot.cli.client).
+"""`genbot job ACTION|keep|reject|unkeep|lineage ID`: act on a finished image of a running
+genbot, over the REST API (as `genbot submit` does, with its token and exit codes:
+bot.cli.client). The actions are templates.actions.ACTIONS, each a subcommand taking
+what its spec takes:
 
   genbot job again 12 -n 3               the same row with new seeds, three times
   genbot job vary 12 -n 2 --strength 0.5 close variations of the image
@@ -28,17 +29,31 @@ from bot.cli.client import (
     token_for,
     unreachable,
 )
+from bot.messages import say
+from templates.actions import ACTIONS
 
 if TYPE_CHECKING:
     import aiohttp
 
 RATINGS = {"keep": "keep", "reject": "reject", "unkeep": None}
 SHOWN = {"kept": "kept", "rejected": "rejected", None: "not rated"}
+TAKES: dict[str, Callable[[argparse.ArgumentParser], Any]] = {  # what an action takes
+    "count": lambda p: p.add_argument("-n", "--count", type=int, default=1,
+                                      help="how many new images (default 1)"),
+    "strength": lambda p: p.add_argument(
+        "--strength", type=float, metavar="S",
+        help="0 to 1: how far from the image (default: the template's, else 0.35)"),
+    "factor": lambda p: p.add_argument("--factor", type=float, default=2.0, metavar="F",
+                                       help="how many times larger (default 2)"),
+    "values": lambda p: p.add_argument(
+        "values", nargs="+", metavar="KEY=VALUE", type=key_value,
+        help="a column or parameter and its new value, read as a sheet's cell"),
+}
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    job = subparsers.add_parser("job", help="act on a finished image over the API: again, "
-                                            "vary, upscale, edit, keep, lineage")
+    job = subparsers.add_parser("job", help="act on a finished image over the API: "
+                                + ", ".join([*ACTIONS, "keep", "lineage"]))
     actions = job.add_subparsers(dest="job", required=True, metavar="ACTION")
 
     def sub(name: str, help_: str) -> argparse.ArgumentParser:
@@ -56,17 +71,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         parser.set_defaults(func=cmd_act, action=name)
         return parser
 
-    acting("again", "the same row with new seeds").add_argument(
-        "-n", "--count", type=int, default=1, help="how many new images (default 1)")
-    vary = acting("vary", "close variations of the image")
-    vary.add_argument("-n", "--count", type=int, default=1, help="how many (default 1)")
-    vary.add_argument("--strength", type=float, metavar="S",
-                      help="0 to 1: how far from the image (default: the template's, else 0.35)")
-    acting("upscale", "the image enlarged").add_argument(
-        "--factor", type=float, default=2.0, metavar="F", help="how many times (default 2)")
-    acting("edit", "the row again with some values changed").add_argument(
-        "values", nargs="+", metavar="KEY=VALUE", type=key_value,
-        help="a column or parameter and its new value, read as a sheet's cell")
+    for spec in ACTIONS.values():
+        parser = acting(spec.name, say(f"help_{spec.name}"))
+        for name in spec.takes:
+            TAKES[name](parser)
     for name, help_ in (("keep", "keep the image (its batch's picks)"),
                         ("reject", "reject the image"), ("unkeep", "take its rating back")):
         sub(name, help_).set_defaults(func=cmd_rate, rating=name)
@@ -87,7 +95,7 @@ def cmd_act(args: argparse.Namespace) -> int:
     for name in ("count", "factor", "strength"):
         if getattr(args, name, None) is not None:
             body[name] = getattr(args, name)
-    if args.action == "edit":
+    if "values" in ACTIONS[args.action].takes:
         body["values"] = dict(args.values)
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
 

@@ -33,6 +33,7 @@ from bot.web.routes import Resource, serve
 from bot.web.schedules import ScheduleRoutes
 from bot.web.templates import TemplateRoutes
 from bot.web.uploads import body_limit
+from bot.web.vocabulary import VocabularyRoutes
 from bot.web.webhooks import WebhookRoutes
 from bot.web.workers import WorkerRoutes
 from bot.webhooks.payloads import DESCRIPTIONS, EVENTS
@@ -109,7 +110,7 @@ class Api:
             self.queue, WorkerRoutes(app, self.callers), TemplateRoutes(app, self.callers),
             BatchRoutes(app, self.callers), JobRoutes(app, self.callers),
             IterateRoutes(app, self.callers), self.events, ScheduleRoutes(app, self.callers),
-            WebhookRoutes(self.hooks, self.callers)]
+            WebhookRoutes(self.hooks, self.callers), VocabularyRoutes(self.callers)]
 
     def routes(self, app: web.Application) -> None:
         """Each resource's routes as declared, and the document generated from them."""

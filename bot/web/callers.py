@@ -7,7 +7,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from bot.app.application import App
-from bot.app.permissions import Action, Who
+from bot.app.permissions import Who
 from bot.settings import ApiConfig
 from bot.web.http import PREFIX, ApiError
 from bot.web.sessions import Sessions, session_secret
@@ -43,7 +43,7 @@ class Callers:
                            headers_hint="Authorization: Bearer TOKEN")
         return Who("api", user, "api")
 
-    async def allowed(self, request: web.Request, action: Action) -> Who:
+    async def allowed(self, request: web.Request, action: str) -> Who:
         """Who asks, if they may take `action` (a read, or before reading a body)."""
         who = await self.who(request)
         await self.app.permit(who, action)

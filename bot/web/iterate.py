@@ -14,17 +14,18 @@ from msgspec import Meta, Struct
 
 from bot.app.application import App
 from bot.app.iterate import MAX_COUNT, ActionRequest
-from bot.app.permissions import Action
+from bot.app.permissions import Action, needs
 from bot.app.results import XLSX, write_picks
 from bot.web.batches import BATCH_ID, IDEMPOTENCY_KEY
 from bot.web.callers import Callers
 from bot.web.http import PREFIX, ApiError, in_path, json_body, respond, stored_file
 from bot.web.jobs import JOB_ID, ActionName, Job
 from bot.web.routes import Answer, Param, Route
-from templates.actions import UPSCALE_MAX, VARY_STRENGTH
+from templates.actions import ACTIONS, UPSCALE_MAX, VARY_STRENGTH
 from templates.settings import TemplatesConfig
 
 PICKS_XLSX, PICKS_PNG = "picks.xlsx", "picks.png"
+FIRST_TO_ACT = min(ACTIONS, key=lambda name: needs(name).rank)  # refused first, if anything
 RatingName = Annotated[str, Meta(extra_json_schema={"enum": ["keep", "reject", "unkeep"]})]
 
 
@@ -165,7 +166,7 @@ class IterateRoutes:
                                "Idempotency-Key is 1 to 150 characters")
             body = await json_body(request, ActionBody)
         except ApiError:
-            await self.app.permit(who, Action.AGAIN)  # who may not act hears that first
+            await self.app.permit(who, FIRST_TO_ACT)  # who may not act hears that first
             raise
         job_id = in_path(request, "id")
         acted = await self.app.act(who, job_id, ActionRequest(

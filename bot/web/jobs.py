@@ -19,7 +19,8 @@ from bot.web.routes import Answer, Param, Route, Whole, page_size
 from storage import records
 from storage.media import OUTPUTS
 from storage.reads import RATING_FILTERS, Rating
-from storage.records import ACTIONS, KEPT, REJECTED, Status
+from storage.records import KEPT, REJECTED, Status
+from templates.actions import ACTIONS, offered
 from templates.graph import Template
 
 THUMBS = (128, 256, 512)  # a few sizes, each cached once per image: not one per pixel count
@@ -60,6 +61,9 @@ class Job(Struct):
         "that template's version (genbot template history); null: made before versions "
         "were kept"))]
     template_hash: Annotated[str | None, Meta(description="the version's content hash")]
+    actions: Annotated[list[ActionName], Meta(description=(
+        "what its template can make from its image once it has succeeded (POST "
+        "/jobs/{id}/actions), in the order to offer them; GET /vocabulary names them"))]
 
     @classmethod
     def of(cls, j: records.Job, templates: dict[str, Template]) -> Job:
@@ -71,7 +75,8 @@ class Job(Struct):
                    finished_at=j.finished_at, parent_job_id=j.parent_job_id, action=j.action,
                    rating=RATINGS.get(j.rating), rated_by=j.rated_by, rated_at=j.rated_at,
                    template=j.template, template_version=j.workflow.get("revision") or None,
-                   template_hash=j.workflow.get("version") or None)
+                   template_hash=j.workflow.get("version") or None,
+                   actions=offered(templates.get(j.template or "")))
 
 
 class JobPage(Struct):

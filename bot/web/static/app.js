@@ -39,7 +39,7 @@ const TEXT = {
     takes: "takes", doing_loading: "loading {models}", doing_building_demo: "building demo models: {models}",
     doing_server_down: "server down: {models}",
     keep: "Keep", unkeep: "Unkeep", kept: "kept", rejected: "rejected",
-    again: "Again", vary: "Vary", upscale: "Upscale", edit: "Edit", lineage: "Lineage",
+    lineage: "Lineage",
     made_from: "{action} of #{id}", ancestors: "Made from", children: "Made from it", none: "none",
     batch_from: "{action} of job {job}, from", kept_only: "Kept only (with all made from this batch)",
     ab_won: "{variant}: kept in {won} rows where the other was not", ab_ties: "tie (both or neither kept): {ties}", ab_unrated: "not rated yet: {unrated} rows",
@@ -90,7 +90,7 @@ const TEXT = {
     takes: "接收", doing_loading: "正在加载 {models}", doing_building_demo: "正在生成演示模型：{models}",
     doing_server_down: "服务器无法连接：{models}",
     keep: "保留", unkeep: "取消保留", kept: "已保留", rejected: "已淘汰",
-    again: "再来", vary: "变体", upscale: "放大", edit: "修改", lineage: "来历",
+    lineage: "来历",
     made_from: "#{id} 的{action}", ancestors: "来自", children: "由它生成", none: "无",
     batch_from: "任务 {job} 的{action}，来自", kept_only: "只看保留的（含由此批次生成的）",
     ab_won: "{variant}：{won} 行中被保留而另一版本未被保留", ab_ties: "平局（都保留或都未保留）：{ties}", ab_unrated: "尚未评价：{unrated} 行",
@@ -113,7 +113,6 @@ const TEXT = {
   },
 };
 const STATUSES = ["queued", "running", "succeeded", "failed", "canceled"];
-const IMAGE_ACTIONS = ["again", "vary", "upscale"];  // one click each; edit is for chat and scripts
 const PRIORITIES = ["urgent", "high", "normal", "low"];
 const DELIVERY_STATES = ["pending", "sent", "failed"];
 const DELIVERY_PAGE = 50; // webhook deliveries fetched per page
@@ -121,6 +120,7 @@ const DELIVERY_PAGE = 50; // webhook deliveries fetched per page
 let lang = localStorage.getItem("genbot.lang") ||
   (navigator.language.toLowerCase().startsWith("zh") ? "zh" : "en");
 let me = null;                 // {user, role, csrf, may} once signed in
+let vocabulary = {actions: []}; // GET /vocabulary: the image actions and their words
 let seq = 0;                   // the last event seen, to resume the stream from
 let socket = null;
 let view = null;               // the view on screen: {refresh()}
@@ -130,6 +130,16 @@ const steps = new Map();       // job id -> {node, step, total}, from progress e
 // --- small helpers -------------------------------------------------------------------
 function rowName(j) {  // "BTL-001 · Row 2": the row as its sheet names it (the key column)
   return j.key ? `${j.key} · ${t("row")} ${j.row}` : `${t("row")} ${j.row}`;
+}
+
+function verb(action) {  // an image action's word, from the server's table
+  const found = vocabulary.actions.find((a) => a.name === action);
+  return found ? (found.verb[lang] || found.verb.en) : action;
+}
+
+function oneClick(action) {  // offered as a button here: needs nothing typed (no values)
+  const found = vocabulary.actions.find((a) => a.name === action);
+  return Boolean(found && found.button && !found.takes.includes("values"));
 }
 
 function t(key, vars = {}) {
@@ -472,10 +482,10 @@ async function batchPage(main, id, params) {
     return h("div", {class: "image-actions"},
       finished && me.may.includes("keep") ? h("button", {class: `small${keep ? " on" : ""}`, "data-keep": j.id,
         onclick: () => rate(j, keep ? null : "keep")}, t(keep ? "unkeep" : "keep")) : null,
-      ...(finished ? IMAGE_ACTIONS : []).filter((a) => mayTouch(a, j.submitter)).map((a) =>
-        h("button", {class: "small", "data-act": a, onclick: (e) => act(j, a, e.currentTarget)}, t(a))),
+      ...(finished ? j.actions : []).filter((a) => oneClick(a) && mayTouch(a, j.submitter)).map((a) =>
+        h("button", {class: "small", "data-act": a, onclick: (e) => act(j, a, e.currentTarget)}, verb(a))),
       j.parent_job_id || finished ? h("button", {class: "link small", "data-lineage": j.id,
-        text: j.parent_job_id ? t("made_from", {action: t(j.action), id: j.parent_job_id}) : t("lineage"),
+        text: j.parent_job_id ? t("made_from", {action: verb(j.action), id: j.parent_job_id}) : t("lineage"),
         onclick: () => showLineage(j, lineage)}) : null);
   }
   async function rate(j, rating) {
@@ -496,7 +506,7 @@ async function batchPage(main, id, params) {
     const r = await call("GET", `${API}/jobs/${j.id}/lineage`);
     if (!r.ok) return failure(r);
     const link = (x, how) => h("a", {href: `#/batches/${x.batch}`, "data-lineage-job": x.id,
-      text: `#${x.id}${how && x.action ? " " + t(x.action) : ""}${x.rating ? " · " + t(x.rating) : ""}`});
+      text: `#${x.id}${how && x.action ? " " + verb(x.action) : ""}${x.rating ? " · " + t(x.rating) : ""}`});
     const list = (jobs, how) => jobs.length ? jobs.flatMap((x, i) => [i ? ", " : "", link(x, how)]) : [t("none")];
     box.replaceChildren(
       h("p", {class: "muted ancestors"}, `${t("ancestors")}: `, ...list(r.data.ancestors, false)),
@@ -537,7 +547,7 @@ async function batchPage(main, id, params) {
         ...STATUSES.filter((s) => b.counts[s]).map((s) => h("span", {class: "pair"}, badge(s), ` ${b.counts[s]}`)),
         active && b.eta_seconds ? h("span", {class: "muted", text: ` · ${t("eta", {t: span(b.eta_seconds)})}`}) : null),
       b.meta.parent_job ? h("p", {class: "muted", id: "made-from"},
-        `${t("batch_from", {action: t(b.meta.action), job: b.meta.parent_job})} `,
+        `${t("batch_from", {action: verb(b.meta.action), job: b.meta.parent_job})} `,
         h("a", {href: `#/batches/${b.meta.parent_batch}`, text: t("batch", {id: b.meta.parent_batch})})) : null,
       h("p", {class: "actions"},
         active && mayTouch("cancel", b.submitter) ? h("button", {id: "cancel-batch", onclick: () => cancel(`${API}/batches/${id}/cancel`)}, t("cancel_batch")) : null,
@@ -797,8 +807,9 @@ async function signedIn(session) {
   who.hidden = false;
   who.textContent = `${me.user} (${me.role})`;
   document.getElementById("sign-out").hidden = false;
-  const q = await call("GET", `${API}/queue`);
+  const [q, v] = await Promise.all([call("GET", `${API}/queue`), call("GET", `${API}/vocabulary`)]);
   if (q.ok) seq = q.data.seq;
+  if (v.ok) vocabulary = v.data;
   connect();
   await route();
 }
