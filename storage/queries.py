@@ -15,6 +15,22 @@ from __future__ import annotations
 import functools
 import re
 
+from storage.records import ACTIVE, TERMINAL, Status
+
+
+def _listed(states: frozenset[Status]) -> str:
+    return "(" + ", ".join(f"'{s}'" for s in Status if s in states) + ")"
+
+
+# The job states, written in the SQL as {queued}, {running} …; the sets as {active} and
+# {terminal}; and the rule that a cancel asked of a running job wins over however it
+# would otherwise end (done, failed, handed back, its lease run out), as {cancel_wins},
+# a branch of the CASE that says what it becomes. All from storage.records; filled in
+# every statement of this module as it is loaded (the end of this file).
+_STATES = {**{f"{{{s.value}}}": f"'{s.value}'" for s in Status},
+           "{active}": _listed(ACTIVE), "{terminal}": _listed(TERMINAL),
+           "{cancel_wins}": f"WHEN cancel_requested THEN '{Status.CANCELED}'"}
+
 _DIALECT = {
     "sqlite": {
         "{skip_locked}": "",
@@ -112,25 +128,25 @@ BATCH_BY_IDEMPOTENCY_KEY = "SELECT id, total_jobs FROM batches WHERE idempotency
 
 # Two counts, so each reads its own partial index (not the whole history).
 ACTIVE_COUNTS = """
-SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'queued') AS queued,
-       (SELECT COUNT(*) FROM jobs WHERE status = 'running') AS running"""
+SELECT (SELECT COUNT(*) FROM jobs WHERE status = {queued}) AS queued,
+       (SELECT COUNT(*) FROM jobs WHERE status = {running}) AS running"""
 
 # The round-robin "now" of a priority class: the turn of the next job to be claimed.
 # A newcomer's first job takes this turn, so it alternates with those already waiting
 # instead of queueing behind all of them.
 CLASS_TURN = """
 SELECT MIN(fair_rank) AS turn FROM jobs
-WHERE status = 'queued' AND priority = $1 AND not_before <= $2"""
+WHERE status = {queued} AND priority = $1 AND not_before <= $2"""
 
 # With nothing due at the class, the turn after every waiting job of it (or 0).
 CLASS_TURN_AFTER_ALL = """
 SELECT COALESCE(MAX(fair_rank) + 1, 0) AS turn FROM jobs
-WHERE status = 'queued' AND priority = $1"""
+WHERE status = {queued} AND priority = $1"""
 
 # A submitter's later submissions continue after their own waiting jobs (FIFO per person).
 SUBMITTER_LAST_TURN = """
 SELECT MAX(fair_rank) AS turn FROM jobs
-WHERE status = 'queued' AND priority = $1 AND submitter = $2"""
+WHERE status = {queued} AND priority = $1 AND submitter = $2"""
 
 INSERT_BATCH = """
 INSERT INTO batches (template, submitter, platform, conversation, thread, priority,
@@ -144,7 +160,7 @@ INSERT_JOBS = """
 INSERT INTO jobs (batch_id, row, workflow, status, priority, submitter, fair_rank, affinity,
                   attempts, not_before, cancel_requested, outputs, enqueued_at, updated_at,
                   parent_job_id, action)
-SELECT $1, j.row, j.workflow, 'queued', $2, $3, $4 + j.n, j.affinity, 0, $5, FALSE, '[]',
+SELECT $1, j.row, j.workflow, {queued}, $2, $3, $4 + j.n, j.affinity, 0, $5, FALSE, '[]',
   $6, $6, j.parent, j.action
 FROM ({job_rows($7)}) j ORDER BY j.n"""
 
@@ -167,40 +183,40 @@ ANALYZE_JOBS = "ANALYZE jobs"  # PostgreSQL, after a burst (Queue.enqueue)
 
 # Whether any lease has run out. Claims return this too (expired_seen), so the sweep
 # below runs only when there is something to sweep, at no extra round trip.
-_EXPIRED = """(EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < {now})
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+_EXPIRED = """(EXISTS (SELECT 1 FROM jobs WHERE status = {running} AND lease_expires_at < {now})
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = {queued} AND lease_expires_at IS NOT NULL
              AND lease_expires_at < {now}))"""
-ANY_LEASE_EXPIRED = "SELECT " + _EXPIRED.format(now="$1") + " AS x"
+ANY_LEASE_EXPIRED = "SELECT " + _EXPIRED.replace("{now}", "$1") + " AS x"
 
 # A job whose executor stopped heartbeating goes back to the queue at once (keeping its
 # place), or fails if it has used all its attempts, or ends canceled if that was asked.
 EXPIRE_LEASES = """
 UPDATE jobs SET
-  status = CASE WHEN cancel_requested THEN 'canceled'
-                WHEN attempts >= $2 THEN 'failed' ELSE 'queued' END,
+  status = CASE {cancel_wins}
+                WHEN attempts >= $2 THEN {failed} ELSE {queued} END,
   error = CASE WHEN cancel_requested THEN error
                ELSE 'lease expired: executor ' || COALESCE(lease_owner, '?')
                     || ' stopped heartbeating' END,
   finished_at = CASE WHEN cancel_requested OR attempts >= $2
                      THEN CAST($1 AS DOUBLE PRECISION) ELSE NULL END,
   lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
-WHERE status = 'running' AND lease_expires_at < $1"""
+WHERE status = {running} AND lease_expires_at < $1"""
 
 # A job claimed ahead by an executor that went silent: simply free again, no attempt used.
 EXPIRE_AHEAD = """
 UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
-WHERE status = 'queued' AND lease_expires_at IS NOT NULL AND lease_expires_at < $1"""
+WHERE status = {queued} AND lease_expires_at IS NOT NULL AND lease_expires_at < $1"""
 
 # The executor holding these leases is known dead (its supervisor saw it exit): they end
 # now, and the next claim sweeps them back through EXPIRE_LEASES / EXPIRE_AHEAD.
 END_LEASES_OF = """
 UPDATE jobs SET lease_expires_at = $2
-WHERE status IN ('running', 'queued') AND lease_owner = $1 AND lease_expires_at > $2"""
+WHERE status IN {active} AND lease_owner = $1 AND lease_expires_at > $2"""
 
 # Claiming starts the job: an attempt is counted now, before it runs, so a job that kills
 # its executor every time is bounded by max_attempts (promise 5).
 _CLAIM_SET = """
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
+UPDATE jobs SET status = {running}, attempts = attempts + 1, lease_owner = $1,
   lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
 """
 
@@ -213,19 +229,19 @@ UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, lease
 # The next job in claim order: priority class, then round-robin turn among
 # submitters (fair_rank), then FIFO (id); not one another executor claimed ahead.
 _HEAD = """
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+SELECT id FROM jobs WHERE status = {queued} AND not_before <= $4 AND lease_token IS NULL
   {allowed}
 ORDER BY priority, fair_rank, id LIMIT 1 {skip_locked}"""
 
 _NOT_PAUSED_RETURNING = """
-AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+AND status = {queued} AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  """ + _EXPIRED.format(now="$4") + " AS expired_seen"
+  """ + _EXPIRED.replace("{now}", "$4") + " AS expired_seen"
 
 # Whether the job taken went ahead of its submitter's own turn (an affinity preference):
 # only then does GIVE_BACK_TURN have anything to do.
 _OUT_OF_TURN = """,
-  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
+  EXISTS (SELECT 1 FROM jobs o WHERE o.status = {queued} AND o.priority = jobs.priority
           AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
           AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn"""
 
@@ -235,10 +251,10 @@ _OUT_OF_TURN = """,
 _PREFERRING = """
 WHERE id = COALESCE(
   (SELECT j.id FROM jobs j {by_submitter}
-   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
+   WHERE j.status = {queued} AND j.not_before <= $4 AND j.lease_token IS NULL
      AND j.affinity IN ({json_list($5)})
      AND (j.priority, j.submitter) = (
-       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
+       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = {queued} AND h.not_before <= $4
          AND h.lease_token IS NULL {allowed_h}
        ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
    ORDER BY j.fair_rank, j.id LIMIT 1 {skip_locked}),
@@ -254,7 +270,7 @@ CLAIM_AHEAD_PREFERRING = _AHEAD_SET + _PREFERRING
 # plain IN (subquery) PostgreSQL may re-run it and take more than $7.)
 _FOLLOWERS = """
 WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE batch_id = $5 AND status = 'queued' AND not_before <= $4
+  SELECT id FROM jobs WHERE batch_id = $5 AND status = {queued} AND not_before <= $4
     AND lease_token IS NULL AND affinity = $6 ORDER BY fair_rank, id LIMIT $7 {skip_locked})
 """
 CLAIM_FOLLOWERS = _FOLLOWERS + _CLAIM_SET + "WHERE id IN (SELECT id FROM picked)" \
@@ -267,7 +283,7 @@ CLAIM_FOLLOWERS_AHEAD = _FOLLOWERS + _AHEAD_SET + "WHERE id IN (SELECT id FROM p
 # and leases as for CLAIM. (No preference: a loaded model is a one-job concern.)
 _MANY = """
 WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+  SELECT id FROM jobs WHERE status = {queued} AND not_before <= $4 AND lease_token IS NULL
     {allowed}
   ORDER BY priority, fair_rank, id LIMIT $5 {skip_locked})
 """
@@ -277,18 +293,18 @@ CLAIM_MANY = _MANY + _CLAIM_SET + "WHERE id IN (SELECT id FROM picked)" + _NOT_P
 # used takes the claimed job's place ($1), so a preference never grants an extra turn.
 GIVE_BACK_TURN = """
 UPDATE jobs SET fair_rank = $1
-WHERE id = (SELECT id FROM jobs WHERE status = 'queued' AND priority = $2 AND submitter = $3
+WHERE id = (SELECT id FROM jobs WHERE status = {queued} AND priority = $2 AND submitter = $3
               AND not_before <= $4 AND lease_token IS NULL ORDER BY fair_rank, id LIMIT 1)
-  AND status = 'queued' AND fair_rank < $1"""
+  AND status = {queued} AND fair_rank < $1"""
 
 # Jobs claimed ahead start: the leases in the JSON list $1 (a claim and its followers),
 # unless canceled, handed back or the queue paused meanwhile. The attempt counts from
 # here. $3: the new lease expiry.
 START = """
-UPDATE jobs SET status = 'running', attempts = attempts + 1, started_at = $2, updated_at = $2,
+UPDATE jobs SET status = {running}, attempts = attempts + 1, started_at = $2, updated_at = $2,
   lease_expires_at = $3
 FROM ({lease_rows($1)}) h
-WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status = 'queued'
+WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status = {queued}
   AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING jobs.id, jobs.attempts"""
 
@@ -297,17 +313,17 @@ RETURNING jobs.id, jobs.attempts"""
 RUNNING_UNDER = """
 SELECT jobs.id, jobs.attempts FROM jobs JOIN ({lease_rows($1)}) h
   ON jobs.id = h.id AND jobs.lease_token = h.token
-WHERE jobs.status = 'running'"""
+WHERE jobs.status = {running}"""
 
 # Jobs claimed ahead go back to waiting, untouched (the executor stops, or will not
 # start them): by lease, or every one (pause).
 UNCLAIM_AHEAD = """
 UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $2
 FROM ({lease_rows($1)}) h
-WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status = 'queued'"""
+WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status = {queued}"""
 UNCLAIM_ALL_AHEAD = """
 UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
-WHERE status = 'queued' AND lease_expires_at IS NOT NULL"""
+WHERE status = {queued} AND lease_expires_at IS NOT NULL"""
 
 
 @functools.cache
@@ -338,7 +354,7 @@ def complete_many_then(claim_sql: str) -> str:
 
 HEARTBEAT = """
 UPDATE jobs SET lease_expires_at = $3
-WHERE id = $1 AND lease_token = $2 AND status IN ('running', 'queued')
+WHERE id = $1 AND lease_token = $2 AND status IN {active}
 RETURNING cancel_requested"""
 
 # Every lease an executor holds (running, finishing, claimed ahead), in one statement:
@@ -347,21 +363,22 @@ RETURNING cancel_requested"""
 HEARTBEAT_ALL = """
 UPDATE jobs SET lease_expires_at = $2
 FROM ({lease_rows($1)}) h
-WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('running', 'queued')
+WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN {active}
 RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested"""
 
 def _handed_back(now: str, why: str) -> str:
     """A leased job handed back ($now, $why): claimed ahead, free again untouched; running,
     queued again with its attempt given back (or canceled, if that was asked)."""
-    return f"""
+    return """
 UPDATE jobs SET
-  status = CASE WHEN status = 'running' AND cancel_requested THEN 'canceled' ELSE 'queued' END,
-  attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
+  status = CASE WHEN status = {running} AND cancel_requested THEN {canceled} ELSE {queued} END,
+  attempts = CASE WHEN status = {running} AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
-  finished_at = CASE WHEN status = 'running' AND cancel_requested
+  finished_at = CASE WHEN status = {running} AND cancel_requested
                      THEN CAST({now} AS DOUBLE PRECISION) ELSE finished_at END,
-  error = CASE WHEN status = 'running' THEN CAST({why} AS TEXT) ELSE error END,
-  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = {now}"""
+  error = CASE WHEN status = {running} THEN CAST({why} AS TEXT) ELSE error END,
+  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = {now}"""\
+        .replace("{now}", now).replace("{why}", why)
 
 
 # What an executor ($3) holds a lease on but does not know it holds — not among the
@@ -374,11 +391,11 @@ UPDATE jobs SET
 # now, $5 why; $2 is HEARTBEAT_ALL's, which it runs beside.) The partial indexes of
 # running jobs and of jobs claimed ahead find the owner's few rows.
 HAND_BACK_UNHELD = _handed_back("$4", "$5") + """
-WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_owner = $3
+WHERE id IN (SELECT id FROM jobs WHERE status = {running} AND lease_owner = $3
              UNION ALL
-             SELECT id FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             SELECT id FROM jobs WHERE status = {queued} AND lease_expires_at IS NOT NULL
                AND lease_owner = $3)
-  AND lease_owner = $3 AND status IN ('running', 'queued') AND lease_token IS NOT NULL
+  AND lease_owner = $3 AND status IN {active} AND lease_token IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM ({lease_rows($1)}) h
                   WHERE h.id = jobs.id AND h.token = jobs.lease_token)
 RETURNING id, status"""
@@ -395,47 +412,47 @@ HEARTBEAT_AND_HAND_BACK = (
 # queued again without using an attempt (or canceled, if that was asked). Whoever held
 # the lease finds it gone at its next heartbeat and stops. ($2 now, $3 why.)
 HAND_BACK_JOBS = _handed_back("$2", "$3") + """
-WHERE id IN ({id_list($1)}) AND lease_token IS NOT NULL AND status IN ('running', 'queued')
+WHERE id IN ({id_list($1)}) AND lease_token IS NOT NULL AND status IN {active}
 RETURNING id, status"""
 
 COMPLETE = """
-UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
+UPDATE jobs SET status = CASE {cancel_wins} ELSE {succeeded} END,
   outputs = $3, error = NULL, finished_at = $4, updated_at = $4,
   lease_token = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_token = $2 AND status = 'running'
+WHERE id = $1 AND lease_token = $2 AND status = {running}
 RETURNING status"""
 
 # Many jobs done, in one statement: the JSON list $1 of {"id", "token", "outputs"}; each
 # fenced by its own lease token, as COMPLETE.
 COMPLETE_MANY = """
-UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
+UPDATE jobs SET status = CASE {cancel_wins} ELSE {succeeded} END,
   outputs = d.outputs, error = NULL, finished_at = $2, updated_at = $2,
   lease_token = NULL, lease_expires_at = NULL
 FROM ({done_rows($1)}) d
-WHERE jobs.id = d.id AND jobs.lease_token = d.token AND jobs.status = 'running'
+WHERE jobs.id = d.id AND jobs.lease_token = d.token AND jobs.status = {running}
 RETURNING jobs.id, jobs.status"""
 
 # $3: may this error be retried; $4: max_attempts; $6: when a retry may start.
 FAIL = """
 UPDATE jobs SET
-  status = CASE WHEN cancel_requested THEN 'canceled'
-                WHEN CAST($3 AS BOOLEAN) AND attempts < $4 THEN 'queued' ELSE 'failed' END,
+  status = CASE {cancel_wins}
+                WHEN CAST($3 AS BOOLEAN) AND attempts < $4 THEN {queued} ELSE {failed} END,
   not_before = CASE WHEN NOT cancel_requested AND $3 AND attempts < $4
                     THEN CAST($6 AS DOUBLE PRECISION) ELSE not_before END,
   finished_at = CASE WHEN NOT cancel_requested AND $3 AND attempts < $4
                      THEN NULL ELSE CAST($7 AS DOUBLE PRECISION) END,
   error = $5, updated_at = $7, lease_token = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_token = $2 AND status = 'running'
+WHERE id = $1 AND lease_token = $2 AND status = {running}
 RETURNING status"""
 
 
 # An executor that stops (shutdown) hands its job back without using up an attempt.
 RELEASE = """
-UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
+UPDATE jobs SET status = CASE {cancel_wins} ELSE {queued} END,
   attempts = CASE WHEN cancel_requested THEN attempts ELSE attempts - 1 END,
   finished_at = CASE WHEN cancel_requested THEN CAST($4 AS DOUBLE PRECISION) ELSE NULL END,
   error = $3, updated_at = $4, lease_token = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_token = $2 AND status = 'running'
+WHERE id = $1 AND lease_token = $2 AND status = {running}
 RETURNING status"""
 
 # Progress of several running jobs in one statement: the JSON list $1 of
@@ -444,7 +461,7 @@ PROGRESS_ALL = """
 INSERT INTO events (at, kind, batch_id, job_id, data)
 SELECT p.at, 'progress', j.batch_id, j.id, p.data
 FROM ({progress_rows($1)}) p JOIN jobs j ON j.id = p.id AND j.lease_token = p.token
-WHERE j.status = 'running' ORDER BY p.n
+WHERE j.status = {running} ORDER BY p.n
 RETURNING seq"""
 
 # ... and each job's sign of life (`progressed_at`, migration 0020: what tells a running
@@ -453,7 +470,7 @@ RETURNING seq"""
 PROGRESSED = """
 UPDATE jobs SET progressed_at = p.at
 FROM (SELECT id, token, MAX(at) AS at FROM ({progress_rows($1)}) r GROUP BY id, token) p
-WHERE jobs.id = p.id AND jobs.lease_token = p.token AND jobs.status = 'running'"""
+WHERE jobs.id = p.id AND jobs.lease_token = p.token AND jobs.status = {running}"""
 PROGRESS_ALL_PG = ("WITH written AS (" + PROGRESS_ALL + "), progressed AS (" + PROGRESSED
                    + ")\nSELECT seq FROM written")
 
@@ -466,32 +483,32 @@ LEASED_IDLE = """
 SELECT * FROM (
   SELECT id, batch_id, row, status, attempts, lease_owner, lease_expires_at,
     CAST($1 AS DOUBLE PRECISION) - COALESCE(leased_at, updated_at) AS idle_seconds
-  FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+  FROM jobs WHERE status = {queued} AND lease_expires_at IS NOT NULL
   UNION ALL
   SELECT id, batch_id, row, status, attempts, lease_owner, lease_expires_at,
     CAST($1 AS DOUBLE PRECISION) - CASE WHEN progressed_at > started_at THEN progressed_at
                                         ELSE started_at END AS idle_seconds
-  FROM jobs WHERE status = 'running'
+  FROM jobs WHERE status = {running}
 ) leased ORDER BY idle_seconds DESC, id LIMIT $2"""
 
 # Running jobs of one executor that someone asked to cancel (polled between steps).
 CANCELS_ASKED = """
-SELECT id FROM jobs WHERE status = 'running' AND cancel_requested AND lease_owner = $1"""
+SELECT id FROM jobs WHERE status = {running} AND cancel_requested AND lease_owner = $1"""
 
 
 # --- Cancel: queued jobs end at once; running ones are asked (the executor sees it) --
 
 _CANCEL = """
 UPDATE jobs SET
-  status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
-  cancel_requested = CASE WHEN status = 'running' THEN TRUE ELSE cancel_requested END,
-  finished_at = CASE WHEN status = 'queued' THEN $1 ELSE finished_at END,
-  error = CASE WHEN status = 'queued' THEN $2 ELSE error END,
-  lease_owner = CASE WHEN status = 'queued' THEN NULL ELSE lease_owner END,
-  lease_token = CASE WHEN status = 'queued' THEN NULL ELSE lease_token END,
-  lease_expires_at = CASE WHEN status = 'queued' THEN NULL ELSE lease_expires_at END,
+  status = CASE WHEN status = {queued} THEN {canceled} ELSE status END,
+  cancel_requested = CASE WHEN status = {running} THEN TRUE ELSE cancel_requested END,
+  finished_at = CASE WHEN status = {queued} THEN $1 ELSE finished_at END,
+  error = CASE WHEN status = {queued} THEN $2 ELSE error END,
+  lease_owner = CASE WHEN status = {queued} THEN NULL ELSE lease_owner END,
+  lease_token = CASE WHEN status = {queued} THEN NULL ELSE lease_token END,
+  lease_expires_at = CASE WHEN status = {queued} THEN NULL ELSE lease_expires_at END,
   updated_at = $1
-WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND {scope}
+WHERE (status = {queued} OR (status = {running} AND NOT cancel_requested)) AND {scope}
 RETURNING id, status"""
 
 CANCEL_JOB = _CANCEL.replace("{scope}", "id = $3")
@@ -517,17 +534,17 @@ BATCH = "SELECT * FROM batches WHERE id = $1"
 # Jobs ahead of $1 in claim order (affinity preference aside).
 JOBS_AHEAD = """
 SELECT COUNT(*) AS n FROM jobs j, jobs me
-WHERE me.id = $1 AND me.status = 'queued' AND j.status = 'queued'
+WHERE me.id = $1 AND me.status = {queued} AND j.status = {queued}
   AND (j.priority < me.priority
        OR (j.priority = me.priority AND (j.fair_rank < me.fair_rank
            OR (j.fair_rank = me.fair_rank AND j.id < me.id))))"""
 
 BATCH_FIRST_QUEUED = """
-SELECT id FROM jobs WHERE batch_id = $1 AND status = 'queued'
+SELECT id FROM jobs WHERE batch_id = $1 AND status = {queued}
 ORDER BY priority, fair_rank, id LIMIT 1"""
 
 BATCH_LAST_QUEUED = """
-SELECT id FROM jobs WHERE batch_id = $1 AND status = 'queued'
+SELECT id FROM jobs WHERE batch_id = $1 AND status = {queued}
 ORDER BY priority DESC, fair_rank DESC, id DESC LIMIT 1"""
 
 BATCH_JOBS = "SELECT * FROM jobs WHERE batch_id = $1 ORDER BY row, id"
@@ -535,7 +552,7 @@ BATCH_JOBS = "SELECT * FROM jobs WHERE batch_id = $1 ORDER BY row, id"
 # Iteration: a finished image's rating; the jobs made from images; kept images.
 RATE = """
 UPDATE jobs SET rating = $2, rated_by = $3, rated_at = $4
-WHERE id = $1 AND status = 'succeeded' RETURNING id"""
+WHERE id = $1 AND status = {succeeded} RETURNING id"""
 CHILDREN = "SELECT * FROM jobs WHERE parent_job_id = $1 ORDER BY id"
 # Everything made from a batch's images, and from those, in one statement (the parent index).
 DESCENDANTS = """
@@ -552,7 +569,7 @@ SELECT id FROM batches WHERE platform = $1 AND conversation = $2 AND thread = $3
 
 # Per-person limits: jobs waiting or running, and submissions since a time.
 ACTIVE_BY_SUBMITTER = """
-SELECT COUNT(*) AS n FROM jobs WHERE status IN ('queued', 'running') AND submitter = $1"""
+SELECT COUNT(*) AS n FROM jobs WHERE status IN {active} AND submitter = $1"""
 BATCHES_SINCE = "SELECT COUNT(*) AS n FROM batches WHERE submitter = $1 AND created_at > $2"
 
 # /status without a number: the person's latest batch.
@@ -590,14 +607,14 @@ WHERE finished_at > $1 AND finished_at <= $2 GROUP BY status"""
 DIGEST_BATCHES = "SELECT COUNT(*) AS n FROM batches WHERE created_at > $1 AND created_at <= $2"
 DIGEST_SUBMITTERS = """
 SELECT submitter, COUNT(*) AS n FROM jobs
-WHERE finished_at > $1 AND finished_at <= $2 AND status = 'succeeded'
+WHERE finished_at > $1 AND finished_at <= $2 AND status = {succeeded}
 GROUP BY submitter ORDER BY n DESC, submitter LIMIT 3"""
 
 # Retention: batches created and wholly finished before $1.
 OLD_BATCHES = """
 SELECT b.id FROM batches b WHERE b.created_at < $1 AND NOT EXISTS (
   SELECT 1 FROM jobs j WHERE j.batch_id = b.id
-    AND (j.status IN ('queued', 'running') OR COALESCE(j.finished_at, 0) >= $1))
+    AND (j.status IN {active} OR COALESCE(j.finished_at, 0) >= $1))
 ORDER BY b.id LIMIT $2"""
 FORGET_EVENTS = "DELETE FROM events WHERE batch_id = $1"
 BATCH_EVENTS = "SELECT * FROM events WHERE batch_id = $1 ORDER BY seq"
@@ -612,7 +629,7 @@ FORGET_BATCH = "DELETE FROM batches WHERE id = $1"
 RUNNING_JOBS = """
 SELECT j.id, j.batch_id, j.row, j.submitter, j.started_at, j.lease_owner, b.template
 FROM jobs j JOIN batches b ON b.id = j.batch_id
-WHERE j.status = 'running' ORDER BY j.started_at, j.id"""
+WHERE j.status = {running} ORDER BY j.started_at, j.id"""
 
 BATCH_COUNTS = "SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = $1 GROUP BY status"
 BATCH_MODELS = """
@@ -620,11 +637,11 @@ SELECT DISTINCT affinity FROM jobs WHERE batch_id = $1 AND affinity IS NOT NULL
 ORDER BY affinity"""
 
 BATCH_WAITING_FOR = """
-SELECT DISTINCT affinity FROM jobs WHERE batch_id = $1 AND status = 'queued'
+SELECT DISTINCT affinity FROM jobs WHERE batch_id = $1 AND status = {queued}
   AND affinity IS NOT NULL ORDER BY affinity"""
 
 BATCHES_WAITING_ON = """
-SELECT DISTINCT batch_id FROM jobs WHERE status = 'queued' AND affinity = $1
+SELECT DISTINCT batch_id FROM jobs WHERE status = {queued} AND affinity = $1
 ORDER BY batch_id LIMIT $2"""
 
 # Kept by the database as jobs change (migration 0012): a few rows, at any history size.
@@ -632,7 +649,7 @@ COUNTS = "SELECT status, priority, SUM(n) AS n FROM job_counts GROUP BY status, 
 
 # /queue: which models the queued jobs wait for (placement: is any executor taking them?).
 QUEUED_BY_AFFINITY = """
-SELECT affinity, COUNT(*) AS n FROM jobs WHERE status = 'queued' AND affinity IS NOT NULL
+SELECT affinity, COUNT(*) AS n FROM jobs WHERE status = {queued} AND affinity IS NOT NULL
 GROUP BY affinity ORDER BY affinity"""
 
 # Each table's size on disk with its indexes, and (PostgreSQL) its live and dead rows:
@@ -661,23 +678,23 @@ WHERE datname = current_database() AND backend_xmin IS NOT NULL AND pid <> pg_ba
 PLACEMENT = "SELECT * FROM genbot_placement ORDER BY engine, affinity"
 
 RUNNING_EXECUTORS = """
-SELECT COUNT(DISTINCT lease_owner) AS n FROM jobs WHERE status = 'running'"""
+SELECT COUNT(DISTINCT lease_owner) AS n FROM jobs WHERE status = {running}"""
 
 # Mean run time of the last $1 succeeded jobs: the basis of every ETA.
 RECENT_DURATION = """
 SELECT AVG(finished_at - started_at) AS seconds FROM (
-  SELECT finished_at, started_at FROM jobs WHERE status = 'succeeded'
+  SELECT finished_at, started_at FROM jobs WHERE status = {succeeded}
   ORDER BY finished_at DESC LIMIT $1) recent"""
 
 # When something may next become claimable: a delayed job falling due or a lease expiring.
 NEXT_DUE = """
 SELECT MIN(t) AS t FROM (
-  SELECT MIN(not_before) AS t FROM jobs WHERE status = 'queued' AND not_before > $1
+  SELECT MIN(not_before) AS t FROM jobs WHERE status = {queued} AND not_before > $1
   UNION ALL
-  SELECT MIN(lease_expires_at) AS t FROM jobs WHERE status = 'running'
+  SELECT MIN(lease_expires_at) AS t FROM jobs WHERE status = {running}
   UNION ALL
   SELECT MIN(lease_expires_at) AS t FROM jobs
-  WHERE status = 'queued' AND lease_expires_at IS NOT NULL) due"""
+  WHERE status = {queued} AND lease_expires_at IS NOT NULL) due"""
 
 EVENTS_AFTER = """
 SELECT seq, at, kind, batch_id, job_id, data FROM events WHERE seq > $1 ORDER BY seq LIMIT $2"""
@@ -689,3 +706,14 @@ LAST_EVENT_SEQ = "SELECT COALESCE(MAX(seq), 0) AS seq FROM events"
 EVENTS_AFTER_PG = """
 SELECT seq, at, kind, batch_id, job_id, data FROM genbot_events_after($1, $2)"""
 LAST_EVENT_SEQ_PG = "SELECT genbot_last_event_seq() AS seq"
+
+
+def _with_states(sql: str) -> str:
+    for placeholder, text in _STATES.items():
+        sql = sql.replace(placeholder, text)
+    return sql
+
+
+for _name, _sql in list(globals().items()):  # every statement and fragment above
+    if _name.lstrip("_").isupper() and isinstance(_sql, str):
+        globals()[_name] = _with_states(_sql)

@@ -132,11 +132,11 @@ WHERE status = 'queued' AND lease_expires_at IS NOT NULL AND lease_expires_at < 
 
 -- END_LEASES_OF (sqlite)
 UPDATE jobs SET lease_expires_at = $2
-WHERE status IN ('running', 'queued') AND lease_owner = $1 AND lease_expires_at > $2;
+WHERE status IN ('queued', 'running') AND lease_owner = $1 AND lease_expires_at > $2;
 
 -- END_LEASES_OF (postgres)
 UPDATE jobs SET lease_expires_at = $2
-WHERE status IN ('running', 'queued') AND lease_owner = $1 AND lease_expires_at > $2;
+WHERE status IN ('queued', 'running') AND lease_owner = $1 AND lease_expires_at > $2;
 
 -- CLAIM, ANYTHING (sqlite)
 UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
@@ -810,24 +810,24 @@ WHERE status = 'queued' AND lease_expires_at IS NOT NULL;
 
 -- HEARTBEAT (sqlite)
 UPDATE jobs SET lease_expires_at = $3
-WHERE id = $1 AND lease_token = $2 AND status IN ('running', 'queued')
+WHERE id = $1 AND lease_token = $2 AND status IN ('queued', 'running')
 RETURNING cancel_requested;
 
 -- HEARTBEAT (postgres)
 UPDATE jobs SET lease_expires_at = $3
-WHERE id = $1 AND lease_token = $2 AND status IN ('running', 'queued')
+WHERE id = $1 AND lease_token = $2 AND status IN ('queued', 'running')
 RETURNING cancel_requested;
 
 -- HEARTBEAT_ALL (sqlite)
 UPDATE jobs SET lease_expires_at = $2
 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each($1)) h
-WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('running', 'queued')
+WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('queued', 'running')
 RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested;
 
 -- HEARTBEAT_ALL (postgres)
 UPDATE jobs SET lease_expires_at = $2
 FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) h
-WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('running', 'queued')
+WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('queued', 'running')
 RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested;
 
 -- HAND_BACK_UNHELD (sqlite)
@@ -843,7 +843,7 @@ WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_owner = $3
              UNION ALL
              SELECT id FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
                AND lease_owner = $3)
-  AND lease_owner = $3 AND status IN ('running', 'queued') AND lease_token IS NOT NULL
+  AND lease_owner = $3 AND status IN ('queued', 'running') AND lease_token IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each($1)) h
                   WHERE h.id = jobs.id AND h.token = jobs.lease_token)
 RETURNING id, status;
@@ -861,7 +861,7 @@ WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_owner = $3
              UNION ALL
              SELECT id FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
                AND lease_owner = $3)
-  AND lease_owner = $3 AND status IN ('running', 'queued') AND lease_token IS NOT NULL
+  AND lease_owner = $3 AND status IN ('queued', 'running') AND lease_token IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) h
                   WHERE h.id = jobs.id AND h.token = jobs.lease_token)
 RETURNING id, status;
@@ -870,7 +870,7 @@ RETURNING id, status;
 WITH renewed AS (
 UPDATE jobs SET lease_expires_at = $2
 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each($1)) h
-WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('running', 'queued')
+WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('queued', 'running')
 RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested), handed AS (
 UPDATE jobs SET
   status = CASE WHEN status = 'running' AND cancel_requested THEN 'canceled' ELSE 'queued' END,
@@ -884,7 +884,7 @@ WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_owner = $3
              UNION ALL
              SELECT id FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
                AND lease_owner = $3)
-  AND lease_owner = $3 AND status IN ('running', 'queued') AND lease_token IS NOT NULL
+  AND lease_owner = $3 AND status IN ('queued', 'running') AND lease_token IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each($1)) h
                   WHERE h.id = jobs.id AND h.token = jobs.lease_token)
 RETURNING id, status)
@@ -895,7 +895,7 @@ UNION ALL SELECT id, NULL, status, FALSE, TRUE FROM handed;
 WITH renewed AS (
 UPDATE jobs SET lease_expires_at = $2
 FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) h
-WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('running', 'queued')
+WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('queued', 'running')
 RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested), handed AS (
 UPDATE jobs SET
   status = CASE WHEN status = 'running' AND cancel_requested THEN 'canceled' ELSE 'queued' END,
@@ -909,7 +909,7 @@ WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_owner = $3
              UNION ALL
              SELECT id FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
                AND lease_owner = $3)
-  AND lease_owner = $3 AND status IN ('running', 'queued') AND lease_token IS NOT NULL
+  AND lease_owner = $3 AND status IN ('queued', 'running') AND lease_token IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) h
                   WHERE h.id = jobs.id AND h.token = jobs.lease_token)
 RETURNING id, status)
@@ -925,7 +925,7 @@ UPDATE jobs SET
                      THEN CAST($2 AS DOUBLE PRECISION) ELSE finished_at END,
   error = CASE WHEN status = 'running' THEN CAST($3 AS TEXT) ELSE error END,
   lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $2
-WHERE id IN (SELECT value FROM json_each($1)) AND lease_token IS NOT NULL AND status IN ('running', 'queued')
+WHERE id IN (SELECT value FROM json_each($1)) AND lease_token IS NOT NULL AND status IN ('queued', 'running')
 RETURNING id, status;
 
 -- HAND_BACK_JOBS (postgres)
@@ -937,7 +937,7 @@ UPDATE jobs SET
                      THEN CAST($2 AS DOUBLE PRECISION) ELSE finished_at END,
   error = CASE WHEN status = 'running' THEN CAST($3 AS TEXT) ELSE error END,
   lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $2
-WHERE id IN (SELECT CAST(jsonb_array_elements_text(CAST($1 AS jsonb)) AS bigint)) AND lease_token IS NOT NULL AND status IN ('running', 'queued')
+WHERE id IN (SELECT CAST(jsonb_array_elements_text(CAST($1 AS jsonb)) AS bigint)) AND lease_token IS NOT NULL AND status IN ('queued', 'running')
 RETURNING id, status;
 
 -- COMPLETE (sqlite)
