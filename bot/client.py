@@ -25,7 +25,6 @@ from typing import Any
 import aiohttp
 
 API = "/api/v1"
-DONE = ("succeeded", "failed", "canceled")
 
 
 class GenbotError(Exception):

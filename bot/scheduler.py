@@ -29,6 +29,7 @@ from storage.config import QueueConfig
 from storage.db import connection_lost
 from storage.logs import Retrying
 from storage.outbox import Outbox
+from storage.records import TERMINAL
 from storage.workers import Workers
 
 log = logging.getLogger("genbot.schedules")
@@ -92,8 +93,8 @@ class Scheduler:
         day = datetime.fromtimestamp(now, ZoneInfo(chat.timezone)).date().isoformat()
         d = await self.queue.digest(now - 86400, now)
         finished, active = d.finished, await self.queue.active_counts()
-        text = say("digest", lang, batches=d.batches, succeeded=finished.get("succeeded", 0),
-                   failed=finished.get("failed", 0), canceled=finished.get("canceled", 0),
+        text = say("digest", lang, batches=d.batches,
+                   **{s.value: finished.get(s, 0) for s in TERMINAL},
                    queued=active.queued,
                    mean=say("digest_mean", lang, seconds=d.mean_seconds)
                    if d.mean_seconds is not None else "",

@@ -260,7 +260,7 @@ class QueueReads:
         """What happened after `since`, up to `until`: batches made, jobs finished by
         status with their mean run time, the three busiest submitters."""
         finished = {r["status"]: r for r in await self.db.fetch(q.DIGEST_JOBS, since, until)}
-        ok = finished.get("succeeded")
+        ok = finished.get(Status.SUCCEEDED)
         return Digest(
             batches=await self.db.fetchval(q.DIGEST_BATCHES, since, until),
             finished={s: r["n"] for s, r in finished.items()},

@@ -176,7 +176,8 @@ async def _follow(queue: Queue, batch: int, executors: list[Supervisor],
         doing = step or await _executor_doing(queue, workers, progress, executors)
         ours.update(owner_name(e.pid) for e in executors if e.pid)
         gave_up = all(e.gave_up for e in executors)
-        failed, canceled = progress.counts.get("failed", 0), progress.counts.get("canceled", 0)
+        failed = progress.counts.get(Status.FAILED, 0)
+        canceled = progress.counts.get(Status.CANCELED, 0)
         filled = round(BAR * progress.done / progress.total)
         line = (f"[{'#' * filled}{'-' * (BAR - filled)}] {progress.done}/{progress.total}"
                 + (f" · {failed} failed" if failed else "")

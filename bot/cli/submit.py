@@ -25,6 +25,7 @@ from bot.cli.client import (
     unreachable,
 )
 from bot.cli.shared import PRIORITIES, add_sweep_options
+from storage.records import TERMINAL, Status
 
 if TYPE_CHECKING:
     pass
@@ -126,11 +127,11 @@ async def follow(genbot, batch_id: int, total: int) -> int:
         task = bar.add_task("", total=total, failed="")
 
         def shown(b) -> None:
-            bad = b.counts.get("failed", 0) + b.counts.get("canceled", 0)
+            bad = sum(b.counts.get(s, 0) for s in TERMINAL if s != Status.SUCCEEDED)
             bar.update(task, completed=b.done, failed=f"{bad} failed" if bad else "")
         state = await genbot.wait(batch_id, progress=shown)
-    ok = state.counts.get("succeeded", 0)
-    bad = state.counts.get("failed", 0) + state.counts.get("canceled", 0)
+    ok = state.counts.get(Status.SUCCEEDED, 0)
+    bad = sum(state.counts.get(s, 0) for s in TERMINAL if s != Status.SUCCEEDED)
     print(f"batch {batch_id}: {ok} of {state.total} succeeded"
           + (f", {bad} failed or canceled" if bad else ""))
     return 0 if ok == state.total else 1
