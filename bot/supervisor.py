@@ -93,7 +93,8 @@ class Supervisor:
                 "restart_in_s": delay})
             self.restarts += 1
             try:
-                await asyncio.wait_for(self._stopping.wait(), delay)
+                async with asyncio.timeout(delay):  # (not wait_for: see storage.wakeup)
+                    await self._stopping.wait()
             except TimeoutError:
                 pass
             delay = min(delay * 2, self.config[ServiceConfig].restart_backoff_max)

@@ -237,8 +237,9 @@ class Loop:
         await asyncio.gather(waiting, stopping, draining, return_exceptions=True)
 
     async def sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stopping.wait(), seconds)
+        with contextlib.suppress(TimeoutError):  # (not wait_for: it can swallow a cancel
+            async with asyncio.timeout(seconds):  # on 3.11; see storage.wakeup.Waker.wait)
+                await self.stopping.wait()
 
     def recycle_when_due(self) -> None:
         limit = self.settings.recycle_after_jobs

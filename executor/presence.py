@@ -66,8 +66,9 @@ class Presence:
         while self.again:
             wait = self.last + 1.0 - time.monotonic()
             if wait > 0 and not self.at_once.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.at_once.wait(), wait)
+                with contextlib.suppress(TimeoutError):  # (not wait_for: it can swallow
+                    async with asyncio.timeout(wait):    # a cancel on 3.11; storage.wakeup)
+                        await self.at_once.wait()
             self.at_once.clear()
             self.again = False
             await self.beat()

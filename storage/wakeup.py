@@ -67,7 +67,10 @@ class Waker:
             await self.listen()
             return True
         try:
-            await asyncio.wait_for(self._event.wait(), timeout)
+            # (not asyncio.wait_for: on Python 3.11 it swallows a cancel that arrives as
+            # the event is set, and a service stopping then waited forever on this loop)
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
             return True
         except TimeoutError:
             return False
@@ -302,7 +305,8 @@ class EventBell:
             timeout = min(timeout, LISTEN_RETRY_MAX)  # try to LISTEN again soon
         changed = self._changed
         try:
-            await asyncio.wait_for(changed.wait(), timeout)
+            async with asyncio.timeout(timeout):  # (not wait_for: see Waker.wait)
+                await changed.wait()
             return True
         except TimeoutError:
             return False

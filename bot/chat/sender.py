@@ -15,6 +15,7 @@ at least once, in normal operation exactly once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -66,10 +67,9 @@ class Sender:
                 next_at = None
             wait = idle if next_at is None else min(idle, max(0.0, next_at - self.clock()))
             self.wake.clear()
-            try:
-                await asyncio.wait_for(self.wake.wait(), timeout=max(wait, 0.05))
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):  # (asyncio.timeout: see Waker.wait)
+                async with asyncio.timeout(max(wait, 0.05)):
+                    await self.wake.wait()
 
     async def deliver(self, m: Message) -> None:
         if m.id in self.inflight:

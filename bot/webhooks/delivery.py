@@ -92,8 +92,9 @@ class Deliverer:
                     retrying.worked()
                 except Exception as e:
                     retrying.failed(e)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), IDLE)
+                with contextlib.suppress(TimeoutError):  # (asyncio.timeout: see Waker.wait)
+                    async with asyncio.timeout(IDLE):
+                        await self.wake.wait()
                 self.wake.clear()
         finally:
             for task in self.draining.values():

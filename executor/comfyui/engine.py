@@ -301,8 +301,9 @@ class ComfyEngine:
         shown = (0, 0)
         check_at = float("inf")  # when to ask /history again after an end it did not show
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(state.ended.wait(), TICK)
+            with contextlib.suppress(TimeoutError):  # (not wait_for: storage.wakeup)
+                async with asyncio.timeout(TICK):
+                    await state.ended.wait()
             now = time.monotonic()
             if (state.step, state.total) != shown and state.total:
                 shown = (state.step, state.total)
