@@ -480,6 +480,11 @@ CATALOG: dict[str, tuple[str, str]] = {
     "verb_vary": ("Vary", "变体"),
     "verb_upscale": ("Upscale", "放大"),
     "verb_edit": ("Edit", "修改"),
+    # … and what it makes, as a line of the CLI's help (genbot job --help)
+    "about_again": ("the same row with new seeds", "同一行，换新种子"),
+    "about_vary": ("close variations of the image", "图片的相近变体"),
+    "about_upscale": ("the image enlarged", "放大的图片"),
+    "about_edit": ("the row again with some values changed", "改几个值后重跑这一行"),
     "button_keep_image": ("⭐ Keep", "⭐ 保留"),
     "image_actions": ("row {row} · job {job}", "第 {row} 行 · 任务 {job}"),
     # Sweeps: --vary and --seeds.

@@ -5,7 +5,7 @@ The table is what every front reads: chat's commands and the buttons under each 
 (Slack, DingTalk), the CLI's `genbot job …`, the API's action names and OpenAPI document,
 the dashboard's buttons (GET /api/v1/vocabulary), and who may (bot.app.permissions). A new
 action is a spec here with its derive function, an op if it needs one, and its words in
-the catalog (`verb_NAME`, `help_NAME`): docs/architecture.md, "an image action".
+the catalog (`verb_NAME`, `help_NAME`, `about_NAME`): docs/architecture.md, "an image action".
 
 Each takes the template and the parent's bound job (what made the image) and returns the
 child's bound job, bound through the same `bind` as a sheet's row, so a child is checked

@@ -39,6 +39,10 @@ assert "/mirror" in COMMANDS.help(lang="en") and "左右翻转图片" in COMMAND
 assert action_label("mirror", "zh") == "🪞 镜像"
 # the CLI
 args = build_parser().parse_args(["job", "mirror", "7"])
+import contextlib
+with contextlib.redirect_stdout(io.StringIO()) as shown, contextlib.suppress(SystemExit):
+    build_parser().parse_args(["job", "--help"])
+assert "mirror" in shown.getvalue() and "flipped left to right" in shown.getvalue()
 assert (args.action, args.id) == ("mirror", 7)
 # offered under any template's images (it needs no seed, no model)
 templates = load_templates(Path("templates/shipped"))[0]
@@ -55,6 +59,8 @@ async def api():
         status, doc = await w.call("GET", "/openapi.json")
         enum = doc["components"]["schemas"]["ActionBody"]["properties"]["action"]["enum"]
         assert "mirror" in enum, enum
+        count = doc["components"]["schemas"]["ActionBody"]["properties"]["count"]
+        assert count["description"].startswith("again, vary:"), count  # (mirror takes none)
         status, words = await w.call("GET", "/vocabulary")
         mirror = next(a for a in words["actions"] if a["name"] == "mirror")
         assert mirror["verb"] == {"en": "Mirror", "zh": "镜像"} and mirror["button"], mirror

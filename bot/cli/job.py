@@ -72,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         return parser
 
     for spec in ACTIONS.values():
-        parser = acting(spec.name, say(f"help_{spec.name}"))
+        parser = acting(spec.name, say(f"about_{spec.name}"))
         for name in spec.takes:
             TAKES[name](parser)
     for name, help_ in (("keep", "keep the image (its batch's picks)"),

@@ -25,6 +25,11 @@ from templates.actions import ACTIONS, UPSCALE_MAX, VARY_STRENGTH
 from templates.settings import TemplatesConfig
 
 PICKS_XLSX, PICKS_PNG = "picks.xlsx", "picks.png"
+def _taking(parameter: str) -> str:
+    """The actions that take `parameter` ("again, vary"), from the table."""
+    return ", ".join(s.name for s in ACTIONS.values() if parameter in s.takes) or "none"
+
+
 FIRST_TO_ACT = min(ACTIONS, key=lambda name: needs(name).rank)  # refused first, if anything
 RatingName = Annotated[str, Meta(extra_json_schema={"enum": ["keep", "reject", "unkeep"]})]
 
@@ -34,16 +39,17 @@ class ActionBody(Struct, kw_only=True):
     refused as chat refuses them (422, or 409 for an image not there to use)."""
     action: ActionName
     count: Annotated[int, Meta(
-        description="again, vary: how many new images; upscale and edit make one",
+        description=f"{_taking('count')}: how many new images; the others make one",
         extra_json_schema={"minimum": 1, "maximum": MAX_COUNT})] = 1
     values: Annotated[dict[str, Any], Meta(description=(
-        "edit: the changes, by parameter or column name, each read as a sheet's cell "
-        "would be; a seed left out stays"))] = {}
+        f"{_taking('values')}: the changes, by parameter or column name, each read as a "
+        "sheet's cell would be; a seed left out stays"))] = {}
     factor: Annotated[float, Meta(description=(
-        f"upscale: how many times larger, above 1 and at most {UPSCALE_MAX:g}"))] = 2.0
+        f"{_taking('factor')}: how many times larger, above 1 and at most "
+        f"{UPSCALE_MAX:g}"))] = 2.0
     strength: Annotated[float | None, Meta(description=(
-        "vary (diffusers templates): how far from the image, 0 to 1; null: the template's "
-        f"own, else {VARY_STRENGTH}"))] = None
+        f"{_taking('strength')} (diffusers templates): how far from the image, 0 to 1; "
+        f"null: the template's own, else {VARY_STRENGTH}"))] = None
     wait_for_executor: bool = False  # queue even if no running executor can run the jobs
 
 

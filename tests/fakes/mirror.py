@@ -49,4 +49,5 @@ actions.ACTIONS["mirror"] = actions.ActionSpec("mirror", _mirror, aliases=("镜�
 messages.CATALOG.update({
     "verb_mirror": ("Mirror", "镜像"),
     "help_mirror": ("the image flipped left to right", "左右翻转图片"),
+    "about_mirror": ("the image flipped left to right", "左右翻转的图片"),
 })
