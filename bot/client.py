@@ -24,6 +24,8 @@ from typing import Any
 
 import aiohttp
 
+from storage.states import Status
+
 API = "/api/v1"
 
 
@@ -75,7 +77,7 @@ class Batch:
 
     @property
     def failed(self) -> int:
-        return self.counts.get("failed", 0)
+        return self.counts.get(Status.FAILED, 0)
 
     @classmethod
     def of(cls, data: dict[str, Any], client: Any) -> Batch:
@@ -228,7 +230,7 @@ class AsyncClient:
         target.mkdir(parents=True, exist_ok=True)
         written = []
         for job in await self.jobs(batch_id):
-            for i, url in enumerate(job.outputs if job.status == "succeeded" else []):
+            for i, url in enumerate(job.outputs if job.status == Status.SUCCEEDED else []):
                 async with self.session.get(url) as r:
                     if r.status >= 400:
                         raise GenbotError(r.status, "download_failed", f"{url}: HTTP {r.status}")

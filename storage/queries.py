@@ -6,8 +6,8 @@ into SQLite's ?1). Where the dialects differ the statement is a template with
 
 Each state change is ONE statement, so it is atomic without a transaction on
 both backends and costs one commit. The event log is written by triggers
-(migration 0002) in the same statement. Statuses: queued, running, succeeded,
-failed, canceled.
+(migration 0002) in the same statement. The states, their sets and the cancel-wins
+rule are storage.states', filled in as this module loads.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from __future__ import annotations
 import functools
 import re
 
-from storage.records import ACTIVE, TERMINAL, Status
+from storage import states
+from storage.states import ACTIVE, TERMINAL, Status
 
 
 def _listed(states: frozenset[Status]) -> str:
@@ -29,7 +30,7 @@ def _listed(states: frozenset[Status]) -> str:
 # every statement of this module as it is loaded (the end of this file).
 _STATES = {**{f"{{{s.value}}}": f"'{s.value}'" for s in Status},
            "{active}": _listed(ACTIVE), "{terminal}": _listed(TERMINAL),
-           "{cancel_wins}": f"WHEN cancel_requested THEN '{Status.CANCELED}'"}
+           "{cancel_wins}": f"WHEN cancel_requested THEN '{states.CANCEL_WINS}'"}
 
 _DIALECT = {
     "sqlite": {
@@ -371,7 +372,7 @@ def _handed_back(now: str, why: str) -> str:
     queued again with its attempt given back (or canceled, if that was asked)."""
     return """
 UPDATE jobs SET
-  status = CASE WHEN status = {running} AND cancel_requested THEN {canceled} ELSE {queued} END,
+  status = CASE WHEN status = {queued} THEN status {cancel_wins} ELSE {queued} END,
   attempts = CASE WHEN status = {running} AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = {running} AND cancel_requested

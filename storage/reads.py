@@ -98,7 +98,7 @@ class QueueReads:
         """Queued and running jobs: cheap at any history size, for health checks."""
         row = await self.db.fetchrow(q.ACTIVE_COUNTS)
         assert row is not None
-        return ActiveCounts(row["queued"], row["running"])
+        return ActiveCounts(row[Status.QUEUED], row[Status.RUNNING])
 
     async def active_jobs_of(self, submitter: str) -> int:
         """Queued and running jobs of one submitter (a per-person limit)."""

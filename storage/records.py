@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import IntEnum, StrEnum
+from enum import IntEnum
 from typing import Any
+
+# A job's states live in storage.states; records hand them out with the rows.
+from storage.states import ACTIVE as ACTIVE
+from storage.states import TERMINAL as TERMINAL
+from storage.states import Status as Status
 
 
 class Priority(IntEnum):
@@ -26,19 +31,7 @@ class Priority(IntEnum):
         return self.name.lower()
 
 
-class Status(StrEnum):
-    """A job's state. queued -> running -> succeeded | failed | canceled; running may go
-    back to queued (a retry, an executor stopping, a lease lost)."""
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELED = "canceled"
-
-
 KEPT, REJECTED = 1, -1  # a finished image's rating
-TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
-ACTIVE = frozenset({Status.QUEUED, Status.RUNNING})
 
 
 def decoded(value: Any) -> Any:

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from storage.db import APPS, Database, tortoise_config
-from storage.queue import Queue
+from storage.queue import NewJob, Queue, Submission
 from tests.conftest import PYTHON, ROOT, python_env, queue_settings
 
 MIGRATIONS = sorted(p.stem for p in (ROOT / "storage" / "migrations").glob("0*.py"))
@@ -115,3 +115,44 @@ async def test_postgresql_queue_tables_carry_their_vacuum_settings(pg_url):
     assert {"fillfactor=80", "autovacuum_vacuum_threshold=500"} <= options["jobs"]
     assert {"fillfactor=50", "autovacuum_vacuum_scale_factor=0"} <= options["workers"]
     assert "autovacuum_vacuum_threshold=200" in options["job_counts"]
+
+
+async def test_jobs_refuse_a_status_that_is_no_state_and_a_new_state_is_one_call(db_url):
+    """Migration 0021: jobs.status takes only the states (SQLite rebuilt the table for it,
+    keeping rows, indexes, triggers, the placement view and the id sequence); a later
+    migration adding a state calls `status_check` with the longer list."""
+    import importlib
+
+    from storage.states import Status
+    check = importlib.import_module("storage.migrations.0021_status_check")
+    assert set(check.STATES) == {s.value for s in Status}  # (until a state is added)
+    db = Database(db_url)
+    await db.open(migrate=False)
+    await db.upgrade(target=MIGRATIONS[0])
+    await insert_at_first_schema(db)
+    await db.upgrade(target="0020_stuck_jobs")
+    await db.execute("DELETE FROM jobs WHERE id = 2")  # the highest id, gone before 0021
+    await db.upgrade()
+    try:
+        plan = await db.fetch("SELECT * FROM genbot_placement")
+        assert [(r["ready"], r["running"]) for r in plan] == [(1, 0)]
+        queue = Queue(db, queue_settings())
+        assert (await queue.claim("w")).job_id == 1  # the triggers still write events
+        assert [e.kind for e in await queue.events_after(0)] == ["running"]
+        with pytest.raises(Exception, match="(?i)check"):
+            await db.execute("UPDATE jobs SET status = 'aproved' WHERE id = 1")
+        if db.dialect == "sqlite":  # (rows written with explicit ids, as by 0001's tests)
+            batch = await queue.enqueue(Submission("t", "u", [NewJob(1, {})]))
+            assert await db.fetchval("SELECT MAX(id) FROM jobs WHERE batch_id = $1",
+                                     batch.batch_id) == 3  # id 2 is never handed out again
+
+        class Editor:
+            DIALECT = db.dialect
+            client = db.client
+        await check.status_check(Editor, (*check.STATES, "approved"))
+        await db.execute("UPDATE jobs SET status = 'approved' WHERE id = 1")
+        with pytest.raises(Exception, match="(?i)check"):
+            await db.execute("UPDATE jobs SET status = 'aproved' WHERE id = 1")
+        assert await db.fetchval("SELECT status FROM jobs WHERE id = 1") == "approved"
+    finally:
+        await db.close()

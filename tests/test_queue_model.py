@@ -1,7 +1,9 @@
 """A Hypothesis state machine drives the real queue and a plain-Python reference model
-side by side (enqueue, claim, claim ahead and start, heartbeat, complete, fail, cancel,
-pause, resume, time passing past leases and backoffs) and demands the same answers, the
-same job states and the same event history, on SQLite and on PostgreSQL."""
+side by side (enqueue, claim, claim ahead and start, heartbeat, complete, fail, release,
+an operator's hand-back, cancel, pause, resume, time passing past leases and backoffs)
+and demands the same answers, the same job states and the same event history, on SQLite
+and on PostgreSQL. Every state the reference gives a job comes from the transition table
+(storage.states.after), so this is also the table's proof on both backends."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from hypothesis.stateful import (
 
 from storage.db import Database
 from storage.queue import NewJob, Priority, Queue, QueueFull, Submission
+from storage.states import Change, Status, after
 from tests.conftest import FakeClock, queue_settings
 
 SETTINGS = queue_settings(max_queue_size=12, lease_seconds=10.0, heartbeat_seconds=1.0,
@@ -60,9 +63,12 @@ class Reference:
         return [j for j in self.jobs.values() if j.status == "queued" and j.not_before <= now
                 and all(getattr(j, k) == v for k, v in match.items())]
 
-    def set(self, job, status):
-        job.status = status
-        job.events.append(status)
+    def move(self, job, change):
+        """The table's answer, and the event the database's trigger writes for it."""
+        status = after(Status(job.status), change, cancel_asked=job.cancel_requested)
+        if status != job.status:
+            job.status = status.value
+            job.events.append(status.value)
 
     # Returns ("existing", batch, n) | ("full", free) | ("new", start_rank)
     def check_enqueue(self, submitter, priority, n, now, key):
@@ -100,8 +106,8 @@ class Reference:
                 self.free(j)
                 continue
             self.free(j)
-            self.set(j, "canceled" if j.cancel_requested else
-                     "failed" if j.attempts >= self.s.max_attempts else "queued")
+            self.move(j, Change.EXPIRE_SPENT if j.attempts >= self.s.max_attempts
+                      else Change.EXPIRE)
 
     def claim(self, now, prefer, ahead=False):
         pick = self.take(now, prefer, ahead)
@@ -135,7 +141,7 @@ class Reference:
             pick.ahead = True
         else:
             pick.attempts += 1
-            self.set(pick, "running")
+            self.move(pick, Change.CLAIM)
         if prefer and pick.affinity in prefer:
             rest = [j for j in self.free_queued(now, priority=pick.priority,
                                                 submitter=pick.submitter) if j is not pick]
@@ -161,7 +167,7 @@ class Reference:
         j.ahead = False
         j.attempts += 1
         j.expires = now + self.s.lease_seconds
-        self.set(j, "running")
+        self.move(j, Change.CLAIM)
         return True
 
     def heartbeat(self, job_id, token, now):
@@ -178,7 +184,7 @@ class Reference:
         if j is None:
             return None
         j.token = j.expires = None
-        self.set(j, "canceled" if j.cancel_requested else "succeeded")
+        self.move(j, Change.SUCCEED)
         return j.status
 
     def fail(self, job_id, token, retry, now):
@@ -186,15 +192,38 @@ class Reference:
         if j is None:
             return None
         j.token = j.expires = None
-        if j.cancel_requested:
-            self.set(j, "canceled")
-        elif retry and j.attempts < self.s.max_attempts:
+        self.move(j, Change.RETRY if retry and j.attempts < self.s.max_attempts
+                  else Change.FAIL)
+        if j.status == "queued":  # tried again after a backoff
             backoff = min(self.s.retry_backoff * 2 ** (j.attempts - 1), self.s.retry_backoff_max)
             j.not_before = now + backoff
-            self.set(j, "queued")
-        else:
-            self.set(j, "failed")
         return j.status
+
+    def release(self, job_id, token):
+        j = self.holder(job_id, token)
+        if j is None:
+            return None
+        j.token = j.expires = None
+        if not j.cancel_requested:
+            j.attempts -= 1  # handed back: the attempt was not used
+        self.move(j, Change.RELEASE)
+        return j.status
+
+    def hand_back(self, job_ids):
+        handed = []
+        for job_id in job_ids:
+            j = self.jobs[job_id]
+            if j.ahead:  # claimed ahead, never started: free again, untouched
+                self.free(j)
+            elif j.status == "running":
+                self.free(j)
+                if not j.cancel_requested:
+                    j.attempts -= 1
+                self.move(j, Change.HAND_BACK)
+            else:
+                continue
+            handed.append(job_id)
+        return sorted(handed)
 
     def cancel(self, match):
         ended, asked = [], []
@@ -203,7 +232,7 @@ class Reference:
                 continue
             if j.status == "queued":
                 self.free(j)
-                self.set(j, "canceled")
+                self.move(j, Change.CANCEL)
                 ended.append(j.id)
             elif j.status == "running" and not j.cancel_requested:
                 j.cancel_requested = True
@@ -301,6 +330,21 @@ class QueueMachine(RuleBasedStateMachine):
         lease = data.draw(st.sampled_from(self.leases))
         expected = self.ref.fail(lease.job_id, lease.token, retry, self.clock.now)
         assert self.run(self.queue.fail(lease, "boom", retry=retry)) == expected
+
+    @precondition(lambda self: self.leases)
+    @rule(data=st.data())
+    def release(self, data):
+        lease = data.draw(st.sampled_from(self.leases))
+        expected = self.ref.release(lease.job_id, lease.token)
+        assert self.run(self.queue.release(lease, "stopping")) == expected
+
+    @precondition(lambda self: self.batches)
+    @rule(data=st.data())
+    def hand_back(self, data):
+        jobs = data.draw(st.lists(st.sampled_from(sorted(self.ref.jobs)), min_size=1,
+                                  max_size=3, unique=True))
+        expected = self.ref.hand_back(jobs)
+        assert self.run(self.queue.hand_back(jobs, "operator")) == expected
 
     @precondition(lambda self: self.batches)
     @rule(data=st.data(), scope=st.sampled_from(["job", "batch", "submitter", "all"]))

@@ -97,7 +97,7 @@ async def cmd_queue_status(app: App, who: Who, args: argparse.Namespace) -> int:
         row = counts[status.value]
         print(f"{status.value:10}" + "".join(f"{row.get(p, 0):>8}" for p in PRIORITIES)
               + f"{sum(row.values()):>8}")
-    queued = sum(counts["queued"].values())
+    queued = sum(counts[Status.QUEUED].values())
     avg = await queue.average_duration()
     print(f"average job: {_fmt_seconds(avg)}")
     if queued:

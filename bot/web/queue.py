@@ -25,6 +25,7 @@ from bot.web.shared import Shared
 from bot.web.workers import Worker
 from storage.config import QueueConfig
 from storage.records import RunningJob as Running
+from storage.states import Status
 from storage.workers import Workers
 
 HEALTH_FRESH = 1.0  # seconds before /healthz asks for a fresher summary
@@ -87,7 +88,7 @@ class LeasedJob(Struct):
     def of(cls, lease: Lease) -> LeasedJob:
         job = lease.job
         return cls(id=job.id, batch=job.batch_id, row=job.row,
-                   state="ahead" if job.ahead else "running", attempts=job.attempts,
+                   state="ahead" if job.ahead else Status.RUNNING.value, attempts=job.attempts,
                    holder=job.lease_owner, holder_state=lease.holder_state,
                    quiet_seconds=round(job.idle_seconds, 3),
                    lease_expires_at=job.lease_expires_at, stuck=lease.stuck, why=lease.why)

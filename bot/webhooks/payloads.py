@@ -22,6 +22,7 @@ from bot.conventions import API_PREFIX
 from bot.messages import say, took
 from storage.reads import BatchProgress
 from storage.records import Batch, Job, Status
+from storage.states import Outcome
 
 
 class BatchLinks(Struct):
@@ -50,15 +51,23 @@ class BatchQueued(Struct):
     links: BatchLinks
 
 
+# The fixed count fields before `counts`: sent until 0.2, then gone.
+_OLD_COUNT = Meta(description='deprecated, removed in 0.2: read counts (counts["failed"])',
+                  extra_json_schema={"deprecated": True})
+
+
 class BatchEnded(Struct):
     """A batch whose every job has ended: finished (none canceled) or canceled."""
     batch: int
     template: str
     submitter: str
     jobs: int
-    succeeded: int
-    failed: int
-    canceled: int
+    counts: Annotated[dict[str, int], Meta(
+        description="its jobs by state, every state named (zero included): queued, running, "
+                    "succeeded, failed, canceled, and any state added later")]
+    succeeded: Annotated[int, _OLD_COUNT]
+    failed: Annotated[int, _OLD_COUNT]
+    canceled: Annotated[int, _OLD_COUNT]
     seconds: Annotated[float, Meta(description="from its first start to its last end")]
     summary: Annotated[str, Meta(description="one sentence, in the batch's language")]
     outputs: list[Output]
@@ -70,7 +79,7 @@ class JobEnded(Struct):
     batch: int
     row: int
     template: str
-    status: Literal["succeeded", "failed"]
+    status: Outcome
     outputs: Annotated[list[str], Meta(description="links to its images or videos")]
     error: str | None
     seconds: float | None
@@ -178,14 +187,15 @@ def ended(batch: Batch, jobs: list[Job], links: Links) -> BatchEnded:
     outputs = [Output(j.id, j.row, url) for j in jobs if j.status == Status.SUCCEEDED
                for url in links.outputs(j)]
     return BatchEnded(batch.id, batch.template, batch.submitter, len(jobs),
-                      count[Status.SUCCEEDED], count[Status.FAILED], count[Status.CANCELED],
+                      {s.value: n for s, n in count.items()}, count[Status.SUCCEEDED],
+                      count[Status.FAILED], count[Status.CANCELED],
                       seconds, summary, outputs, links.batch(batch.id))
 
 
 def job_ended(batch: Batch, job: Job, links: Links) -> JobEnded:
     seconds = round(job.finished_at - job.started_at, 3) \
         if job.started_at and job.finished_at else None
-    status: Literal["succeeded", "failed"] = \
-        "succeeded" if job.status == Status.SUCCEEDED else "failed"
+    status: Outcome = Status.SUCCEEDED.value if job.status == Status.SUCCEEDED \
+        else Status.FAILED.value
     return JobEnded(job.id, batch.id, job.row, batch.template, status, links.outputs(job),
                     job.error, seconds, dict(job.values))

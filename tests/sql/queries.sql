@@ -832,7 +832,7 @@ RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested
 
 -- HAND_BACK_UNHELD (sqlite)
 UPDATE jobs SET
-  status = CASE WHEN status = 'running' AND cancel_requested THEN 'canceled' ELSE 'queued' END,
+  status = CASE WHEN status = 'queued' THEN status WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
   attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = 'running' AND cancel_requested
@@ -850,7 +850,7 @@ RETURNING id, status;
 
 -- HAND_BACK_UNHELD (postgres)
 UPDATE jobs SET
-  status = CASE WHEN status = 'running' AND cancel_requested THEN 'canceled' ELSE 'queued' END,
+  status = CASE WHEN status = 'queued' THEN status WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
   attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = 'running' AND cancel_requested
@@ -873,7 +873,7 @@ FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') A
 WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('queued', 'running')
 RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested), handed AS (
 UPDATE jobs SET
-  status = CASE WHEN status = 'running' AND cancel_requested THEN 'canceled' ELSE 'queued' END,
+  status = CASE WHEN status = 'queued' THEN status WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
   attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = 'running' AND cancel_requested
@@ -898,7 +898,7 @@ FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_ele
 WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('queued', 'running')
 RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested), handed AS (
 UPDATE jobs SET
-  status = CASE WHEN status = 'running' AND cancel_requested THEN 'canceled' ELSE 'queued' END,
+  status = CASE WHEN status = 'queued' THEN status WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
   attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = 'running' AND cancel_requested
@@ -918,7 +918,7 @@ UNION ALL SELECT id, NULL, status, FALSE, TRUE FROM handed;
 
 -- HAND_BACK_JOBS (sqlite)
 UPDATE jobs SET
-  status = CASE WHEN status = 'running' AND cancel_requested THEN 'canceled' ELSE 'queued' END,
+  status = CASE WHEN status = 'queued' THEN status WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
   attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = 'running' AND cancel_requested
@@ -930,7 +930,7 @@ RETURNING id, status;
 
 -- HAND_BACK_JOBS (postgres)
 UPDATE jobs SET
-  status = CASE WHEN status = 'running' AND cancel_requested THEN 'canceled' ELSE 'queued' END,
+  status = CASE WHEN status = 'queued' THEN status WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
   attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = 'running' AND cancel_requested
