@@ -16,7 +16,7 @@ import logging
 import re
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
@@ -275,8 +275,32 @@ def _without_secrets(text: str, url: str) -> str:
 
 @functools.lru_cache(maxsize=512)
 def _to_sqlite(sql: str) -> str:
-    # Queue SQL is written once with $1-style parameters; SQLite spells them ?1.
+    # An ad-hoc statement written with $1-style parameters; SQLite spells them ?1.
     return re.sub(r"\$(\d+)", r"?\1", sql)
+
+
+# A :name parameter, outside quoted text, comments and PostgreSQL's ::casts.
+_NAMED = re.compile(r"'(?:[^']|'')*'|--[^\n]*|::|:([A-Za-z_]\w*)")
+
+
+@functools.lru_cache(maxsize=1024)
+def named(sql: str, dialect: str) -> tuple[str, tuple[str, ...]]:
+    """A statement written with :name parameters as `dialect` takes it ($1 for
+    PostgreSQL, ?1 for SQLite, numbered by first use, a name used twice sent once), and
+    the names in number order. The one place parameters are translated: statements name
+    what they take (`:owner`, `:limit`) and callers pass a mapping, so no meaning hangs
+    on the order of a list and two statements joined into one simply share names."""
+    names: list[str] = []
+    mark = "$" if dialect == "postgres" else "?"
+
+    def number(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name is None:
+            return m.group(0)
+        if name not in names:
+            names.append(name)
+        return f"{mark}{names.index(name) + 1}"
+    return _NAMED.sub(number, sql), tuple(names)
 
 
 class _Backoff:
@@ -406,10 +430,24 @@ class Database:
     def sql(self, text: str) -> str:
         return _to_sqlite(text) if self.dialect == "sqlite" else text
 
+    def _bound(self, sql: str, args: tuple[Any, ...]) -> tuple[str, list[Any]]:
+        """The statement and its values as the driver takes them: `args` is one mapping
+        for a statement with :name parameters (every statement of storage/), or the
+        values of $1, $2 … in order (an ad-hoc statement: a test, a one-off tool)."""
+        if len(args) == 1 and isinstance(args[0], Mapping):
+            text, names = named(sql, self.dialect)
+            params = args[0]
+            missing = [n for n in names if n not in params]
+            if missing:
+                raise KeyError(f"no value for :{', :'.join(missing)} in {sql.strip()[:60]!r}")
+            return text, [params[n] for n in names]
+        return self.sql(sql), list(args)
+
     async def fetch(self, sql: str, *args: Any, client=None) -> list[dict]:
+        text, values = self._bound(sql, args)
         if client is not None:
-            return await client.execute_query_dict(self.sql(sql), list(args))
-        return await self._again(lambda c: c.execute_query_dict(self.sql(sql), list(args)))
+            return await client.execute_query_dict(text, values)
+        return await self._again(lambda c: c.execute_query_dict(text, values))
 
     async def fetchrow(self, sql: str, *args: Any, client=None) -> dict | None:
         rows = await self.fetch(sql, *args, client=client)
@@ -421,10 +459,11 @@ class Database:
 
     async def execute(self, sql: str, *args: Any, client=None) -> int:
         """Run a statement; returns the number of rows it changed."""
+        text, values = self._bound(sql, args)
         if client is not None:
-            count, _ = await client.execute_query(self.sql(sql), list(args))
+            count, _ = await client.execute_query(text, values)
             return count
-        count, _ = await self._again(lambda c: c.execute_query(self.sql(sql), list(args)))
+        count, _ = await self._again(lambda c: c.execute_query(text, values))
         return count
 
     async def _once(self, call):
@@ -467,13 +506,6 @@ class Database:
             return DatabaseUnavailable(f"database {self.display_url}: connection lost ({why})")
         return DatabaseUnavailable(f"database {self.display_url} unreachable for "
                                    f"{self.outage.seconds:.1f} s: {why}", self.outage.since)
-
-    async def execute_many(self, sql: str, rows: list[list[Any]], client=None) -> None:
-        if client is not None or self.outage is None:
-            await (client or self.client).execute_many(self.sql(sql), rows)
-            return
-        # Its own transaction: all rows or none, so one cut short may be sent again.
-        await self._again(lambda c: c.execute_many(self.sql(sql), rows))
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:

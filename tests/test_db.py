@@ -71,3 +71,25 @@ def test_check_config_and_the_start_up_line_hide_the_password(tmp_path, capsys):
     main(["check-config", "--config", str(config)])
     out = capsys.readouterr()
     assert "hunter2" not in out.out + out.err and "bot:***@db.example" in out.out
+
+
+def test_named_parameters_are_numbered_once_by_first_use_for_each_backend():
+    from storage.db import named
+    sql = ("SELECT CAST(:n AS bigint)::text, ':not' AS quoted, 'it''s :also not' -- :nor\n"
+           "WHERE a = :owner AND b = :n AND c = :owner_id")
+    assert named(sql, "postgres") == (
+        "SELECT CAST($1 AS bigint)::text, ':not' AS quoted, 'it''s :also not' -- :nor\n"
+        "WHERE a = $2 AND b = $1 AND c = $3", ("n", "owner", "owner_id"))
+    assert named(sql, "sqlite")[0].endswith("a = ?2 AND b = ?1 AND c = ?3")
+
+
+async def test_a_statement_takes_its_values_by_name_on_each_backend(db_url):
+    db = await Database(db_url).open()
+    try:
+        row = await db.fetchrow("SELECT CAST(:a AS INTEGER) + CAST(:b AS INTEGER) AS sum, "
+                                "CAST(:a AS INTEGER) AS a", {"b": 2, "a": 40, "unused": 0})
+        assert row == {"sum": 42, "a": 40}
+        with pytest.raises(KeyError, match=":b"):
+            await db.fetch("SELECT CAST(:a AS INTEGER), CAST(:b AS INTEGER)", {"a": 1})
+    finally:
+        await db.close()
