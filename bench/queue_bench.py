@@ -85,40 +85,42 @@ async def worker_bare_drain(url: str) -> None:
     """The same claim and complete statements straight on the driver (aiosqlite or asyncpg),
     without the queue's Python: the baseline the queue's throughput is compared with."""
     from storage import queries as q
-    from storage.db import _to_sqlite
+    from storage.db import named
     if url.startswith("sqlite"):
         import aiosqlite
         conn = await aiosqlite.connect(url.removeprefix("sqlite://"), isolation_level=None)
         for pragma in ("busy_timeout=30000", "journal_mode=WAL", "synchronous=FULL",
                        "foreign_keys=ON", "journal_size_limit=67108864"):
             await conn.execute(f"PRAGMA {pragma}")
-        claim_sql = _to_sqlite(q.for_dialect(q.placed(q.CLAIM, q.ANYTHING), "sqlite"))
-        complete_sql = _to_sqlite(q.COMPLETE)
+        dialect = "sqlite"
         fetch = conn.execute_fetchall
     else:
         import asyncpg
         base, _, schema = url.partition("?schema=")
         conn = await asyncpg.connect(base.replace("postgres://", "postgresql://", 1),
                                      server_settings={"search_path": schema})
-        claim_sql = q.for_dialect(q.placed(q.CLAIM, q.ANYTHING), "postgres")
-        complete_sql = q.COMPLETE
+        dialect = "postgres"
 
         async def fetch(sql, args):
             return await conn.fetch(sql, *args)
+    claim_sql, claim_names = named(q.for_dialect(q.placed(q.CLAIM, q.ANYTHING), dialect), dialect)
+    complete_sql, complete_names = named(q.COMPLETE, dialect)
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)
     done, empty, owner = 0, 0, f"w{os.getpid()}"
     while empty < 3:
         now = time.time()
         token = uuid.uuid4().hex
-        rows = await fetch(claim_sql, [owner, token, now + 60, now])
+        claim = {"owner": owner, "token": token, "expires": now + 60, "now": now}
+        rows = await fetch(claim_sql, [claim[n] for n in claim_names])
         if not rows:
             empty += 1
             await asyncio.sleep(0.05)
             continue
         empty = 0
-        await fetch(complete_sql, [rows[0]["id"] if not url.startswith("sqlite") else rows[0][0],
-                                   token, "[]", time.time()])
+        done_now = {"job": rows[0]["id"] if not url.startswith("sqlite") else rows[0][0],
+                    "lease": token, "outputs": "[]", "now": time.time()}
+        await fetch(complete_sql, [done_now[n] for n in complete_names])
         done += 1
         last = time.time()
     print("done", done, last if done else 0, flush=True)

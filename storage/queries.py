@@ -1,8 +1,8 @@
 """Every SQL statement of the job queue, in one place, by name.
 
-Written once with $1-style parameters for both backends (storage.db turns them
-into SQLite's ?1). Where the dialects differ the statement is a template with
-{placeholders}, filled per backend by `for_dialect`.
+Written once for both backends with named parameters (:owner, :now), which
+storage.db numbers for each driver; callers pass a mapping. Where the dialects differ
+the statement is a template with {placeholders}, filled per backend by `for_dialect`.
 
 Each state change is ONE statement, so it is atomic without a transaction on
 both backends and costs one commit. The event log is written by triggers
@@ -46,19 +46,19 @@ _DIALECT = {
 }
 
 
-# {json_list($N)}: the JSON list in parameter N, as rows.
+# {json_list(:name)}: the JSON list in parameter :name, as rows.
 _JSON_LIST = {"sqlite": r"SELECT value FROM json_each(\1)",
               "postgres": r"SELECT jsonb_array_elements_text(CAST(\1 AS jsonb))"}
-# {id_list($N)}: the JSON list of job ids in parameter N, as rows of numbers.
+# {id_list(:name)}: the JSON list of job ids in :name, as rows of numbers.
 _ID_LIST = {"sqlite": r"SELECT value FROM json_each(\1)",
             "postgres": r"SELECT CAST(jsonb_array_elements_text(CAST(\1 AS jsonb)) AS bigint)"}
-# {done_rows($N)}: the JSON list of {"id", "token", "outputs"} in parameter N, as rows.
+# {done_rows(:name)}: the JSON list of {"id", "token", "outputs"} in :name, as rows.
 _DONE_ROWS = {
     "sqlite": r"SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token, "
               r"json_extract(value, '$.outputs') AS outputs FROM json_each(\1)",
     "postgres": r"SELECT (r->>'id')::bigint AS id, r->>'token' AS token, r->'outputs' AS outputs "
                 r"FROM jsonb_array_elements(CAST(\1 AS jsonb)) AS x(r)"}
-# {job_rows($N)}: the JSON list of new jobs in parameter N, as rows numbered from 0.
+# {job_rows(:name)}: the JSON list of new jobs in :name, as rows numbered from 0.
 _JOB_ROWS = {
     "sqlite": r"SELECT key AS n, json_extract(value, '$.row') AS row, "
               r"json_extract(value, '$.workflow') AS workflow, "
@@ -69,7 +69,7 @@ _JOB_ROWS = {
                 r"r->>'affinity' AS affinity, (r->>'parent')::bigint AS parent, "
                 r"r->>'action' AS action "
                 r"FROM jsonb_array_elements(CAST(\1 AS jsonb)) WITH ORDINALITY AS x(r, n)"}
-# {lease_rows($N)}: the JSON list of {"id", "token"} in parameter N (leases: a job and
+# {lease_rows(:name)}: the JSON list of {"id", "token"} in :name (leases: a job and
 # the token it is held under), as rows. Leases are fenced by both: a token may cover
 # several jobs (a micro-batch), and the same job may come back to the same executor
 # under a new token after its old lease ran out.
@@ -78,7 +78,7 @@ _LEASE_ROWS = {
               r"FROM json_each(\1)",
     "postgres": r"SELECT (r->>'id')::bigint AS id, r->>'token' AS token "
                 r"FROM jsonb_array_elements(CAST(\1 AS jsonb)) AS x(r)"}
-# {progress_rows($N)}: the JSON list of progress records in parameter N, as rows.
+# {progress_rows(:name)}: the JSON list of progress records in :name, as rows.
 _PROGRESS_ROWS = {
     "sqlite": r"SELECT key AS n, json_extract(value, '$.id') AS id, "
               r"json_extract(value, '$.token') AS token, json_extract(value, '$.at') AS at, "
@@ -86,18 +86,20 @@ _PROGRESS_ROWS = {
     "postgres": r"SELECT n, (r->>'id')::bigint AS id, r->>'token' AS token, "
                 r"(r->>'at')::double precision AS at, r->'data' AS data "
                 r"FROM jsonb_array_elements(CAST(\1 AS jsonb)) WITH ORDINALITY AS x(r, n)"}
+_MACROS = {"json_list": _JSON_LIST, "id_list": _ID_LIST, "done_rows": _DONE_ROWS,
+           "job_rows": _JOB_ROWS, "lease_rows": _LEASE_ROWS, "progress_rows": _PROGRESS_ROWS}
 
 # Placement. An affinity "ENGINE:NAME" (e.g. "comfyui:portrait") is another engine's job:
 # only a claim for that engine takes it, and only if NAME's whole affinity is in its
-# list $6 (`ENGINE_ONLY`). Other affinities are model names (never with a colon): a
+# list :only (`ENGINE_ONLY`). Other affinities are model names (never with a colon): a
 # worker that may run only some models claims jobs needing one of them, or none
 # (`ALLOWED`); one that runs anything takes every job of its own engine (`ANYTHING`).
 ANYTHING = {"{allowed}": "AND (affinity IS NULL OR affinity NOT LIKE '%:%')",
             "{allowed_h}": "AND (h.affinity IS NULL OR h.affinity NOT LIKE '%:%')"}
-ALLOWED = {"{allowed}": "AND (affinity IS NULL OR affinity IN ({json_list($6)}))",
-           "{allowed_h}": "AND (h.affinity IS NULL OR h.affinity IN ({json_list($6)}))"}
-ENGINE_ONLY = {"{allowed}": "AND affinity IN ({json_list($6)})",
-               "{allowed_h}": "AND h.affinity IN ({json_list($6)})"}
+ALLOWED = {"{allowed}": "AND (affinity IS NULL OR affinity IN ({json_list(:only)}))",
+           "{allowed_h}": "AND (h.affinity IS NULL OR h.affinity IN ({json_list(:only)}))"}
+ENGINE_ONLY = {"{allowed}": "AND affinity IN ({json_list(:only)})",
+               "{allowed_h}": "AND h.affinity IN ({json_list(:only)})"}
 
 
 def placed(sql: str, placement: dict[str, str]) -> str:
@@ -108,12 +110,8 @@ def placed(sql: str, placement: dict[str, str]) -> str:
 
 @functools.cache
 def for_dialect(sql: str, dialect: str) -> str:
-    sql = re.sub(r"\{json_list\((\$\d+)\)\}", _JSON_LIST[dialect], sql)
-    sql = re.sub(r"\{progress_rows\((\$\d+)\)\}", _PROGRESS_ROWS[dialect], sql)
-    sql = re.sub(r"\{done_rows\((\$\d+)\)\}", _DONE_ROWS[dialect], sql)
-    sql = re.sub(r"\{id_list\((\$\d+)\)\}", _ID_LIST[dialect], sql)
-    sql = re.sub(r"\{lease_rows\((\$\d+)\)\}", _LEASE_ROWS[dialect], sql)
-    sql = re.sub(r"\{job_rows\((\$\d+)\)\}", _JOB_ROWS[dialect], sql)
+    for macro, spelled in _MACROS.items():
+        sql = re.sub(r"\{" + macro + r"\((:\w+)\)\}", spelled[dialect], sql)
     for placeholder, text in _DIALECT[dialect].items():
         sql = sql.replace(placeholder, text)
     return sql
@@ -125,7 +123,7 @@ def for_dialect(sql: str, dialect: str) -> str:
 # cannot race. (On SQLite, BEGIN IMMEDIATE already holds the write lock.)
 LOCK_QUEUE_STATE = "SELECT paused FROM queue_state WHERE id = 1 FOR UPDATE"
 
-BATCH_BY_IDEMPOTENCY_KEY = "SELECT id, total_jobs FROM batches WHERE idempotency_key = $1"
+BATCH_BY_IDEMPOTENCY_KEY = "SELECT id, total_jobs FROM batches WHERE idempotency_key = :key"
 
 # Two counts, so each reads its own partial index (not the whole history).
 ACTIVE_COUNTS = """
@@ -137,38 +135,40 @@ SELECT (SELECT COUNT(*) FROM jobs WHERE status = {queued}) AS queued,
 # instead of queueing behind all of them.
 CLASS_TURN = """
 SELECT MIN(fair_rank) AS turn FROM jobs
-WHERE status = {queued} AND priority = $1 AND not_before <= $2"""
+WHERE status = {queued} AND priority = :priority AND not_before <= :now"""
 
 # With nothing due at the class, the turn after every waiting job of it (or 0).
 CLASS_TURN_AFTER_ALL = """
 SELECT COALESCE(MAX(fair_rank) + 1, 0) AS turn FROM jobs
-WHERE status = {queued} AND priority = $1"""
+WHERE status = {queued} AND priority = :priority"""
 
 # A submitter's later submissions continue after their own waiting jobs (FIFO per person).
 SUBMITTER_LAST_TURN = """
 SELECT MAX(fair_rank) AS turn FROM jobs
-WHERE status = {queued} AND priority = $1 AND submitter = $2"""
+WHERE status = {queued} AND priority = :priority AND submitter = :submitter"""
 
 INSERT_BATCH = """
 INSERT INTO batches (template, submitter, platform, conversation, thread, priority,
                      idempotency_key, total_jobs, meta, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id"""
+VALUES (:template, :submitter, :platform, :conversation, :thread, :priority, :key, :total,
+        :meta, :now)
+RETURNING id"""
 
 # Every job of a submission in one statement (one trigger run, one round trip), from the
-# JSON list $7 of {"row", "workflow", "affinity", "parent", "action"}, in order: their
-# turns are $4, $4 + 1, ... and their ids follow the list.
+# JSON list :jobs of {"row", "workflow", "affinity", "parent", "action"}, in order: their
+# turns are :start, :start + 1, ... and their ids follow the list.
 INSERT_JOBS = """
 INSERT INTO jobs (batch_id, row, workflow, status, priority, submitter, fair_rank, affinity,
                   attempts, not_before, cancel_requested, outputs, enqueued_at, updated_at,
                   parent_job_id, action)
-SELECT $1, j.row, j.workflow, {queued}, $2, $3, $4 + j.n, j.affinity, 0, $5, FALSE, '[]',
-  $6, $6, j.parent, j.action
-FROM ({job_rows($7)}) j ORDER BY j.n"""
+SELECT :batch, j.row, j.workflow, {queued}, :priority, :submitter, :start + j.n, j.affinity,
+  0, :not_before, FALSE, '[]', :now, :now, j.parent, j.action
+FROM ({job_rows(:jobs)}) j ORDER BY j.n"""
 
 INSERT_EVENT = """
-INSERT INTO events (at, kind, batch_id, job_id, data) VALUES ($1, $2, $3, $4, $5)"""
+INSERT INTO events (at, kind, batch_id, job_id, data) VALUES (:at, :kind, :batch, :job, :data)"""
 
-NOTIFY = "SELECT pg_notify($1, '')"
+NOTIFY = "SELECT pg_notify(:channel, '')"
 
 ANALYZE_JOBS = "ANALYZE jobs"  # PostgreSQL, after a burst (Queue.enqueue)
 
@@ -184,127 +184,137 @@ ANALYZE_JOBS = "ANALYZE jobs"  # PostgreSQL, after a burst (Queue.enqueue)
 
 # Whether any lease has run out. Claims return this too (expired_seen), so the sweep
 # below runs only when there is something to sweep, at no extra round trip.
-_EXPIRED = """(EXISTS (SELECT 1 FROM jobs WHERE status = {running} AND lease_expires_at < {now})
+_EXPIRED = """(EXISTS (SELECT 1 FROM jobs WHERE status = {running} AND lease_expires_at < :now)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = {queued} AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < {now}))"""
-ANY_LEASE_EXPIRED = "SELECT " + _EXPIRED.replace("{now}", "$1") + " AS x"
+             AND lease_expires_at < :now))"""
+ANY_LEASE_EXPIRED = "SELECT " + _EXPIRED + " AS x"
 
 # A job whose executor stopped heartbeating goes back to the queue at once (keeping its
 # place), or fails if it has used all its attempts, or ends canceled if that was asked.
 EXPIRE_LEASES = """
 UPDATE jobs SET
   status = CASE {cancel_wins}
-                WHEN attempts >= $2 THEN {failed} ELSE {queued} END,
+                WHEN attempts >= :max_attempts THEN {failed} ELSE {queued} END,
   error = CASE WHEN cancel_requested THEN error
                ELSE 'lease expired: executor ' || COALESCE(lease_owner, '?')
                     || ' stopped heartbeating' END,
-  finished_at = CASE WHEN cancel_requested OR attempts >= $2
-                     THEN CAST($1 AS DOUBLE PRECISION) ELSE NULL END,
-  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
-WHERE status = {running} AND lease_expires_at < $1"""
+  finished_at = CASE WHEN cancel_requested OR attempts >= :max_attempts
+                     THEN CAST(:now AS DOUBLE PRECISION) ELSE NULL END,
+  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE status = {running} AND lease_expires_at < :now"""
 
 # A job claimed ahead by an executor that went silent: simply free again, no attempt used.
 EXPIRE_AHEAD = """
-UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
-WHERE status = {queued} AND lease_expires_at IS NOT NULL AND lease_expires_at < $1"""
+UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE status = {queued} AND lease_expires_at IS NOT NULL AND lease_expires_at < :now"""
 
 # The executor holding these leases is known dead (its supervisor saw it exit): they end
 # now, and the next claim sweeps them back through EXPIRE_LEASES / EXPIRE_AHEAD.
 END_LEASES_OF = """
-UPDATE jobs SET lease_expires_at = $2
-WHERE status IN {active} AND lease_owner = $1 AND lease_expires_at > $2"""
+UPDATE jobs SET lease_expires_at = :now
+WHERE status IN {active} AND lease_owner = :owner AND lease_expires_at > :now"""
 
 # Claiming starts the job: an attempt is counted now, before it runs, so a job that kills
 # its executor every time is bounded by max_attempts (promise 5).
 _CLAIM_SET = """
-UPDATE jobs SET status = {running}, attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+UPDATE jobs SET status = {running}, attempts = attempts + 1, lease_owner = :owner,
+  lease_token = :token, lease_expires_at = :expires, leased_at = :now, started_at = :now,
+  updated_at = :now
 """
 
 # Claiming ahead leases the job and leaves it queued; `START` starts it later.
 _AHEAD_SET = """
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
-  updated_at = $4
+UPDATE jobs SET lease_owner = :owner, lease_token = :token, lease_expires_at = :expires,
+  leased_at = :now, updated_at = :now
 """
 
 # The next job in claim order: priority class, then round-robin turn among
 # submitters (fair_rank), then FIFO (id); not one another executor claimed ahead.
 _HEAD = """
-SELECT id FROM jobs WHERE status = {queued} AND not_before <= $4 AND lease_token IS NULL
+SELECT id FROM jobs WHERE status = {queued} AND not_before <= :now AND lease_token IS NULL
   {allowed}
 ORDER BY priority, fair_rank, id LIMIT 1 {skip_locked}"""
 
 _NOT_PAUSED_RETURNING = """
 AND status = {queued} AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  """ + _EXPIRED.replace("{now}", "$4") + " AS expired_seen"
+  """ + _EXPIRED + " AS expired_seen"
 
 # Whether the job taken went ahead of its submitter's own turn (an affinity preference):
 # only then does GIVE_BACK_TURN have anything to do.
 _OUT_OF_TURN = """,
   EXISTS (SELECT 1 FROM jobs o WHERE o.status = {queued} AND o.priority = jobs.priority
-          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
+          AND o.submitter = jobs.submitter AND o.not_before <= :now AND o.lease_token IS NULL
           AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn"""
 
 # The same, except that within the head job's class and submitter (whose turn it is),
-# a job whose affinity (e.g. its model) is in the JSON list $5 goes first.
+# a job whose affinity (e.g. its model) is in the JSON list :prefer goes first.
 # Priority and fairness are untouched; only that submitter's own order bends.
 _PREFERRING = """
 WHERE id = COALESCE(
   (SELECT j.id FROM jobs j {by_submitter}
-   WHERE j.status = {queued} AND j.not_before <= $4 AND j.lease_token IS NULL
-     AND j.affinity IN ({json_list($5)})
+   WHERE j.status = {queued} AND j.not_before <= :now AND j.lease_token IS NULL
+     AND j.affinity IN ({json_list(:prefer)})
      AND (j.priority, j.submitter) = (
-       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = {queued} AND h.not_before <= $4
+       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = {queued} AND h.not_before <= :now
          AND h.lease_token IS NULL {allowed_h}
        ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
    ORDER BY j.fair_rank, j.id LIMIT 1 {skip_locked}),
   (""" + _HEAD + "))" + _NOT_PAUSED_RETURNING + _OUT_OF_TURN
 
+# The claims are composed from these parts, never written out twice: what they write
+# (_CLAIM_SET starts the job, _AHEAD_SET only leases it) times which job (the head, or the
+# head bent by a preference), each for a placement (`placed`). They stay separate
+# statements where one would cost every claim: a preference is an extra index probe,
+# needed only when there is something to prefer; claiming ahead changes neither status
+# nor attempts, which a CASE on a parameter would still write (firing the status
+# triggers' checks on every claim). Every variant is in tests/sql/queries.sql.
 CLAIM = _CLAIM_SET + "WHERE id = (" + _HEAD + ")" + _NOT_PAUSED_RETURNING
 CLAIM_PREFERRING = _CLAIM_SET + _PREFERRING
 CLAIM_AHEAD = _AHEAD_SET + "WHERE id = (" + _HEAD + ")" + _NOT_PAUSED_RETURNING
 CLAIM_AHEAD_PREFERRING = _AHEAD_SET + _PREFERRING
 
-# Micro-batching: more jobs of the batch just claimed ($5) for the same model ($6), the
-# next ones in its order, up to $7, under the same lease token. (Materialized: as a
-# plain IN (subquery) PostgreSQL may re-run it and take more than $7.)
+# Micro-batching: more jobs of the batch just claimed (:batch) for the same model
+# (:affinity), the next ones in its order, up to :limit, under the same lease token.
+# (Materialized: as a plain IN (subquery) PostgreSQL may re-run it and take more.)
 _FOLLOWERS = """
 WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE batch_id = $5 AND status = {queued} AND not_before <= $4
-    AND lease_token IS NULL AND affinity = $6 ORDER BY fair_rank, id LIMIT $7 {skip_locked})
+  SELECT id FROM jobs WHERE batch_id = :batch AND status = {queued} AND not_before <= :now
+    AND lease_token IS NULL AND affinity = :affinity
+  ORDER BY fair_rank, id LIMIT :limit {skip_locked})
 """
 CLAIM_FOLLOWERS = _FOLLOWERS + _CLAIM_SET + "WHERE id IN (SELECT id FROM picked)" \
     + _NOT_PAUSED_RETURNING
 CLAIM_FOLLOWERS_AHEAD = _FOLLOWERS + _AHEAD_SET + "WHERE id IN (SELECT id FROM picked)" \
     + _NOT_PAUSED_RETURNING
 
-# Batched: the next $5 jobs in claim order, in one statement under one lease token, for
+# Batched: the next :limit jobs in claim order, in one statement under one lease token, for
 # an executor (or a group of them) that runs many quick jobs; priorities, turns, placement
 # and leases as for CLAIM. (No preference: a loaded model is a one-job concern.)
 _MANY = """
 WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE status = {queued} AND not_before <= $4 AND lease_token IS NULL
+  SELECT id FROM jobs WHERE status = {queued} AND not_before <= :now AND lease_token IS NULL
     {allowed}
-  ORDER BY priority, fair_rank, id LIMIT $5 {skip_locked})
+  ORDER BY priority, fair_rank, id LIMIT :limit {skip_locked})
 """
 CLAIM_MANY = _MANY + _CLAIM_SET + "WHERE id IN (SELECT id FROM picked)" + _NOT_PAUSED_RETURNING
 
 # After a preferred job was taken out of its turn: the submitter's job whose turn it
-# used takes the claimed job's place ($1), so a preference never grants an extra turn.
+# used takes the claimed job's place (:rank), so a preference never grants an extra turn.
 GIVE_BACK_TURN = """
-UPDATE jobs SET fair_rank = $1
-WHERE id = (SELECT id FROM jobs WHERE status = {queued} AND priority = $2 AND submitter = $3
-              AND not_before <= $4 AND lease_token IS NULL ORDER BY fair_rank, id LIMIT 1)
-  AND status = {queued} AND fair_rank < $1"""
+UPDATE jobs SET fair_rank = :rank
+WHERE id = (SELECT id FROM jobs WHERE status = {queued} AND priority = :priority
+              AND submitter = :submitter AND not_before <= :now AND lease_token IS NULL
+            ORDER BY fair_rank, id LIMIT 1)
+  AND status = {queued} AND fair_rank < :rank"""
 
-# Jobs claimed ahead start: the leases in the JSON list $1 (a claim and its followers),
+# Jobs claimed ahead start: the leases in the JSON list :leases (a claim and its followers),
 # unless canceled, handed back or the queue paused meanwhile. The attempt counts from
-# here. $3: the new lease expiry.
+# here. :expires: the new lease expiry.
 START = """
-UPDATE jobs SET status = {running}, attempts = attempts + 1, started_at = $2, updated_at = $2,
-  lease_expires_at = $3
-FROM ({lease_rows($1)}) h
+UPDATE jobs SET status = {running}, attempts = attempts + 1, started_at = :now, updated_at = :now,
+  lease_expires_at = :expires
+FROM ({lease_rows(:leases)}) h
 WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status = {queued}
   AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING jobs.id, jobs.attempts"""
@@ -312,40 +322,39 @@ RETURNING jobs.id, jobs.attempts"""
 # Of those leases, the jobs running under them already: a start sent again after its
 # answer was lost finds its jobs started, and they are the executor's to run.
 RUNNING_UNDER = """
-SELECT jobs.id, jobs.attempts FROM jobs JOIN ({lease_rows($1)}) h
+SELECT jobs.id, jobs.attempts FROM jobs JOIN ({lease_rows(:leases)}) h
   ON jobs.id = h.id AND jobs.lease_token = h.token
 WHERE jobs.status = {running}"""
 
 # Jobs claimed ahead go back to waiting, untouched (the executor stops, or will not
 # start them): by lease, or every one (pause).
 UNCLAIM_AHEAD = """
-UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $2
-FROM ({lease_rows($1)}) h
+UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
+FROM ({lease_rows(:leases)}) h
 WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status = {queued}"""
 UNCLAIM_ALL_AHEAD = """
-UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
+UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now
 WHERE status = {queued} AND lease_expires_at IS NOT NULL"""
 
 
 @functools.cache
 def complete_then(claim_sql: str) -> str:
-    """PostgreSQL: COMPLETE ($1-$4) and a claim statement (its parameters moved up by
-    four) as one statement, each a data-modifying CTE; one row: the completed job's
-    status and the claimed job's columns (NULL when nothing was claimed)."""
-    shifted = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + 4}", claim_sql)
-    return (f"WITH done AS ({COMPLETE}), taken AS ({shifted})\n"
+    """PostgreSQL: COMPLETE and a claim statement as one statement, each a
+    data-modifying CTE (their parameters are disjoint but for :now, the same moment);
+    one row: the completed job's status and the claimed job's columns (NULL when
+    nothing was claimed)."""
+    return (f"WITH done AS ({COMPLETE}), taken AS ({claim_sql})\n"
             "SELECT (SELECT status FROM done) AS done_status, taken.* "
             "FROM (SELECT 1 AS one) AS one LEFT JOIN taken ON TRUE")
 
 
 @functools.cache
 def complete_many_then(claim_sql: str) -> str:
-    """PostgreSQL: COMPLETE_MANY ($1-$2) and a claim statement (its parameters moved up
-    by two) as one statement. Rows: the claimed jobs' columns (one row of NULLs when
-    nothing was claimed), each with `done`, the JSON list of the completions
-    [{"id", "status"}] (a job whose lease was lost is missing from it)."""
-    shifted = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + 2}", claim_sql)
-    return (f"WITH done AS ({COMPLETE_MANY}), taken AS ({shifted})\n"
+    """PostgreSQL: COMPLETE_MANY and a claim statement as one statement. Rows: the
+    claimed jobs' columns (one row of NULLs when nothing was claimed), each with `done`,
+    the JSON list of the completions [{"id", "status"}] (a job whose lease was lost is
+    missing from it)."""
+    return (f"WITH done AS ({COMPLETE_MANY}), taken AS ({claim_sql})\n"
             "SELECT (SELECT COALESCE(jsonb_agg(jsonb_build_object('id', id, 'status', status)),"
             " '[]'::jsonb) FROM done)::text AS done, taken.* "
             "FROM (SELECT 1 AS one) AS one LEFT JOIN taken ON TRUE")
@@ -354,50 +363,48 @@ def complete_many_then(claim_sql: str) -> str:
 # --- Running job: heartbeat and finish (fenced by the lease token) --------------
 
 HEARTBEAT = """
-UPDATE jobs SET lease_expires_at = $3
-WHERE id = $1 AND lease_token = $2 AND status IN {active}
+UPDATE jobs SET lease_expires_at = :expires
+WHERE id = :job AND lease_token = :lease AND status IN {active}
 RETURNING cancel_requested"""
 
 # Every lease an executor holds (running, finishing, claimed ahead), in one statement:
-# the leases in the JSON list $1. A lease missing from the answer is no longer this
+# the leases in the JSON list :leases. A lease missing from the answer is no longer this
 # executor's (it ran out and another took the job, or the job was canceled while ahead).
 HEARTBEAT_ALL = """
-UPDATE jobs SET lease_expires_at = $2
-FROM ({lease_rows($1)}) h
+UPDATE jobs SET lease_expires_at = :expires
+FROM ({lease_rows(:leases)}) h
 WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN {active}
 RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested"""
 
-def _handed_back(now: str, why: str) -> str:
-    """A leased job handed back ($now, $why): claimed ahead, free again untouched; running,
-    queued again with its attempt given back (or canceled, if that was asked)."""
-    return """
+# A leased job handed back (at :now, because :why): claimed ahead, free again untouched;
+# running, queued again with its attempt given back (or canceled, if that was asked).
+_HANDED_BACK = """
 UPDATE jobs SET
   status = CASE WHEN status = {queued} THEN status {cancel_wins} ELSE {queued} END,
   attempts = CASE WHEN status = {running} AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = {running} AND cancel_requested
-                     THEN CAST({now} AS DOUBLE PRECISION) ELSE finished_at END,
-  error = CASE WHEN status = {running} THEN CAST({why} AS TEXT) ELSE error END,
-  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = {now}"""\
-        .replace("{now}", now).replace("{why}", why)
+                     THEN CAST(:now AS DOUBLE PRECISION) ELSE finished_at END,
+  error = CASE WHEN status = {running} THEN CAST(:why AS TEXT) ELSE error END,
+  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = :now"""
 
 
-# What an executor ($3) holds a lease on but does not know it holds — not among the
-# leases it renews ($1) — goes back to the queue: a claim whose answer was lost (the
+# What an executor (:owner) holds a lease on but does not know it holds — not among the
+# leases it renews (:leases) — goes back to the queue: a claim whose answer was lost (the
 # database went away after committing it, or a statement sent again took a second job
 # under the same token), or a lease its executor dropped by mistake. Nothing else could
 # ever run or renew it: left alone it would wait out its lease, or, renewed by a token
 # the executor still uses, forever. Claimed ahead: free again, untouched. Running (it
-# never ran there): queued, its attempt given back; canceled if that was asked. ($4
-# now, $5 why; $2 is HEARTBEAT_ALL's, which it runs beside.) The partial indexes of
+# never ran there): queued, its attempt given back; canceled if that was asked. (:why
+# says why; :expires is HEARTBEAT_ALL's, which it runs beside.) The partial indexes of
 # running jobs and of jobs claimed ahead find the owner's few rows.
-HAND_BACK_UNHELD = _handed_back("$4", "$5") + """
-WHERE id IN (SELECT id FROM jobs WHERE status = {running} AND lease_owner = $3
+HAND_BACK_UNHELD = _HANDED_BACK + """
+WHERE id IN (SELECT id FROM jobs WHERE status = {running} AND lease_owner = :owner
              UNION ALL
              SELECT id FROM jobs WHERE status = {queued} AND lease_expires_at IS NOT NULL
-               AND lease_owner = $3)
-  AND lease_owner = $3 AND status IN {active} AND lease_token IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM ({lease_rows($1)}) h
+               AND lease_owner = :owner)
+  AND lease_owner = :owner AND status IN {active} AND lease_token IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM ({lease_rows(:leases)}) h
                   WHERE h.id = jobs.id AND h.token = jobs.lease_token)
 RETURNING id, status"""
 
@@ -409,41 +416,42 @@ HEARTBEAT_AND_HAND_BACK = (
     "UNION ALL SELECT id, NULL, status, FALSE, TRUE FROM handed")
 
 # An operator's hand-back of stuck jobs (genbot queue doctor): the jobs in the JSON list
-# $1, if still leased, go back to the queue: claimed ahead, freed untouched; running,
+# :jobs, if still leased, go back to the queue: claimed ahead, freed untouched; running,
 # queued again without using an attempt (or canceled, if that was asked). Whoever held
-# the lease finds it gone at its next heartbeat and stops. ($2 now, $3 why.)
-HAND_BACK_JOBS = _handed_back("$2", "$3") + """
-WHERE id IN ({id_list($1)}) AND lease_token IS NOT NULL AND status IN {active}
+# the lease finds it gone at its next heartbeat and stops. (:why says why.)
+HAND_BACK_JOBS = _HANDED_BACK + """
+WHERE id IN ({id_list(:jobs)}) AND lease_token IS NOT NULL AND status IN {active}
 RETURNING id, status"""
 
 COMPLETE = """
 UPDATE jobs SET status = CASE {cancel_wins} ELSE {succeeded} END,
-  outputs = $3, error = NULL, finished_at = $4, updated_at = $4,
+  outputs = :outputs, error = NULL, finished_at = :now, updated_at = :now,
   lease_token = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_token = $2 AND status = {running}
+WHERE id = :job AND lease_token = :lease AND status = {running}
 RETURNING status"""
 
-# Many jobs done, in one statement: the JSON list $1 of {"id", "token", "outputs"}; each
+# Many jobs done, in one statement: the JSON list :done of {"id", "token", "outputs"}; each
 # fenced by its own lease token, as COMPLETE.
 COMPLETE_MANY = """
 UPDATE jobs SET status = CASE {cancel_wins} ELSE {succeeded} END,
-  outputs = d.outputs, error = NULL, finished_at = $2, updated_at = $2,
+  outputs = d.outputs, error = NULL, finished_at = :now, updated_at = :now,
   lease_token = NULL, lease_expires_at = NULL
-FROM ({done_rows($1)}) d
+FROM ({done_rows(:done)}) d
 WHERE jobs.id = d.id AND jobs.lease_token = d.token AND jobs.status = {running}
 RETURNING jobs.id, jobs.status"""
 
-# $3: may this error be retried; $4: max_attempts; $6: when a retry may start.
+# :retry: may this error be retried; :retry_at: when a retry may start.
 FAIL = """
 UPDATE jobs SET
   status = CASE {cancel_wins}
-                WHEN CAST($3 AS BOOLEAN) AND attempts < $4 THEN {queued} ELSE {failed} END,
-  not_before = CASE WHEN NOT cancel_requested AND $3 AND attempts < $4
-                    THEN CAST($6 AS DOUBLE PRECISION) ELSE not_before END,
-  finished_at = CASE WHEN NOT cancel_requested AND $3 AND attempts < $4
-                     THEN NULL ELSE CAST($7 AS DOUBLE PRECISION) END,
-  error = $5, updated_at = $7, lease_token = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_token = $2 AND status = {running}
+                WHEN CAST(:retry AS BOOLEAN) AND attempts < :max_attempts THEN {queued}
+                ELSE {failed} END,
+  not_before = CASE WHEN NOT cancel_requested AND :retry AND attempts < :max_attempts
+                    THEN CAST(:retry_at AS DOUBLE PRECISION) ELSE not_before END,
+  finished_at = CASE WHEN NOT cancel_requested AND :retry AND attempts < :max_attempts
+                     THEN NULL ELSE CAST(:now AS DOUBLE PRECISION) END,
+  error = :error, updated_at = :now, lease_token = NULL, lease_expires_at = NULL
+WHERE id = :job AND lease_token = :lease AND status = {running}
 RETURNING status"""
 
 
@@ -451,17 +459,17 @@ RETURNING status"""
 RELEASE = """
 UPDATE jobs SET status = CASE {cancel_wins} ELSE {queued} END,
   attempts = CASE WHEN cancel_requested THEN attempts ELSE attempts - 1 END,
-  finished_at = CASE WHEN cancel_requested THEN CAST($4 AS DOUBLE PRECISION) ELSE NULL END,
-  error = $3, updated_at = $4, lease_token = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_token = $2 AND status = {running}
+  finished_at = CASE WHEN cancel_requested THEN CAST(:now AS DOUBLE PRECISION) ELSE NULL END,
+  error = :why, updated_at = :now, lease_token = NULL, lease_expires_at = NULL
+WHERE id = :job AND lease_token = :lease AND status = {running}
 RETURNING status"""
 
-# Progress of several running jobs in one statement: the JSON list $1 of
+# Progress of several running jobs in one statement: the JSON list :updates of
 # {"id", "token", "at", "data"}, in order; a job no longer held is left out.
 PROGRESS_ALL = """
 INSERT INTO events (at, kind, batch_id, job_id, data)
 SELECT p.at, 'progress', j.batch_id, j.id, p.data
-FROM ({progress_rows($1)}) p JOIN jobs j ON j.id = p.id AND j.lease_token = p.token
+FROM ({progress_rows(:updates)}) p JOIN jobs j ON j.id = p.id AND j.lease_token = p.token
 WHERE j.status = {running} ORDER BY p.n
 RETURNING seq"""
 
@@ -470,7 +478,7 @@ RETURNING seq"""
 # one statement on PostgreSQL (PROGRESS_ALL_PG).
 PROGRESSED = """
 UPDATE jobs SET progressed_at = p.at
-FROM (SELECT id, token, MAX(at) AS at FROM ({progress_rows($1)}) r GROUP BY id, token) p
+FROM (SELECT id, token, MAX(at) AS at FROM ({progress_rows(:updates)}) r GROUP BY id, token) p
 WHERE jobs.id = p.id AND jobs.lease_token = p.token AND jobs.status = {running}"""
 PROGRESS_ALL_PG = ("WITH written AS (" + PROGRESS_ALL + "), progressed AS (" + PROGRESSED
                    + ")\nSELECT seq FROM written")
@@ -479,22 +487,22 @@ PROGRESS_ALL_PG = ("WITH written AS (" + PROGRESS_ALL + "), progressed AS (" + P
 # and not started, since the claim; running, since its last progress event (migration
 # 0020 keeps `progressed_at`) or its start. A few rows (one or two groups per executor),
 # found through the partial indexes. What the stuck-job gauges of /metrics and `genbot
-# queue doctor` read. $1: now, $2: at most this many.
+# queue doctor` read, at most :limit.
 LEASED_IDLE = """
 SELECT * FROM (
   SELECT id, batch_id, row, status, attempts, lease_owner, lease_expires_at,
-    CAST($1 AS DOUBLE PRECISION) - COALESCE(leased_at, updated_at) AS idle_seconds
+    CAST(:now AS DOUBLE PRECISION) - COALESCE(leased_at, updated_at) AS idle_seconds
   FROM jobs WHERE status = {queued} AND lease_expires_at IS NOT NULL
   UNION ALL
   SELECT id, batch_id, row, status, attempts, lease_owner, lease_expires_at,
-    CAST($1 AS DOUBLE PRECISION) - CASE WHEN progressed_at > started_at THEN progressed_at
+    CAST(:now AS DOUBLE PRECISION) - CASE WHEN progressed_at > started_at THEN progressed_at
                                         ELSE started_at END AS idle_seconds
   FROM jobs WHERE status = {running}
-) leased ORDER BY idle_seconds DESC, id LIMIT $2"""
+) leased ORDER BY idle_seconds DESC, id LIMIT :limit"""
 
 # Running jobs of one executor that someone asked to cancel (polled between steps).
 CANCELS_ASKED = """
-SELECT id FROM jobs WHERE status = {running} AND cancel_requested AND lease_owner = $1"""
+SELECT id FROM jobs WHERE status = {running} AND cancel_requested AND lease_owner = :owner"""
 
 
 # --- Cancel: queued jobs end at once; running ones are asked (the executor sees it) --
@@ -503,128 +511,136 @@ _CANCEL = """
 UPDATE jobs SET
   status = CASE WHEN status = {queued} THEN {canceled} ELSE status END,
   cancel_requested = CASE WHEN status = {running} THEN TRUE ELSE cancel_requested END,
-  finished_at = CASE WHEN status = {queued} THEN $1 ELSE finished_at END,
-  error = CASE WHEN status = {queued} THEN $2 ELSE error END,
+  finished_at = CASE WHEN status = {queued} THEN :now ELSE finished_at END,
+  error = CASE WHEN status = {queued} THEN :why ELSE error END,
   lease_owner = CASE WHEN status = {queued} THEN NULL ELSE lease_owner END,
   lease_token = CASE WHEN status = {queued} THEN NULL ELSE lease_token END,
   lease_expires_at = CASE WHEN status = {queued} THEN NULL ELSE lease_expires_at END,
-  updated_at = $1
+  updated_at = :now
 WHERE (status = {queued} OR (status = {running} AND NOT cancel_requested)) AND {scope}
 RETURNING id, status"""
 
-CANCEL_JOB = _CANCEL.replace("{scope}", "id = $3")
-CANCEL_BATCH = _CANCEL.replace("{scope}", "batch_id = $3")
-CANCEL_SUBMITTER = _CANCEL.replace("{scope}", "submitter = $3")
+CANCEL_JOB = _CANCEL.replace("{scope}", "id = :target")
+CANCEL_BATCH = _CANCEL.replace("{scope}", "batch_id = :target")
+CANCEL_SUBMITTER = _CANCEL.replace("{scope}", "submitter = :target")
 CANCEL_ALL = _CANCEL.replace("{scope}", "TRUE")
 
 
 # --- Pause (persisted; the claim statements read it) -----------------------------
 
 SET_PAUSED = """
-UPDATE queue_state SET paused = $1, changed_by = $2, changed_at = $3
-WHERE id = 1 AND paused <> $1"""
+UPDATE queue_state SET paused = :paused, changed_by = :by, changed_at = :now
+WHERE id = 1 AND paused <> :paused"""
 
 QUEUE_STATE = "SELECT paused, changed_by, changed_at FROM queue_state WHERE id = 1"
 
 
 # --- Reads -------------------------------------------------------------------------
 
-JOB = "SELECT * FROM jobs WHERE id = $1"
-BATCH = "SELECT * FROM batches WHERE id = $1"
+JOB = "SELECT * FROM jobs WHERE id = :job"
+BATCH = "SELECT * FROM batches WHERE id = :batch"
 
-# Jobs ahead of $1 in claim order (affinity preference aside).
+# Jobs ahead of :job in claim order (affinity preference aside).
 JOBS_AHEAD = """
 SELECT COUNT(*) AS n FROM jobs j, jobs me
-WHERE me.id = $1 AND me.status = {queued} AND j.status = {queued}
+WHERE me.id = :job AND me.status = {queued} AND j.status = {queued}
   AND (j.priority < me.priority
        OR (j.priority = me.priority AND (j.fair_rank < me.fair_rank
            OR (j.fair_rank = me.fair_rank AND j.id < me.id))))"""
 
 BATCH_FIRST_QUEUED = """
-SELECT id FROM jobs WHERE batch_id = $1 AND status = {queued}
+SELECT id FROM jobs WHERE batch_id = :batch AND status = {queued}
 ORDER BY priority, fair_rank, id LIMIT 1"""
 
 BATCH_LAST_QUEUED = """
-SELECT id FROM jobs WHERE batch_id = $1 AND status = {queued}
+SELECT id FROM jobs WHERE batch_id = :batch AND status = {queued}
 ORDER BY priority DESC, fair_rank DESC, id DESC LIMIT 1"""
 
-BATCH_JOBS = "SELECT * FROM jobs WHERE batch_id = $1 ORDER BY row, id"
+BATCH_JOBS = "SELECT * FROM jobs WHERE batch_id = :batch ORDER BY row, id"
 
 # Iteration: a finished image's rating; the jobs made from images; kept images.
 RATE = """
-UPDATE jobs SET rating = $2, rated_by = $3, rated_at = $4
-WHERE id = $1 AND status = {succeeded} RETURNING id"""
-CHILDREN = "SELECT * FROM jobs WHERE parent_job_id = $1 ORDER BY id"
+UPDATE jobs SET rating = :rating, rated_by = :by, rated_at = :now
+WHERE id = :job AND status = {succeeded} RETURNING id"""
+CHILDREN = "SELECT * FROM jobs WHERE parent_job_id = :job ORDER BY id"
 # Everything made from a batch's images, and from those, in one statement (the parent index).
 DESCENDANTS = """
 WITH RECURSIVE tree(id) AS (
-    SELECT id FROM jobs WHERE parent_job_id IN (SELECT id FROM jobs WHERE batch_id = $1)
+    SELECT id FROM jobs WHERE parent_job_id IN (SELECT id FROM jobs WHERE batch_id = :batch)
     UNION SELECT j.id FROM jobs j JOIN tree t ON j.parent_job_id = t.id)
 SELECT * FROM jobs WHERE id IN (SELECT id FROM tree) ORDER BY id"""
 # The latest batch in a conversation (where a platform has no threads, "row 3" is its).
 LATEST_BATCH_IN = """
-SELECT id FROM batches WHERE platform = $1 AND conversation = $2 ORDER BY id DESC LIMIT 1"""
+SELECT id FROM batches WHERE platform = :platform AND conversation = :conversation
+ORDER BY id DESC LIMIT 1"""
 # The batches submitted inside a platform thread.
 BATCHES_IN_THREAD = """
-SELECT id FROM batches WHERE platform = $1 AND conversation = $2 AND thread = $3 ORDER BY id"""
+SELECT id FROM batches
+WHERE platform = :platform AND conversation = :conversation AND thread = :thread ORDER BY id"""
 
 # Per-person limits: jobs waiting or running, and submissions since a time.
 ACTIVE_BY_SUBMITTER = """
-SELECT COUNT(*) AS n FROM jobs WHERE status IN {active} AND submitter = $1"""
-BATCHES_SINCE = "SELECT COUNT(*) AS n FROM batches WHERE submitter = $1 AND created_at > $2"
+SELECT COUNT(*) AS n FROM jobs WHERE status IN {active} AND submitter = :submitter"""
+BATCHES_SINCE = """
+SELECT COUNT(*) AS n FROM batches WHERE submitter = :submitter AND created_at > :since"""
 
 # /status without a number: the person's latest batch.
-LATEST_BATCH = "SELECT id FROM batches WHERE submitter = $1 ORDER BY id DESC LIMIT 1"
-BATCHES_OF = "SELECT id FROM batches WHERE submitter = $1 AND id > $2 ORDER BY id"
+LATEST_BATCH = "SELECT id FROM batches WHERE submitter = :submitter ORDER BY id DESC LIMIT 1"
+BATCHES_OF = "SELECT id FROM batches WHERE submitter = :submitter AND id > :after ORDER BY id"
 
 # The API's job list: newest first, a page after the cursor, each filter optional.
 # A rating filter is KEPT, REJECTED or 0 (unrated: NULL in the table).
 PAGE_JOBS = """
 SELECT * FROM jobs
-WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1) AND (CAST($2 AS BIGINT) IS NULL OR batch_id = $2)
-  AND (CAST($3 AS TEXT) IS NULL OR status = $3) AND (CAST($4 AS TEXT) IS NULL OR submitter = $4)
-  AND (CAST($5 AS INTEGER) IS NULL OR COALESCE(rating, 0) = $5)
-ORDER BY id DESC LIMIT $6 OFFSET $7"""
+WHERE (CAST(:before AS BIGINT) IS NULL OR id < :before)
+  AND (CAST(:batch AS BIGINT) IS NULL OR batch_id = :batch)
+  AND (CAST(:status AS TEXT) IS NULL OR status = :status)
+  AND (CAST(:submitter AS TEXT) IS NULL OR submitter = :submitter)
+  AND (CAST(:rating AS INTEGER) IS NULL OR COALESCE(rating, 0) = :rating)
+ORDER BY id DESC LIMIT :limit OFFSET :offset"""
 
 COUNT_JOBS = """
 SELECT COUNT(*) AS n FROM jobs
-WHERE (CAST($1 AS BIGINT) IS NULL OR batch_id = $1) AND (CAST($2 AS TEXT) IS NULL OR status = $2)
-  AND (CAST($3 AS TEXT) IS NULL OR submitter = $3)
-  AND (CAST($4 AS INTEGER) IS NULL OR COALESCE(rating, 0) = $4)"""
+WHERE (CAST(:batch AS BIGINT) IS NULL OR batch_id = :batch)
+  AND (CAST(:status AS TEXT) IS NULL OR status = :status)
+  AND (CAST(:submitter AS TEXT) IS NULL OR submitter = :submitter)
+  AND (CAST(:rating AS INTEGER) IS NULL OR COALESCE(rating, 0) = :rating)"""
 
 # The dashboard's and the API's batch list: newest first, then their jobs counted.
 PAGE_BATCHES = """
 SELECT * FROM batches
-WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1) AND (CAST($2 AS TEXT) IS NULL OR submitter = $2)
-ORDER BY id DESC LIMIT $3"""
+WHERE (CAST(:before AS BIGINT) IS NULL OR id < :before)
+  AND (CAST(:submitter AS TEXT) IS NULL OR submitter = :submitter)
+ORDER BY id DESC LIMIT :limit"""
 BATCH_RANGE_COUNTS = """
-SELECT batch_id, status, COUNT(*) AS n FROM jobs WHERE batch_id BETWEEN $1 AND $2
+SELECT batch_id, status, COUNT(*) AS n FROM jobs WHERE batch_id BETWEEN :first AND :last
 GROUP BY batch_id, status"""
 
-# The daily digest: what finished in ($1, $2], and who made the most.
+# The daily digest: what finished in (:since, :until], and who made the most.
 DIGEST_JOBS = """
 SELECT status, COUNT(*) AS n, AVG(finished_at - started_at) AS seconds FROM jobs
-WHERE finished_at > $1 AND finished_at <= $2 GROUP BY status"""
-DIGEST_BATCHES = "SELECT COUNT(*) AS n FROM batches WHERE created_at > $1 AND created_at <= $2"
+WHERE finished_at > :since AND finished_at <= :until GROUP BY status"""
+DIGEST_BATCHES = """
+SELECT COUNT(*) AS n FROM batches WHERE created_at > :since AND created_at <= :until"""
 DIGEST_SUBMITTERS = """
 SELECT submitter, COUNT(*) AS n FROM jobs
-WHERE finished_at > $1 AND finished_at <= $2 AND status = {succeeded}
+WHERE finished_at > :since AND finished_at <= :until AND status = {succeeded}
 GROUP BY submitter ORDER BY n DESC, submitter LIMIT 3"""
 
-# Retention: batches created and wholly finished before $1.
+# Retention: batches created and wholly finished before :before.
 OLD_BATCHES = """
-SELECT b.id FROM batches b WHERE b.created_at < $1 AND NOT EXISTS (
+SELECT b.id FROM batches b WHERE b.created_at < :before AND NOT EXISTS (
   SELECT 1 FROM jobs j WHERE j.batch_id = b.id
-    AND (j.status IN {active} OR COALESCE(j.finished_at, 0) >= $1))
-ORDER BY b.id LIMIT $2"""
-FORGET_EVENTS = "DELETE FROM events WHERE batch_id = $1"
-BATCH_EVENTS = "SELECT * FROM events WHERE batch_id = $1 ORDER BY seq"
-# Events of no batch (pause, resume, a worker lost) older than $1, $2 at a time.
+    AND (j.status IN {active} OR COALESCE(j.finished_at, 0) >= :before))
+ORDER BY b.id LIMIT :limit"""
+FORGET_EVENTS = "DELETE FROM events WHERE batch_id = :batch"
+BATCH_EVENTS = "SELECT * FROM events WHERE batch_id = :batch ORDER BY seq"
+# Events of no batch (pause, resume, a worker lost) older than :before, :limit at a time.
 FORGET_LOOSE_EVENTS = """
 DELETE FROM events WHERE seq IN (
-  SELECT seq FROM events WHERE batch_id IS NULL AND at < $1 ORDER BY seq LIMIT $2)"""
-FORGET_JOBS = "DELETE FROM jobs WHERE batch_id = $1"
-FORGET_BATCH = "DELETE FROM batches WHERE id = $1"
+  SELECT seq FROM events WHERE batch_id IS NULL AND at < :before ORDER BY seq LIMIT :limit)"""
+FORGET_JOBS = "DELETE FROM jobs WHERE batch_id = :batch"
+FORGET_BATCH = "DELETE FROM batches WHERE id = :batch"
 
 # /queue: what runs now.
 RUNNING_JOBS = """
@@ -632,18 +648,18 @@ SELECT j.id, j.batch_id, j.row, j.submitter, j.started_at, j.lease_owner, b.temp
 FROM jobs j JOIN batches b ON b.id = j.batch_id
 WHERE j.status = {running} ORDER BY j.started_at, j.id"""
 
-BATCH_COUNTS = "SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = $1 GROUP BY status"
+BATCH_COUNTS = "SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = :batch GROUP BY status"
 BATCH_MODELS = """
-SELECT DISTINCT affinity FROM jobs WHERE batch_id = $1 AND affinity IS NOT NULL
+SELECT DISTINCT affinity FROM jobs WHERE batch_id = :batch AND affinity IS NOT NULL
 ORDER BY affinity"""
 
 BATCH_WAITING_FOR = """
-SELECT DISTINCT affinity FROM jobs WHERE batch_id = $1 AND status = {queued}
+SELECT DISTINCT affinity FROM jobs WHERE batch_id = :batch AND status = {queued}
   AND affinity IS NOT NULL ORDER BY affinity"""
 
 BATCHES_WAITING_ON = """
-SELECT DISTINCT batch_id FROM jobs WHERE status = {queued} AND affinity = $1
-ORDER BY batch_id LIMIT $2"""
+SELECT DISTINCT batch_id FROM jobs WHERE status = {queued} AND affinity = :affinity
+ORDER BY batch_id LIMIT :limit"""
 
 # Kept by the database as jobs change (migration 0012): a few rows, at any history size.
 COUNTS = "SELECT status, priority, SUM(n) AS n FROM job_counts GROUP BY status, priority"
@@ -681,16 +697,16 @@ PLACEMENT = "SELECT * FROM genbot_placement ORDER BY engine, affinity"
 RUNNING_EXECUTORS = """
 SELECT COUNT(DISTINCT lease_owner) AS n FROM jobs WHERE status = {running}"""
 
-# Mean run time of the last $1 succeeded jobs: the basis of every ETA.
+# Mean run time of the last :limit succeeded jobs: the basis of every ETA.
 RECENT_DURATION = """
 SELECT AVG(finished_at - started_at) AS seconds FROM (
   SELECT finished_at, started_at FROM jobs WHERE status = {succeeded}
-  ORDER BY finished_at DESC LIMIT $1) recent"""
+  ORDER BY finished_at DESC LIMIT :limit) recent"""
 
 # When something may next become claimable: a delayed job falling due or a lease expiring.
 NEXT_DUE = """
 SELECT MIN(t) AS t FROM (
-  SELECT MIN(not_before) AS t FROM jobs WHERE status = {queued} AND not_before > $1
+  SELECT MIN(not_before) AS t FROM jobs WHERE status = {queued} AND not_before > :now
   UNION ALL
   SELECT MIN(lease_expires_at) AS t FROM jobs WHERE status = {running}
   UNION ALL
@@ -698,14 +714,15 @@ SELECT MIN(t) AS t FROM (
   WHERE status = {queued} AND lease_expires_at IS NOT NULL) due"""
 
 EVENTS_AFTER = """
-SELECT seq, at, kind, batch_id, job_id, data FROM events WHERE seq > $1 ORDER BY seq LIMIT $2"""
+SELECT seq, at, kind, batch_id, job_id, data FROM events WHERE seq > :after
+ORDER BY seq LIMIT :limit"""
 
 LAST_EVENT_SEQ = "SELECT COALESCE(MAX(seq), 0) AS seq FROM events"
 
 # PostgreSQL: the same through functions that first wait for the writers between their
 # insert and their commit (migration 0013), so no lower seq can appear after a read.
 EVENTS_AFTER_PG = """
-SELECT seq, at, kind, batch_id, job_id, data FROM genbot_events_after($1, $2)"""
+SELECT seq, at, kind, batch_id, job_id, data FROM genbot_events_after(:after, :limit)"""
 LAST_EVENT_SEQ_PG = "SELECT genbot_last_event_seq() AS seq"
 
 

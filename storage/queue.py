@@ -161,7 +161,7 @@ class Queue(QueueReads):
         if db.dialect == "sqlite":
             assert db.path is not None  # a SQLite database is a file
             return SocketWaker(db.path, topic)
-        return PostgresWaker(db.url, lambda channel: db.execute(q.NOTIFY, channel),
+        return PostgresWaker(db.url, lambda channel: db.execute(q.NOTIFY, {"channel": channel}),
                              prefix="genbot_queue" if topic == "wake" else f"genbot_{topic}")
 
     async def close(self) -> None:
@@ -184,12 +184,17 @@ class Queue(QueueReads):
         prio = int(sub.priority)
         jobs = encoded([{"row": job.row, "workflow": job.workflow, "affinity": job.affinity,
                          "parent": job.parent, "action": job.action} for job in sub.jobs])
+        # What the submission's statements take, by name (each reads the ones it names).
+        given: dict[str, Any] = {
+            "key": sub.idempotency_key, "priority": prio, "submitter": sub.submitter,
+            "now": now, "template": sub.template, "platform": sub.platform,
+            "conversation": sub.conversation, "thread": sub.thread, "total": n,
+            "meta": encoded(sub.meta), "not_before": float(sub.not_before), "jobs": jobs}
         async with self.db.transaction() as tx:
             if self.db.dialect == "postgres":
                 await self.db.fetch(q.LOCK_QUEUE_STATE, client=tx)
             if sub.idempotency_key:
-                row = await self.db.fetchrow(q.BATCH_BY_IDEMPOTENCY_KEY, sub.idempotency_key,
-                                             client=tx)
+                row = await self.db.fetchrow(q.BATCH_BY_IDEMPOTENCY_KEY, given, client=tx)
                 if row:
                     return Enqueued(row["id"], row["total_jobs"], created=False)
             counts = await self.db.fetchrow(q.ACTIVE_COUNTS, client=tx)
@@ -198,19 +203,17 @@ class Queue(QueueReads):
             limit = self.settings.max_queue_size
             if active + n > limit:
                 raise QueueFull(n, max(0, limit - active), limit)
-            turn = await self.db.fetchval(q.CLASS_TURN, prio, now, client=tx)
+            turn = await self.db.fetchval(q.CLASS_TURN, given, client=tx)
             if turn is None:
-                turn = await self.db.fetchval(q.CLASS_TURN_AFTER_ALL, prio, client=tx)
-            own = await self.db.fetchval(q.SUBMITTER_LAST_TURN, prio, sub.submitter, client=tx)
-            start = turn if own is None else max(turn, own + 1)
-            batch_id = await self.db.fetchval(
-                q.INSERT_BATCH, sub.template, sub.submitter, sub.platform, sub.conversation,
-                sub.thread, prio, sub.idempotency_key, n, encoded(sub.meta), now, client=tx)
-            await self.db.execute(self._sql(q.INSERT_JOBS), batch_id, prio, sub.submitter,
-                                  start, float(sub.not_before), now, jobs, client=tx)
-            await self.db.execute(q.INSERT_EVENT, now, "submitted", batch_id, None, encoded({
-                "template": sub.template, "submitter": sub.submitter, "jobs": n,
-                "priority": sub.priority.label}), client=tx)
+                turn = await self.db.fetchval(q.CLASS_TURN_AFTER_ALL, given, client=tx)
+            own = await self.db.fetchval(q.SUBMITTER_LAST_TURN, given, client=tx)
+            given["start"] = turn if own is None else max(turn, own + 1)
+            given["batch"] = await self.db.fetchval(q.INSERT_BATCH, given, client=tx)
+            await self.db.execute(self._sql(q.INSERT_JOBS), given, client=tx)
+            await self.db.execute(q.INSERT_EVENT, given | {
+                "at": now, "kind": "submitted", "job": None, "data": encoded({
+                    "template": sub.template, "submitter": sub.submitter, "jobs": n,
+                    "priority": sub.priority.label})}, client=tx)
         await self.waker.notify()
         self.enqueued_since_analyze += n
         if self.enqueued_since_analyze >= ANALYZE_EVERY and self.db.dialect == "postgres":
@@ -220,7 +223,7 @@ class Queue(QueueReads):
             # (About 50 ms per 2,000 jobs enqueued.)
             self.enqueued_since_analyze = 0
             await self.db.execute(q.ANALYZE_JOBS)
-        return Enqueued(batch_id, n, created=True)
+        return Enqueued(given["batch"], n, created=True)
 
     # --- Executing ----------------------------------------------------------------
 
@@ -245,34 +248,36 @@ class Queue(QueueReads):
         want = Claim(owner, tuple(prefer), only, engine, ahead)
         now = self.clock()
         sql, args, token = self._claim_statement(want, now)
-        row = await self.db.fetchrow(sql, *args)
-        if row is None and await self.db.fetchval(q.ANY_LEASE_EXPIRED, now):
+        row = await self.db.fetchrow(sql, args)
+        if row is None and await self.db.fetchval(q.ANY_LEASE_EXPIRED, {"now": now}):
             await self._sweep(now)
             sql, args, token = self._claim_statement(want, now)
-            row = await self.db.fetchrow(sql, *args)
+            row = await self.db.fetchrow(sql, args)
         return await self._taken(want, row, token, now)
 
-    def _claim_statement(self, want: Claim, now: float) -> tuple[str, list[Any], str]:
-        """The claim statement `want` needs, its arguments and the new lease's token."""
+    def _claim_statement(self, want: Claim, now: float) -> tuple[str, dict[str, Any], str]:
+        """The claim statement `want` needs, its parameters and the new lease's token."""
         if want.engine and want.only is None:
             raise ValueError("an engine's claim names the affinities it takes (only=)")
         token = uuid.uuid4().hex
-        args: list[Any] = [want.owner, token, now + self.settings.lease_seconds, now]
-        if not want.prefer and want.only is None:
+        args = self._lease_args(want.owner, token, now, want.only)
+        if not want.prefer:
             sql = q.CLAIM_AHEAD if want.ahead else q.CLAIM
-            return self._sql(q.placed(sql, q.ANYTHING)), args, token
-        args.append(encoded(list(want.prefer)))
-        sql = q.CLAIM_AHEAD_PREFERRING if want.ahead else q.CLAIM_PREFERRING
-        return self._placed(sql, args, want.only, want.engine), args, token
+        else:
+            args["prefer"] = encoded(list(want.prefer))
+            sql = q.CLAIM_AHEAD_PREFERRING if want.ahead else q.CLAIM_PREFERRING
+        return self._placed(sql, want.only, want.engine), args, token
 
-    def _placed(self, sql: str, args: list[Any], only: Sequence[str] | None,
-                engine: bool) -> str:
-        """A claim statement ($5: a preference or a limit, already in `args`) for its
-        placement; `only`, if any, is appended to `args` as $6."""
-        placement = q.ANYTHING
-        if only is not None:
-            args.append(encoded(list(only)))
-            placement = q.ENGINE_ONLY if engine else q.ALLOWED
+    def _lease_args(self, owner: str, token: str, now: float,
+                    only: Sequence[str] | None) -> dict[str, Any]:
+        """What every claim statement takes: who, the new lease, now, and the
+        affinities it may take (:only, read only by a placement that names them)."""
+        return {"owner": owner, "token": token, "expires": now + self.settings.lease_seconds,
+                "now": now, "only": None if only is None else encoded(list(only))}
+
+    def _placed(self, sql: str, only: Sequence[str] | None, engine: bool) -> str:
+        """A claim statement for its placement (queries.ANYTHING, ALLOWED, ENGINE_ONLY)."""
+        placement = q.ANYTHING if only is None else q.ENGINE_ONLY if engine else q.ALLOWED
         return self._sql(q.placed(sql, placement))
 
     async def _taken(self, want: Claim, row: dict | None, token: str,
@@ -281,15 +286,17 @@ class Queue(QueueReads):
         if row is None:
             return None
         if row.get("out_of_turn"):
-            await self.db.execute(q.GIVE_BACK_TURN, row["fair_rank"], row["priority"],
-                                  row["submitter"], now)
+            await self.db.execute(q.GIVE_BACK_TURN, {"rank": row["fair_rank"],
+                                                     "priority": row["priority"],
+                                                     "submitter": row["submitter"], "now": now})
         if row["expired_seen"]:
             await self._sweep(now)
         return Lease.from_row(row, token=token, owner=want.owner, started=not want.ahead)
 
     async def _sweep(self, now: float) -> None:
-        await self.db.execute(q.EXPIRE_LEASES, now, self.settings.max_attempts)
-        await self.db.execute(q.EXPIRE_AHEAD, now)
+        await self.db.execute(q.EXPIRE_LEASES, {"now": now,
+                                                "max_attempts": self.settings.max_attempts})
+        await self.db.execute(q.EXPIRE_AHEAD, {"now": now})
 
     async def claim_many(self, owner: str, limit: int, only: Sequence[str] | None = None, *,
                          engine: bool = False) -> list[Lease]:
@@ -301,20 +308,20 @@ class Queue(QueueReads):
             return []
         now = self.clock()
         sql, args, token = self._many_statement(owner, limit, only, engine, now)
-        rows = await self.db.fetch(sql, *args)
-        if not rows and await self.db.fetchval(q.ANY_LEASE_EXPIRED, now):
+        rows = await self.db.fetch(sql, args)
+        if not rows and await self.db.fetchval(q.ANY_LEASE_EXPIRED, {"now": now}):
             await self._sweep(now)
             sql, args, token = self._many_statement(owner, limit, only, engine, now)
-            rows = await self.db.fetch(sql, *args)
+            rows = await self.db.fetch(sql, args)
         return await self._taken_many(owner, rows, token, now)
 
     def _many_statement(self, owner: str, limit: int, only: Sequence[str] | None,
-                        engine: bool, now: float) -> tuple[str, list[Any], str]:
+                        engine: bool, now: float) -> tuple[str, dict[str, Any], str]:
         if engine and only is None:
             raise ValueError("an engine's claim names the affinities it takes (only=)")
         token = uuid.uuid4().hex
-        args: list[Any] = [owner, token, now + self.settings.lease_seconds, now, limit]
-        return self._placed(q.CLAIM_MANY, args, only, engine), args, token
+        args = self._lease_args(owner, token, now, only) | {"limit": limit}
+        return self._placed(q.CLAIM_MANY, only, engine), args, token
 
     async def _taken_many(self, owner: str, rows: list[dict], token: str,
                           now: float) -> list[Lease]:
@@ -330,8 +337,8 @@ class Queue(QueueReads):
         (canceled where a cancel came first); a job whose lease was lost is missing."""
         if not done:
             return {}
-        rows = await self.db.fetch(self._sql(q.COMPLETE_MANY), self._done_list(done),
-                                   self.clock())
+        rows = await self.db.fetch(self._sql(q.COMPLETE_MANY), {"done": self._done_list(done),
+                                                                "now": self.clock()})
         return {r["id"]: Status(r["status"]) for r in rows}
 
     async def complete_many_and_claim(self, done: Sequence[tuple[Lease, Sequence[Any]]],
@@ -344,15 +351,15 @@ class Queue(QueueReads):
         (as `complete_and_claim`)."""
         now = self.clock()
         sql, args, token = self._many_statement(owner, limit, only, engine, now)
-        finished = [self._done_list(done), now]
+        finished = {"done": self._done_list(done), "now": now}
         if self.db.dialect == "postgres":
-            rows = await self.db.fetch(self._sql(q.complete_many_then(sql)), *finished, *args)
+            rows = await self.db.fetch(self._sql(q.complete_many_then(sql)), finished | args)
             statuses = {int(d["id"]): Status(d["status"])
                         for d in decoded(rows[0]["done"])} if rows else {}
         else:
             async with self.db.transaction() as tx:
-                ended = await self.db.fetch(self._sql(q.COMPLETE_MANY), *finished, client=tx)
-                rows = await self.db.fetch(sql, *args, client=tx)
+                ended = await self.db.fetch(self._sql(q.COMPLETE_MANY), finished, client=tx)
+                rows = await self.db.fetch(sql, args, client=tx)
             statuses = {r["id"]: Status(r["status"]) for r in ended}
         return statuses, await self._taken_many(owner, rows, token, now)
 
@@ -370,9 +377,9 @@ class Queue(QueueReads):
         now = self.clock()
         token = uuid.uuid4().hex
         sql = q.CLAIM_FOLLOWERS if lease.started else q.CLAIM_FOLLOWERS_AHEAD
-        rows = await self.db.fetch(self._sql(sql), lease.owner, token,
-                                   now + self.settings.lease_seconds, now, lease.batch_id,
-                                   lease.affinity, limit)
+        rows = await self.db.fetch(self._sql(sql), self._lease_args(lease.owner, token, now, None)
+                                   | {"batch": lease.batch_id, "affinity": lease.affinity,
+                                      "limit": limit})
         rows.sort(key=lambda r: (r["fair_rank"], r["id"]))
         return [Lease.from_row(r, token=token, owner=lease.owner, started=lease.started)
                 for r in rows]
@@ -386,14 +393,14 @@ class Queue(QueueReads):
             return []
         now = self.clock()
         held = self._lease_list(leases)
-        rows = await self.db.fetch(self._sql(q.START), held, now,
-                                   now + self.settings.lease_seconds)
+        rows = await self.db.fetch(self._sql(q.START), {
+            "leases": held, "now": now, "expires": now + self.settings.lease_seconds})
         attempts = {r["id"]: r["attempts"] for r in rows}
         if len(attempts) < len(leases):
-            for r in await self.db.fetch(self._sql(q.RUNNING_UNDER), held):
+            for r in await self.db.fetch(self._sql(q.RUNNING_UNDER), {"leases": held}):
                 attempts.setdefault(r["id"], r["attempts"])
         if len(attempts) < len(leases):
-            await self.db.execute(self._sql(q.UNCLAIM_AHEAD), held, now)
+            await self.db.execute(self._sql(q.UNCLAIM_AHEAD), {"leases": held, "now": now})
         return [replace(lease, attempts=attempts[lease.job_id], started=True)
                 for lease in leases if lease.job_id in attempts]
 
@@ -401,8 +408,8 @@ class Queue(QueueReads):
         """Hand jobs claimed ahead back to the queue, untouched (no attempt was used)."""
         if not leases:
             return 0
-        return await self.db.execute(self._sql(q.UNCLAIM_AHEAD), self._lease_list(leases),
-                                     self.clock())
+        return await self.db.execute(self._sql(q.UNCLAIM_AHEAD), {
+            "leases": self._lease_list(leases), "now": self.clock()})
 
     @staticmethod
     def _lease_list(leases: Sequence[Lease]) -> str:
@@ -410,8 +417,9 @@ class Queue(QueueReads):
 
     async def heartbeat(self, lease: Lease) -> LeaseState:
         """Extend the lease; also tells the executor whether a cancel was asked for."""
-        row = await self.db.fetchrow(q.HEARTBEAT, lease.job_id, lease.token,
-                                     self.clock() + self.settings.lease_seconds)
+        row = await self.db.fetchrow(q.HEARTBEAT, {
+            "job": lease.job_id, "lease": lease.token,
+            "expires": self.clock() + self.settings.lease_seconds})
         if row is None:
             return LeaseState(held=False, cancel_requested=False)
         return LeaseState(held=True, cancel_requested=bool(row["cancel_requested"]))
@@ -428,19 +436,22 @@ class Queue(QueueReads):
         held, expiry = self._lease_list(leases), now + self.settings.lease_seconds
         rows: list[dict]
         if owner is None:
-            rows = await self.db.fetch(self._sql(q.HEARTBEAT_ALL), held, expiry) \
+            rows = await self.db.fetch(self._sql(q.HEARTBEAT_ALL), {"leases": held,
+                                                                    "expires": expiry}) \
                 if leases else []
         else:
             reason = f"handed back: executor {owner} held it without knowing " \
                 "(a claim whose answer was lost)"
-            args = [held, expiry, owner, now, reason]
+            args = {"leases": held, "expires": expiry, "owner": owner, "now": now,
+                    "why": reason}
             if self.db.dialect == "postgres":
-                rows = await self.db.fetch(self._sql(q.HEARTBEAT_AND_HAND_BACK), *args)
+                rows = await self.db.fetch(self._sql(q.HEARTBEAT_AND_HAND_BACK), args)
             else:
                 async with self.db.transaction() as tx:
-                    rows = await self.db.fetch(self._sql(q.HEARTBEAT_ALL), held, expiry,
+                    rows = await self.db.fetch(self._sql(q.HEARTBEAT_ALL), {"leases": held,
+                                                                            "expires": expiry},
                                                client=tx) if leases else []
-                    handed = await self.db.fetch(self._sql(q.HAND_BACK_UNHELD), *args,
+                    handed = await self.db.fetch(self._sql(q.HAND_BACK_UNHELD), args,
                                                  client=tx)
                 rows += [{**r, "handed_back": True} for r in handed]
         renewed = {(r["id"], r["token"]): bool(r["cancel_requested"]) for r in rows
@@ -455,16 +466,17 @@ class Queue(QueueReads):
         canceled if asked), and whoever held them finds the lease gone. Returns those."""
         if not job_ids:
             return []
-        rows = await self.db.fetch(self._sql(q.HAND_BACK_JOBS), encoded(list(job_ids)),
-                                   self.clock(), reason)
+        rows = await self.db.fetch(self._sql(q.HAND_BACK_JOBS), {
+            "jobs": encoded(list(job_ids)), "now": self.clock(), "why": reason})
         if rows:
             await self.waker.notify()
         return sorted(r["id"] for r in rows)
 
     async def complete(self, lease: Lease, outputs: Sequence[Any] = ()) -> Status | None:
         """Record success (or canceled, if a cancel came first). None: the lease was lost."""
-        row = await self.db.fetchrow(q.COMPLETE, lease.job_id, lease.token,
-                                     encoded(list(outputs)), self.clock())
+        row = await self.db.fetchrow(q.COMPLETE, {"job": lease.job_id, "lease": lease.token,
+                                                  "outputs": encoded(list(outputs)),
+                                                  "now": self.clock()})
         return Status(row["status"]) if row else None
 
     async def complete_and_claim(self, lease: Lease, outputs: Sequence[Any],
@@ -475,16 +487,17 @@ class Queue(QueueReads):
         not look again: the caller's next `claim` does."""
         now = self.clock()
         sql, args, token = self._claim_statement(then, now)
-        done = [lease.job_id, lease.token, encoded(list(outputs)), now]
+        done = {"job": lease.job_id, "lease": lease.token, "outputs": encoded(list(outputs)),
+                "now": now}
         claimed: dict | None
         if self.db.dialect == "postgres":
-            row = await self.db.fetchrow(q.complete_then(sql), *done, *args)
+            row = await self.db.fetchrow(q.complete_then(sql), done | args)
             assert row is not None  # the SELECT always yields its one row
             status, claimed = row["done_status"], row if row["id"] is not None else None
         else:
             async with self.db.transaction() as tx:
-                finished = await self.db.fetchrow(q.COMPLETE, *done, client=tx)
-                claimed = await self.db.fetchrow(sql, *args, client=tx)
+                finished = await self.db.fetchrow(q.COMPLETE, done, client=tx)
+                claimed = await self.db.fetchrow(sql, args, client=tx)
             status = finished["status"] if finished else None
         taken = await self._taken(then, claimed, token, now)
         return (Status(status) if status else None), taken
@@ -496,20 +509,22 @@ class Queue(QueueReads):
         now = self.clock()
         s = self.settings
         backoff = min(s.retry_backoff * 2 ** max(0, lease.attempts - 1), s.retry_backoff_max)
-        row = await self.db.fetchrow(q.FAIL, lease.job_id, lease.token, retry, s.max_attempts,
-                                     error, now + backoff, now)
+        row = await self.db.fetchrow(q.FAIL, {
+            "job": lease.job_id, "lease": lease.token, "retry": retry, "error": error,
+            "max_attempts": s.max_attempts, "retry_at": now + backoff, "now": now})
         return Status(row["status"]) if row else None
 
     async def release(self, lease: Lease, reason: str) -> Status | None:
         """Hand a running job back to the queue without using an attempt (the executor
         is stopping); canceled if a cancel was asked. None: the lease was lost."""
-        row = await self.db.fetchrow(q.RELEASE, lease.job_id, lease.token, reason, self.clock())
+        row = await self.db.fetchrow(q.RELEASE, {"job": lease.job_id, "lease": lease.token,
+                                                 "why": reason, "now": self.clock()})
         return Status(row["status"]) if row else None
 
     async def owner_died(self, owner: str) -> int:
         """`owner` is gone for sure (its supervisor saw it exit): its jobs are taken back by
         the next claim instead of when their leases would have run out. Returns how many."""
-        ended = await self.db.execute(q.END_LEASES_OF, owner, self.clock())
+        ended = await self.db.execute(q.END_LEASES_OF, {"owner": owner, "now": self.clock()})
         if ended:
             await self.waker.notify()
         return ended
@@ -527,21 +542,21 @@ class Queue(QueueReads):
         rows = encoded([{"id": lease.job_id, "token": lease.token, "at": at, "data": data}
                         for lease, data, at in updates])
         if self.db.dialect == "postgres":
-            return len(await self.db.fetch(self._sql(q.PROGRESS_ALL_PG), rows))
+            return len(await self.db.fetch(self._sql(q.PROGRESS_ALL_PG), {"updates": rows}))
         async with self.db.transaction() as tx:
-            written = await self.db.fetch(self._sql(q.PROGRESS_ALL), rows, client=tx)
-            await self.db.execute(self._sql(q.PROGRESSED), rows, client=tx)
+            written = await self.db.fetch(self._sql(q.PROGRESS_ALL), {"updates": rows}, client=tx)
+            await self.db.execute(self._sql(q.PROGRESSED), {"updates": rows}, client=tx)
         return len(written)
 
     async def cancels_asked(self, owner: str) -> set[int]:
         """Jobs running under `owner` that someone asked to cancel."""
-        return {r["id"] for r in await self.db.fetch(q.CANCELS_ASKED, owner)}
+        return {r["id"] for r in await self.db.fetch(q.CANCELS_ASKED, {"owner": owner})}
 
     async def wait_for_work(self, timeout: float | None = None) -> bool:
         """Sleep until new work is signalled, something falls due, or the poll interval ends."""
         delay = self.settings.poll_interval if timeout is None else timeout
         now = self.clock()
-        due = await self.db.fetchval(q.NEXT_DUE, now)
+        due = await self.db.fetchval(q.NEXT_DUE, {"now": now})
         if due is not None:
             delay = min(delay, max(0.0, due - now))
         return await self.waker.wait(delay)
@@ -558,8 +573,8 @@ class Queue(QueueReads):
         if len(chosen) != 1:
             raise ValueError("cancel exactly one of: job, batch, submitter, everything")
         sql, arg = chosen[0]
-        args = [] if sql is q.CANCEL_ALL else [arg]
-        rows = await self.db.fetch(sql, self.clock(), f"canceled by {by or 'unknown'}", *args)
+        rows = await self.db.fetch(sql, {"now": self.clock(), "target": arg,
+                                         "why": f"canceled by {by or 'unknown'}"})
         result = CancelResult(
             ended=sorted(r["id"] for r in rows if r["status"] == Status.CANCELED),
             asked=sorted(r["id"] for r in rows if r["status"] == Status.RUNNING))
@@ -572,7 +587,8 @@ class Queue(QueueReads):
         succeeded (nothing else has an image to rate)."""
         if rating not in (None, KEPT, REJECTED):
             raise ValueError(f"a rating is {KEPT}, {REJECTED} or None, not {rating!r}")
-        return await self.db.fetchrow(q.RATE, job_id, rating, by, self.clock()) is not None
+        return await self.db.fetchrow(q.RATE, {"job": job_id, "rating": rating, "by": by,
+                                               "now": self.clock()}) is not None
 
     async def forget_finished(self, before: float, limit: int = 500,
                               ids: Sequence[int] | None = None) -> list[int]:
@@ -586,27 +602,28 @@ class Queue(QueueReads):
         for batch_id in ids:
             async with self.db.transaction() as tx:
                 for sql in (q.FORGET_EVENTS, q.FORGET_JOBS, q.FORGET_BATCH):
-                    await self.db.execute(sql, batch_id, client=tx)
+                    await self.db.execute(sql, {"batch": batch_id}, client=tx)
         return ids
 
     async def finished_before(self, before: float, limit: int = 500) -> list[int]:
         """Batches wholly finished before `before` (what `forget_finished` would take),
         oldest first, without forgetting them."""
-        return [r["id"] for r in await self.db.fetch(q.OLD_BATCHES, before, limit)]
+        return [r["id"] for r in await self.db.fetch(q.OLD_BATCHES, {"before": before,
+                                                                     "limit": limit})]
 
     async def batch_record(self, batch_id: int) -> dict[str, Any] | None:
         """A batch with its jobs and events, as rows: what an archive keeps of it."""
-        batch = await self.db.fetchrow(q.BATCH, batch_id)
+        batch = await self.db.fetchrow(q.BATCH, {"batch": batch_id})
         if batch is None:
             return None
-        return {"batch": batch, "jobs": await self.db.fetch(q.BATCH_JOBS, batch_id),
-                "events": await self.db.fetch(q.BATCH_EVENTS, batch_id)}
+        return {"batch": batch, "jobs": await self.db.fetch(q.BATCH_JOBS, {"batch": batch_id}),
+                "events": await self.db.fetch(q.BATCH_EVENTS, {"batch": batch_id})}
 
     async def forget_loose_events(self, before: float, limit: int = 5000) -> int:
         """Delete events of no batch (pause, resume, lost workers) older than `before`,
         `limit` at a time (each a short transaction); returns how many."""
         total = 0
-        while n := await self.db.execute(q.FORGET_LOOSE_EVENTS, before, limit):
+        while n := await self.db.execute(q.FORGET_LOOSE_EVENTS, {"before": before, "limit": limit}):
             total += n
         return total
 
@@ -615,12 +632,14 @@ class Queue(QueueReads):
         Jobs claimed ahead go back to waiting at once, untouched."""
         now = self.clock()
         async with self.db.transaction() as tx:
-            changed = await self.db.execute(q.SET_PAUSED, True, by, now, client=tx) > 0
-            await self.db.execute(q.UNCLAIM_ALL_AHEAD, now, client=tx)
+            changed = await self.db.execute(q.SET_PAUSED, {"paused": True, "by": by, "now": now},
+                                            client=tx) > 0
+            await self.db.execute(q.UNCLAIM_ALL_AHEAD, {"now": now}, client=tx)
         return changed
 
     async def resume(self, by: str = "") -> bool:
-        changed = await self.db.execute(q.SET_PAUSED, False, by, self.clock()) > 0
+        changed = await self.db.execute(q.SET_PAUSED, {"paused": False, "by": by,
+                                                       "now": self.clock()}) > 0
         if changed:
             await self.waker.notify()
         return changed

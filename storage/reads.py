@@ -72,27 +72,27 @@ class QueueReads:
     clock: Callable[[], float]
 
     async def job(self, job_id: int) -> Job | None:
-        row = await self.db.fetchrow(q.JOB, job_id)
+        row = await self.db.fetchrow(q.JOB, {"job": job_id})
         return Job.from_row(row) if row else None
 
     async def batch_jobs(self, batch_id: int) -> list[Job]:
         """Every job of a batch, in sheet order."""
-        return [Job.from_row(r) for r in await self.db.fetch(q.BATCH_JOBS, batch_id)]
+        return [Job.from_row(r) for r in await self.db.fetch(q.BATCH_JOBS, {"batch": batch_id})]
 
     async def batch(self, batch_id: int) -> Batch | None:
-        row = await self.db.fetchrow(q.BATCH, batch_id)
+        row = await self.db.fetchrow(q.BATCH, {"batch": batch_id})
         return Batch.from_row(row) if row else None
 
     async def jobs_ahead(self, job_id: int) -> int | None:
         """Queued jobs that will be claimed before this one; None if it is not queued."""
-        job = await self.db.fetchrow(q.JOB, job_id)
+        job = await self.db.fetchrow(q.JOB, {"job": job_id})
         if job is None or job["status"] != Status.QUEUED:
             return None
-        return await self.db.fetchval(q.JOBS_AHEAD, job_id)
+        return await self.db.fetchval(q.JOBS_AHEAD, {"job": job_id})
 
     async def batch_jobs_ahead(self, batch_id: int) -> int | None:
-        first = await self.db.fetchval(q.BATCH_FIRST_QUEUED, batch_id)
-        return None if first is None else await self.db.fetchval(q.JOBS_AHEAD, first)
+        first = await self.db.fetchval(q.BATCH_FIRST_QUEUED, {"batch": batch_id})
+        return None if first is None else await self.db.fetchval(q.JOBS_AHEAD, {"job": first})
 
     async def active_counts(self) -> ActiveCounts:
         """Queued and running jobs: cheap at any history size, for health checks."""
@@ -102,21 +102,22 @@ class QueueReads:
 
     async def active_jobs_of(self, submitter: str) -> int:
         """Queued and running jobs of one submitter (a per-person limit)."""
-        return await self.db.fetchval(q.ACTIVE_BY_SUBMITTER, submitter)
+        return await self.db.fetchval(q.ACTIVE_BY_SUBMITTER, {"submitter": submitter})
 
     async def batches_since(self, submitter: str, since: float) -> int:
         """Submissions by one submitter after `since` (a rate limit)."""
-        return await self.db.fetchval(q.BATCHES_SINCE, submitter, since)
+        return await self.db.fetchval(q.BATCHES_SINCE, {"submitter": submitter, "since": since})
 
     async def batch_by_key(self, idempotency_key: str) -> int | None:
-        row = await self.db.fetchrow(q.BATCH_BY_IDEMPOTENCY_KEY, idempotency_key)
+        row = await self.db.fetchrow(q.BATCH_BY_IDEMPOTENCY_KEY, {"key": idempotency_key})
         return row["id"] if row else None
 
     async def latest_batch(self, submitter: str) -> int | None:
-        return await self.db.fetchval(q.LATEST_BATCH, submitter)
+        return await self.db.fetchval(q.LATEST_BATCH, {"submitter": submitter})
 
     async def batches_of(self, submitter: str, after: int = 0) -> list[int]:
-        return [r["id"] for r in await self.db.fetch(q.BATCHES_OF, submitter, after)]
+        return [r["id"] for r in await self.db.fetch(q.BATCHES_OF, {"submitter": submitter,
+                                                                    "after": after})]
 
     async def page_jobs(self, *, before: int | None = None, batch: int | None = None,
                         status: str | None = None, submitter: str | None = None,
@@ -125,23 +126,29 @@ class QueueReads:
         """Jobs newest first, filtered: those with an id below `before` (a cursor, for
         scripts walking everything), or from `offset` on (for a view that jumps about).
         `rating`: only images kept, rejected, or not rated."""
-        rows = await self.db.fetch(q.PAGE_JOBS, before, batch, status, submitter,
-                                   _rating(rating), limit, offset)
+        rows = await self.db.fetch(q.PAGE_JOBS, {"before": before, "batch": batch,
+                                                 "status": status, "submitter": submitter,
+                                                 "rating": _rating(rating), "limit": limit,
+                                                 "offset": offset})
         return [Job.from_row(r) for r in rows]
 
     async def count_jobs(self, *, batch: int | None = None, status: str | None = None,
                          submitter: str | None = None, rating: Rating | None = None) -> int:
         """How many jobs page_jobs would walk through, with the same filters."""
-        return await self.db.fetchval(q.COUNT_JOBS, batch, status, submitter, _rating(rating))
+        return await self.db.fetchval(q.COUNT_JOBS, {"batch": batch, "status": status,
+                                                     "submitter": submitter,
+                                                     "rating": _rating(rating)})
 
     async def page_batches(self, *, before: int | None = None, submitter: str | None = None,
                            limit: int = 50) -> list[BatchCounts]:
         """Batches newest first, each with its jobs counted by status."""
-        rows = await self.db.fetch(q.PAGE_BATCHES, before, submitter, limit)
+        rows = await self.db.fetch(q.PAGE_BATCHES, {"before": before, "submitter": submitter,
+                                                    "limit": limit})
         if not rows:
             return []
         counts: dict[int, dict[str, int]] = {r["id"]: {} for r in rows}
-        for c in await self.db.fetch(q.BATCH_RANGE_COUNTS, rows[-1]["id"], rows[0]["id"]):
+        for c in await self.db.fetch(q.BATCH_RANGE_COUNTS, {"first": rows[-1]["id"],
+                                                            "last": rows[0]["id"]}):
             if c["batch_id"] in counts:
                 counts[c["batch_id"]][c["status"]] = c["n"]
         return [BatchCounts(Batch.from_row(r), counts[r["id"]]) for r in rows]
@@ -149,11 +156,11 @@ class QueueReads:
     # --- lineage: the images made from an image, and what it was made from ------------
     async def children(self, job_id: int) -> list[Job]:
         """The jobs made from this job's image (again, vary, upscale, edit), oldest first."""
-        return [Job.from_row(r) for r in await self.db.fetch(q.CHILDREN, job_id)]
+        return [Job.from_row(r) for r in await self.db.fetch(q.CHILDREN, {"job": job_id})]
 
     async def descendants(self, batch_id: int) -> list[Job]:
         """Every job made from the batch's images, and from those, in id order."""
-        return [Job.from_row(r) for r in await self.db.fetch(q.DESCENDANTS, batch_id)]
+        return [Job.from_row(r) for r in await self.db.fetch(q.DESCENDANTS, {"batch": batch_id})]
 
     async def ancestors(self, job: Job, limit: int = 100) -> list[Job]:
         """What `job` was made from: its parent first, then the parent's, up to the sheet's
@@ -170,13 +177,14 @@ class QueueReads:
         return chain
 
     async def latest_batch_in(self, platform: str, conversation: str) -> int | None:
-        return await self.db.fetchval(q.LATEST_BATCH_IN, platform, conversation)
+        return await self.db.fetchval(q.LATEST_BATCH_IN, {"platform": platform,
+                                                          "conversation": conversation})
 
     async def batches_in_thread(self, platform: str, conversation: str,
                                 thread: str) -> list[int]:
         """Batches submitted inside a platform's thread (id order)."""
-        return [r["id"] for r in await self.db.fetch(q.BATCHES_IN_THREAD, platform,
-                                                     conversation, thread)]
+        where = {"platform": platform, "conversation": conversation, "thread": thread}
+        return [r["id"] for r in await self.db.fetch(q.BATCHES_IN_THREAD, where)]
 
     async def running(self) -> list[RunningJob]:
         """Running jobs with their batch's template, oldest first."""
@@ -211,7 +219,7 @@ class QueueReads:
         """Every leased job (claimed ahead, or running), the longest without a sign of
         life first: stuck ones lead (queries.LEASED_IDLE)."""
         return [LeasedJob.from_row(r)
-                for r in await self.db.fetch(q.LEASED_IDLE, self.clock(), limit)]
+                for r in await self.db.fetch(q.LEASED_IDLE, {"now": self.clock(), "limit": limit})]
 
     async def placement(self) -> list[Placement]:
         """Ready, claimed-ahead, running and delayed jobs, and the oldest ready job's wait,
@@ -220,7 +228,7 @@ class QueueReads:
 
     async def average_duration(self, last: int = 20) -> float | None:
         """Mean run time of the last `last` succeeded jobs, or None before the first."""
-        value = await self.db.fetchval(q.RECENT_DURATION, last)
+        value = await self.db.fetchval(q.RECENT_DURATION, {"limit": last})
         return None if value is None else float(value)
 
     async def eta(self, jobs_ahead: int) -> float | None:
@@ -233,45 +241,48 @@ class QueueReads:
 
     async def batch_waiting_for(self, batch_id: int) -> list[str]:
         """What a batch's queued jobs need (their affinities), without reading its jobs."""
-        return [r["affinity"] for r in await self.db.fetch(q.BATCH_WAITING_FOR, batch_id)]
+        rows = await self.db.fetch(q.BATCH_WAITING_FOR, {"batch": batch_id})
+        return [r["affinity"] for r in rows]
 
     async def batches_waiting_on(self, affinity: str, limit: int = 100) -> list[int]:
         """The batches with jobs queued for `affinity`, oldest first."""
         return [r["batch_id"] for r in
-                await self.db.fetch(q.BATCHES_WAITING_ON, affinity, limit)]
+                await self.db.fetch(q.BATCHES_WAITING_ON, {"affinity": affinity, "limit": limit})]
 
     async def batch_models(self, batch_id: int) -> list[str]:
         """The models a batch's jobs need (without reading its jobs: it may have thousands)."""
-        return [r["affinity"] for r in await self.db.fetch(q.BATCH_MODELS, batch_id)]
+        return [r["affinity"] for r in await self.db.fetch(q.BATCH_MODELS, {"batch": batch_id})]
 
     async def batch_progress(self, batch_id: int) -> BatchProgress | None:
-        batch = await self.db.fetchrow(q.BATCH, batch_id)
+        batch = await self.db.fetchrow(q.BATCH, {"batch": batch_id})
         if batch is None:
             return None
-        counts = {r["status"]: r["n"] for r in await self.db.fetch(q.BATCH_COUNTS, batch_id)}
+        rows = await self.db.fetch(q.BATCH_COUNTS, {"batch": batch_id})
+        counts = {r["status"]: r["n"] for r in rows}
         ahead = await self.batch_jobs_ahead(batch_id)
-        last = await self.db.fetchval(q.BATCH_LAST_QUEUED, batch_id)
+        last = await self.db.fetchval(q.BATCH_LAST_QUEUED, {"batch": batch_id})
         eta = None
         if last is not None:
-            eta = await self.eta(await self.db.fetchval(q.JOBS_AHEAD, last))
+            eta = await self.eta(await self.db.fetchval(q.JOBS_AHEAD, {"job": last}))
         return BatchProgress(batch_id, batch["total_jobs"], counts, ahead, eta)
 
     async def digest(self, since: float, until: float) -> Digest:
         """What happened after `since`, up to `until`: batches made, jobs finished by
         status with their mean run time, the three busiest submitters."""
-        finished = {r["status"]: r for r in await self.db.fetch(q.DIGEST_JOBS, since, until)}
+        span = {"since": since, "until": until}
+        finished = {r["status"]: r for r in await self.db.fetch(q.DIGEST_JOBS, span)}
         ok = finished.get(Status.SUCCEEDED)
         return Digest(
-            batches=await self.db.fetchval(q.DIGEST_BATCHES, since, until),
+            batches=await self.db.fetchval(q.DIGEST_BATCHES, span),
             finished={s: r["n"] for s, r in finished.items()},
             mean_seconds=float(ok["seconds"]) if ok and ok["seconds"] is not None else None,
-            top=[(r["submitter"], r["n"])
-                 for r in await self.db.fetch(q.DIGEST_SUBMITTERS, since, until)])
+            top=[(r["submitter"], r["n"]) for r in await self.db.fetch(q.DIGEST_SUBMITTERS, span)])
 
     async def events_after(self, seq: int, limit: int = 1000) -> list[Event]:
         """Events with a sequence number above `seq`, oldest first: resume from the last seen."""
         sql = q.EVENTS_AFTER if self.db.dialect == "sqlite" else q.EVENTS_AFTER_PG
-        return [Event.from_row(r) for r in await self.db.fetch(sql, seq, limit)]
+        rows = await self.db.fetch(sql, {"after": seq, "limit": limit})
+        return [Event.from_row(r) for r in rows]
 
     async def last_event_seq(self) -> int:
         sql = q.LAST_EVENT_SEQ if self.db.dialect == "sqlite" else q.LAST_EVENT_SEQ_PG

@@ -1084,7 +1084,7 @@ async def test_a_burst_leaves_postgresql_planning_claims_on_the_queue_index(pg_u
         for i in range(20):
             await queue.enqueue(sub(f"user{i % 7}", 500))
         sql, args, _ = queue._many_statement("w", 10, None, False, queue.clock())
-        plan = "\n".join(r["QUERY PLAN"] for r in await db.fetch("EXPLAIN " + sql, *args))
+        plan = "\n".join(r["QUERY PLAN"] for r in await db.fetch("EXPLAIN " + sql, args))
         assert "Index Scan using jobs_queued on jobs" in plan and "Sort" not in plan, plan
         assert len(await queue.claim_many("w", 10)) == 10
     finally:

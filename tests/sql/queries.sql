@@ -6,10 +6,10 @@ SELECT paused FROM queue_state WHERE id = 1 FOR UPDATE;
 -- LOCK_QUEUE_STATE (postgres)
 SELECT paused FROM queue_state WHERE id = 1 FOR UPDATE;
 
--- BATCH_BY_IDEMPOTENCY_KEY (sqlite)
-SELECT id, total_jobs FROM batches WHERE idempotency_key = $1;
+-- BATCH_BY_IDEMPOTENCY_KEY (sqlite): 1 :key
+SELECT id, total_jobs FROM batches WHERE idempotency_key = ?1;
 
--- BATCH_BY_IDEMPOTENCY_KEY (postgres)
+-- BATCH_BY_IDEMPOTENCY_KEY (postgres): 1 :key
 SELECT id, total_jobs FROM batches WHERE idempotency_key = $1;
 
 -- ACTIVE_COUNTS (sqlite)
@@ -20,66 +20,70 @@ SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'queued') AS queued,
 SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'queued') AS queued,
        (SELECT COUNT(*) FROM jobs WHERE status = 'running') AS running;
 
--- CLASS_TURN (sqlite)
+-- CLASS_TURN (sqlite): 1 :priority, 2 :now
+SELECT MIN(fair_rank) AS turn FROM jobs
+WHERE status = 'queued' AND priority = ?1 AND not_before <= ?2;
+
+-- CLASS_TURN (postgres): 1 :priority, 2 :now
 SELECT MIN(fair_rank) AS turn FROM jobs
 WHERE status = 'queued' AND priority = $1 AND not_before <= $2;
 
--- CLASS_TURN (postgres)
-SELECT MIN(fair_rank) AS turn FROM jobs
-WHERE status = 'queued' AND priority = $1 AND not_before <= $2;
+-- CLASS_TURN_AFTER_ALL (sqlite): 1 :priority
+SELECT COALESCE(MAX(fair_rank) + 1, 0) AS turn FROM jobs
+WHERE status = 'queued' AND priority = ?1;
 
--- CLASS_TURN_AFTER_ALL (sqlite)
+-- CLASS_TURN_AFTER_ALL (postgres): 1 :priority
 SELECT COALESCE(MAX(fair_rank) + 1, 0) AS turn FROM jobs
 WHERE status = 'queued' AND priority = $1;
 
--- CLASS_TURN_AFTER_ALL (postgres)
-SELECT COALESCE(MAX(fair_rank) + 1, 0) AS turn FROM jobs
-WHERE status = 'queued' AND priority = $1;
+-- SUBMITTER_LAST_TURN (sqlite): 1 :priority, 2 :submitter
+SELECT MAX(fair_rank) AS turn FROM jobs
+WHERE status = 'queued' AND priority = ?1 AND submitter = ?2;
 
--- SUBMITTER_LAST_TURN (sqlite)
+-- SUBMITTER_LAST_TURN (postgres): 1 :priority, 2 :submitter
 SELECT MAX(fair_rank) AS turn FROM jobs
 WHERE status = 'queued' AND priority = $1 AND submitter = $2;
 
--- SUBMITTER_LAST_TURN (postgres)
-SELECT MAX(fair_rank) AS turn FROM jobs
-WHERE status = 'queued' AND priority = $1 AND submitter = $2;
-
--- INSERT_BATCH (sqlite)
+-- INSERT_BATCH (sqlite): 1 :template, 2 :submitter, 3 :platform, 4 :conversation, 5 :thread, 6 :priority, 7 :key, 8 :total, 9 :meta, 10 :now
 INSERT INTO batches (template, submitter, platform, conversation, thread, priority,
                      idempotency_key, total_jobs, meta, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id;
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
+        ?9, ?10)
+RETURNING id;
 
--- INSERT_BATCH (postgres)
+-- INSERT_BATCH (postgres): 1 :template, 2 :submitter, 3 :platform, 4 :conversation, 5 :thread, 6 :priority, 7 :key, 8 :total, 9 :meta, 10 :now
 INSERT INTO batches (template, submitter, platform, conversation, thread, priority,
                      idempotency_key, total_jobs, meta, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id;
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+        $9, $10)
+RETURNING id;
 
--- INSERT_JOBS (sqlite)
+-- INSERT_JOBS (sqlite): 1 :batch, 2 :priority, 3 :submitter, 4 :start, 5 :not_before, 6 :now, 7 :jobs
 INSERT INTO jobs (batch_id, row, workflow, status, priority, submitter, fair_rank, affinity,
                   attempts, not_before, cancel_requested, outputs, enqueued_at, updated_at,
                   parent_job_id, action)
-SELECT $1, j.row, j.workflow, 'queued', $2, $3, $4 + j.n, j.affinity, 0, $5, FALSE, '[]',
-  $6, $6, j.parent, j.action
-FROM (SELECT key AS n, json_extract(value, '$.row') AS row, json_extract(value, '$.workflow') AS workflow, json_extract(value, '$.affinity') AS affinity, json_extract(value, '$.parent') AS parent, json_extract(value, '$.action') AS action FROM json_each($7)) j ORDER BY j.n;
+SELECT ?1, j.row, j.workflow, 'queued', ?2, ?3, ?4 + j.n, j.affinity,
+  0, ?5, FALSE, '[]', ?6, ?6, j.parent, j.action
+FROM (SELECT key AS n, json_extract(value, '$.row') AS row, json_extract(value, '$.workflow') AS workflow, json_extract(value, '$.affinity') AS affinity, json_extract(value, '$.parent') AS parent, json_extract(value, '$.action') AS action FROM json_each(?7)) j ORDER BY j.n;
 
--- INSERT_JOBS (postgres)
+-- INSERT_JOBS (postgres): 1 :batch, 2 :priority, 3 :submitter, 4 :start, 5 :not_before, 6 :now, 7 :jobs
 INSERT INTO jobs (batch_id, row, workflow, status, priority, submitter, fair_rank, affinity,
                   attempts, not_before, cancel_requested, outputs, enqueued_at, updated_at,
                   parent_job_id, action)
-SELECT $1, j.row, j.workflow, 'queued', $2, $3, $4 + j.n, j.affinity, 0, $5, FALSE, '[]',
-  $6, $6, j.parent, j.action
+SELECT $1, j.row, j.workflow, 'queued', $2, $3, $4 + j.n, j.affinity,
+  0, $5, FALSE, '[]', $6, $6, j.parent, j.action
 FROM (SELECT n - 1 AS n, (r->>'row')::int AS row, r->'workflow' AS workflow, r->>'affinity' AS affinity, (r->>'parent')::bigint AS parent, r->>'action' AS action FROM jsonb_array_elements(CAST($7 AS jsonb)) WITH ORDINALITY AS x(r, n)) j ORDER BY j.n;
 
--- INSERT_EVENT (sqlite)
+-- INSERT_EVENT (sqlite): 1 :at, 2 :kind, 3 :batch, 4 :job, 5 :data
+INSERT INTO events (at, kind, batch_id, job_id, data) VALUES (?1, ?2, ?3, ?4, ?5);
+
+-- INSERT_EVENT (postgres): 1 :at, 2 :kind, 3 :batch, 4 :job, 5 :data
 INSERT INTO events (at, kind, batch_id, job_id, data) VALUES ($1, $2, $3, $4, $5);
 
--- INSERT_EVENT (postgres)
-INSERT INTO events (at, kind, batch_id, job_id, data) VALUES ($1, $2, $3, $4, $5);
+-- NOTIFY (sqlite): 1 :channel
+SELECT pg_notify(?1, '');
 
--- NOTIFY (sqlite)
-SELECT pg_notify($1, '');
-
--- NOTIFY (postgres)
+-- NOTIFY (postgres): 1 :channel
 SELECT pg_notify($1, '');
 
 -- ANALYZE_JOBS (sqlite)
@@ -88,72 +92,74 @@ ANALYZE jobs;
 -- ANALYZE_JOBS (postgres)
 ANALYZE jobs;
 
--- ANY_LEASE_EXPIRED (sqlite)
+-- ANY_LEASE_EXPIRED (sqlite): 1 :now
+SELECT (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?1)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < ?1)) AS x;
+
+-- ANY_LEASE_EXPIRED (postgres): 1 :now
 SELECT (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $1)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
              AND lease_expires_at < $1)) AS x;
 
--- ANY_LEASE_EXPIRED (postgres)
-SELECT (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $1)
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $1)) AS x;
-
--- EXPIRE_LEASES (sqlite)
+-- EXPIRE_LEASES (sqlite): 1 :max_attempts, 2 :now
 UPDATE jobs SET
   status = CASE WHEN cancel_requested THEN 'canceled'
-                WHEN attempts >= $2 THEN 'failed' ELSE 'queued' END,
+                WHEN attempts >= ?1 THEN 'failed' ELSE 'queued' END,
   error = CASE WHEN cancel_requested THEN error
                ELSE 'lease expired: executor ' || COALESCE(lease_owner, '?')
                     || ' stopped heartbeating' END,
-  finished_at = CASE WHEN cancel_requested OR attempts >= $2
-                     THEN CAST($1 AS DOUBLE PRECISION) ELSE NULL END,
-  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
-WHERE status = 'running' AND lease_expires_at < $1;
+  finished_at = CASE WHEN cancel_requested OR attempts >= ?1
+                     THEN CAST(?2 AS DOUBLE PRECISION) ELSE NULL END,
+  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ?2
+WHERE status = 'running' AND lease_expires_at < ?2;
 
--- EXPIRE_LEASES (postgres)
+-- EXPIRE_LEASES (postgres): 1 :max_attempts, 2 :now
 UPDATE jobs SET
   status = CASE WHEN cancel_requested THEN 'canceled'
-                WHEN attempts >= $2 THEN 'failed' ELSE 'queued' END,
+                WHEN attempts >= $1 THEN 'failed' ELSE 'queued' END,
   error = CASE WHEN cancel_requested THEN error
                ELSE 'lease expired: executor ' || COALESCE(lease_owner, '?')
                     || ' stopped heartbeating' END,
-  finished_at = CASE WHEN cancel_requested OR attempts >= $2
-                     THEN CAST($1 AS DOUBLE PRECISION) ELSE NULL END,
-  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
-WHERE status = 'running' AND lease_expires_at < $1;
+  finished_at = CASE WHEN cancel_requested OR attempts >= $1
+                     THEN CAST($2 AS DOUBLE PRECISION) ELSE NULL END,
+  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $2
+WHERE status = 'running' AND lease_expires_at < $2;
 
--- EXPIRE_AHEAD (sqlite)
+-- EXPIRE_AHEAD (sqlite): 1 :now
+UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ?1
+WHERE status = 'queued' AND lease_expires_at IS NOT NULL AND lease_expires_at < ?1;
+
+-- EXPIRE_AHEAD (postgres): 1 :now
 UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
 WHERE status = 'queued' AND lease_expires_at IS NOT NULL AND lease_expires_at < $1;
 
--- EXPIRE_AHEAD (postgres)
-UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
-WHERE status = 'queued' AND lease_expires_at IS NOT NULL AND lease_expires_at < $1;
+-- END_LEASES_OF (sqlite): 1 :now, 2 :owner
+UPDATE jobs SET lease_expires_at = ?1
+WHERE status IN ('queued', 'running') AND lease_owner = ?2 AND lease_expires_at > ?1;
 
--- END_LEASES_OF (sqlite)
-UPDATE jobs SET lease_expires_at = $2
-WHERE status IN ('queued', 'running') AND lease_owner = $1 AND lease_expires_at > $2;
+-- END_LEASES_OF (postgres): 1 :now, 2 :owner
+UPDATE jobs SET lease_expires_at = $1
+WHERE status IN ('queued', 'running') AND lease_owner = $2 AND lease_expires_at > $1;
 
--- END_LEASES_OF (postgres)
-UPDATE jobs SET lease_expires_at = $2
-WHERE status IN ('queued', 'running') AND lease_owner = $1 AND lease_expires_at > $2;
-
--- CLAIM, ANYTHING (sqlite)
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+-- CLAIM, ANYTHING (sqlite): 1 :owner, 2 :token, 3 :expires, 4 :now
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = ?1,
+  lease_token = ?2, lease_expires_at = ?3, leased_at = ?4, started_at = ?4,
+  updated_at = ?4
 WHERE id = (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?4 AND lease_token IS NULL
   AND (affinity IS NULL OR affinity NOT LIKE '%:%')
 ORDER BY priority, fair_rank, id LIMIT 1 )
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?4)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
+             AND lease_expires_at < ?4)) AS expired_seen;
 
--- CLAIM, ANYTHING (postgres)
+-- CLAIM, ANYTHING (postgres): 1 :owner, 2 :token, 3 :expires, 4 :now
 UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4,
+  updated_at = $4
 WHERE id = (
 SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
   AND (affinity IS NULL OR affinity NOT LIKE '%:%')
@@ -164,25 +170,27 @@ RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, 
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
              AND lease_expires_at < $4)) AS expired_seen;
 
--- CLAIM, ALLOWED (sqlite)
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+-- CLAIM, ALLOWED (sqlite): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :only
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = ?1,
+  lease_token = ?2, lease_expires_at = ?3, leased_at = ?4, started_at = ?4,
+  updated_at = ?4
 WHERE id = (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND (affinity IS NULL OR affinity IN (SELECT value FROM json_each($6)))
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?4 AND lease_token IS NULL
+  AND (affinity IS NULL OR affinity IN (SELECT value FROM json_each(?5)))
 ORDER BY priority, fair_rank, id LIMIT 1 )
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?4)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
+             AND lease_expires_at < ?4)) AS expired_seen;
 
--- CLAIM, ALLOWED (postgres)
+-- CLAIM, ALLOWED (postgres): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :only
 UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4,
+  updated_at = $4
 WHERE id = (
 SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND (affinity IS NULL OR affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb))))
+  AND (affinity IS NULL OR affinity IN (SELECT jsonb_array_elements_text(CAST($5 AS jsonb))))
 ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
@@ -190,25 +198,27 @@ RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, 
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
              AND lease_expires_at < $4)) AS expired_seen;
 
--- CLAIM, ENGINE_ONLY (sqlite)
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+-- CLAIM, ENGINE_ONLY (sqlite): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :only
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = ?1,
+  lease_token = ?2, lease_expires_at = ?3, leased_at = ?4, started_at = ?4,
+  updated_at = ?4
 WHERE id = (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND affinity IN (SELECT value FROM json_each($6))
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?4 AND lease_token IS NULL
+  AND affinity IN (SELECT value FROM json_each(?5))
 ORDER BY priority, fair_rank, id LIMIT 1 )
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?4)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
+             AND lease_expires_at < ?4)) AS expired_seen;
 
--- CLAIM, ENGINE_ONLY (postgres)
+-- CLAIM, ENGINE_ONLY (postgres): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :only
 UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4,
+  updated_at = $4
 WHERE id = (
 SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb)))
+  AND affinity IN (SELECT jsonb_array_elements_text(CAST($5 AS jsonb)))
 ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
@@ -216,268 +226,36 @@ RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, 
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
              AND lease_expires_at < $4)) AS expired_seen;
 
--- CLAIM_PREFERRING, ANYTHING (sqlite)
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+-- CLAIM_PREFERRING, ANYTHING (sqlite): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :prefer
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = ?1,
+  lease_token = ?2, lease_expires_at = ?3, leased_at = ?4, started_at = ?4,
+  updated_at = ?4
 
 WHERE id = COALESCE(
   (SELECT j.id FROM jobs j INDEXED BY jobs_queued_by_submitter
-   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
-     AND j.affinity IN (SELECT value FROM json_each($5))
+   WHERE j.status = 'queued' AND j.not_before <= ?4 AND j.lease_token IS NULL
+     AND j.affinity IN (SELECT value FROM json_each(?5))
      AND (j.priority, j.submitter) = (
-       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
+       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= ?4
          AND h.lease_token IS NULL AND (h.affinity IS NULL OR h.affinity NOT LIKE '%:%')
        ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
    ORDER BY j.fair_rank, j.id LIMIT 1 ),
   (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?4 AND lease_token IS NULL
   AND (affinity IS NULL OR affinity NOT LIKE '%:%')
 ORDER BY priority, fair_rank, id LIMIT 1 ))
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?4)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen,
+             AND lease_expires_at < ?4)) AS expired_seen,
   EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
-          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
+          AND o.submitter = jobs.submitter AND o.not_before <= ?4 AND o.lease_token IS NULL
           AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
 
--- CLAIM_PREFERRING, ANYTHING (postgres)
+-- CLAIM_PREFERRING, ANYTHING (postgres): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :prefer
 UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
-
-WHERE id = COALESCE(
-  (SELECT j.id FROM jobs j 
-   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
-     AND j.affinity IN (SELECT jsonb_array_elements_text(CAST($5 AS jsonb)))
-     AND (j.priority, j.submitter) = (
-       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
-         AND h.lease_token IS NULL AND (h.affinity IS NULL OR h.affinity NOT LIKE '%:%')
-       ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
-   ORDER BY j.fair_rank, j.id LIMIT 1 FOR UPDATE SKIP LOCKED),
-  (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND (affinity IS NULL OR affinity NOT LIKE '%:%')
-ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED))
-AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen,
-  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
-          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
-          AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
-
--- CLAIM_PREFERRING, ALLOWED (sqlite)
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
-
-WHERE id = COALESCE(
-  (SELECT j.id FROM jobs j INDEXED BY jobs_queued_by_submitter
-   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
-     AND j.affinity IN (SELECT value FROM json_each($5))
-     AND (j.priority, j.submitter) = (
-       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
-         AND h.lease_token IS NULL AND (h.affinity IS NULL OR h.affinity IN (SELECT value FROM json_each($6)))
-       ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
-   ORDER BY j.fair_rank, j.id LIMIT 1 ),
-  (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND (affinity IS NULL OR affinity IN (SELECT value FROM json_each($6)))
-ORDER BY priority, fair_rank, id LIMIT 1 ))
-AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen,
-  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
-          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
-          AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
-
--- CLAIM_PREFERRING, ALLOWED (postgres)
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
-
-WHERE id = COALESCE(
-  (SELECT j.id FROM jobs j 
-   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
-     AND j.affinity IN (SELECT jsonb_array_elements_text(CAST($5 AS jsonb)))
-     AND (j.priority, j.submitter) = (
-       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
-         AND h.lease_token IS NULL AND (h.affinity IS NULL OR h.affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb))))
-       ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
-   ORDER BY j.fair_rank, j.id LIMIT 1 FOR UPDATE SKIP LOCKED),
-  (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND (affinity IS NULL OR affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb))))
-ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED))
-AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen,
-  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
-          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
-          AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
-
--- CLAIM_PREFERRING, ENGINE_ONLY (sqlite)
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
-
-WHERE id = COALESCE(
-  (SELECT j.id FROM jobs j INDEXED BY jobs_queued_by_submitter
-   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
-     AND j.affinity IN (SELECT value FROM json_each($5))
-     AND (j.priority, j.submitter) = (
-       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
-         AND h.lease_token IS NULL AND h.affinity IN (SELECT value FROM json_each($6))
-       ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
-   ORDER BY j.fair_rank, j.id LIMIT 1 ),
-  (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND affinity IN (SELECT value FROM json_each($6))
-ORDER BY priority, fair_rank, id LIMIT 1 ))
-AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen,
-  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
-          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
-          AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
-
--- CLAIM_PREFERRING, ENGINE_ONLY (postgres)
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
-
-WHERE id = COALESCE(
-  (SELECT j.id FROM jobs j 
-   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
-     AND j.affinity IN (SELECT jsonb_array_elements_text(CAST($5 AS jsonb)))
-     AND (j.priority, j.submitter) = (
-       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
-         AND h.lease_token IS NULL AND h.affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb)))
-       ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
-   ORDER BY j.fair_rank, j.id LIMIT 1 FOR UPDATE SKIP LOCKED),
-  (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb)))
-ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED))
-AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen,
-  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
-          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
-          AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
-
--- CLAIM_AHEAD, ANYTHING (sqlite)
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
-  updated_at = $4
-WHERE id = (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND (affinity IS NULL OR affinity NOT LIKE '%:%')
-ORDER BY priority, fair_rank, id LIMIT 1 )
-AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
-
--- CLAIM_AHEAD, ANYTHING (postgres)
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
-  updated_at = $4
-WHERE id = (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND (affinity IS NULL OR affinity NOT LIKE '%:%')
-ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
-
--- CLAIM_AHEAD, ALLOWED (sqlite)
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
-  updated_at = $4
-WHERE id = (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND (affinity IS NULL OR affinity IN (SELECT value FROM json_each($6)))
-ORDER BY priority, fair_rank, id LIMIT 1 )
-AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
-
--- CLAIM_AHEAD, ALLOWED (postgres)
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
-  updated_at = $4
-WHERE id = (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND (affinity IS NULL OR affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb))))
-ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
-
--- CLAIM_AHEAD, ENGINE_ONLY (sqlite)
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
-  updated_at = $4
-WHERE id = (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND affinity IN (SELECT value FROM json_each($6))
-ORDER BY priority, fair_rank, id LIMIT 1 )
-AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
-
--- CLAIM_AHEAD, ENGINE_ONLY (postgres)
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
-  updated_at = $4
-WHERE id = (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb)))
-ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
-
--- CLAIM_AHEAD_PREFERRING, ANYTHING (sqlite)
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
-  updated_at = $4
-
-WHERE id = COALESCE(
-  (SELECT j.id FROM jobs j INDEXED BY jobs_queued_by_submitter
-   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
-     AND j.affinity IN (SELECT value FROM json_each($5))
-     AND (j.priority, j.submitter) = (
-       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
-         AND h.lease_token IS NULL AND (h.affinity IS NULL OR h.affinity NOT LIKE '%:%')
-       ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
-   ORDER BY j.fair_rank, j.id LIMIT 1 ),
-  (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND (affinity IS NULL OR affinity NOT LIKE '%:%')
-ORDER BY priority, fair_rank, id LIMIT 1 ))
-AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
-RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
-  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen,
-  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
-          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
-          AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
-
--- CLAIM_AHEAD_PREFERRING, ANYTHING (postgres)
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
+  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4,
   updated_at = $4
 
 WHERE id = COALESCE(
@@ -502,34 +280,36 @@ RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, 
           AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
           AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
 
--- CLAIM_AHEAD_PREFERRING, ALLOWED (sqlite)
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
-  updated_at = $4
+-- CLAIM_PREFERRING, ALLOWED (sqlite): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :prefer, 6 :only
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = ?1,
+  lease_token = ?2, lease_expires_at = ?3, leased_at = ?4, started_at = ?4,
+  updated_at = ?4
 
 WHERE id = COALESCE(
   (SELECT j.id FROM jobs j INDEXED BY jobs_queued_by_submitter
-   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
-     AND j.affinity IN (SELECT value FROM json_each($5))
+   WHERE j.status = 'queued' AND j.not_before <= ?4 AND j.lease_token IS NULL
+     AND j.affinity IN (SELECT value FROM json_each(?5))
      AND (j.priority, j.submitter) = (
-       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
-         AND h.lease_token IS NULL AND (h.affinity IS NULL OR h.affinity IN (SELECT value FROM json_each($6)))
+       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= ?4
+         AND h.lease_token IS NULL AND (h.affinity IS NULL OR h.affinity IN (SELECT value FROM json_each(?6)))
        ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
    ORDER BY j.fair_rank, j.id LIMIT 1 ),
   (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND (affinity IS NULL OR affinity IN (SELECT value FROM json_each($6)))
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?4 AND lease_token IS NULL
+  AND (affinity IS NULL OR affinity IN (SELECT value FROM json_each(?6)))
 ORDER BY priority, fair_rank, id LIMIT 1 ))
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?4)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen,
+             AND lease_expires_at < ?4)) AS expired_seen,
   EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
-          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
+          AND o.submitter = jobs.submitter AND o.not_before <= ?4 AND o.lease_token IS NULL
           AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
 
--- CLAIM_AHEAD_PREFERRING, ALLOWED (postgres)
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
+-- CLAIM_PREFERRING, ALLOWED (postgres): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :prefer, 6 :only
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
+  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4,
   updated_at = $4
 
 WHERE id = COALESCE(
@@ -554,34 +334,36 @@ RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, 
           AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
           AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
 
--- CLAIM_AHEAD_PREFERRING, ENGINE_ONLY (sqlite)
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
-  updated_at = $4
+-- CLAIM_PREFERRING, ENGINE_ONLY (sqlite): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :prefer, 6 :only
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = ?1,
+  lease_token = ?2, lease_expires_at = ?3, leased_at = ?4, started_at = ?4,
+  updated_at = ?4
 
 WHERE id = COALESCE(
   (SELECT j.id FROM jobs j INDEXED BY jobs_queued_by_submitter
-   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
-     AND j.affinity IN (SELECT value FROM json_each($5))
+   WHERE j.status = 'queued' AND j.not_before <= ?4 AND j.lease_token IS NULL
+     AND j.affinity IN (SELECT value FROM json_each(?5))
      AND (j.priority, j.submitter) = (
-       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
-         AND h.lease_token IS NULL AND h.affinity IN (SELECT value FROM json_each($6))
+       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= ?4
+         AND h.lease_token IS NULL AND h.affinity IN (SELECT value FROM json_each(?6))
        ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
    ORDER BY j.fair_rank, j.id LIMIT 1 ),
   (
-SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-  AND affinity IN (SELECT value FROM json_each($6))
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?4 AND lease_token IS NULL
+  AND affinity IN (SELECT value FROM json_each(?6))
 ORDER BY priority, fair_rank, id LIMIT 1 ))
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?4)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen,
+             AND lease_expires_at < ?4)) AS expired_seen,
   EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
-          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
+          AND o.submitter = jobs.submitter AND o.not_before <= ?4 AND o.lease_token IS NULL
           AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
 
--- CLAIM_AHEAD_PREFERRING, ENGINE_ONLY (postgres)
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
+-- CLAIM_PREFERRING, ENGINE_ONLY (postgres): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :prefer, 6 :only
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
+  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4,
   updated_at = $4
 
 WHERE id = COALESCE(
@@ -606,270 +388,518 @@ RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, 
           AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
           AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
 
--- CLAIM_FOLLOWERS (sqlite)
-WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE batch_id = $5 AND status = 'queued' AND not_before <= $4
-    AND lease_token IS NULL AND affinity = $6 ORDER BY fair_rank, id LIMIT $7 )
+-- CLAIM_AHEAD, ANYTHING (sqlite): 1 :owner, 2 :token, 3 :expires, 4 :now
+UPDATE jobs SET lease_owner = ?1, lease_token = ?2, lease_expires_at = ?3,
+  leased_at = ?4, updated_at = ?4
+WHERE id = (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?4 AND lease_token IS NULL
+  AND (affinity IS NULL OR affinity NOT LIKE '%:%')
+ORDER BY priority, fair_rank, id LIMIT 1 )
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?4)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < ?4)) AS expired_seen;
 
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
-WHERE id IN (SELECT id FROM picked)
+-- CLAIM_AHEAD, ANYTHING (postgres): 1 :owner, 2 :token, 3 :expires, 4 :now
+UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3,
+  leased_at = $4, updated_at = $4
+WHERE id = (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+  AND (affinity IS NULL OR affinity NOT LIKE '%:%')
+ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
   (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
              AND lease_expires_at < $4)) AS expired_seen;
 
--- CLAIM_FOLLOWERS (postgres)
-WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE batch_id = $5 AND status = 'queued' AND not_before <= $4
-    AND lease_token IS NULL AND affinity = $6 ORDER BY fair_rank, id LIMIT $7 FOR UPDATE SKIP LOCKED)
+-- CLAIM_AHEAD, ALLOWED (sqlite): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :only
+UPDATE jobs SET lease_owner = ?1, lease_token = ?2, lease_expires_at = ?3,
+  leased_at = ?4, updated_at = ?4
+WHERE id = (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?4 AND lease_token IS NULL
+  AND (affinity IS NULL OR affinity IN (SELECT value FROM json_each(?5)))
+ORDER BY priority, fair_rank, id LIMIT 1 )
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?4)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < ?4)) AS expired_seen;
 
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
-WHERE id IN (SELECT id FROM picked)
+-- CLAIM_AHEAD, ALLOWED (postgres): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :only
+UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3,
+  leased_at = $4, updated_at = $4
+WHERE id = (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+  AND (affinity IS NULL OR affinity IN (SELECT jsonb_array_elements_text(CAST($5 AS jsonb))))
+ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
   (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
              AND lease_expires_at < $4)) AS expired_seen;
 
--- CLAIM_FOLLOWERS_AHEAD (sqlite)
-WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE batch_id = $5 AND status = 'queued' AND not_before <= $4
-    AND lease_token IS NULL AND affinity = $6 ORDER BY fair_rank, id LIMIT $7 )
+-- CLAIM_AHEAD, ENGINE_ONLY (sqlite): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :only
+UPDATE jobs SET lease_owner = ?1, lease_token = ?2, lease_expires_at = ?3,
+  leased_at = ?4, updated_at = ?4
+WHERE id = (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?4 AND lease_token IS NULL
+  AND affinity IN (SELECT value FROM json_each(?5))
+ORDER BY priority, fair_rank, id LIMIT 1 )
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?4)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < ?4)) AS expired_seen;
 
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
-  updated_at = $4
-WHERE id IN (SELECT id FROM picked)
+-- CLAIM_AHEAD, ENGINE_ONLY (postgres): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :only
+UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3,
+  leased_at = $4, updated_at = $4
+WHERE id = (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+  AND affinity IN (SELECT jsonb_array_elements_text(CAST($5 AS jsonb)))
+ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
   (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
              AND lease_expires_at < $4)) AS expired_seen;
 
--- CLAIM_FOLLOWERS_AHEAD (postgres)
-WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE batch_id = $5 AND status = 'queued' AND not_before <= $4
-    AND lease_token IS NULL AND affinity = $6 ORDER BY fair_rank, id LIMIT $7 FOR UPDATE SKIP LOCKED)
+-- CLAIM_AHEAD_PREFERRING, ANYTHING (sqlite): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :prefer
+UPDATE jobs SET lease_owner = ?1, lease_token = ?2, lease_expires_at = ?3,
+  leased_at = ?4, updated_at = ?4
 
-UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3, leased_at = $4,
-  updated_at = $4
-WHERE id IN (SELECT id FROM picked)
+WHERE id = COALESCE(
+  (SELECT j.id FROM jobs j INDEXED BY jobs_queued_by_submitter
+   WHERE j.status = 'queued' AND j.not_before <= ?4 AND j.lease_token IS NULL
+     AND j.affinity IN (SELECT value FROM json_each(?5))
+     AND (j.priority, j.submitter) = (
+       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= ?4
+         AND h.lease_token IS NULL AND (h.affinity IS NULL OR h.affinity NOT LIKE '%:%')
+       ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
+   ORDER BY j.fair_rank, j.id LIMIT 1 ),
+  (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?4 AND lease_token IS NULL
+  AND (affinity IS NULL OR affinity NOT LIKE '%:%')
+ORDER BY priority, fair_rank, id LIMIT 1 ))
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?4)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < ?4)) AS expired_seen,
+  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
+          AND o.submitter = jobs.submitter AND o.not_before <= ?4 AND o.lease_token IS NULL
+          AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
+
+-- CLAIM_AHEAD_PREFERRING, ANYTHING (postgres): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :prefer
+UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3,
+  leased_at = $4, updated_at = $4
+
+WHERE id = COALESCE(
+  (SELECT j.id FROM jobs j 
+   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
+     AND j.affinity IN (SELECT jsonb_array_elements_text(CAST($5 AS jsonb)))
+     AND (j.priority, j.submitter) = (
+       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
+         AND h.lease_token IS NULL AND (h.affinity IS NULL OR h.affinity NOT LIKE '%:%')
+       ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
+   ORDER BY j.fair_rank, j.id LIMIT 1 FOR UPDATE SKIP LOCKED),
+  (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+  AND (affinity IS NULL OR affinity NOT LIKE '%:%')
+ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED))
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
   (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
+             AND lease_expires_at < $4)) AS expired_seen,
+  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
+          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
+          AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
 
--- CLAIM_MANY, ANYTHING (sqlite)
+-- CLAIM_AHEAD_PREFERRING, ALLOWED (sqlite): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :prefer, 6 :only
+UPDATE jobs SET lease_owner = ?1, lease_token = ?2, lease_expires_at = ?3,
+  leased_at = ?4, updated_at = ?4
+
+WHERE id = COALESCE(
+  (SELECT j.id FROM jobs j INDEXED BY jobs_queued_by_submitter
+   WHERE j.status = 'queued' AND j.not_before <= ?4 AND j.lease_token IS NULL
+     AND j.affinity IN (SELECT value FROM json_each(?5))
+     AND (j.priority, j.submitter) = (
+       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= ?4
+         AND h.lease_token IS NULL AND (h.affinity IS NULL OR h.affinity IN (SELECT value FROM json_each(?6)))
+       ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
+   ORDER BY j.fair_rank, j.id LIMIT 1 ),
+  (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?4 AND lease_token IS NULL
+  AND (affinity IS NULL OR affinity IN (SELECT value FROM json_each(?6)))
+ORDER BY priority, fair_rank, id LIMIT 1 ))
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?4)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < ?4)) AS expired_seen,
+  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
+          AND o.submitter = jobs.submitter AND o.not_before <= ?4 AND o.lease_token IS NULL
+          AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
+
+-- CLAIM_AHEAD_PREFERRING, ALLOWED (postgres): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :prefer, 6 :only
+UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3,
+  leased_at = $4, updated_at = $4
+
+WHERE id = COALESCE(
+  (SELECT j.id FROM jobs j 
+   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
+     AND j.affinity IN (SELECT jsonb_array_elements_text(CAST($5 AS jsonb)))
+     AND (j.priority, j.submitter) = (
+       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
+         AND h.lease_token IS NULL AND (h.affinity IS NULL OR h.affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb))))
+       ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
+   ORDER BY j.fair_rank, j.id LIMIT 1 FOR UPDATE SKIP LOCKED),
+  (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+  AND (affinity IS NULL OR affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb))))
+ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED))
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < $4)) AS expired_seen,
+  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
+          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
+          AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
+
+-- CLAIM_AHEAD_PREFERRING, ENGINE_ONLY (sqlite): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :prefer, 6 :only
+UPDATE jobs SET lease_owner = ?1, lease_token = ?2, lease_expires_at = ?3,
+  leased_at = ?4, updated_at = ?4
+
+WHERE id = COALESCE(
+  (SELECT j.id FROM jobs j INDEXED BY jobs_queued_by_submitter
+   WHERE j.status = 'queued' AND j.not_before <= ?4 AND j.lease_token IS NULL
+     AND j.affinity IN (SELECT value FROM json_each(?5))
+     AND (j.priority, j.submitter) = (
+       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= ?4
+         AND h.lease_token IS NULL AND h.affinity IN (SELECT value FROM json_each(?6))
+       ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
+   ORDER BY j.fair_rank, j.id LIMIT 1 ),
+  (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?4 AND lease_token IS NULL
+  AND affinity IN (SELECT value FROM json_each(?6))
+ORDER BY priority, fair_rank, id LIMIT 1 ))
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?4)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < ?4)) AS expired_seen,
+  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
+          AND o.submitter = jobs.submitter AND o.not_before <= ?4 AND o.lease_token IS NULL
+          AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
+
+-- CLAIM_AHEAD_PREFERRING, ENGINE_ONLY (postgres): 1 :owner, 2 :token, 3 :expires, 4 :now, 5 :prefer, 6 :only
+UPDATE jobs SET lease_owner = $1, lease_token = $2, lease_expires_at = $3,
+  leased_at = $4, updated_at = $4
+
+WHERE id = COALESCE(
+  (SELECT j.id FROM jobs j 
+   WHERE j.status = 'queued' AND j.not_before <= $4 AND j.lease_token IS NULL
+     AND j.affinity IN (SELECT jsonb_array_elements_text(CAST($5 AS jsonb)))
+     AND (j.priority, j.submitter) = (
+       SELECT h.priority, h.submitter FROM jobs h WHERE h.status = 'queued' AND h.not_before <= $4
+         AND h.lease_token IS NULL AND h.affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb)))
+       ORDER BY h.priority, h.fair_rank, h.id LIMIT 1)
+   ORDER BY j.fair_rank, j.id LIMIT 1 FOR UPDATE SKIP LOCKED),
+  (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+  AND affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb)))
+ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED))
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < $4)) AS expired_seen,
+  EXISTS (SELECT 1 FROM jobs o WHERE o.status = 'queued' AND o.priority = jobs.priority
+          AND o.submitter = jobs.submitter AND o.not_before <= $4 AND o.lease_token IS NULL
+          AND o.fair_rank < jobs.fair_rank AND o.id <> jobs.id) AS out_of_turn;
+
+-- CLAIM_FOLLOWERS (sqlite): 1 :batch, 2 :now, 3 :affinity, 4 :limit, 5 :owner, 6 :token, 7 :expires
 WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+  SELECT id FROM jobs WHERE batch_id = ?1 AND status = 'queued' AND not_before <= ?2
+    AND lease_token IS NULL AND affinity = ?3
+  ORDER BY fair_rank, id LIMIT ?4 )
+
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = ?5,
+  lease_token = ?6, lease_expires_at = ?7, leased_at = ?2, started_at = ?2,
+  updated_at = ?2
+WHERE id IN (SELECT id FROM picked)
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?2)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < ?2)) AS expired_seen;
+
+-- CLAIM_FOLLOWERS (postgres): 1 :batch, 2 :now, 3 :affinity, 4 :limit, 5 :owner, 6 :token, 7 :expires
+WITH picked AS MATERIALIZED (
+  SELECT id FROM jobs WHERE batch_id = $1 AND status = 'queued' AND not_before <= $2
+    AND lease_token IS NULL AND affinity = $3
+  ORDER BY fair_rank, id LIMIT $4 FOR UPDATE SKIP LOCKED)
+
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $5,
+  lease_token = $6, lease_expires_at = $7, leased_at = $2, started_at = $2,
+  updated_at = $2
+WHERE id IN (SELECT id FROM picked)
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $2)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < $2)) AS expired_seen;
+
+-- CLAIM_FOLLOWERS_AHEAD (sqlite): 1 :batch, 2 :now, 3 :affinity, 4 :limit, 5 :owner, 6 :token, 7 :expires
+WITH picked AS MATERIALIZED (
+  SELECT id FROM jobs WHERE batch_id = ?1 AND status = 'queued' AND not_before <= ?2
+    AND lease_token IS NULL AND affinity = ?3
+  ORDER BY fair_rank, id LIMIT ?4 )
+
+UPDATE jobs SET lease_owner = ?5, lease_token = ?6, lease_expires_at = ?7,
+  leased_at = ?2, updated_at = ?2
+WHERE id IN (SELECT id FROM picked)
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?2)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < ?2)) AS expired_seen;
+
+-- CLAIM_FOLLOWERS_AHEAD (postgres): 1 :batch, 2 :now, 3 :affinity, 4 :limit, 5 :owner, 6 :token, 7 :expires
+WITH picked AS MATERIALIZED (
+  SELECT id FROM jobs WHERE batch_id = $1 AND status = 'queued' AND not_before <= $2
+    AND lease_token IS NULL AND affinity = $3
+  ORDER BY fair_rank, id LIMIT $4 FOR UPDATE SKIP LOCKED)
+
+UPDATE jobs SET lease_owner = $5, lease_token = $6, lease_expires_at = $7,
+  leased_at = $2, updated_at = $2
+WHERE id IN (SELECT id FROM picked)
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $2)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < $2)) AS expired_seen;
+
+-- CLAIM_MANY, ANYTHING (sqlite): 1 :now, 2 :limit, 3 :owner, 4 :token, 5 :expires
+WITH picked AS MATERIALIZED (
+  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?1 AND lease_token IS NULL
     AND (affinity IS NULL OR affinity NOT LIKE '%:%')
-  ORDER BY priority, fair_rank, id LIMIT $5 )
+  ORDER BY priority, fair_rank, id LIMIT ?2 )
 
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = ?3,
+  lease_token = ?4, lease_expires_at = ?5, leased_at = ?1, started_at = ?1,
+  updated_at = ?1
 WHERE id IN (SELECT id FROM picked)
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?1)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
+             AND lease_expires_at < ?1)) AS expired_seen;
 
--- CLAIM_MANY, ANYTHING (postgres)
+-- CLAIM_MANY, ANYTHING (postgres): 1 :now, 2 :limit, 3 :owner, 4 :token, 5 :expires
 WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
+  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $1 AND lease_token IS NULL
     AND (affinity IS NULL OR affinity NOT LIKE '%:%')
-  ORDER BY priority, fair_rank, id LIMIT $5 FOR UPDATE SKIP LOCKED)
+  ORDER BY priority, fair_rank, id LIMIT $2 FOR UPDATE SKIP LOCKED)
 
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $3,
+  lease_token = $4, lease_expires_at = $5, leased_at = $1, started_at = $1,
+  updated_at = $1
 WHERE id IN (SELECT id FROM picked)
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $1)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
+             AND lease_expires_at < $1)) AS expired_seen;
 
--- CLAIM_MANY, ALLOWED (sqlite)
+-- CLAIM_MANY, ALLOWED (sqlite): 1 :now, 2 :only, 3 :limit, 4 :owner, 5 :token, 6 :expires
 WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-    AND (affinity IS NULL OR affinity IN (SELECT value FROM json_each($6)))
-  ORDER BY priority, fair_rank, id LIMIT $5 )
+  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?1 AND lease_token IS NULL
+    AND (affinity IS NULL OR affinity IN (SELECT value FROM json_each(?2)))
+  ORDER BY priority, fair_rank, id LIMIT ?3 )
 
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = ?4,
+  lease_token = ?5, lease_expires_at = ?6, leased_at = ?1, started_at = ?1,
+  updated_at = ?1
 WHERE id IN (SELECT id FROM picked)
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?1)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
+             AND lease_expires_at < ?1)) AS expired_seen;
 
--- CLAIM_MANY, ALLOWED (postgres)
+-- CLAIM_MANY, ALLOWED (postgres): 1 :now, 2 :only, 3 :limit, 4 :owner, 5 :token, 6 :expires
 WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-    AND (affinity IS NULL OR affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb))))
-  ORDER BY priority, fair_rank, id LIMIT $5 FOR UPDATE SKIP LOCKED)
+  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $1 AND lease_token IS NULL
+    AND (affinity IS NULL OR affinity IN (SELECT jsonb_array_elements_text(CAST($2 AS jsonb))))
+  ORDER BY priority, fair_rank, id LIMIT $3 FOR UPDATE SKIP LOCKED)
 
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $4,
+  lease_token = $5, lease_expires_at = $6, leased_at = $1, started_at = $1,
+  updated_at = $1
 WHERE id IN (SELECT id FROM picked)
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $1)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
+             AND lease_expires_at < $1)) AS expired_seen;
 
--- CLAIM_MANY, ENGINE_ONLY (sqlite)
+-- CLAIM_MANY, ENGINE_ONLY (sqlite): 1 :now, 2 :only, 3 :limit, 4 :owner, 5 :token, 6 :expires
 WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-    AND affinity IN (SELECT value FROM json_each($6))
-  ORDER BY priority, fair_rank, id LIMIT $5 )
+  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= ?1 AND lease_token IS NULL
+    AND affinity IN (SELECT value FROM json_each(?2))
+  ORDER BY priority, fair_rank, id LIMIT ?3 )
 
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = ?4,
+  lease_token = ?5, lease_expires_at = ?6, leased_at = ?1, started_at = ?1,
+  updated_at = ?1
 WHERE id IN (SELECT id FROM picked)
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < ?1)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
+             AND lease_expires_at < ?1)) AS expired_seen;
 
--- CLAIM_MANY, ENGINE_ONLY (postgres)
+-- CLAIM_MANY, ENGINE_ONLY (postgres): 1 :now, 2 :only, 3 :limit, 4 :owner, 5 :token, 6 :expires
 WITH picked AS MATERIALIZED (
-  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $4 AND lease_token IS NULL
-    AND affinity IN (SELECT jsonb_array_elements_text(CAST($6 AS jsonb)))
-  ORDER BY priority, fair_rank, id LIMIT $5 FOR UPDATE SKIP LOCKED)
+  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $1 AND lease_token IS NULL
+    AND affinity IN (SELECT jsonb_array_elements_text(CAST($2 AS jsonb)))
+  ORDER BY priority, fair_rank, id LIMIT $3 FOR UPDATE SKIP LOCKED)
 
-UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $1,
-  lease_token = $2, lease_expires_at = $3, leased_at = $4, started_at = $4, updated_at = $4
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $4,
+  lease_token = $5, lease_expires_at = $6, leased_at = $1, started_at = $1,
+  updated_at = $1
 WHERE id IN (SELECT id FROM picked)
 AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
-  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $4)
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $1)
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-             AND lease_expires_at < $4)) AS expired_seen;
+             AND lease_expires_at < $1)) AS expired_seen;
 
--- GIVE_BACK_TURN (sqlite)
+-- GIVE_BACK_TURN (sqlite): 1 :rank, 2 :priority, 3 :submitter, 4 :now
+UPDATE jobs SET fair_rank = ?1
+WHERE id = (SELECT id FROM jobs WHERE status = 'queued' AND priority = ?2
+              AND submitter = ?3 AND not_before <= ?4 AND lease_token IS NULL
+            ORDER BY fair_rank, id LIMIT 1)
+  AND status = 'queued' AND fair_rank < ?1;
+
+-- GIVE_BACK_TURN (postgres): 1 :rank, 2 :priority, 3 :submitter, 4 :now
 UPDATE jobs SET fair_rank = $1
-WHERE id = (SELECT id FROM jobs WHERE status = 'queued' AND priority = $2 AND submitter = $3
-              AND not_before <= $4 AND lease_token IS NULL ORDER BY fair_rank, id LIMIT 1)
+WHERE id = (SELECT id FROM jobs WHERE status = 'queued' AND priority = $2
+              AND submitter = $3 AND not_before <= $4 AND lease_token IS NULL
+            ORDER BY fair_rank, id LIMIT 1)
   AND status = 'queued' AND fair_rank < $1;
 
--- GIVE_BACK_TURN (postgres)
-UPDATE jobs SET fair_rank = $1
-WHERE id = (SELECT id FROM jobs WHERE status = 'queued' AND priority = $2 AND submitter = $3
-              AND not_before <= $4 AND lease_token IS NULL ORDER BY fair_rank, id LIMIT 1)
-  AND status = 'queued' AND fair_rank < $1;
-
--- START (sqlite)
-UPDATE jobs SET status = 'running', attempts = attempts + 1, started_at = $2, updated_at = $2,
-  lease_expires_at = $3
-FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each($1)) h
+-- START (sqlite): 1 :now, 2 :expires, 3 :leases
+UPDATE jobs SET status = 'running', attempts = attempts + 1, started_at = ?1, updated_at = ?1,
+  lease_expires_at = ?2
+FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each(?3)) h
 WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status = 'queued'
   AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING jobs.id, jobs.attempts;
 
--- START (postgres)
-UPDATE jobs SET status = 'running', attempts = attempts + 1, started_at = $2, updated_at = $2,
-  lease_expires_at = $3
-FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) h
+-- START (postgres): 1 :now, 2 :expires, 3 :leases
+UPDATE jobs SET status = 'running', attempts = attempts + 1, started_at = $1, updated_at = $1,
+  lease_expires_at = $2
+FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($3 AS jsonb)) AS x(r)) h
 WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status = 'queued'
   AND NOT (SELECT paused FROM queue_state WHERE id = 1)
 RETURNING jobs.id, jobs.attempts;
 
--- RUNNING_UNDER (sqlite)
-SELECT jobs.id, jobs.attempts FROM jobs JOIN (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each($1)) h
+-- RUNNING_UNDER (sqlite): 1 :leases
+SELECT jobs.id, jobs.attempts FROM jobs JOIN (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each(?1)) h
   ON jobs.id = h.id AND jobs.lease_token = h.token
 WHERE jobs.status = 'running';
 
--- RUNNING_UNDER (postgres)
+-- RUNNING_UNDER (postgres): 1 :leases
 SELECT jobs.id, jobs.attempts FROM jobs JOIN (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) h
   ON jobs.id = h.id AND jobs.lease_token = h.token
 WHERE jobs.status = 'running';
 
--- UNCLAIM_AHEAD (sqlite)
-UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $2
-FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each($1)) h
+-- UNCLAIM_AHEAD (sqlite): 1 :now, 2 :leases
+UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ?1
+FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each(?2)) h
 WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status = 'queued';
 
--- UNCLAIM_AHEAD (postgres)
-UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $2
-FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) h
+-- UNCLAIM_AHEAD (postgres): 1 :now, 2 :leases
+UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
+FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($2 AS jsonb)) AS x(r)) h
 WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status = 'queued';
 
--- UNCLAIM_ALL_AHEAD (sqlite)
+-- UNCLAIM_ALL_AHEAD (sqlite): 1 :now
+UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ?1
+WHERE status = 'queued' AND lease_expires_at IS NOT NULL;
+
+-- UNCLAIM_ALL_AHEAD (postgres): 1 :now
 UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
 WHERE status = 'queued' AND lease_expires_at IS NOT NULL;
 
--- UNCLAIM_ALL_AHEAD (postgres)
-UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
-WHERE status = 'queued' AND lease_expires_at IS NOT NULL;
-
--- HEARTBEAT (sqlite)
-UPDATE jobs SET lease_expires_at = $3
-WHERE id = $1 AND lease_token = $2 AND status IN ('queued', 'running')
+-- HEARTBEAT (sqlite): 1 :expires, 2 :job, 3 :lease
+UPDATE jobs SET lease_expires_at = ?1
+WHERE id = ?2 AND lease_token = ?3 AND status IN ('queued', 'running')
 RETURNING cancel_requested;
 
--- HEARTBEAT (postgres)
-UPDATE jobs SET lease_expires_at = $3
-WHERE id = $1 AND lease_token = $2 AND status IN ('queued', 'running')
+-- HEARTBEAT (postgres): 1 :expires, 2 :job, 3 :lease
+UPDATE jobs SET lease_expires_at = $1
+WHERE id = $2 AND lease_token = $3 AND status IN ('queued', 'running')
 RETURNING cancel_requested;
 
--- HEARTBEAT_ALL (sqlite)
-UPDATE jobs SET lease_expires_at = $2
-FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each($1)) h
+-- HEARTBEAT_ALL (sqlite): 1 :expires, 2 :leases
+UPDATE jobs SET lease_expires_at = ?1
+FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each(?2)) h
 WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('queued', 'running')
 RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested;
 
--- HEARTBEAT_ALL (postgres)
-UPDATE jobs SET lease_expires_at = $2
-FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) h
+-- HEARTBEAT_ALL (postgres): 1 :expires, 2 :leases
+UPDATE jobs SET lease_expires_at = $1
+FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($2 AS jsonb)) AS x(r)) h
 WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('queued', 'running')
 RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested;
 
--- HAND_BACK_UNHELD (sqlite)
+-- HAND_BACK_UNHELD (sqlite): 1 :now, 2 :why, 3 :owner, 4 :leases
 UPDATE jobs SET
   status = CASE WHEN status = 'queued' THEN status WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
   attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = 'running' AND cancel_requested
-                     THEN CAST($4 AS DOUBLE PRECISION) ELSE finished_at END,
-  error = CASE WHEN status = 'running' THEN CAST($5 AS TEXT) ELSE error END,
-  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $4
-WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_owner = $3
+                     THEN CAST(?1 AS DOUBLE PRECISION) ELSE finished_at END,
+  error = CASE WHEN status = 'running' THEN CAST(?2 AS TEXT) ELSE error END,
+  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ?1
+WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_owner = ?3
              UNION ALL
              SELECT id FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-               AND lease_owner = $3)
-  AND lease_owner = $3 AND status IN ('queued', 'running') AND lease_token IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each($1)) h
+               AND lease_owner = ?3)
+  AND lease_owner = ?3 AND status IN ('queued', 'running') AND lease_token IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each(?4)) h
                   WHERE h.id = jobs.id AND h.token = jobs.lease_token)
 RETURNING id, status;
 
--- HAND_BACK_UNHELD (postgres)
+-- HAND_BACK_UNHELD (postgres): 1 :now, 2 :why, 3 :owner, 4 :leases
 UPDATE jobs SET
   status = CASE WHEN status = 'queued' THEN status WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
   attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = 'running' AND cancel_requested
-                     THEN CAST($4 AS DOUBLE PRECISION) ELSE finished_at END,
-  error = CASE WHEN status = 'running' THEN CAST($5 AS TEXT) ELSE error END,
-  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $4
+                     THEN CAST($1 AS DOUBLE PRECISION) ELSE finished_at END,
+  error = CASE WHEN status = 'running' THEN CAST($2 AS TEXT) ELSE error END,
+  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
 WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_owner = $3
              UNION ALL
              SELECT id FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
                AND lease_owner = $3)
   AND lease_owner = $3 AND status IN ('queued', 'running') AND lease_token IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) h
+  AND NOT EXISTS (SELECT 1 FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($4 AS jsonb)) AS x(r)) h
                   WHERE h.id = jobs.id AND h.token = jobs.lease_token)
 RETURNING id, status;
 
--- HEARTBEAT_AND_HAND_BACK (sqlite)
+-- HEARTBEAT_AND_HAND_BACK (sqlite): 1 :expires, 2 :leases, 3 :now, 4 :why, 5 :owner
 WITH renewed AS (
-UPDATE jobs SET lease_expires_at = $2
-FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each($1)) h
+UPDATE jobs SET lease_expires_at = ?1
+FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each(?2)) h
 WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('queued', 'running')
 RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested), handed AS (
 UPDATE jobs SET
@@ -877,24 +907,24 @@ UPDATE jobs SET
   attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = 'running' AND cancel_requested
-                     THEN CAST($4 AS DOUBLE PRECISION) ELSE finished_at END,
-  error = CASE WHEN status = 'running' THEN CAST($5 AS TEXT) ELSE error END,
-  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $4
-WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_owner = $3
+                     THEN CAST(?3 AS DOUBLE PRECISION) ELSE finished_at END,
+  error = CASE WHEN status = 'running' THEN CAST(?4 AS TEXT) ELSE error END,
+  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ?3
+WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_owner = ?5
              UNION ALL
              SELECT id FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-               AND lease_owner = $3)
-  AND lease_owner = $3 AND status IN ('queued', 'running') AND lease_token IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each($1)) h
+               AND lease_owner = ?5)
+  AND lease_owner = ?5 AND status IN ('queued', 'running') AND lease_token IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token FROM json_each(?2)) h
                   WHERE h.id = jobs.id AND h.token = jobs.lease_token)
 RETURNING id, status)
 SELECT id, token, status, cancel_requested, FALSE AS handed_back FROM renewed
 UNION ALL SELECT id, NULL, status, FALSE, TRUE FROM handed;
 
--- HEARTBEAT_AND_HAND_BACK (postgres)
+-- HEARTBEAT_AND_HAND_BACK (postgres): 1 :expires, 2 :leases, 3 :now, 4 :why, 5 :owner
 WITH renewed AS (
-UPDATE jobs SET lease_expires_at = $2
-FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) h
+UPDATE jobs SET lease_expires_at = $1
+FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($2 AS jsonb)) AS x(r)) h
 WHERE jobs.id = h.id AND jobs.lease_token = h.token AND jobs.status IN ('queued', 'running')
 RETURNING jobs.id, jobs.lease_token AS token, jobs.status, jobs.cancel_requested), handed AS (
 UPDATE jobs SET
@@ -902,151 +932,153 @@ UPDATE jobs SET
   attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = 'running' AND cancel_requested
-                     THEN CAST($4 AS DOUBLE PRECISION) ELSE finished_at END,
-  error = CASE WHEN status = 'running' THEN CAST($5 AS TEXT) ELSE error END,
-  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $4
-WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_owner = $3
+                     THEN CAST($3 AS DOUBLE PRECISION) ELSE finished_at END,
+  error = CASE WHEN status = 'running' THEN CAST($4 AS TEXT) ELSE error END,
+  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $3
+WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_owner = $5
              UNION ALL
              SELECT id FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-               AND lease_owner = $3)
-  AND lease_owner = $3 AND status IN ('queued', 'running') AND lease_token IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) h
+               AND lease_owner = $5)
+  AND lease_owner = $5 AND status IN ('queued', 'running') AND lease_token IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token FROM jsonb_array_elements(CAST($2 AS jsonb)) AS x(r)) h
                   WHERE h.id = jobs.id AND h.token = jobs.lease_token)
 RETURNING id, status)
 SELECT id, token, status, cancel_requested, FALSE AS handed_back FROM renewed
 UNION ALL SELECT id, NULL, status, FALSE, TRUE FROM handed;
 
--- HAND_BACK_JOBS (sqlite)
+-- HAND_BACK_JOBS (sqlite): 1 :now, 2 :why, 3 :jobs
 UPDATE jobs SET
   status = CASE WHEN status = 'queued' THEN status WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
   attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = 'running' AND cancel_requested
-                     THEN CAST($2 AS DOUBLE PRECISION) ELSE finished_at END,
-  error = CASE WHEN status = 'running' THEN CAST($3 AS TEXT) ELSE error END,
-  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $2
-WHERE id IN (SELECT value FROM json_each($1)) AND lease_token IS NOT NULL AND status IN ('queued', 'running')
+                     THEN CAST(?1 AS DOUBLE PRECISION) ELSE finished_at END,
+  error = CASE WHEN status = 'running' THEN CAST(?2 AS TEXT) ELSE error END,
+  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ?1
+WHERE id IN (SELECT value FROM json_each(?3)) AND lease_token IS NOT NULL AND status IN ('queued', 'running')
 RETURNING id, status;
 
--- HAND_BACK_JOBS (postgres)
+-- HAND_BACK_JOBS (postgres): 1 :now, 2 :why, 3 :jobs
 UPDATE jobs SET
   status = CASE WHEN status = 'queued' THEN status WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
   attempts = CASE WHEN status = 'running' AND NOT cancel_requested THEN attempts - 1
                   ELSE attempts END,
   finished_at = CASE WHEN status = 'running' AND cancel_requested
-                     THEN CAST($2 AS DOUBLE PRECISION) ELSE finished_at END,
-  error = CASE WHEN status = 'running' THEN CAST($3 AS TEXT) ELSE error END,
-  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $2
-WHERE id IN (SELECT CAST(jsonb_array_elements_text(CAST($1 AS jsonb)) AS bigint)) AND lease_token IS NOT NULL AND status IN ('queued', 'running')
+                     THEN CAST($1 AS DOUBLE PRECISION) ELSE finished_at END,
+  error = CASE WHEN status = 'running' THEN CAST($2 AS TEXT) ELSE error END,
+  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = $1
+WHERE id IN (SELECT CAST(jsonb_array_elements_text(CAST($3 AS jsonb)) AS bigint)) AND lease_token IS NOT NULL AND status IN ('queued', 'running')
 RETURNING id, status;
 
--- COMPLETE (sqlite)
+-- COMPLETE (sqlite): 1 :outputs, 2 :now, 3 :job, 4 :lease
 UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
-  outputs = $3, error = NULL, finished_at = $4, updated_at = $4,
+  outputs = ?1, error = NULL, finished_at = ?2, updated_at = ?2,
   lease_token = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_token = $2 AND status = 'running'
+WHERE id = ?3 AND lease_token = ?4 AND status = 'running'
 RETURNING status;
 
--- COMPLETE (postgres)
+-- COMPLETE (postgres): 1 :outputs, 2 :now, 3 :job, 4 :lease
 UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
-  outputs = $3, error = NULL, finished_at = $4, updated_at = $4,
+  outputs = $1, error = NULL, finished_at = $2, updated_at = $2,
   lease_token = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_token = $2 AND status = 'running'
+WHERE id = $3 AND lease_token = $4 AND status = 'running'
 RETURNING status;
 
--- COMPLETE_MANY (sqlite)
+-- COMPLETE_MANY (sqlite): 1 :now, 2 :done
 UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
-  outputs = d.outputs, error = NULL, finished_at = $2, updated_at = $2,
+  outputs = d.outputs, error = NULL, finished_at = ?1, updated_at = ?1,
   lease_token = NULL, lease_expires_at = NULL
-FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token, json_extract(value, '$.outputs') AS outputs FROM json_each($1)) d
+FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token, json_extract(value, '$.outputs') AS outputs FROM json_each(?2)) d
 WHERE jobs.id = d.id AND jobs.lease_token = d.token AND jobs.status = 'running'
 RETURNING jobs.id, jobs.status;
 
--- COMPLETE_MANY (postgres)
+-- COMPLETE_MANY (postgres): 1 :now, 2 :done
 UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
-  outputs = d.outputs, error = NULL, finished_at = $2, updated_at = $2,
+  outputs = d.outputs, error = NULL, finished_at = $1, updated_at = $1,
   lease_token = NULL, lease_expires_at = NULL
-FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token, r->'outputs' AS outputs FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) d
+FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token, r->'outputs' AS outputs FROM jsonb_array_elements(CAST($2 AS jsonb)) AS x(r)) d
 WHERE jobs.id = d.id AND jobs.lease_token = d.token AND jobs.status = 'running'
 RETURNING jobs.id, jobs.status;
 
--- FAIL (sqlite)
+-- FAIL (sqlite): 1 :retry, 2 :max_attempts, 3 :retry_at, 4 :now, 5 :error, 6 :job, 7 :lease
 UPDATE jobs SET
   status = CASE WHEN cancel_requested THEN 'canceled'
-                WHEN CAST($3 AS BOOLEAN) AND attempts < $4 THEN 'queued' ELSE 'failed' END,
-  not_before = CASE WHEN NOT cancel_requested AND $3 AND attempts < $4
-                    THEN CAST($6 AS DOUBLE PRECISION) ELSE not_before END,
-  finished_at = CASE WHEN NOT cancel_requested AND $3 AND attempts < $4
-                     THEN NULL ELSE CAST($7 AS DOUBLE PRECISION) END,
-  error = $5, updated_at = $7, lease_token = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_token = $2 AND status = 'running'
+                WHEN CAST(?1 AS BOOLEAN) AND attempts < ?2 THEN 'queued'
+                ELSE 'failed' END,
+  not_before = CASE WHEN NOT cancel_requested AND ?1 AND attempts < ?2
+                    THEN CAST(?3 AS DOUBLE PRECISION) ELSE not_before END,
+  finished_at = CASE WHEN NOT cancel_requested AND ?1 AND attempts < ?2
+                     THEN NULL ELSE CAST(?4 AS DOUBLE PRECISION) END,
+  error = ?5, updated_at = ?4, lease_token = NULL, lease_expires_at = NULL
+WHERE id = ?6 AND lease_token = ?7 AND status = 'running'
 RETURNING status;
 
--- FAIL (postgres)
+-- FAIL (postgres): 1 :retry, 2 :max_attempts, 3 :retry_at, 4 :now, 5 :error, 6 :job, 7 :lease
 UPDATE jobs SET
   status = CASE WHEN cancel_requested THEN 'canceled'
-                WHEN CAST($3 AS BOOLEAN) AND attempts < $4 THEN 'queued' ELSE 'failed' END,
-  not_before = CASE WHEN NOT cancel_requested AND $3 AND attempts < $4
-                    THEN CAST($6 AS DOUBLE PRECISION) ELSE not_before END,
-  finished_at = CASE WHEN NOT cancel_requested AND $3 AND attempts < $4
-                     THEN NULL ELSE CAST($7 AS DOUBLE PRECISION) END,
-  error = $5, updated_at = $7, lease_token = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_token = $2 AND status = 'running'
+                WHEN CAST($1 AS BOOLEAN) AND attempts < $2 THEN 'queued'
+                ELSE 'failed' END,
+  not_before = CASE WHEN NOT cancel_requested AND $1 AND attempts < $2
+                    THEN CAST($3 AS DOUBLE PRECISION) ELSE not_before END,
+  finished_at = CASE WHEN NOT cancel_requested AND $1 AND attempts < $2
+                     THEN NULL ELSE CAST($4 AS DOUBLE PRECISION) END,
+  error = $5, updated_at = $4, lease_token = NULL, lease_expires_at = NULL
+WHERE id = $6 AND lease_token = $7 AND status = 'running'
 RETURNING status;
 
--- RELEASE (sqlite)
+-- RELEASE (sqlite): 1 :now, 2 :why, 3 :job, 4 :lease
 UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
   attempts = CASE WHEN cancel_requested THEN attempts ELSE attempts - 1 END,
-  finished_at = CASE WHEN cancel_requested THEN CAST($4 AS DOUBLE PRECISION) ELSE NULL END,
-  error = $3, updated_at = $4, lease_token = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_token = $2 AND status = 'running'
+  finished_at = CASE WHEN cancel_requested THEN CAST(?1 AS DOUBLE PRECISION) ELSE NULL END,
+  error = ?2, updated_at = ?1, lease_token = NULL, lease_expires_at = NULL
+WHERE id = ?3 AND lease_token = ?4 AND status = 'running'
 RETURNING status;
 
--- RELEASE (postgres)
+-- RELEASE (postgres): 1 :now, 2 :why, 3 :job, 4 :lease
 UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'queued' END,
   attempts = CASE WHEN cancel_requested THEN attempts ELSE attempts - 1 END,
-  finished_at = CASE WHEN cancel_requested THEN CAST($4 AS DOUBLE PRECISION) ELSE NULL END,
-  error = $3, updated_at = $4, lease_token = NULL, lease_expires_at = NULL
-WHERE id = $1 AND lease_token = $2 AND status = 'running'
+  finished_at = CASE WHEN cancel_requested THEN CAST($1 AS DOUBLE PRECISION) ELSE NULL END,
+  error = $2, updated_at = $1, lease_token = NULL, lease_expires_at = NULL
+WHERE id = $3 AND lease_token = $4 AND status = 'running'
 RETURNING status;
 
--- PROGRESS_ALL (sqlite)
+-- PROGRESS_ALL (sqlite): 1 :updates
 INSERT INTO events (at, kind, batch_id, job_id, data)
 SELECT p.at, 'progress', j.batch_id, j.id, p.data
-FROM (SELECT key AS n, json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token, json_extract(value, '$.at') AS at, json_extract(value, '$.data') AS data FROM json_each($1)) p JOIN jobs j ON j.id = p.id AND j.lease_token = p.token
+FROM (SELECT key AS n, json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token, json_extract(value, '$.at') AS at, json_extract(value, '$.data') AS data FROM json_each(?1)) p JOIN jobs j ON j.id = p.id AND j.lease_token = p.token
 WHERE j.status = 'running' ORDER BY p.n
 RETURNING seq;
 
--- PROGRESS_ALL (postgres)
+-- PROGRESS_ALL (postgres): 1 :updates
 INSERT INTO events (at, kind, batch_id, job_id, data)
 SELECT p.at, 'progress', j.batch_id, j.id, p.data
 FROM (SELECT n, (r->>'id')::bigint AS id, r->>'token' AS token, (r->>'at')::double precision AS at, r->'data' AS data FROM jsonb_array_elements(CAST($1 AS jsonb)) WITH ORDINALITY AS x(r, n)) p JOIN jobs j ON j.id = p.id AND j.lease_token = p.token
 WHERE j.status = 'running' ORDER BY p.n
 RETURNING seq;
 
--- PROGRESSED (sqlite)
+-- PROGRESSED (sqlite): 1 :updates
 UPDATE jobs SET progressed_at = p.at
-FROM (SELECT id, token, MAX(at) AS at FROM (SELECT key AS n, json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token, json_extract(value, '$.at') AS at, json_extract(value, '$.data') AS data FROM json_each($1)) r GROUP BY id, token) p
+FROM (SELECT id, token, MAX(at) AS at FROM (SELECT key AS n, json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token, json_extract(value, '$.at') AS at, json_extract(value, '$.data') AS data FROM json_each(?1)) r GROUP BY id, token) p
 WHERE jobs.id = p.id AND jobs.lease_token = p.token AND jobs.status = 'running';
 
--- PROGRESSED (postgres)
+-- PROGRESSED (postgres): 1 :updates
 UPDATE jobs SET progressed_at = p.at
 FROM (SELECT id, token, MAX(at) AS at FROM (SELECT n, (r->>'id')::bigint AS id, r->>'token' AS token, (r->>'at')::double precision AS at, r->'data' AS data FROM jsonb_array_elements(CAST($1 AS jsonb)) WITH ORDINALITY AS x(r, n)) r GROUP BY id, token) p
 WHERE jobs.id = p.id AND jobs.lease_token = p.token AND jobs.status = 'running';
 
--- PROGRESS_ALL_PG (sqlite)
+-- PROGRESS_ALL_PG (sqlite): 1 :updates
 WITH written AS (
 INSERT INTO events (at, kind, batch_id, job_id, data)
 SELECT p.at, 'progress', j.batch_id, j.id, p.data
-FROM (SELECT key AS n, json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token, json_extract(value, '$.at') AS at, json_extract(value, '$.data') AS data FROM json_each($1)) p JOIN jobs j ON j.id = p.id AND j.lease_token = p.token
+FROM (SELECT key AS n, json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token, json_extract(value, '$.at') AS at, json_extract(value, '$.data') AS data FROM json_each(?1)) p JOIN jobs j ON j.id = p.id AND j.lease_token = p.token
 WHERE j.status = 'running' ORDER BY p.n
 RETURNING seq), progressed AS (
 UPDATE jobs SET progressed_at = p.at
-FROM (SELECT id, token, MAX(at) AS at FROM (SELECT key AS n, json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token, json_extract(value, '$.at') AS at, json_extract(value, '$.data') AS data FROM json_each($1)) r GROUP BY id, token) p
+FROM (SELECT id, token, MAX(at) AS at FROM (SELECT key AS n, json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token, json_extract(value, '$.at') AS at, json_extract(value, '$.data') AS data FROM json_each(?1)) r GROUP BY id, token) p
 WHERE jobs.id = p.id AND jobs.lease_token = p.token AND jobs.status = 'running')
 SELECT seq FROM written;
 
--- PROGRESS_ALL_PG (postgres)
+-- PROGRESS_ALL_PG (postgres): 1 :updates
 WITH written AS (
 INSERT INTO events (at, kind, batch_id, job_id, data)
 SELECT p.at, 'progress', j.batch_id, j.id, p.data
@@ -1058,7 +1090,19 @@ FROM (SELECT id, token, MAX(at) AS at FROM (SELECT n, (r->>'id')::bigint AS id, 
 WHERE jobs.id = p.id AND jobs.lease_token = p.token AND jobs.status = 'running')
 SELECT seq FROM written;
 
--- LEASED_IDLE (sqlite)
+-- LEASED_IDLE (sqlite): 1 :now, 2 :limit
+SELECT * FROM (
+  SELECT id, batch_id, row, status, attempts, lease_owner, lease_expires_at,
+    CAST(?1 AS DOUBLE PRECISION) - COALESCE(leased_at, updated_at) AS idle_seconds
+  FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+  UNION ALL
+  SELECT id, batch_id, row, status, attempts, lease_owner, lease_expires_at,
+    CAST(?1 AS DOUBLE PRECISION) - CASE WHEN progressed_at > started_at THEN progressed_at
+                                        ELSE started_at END AS idle_seconds
+  FROM jobs WHERE status = 'running'
+) leased ORDER BY idle_seconds DESC, id LIMIT ?2;
+
+-- LEASED_IDLE (postgres): 1 :now, 2 :limit
 SELECT * FROM (
   SELECT id, batch_id, row, status, attempts, lease_owner, lease_expires_at,
     CAST($1 AS DOUBLE PRECISION) - COALESCE(leased_at, updated_at) AS idle_seconds
@@ -1070,25 +1114,26 @@ SELECT * FROM (
   FROM jobs WHERE status = 'running'
 ) leased ORDER BY idle_seconds DESC, id LIMIT $2;
 
--- LEASED_IDLE (postgres)
-SELECT * FROM (
-  SELECT id, batch_id, row, status, attempts, lease_owner, lease_expires_at,
-    CAST($1 AS DOUBLE PRECISION) - COALESCE(leased_at, updated_at) AS idle_seconds
-  FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
-  UNION ALL
-  SELECT id, batch_id, row, status, attempts, lease_owner, lease_expires_at,
-    CAST($1 AS DOUBLE PRECISION) - CASE WHEN progressed_at > started_at THEN progressed_at
-                                        ELSE started_at END AS idle_seconds
-  FROM jobs WHERE status = 'running'
-) leased ORDER BY idle_seconds DESC, id LIMIT $2;
+-- CANCELS_ASKED (sqlite): 1 :owner
+SELECT id FROM jobs WHERE status = 'running' AND cancel_requested AND lease_owner = ?1;
 
--- CANCELS_ASKED (sqlite)
+-- CANCELS_ASKED (postgres): 1 :owner
 SELECT id FROM jobs WHERE status = 'running' AND cancel_requested AND lease_owner = $1;
 
--- CANCELS_ASKED (postgres)
-SELECT id FROM jobs WHERE status = 'running' AND cancel_requested AND lease_owner = $1;
+-- CANCEL_JOB (sqlite): 1 :now, 2 :why, 3 :target
+UPDATE jobs SET
+  status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
+  cancel_requested = CASE WHEN status = 'running' THEN TRUE ELSE cancel_requested END,
+  finished_at = CASE WHEN status = 'queued' THEN ?1 ELSE finished_at END,
+  error = CASE WHEN status = 'queued' THEN ?2 ELSE error END,
+  lease_owner = CASE WHEN status = 'queued' THEN NULL ELSE lease_owner END,
+  lease_token = CASE WHEN status = 'queued' THEN NULL ELSE lease_token END,
+  lease_expires_at = CASE WHEN status = 'queued' THEN NULL ELSE lease_expires_at END,
+  updated_at = ?1
+WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND id = ?3
+RETURNING id, status;
 
--- CANCEL_JOB (sqlite)
+-- CANCEL_JOB (postgres): 1 :now, 2 :why, 3 :target
 UPDATE jobs SET
   status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
   cancel_requested = CASE WHEN status = 'running' THEN TRUE ELSE cancel_requested END,
@@ -1101,33 +1146,20 @@ UPDATE jobs SET
 WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND id = $3
 RETURNING id, status;
 
--- CANCEL_JOB (postgres)
+-- CANCEL_BATCH (sqlite): 1 :now, 2 :why, 3 :target
 UPDATE jobs SET
   status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
   cancel_requested = CASE WHEN status = 'running' THEN TRUE ELSE cancel_requested END,
-  finished_at = CASE WHEN status = 'queued' THEN $1 ELSE finished_at END,
-  error = CASE WHEN status = 'queued' THEN $2 ELSE error END,
+  finished_at = CASE WHEN status = 'queued' THEN ?1 ELSE finished_at END,
+  error = CASE WHEN status = 'queued' THEN ?2 ELSE error END,
   lease_owner = CASE WHEN status = 'queued' THEN NULL ELSE lease_owner END,
   lease_token = CASE WHEN status = 'queued' THEN NULL ELSE lease_token END,
   lease_expires_at = CASE WHEN status = 'queued' THEN NULL ELSE lease_expires_at END,
-  updated_at = $1
-WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND id = $3
+  updated_at = ?1
+WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND batch_id = ?3
 RETURNING id, status;
 
--- CANCEL_BATCH (sqlite)
-UPDATE jobs SET
-  status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
-  cancel_requested = CASE WHEN status = 'running' THEN TRUE ELSE cancel_requested END,
-  finished_at = CASE WHEN status = 'queued' THEN $1 ELSE finished_at END,
-  error = CASE WHEN status = 'queued' THEN $2 ELSE error END,
-  lease_owner = CASE WHEN status = 'queued' THEN NULL ELSE lease_owner END,
-  lease_token = CASE WHEN status = 'queued' THEN NULL ELSE lease_token END,
-  lease_expires_at = CASE WHEN status = 'queued' THEN NULL ELSE lease_expires_at END,
-  updated_at = $1
-WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND batch_id = $3
-RETURNING id, status;
-
--- CANCEL_BATCH (postgres)
+-- CANCEL_BATCH (postgres): 1 :now, 2 :why, 3 :target
 UPDATE jobs SET
   status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
   cancel_requested = CASE WHEN status = 'running' THEN TRUE ELSE cancel_requested END,
@@ -1140,7 +1172,20 @@ UPDATE jobs SET
 WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND batch_id = $3
 RETURNING id, status;
 
--- CANCEL_SUBMITTER (sqlite)
+-- CANCEL_SUBMITTER (sqlite): 1 :now, 2 :why, 3 :target
+UPDATE jobs SET
+  status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
+  cancel_requested = CASE WHEN status = 'running' THEN TRUE ELSE cancel_requested END,
+  finished_at = CASE WHEN status = 'queued' THEN ?1 ELSE finished_at END,
+  error = CASE WHEN status = 'queued' THEN ?2 ELSE error END,
+  lease_owner = CASE WHEN status = 'queued' THEN NULL ELSE lease_owner END,
+  lease_token = CASE WHEN status = 'queued' THEN NULL ELSE lease_token END,
+  lease_expires_at = CASE WHEN status = 'queued' THEN NULL ELSE lease_expires_at END,
+  updated_at = ?1
+WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND submitter = ?3
+RETURNING id, status;
+
+-- CANCEL_SUBMITTER (postgres): 1 :now, 2 :why, 3 :target
 UPDATE jobs SET
   status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
   cancel_requested = CASE WHEN status = 'running' THEN TRUE ELSE cancel_requested END,
@@ -1153,20 +1198,20 @@ UPDATE jobs SET
 WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND submitter = $3
 RETURNING id, status;
 
--- CANCEL_SUBMITTER (postgres)
+-- CANCEL_ALL (sqlite): 1 :now, 2 :why
 UPDATE jobs SET
   status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
   cancel_requested = CASE WHEN status = 'running' THEN TRUE ELSE cancel_requested END,
-  finished_at = CASE WHEN status = 'queued' THEN $1 ELSE finished_at END,
-  error = CASE WHEN status = 'queued' THEN $2 ELSE error END,
+  finished_at = CASE WHEN status = 'queued' THEN ?1 ELSE finished_at END,
+  error = CASE WHEN status = 'queued' THEN ?2 ELSE error END,
   lease_owner = CASE WHEN status = 'queued' THEN NULL ELSE lease_owner END,
   lease_token = CASE WHEN status = 'queued' THEN NULL ELSE lease_token END,
   lease_expires_at = CASE WHEN status = 'queued' THEN NULL ELSE lease_expires_at END,
-  updated_at = $1
-WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND submitter = $3
+  updated_at = ?1
+WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND TRUE
 RETURNING id, status;
 
--- CANCEL_ALL (sqlite)
+-- CANCEL_ALL (postgres): 1 :now, 2 :why
 UPDATE jobs SET
   status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
   cancel_requested = CASE WHEN status = 'running' THEN TRUE ELSE cancel_requested END,
@@ -1179,24 +1224,11 @@ UPDATE jobs SET
 WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND TRUE
 RETURNING id, status;
 
--- CANCEL_ALL (postgres)
-UPDATE jobs SET
-  status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
-  cancel_requested = CASE WHEN status = 'running' THEN TRUE ELSE cancel_requested END,
-  finished_at = CASE WHEN status = 'queued' THEN $1 ELSE finished_at END,
-  error = CASE WHEN status = 'queued' THEN $2 ELSE error END,
-  lease_owner = CASE WHEN status = 'queued' THEN NULL ELSE lease_owner END,
-  lease_token = CASE WHEN status = 'queued' THEN NULL ELSE lease_token END,
-  lease_expires_at = CASE WHEN status = 'queued' THEN NULL ELSE lease_expires_at END,
-  updated_at = $1
-WHERE (status = 'queued' OR (status = 'running' AND NOT cancel_requested)) AND TRUE
-RETURNING id, status;
+-- SET_PAUSED (sqlite): 1 :paused, 2 :by, 3 :now
+UPDATE queue_state SET paused = ?1, changed_by = ?2, changed_at = ?3
+WHERE id = 1 AND paused <> ?1;
 
--- SET_PAUSED (sqlite)
-UPDATE queue_state SET paused = $1, changed_by = $2, changed_at = $3
-WHERE id = 1 AND paused <> $1;
-
--- SET_PAUSED (postgres)
+-- SET_PAUSED (postgres): 1 :paused, 2 :by, 3 :now
 UPDATE queue_state SET paused = $1, changed_by = $2, changed_at = $3
 WHERE id = 1 AND paused <> $1;
 
@@ -1206,226 +1238,238 @@ SELECT paused, changed_by, changed_at FROM queue_state WHERE id = 1;
 -- QUEUE_STATE (postgres)
 SELECT paused, changed_by, changed_at FROM queue_state WHERE id = 1;
 
--- JOB (sqlite)
+-- JOB (sqlite): 1 :job
+SELECT * FROM jobs WHERE id = ?1;
+
+-- JOB (postgres): 1 :job
 SELECT * FROM jobs WHERE id = $1;
 
--- JOB (postgres)
-SELECT * FROM jobs WHERE id = $1;
+-- BATCH (sqlite): 1 :batch
+SELECT * FROM batches WHERE id = ?1;
 
--- BATCH (sqlite)
+-- BATCH (postgres): 1 :batch
 SELECT * FROM batches WHERE id = $1;
 
--- BATCH (postgres)
-SELECT * FROM batches WHERE id = $1;
+-- JOBS_AHEAD (sqlite): 1 :job
+SELECT COUNT(*) AS n FROM jobs j, jobs me
+WHERE me.id = ?1 AND me.status = 'queued' AND j.status = 'queued'
+  AND (j.priority < me.priority
+       OR (j.priority = me.priority AND (j.fair_rank < me.fair_rank
+           OR (j.fair_rank = me.fair_rank AND j.id < me.id))));
 
--- JOBS_AHEAD (sqlite)
+-- JOBS_AHEAD (postgres): 1 :job
 SELECT COUNT(*) AS n FROM jobs j, jobs me
 WHERE me.id = $1 AND me.status = 'queued' AND j.status = 'queued'
   AND (j.priority < me.priority
        OR (j.priority = me.priority AND (j.fair_rank < me.fair_rank
            OR (j.fair_rank = me.fair_rank AND j.id < me.id))));
 
--- JOBS_AHEAD (postgres)
-SELECT COUNT(*) AS n FROM jobs j, jobs me
-WHERE me.id = $1 AND me.status = 'queued' AND j.status = 'queued'
-  AND (j.priority < me.priority
-       OR (j.priority = me.priority AND (j.fair_rank < me.fair_rank
-           OR (j.fair_rank = me.fair_rank AND j.id < me.id))));
+-- BATCH_FIRST_QUEUED (sqlite): 1 :batch
+SELECT id FROM jobs WHERE batch_id = ?1 AND status = 'queued'
+ORDER BY priority, fair_rank, id LIMIT 1;
 
--- BATCH_FIRST_QUEUED (sqlite)
+-- BATCH_FIRST_QUEUED (postgres): 1 :batch
 SELECT id FROM jobs WHERE batch_id = $1 AND status = 'queued'
 ORDER BY priority, fair_rank, id LIMIT 1;
 
--- BATCH_FIRST_QUEUED (postgres)
-SELECT id FROM jobs WHERE batch_id = $1 AND status = 'queued'
-ORDER BY priority, fair_rank, id LIMIT 1;
+-- BATCH_LAST_QUEUED (sqlite): 1 :batch
+SELECT id FROM jobs WHERE batch_id = ?1 AND status = 'queued'
+ORDER BY priority DESC, fair_rank DESC, id DESC LIMIT 1;
 
--- BATCH_LAST_QUEUED (sqlite)
+-- BATCH_LAST_QUEUED (postgres): 1 :batch
 SELECT id FROM jobs WHERE batch_id = $1 AND status = 'queued'
 ORDER BY priority DESC, fair_rank DESC, id DESC LIMIT 1;
 
--- BATCH_LAST_QUEUED (postgres)
-SELECT id FROM jobs WHERE batch_id = $1 AND status = 'queued'
-ORDER BY priority DESC, fair_rank DESC, id DESC LIMIT 1;
+-- BATCH_JOBS (sqlite): 1 :batch
+SELECT * FROM jobs WHERE batch_id = ?1 ORDER BY row, id;
 
--- BATCH_JOBS (sqlite)
+-- BATCH_JOBS (postgres): 1 :batch
 SELECT * FROM jobs WHERE batch_id = $1 ORDER BY row, id;
 
--- BATCH_JOBS (postgres)
-SELECT * FROM jobs WHERE batch_id = $1 ORDER BY row, id;
+-- RATE (sqlite): 1 :rating, 2 :by, 3 :now, 4 :job
+UPDATE jobs SET rating = ?1, rated_by = ?2, rated_at = ?3
+WHERE id = ?4 AND status = 'succeeded' RETURNING id;
 
--- RATE (sqlite)
-UPDATE jobs SET rating = $2, rated_by = $3, rated_at = $4
-WHERE id = $1 AND status = 'succeeded' RETURNING id;
+-- RATE (postgres): 1 :rating, 2 :by, 3 :now, 4 :job
+UPDATE jobs SET rating = $1, rated_by = $2, rated_at = $3
+WHERE id = $4 AND status = 'succeeded' RETURNING id;
 
--- RATE (postgres)
-UPDATE jobs SET rating = $2, rated_by = $3, rated_at = $4
-WHERE id = $1 AND status = 'succeeded' RETURNING id;
+-- CHILDREN (sqlite): 1 :job
+SELECT * FROM jobs WHERE parent_job_id = ?1 ORDER BY id;
 
--- CHILDREN (sqlite)
+-- CHILDREN (postgres): 1 :job
 SELECT * FROM jobs WHERE parent_job_id = $1 ORDER BY id;
 
--- CHILDREN (postgres)
-SELECT * FROM jobs WHERE parent_job_id = $1 ORDER BY id;
+-- DESCENDANTS (sqlite): 1 :batch
+WITH RECURSIVE tree(id) AS (
+    SELECT id FROM jobs WHERE parent_job_id IN (SELECT id FROM jobs WHERE batch_id = ?1)
+    UNION SELECT j.id FROM jobs j JOIN tree t ON j.parent_job_id = t.id)
+SELECT * FROM jobs WHERE id IN (SELECT id FROM tree) ORDER BY id;
 
--- DESCENDANTS (sqlite)
+-- DESCENDANTS (postgres): 1 :batch
 WITH RECURSIVE tree(id) AS (
     SELECT id FROM jobs WHERE parent_job_id IN (SELECT id FROM jobs WHERE batch_id = $1)
     UNION SELECT j.id FROM jobs j JOIN tree t ON j.parent_job_id = t.id)
 SELECT * FROM jobs WHERE id IN (SELECT id FROM tree) ORDER BY id;
 
--- DESCENDANTS (postgres)
-WITH RECURSIVE tree(id) AS (
-    SELECT id FROM jobs WHERE parent_job_id IN (SELECT id FROM jobs WHERE batch_id = $1)
-    UNION SELECT j.id FROM jobs j JOIN tree t ON j.parent_job_id = t.id)
-SELECT * FROM jobs WHERE id IN (SELECT id FROM tree) ORDER BY id;
+-- LATEST_BATCH_IN (sqlite): 1 :platform, 2 :conversation
+SELECT id FROM batches WHERE platform = ?1 AND conversation = ?2
+ORDER BY id DESC LIMIT 1;
 
--- LATEST_BATCH_IN (sqlite)
-SELECT id FROM batches WHERE platform = $1 AND conversation = $2 ORDER BY id DESC LIMIT 1;
+-- LATEST_BATCH_IN (postgres): 1 :platform, 2 :conversation
+SELECT id FROM batches WHERE platform = $1 AND conversation = $2
+ORDER BY id DESC LIMIT 1;
 
--- LATEST_BATCH_IN (postgres)
-SELECT id FROM batches WHERE platform = $1 AND conversation = $2 ORDER BY id DESC LIMIT 1;
+-- BATCHES_IN_THREAD (sqlite): 1 :platform, 2 :conversation, 3 :thread
+SELECT id FROM batches
+WHERE platform = ?1 AND conversation = ?2 AND thread = ?3 ORDER BY id;
 
--- BATCHES_IN_THREAD (sqlite)
-SELECT id FROM batches WHERE platform = $1 AND conversation = $2 AND thread = $3 ORDER BY id;
+-- BATCHES_IN_THREAD (postgres): 1 :platform, 2 :conversation, 3 :thread
+SELECT id FROM batches
+WHERE platform = $1 AND conversation = $2 AND thread = $3 ORDER BY id;
 
--- BATCHES_IN_THREAD (postgres)
-SELECT id FROM batches WHERE platform = $1 AND conversation = $2 AND thread = $3 ORDER BY id;
+-- ACTIVE_BY_SUBMITTER (sqlite): 1 :submitter
+SELECT COUNT(*) AS n FROM jobs WHERE status IN ('queued', 'running') AND submitter = ?1;
 
--- ACTIVE_BY_SUBMITTER (sqlite)
+-- ACTIVE_BY_SUBMITTER (postgres): 1 :submitter
 SELECT COUNT(*) AS n FROM jobs WHERE status IN ('queued', 'running') AND submitter = $1;
 
--- ACTIVE_BY_SUBMITTER (postgres)
-SELECT COUNT(*) AS n FROM jobs WHERE status IN ('queued', 'running') AND submitter = $1;
+-- BATCHES_SINCE (sqlite): 1 :submitter, 2 :since
+SELECT COUNT(*) AS n FROM batches WHERE submitter = ?1 AND created_at > ?2;
 
--- BATCHES_SINCE (sqlite)
+-- BATCHES_SINCE (postgres): 1 :submitter, 2 :since
 SELECT COUNT(*) AS n FROM batches WHERE submitter = $1 AND created_at > $2;
 
--- BATCHES_SINCE (postgres)
-SELECT COUNT(*) AS n FROM batches WHERE submitter = $1 AND created_at > $2;
+-- LATEST_BATCH (sqlite): 1 :submitter
+SELECT id FROM batches WHERE submitter = ?1 ORDER BY id DESC LIMIT 1;
 
--- LATEST_BATCH (sqlite)
+-- LATEST_BATCH (postgres): 1 :submitter
 SELECT id FROM batches WHERE submitter = $1 ORDER BY id DESC LIMIT 1;
 
--- LATEST_BATCH (postgres)
-SELECT id FROM batches WHERE submitter = $1 ORDER BY id DESC LIMIT 1;
+-- BATCHES_OF (sqlite): 1 :submitter, 2 :after
+SELECT id FROM batches WHERE submitter = ?1 AND id > ?2 ORDER BY id;
 
--- BATCHES_OF (sqlite)
+-- BATCHES_OF (postgres): 1 :submitter, 2 :after
 SELECT id FROM batches WHERE submitter = $1 AND id > $2 ORDER BY id;
 
--- BATCHES_OF (postgres)
-SELECT id FROM batches WHERE submitter = $1 AND id > $2 ORDER BY id;
-
--- PAGE_JOBS (sqlite)
+-- PAGE_JOBS (sqlite): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :limit, 7 :offset
 SELECT * FROM jobs
-WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1) AND (CAST($2 AS BIGINT) IS NULL OR batch_id = $2)
-  AND (CAST($3 AS TEXT) IS NULL OR status = $3) AND (CAST($4 AS TEXT) IS NULL OR submitter = $4)
+WHERE (CAST(?1 AS BIGINT) IS NULL OR id < ?1)
+  AND (CAST(?2 AS BIGINT) IS NULL OR batch_id = ?2)
+  AND (CAST(?3 AS TEXT) IS NULL OR status = ?3)
+  AND (CAST(?4 AS TEXT) IS NULL OR submitter = ?4)
+  AND (CAST(?5 AS INTEGER) IS NULL OR COALESCE(rating, 0) = ?5)
+ORDER BY id DESC LIMIT ?6 OFFSET ?7;
+
+-- PAGE_JOBS (postgres): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :limit, 7 :offset
+SELECT * FROM jobs
+WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1)
+  AND (CAST($2 AS BIGINT) IS NULL OR batch_id = $2)
+  AND (CAST($3 AS TEXT) IS NULL OR status = $3)
+  AND (CAST($4 AS TEXT) IS NULL OR submitter = $4)
   AND (CAST($5 AS INTEGER) IS NULL OR COALESCE(rating, 0) = $5)
 ORDER BY id DESC LIMIT $6 OFFSET $7;
 
--- PAGE_JOBS (postgres)
-SELECT * FROM jobs
-WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1) AND (CAST($2 AS BIGINT) IS NULL OR batch_id = $2)
-  AND (CAST($3 AS TEXT) IS NULL OR status = $3) AND (CAST($4 AS TEXT) IS NULL OR submitter = $4)
-  AND (CAST($5 AS INTEGER) IS NULL OR COALESCE(rating, 0) = $5)
-ORDER BY id DESC LIMIT $6 OFFSET $7;
-
--- COUNT_JOBS (sqlite)
+-- COUNT_JOBS (sqlite): 1 :batch, 2 :status, 3 :submitter, 4 :rating
 SELECT COUNT(*) AS n FROM jobs
-WHERE (CAST($1 AS BIGINT) IS NULL OR batch_id = $1) AND (CAST($2 AS TEXT) IS NULL OR status = $2)
+WHERE (CAST(?1 AS BIGINT) IS NULL OR batch_id = ?1)
+  AND (CAST(?2 AS TEXT) IS NULL OR status = ?2)
+  AND (CAST(?3 AS TEXT) IS NULL OR submitter = ?3)
+  AND (CAST(?4 AS INTEGER) IS NULL OR COALESCE(rating, 0) = ?4);
+
+-- COUNT_JOBS (postgres): 1 :batch, 2 :status, 3 :submitter, 4 :rating
+SELECT COUNT(*) AS n FROM jobs
+WHERE (CAST($1 AS BIGINT) IS NULL OR batch_id = $1)
+  AND (CAST($2 AS TEXT) IS NULL OR status = $2)
   AND (CAST($3 AS TEXT) IS NULL OR submitter = $3)
   AND (CAST($4 AS INTEGER) IS NULL OR COALESCE(rating, 0) = $4);
 
--- COUNT_JOBS (postgres)
-SELECT COUNT(*) AS n FROM jobs
-WHERE (CAST($1 AS BIGINT) IS NULL OR batch_id = $1) AND (CAST($2 AS TEXT) IS NULL OR status = $2)
-  AND (CAST($3 AS TEXT) IS NULL OR submitter = $3)
-  AND (CAST($4 AS INTEGER) IS NULL OR COALESCE(rating, 0) = $4);
-
--- PAGE_BATCHES (sqlite)
+-- PAGE_BATCHES (sqlite): 1 :before, 2 :submitter, 3 :limit
 SELECT * FROM batches
-WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1) AND (CAST($2 AS TEXT) IS NULL OR submitter = $2)
+WHERE (CAST(?1 AS BIGINT) IS NULL OR id < ?1)
+  AND (CAST(?2 AS TEXT) IS NULL OR submitter = ?2)
+ORDER BY id DESC LIMIT ?3;
+
+-- PAGE_BATCHES (postgres): 1 :before, 2 :submitter, 3 :limit
+SELECT * FROM batches
+WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1)
+  AND (CAST($2 AS TEXT) IS NULL OR submitter = $2)
 ORDER BY id DESC LIMIT $3;
 
--- PAGE_BATCHES (postgres)
-SELECT * FROM batches
-WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1) AND (CAST($2 AS TEXT) IS NULL OR submitter = $2)
-ORDER BY id DESC LIMIT $3;
+-- BATCH_RANGE_COUNTS (sqlite): 1 :first, 2 :last
+SELECT batch_id, status, COUNT(*) AS n FROM jobs WHERE batch_id BETWEEN ?1 AND ?2
+GROUP BY batch_id, status;
 
--- BATCH_RANGE_COUNTS (sqlite)
+-- BATCH_RANGE_COUNTS (postgres): 1 :first, 2 :last
 SELECT batch_id, status, COUNT(*) AS n FROM jobs WHERE batch_id BETWEEN $1 AND $2
 GROUP BY batch_id, status;
 
--- BATCH_RANGE_COUNTS (postgres)
-SELECT batch_id, status, COUNT(*) AS n FROM jobs WHERE batch_id BETWEEN $1 AND $2
-GROUP BY batch_id, status;
+-- DIGEST_JOBS (sqlite): 1 :since, 2 :until
+SELECT status, COUNT(*) AS n, AVG(finished_at - started_at) AS seconds FROM jobs
+WHERE finished_at > ?1 AND finished_at <= ?2 GROUP BY status;
 
--- DIGEST_JOBS (sqlite)
+-- DIGEST_JOBS (postgres): 1 :since, 2 :until
 SELECT status, COUNT(*) AS n, AVG(finished_at - started_at) AS seconds FROM jobs
 WHERE finished_at > $1 AND finished_at <= $2 GROUP BY status;
 
--- DIGEST_JOBS (postgres)
-SELECT status, COUNT(*) AS n, AVG(finished_at - started_at) AS seconds FROM jobs
-WHERE finished_at > $1 AND finished_at <= $2 GROUP BY status;
+-- DIGEST_BATCHES (sqlite): 1 :since, 2 :until
+SELECT COUNT(*) AS n FROM batches WHERE created_at > ?1 AND created_at <= ?2;
 
--- DIGEST_BATCHES (sqlite)
+-- DIGEST_BATCHES (postgres): 1 :since, 2 :until
 SELECT COUNT(*) AS n FROM batches WHERE created_at > $1 AND created_at <= $2;
 
--- DIGEST_BATCHES (postgres)
-SELECT COUNT(*) AS n FROM batches WHERE created_at > $1 AND created_at <= $2;
+-- DIGEST_SUBMITTERS (sqlite): 1 :since, 2 :until
+SELECT submitter, COUNT(*) AS n FROM jobs
+WHERE finished_at > ?1 AND finished_at <= ?2 AND status = 'succeeded'
+GROUP BY submitter ORDER BY n DESC, submitter LIMIT 3;
 
--- DIGEST_SUBMITTERS (sqlite)
+-- DIGEST_SUBMITTERS (postgres): 1 :since, 2 :until
 SELECT submitter, COUNT(*) AS n FROM jobs
 WHERE finished_at > $1 AND finished_at <= $2 AND status = 'succeeded'
 GROUP BY submitter ORDER BY n DESC, submitter LIMIT 3;
 
--- DIGEST_SUBMITTERS (postgres)
-SELECT submitter, COUNT(*) AS n FROM jobs
-WHERE finished_at > $1 AND finished_at <= $2 AND status = 'succeeded'
-GROUP BY submitter ORDER BY n DESC, submitter LIMIT 3;
+-- OLD_BATCHES (sqlite): 1 :before, 2 :limit
+SELECT b.id FROM batches b WHERE b.created_at < ?1 AND NOT EXISTS (
+  SELECT 1 FROM jobs j WHERE j.batch_id = b.id
+    AND (j.status IN ('queued', 'running') OR COALESCE(j.finished_at, 0) >= ?1))
+ORDER BY b.id LIMIT ?2;
 
--- OLD_BATCHES (sqlite)
+-- OLD_BATCHES (postgres): 1 :before, 2 :limit
 SELECT b.id FROM batches b WHERE b.created_at < $1 AND NOT EXISTS (
   SELECT 1 FROM jobs j WHERE j.batch_id = b.id
     AND (j.status IN ('queued', 'running') OR COALESCE(j.finished_at, 0) >= $1))
 ORDER BY b.id LIMIT $2;
 
--- OLD_BATCHES (postgres)
-SELECT b.id FROM batches b WHERE b.created_at < $1 AND NOT EXISTS (
-  SELECT 1 FROM jobs j WHERE j.batch_id = b.id
-    AND (j.status IN ('queued', 'running') OR COALESCE(j.finished_at, 0) >= $1))
-ORDER BY b.id LIMIT $2;
+-- FORGET_EVENTS (sqlite): 1 :batch
+DELETE FROM events WHERE batch_id = ?1;
 
--- FORGET_EVENTS (sqlite)
+-- FORGET_EVENTS (postgres): 1 :batch
 DELETE FROM events WHERE batch_id = $1;
 
--- FORGET_EVENTS (postgres)
-DELETE FROM events WHERE batch_id = $1;
+-- BATCH_EVENTS (sqlite): 1 :batch
+SELECT * FROM events WHERE batch_id = ?1 ORDER BY seq;
 
--- BATCH_EVENTS (sqlite)
+-- BATCH_EVENTS (postgres): 1 :batch
 SELECT * FROM events WHERE batch_id = $1 ORDER BY seq;
 
--- BATCH_EVENTS (postgres)
-SELECT * FROM events WHERE batch_id = $1 ORDER BY seq;
+-- FORGET_LOOSE_EVENTS (sqlite): 1 :before, 2 :limit
+DELETE FROM events WHERE seq IN (
+  SELECT seq FROM events WHERE batch_id IS NULL AND at < ?1 ORDER BY seq LIMIT ?2);
 
--- FORGET_LOOSE_EVENTS (sqlite)
+-- FORGET_LOOSE_EVENTS (postgres): 1 :before, 2 :limit
 DELETE FROM events WHERE seq IN (
   SELECT seq FROM events WHERE batch_id IS NULL AND at < $1 ORDER BY seq LIMIT $2);
 
--- FORGET_LOOSE_EVENTS (postgres)
-DELETE FROM events WHERE seq IN (
-  SELECT seq FROM events WHERE batch_id IS NULL AND at < $1 ORDER BY seq LIMIT $2);
+-- FORGET_JOBS (sqlite): 1 :batch
+DELETE FROM jobs WHERE batch_id = ?1;
 
--- FORGET_JOBS (sqlite)
+-- FORGET_JOBS (postgres): 1 :batch
 DELETE FROM jobs WHERE batch_id = $1;
 
--- FORGET_JOBS (postgres)
-DELETE FROM jobs WHERE batch_id = $1;
+-- FORGET_BATCH (sqlite): 1 :batch
+DELETE FROM batches WHERE id = ?1;
 
--- FORGET_BATCH (sqlite)
-DELETE FROM batches WHERE id = $1;
-
--- FORGET_BATCH (postgres)
+-- FORGET_BATCH (postgres): 1 :batch
 DELETE FROM batches WHERE id = $1;
 
 -- RUNNING_JOBS (sqlite)
@@ -1438,33 +1482,33 @@ SELECT j.id, j.batch_id, j.row, j.submitter, j.started_at, j.lease_owner, b.temp
 FROM jobs j JOIN batches b ON b.id = j.batch_id
 WHERE j.status = 'running' ORDER BY j.started_at, j.id;
 
--- BATCH_COUNTS (sqlite)
+-- BATCH_COUNTS (sqlite): 1 :batch
+SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = ?1 GROUP BY status;
+
+-- BATCH_COUNTS (postgres): 1 :batch
 SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = $1 GROUP BY status;
 
--- BATCH_COUNTS (postgres)
-SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = $1 GROUP BY status;
+-- BATCH_MODELS (sqlite): 1 :batch
+SELECT DISTINCT affinity FROM jobs WHERE batch_id = ?1 AND affinity IS NOT NULL
+ORDER BY affinity;
 
--- BATCH_MODELS (sqlite)
+-- BATCH_MODELS (postgres): 1 :batch
 SELECT DISTINCT affinity FROM jobs WHERE batch_id = $1 AND affinity IS NOT NULL
 ORDER BY affinity;
 
--- BATCH_MODELS (postgres)
-SELECT DISTINCT affinity FROM jobs WHERE batch_id = $1 AND affinity IS NOT NULL
-ORDER BY affinity;
+-- BATCH_WAITING_FOR (sqlite): 1 :batch
+SELECT DISTINCT affinity FROM jobs WHERE batch_id = ?1 AND status = 'queued'
+  AND affinity IS NOT NULL ORDER BY affinity;
 
--- BATCH_WAITING_FOR (sqlite)
+-- BATCH_WAITING_FOR (postgres): 1 :batch
 SELECT DISTINCT affinity FROM jobs WHERE batch_id = $1 AND status = 'queued'
   AND affinity IS NOT NULL ORDER BY affinity;
 
--- BATCH_WAITING_FOR (postgres)
-SELECT DISTINCT affinity FROM jobs WHERE batch_id = $1 AND status = 'queued'
-  AND affinity IS NOT NULL ORDER BY affinity;
+-- BATCHES_WAITING_ON (sqlite): 1 :affinity, 2 :limit
+SELECT DISTINCT batch_id FROM jobs WHERE status = 'queued' AND affinity = ?1
+ORDER BY batch_id LIMIT ?2;
 
--- BATCHES_WAITING_ON (sqlite)
-SELECT DISTINCT batch_id FROM jobs WHERE status = 'queued' AND affinity = $1
-ORDER BY batch_id LIMIT $2;
-
--- BATCHES_WAITING_ON (postgres)
+-- BATCHES_WAITING_ON (postgres): 1 :affinity, 2 :limit
 SELECT DISTINCT batch_id FROM jobs WHERE status = 'queued' AND affinity = $1
 ORDER BY batch_id LIMIT $2;
 
@@ -1526,17 +1570,26 @@ SELECT COUNT(DISTINCT lease_owner) AS n FROM jobs WHERE status = 'running';
 -- RUNNING_EXECUTORS (postgres)
 SELECT COUNT(DISTINCT lease_owner) AS n FROM jobs WHERE status = 'running';
 
--- RECENT_DURATION (sqlite)
+-- RECENT_DURATION (sqlite): 1 :limit
+SELECT AVG(finished_at - started_at) AS seconds FROM (
+  SELECT finished_at, started_at FROM jobs WHERE status = 'succeeded'
+  ORDER BY finished_at DESC LIMIT ?1) recent;
+
+-- RECENT_DURATION (postgres): 1 :limit
 SELECT AVG(finished_at - started_at) AS seconds FROM (
   SELECT finished_at, started_at FROM jobs WHERE status = 'succeeded'
   ORDER BY finished_at DESC LIMIT $1) recent;
 
--- RECENT_DURATION (postgres)
-SELECT AVG(finished_at - started_at) AS seconds FROM (
-  SELECT finished_at, started_at FROM jobs WHERE status = 'succeeded'
-  ORDER BY finished_at DESC LIMIT $1) recent;
+-- NEXT_DUE (sqlite): 1 :now
+SELECT MIN(t) AS t FROM (
+  SELECT MIN(not_before) AS t FROM jobs WHERE status = 'queued' AND not_before > ?1
+  UNION ALL
+  SELECT MIN(lease_expires_at) AS t FROM jobs WHERE status = 'running'
+  UNION ALL
+  SELECT MIN(lease_expires_at) AS t FROM jobs
+  WHERE status = 'queued' AND lease_expires_at IS NOT NULL) due;
 
--- NEXT_DUE (sqlite)
+-- NEXT_DUE (postgres): 1 :now
 SELECT MIN(t) AS t FROM (
   SELECT MIN(not_before) AS t FROM jobs WHERE status = 'queued' AND not_before > $1
   UNION ALL
@@ -1545,20 +1598,13 @@ SELECT MIN(t) AS t FROM (
   SELECT MIN(lease_expires_at) AS t FROM jobs
   WHERE status = 'queued' AND lease_expires_at IS NOT NULL) due;
 
--- NEXT_DUE (postgres)
-SELECT MIN(t) AS t FROM (
-  SELECT MIN(not_before) AS t FROM jobs WHERE status = 'queued' AND not_before > $1
-  UNION ALL
-  SELECT MIN(lease_expires_at) AS t FROM jobs WHERE status = 'running'
-  UNION ALL
-  SELECT MIN(lease_expires_at) AS t FROM jobs
-  WHERE status = 'queued' AND lease_expires_at IS NOT NULL) due;
+-- EVENTS_AFTER (sqlite): 1 :after, 2 :limit
+SELECT seq, at, kind, batch_id, job_id, data FROM events WHERE seq > ?1
+ORDER BY seq LIMIT ?2;
 
--- EVENTS_AFTER (sqlite)
-SELECT seq, at, kind, batch_id, job_id, data FROM events WHERE seq > $1 ORDER BY seq LIMIT $2;
-
--- EVENTS_AFTER (postgres)
-SELECT seq, at, kind, batch_id, job_id, data FROM events WHERE seq > $1 ORDER BY seq LIMIT $2;
+-- EVENTS_AFTER (postgres): 1 :after, 2 :limit
+SELECT seq, at, kind, batch_id, job_id, data FROM events WHERE seq > $1
+ORDER BY seq LIMIT $2;
 
 -- LAST_EVENT_SEQ (sqlite)
 SELECT COALESCE(MAX(seq), 0) AS seq FROM events;
@@ -1566,10 +1612,10 @@ SELECT COALESCE(MAX(seq), 0) AS seq FROM events;
 -- LAST_EVENT_SEQ (postgres)
 SELECT COALESCE(MAX(seq), 0) AS seq FROM events;
 
--- EVENTS_AFTER_PG (sqlite)
-SELECT seq, at, kind, batch_id, job_id, data FROM genbot_events_after($1, $2);
+-- EVENTS_AFTER_PG (sqlite): 1 :after, 2 :limit
+SELECT seq, at, kind, batch_id, job_id, data FROM genbot_events_after(?1, ?2);
 
--- EVENTS_AFTER_PG (postgres)
+-- EVENTS_AFTER_PG (postgres): 1 :after, 2 :limit
 SELECT seq, at, kind, batch_id, job_id, data FROM genbot_events_after($1, $2);
 
 -- LAST_EVENT_SEQ_PG (sqlite)
@@ -1577,3 +1623,138 @@ SELECT genbot_last_event_seq() AS seq;
 
 -- LAST_EVENT_SEQ_PG (postgres)
 SELECT genbot_last_event_seq() AS seq;
+
+-- complete_then(CLAIM), ANYTHING (postgres): 1 :outputs, 2 :now, 3 :job, 4 :lease, 5 :owner, 6 :token, 7 :expires
+WITH done AS (
+UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
+  outputs = $1, error = NULL, finished_at = $2, updated_at = $2,
+  lease_token = NULL, lease_expires_at = NULL
+WHERE id = $3 AND lease_token = $4 AND status = 'running'
+RETURNING status), taken AS (
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $5,
+  lease_token = $6, lease_expires_at = $7, leased_at = $2, started_at = $2,
+  updated_at = $2
+WHERE id = (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $2 AND lease_token IS NULL
+  AND (affinity IS NULL OR affinity NOT LIKE '%:%')
+ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $2)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < $2)) AS expired_seen)
+SELECT (SELECT status FROM done) AS done_status, taken.* FROM (SELECT 1 AS one) AS one LEFT JOIN taken ON TRUE;
+
+-- complete_then(CLAIM), ALLOWED (postgres): 1 :outputs, 2 :now, 3 :job, 4 :lease, 5 :owner, 6 :token, 7 :expires, 8 :only
+WITH done AS (
+UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
+  outputs = $1, error = NULL, finished_at = $2, updated_at = $2,
+  lease_token = NULL, lease_expires_at = NULL
+WHERE id = $3 AND lease_token = $4 AND status = 'running'
+RETURNING status), taken AS (
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $5,
+  lease_token = $6, lease_expires_at = $7, leased_at = $2, started_at = $2,
+  updated_at = $2
+WHERE id = (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $2 AND lease_token IS NULL
+  AND (affinity IS NULL OR affinity IN (SELECT jsonb_array_elements_text(CAST($8 AS jsonb))))
+ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $2)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < $2)) AS expired_seen)
+SELECT (SELECT status FROM done) AS done_status, taken.* FROM (SELECT 1 AS one) AS one LEFT JOIN taken ON TRUE;
+
+-- complete_then(CLAIM), ENGINE_ONLY (postgres): 1 :outputs, 2 :now, 3 :job, 4 :lease, 5 :owner, 6 :token, 7 :expires, 8 :only
+WITH done AS (
+UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
+  outputs = $1, error = NULL, finished_at = $2, updated_at = $2,
+  lease_token = NULL, lease_expires_at = NULL
+WHERE id = $3 AND lease_token = $4 AND status = 'running'
+RETURNING status), taken AS (
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $5,
+  lease_token = $6, lease_expires_at = $7, leased_at = $2, started_at = $2,
+  updated_at = $2
+WHERE id = (
+SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $2 AND lease_token IS NULL
+  AND affinity IN (SELECT jsonb_array_elements_text(CAST($8 AS jsonb)))
+ORDER BY priority, fair_rank, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $2)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < $2)) AS expired_seen)
+SELECT (SELECT status FROM done) AS done_status, taken.* FROM (SELECT 1 AS one) AS one LEFT JOIN taken ON TRUE;
+
+-- complete_many_then(CLAIM_MANY), ANYTHING (postgres): 1 :now, 2 :done, 3 :limit, 4 :owner, 5 :token, 6 :expires
+WITH done AS (
+UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
+  outputs = d.outputs, error = NULL, finished_at = $1, updated_at = $1,
+  lease_token = NULL, lease_expires_at = NULL
+FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token, r->'outputs' AS outputs FROM jsonb_array_elements(CAST($2 AS jsonb)) AS x(r)) d
+WHERE jobs.id = d.id AND jobs.lease_token = d.token AND jobs.status = 'running'
+RETURNING jobs.id, jobs.status), taken AS (
+WITH picked AS MATERIALIZED (
+  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $1 AND lease_token IS NULL
+    AND (affinity IS NULL OR affinity NOT LIKE '%:%')
+  ORDER BY priority, fair_rank, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $4,
+  lease_token = $5, lease_expires_at = $6, leased_at = $1, started_at = $1,
+  updated_at = $1
+WHERE id IN (SELECT id FROM picked)
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $1)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < $1)) AS expired_seen)
+SELECT (SELECT COALESCE(jsonb_agg(jsonb_build_object('id', id, 'status', status)), '[]'::jsonb) FROM done)::text AS done, taken.* FROM (SELECT 1 AS one) AS one LEFT JOIN taken ON TRUE;
+
+-- complete_many_then(CLAIM_MANY), ALLOWED (postgres): 1 :now, 2 :done, 3 :only, 4 :limit, 5 :owner, 6 :token, 7 :expires
+WITH done AS (
+UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
+  outputs = d.outputs, error = NULL, finished_at = $1, updated_at = $1,
+  lease_token = NULL, lease_expires_at = NULL
+FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token, r->'outputs' AS outputs FROM jsonb_array_elements(CAST($2 AS jsonb)) AS x(r)) d
+WHERE jobs.id = d.id AND jobs.lease_token = d.token AND jobs.status = 'running'
+RETURNING jobs.id, jobs.status), taken AS (
+WITH picked AS MATERIALIZED (
+  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $1 AND lease_token IS NULL
+    AND (affinity IS NULL OR affinity IN (SELECT jsonb_array_elements_text(CAST($3 AS jsonb))))
+  ORDER BY priority, fair_rank, id LIMIT $4 FOR UPDATE SKIP LOCKED)
+
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $5,
+  lease_token = $6, lease_expires_at = $7, leased_at = $1, started_at = $1,
+  updated_at = $1
+WHERE id IN (SELECT id FROM picked)
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $1)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < $1)) AS expired_seen)
+SELECT (SELECT COALESCE(jsonb_agg(jsonb_build_object('id', id, 'status', status)), '[]'::jsonb) FROM done)::text AS done, taken.* FROM (SELECT 1 AS one) AS one LEFT JOIN taken ON TRUE;
+
+-- complete_many_then(CLAIM_MANY), ENGINE_ONLY (postgres): 1 :now, 2 :done, 3 :only, 4 :limit, 5 :owner, 6 :token, 7 :expires
+WITH done AS (
+UPDATE jobs SET status = CASE WHEN cancel_requested THEN 'canceled' ELSE 'succeeded' END,
+  outputs = d.outputs, error = NULL, finished_at = $1, updated_at = $1,
+  lease_token = NULL, lease_expires_at = NULL
+FROM (SELECT (r->>'id')::bigint AS id, r->>'token' AS token, r->'outputs' AS outputs FROM jsonb_array_elements(CAST($2 AS jsonb)) AS x(r)) d
+WHERE jobs.id = d.id AND jobs.lease_token = d.token AND jobs.status = 'running'
+RETURNING jobs.id, jobs.status), taken AS (
+WITH picked AS MATERIALIZED (
+  SELECT id FROM jobs WHERE status = 'queued' AND not_before <= $1 AND lease_token IS NULL
+    AND affinity IN (SELECT jsonb_array_elements_text(CAST($3 AS jsonb)))
+  ORDER BY priority, fair_rank, id LIMIT $4 FOR UPDATE SKIP LOCKED)
+
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_owner = $5,
+  lease_token = $6, lease_expires_at = $7, leased_at = $1, started_at = $1,
+  updated_at = $1
+WHERE id IN (SELECT id FROM picked)
+AND status = 'queued' AND lease_token IS NULL AND NOT (SELECT paused FROM queue_state WHERE id = 1)
+RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, fair_rank,
+  (EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_expires_at < $1)
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
+             AND lease_expires_at < $1)) AS expired_seen)
+SELECT (SELECT COALESCE(jsonb_agg(jsonb_build_object('id', id, 'status', status)), '[]'::jsonb) FROM done)::text AS done, taken.* FROM (SELECT 1 AS one) AS one LEFT JOIN taken ON TRUE;
