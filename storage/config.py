@@ -20,7 +20,7 @@ import dataclasses
 import difflib
 import os
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -128,11 +128,11 @@ def home_path(path: str) -> str:
     `~` — or ValueError when there is no such home to read it as."""
     if not path.startswith("~"):
         return path
-    expanded = os.path.expanduser(path)
-    if expanded.startswith("~"):
+    try:
+        return str(Path(path).expanduser())
+    except RuntimeError:  # (pathlib's word for "no such home")
         raise ValueError("~ names a home folder, and this one is unknown here "
-                         "(HOME unset or no such user): give the full path")
-    return expanded
+                         "(HOME unset or no such user): give the full path") from None
 
 
 @section("database", order=20)
@@ -372,7 +372,7 @@ def env_name(section: str, key: str, spelling: str = "_") -> str:
     return f"{ENV_PREFIX}{section}{spelling}{key}".upper()
 
 
-def _did_you_mean(word: str, options) -> str:
+def _did_you_mean(word: str, options: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
     return f" — did you mean {close[0]}?" if close else ""
 

@@ -16,15 +16,17 @@ import logging
 import re
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from tortoise.backends.base.config_generator import expand_db_url
 from tortoise.context import TortoiseContext, _current_context
 from tortoise.migrations.executor import MigrationExecutor, MigrationTarget
 from tortoise.transactions import in_transaction
+
+T = TypeVar("T")
 
 log = logging.getLogger("genbot.db")
 APP = "storage"
@@ -212,7 +214,7 @@ def tortoise_config(url: str, pool_size: int = 10) -> dict[str, Any]:
     return {"connections": {"default": connection}, "apps": APPS}
 
 
-async def _keep_session(connection) -> None:
+async def _keep_session(connection: Any) -> None:
     """asyncpg's pool resets each connection it gets back (RESET ALL, UNLISTEN *, ...):
     one more round trip per query, since tortoise acquires per query. The queue never
     changes session state (the event log's advisory lock is transaction-scoped, the
@@ -226,7 +228,7 @@ def sqlite_path(url: str) -> Path:
 
 
 @contextlib.contextmanager
-def _active(ctx: TortoiseContext):
+def _active(ctx: TortoiseContext) -> Iterator[None]:
     """Make `ctx` tortoise's current context for this task.
 
     TortoiseContext's own `with` keeps one token on the shared context object, which
@@ -344,7 +346,7 @@ class Database:
         return sqlite_path(self.url) if self.dialect == "sqlite" else None
 
     @property
-    def client(self):
+    def client(self) -> Any:  # tortoise's BaseDBAsyncClient (untyped)
         return self._context.connections.get("default")
 
     @property
@@ -443,21 +445,21 @@ class Database:
             return text, [params[n] for n in names]
         return self.sql(sql), list(args)
 
-    async def fetch(self, sql: str, *args: Any, client=None) -> list[dict]:
+    async def fetch(self, sql: str, *args: Any, client: Any = None) -> list[dict]:
         text, values = self._bound(sql, args)
         if client is not None:
             return await client.execute_query_dict(text, values)
         return await self._again(lambda c: c.execute_query_dict(text, values))
 
-    async def fetchrow(self, sql: str, *args: Any, client=None) -> dict | None:
+    async def fetchrow(self, sql: str, *args: Any, client: Any = None) -> dict | None:
         rows = await self.fetch(sql, *args, client=client)
         return rows[0] if rows else None
 
-    async def fetchval(self, sql: str, *args: Any, client=None) -> Any:
+    async def fetchval(self, sql: str, *args: Any, client: Any = None) -> Any:
         row = await self.fetchrow(sql, *args, client=client)
         return next(iter(row.values())) if row else None
 
-    async def execute(self, sql: str, *args: Any, client=None) -> int:
+    async def execute(self, sql: str, *args: Any, client: Any = None) -> int:
         """Run a statement; returns the number of rows it changed."""
         text, values = self._bound(sql, args)
         if client is not None:
@@ -466,7 +468,7 @@ class Database:
         count, _ = await self._again(lambda c: c.execute_query(text, values))
         return count
 
-    async def _once(self, call):
+    async def _once(self, call: Callable[[Any], Awaitable[T]]) -> T:
         """One try of a statement, recorded in `outage` (a failure to reach the server
         starts one, a success ends one)."""
         try:
@@ -479,7 +481,7 @@ class Database:
             self.outage.reached()
         return result
 
-    async def _again(self, call):
+    async def _again(self, call: Callable[[Any], Awaitable[T]]) -> T:
         """Run one statement (no transaction open); when PostgreSQL dropped the pooled
         connection under it (a restart, a failover, an idle connection killed) or cannot be
         reached, run it again on a fresh one, backing off, for up to `patience` seconds;
@@ -590,13 +592,12 @@ class Database:
         if self.dialect == "sqlite":
             path = sqlite_path(self.url)
             lock_path = path.with_name(path.name + ".migrate-lock")
-            fd = open(lock_path, "a")
-            try:
+            with lock_path.open("a") as fd:
                 await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                fd.close()
+                try:
+                    yield
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
         else:
             async with self.client.acquire_connection() as conn:
                 await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_ID)

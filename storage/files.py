@@ -16,9 +16,13 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from storage.config import StorageConfig
+from storage.config import Config, StorageConfig
+
+T = TypeVar("T")
 
 OUTPUTS = "outputs"
 
@@ -72,7 +76,7 @@ class FileStore:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            os.replace(tmp, target)
+            Path(tmp).replace(target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -177,7 +181,7 @@ class ObjectStore(FileStore):
             return gone
         return bool(self._call("delete", relative, remove)) or here
 
-    def _call(self, what: str, relative: str, call):
+    def _call(self, what: str, relative: str, call: Callable[[], T]) -> T:
         from botocore.exceptions import BotoCoreError, ClientError
         try:
             return call()
@@ -185,7 +189,7 @@ class ObjectStore(FileStore):
             raise StoreUnavailable(f"object store: cannot {what} {relative}: {e}") from e
 
 
-def open_store(config) -> FileStore:
+def open_store(config: Config) -> FileStore:
     """The store [storage] asks for, rooted (or cached) in data_dir."""
     s = config[StorageConfig]
     if s.backend == "s3":

@@ -18,6 +18,7 @@ import logging
 import re
 import sys
 import unicodedata
+from typing import Any
 
 from storage.names import shown
 
@@ -70,7 +71,7 @@ class PlainFormatter(logging.Formatter):
         finally:
             record.message = message
 
-    def formatException(self, ei) -> str:  # noqa: N802 - logging's name
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
         return escaped_lines(super().formatException(ei))
 
     def format(self, record: logging.LogRecord) -> str:

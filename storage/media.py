@@ -75,7 +75,7 @@ def sniff(head: bytes) -> Media | None:
 
 def sniff_file(path: Path) -> Media | None:
     """What a stored file is, by its bytes; an XLSX is a ZIP holding a workbook."""
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         head = f.read(HEAD)
     found = sniff(head)
     if found is None and head.startswith(b"PK\x03\x04"):

@@ -126,7 +126,7 @@ class SocketWaker(Waker):
                 except (ConnectionRefusedError, FileNotFoundError):
                     # A listener that died without cleaning up.
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
+                        Path(entry.path).unlink()
                 except (BlockingIOError, OSError):
                     pass  # its buffer is full: it has been woken already
 
@@ -147,8 +147,9 @@ class SocketWaker(Waker):
 class PostgresWaker(Waker):
     """LISTEN/NOTIFY: wakes executors on every host sharing the database."""
 
-    def __init__(self, url: str, run_notify, *, prefix: str = "genbot_queue",
-                 on_notify=None) -> None:
+    def __init__(self, url: str, run_notify: Callable[[str], Awaitable[Any]] | None, *,
+                 prefix: str = "genbot_queue", on_notify: Callable[[], None] | None = None
+                 ) -> None:
         super().__init__()
         parts = urlsplit(url.replace("postgresql://", "postgres://", 1))
         query = parse_qs(parts.query)
@@ -211,7 +212,7 @@ class PostgresWaker(Waker):
                 "cannot LISTEN on %s (polling instead until it can): %s", self.channel,
                 f"{type(error).__name__}: {error}")
 
-    def _dropped(self, conn) -> None:
+    def _dropped(self, conn: Any) -> None:
         """PostgreSQL closed the LISTEN connection: waiters look again now (a signal may
         have gone with it), and the next wait makes it again."""
         if conn is not self._conn or not self._listening:
@@ -219,11 +220,13 @@ class PostgresWaker(Waker):
         log.debug("the LISTEN connection on %s was dropped", self.channel)
         self._on_signal()
 
-    def _on_notify(self, *_args) -> None:
+    def _on_notify(self, *_args: Any) -> None:
         self._on_signal()
 
     async def notify(self) -> None:
         self._event.set()
+        if self._run_notify is None:  # a listener only (EventBell's): it signals nothing
+            return
         try:
             await self._run_notify(self.channel)
         except Exception as e:
