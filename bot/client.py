@@ -88,21 +88,21 @@ class Batch:
 
     # Each of these is the client's: a value with Client, a coroutine with AsyncClient.
     def wait(self, progress: Callable[[Batch], Any] | None = None, *, poll: float = 1.0,
-             timeout: float | None = None):
+             timeout: float | None = None) -> Any:
         """Until every job has ended; the batch as it ended."""
         return self.client.wait(self.id, progress=progress, poll=poll, timeout=timeout)
 
-    def download(self, folder: str | Path):
+    def download(self, folder: str | Path) -> Any:
         """Its images, contact sheet and results sheet into `folder`; their paths."""
         return self.client.download(self.id, folder)
 
-    def jobs(self):
+    def jobs(self) -> Any:
         return self.client.jobs(self.id)
 
-    def cancel(self):
+    def cancel(self) -> Any:
         return self.client.cancel(self.id)
 
-    def retry(self):
+    def retry(self) -> Any:
         """Its failed jobs again, as a new batch."""
         return self.client.retry(self.id)
 

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from typing import IO
 
 from storage.config import Config, ServiceConfig
 from storage.queue import Queue
@@ -28,8 +29,8 @@ STABLE_AFTER = 60.0  # seconds an executor must live for its backoff to reset
 
 
 class Supervisor:
-    def __init__(self, config: Config, *, command: list[str] | None = None, stderr=None,
-                 queue: Queue | None = None):
+    def __init__(self, config: Config, *, command: list[str] | None = None,
+                 stderr: IO[bytes] | int | None = None, queue: Queue | None = None) -> None:
         self.config, self.queue = config, queue  # queue: to take a dead executor's job back
         self.command = command or self.default_command(config)
         self.stderr = stderr  # where the executor's log goes (default: the service's stderr)

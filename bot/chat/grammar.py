@@ -24,6 +24,9 @@ from bot.app.permissions import Role, needs
 from bot.errors import Invalid
 from bot.messages import say
 
+# A command's handler: a coroutine given the turn and the parsed command.
+Handler = Callable[..., Awaitable[None]]
+
 Read = Callable[[str, datetime], Any]  # raw text, the reader's clock -> value (or Invalid)
 QUOTES = str.maketrans("“”‘’", "\"\"''")  # phones curl quotes
 
@@ -92,9 +95,9 @@ class Registry:
 
     def command(self, name: str, usage: str = "", *, args: tuple[Arg, ...] = (),
                 options: dict[str, Option] | None = None, aliases: tuple[str, ...] = (),
-                action: str | None = None):
+                action: str | None = None) -> Callable[[Handler], Handler]:
         """Declare a command; the decorated coroutine handles it."""
-        def register(handler: Callable[..., Awaitable[None]]):
+        def register(handler: Handler) -> Handler:
             spec = Spec(name, usage, action or name, handler, args, options or {},
                         aliases)
             needs(spec.action)  # (an action no role table knows fails here, not when used)

@@ -30,12 +30,15 @@ import json
 import logging
 import re
 import shlex
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.async_app import AsyncAck as Ack
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.async_app import AsyncBoltContext as Context
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError, SlackRequestError
@@ -49,6 +52,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.chat.markup import Markup
 from bot.chat.platform import (
+    Button,
     DeliveryError,
     DownloadError,
     FileRef,
@@ -178,7 +182,8 @@ class Slack(Platform):
             return refuse(400, "malformed request body")
         return await to_aiohttp_response(await self.app.async_dispatch(bolt_request))
 
-    async def on_error(self, error: Exception, response: BoltResponse | None):
+    async def on_error(self, error: Exception, response: BoltResponse | None
+                       ) -> BoltResponse | None:
         """Bolt's error handler: a body of the wrong shape is answered 400, with a warning
         rather than bolt's default ERROR traceback and 500 (Slack would retry it)."""
         log.warning("slack: could not handle a request (%s: %s)", type(error).__name__, error)
@@ -260,7 +265,7 @@ class Slack(Platform):
         return self.people[user]
 
     # --- inbound ------------------------------------------------------------------------
-    async def on_command(self, ack, command: dict) -> None:
+    async def on_command(self, ack: Ack, command: dict) -> None:
         """/gen … and /genbot <any command>."""
         name, user, channel = (text_of(command, k) for k in ("command", "user_id", "channel_id"))
         if not (name and user and channel):  # not a slash command Slack would send
@@ -278,7 +283,7 @@ class Slack(Platform):
             workspace=text_of(command, "team_id"),
             context={"response_url": text_of(command, "response_url")}))
 
-    async def on_message(self, event: dict, body: dict, context) -> None:
+    async def on_message(self, event: dict, body: dict, context: Context) -> None:
         """A DM, or a channel message that mentions the bot; files come as file_share."""
         if event.get("subtype") not in (None, "file_share", "thread_broadcast") or \
                 event.get("bot_id"):
@@ -298,7 +303,7 @@ class Slack(Platform):
             thread=text_of(event, "thread_ts") or (None if direct else ts), files=files,
             workspace=text_of(body, "team_id")))
 
-    async def on_button(self, ack, body: dict, action: dict) -> None:
+    async def on_button(self, ack: Ack, body: dict, action: dict) -> None:
         """The Cancel button: the command it carries, as typed by whoever clicked."""
         await ack()
         container = body.get("container")
@@ -334,7 +339,7 @@ class Slack(Platform):
             "private_metadata": json.dumps({"command": form.command, "channel":
                                             form.conversation, "thread": form.thread})})
 
-    async def on_form(self, ack, body: dict, view: dict) -> None:
+    async def on_form(self, ack: Ack, body: dict, view: dict) -> None:
         """A submitted form: its command with NAME=VALUE for each field changed from its
         first value, typed by whoever submitted it, in the form's channel and thread; the
         modal closes at once and the answer is shown to them alone."""
@@ -362,7 +367,7 @@ class Slack(Platform):
             thread=where.get("thread") if isinstance(where.get("thread"), str) else None,
             workspace=text_of(body.get("team"), "id"), context={"ephemeral_to": user}))
 
-    async def on_reaction(self, event: dict, body: dict, context) -> None:
+    async def on_reaction(self, event: dict, body: dict, context: Context) -> None:
         """⭐ or 👍 on an image (or on its row of buttons) keeps it, 👎 rejects it; taking
         the reaction back takes the rating back. Only reactions on the bot's own messages
         count, and they are answered by nothing but the rating (a reaction is its own
@@ -478,7 +483,7 @@ class Slack(Platform):
         await self._call(self.client.chat_update, channel=out.conversation, ts=message_id,
                          text=text, blocks=blocks(text, out.buttons))
 
-    async def _call(self, method, **kwargs) -> Any:
+    async def _call(self, method: Callable[..., Awaitable[Any]], **kwargs: Any) -> Any:
         try:
             return await method(**{k: v for k, v in kwargs.items() if v is not None})
         except SlackApiError as e:
@@ -493,7 +498,7 @@ class Slack(Platform):
         except SlackRequestError as e:  # the upload step of files_upload_v2
             raise DeliveryError(str(e)[:300]) from None
 
-    async def _respond(self, url: str, text: str, buttons=()) -> None:
+    async def _respond(self, url: str, text: str, buttons: Sequence[Button] = ()) -> None:
         answer: dict[str, Any] = {"response_type": "ephemeral", "text": text}
         if buttons:
             answer["blocks"] = blocks(text, buttons)
@@ -503,7 +508,7 @@ class Slack(Platform):
                                     permanent=r.status < 500)
 
 
-def blocks(text: str, buttons) -> list[dict]:
+def blocks(text: str, buttons: Sequence[Button]) -> list[dict]:
     """A text section (`text` is mrkdwn, escaped already), and the buttons (each with a
     confirmation) in an actions block; their labels are plain_text, shown as written."""
     out: list[dict] = [{"type": "section", "text": {"type": "mrkdwn",

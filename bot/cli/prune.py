@@ -12,7 +12,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from bot.app.retention import duration, prune
+from bot.app.retention import Pruned, duration, prune
 from bot.cli.shared import load_config
 from storage.files import open_store
 from storage.outbox import Outbox
@@ -45,7 +45,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     config = load_config(args)
     cutoff = time.time() - args.finished_before
 
-    async def run():
+    async def run() -> Pruned:
         queue = await open_queue(config)
         try:
             return await prune(queue, Outbox(queue.db), open_store(config), cutoff,

@@ -28,7 +28,7 @@ from bot.cli.shared import PRIORITIES, add_sweep_options
 from storage.records import TERMINAL, Status
 
 if TYPE_CHECKING:
-    pass
+    from bot.client import AsyncClient, Batch
 
 
 # A sweep's and a comparison's options: vary, seeds, grid ("KEY1,KEY2"), compare.
@@ -119,14 +119,14 @@ async def _submit(template: str, sheet: Path, server: str, token: str, priority:
         return code
 
 
-async def follow(genbot, batch_id: int, total: int) -> int:
+async def follow(genbot: AsyncClient, batch_id: int, total: int) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     with Progress(TextColumn(f"batch {batch_id}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[failed]}"), TimeElapsedColumn(),
                   transient=not sys.stdout.isatty()) as bar:
         task = bar.add_task("", total=total, failed="")
 
-        def shown(b) -> None:
+        def shown(b: Batch) -> None:
             bad = sum(b.counts.get(s, 0) for s in TERMINAL if s != Status.SUCCEEDED)
             bar.update(task, completed=b.done, failed=f"{bad} failed" if bad else "")
         state = await genbot.wait(batch_id, progress=shown)

@@ -11,8 +11,9 @@ import asyncio
 import json
 import shlex
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from bot.cli.shared import LANGS, load_config
 from bot.settings import assets_dir
@@ -20,6 +21,7 @@ from storage import config as cfg
 from templates.settings import ComfyUIConfig, templates_dir
 
 if TYPE_CHECKING:
+    from bot.app.application import App
     from templates.graph import Template
     from templates.loader import TemplateError
 
@@ -197,7 +199,8 @@ def cmd_template_import(args: argparse.Namespace) -> int:
     print(f"wrote {target} and {workflow} (" + ("the workflow, unchanged)" if how ==
                                                  "the API format" else f"from {how})"))
 
-    async def recorded(app, me) -> int:  # imported again: a new version, kept where all see it
+    # Imported again: a new version, kept where all see it.
+    async def recorded(app: App, me: str) -> int:
         return app.templates[name].number
     print(f"{name}@{asyncio.run(_versions(config, recorded))}: its version "
           f"(genbot template history {name})")
@@ -239,7 +242,10 @@ def object_info(url: str) -> dict:
 
 # --- versions (storage.versions): read and moved in the database every host shares ---------
 
-async def _versions(config: cfg.Config, work):
+T = TypeVar("T")
+
+
+async def _versions(config: cfg.Config, work: Callable[[App, str], Awaitable[T]]) -> T:
     """Run `work(app)` on an App whose loaded templates are recorded as versions first
     (what the files say now is a version too)."""
     import getpass
@@ -264,7 +270,7 @@ def cmd_template_history(args: argparse.Namespace) -> int:
     config = load_config(args)
     find_template(config, args.name)
 
-    async def work(app, me):
+    async def work(app: App, me: str) -> int:
         labels: dict[int, list[str]] = {}
         for label in await app.versions.labels(args.name):
             labels.setdefault(label.number, []).append(label.label)
@@ -284,7 +290,7 @@ def cmd_template_diff(args: argparse.Namespace) -> int:
     config = load_config(args)
     find_template(config, args.name)
 
-    async def work(app, me):
+    async def work(app: App, me: str) -> int:
         found = [await app.versions.get(args.name, n) for n in (args.a, args.b)]
         for number, version in zip((args.a, args.b), found, strict=True):
             if version is None:
@@ -306,7 +312,7 @@ def cmd_template_promote(args: argparse.Namespace) -> int:
         return 2
     find_template(config, name)
 
-    async def work(app, me):
+    async def work(app: App, me: str) -> int:
         if await app.versions.get(name, int(number)) is None:
             print(f"genbot: {name} has no version {number} (genbot template history {name})",
                   file=sys.stderr)

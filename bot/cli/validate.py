@@ -6,10 +6,14 @@ import argparse
 import asyncio
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bot.cli.shared import LANGS, load_config
 from bot.cli.templates import find_template
 from bot.settings import IntakeConfig
+
+if TYPE_CHECKING:
+    from bot.intake.check import IntakeReport
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -35,7 +39,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except OSError as e:
         raise SystemExit(f"genbot: cannot read {sheet}: {e.strerror or e}") from None
 
-    async def run():
+    async def run() -> IntakeReport:
         with tempfile.TemporaryDirectory() as tmp:  # validating stores nothing
             return await check_sheet(t, SheetFile(sheet.name, data), config=config,
                                      store=FileStore(Path(tmp)),

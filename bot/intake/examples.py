@@ -12,11 +12,17 @@ from __future__ import annotations
 import asyncio
 import io
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from bot.intake.images import Attachments, folder_attachments, relative_name
 
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
-def picture_names(template) -> list[str]:
+    from templates.graph import Template
+
+
+def picture_names(template: Template) -> list[str]:
     """The relative file names the template's example rows give its image columns."""
     names: list[str] = []
     for p in template.params.values():
@@ -30,7 +36,7 @@ def picture_names(template) -> list[str]:
     return names
 
 
-async def example_pictures(template, assets_dir: Path) -> dict[str, bytes]:
+async def example_pictures(template: Template, assets_dir: Path) -> dict[str, bytes]:
     """Name -> PNG bytes for every picture the template's examples name."""
     assets = folder_attachments(assets_dir)
     out: dict[str, bytes] = {}
@@ -40,7 +46,7 @@ async def example_pictures(template, assets_dir: Path) -> dict[str, bytes]:
     return out
 
 
-def example_attachments(template) -> Attachments:
+def example_attachments(template: Template) -> Attachments:
     """genbot's drawing for a name the template's examples give, asked for last (after
     the files sent with a sheet and the assets folder): an example sheet sent back as
     it is runs. The intake report says when one was used."""
@@ -60,7 +66,7 @@ def drawn(name: str) -> bytes:
     return out.getvalue()
 
 
-def _bottle():
+def _bottle() -> Image:
     from PIL import Image, ImageDraw, ImageFilter
     img = Image.new("RGB", (512, 512))
     draw = ImageDraw.Draw(img)
@@ -73,7 +79,7 @@ def _bottle():
     return img.filter(ImageFilter.GaussianBlur(1))
 
 
-def _chair():
+def _chair() -> Image:
     from PIL import Image, ImageDraw
     img = Image.new("RGB", (512, 512), (220, 222, 226))
     draw = ImageDraw.Draw(img)
@@ -86,7 +92,7 @@ def _chair():
     return img
 
 
-def _card(name: str):
+def _card(name: str) -> Image:
     """A plain card showing the name: an example picture a template names but nobody drew."""
     from PIL import Image, ImageDraw
     img = Image.new("RGB", (512, 512), (200, 205, 215))

@@ -8,12 +8,15 @@ formula a spreadsheet would run.
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.intake.sheets import cell_value, header_for
 
+if TYPE_CHECKING:
+    from templates.graph import Template
 
-def example_rows(template, lang: str = "en") -> list[list[Any]]:
+
+def example_rows(template: Template, lang: str = "en") -> list[list[Any]]:
     """Headers and two example rows, from the template's examples and defaults."""
     params = list(template.params.values())
     out = [[header_for(p, lang) for p in params]]
@@ -50,7 +53,7 @@ def text_cells(sheet: Any) -> None:
                     cell.quotePrefix = True
 
 
-def write_example(template, lang: str = "en") -> bytes:
+def write_example(template: Template, lang: str = "en") -> bytes:
     """An .xlsx with the right headers, two example rows, and a help sheet."""
     import openpyxl
     from openpyxl.styles import Font

@@ -347,7 +347,7 @@ class Handler(CallbackHandler):
         super().__init__()
         self.adapter = adapter
 
-    async def process(self, callback):
+    async def process(self, callback: Any) -> tuple[int, str]:
         self.adapter.handle(callback.data if isinstance(callback.data, dict) else {})
         return AckMessage.STATUS_OK, "OK"
 
