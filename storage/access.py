@@ -16,25 +16,27 @@ from storage.db import Database
 from storage.records import AuditEntry, Grant
 
 SET_GRANT = """
-INSERT INTO grants (platform, user_id, role, granted_by, granted_at) VALUES ($1, $2, $3, $4, $5)
+INSERT INTO grants (platform, user_id, role, granted_by, granted_at)
+VALUES (:platform, :user, :role, :by, :now)
 ON CONFLICT (platform, user_id) DO UPDATE
 SET role = excluded.role, granted_by = excluded.granted_by, granted_at = excluded.granted_at"""
-GRANT_OF = "SELECT role FROM grants WHERE platform = $1 AND user_id = $2"
-REVOKE = "DELETE FROM grants WHERE platform = $1 AND user_id = $2"
+GRANT_OF = "SELECT role FROM grants WHERE platform = :platform AND user_id = :user"
+REVOKE = "DELETE FROM grants WHERE platform = :platform AND user_id = :user"
 GRANTS = ("SELECT platform, user_id, role, granted_by, granted_at FROM grants "
           "ORDER BY platform, user_id")
 
 AUDIT = """
 INSERT INTO audit (at, platform, user_id, conversation, action, allowed, detail)
-VALUES ($1, $2, $3, $4, $5, $6, $7)"""
+VALUES (:now, :platform, :user, :conversation, :action, :allowed, :detail)"""
 AUDIT_RECENT = """
 SELECT at, platform, user_id, conversation, action, allowed, detail FROM audit
-ORDER BY id DESC LIMIT $1"""
+ORDER BY id DESC LIMIT :limit"""
 
 END_SESSION = """
-INSERT INTO ended_sessions (nonce, expires_at) VALUES ($1, $2) ON CONFLICT (nonce) DO NOTHING"""
-SESSION_ENDED = "SELECT 1 AS ended FROM ended_sessions WHERE nonce = $1"
-FORGET_ENDED = "DELETE FROM ended_sessions WHERE expires_at < $1"
+INSERT INTO ended_sessions (nonce, expires_at) VALUES (:nonce, :expires_at)
+ON CONFLICT (nonce) DO NOTHING"""
+SESSION_ENDED = "SELECT 1 AS ended FROM ended_sessions WHERE nonce = :nonce"
+FORGET_ENDED = "DELETE FROM ended_sessions WHERE expires_at < :now"
 
 
 class Access:
@@ -42,14 +44,15 @@ class Access:
         self.db, self.clock = db, clock
 
     async def grant(self, platform: str, user: str, role: str, by: str) -> None:
-        await self.db.execute(SET_GRANT, platform, user, role, by, self.clock())
+        await self.db.execute(SET_GRANT, {"platform": platform, "user": user, "role": role,
+                                          "by": by, "now": self.clock()})
 
     async def granted_role(self, platform: str, user: str) -> str | None:
-        return await self.db.fetchval(GRANT_OF, platform, user)
+        return await self.db.fetchval(GRANT_OF, {"platform": platform, "user": user})
 
     async def revoke(self, platform: str, user: str) -> bool:
         """False: the user had no granted role."""
-        return await self.db.execute(REVOKE, platform, user) > 0
+        return await self.db.execute(REVOKE, {"platform": platform, "user": user}) > 0
 
     async def grants(self) -> list[Grant]:
         return [Grant(r["platform"], r["user_id"], r["role"], r["granted_by"], r["granted_at"])
@@ -57,17 +60,19 @@ class Access:
 
     async def audit(self, *, platform: str, user: str, conversation: str | None, action: str,
                     allowed: bool, **detail: Any) -> None:
-        await self.db.execute(AUDIT, self.clock(), platform, user, conversation, action,
-                              allowed, json.dumps(detail, ensure_ascii=False, default=str))
+        await self.db.execute(AUDIT, {
+            "now": self.clock(), "platform": platform, "user": user,
+            "conversation": conversation, "action": action, "allowed": allowed,
+            "detail": json.dumps(detail, ensure_ascii=False, default=str)})
 
     async def audit_log(self, limit: int = 100) -> list[AuditEntry]:
         """Newest first."""
-        return [AuditEntry.from_row(r) for r in await self.db.fetch(AUDIT_RECENT, limit)]
+        return [AuditEntry.from_row(r) for r in await self.db.fetch(AUDIT_RECENT, {"limit": limit})]
 
     async def end_session(self, nonce: str, expires_at: float) -> None:
         """Refuse this session from now on; forget sessions that have expired anyway."""
-        await self.db.execute(FORGET_ENDED, self.clock())
-        await self.db.execute(END_SESSION, nonce, expires_at)
+        await self.db.execute(FORGET_ENDED, {"now": self.clock()})
+        await self.db.execute(END_SESSION, {"nonce": nonce, "expires_at": expires_at})
 
     async def session_ended(self, nonce: str) -> bool:
-        return await self.db.fetchval(SESSION_ENDED, nonce) is not None
+        return await self.db.fetchval(SESSION_ENDED, {"nonce": nonce}) is not None

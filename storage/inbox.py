@@ -33,23 +33,26 @@ _COLUMNS = ("id, platform, user_id, conversation, message_id, name, size, handle
 RECORD = f"""
 INSERT INTO attachments (platform, user_id, conversation, message_id, name, name_key, size,
                          handle, received_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {_COLUMNS}"""
+VALUES (:platform, :user, :conversation, :message, :name, :name_key, :size, :handle, :now,
+        :expires_at) RETURNING {_COLUMNS}"""
 
-# $1 platform, $2 user, $3 now; newest first.
+# A person's uploads not expired by :now; the statements below add to it (newest first).
 _MINE = f"""
 SELECT {_COLUMNS}, name_key FROM attachments
-WHERE platform = $1 AND user_id = $2 AND expires_at > $3"""
+WHERE platform = :platform AND user_id = :user AND expires_at > :now"""
 
-IN_MESSAGE = _MINE + " AND message_id = $4 ORDER BY received_at DESC, id DESC"
-BY_NAME = (_MINE + " AND name_key = $4"
-           " ORDER BY (conversation = $5) DESC, received_at DESC, id DESC LIMIT 1")
-RECENT_UPLOADS = _MINE + " ORDER BY (conversation = $4) DESC, received_at DESC, id DESC LIMIT $5"
+IN_MESSAGE = _MINE + " AND message_id = :message ORDER BY received_at DESC, id DESC"
+BY_NAME = (_MINE + " AND name_key = :name_key"
+           " ORDER BY (conversation = :conversation) DESC, received_at DESC, id DESC LIMIT 1")
+RECENT_UPLOADS = (_MINE + " ORDER BY (conversation = :conversation) DESC, received_at DESC,"
+                  " id DESC LIMIT :limit")
 
 MESSAGE_FILES = f"""
-SELECT {_COLUMNS} FROM attachments WHERE platform = $1 AND message_id = $2 AND expires_at > $3
+SELECT {_COLUMNS} FROM attachments WHERE platform = :platform AND message_id = :message
+  AND expires_at > :now
 ORDER BY id"""
 
-PURGE = "DELETE FROM attachments WHERE expires_at <= $1"
+PURGE = "DELETE FROM attachments WHERE expires_at <= :now"
 
 
 def name_key(name: str) -> str:
@@ -68,9 +71,10 @@ class Inbox:
     async def record(self, *, platform: str, user: str, conversation: str, name: str, size: int,
                      handle: dict[str, Any], message: str | None = None) -> Upload:
         now = self.clock()
-        row = await self.db.fetchrow(RECORD, platform, user, conversation, message, name,
-                                     name_key(name), size, encoded(handle), now,
-                                     now + self.keep_seconds)
+        row = await self.db.fetchrow(RECORD, {
+            "platform": platform, "user": user, "conversation": conversation,
+            "message": message, "name": name, "name_key": name_key(name), "size": size,
+            "handle": encoded(handle), "now": now, "expires_at": now + self.keep_seconds})
         assert row is not None  # INSERT ... RETURNING gives back the new row
         return Upload.from_row(row)
 
@@ -79,13 +83,16 @@ class Inbox:
         now = self.clock()
         in_message = [] if message is None else [
             Upload.from_row(r)
-            for r in await self.db.fetch(IN_MESSAGE, platform, user, now, message)]
+            for r in await self.db.fetch(IN_MESSAGE, {"platform": platform, "user": user,
+                                                      "now": now, "message": message})]
         if name is not None:
             key = name_key(name)
             same = [u for u in in_message if name_key(u.name) == key]
             if same:
                 return Lookup(same[0])
-            row = await self.db.fetchrow(BY_NAME, platform, user, now, key, conversation)
+            row = await self.db.fetchrow(BY_NAME, {
+                "platform": platform, "user": user, "now": now, "name_key": key,
+                "conversation": conversation})
             if row:
                 return Lookup(Upload.from_row(row))
         else:
@@ -105,14 +112,15 @@ class Inbox:
     async def recent(self, *, platform: str, user: str, conversation: str,
                      limit: int = RECENT) -> list[Upload]:
         """The person's latest uploads, this conversation's first."""
-        return [Upload.from_row(r) for r in await self.db.fetch(
-            RECENT_UPLOADS, platform, user, self.clock(), conversation, limit)]
+        return [Upload.from_row(r) for r in await self.db.fetch(RECENT_UPLOADS, {
+            "platform": platform, "user": user, "now": self.clock(),
+            "conversation": conversation, "limit": limit})]
 
     async def message_files(self, *, platform: str, message: str) -> list[Upload]:
         """Everything sent with one message: the images a sheet's rows may name."""
-        return [Upload.from_row(r) for r in await self.db.fetch(MESSAGE_FILES, platform, message,
-                                                        self.clock())]
+        return [Upload.from_row(r) for r in await self.db.fetch(MESSAGE_FILES, {
+            "platform": platform, "message": message, "now": self.clock()})]
 
     async def purge(self) -> int:
         """Forget uploads past their keep time; returns how many."""
-        return await self.db.execute(PURGE, self.clock())
+        return await self.db.execute(PURGE, {"now": self.clock()})

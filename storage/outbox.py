@@ -33,7 +33,8 @@ MESSAGE_COLUMNS = ("id, key, platform, conversation, thread, kind, payload, stat
 PUT = """
 INSERT INTO outbox (key, platform, conversation, thread, kind, payload, status, attempts,
                     version, next_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, 0, $7, $7, $7)
+VALUES (:key, :platform, :conversation, :thread, :kind, :payload, 'pending', 0, 0, :now, :now,
+        :now)
 ON CONFLICT (key) DO NOTHING RETURNING id"""
 
 # A newer progress state: replace the payload; a sent one goes back to pending (an edit),
@@ -42,7 +43,8 @@ ON CONFLICT (key) DO NOTHING RETURNING id"""
 PUT_PROGRESS = """
 INSERT INTO outbox (key, platform, conversation, thread, kind, payload, status, attempts,
                     version, next_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, 'progress', $5, 'pending', 0, 0, $6, $6, $6)
+VALUES (:key, :platform, :conversation, :thread, 'progress', :payload, 'pending', 0, 0, :now,
+        :now, :now)
 ON CONFLICT (key) DO UPDATE SET payload = excluded.payload, status = 'pending',
   version = outbox.version + 1,
   next_at = CASE WHEN outbox.status = 'pending' OR outbox.next_at > excluded.next_at
@@ -54,61 +56,68 @@ WHERE outbox.status <> 'failed' AND outbox.payload <> excluded.payload"""
 # wait for older messages but hold none up: a throttled edit must not delay images.
 DUE = f"""
 SELECT {MESSAGE_COLUMNS} FROM outbox o
-WHERE platform = $1 AND status = 'pending' AND next_at <= $2
+WHERE platform = :platform AND status = 'pending' AND next_at <= :now
   AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending' AND e.id < o.id
                   AND e.kind <> 'progress'
                   AND e.platform = o.platform AND e.conversation = o.conversation
                   AND COALESCE(e.thread, '') = COALESCE(o.thread, ''))
-ORDER BY id LIMIT $3"""
+ORDER BY id LIMIT :limit"""
 
 # When the platform's next message falls due (the sender sleeps until then).
-NEXT_DUE = "SELECT MIN(next_at) AS t FROM outbox WHERE platform = $1 AND status = 'pending'"
+NEXT_DUE = ("SELECT MIN(next_at) AS t FROM outbox WHERE platform = :platform"
+            " AND status = 'pending'")
 
 # Only the version that was sent: a newer progress state stays pending, to edit it again.
 SENT = """
-UPDATE outbox SET status = 'sent', platform_id = COALESCE($2, platform_id), error = NULL,
-  attempts = attempts + 1, updated_at = $3, next_at = $5
-WHERE id = $1 AND status = 'pending' AND version = $4"""
+UPDATE outbox SET status = 'sent', platform_id = COALESCE(:platform_id, platform_id),
+  error = NULL, attempts = attempts + 1, updated_at = :now, next_at = :until
+WHERE id = :id AND status = 'pending' AND version = :version"""
 KEEP_PLATFORM_ID = """
-UPDATE outbox SET platform_id = COALESCE(platform_id, $2), next_at = $3 WHERE id = $1"""
+UPDATE outbox SET platform_id = COALESCE(platform_id, :platform_id), next_at = :until
+WHERE id = :id"""
 
 RETRY = """
-UPDATE outbox SET attempts = attempts + $5, next_at = $2, error = $3, updated_at = $4
-WHERE id = $1 AND status = 'pending'"""
+UPDATE outbox SET attempts = attempts + :attempts_used, next_at = :retry_at, error = :error,
+  updated_at = :now
+WHERE id = :id AND status = 'pending'"""
 
 FAILED = """
-UPDATE outbox SET status = 'failed', attempts = attempts + 1, error = $2, updated_at = $3
-WHERE id = $1 AND status = 'pending'"""
+UPDATE outbox SET status = 'failed', attempts = attempts + 1, error = :error,
+  updated_at = :now
+WHERE id = :id AND status = 'pending'"""
 
 # Compare-and-set on the next_at and version `due` read: of two senders, one moves it on.
 CLAIM = """
-UPDATE outbox SET next_at = $3 WHERE id = $1 AND status = 'pending' AND next_at = $2
-  AND version = $4"""
+UPDATE outbox SET next_at = :until WHERE id = :id AND status = 'pending'
+  AND next_at = :next_at AND version = :version"""
 # Holding on: only the claimer's own last claim time matches, so a renewal that lands after
 # the send was recorded (a retry time set, or sent) changes nothing.
 RENEW = """
-UPDATE outbox SET next_at = $3 WHERE id = $1 AND status = 'pending' AND next_at = $2"""
+UPDATE outbox SET next_at = :until WHERE id = :id AND status = 'pending'
+  AND next_at = :held"""
 CLAIM_SECONDS = 30.0  # how soon the message of a sender that died mid-send falls due again
 
-MARK = "UPDATE outbox SET platform_id = $2 WHERE id = $1 AND status = 'pending'"
+MARK = "UPDATE outbox SET platform_id = :platform_id WHERE id = :id AND status = 'pending'"
 
-BY_KEY = f"SELECT {MESSAGE_COLUMNS} FROM outbox WHERE key = $1"
+BY_KEY = f"SELECT {MESSAGE_COLUMNS} FROM outbox WHERE key = :key"
 # Which message of ours a platform's id names (a thread someone wrote in, a message they
 # reacted to): the outbox key says what it was about.
 BY_PLATFORM_ID = """
-SELECT key FROM outbox WHERE platform = $1 AND conversation = $2 AND platform_id = $3
+SELECT key FROM outbox WHERE platform = :platform AND conversation = :conversation
+  AND platform_id = :platform_id
 ORDER BY id LIMIT 1"""
 COUNTS = "SELECT status, COUNT(*) AS n FROM outbox GROUP BY status"
-# Messages sent or given up on before $1, $2 at a time (retention).
+# Messages sent or given up on before :before, :limit at a time (retention).
 FORGET_DONE = """
 DELETE FROM outbox WHERE id IN (
-  SELECT id FROM outbox WHERE status IN ('sent', 'failed') AND updated_at < $1 LIMIT $2)"""
+  SELECT id FROM outbox WHERE status IN ('sent', 'failed') AND updated_at < :before
+  LIMIT :limit)"""
 COUNTS_BY_PLATFORM = """
 SELECT platform, status, COUNT(*) AS n FROM outbox GROUP BY platform, status"""
 
-CURSOR = "SELECT seq FROM cursors WHERE name = $1"
+CURSOR = "SELECT seq FROM cursors WHERE name = :name"
 SET_CURSOR = """
-INSERT INTO cursors (name, seq) VALUES ($1, $2)
+INSERT INTO cursors (name, seq) VALUES (:name, :seq)
 ON CONFLICT (name) DO UPDATE SET seq = excluded.seq"""
 
 
@@ -120,18 +129,21 @@ class Outbox:
     async def put(self, key: str, *, platform: str, conversation: str, thread: str | None,
                   kind: str, payload: dict[str, Any]) -> bool:
         """Owe a message. False: one with this key was owed already."""
-        return await self.db.fetchrow(PUT, key, platform, conversation, thread, kind,
-                                      encoded(payload),
-                                      self.clock()) is not None
+        return await self.db.fetchrow(PUT, {
+            "key": key, "platform": platform, "conversation": conversation,
+            "thread": thread, "kind": kind, "payload": encoded(payload),
+            "now": self.clock()}) is not None
 
     async def put_progress(self, key: str, *, platform: str, conversation: str,
                            thread: str | None, payload: dict[str, Any]) -> None:
-        await self.db.execute(PUT_PROGRESS, key, platform, conversation, thread,
-                              encoded(payload), self.clock())
+        await self.db.execute(PUT_PROGRESS, {
+            "key": key, "platform": platform, "conversation": conversation,
+            "thread": thread, "payload": encoded(payload), "now": self.clock()})
 
     async def due(self, platform: str, limit: int = 50) -> list[Message]:
         return [Message.from_row(r)
-                for r in await self.db.fetch(DUE, platform, self.clock(), limit)]
+                for r in await self.db.fetch(DUE, {"platform": platform, "now": self.clock(),
+                                                   "limit": limit})]
 
     async def put_many(self, rows: list[dict[str, Any]],
                        cursor: tuple[str, int] | None = None) -> None:
@@ -141,11 +153,14 @@ class Outbox:
         now = self.clock()
         async with self.db.transaction() as tx:
             for r in rows:
-                await self.db.execute(PUT, r["key"], r["platform"], r["conversation"],
-                                      r["thread"], r["kind"], encoded(r["payload"]), now,
-                                      client=tx)
+                await self.db.execute(PUT, {
+                    "key": r["key"], "platform": r["platform"],
+                    "conversation": r["conversation"], "thread": r["thread"],
+                    "kind": r["kind"], "payload": encoded(r["payload"]), "now": now},
+                    client=tx)
             if cursor is not None:
-                await self.db.execute(SET_CURSOR, *cursor, client=tx)
+                name, seq = cursor
+                await self.db.execute(SET_CURSOR, {"name": name, "seq": seq}, client=tx)
 
     async def claim_many(self, messages: list[Message],
                          seconds: float = CLAIM_SECONDS) -> list[Message]:
@@ -154,7 +169,8 @@ class Outbox:
         mine = []
         async with self.db.transaction() as tx:
             for m in messages:
-                if await self.db.execute(CLAIM, m.id, m.next_at, until, m.version,
+                if await self.db.execute(CLAIM, {"id": m.id, "next_at": m.next_at,
+                                                 "until": until, "version": m.version},
                                          client=tx) > 0:
                     mine.append(m)
         return mine
@@ -163,18 +179,20 @@ class Outbox:
         """Mine to send now, until the time returned; None: another sender took it, or it
         changed since `due`."""
         until = self.clock() + seconds
-        return until if await self.db.execute(CLAIM, message.id, message.next_at, until,
-                                              message.version) > 0 else None
+        return until if await self.db.execute(CLAIM, {
+            "id": message.id, "next_at": message.next_at, "until": until,
+            "version": message.version}) > 0 else None
 
     async def renew(self, message: Message, held: float,
                     seconds: float = CLAIM_SECONDS) -> float | None:
         """Hold the claim that lasts until `held` for longer: the send is still under way.
         None: the claim is no longer this sender's (sent, set to retry, or taken over)."""
         until = self.clock() + seconds
-        return until if await self.db.execute(RENEW, message.id, held, until) > 0 else None
+        return until if await self.db.execute(RENEW, {
+            "id": message.id, "held": held, "until": until}) > 0 else None
 
     async def next_due(self, platform: str) -> float | None:
-        return await self.db.fetchval(NEXT_DUE, platform)
+        return await self.db.fetchval(NEXT_DUE, {"platform": platform})
 
     async def sent(self, message: Message, platform_id: str | None, *, hold: float = 0.0,
                    client: Any = None) -> bool:
@@ -182,16 +200,18 @@ class Outbox:
         newer progress state may edit it. False: a newer progress state came in
         meanwhile; it stays pending and will edit the message sent, after the hold."""
         until = self.clock() + hold
-        if await self.db.execute(SENT, message.id, platform_id, self.clock(),
-                                 message.version, until, client=client) > 0:
+        if await self.db.execute(SENT, {
+                "id": message.id, "platform_id": platform_id, "now": self.clock(),
+                "version": message.version, "until": until}, client=client) > 0:
             return True
-        await self.db.execute(KEEP_PLATFORM_ID, message.id, platform_id, until, client=client)
+        await self.db.execute(KEEP_PLATFORM_ID, {
+            "id": message.id, "platform_id": platform_id, "until": until}, client=client)
         return False
 
     async def mark(self, message: Message, platform_id: str) -> None:
         """Record a first part as posted (a caption sent before its image), so a retry
         posts only the rest."""
-        await self.db.execute(MARK, message.id, platform_id)
+        await self.db.execute(MARK, {"id": message.id, "platform_id": platform_id})
 
     async def retry(self, message: Message, error: str, retry_after: float | None = None, *,
                     wait: float | None = None, client: Any = None) -> None:
@@ -199,23 +219,27 @@ class Outbox:
         message's fault and uses no attempt), else after `wait` seconds or a doubling
         backoff."""
         if retry_after is not None:
-            await self.db.execute(RETRY, message.id, self.clock() + retry_after, error,
-                                  self.clock(), 0, client=client)
+            await self.db.execute(RETRY, {
+                "id": message.id, "retry_at": self.clock() + retry_after, "error": error,
+                "now": self.clock(), "attempts_used": 0}, client=client)
             return
         if wait is None:
             wait = min(self.backoff * 2 ** message.attempts, self.backoff_max)
-        await self.db.execute(RETRY, message.id, self.clock() + wait, error, self.clock(), 1,
-                              client=client)
+        await self.db.execute(RETRY, {
+            "id": message.id, "retry_at": self.clock() + wait, "error": error,
+            "now": self.clock(), "attempts_used": 1}, client=client)
 
     async def failed(self, message: Message, error: str, *, client: Any = None) -> None:
-        await self.db.execute(FAILED, message.id, error, self.clock(), client=client)
+        await self.db.execute(FAILED, {"id": message.id, "error": error, "now": self.clock()},
+                              client=client)
 
     async def key_of(self, platform: str, conversation: str, platform_id: str) -> str | None:
         """The key of the message we posted that the platform calls `platform_id`."""
-        return await self.db.fetchval(BY_PLATFORM_ID, platform, conversation, platform_id)
+        return await self.db.fetchval(BY_PLATFORM_ID, {
+            "platform": platform, "conversation": conversation, "platform_id": platform_id})
 
     async def get(self, key: str) -> Message | None:
-        row = await self.db.fetchrow(BY_KEY, key)
+        row = await self.db.fetchrow(BY_KEY, {"key": key})
         return Message.from_row(row) if row else None
 
     async def forget_done(self, before: float, limit: int = 5000) -> int:
@@ -223,7 +247,7 @@ class Outbox:
         returns how many. (A forgotten message's key could be put again: retention
         keeps months, no retry comes that late.)"""
         total = 0
-        while n := await self.db.execute(FORGET_DONE, before, limit):
+        while n := await self.db.execute(FORGET_DONE, {"before": before, "limit": limit}):
             total += n
         return total
 
@@ -237,8 +261,8 @@ class Outbox:
 
     async def cursor(self, name: str, default: Any = 0) -> Any:
         """The last event seq `name` has handled (`default` before it first read any)."""
-        seq = await self.db.fetchval(CURSOR, name)
+        seq = await self.db.fetchval(CURSOR, {"name": name})
         return default if seq is None else seq
 
     async def advance(self, name: str, seq: int) -> None:
-        await self.db.execute(SET_CURSOR, name, seq)
+        await self.db.execute(SET_CURSOR, {"name": name, "seq": seq})

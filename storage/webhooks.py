@@ -23,50 +23,52 @@ PLATFORM = "webhook:"  # + the endpoint's id: the outbox platform of its deliver
 
 UPSERT = """
 INSERT INTO webhook_endpoints (id, url, kind, description, created_at)
-VALUES ($1, $2, $3, $4, $5)
+VALUES (:id, :url, :kind, :description, :now)
 ON CONFLICT (id) DO UPDATE SET url = excluded.url, description = excluded.description"""
 ENDPOINTS = """
 SELECT id, url, kind, description, disabled_at, disabled_reason, created_at
 FROM webhook_endpoints ORDER BY kind DESC, id"""
 ENDPOINT = """
 SELECT id, url, kind, description, disabled_at, disabled_reason, created_at
-FROM webhook_endpoints WHERE id = $1"""
+FROM webhook_endpoints WHERE id = :id"""
 DISABLE = """
-UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = $3
-WHERE id = $1 AND disabled_at IS NULL"""
+UPDATE webhook_endpoints SET disabled_at = :now, disabled_reason = :reason
+WHERE id = :id AND disabled_at IS NULL"""
 ENABLE = """
 UPDATE webhook_endpoints SET disabled_at = NULL, disabled_reason = NULL
-WHERE id = $1 AND disabled_at IS NOT NULL"""
+WHERE id = :id AND disabled_at IS NOT NULL"""
 # A disabled endpoint's deliveries still owed fail with it: they would only meet 410 again.
 FAIL_OWED = """
-UPDATE outbox SET status = 'failed', error = $2, updated_at = $3
-WHERE platform = $1 AND status = 'pending'"""
+UPDATE outbox SET status = 'failed', error = :reason, updated_at = :now
+WHERE platform = :platform AND status = 'pending'"""
 
 _COLUMNS = f"{MESSAGE_COLUMNS}, created_at, updated_at"
 # Every webhook platform sorts between 'webhook:' and 'webhook;' (';' follows ':').
 DELIVERIES = f"""
 SELECT {_COLUMNS} FROM outbox
 WHERE platform >= 'webhook:' AND platform < 'webhook;' {{where}}
-ORDER BY id DESC LIMIT $1"""
-FILTERS = {"endpoint": "AND platform = ${n}", "status": "AND status = ${n}",
-           "before": "AND id < ${n}"}
+ORDER BY id DESC LIMIT :limit"""
+# A filter of DELIVERIES, by the parameter it takes.
+FILTERS = {"platform": "AND platform = :platform", "status": "AND status = :status",
+           "before_id": "AND id < :before_id"}
 DELIVERY = f"""
 SELECT {_COLUMNS} FROM outbox
-WHERE id = $1 AND platform >= 'webhook:' AND platform < 'webhook;'"""
+WHERE id = :id AND platform >= 'webhook:' AND platform < 'webhook;'"""
 # Sent again as it was, under the same webhook-id: the receiver dedupes if it had it.
 REDELIVER = """
-UPDATE outbox SET status = 'pending', next_at = $2, error = NULL, updated_at = $2
-WHERE id = $1 AND status <> 'pending'"""
+UPDATE outbox SET status = 'pending', next_at = :now, error = NULL, updated_at = :now
+WHERE id = :id AND status <> 'pending'"""
 # An endpoint's deliveries due now, oldest first. Unlike chat messages (storage.outbox.DUE)
 # they keep no order among themselves: one being retried holds none of the others back.
 DUE = f"""
 SELECT {MESSAGE_COLUMNS} FROM outbox
-WHERE platform = $1 AND status = 'pending' AND next_at <= $2 ORDER BY id LIMIT $3"""
+WHERE platform = :platform AND status = 'pending' AND next_at <= :now
+ORDER BY id LIMIT :limit"""
 # Endpoints with a delivery due now (callback endpoints come and go with submissions).
 DUE_ENDPOINTS = """
 SELECT DISTINCT platform FROM outbox
 WHERE platform >= 'webhook:' AND platform < 'webhook;' AND status = 'pending'
-  AND next_at <= $1"""
+  AND next_at <= :now"""
 COUNTS = """
 SELECT platform, status, COUNT(*) AS n FROM outbox
 WHERE platform >= 'webhook:' AND platform < 'webhook;' GROUP BY platform, status"""
@@ -122,13 +124,14 @@ class Webhooks:
     async def register(self, endpoint_id: str, url: str, kind: str, description: str = "") -> None:
         """Remember an endpoint (again: its address and description are brought up to date;
         whether it is disabled is kept)."""
-        await self.db.execute(UPSERT, endpoint_id, url, kind, description, self.clock())
+        await self.db.execute(UPSERT, {"id": endpoint_id, "url": url, "kind": kind,
+                                       "description": description, "now": self.clock()})
 
     async def endpoints(self) -> list[Endpoint]:
         return [Endpoint.from_row(r) for r in await self.db.fetch(ENDPOINTS)]
 
     async def endpoint(self, endpoint_id: str) -> Endpoint | None:
-        row = await self.db.fetchrow(ENDPOINT, endpoint_id)
+        row = await self.db.fetchrow(ENDPOINT, {"id": endpoint_id})
         return Endpoint.from_row(row) if row else None
 
     async def disable(self, endpoint_id: str, reason: str) -> bool:
@@ -136,42 +139,45 @@ class Webhooks:
         disabled already."""
         now = self.clock()
         async with self.db.transaction() as tx:
-            if await self.db.execute(DISABLE, endpoint_id, now, reason, client=tx) == 0:
+            if await self.db.execute(DISABLE, {"id": endpoint_id, "now": now, "reason": reason},
+                                     client=tx) == 0:
                 return False
-            await self.db.execute(FAIL_OWED, PLATFORM + endpoint_id, reason, now, client=tx)
+            await self.db.execute(FAIL_OWED, {"platform": PLATFORM + endpoint_id,
+                                              "reason": reason, "now": now}, client=tx)
         return True
 
     async def enable(self, endpoint_id: str) -> bool:
-        return await self.db.execute(ENABLE, endpoint_id) > 0
+        return await self.db.execute(ENABLE, {"id": endpoint_id}) > 0
 
     async def deliveries(self, *, endpoint: str | None = None, status: str | None = None,
                          before: int | None = None, limit: int = 50) -> list[Delivery]:
         """Newest first; `before`: the id the previous page ended at."""
         where: list[str] = []
-        args: list[Any] = [limit]
-        for name, value in (("endpoint", PLATFORM + endpoint if endpoint else None),
-                            ("status", status), ("before", before)):
+        params: dict[str, Any] = {"limit": limit}
+        for name, value in (("platform", PLATFORM + endpoint if endpoint else None),
+                            ("status", status), ("before_id", before)):
             if value is not None:
-                args.append(value)
-                where.append(FILTERS[name].format(n=len(args)))
-        rows = await self.db.fetch(DELIVERIES.format(where=" ".join(where)), *args)
+                params[name] = value
+                where.append(FILTERS[name])
+        rows = await self.db.fetch(DELIVERIES.format(where=" ".join(where)), params)
         return [Delivery.from_row(r) for r in rows]
 
     async def delivery(self, delivery_id: int) -> Delivery | None:
-        row = await self.db.fetchrow(DELIVERY, delivery_id)
+        row = await self.db.fetchrow(DELIVERY, {"id": delivery_id})
         return Delivery.from_row(row) if row else None
 
     async def redeliver(self, delivery_id: int) -> bool:
         """Owe it again, due now, with its webhook-id. False: it is still owed."""
-        return await self.db.execute(REDELIVER, delivery_id, self.clock()) > 0
+        return await self.db.execute(REDELIVER, {"id": delivery_id, "now": self.clock()}) > 0
 
     async def due(self, endpoint_id: str, limit: int) -> list[Message]:
         return [Message.from_row(r) for r in
-                await self.db.fetch(DUE, PLATFORM + endpoint_id, self.clock(), limit)]
+                await self.db.fetch(DUE, {"platform": PLATFORM + endpoint_id,
+                                          "now": self.clock(), "limit": limit})]
 
     async def due_endpoints(self) -> list[str]:
         return sorted(endpoint_of(r["platform"]) or "" for r in
-                      await self.db.fetch(DUE_ENDPOINTS, self.clock()))
+                      await self.db.fetch(DUE_ENDPOINTS, {"now": self.clock()}))
 
     async def counts(self) -> dict[tuple[str, str], int]:
         """(endpoint id, status) -> deliveries."""

@@ -21,22 +21,24 @@ from storage.records import WorkerInfo, encoded
 BEAT = """
 INSERT INTO workers (id, host, pid, device, version, state, job_id, memory_total, memory_used,
                      models, allow, stats, started_at, seen_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+VALUES (:worker, :host, :pid, :device, :version, :state, :job, :memory_total, :memory_used,
+        :models, :allow, :stats, :started_at, :now)
 ON CONFLICT (id) DO UPDATE SET state = excluded.state, job_id = excluded.job_id,
   memory_total = excluded.memory_total, memory_used = excluded.memory_used,
   models = excluded.models, allow = excluded.allow, stats = excluded.stats,
   seen_at = excluded.seen_at"""
-STOPPED = "UPDATE workers SET state = 'stopped', job_id = NULL, seen_at = $2 WHERE id = $1"
+STOPPED = "UPDATE workers SET state = 'stopped', job_id = NULL, seen_at = :now WHERE id = :worker"
 # Silent past the deadline: lost. RETURNING lets the caller log each one once. (The
 # SELECT first: reading the registry should not take the write lock when none is lost.)
-ANY_SILENT = "SELECT 1 AS x FROM workers WHERE state IN ('idle', 'busy') AND seen_at < $1 LIMIT 1"
+ANY_SILENT = ("SELECT 1 AS x FROM workers WHERE state IN ('idle', 'busy') AND seen_at < :before"
+              " LIMIT 1")
 LOSE = """
-UPDATE workers SET state = 'lost' WHERE state IN ('idle', 'busy') AND seen_at < $1
+UPDATE workers SET state = 'lost' WHERE state IN ('idle', 'busy') AND seen_at < :before
 RETURNING id, job_id, seen_at"""
-LOST_EVENT = "INSERT INTO events (at, kind, data) VALUES ($1, 'worker_lost', $2)"
+LOST_EVENT = "INSERT INTO events (at, kind, data) VALUES (:now, 'worker_lost', :data)"
 ALL = "SELECT * FROM workers ORDER BY started_at, id"
 # Stopped and lost workers are forgotten after a while; live ones never.
-FORGET = "DELETE FROM workers WHERE state IN ('stopped', 'lost') AND seen_at < $1"
+FORGET = "DELETE FROM workers WHERE state IN ('stopped', 'lost') AND seen_at < :before"
 
 STATES = ("idle", "busy", "stopped", "lost")
 
@@ -64,14 +66,15 @@ class Workers:
                    started_at: float | None = None) -> None:
         """I am alive, and this is me now (busy when `job` is set)."""
         now = self.clock()
-        await self.db.execute(
-            BEAT, worker, host, pid, device, version, "busy" if job else "idle", job,
-            memory_total, memory_used, encoded(list(models)),
-            None if allow is None else encoded(list(allow)), encoded(stats or {}),
-            started_at or now, now)
+        await self.db.execute(BEAT, {
+            "worker": worker, "host": host, "pid": pid, "device": device, "version": version,
+            "state": "busy" if job else "idle", "job": job, "memory_total": memory_total,
+            "memory_used": memory_used, "models": encoded(list(models)),
+            "allow": None if allow is None else encoded(list(allow)),
+            "stats": encoded(stats or {}), "started_at": started_at or now, "now": now})
 
     async def stopped(self, worker: str) -> None:
-        await self.db.execute(STOPPED, worker, self.clock())
+        await self.db.execute(STOPPED, {"worker": worker, "now": self.clock()})
 
     async def all(self) -> list[WorkerInfo]:
         """Every known worker, oldest first, the silent ones marked lost first."""
@@ -81,15 +84,15 @@ class Workers:
     async def sweep(self) -> list[str]:
         """Mark workers silent for `lost_after` seconds lost; returns their names."""
         now = self.clock()
-        if not await self.db.fetchrow(ANY_SILENT, now - self.lost_after):
+        if not await self.db.fetchrow(ANY_SILENT, {"before": now - self.lost_after}):
             return []
         async with self.db.transaction() as tx:
-            lost = await self.db.fetch(LOSE, now - self.lost_after, client=tx)
+            lost = await self.db.fetch(LOSE, {"before": now - self.lost_after}, client=tx)
             for row in lost:
-                await self.db.execute(LOST_EVENT, now, encoded(
-                    {"worker": row["id"], "job": row["job_id"], "seen_at": row["seen_at"]}),
+                await self.db.execute(LOST_EVENT, {"now": now, "data": encoded(
+                    {"worker": row["id"], "job": row["job_id"], "seen_at": row["seen_at"]})},
                     client=tx)
         return [row["id"] for row in lost]
 
     async def forget(self, before: float) -> int:
-        return await self.db.execute(FORGET, before)
+        return await self.db.execute(FORGET, {"before": before})
