@@ -281,8 +281,9 @@ def _to_sqlite(sql: str) -> str:
     return re.sub(r"\$(\d+)", r"?\1", sql)
 
 
-# A :name parameter, outside quoted text, comments and PostgreSQL's ::casts.
-_NAMED = re.compile(r"'(?:[^']|'')*'|--[^\n]*|::|:([A-Za-z_]\w*)")
+# A :name parameter, outside quoted text and identifiers, comments and PostgreSQL's ::casts.
+_NAMED = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|/\*.*?\*/|::|:([A-Za-z_]\w*)""",
+                    re.DOTALL)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -76,10 +76,11 @@ def test_check_config_and_the_start_up_line_hide_the_password(tmp_path, capsys):
 def test_named_parameters_are_numbered_once_by_first_use_for_each_backend():
     from storage.db import named
     sql = ("SELECT CAST(:n AS bigint)::text, ':not' AS quoted, 'it''s :also not' -- :nor\n"
-           "WHERE a = :owner AND b = :n AND c = :owner_id")
+           'AS "a :name" /* :nor\n this */ WHERE a = :owner AND b = :n AND c = :owner_id')
     assert named(sql, "postgres") == (
         "SELECT CAST($1 AS bigint)::text, ':not' AS quoted, 'it''s :also not' -- :nor\n"
-        "WHERE a = $2 AND b = $1 AND c = $3", ("n", "owner", "owner_id"))
+        'AS "a :name" /* :nor\n this */ WHERE a = $2 AND b = $1 AND c = $3',
+        ("n", "owner", "owner_id"))
     assert named(sql, "sqlite")[0].endswith("a = ?2 AND b = ?1 AND c = ?3")
 
 

@@ -69,3 +69,18 @@ def test_the_queue_sql_names_states_only_through_the_registry():
     spelled = [m.group(0) for m in re.finditer(r"'(\w+)'", source) if m.group(1) in set(Status)]
     assert spelled == [], spelled
     assert source.count("{cancel_wins}") >= 4  # done, failed, handed back, lease run out
+
+
+def test_product_sql_names_its_parameters():
+    """Statements take :name parameters (storage.db.named); $1 is for ad-hoc SQL only (a
+    test, the driver-level migration lock in storage/db.py)."""
+    import re
+    numbered = []
+    for root in ("bot", "executor", "storage", "templates"):
+        for path in sorted((ROOT / root).rglob("*.py")):
+            if "migrations" in path.parts or path == ROOT / "storage" / "db.py":
+                continue
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if re.search(r"\$\d", line):
+                    numbered.append(f"{path.relative_to(ROOT)}:{n}")
+    assert numbered == [], numbered
