@@ -504,7 +504,7 @@ def template_from(name: str, number: int, hash: str, content: dict[str, Any]) ->
     data, workflow = content.get("template"), content.get("workflow")
     file = f"{name}@{number}"
     if isinstance(data, dict) and data.get("engine") == comfy.ENGINE:
-        t = _Loader(file).load_comfy(data, name, Path("."), stored=workflow or {})
+        t = _Loader(file).load_comfy(data, name, Path(), stored=workflow or {})
     else:
         t = _Loader(file).load(data, name)
     return replace(t, version=hash, number=number, source=data)
