@@ -26,7 +26,7 @@ import contextlib
 import hashlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
@@ -156,7 +156,7 @@ def _check(name: str, source: str) -> None:
 
 
 @contextlib.contextmanager
-def _online():
+def _online() -> Iterator[None]:
     """A pull is the one time genbot goes online: HF_HUB_OFFLINE (set for the executor, or
     by people who run offline) must not stop what was asked for explicitly. The library
     reads the variable once, at import, into this constant."""
