@@ -15,10 +15,15 @@ import asyncio
 import sys
 import time
 from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 from executor.settings import add_lifetime_options
 from storage import config as cfg
 from templates.settings import models, models_dir
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -211,16 +216,17 @@ class _PullProgress:
         self.tty = sys.stdout.isatty()
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                             TransferSpeedColumn(), disable=not self.tty)
-        self.tasks: dict[str, object] = {}
+        self.tasks: dict[str, TaskID] = {}
         self.bar.__enter__()
         return self
 
     def update(self, file: str, done: int, total: int | None) -> None:
         if file not in self.tasks:
             self.tasks[file] = self.bar.add_task(file, total=total)
-        self.bar.update(self.tasks[file], completed=done, total=total)  # type: ignore[arg-type]
+        self.bar.update(self.tasks[file], completed=done, total=total)
         if not self.tty and total is not None and done >= total:
             print(f"  {file}: {done / 2**20:.1f} MB", flush=True)
 
-    def __exit__(self, *exc) -> None:
-        self.bar.__exit__(*exc)
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.bar.__exit__(kind, error, traceback)

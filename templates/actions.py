@@ -38,7 +38,7 @@ import msgspec
 
 from templates.binding import bind, safe_output_name
 from templates.jobs import BoundJob, ComfyJob, DiffusersJob, Step
-from templates.params import Problem, coerce, draw_seed
+from templates.params import Param, Problem, coerce, draw_seed
 from templates.signatures import OPS
 from templates.size_rules import Scaled, SizeRule
 
@@ -232,7 +232,7 @@ def _tagged(name: str, tag: str) -> str:
     return safe_output_name(str(path.with_name(f"{path.stem}_{tag}{path.suffix}")))
 
 
-def _param(t: Template, key: str):
+def _param(t: Template, key: str) -> Param:
     found = t.param_for(key)
     if found is None:
         raise Problem("edit_unknown", key=key, names=", ".join(t.params))

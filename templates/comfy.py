@@ -262,18 +262,49 @@ def import_workflow(data: Any, file: str, name: str, info: dict[str, Any] | None
     steps); an input holding another value gets a column of its own, so an empty cell
     leaves each node as the workflow has it."""
     prompt = read_workflow(data, file)
-    params: dict[str, dict[str, Any]] = {}
-    nodes: dict[str, list[str]] = {}  # column -> the node ids it sets, for `said`
-    bound: set[tuple[str, str]] = set()
+    columns = _Columns(prompt, file, info)
+    for nid, node in prompt.items():  # the samplers' columns first: prompt, seed, steps …
+        if node["class_type"] in SAMPLERS:
+            columns.sampler(nid)
+    for nid in prompt:
+        columns.loader_or_input(nid)
+    if not columns.params:
+        raise WorkflowError(f"{file}: {NOTHING_TO_BIND}")
+    template = {"name": name, "engine": ENGINE, "workflow": f"{name}.workflow.json",
+                "description": f"ComfyUI workflow imported from {Path(file).name}",
+                "params": columns.params, "output": "{row}.png"}
+    return template, columns.said()
 
-    def bind(column: str, spec: dict[str, Any], node: str, inp: str) -> None:
-        if (node, inp) in bound:  # one input, one column
+
+class _Columns:
+    """The columns an import makes of one workflow, as they are guessed node by node: each
+    parameter's spec with its "to" bindings, and which node each binding sets."""
+
+    def __init__(self, prompt: dict[str, Any], file: str, info: dict[str, Any] | None) -> None:
+        self.prompt, self.file, self.info = prompt, file, info
+        self.params: dict[str, dict[str, Any]] = {}
+        self.nodes: dict[str, list[str]] = {}  # column -> the node ids it sets, for `said`
+        self.bound: set[tuple[str, str]] = set()
+
+    def said(self) -> list[str]:
+        """One line per column, for the person importing: what it sets, by node title."""
+        return [f"{column} ({spec['type']}) → "
+                + ", ".join(f"{shown(to)} [{shown(_title(self.prompt, node))}]"
+                            for to, node in zip(spec["to"], self.nodes[column]))
+                for column, spec in self.params.items()]
+
+    def bind(self, column: str, spec: dict[str, Any], node: str, inp: str) -> None:
+        """Bind a node input to a column: one input, one column; a column that already sets
+        an input holding another value is not reused (an empty cell must leave each node
+        as the workflow has it), and one that is takes the range both inputs allow."""
+        if (node, inp) in self.bound:  # one input, one column
             return
+        params = self.params
         if column in params and "default" in spec \
                 and params[column].get("default") != spec["default"]:
             column = _column(column, params, node)  # another value: its own column
         if column not in params:
-            params[column], nodes[column] = {**spec, "to": []}, []
+            params[column], self.nodes[column] = {**spec, "to": []}, []
         else:  # the range every input it sets allows
             have = params[column]
             if "min" in spec:
@@ -281,13 +312,13 @@ def import_workflow(data: Any, file: str, name: str, info: dict[str, Any] | None
             if "max" in spec:
                 have["max"] = min(have.get("max", spec["max"]), spec["max"])
         params[column]["to"].append(f"{node}.{inp}")
-        nodes[column].append(node)
-        bound.add((node, inp))
+        self.nodes[column].append(node)
+        self.bound.add((node, inp))
 
-    def number(column: str, kind: str, node: str, inp: str, help_: str) -> None:
+    def number(self, column: str, kind: str, node: str, inp: str, help_: str) -> None:
         """A number column with the range ComfyUI (or the server) allows for that input."""
-        value, cls = prompt[node]["inputs"][inp], prompt[node]["class_type"]
-        limits = object_info_limits(info, cls, inp) if info is not None else None
+        value, cls = self.prompt[node]["inputs"][inp], self.prompt[node]["class_type"]
+        limits = object_info_limits(self.info, cls, inp) if self.info is not None else None
         source = "the server"
         if limits is None:
             limits, source = COMFY_LIMITS.get(cls, {}).get(inp), "ComfyUI"
@@ -295,97 +326,109 @@ def import_workflow(data: Any, file: str, name: str, info: dict[str, Any] | None
         if limits is not None:
             low, high, step = limits
             if not low <= value <= high:
-                raise WorkflowError(f"{file}: node {shown(node)} ({shown(cls)}): {inp} is "
+                raise WorkflowError(f"{self.file}: node {shown(node)} ({shown(cls)}): {inp} is "
                                     f"{value}, outside the {low:g}..{high:g} {source} allows")
             bounds = {"min": math.ceil(low), "max": math.floor(high)} if kind == "int" \
                 else {"min": float(low), "max": float(high)}
             if kind == "int" and step and step > 1:
                 help_ += f" (a multiple of {step:g})"
         spec = {"type": kind, **bounds, "default": value, "help": help_}
-        bind(column, spec, node, inp)
+        self.bind(column, spec, node, inp)
 
-    def choice(kind: str, inp: str, value: str, help_: str) -> dict[str, Any]:
+    def choice(self, kind: str, inp: str, value: str, help_: str) -> dict[str, Any]:
         """A choice column: of the files the server lists for that input (its /object_info)
         — the workflow's own the default where the server has it — else of that one."""
-        listed = object_info_choices(info, kind, inp) if info is not None else None
+        listed = object_info_choices(self.info, kind, inp) if self.info is not None else None
         if not listed:
             return {"type": "choice", "choices": [value], "default": value,
                     "help": f"{help_} (add the others to choices)"}
         return {"type": "choice", "choices": listed, "help": help_,
                 **({"default": value} if value in listed else {"required": True})}
 
-    def text_node(link: Any) -> str | None:
+    def text_node(self, link: Any) -> str | None:
         """The CLIPTextEncode-like node whose text feeds a conditioning link."""
-        if not is_link(link) or link[0] not in prompt:
+        if not is_link(link) or link[0] not in self.prompt:
             return None
-        text = prompt[link[0]]["inputs"].get("text")
+        text = self.prompt[link[0]]["inputs"].get("text")
         return link[0] if isinstance(text, str) else None
 
-    samplers = [nid for nid, n in prompt.items() if n["class_type"] in SAMPLERS]
-    for nid in samplers:
-        inputs = prompt[nid]["inputs"]
-        positive, negative = text_node(inputs.get("positive")), text_node(inputs.get("negative"))
+    def sampler(self, nid: str) -> None:
+        """A sampler's columns: the prompts feeding it, then its own settings."""
+        inputs = self.prompt[nid]["inputs"]
+        positive = self.text_node(inputs.get("positive"))
+        negative = self.text_node(inputs.get("negative"))
         if positive:
-            bind("prompt", {"type": "text", "required": True,
-                            "help": "What to make (the positive prompt)",
-                            "example": prompt[positive]["inputs"]["text"].strip()},
-                 positive, "text")
+            self.bind("prompt", {"type": "text", "required": True,
+                                 "help": "What to make (the positive prompt)",
+                                 "example": self.prompt[positive]["inputs"]["text"].strip()},
+                      positive, "text")
         if negative and negative != positive:
-            bind("negative", {"type": "text", "default": prompt[negative]["inputs"]["text"],
-                              "help": "What to avoid (the negative prompt)"}, negative, "text")
+            self.bind("negative", {"type": "text",
+                                   "default": self.prompt[negative]["inputs"]["text"],
+                                   "help": "What to avoid (the negative prompt)"},
+                      negative, "text")
+        self.sampler_settings(nid)
+
+    def sampler_settings(self, nid: str) -> None:
+        """A sampler's seed, steps, cfg, sampling method and schedule (where the server
+        lists them) and, for img2img, its strength."""
+        inputs = self.prompt[nid]["inputs"]
         for key in ("seed", "noise_seed"):
             if _whole(inputs.get(key)):
-                bind("seed", {"type": "seed", "help": "Empty: a random seed, stored with the "
-                              "job"}, nid, key)
+                self.bind("seed", {"type": "seed", "help": "Empty: a random seed, stored with "
+                                   "the job"}, nid, key)
         if _whole(inputs.get("steps")):
-            number("steps", "int", nid, "steps", "Sampling steps")
+            self.number("steps", "int", nid, "steps", "Sampling steps")
         if _finite(inputs.get("cfg")):
-            number("cfg", "float", nid, "cfg", "Guidance (CFG)")
+            self.number("cfg", "float", nid, "cfg", "Guidance (CFG)")
         for key, column, what in (("sampler_name", "sampler", "Sampling method"),
                                   ("scheduler", "scheduler", "Noise schedule")):
-            listed = object_info_choices(info, prompt[nid]["class_type"], key) \
-                if info is not None else None  # (only where the server says what there is)
+            listed = object_info_choices(self.info, self.prompt[nid]["class_type"], key) \
+                if self.info is not None else None  # (only where the server says what there is)
             if listed and isinstance(inputs.get(key), str) and inputs[key] in listed:
-                bind(column, {"type": "choice", "choices": listed, "default": inputs[key],
-                              "help": what}, nid, key)
+                self.bind(column, {"type": "choice", "choices": listed, "default": inputs[key],
+                                   "help": what}, nid, key)
         if _finite(inputs.get("denoise")) and inputs["denoise"] < 1:  # img2img: its strength
-            number("denoise", "float", nid, "denoise",
-                   "How much of the picture is redrawn (0: none, 1: all)")
-    for nid, node in prompt.items():
-        inputs, kind = node["inputs"], node["class_type"]
+            self.number("denoise", "float", nid, "denoise",
+                        "How much of the picture is redrawn (0: none, 1: all)")
+
+    def loader_or_input(self, nid: str) -> None:
+        """The columns of a node that is not a sampler: a latent's size, a picture to load,
+        a checkpoint, a LoRA."""
+        inputs, kind = self.prompt[nid]["inputs"], self.prompt[nid]["class_type"]
         if kind in ("EmptyLatentImage", "EmptySD3LatentImage"):
             for key in ("width", "height"):
                 if _whole(inputs.get(key)):
-                    number(key, "int", nid, key, f"Image {key} in pixels")
+                    self.number(key, "int", nid, key, f"Image {key} in pixels")
         elif kind == "LoadImage" and isinstance(inputs.get("image"), str):
-            titled = _titled(prompt, nid, "image")  # its own title, while no column has it
-            taken = {normalize_header(c) for c in params}
-            bind(titled if titled != "image" and normalize_header(titled) not in taken
-                 else _column("image", params, nid), {
-                "type": "image", "required": True,
-                "help": f"The picture for {shown(_title(prompt, nid))}",
-                "example": inputs["image"]}, nid, "image")
+            self.load_image(nid)
         elif isinstance(inputs.get("ckpt_name"), str):
-            bind(_column("checkpoint", params, nid), choice(
+            self.bind(_column("checkpoint", self.params, nid), self.choice(
                 kind, "ckpt_name", inputs["ckpt_name"], "The checkpoint file on the ComfyUI "
                 "server"), nid, "ckpt_name")
         if kind == "LoraLoader" and isinstance(inputs.get("lora_name"), str):
-            column = _column("lora", params, nid)
-            bind(column, choice(kind, "lora_name", inputs["lora_name"],
-                                "The LoRA file on the ComfyUI server"), nid, "lora_name")
-            if _finite(inputs.get("strength_model")):
-                number(_column(f"{column}_strength", params), "float", nid, "strength_model",
-                       "How strongly the LoRA applies")
-    if not params:
-        raise WorkflowError(f"{file}: {NOTHING_TO_BIND}")
-    said = [f"{column} ({spec['type']}) → "
-            + ", ".join(f"{shown(to)} [{shown(_title(prompt, node))}]"
-                        for to, node in zip(spec["to"], nodes[column]))
-            for column, spec in params.items()]
-    template = {"name": name, "engine": ENGINE, "workflow": f"{name}.workflow.json",
-                "description": f"ComfyUI workflow imported from {Path(file).name}",
-                "params": params, "output": "{row}.png"}
-    return template, said
+            self.lora(nid)
+
+    def load_image(self, nid: str) -> None:
+        """A LoadImage's picture: a column named by the node's title while no column has
+        it, so that a sheet's header says which picture it is."""
+        titled = _titled(self.prompt, nid, "image")
+        taken = {normalize_header(c) for c in self.params}
+        self.bind(titled if titled != "image" and normalize_header(titled) not in taken
+                  else _column("image", self.params, nid), {
+                      "type": "image", "required": True,
+                      "help": f"The picture for {shown(_title(self.prompt, nid))}",
+                      "example": self.prompt[nid]["inputs"]["image"]}, nid, "image")
+
+    def lora(self, nid: str) -> None:
+        """A LoraLoader's file and, beside it, how strongly it applies."""
+        inputs = self.prompt[nid]["inputs"]
+        column = _column("lora", self.params, nid)
+        self.bind(column, self.choice("LoraLoader", "lora_name", inputs["lora_name"],
+                                      "The LoRA file on the ComfyUI server"), nid, "lora_name")
+        if _finite(inputs.get("strength_model")):
+            self.number(_column(f"{column}_strength", self.params), "float", nid,
+                        "strength_model", "How strongly the LoRA applies")
 
 
 def _whole(value: Any) -> bool:

@@ -118,20 +118,53 @@ def to_api(data: dict[str, Any], info: dict[str, Any], file: str) -> dict[str, A
     subgraphs = {g["id"]: g for g in listed or [] if isinstance(g, dict) and "id" in g}
     top = Scope("", {n["id"]: n for n in data["nodes"] if isinstance(n, dict) and "id" in n},
                 _links(data.get("links")))
+    conversion = _Conversion(info, subgraphs, file)
+    conversion.add(top)
+    if not conversion.prompt:
+        raise WorkflowError(f"{file}: no node runs (every node is muted, bypassed or a note)")
+    return conversion.prompt
 
-    def inner(scope: Scope, node: dict[str, Any], depth: int = 0) -> Scope:
+
+Seen = frozenset[tuple[str, Any]]  # the links (scope prefix, link id) a search has followed
+
+
+class _Conversion:
+    """One UI-format workflow becoming a prompt: what every node's conversion needs (the
+    server's node classes, the workflow's subgraphs, the file's name for messages) and
+    the prompt as it grows."""
+
+    def __init__(self, info: dict[str, Any], subgraphs: dict[Any, dict[str, Any]],
+                 file: str) -> None:
+        self.info, self.subgraphs, self.file = info, subgraphs, file
+        self.prompt: dict[str, Any] = {}
+
+    def add(self, scope: Scope, depth: int = 0) -> None:
+        """The nodes of a scope that run, into the prompt; a subgraph instance's own."""
+        for node_id, node in scope.nodes.items():
+            cls = node.get("type")
+            if cls in self.subgraphs:
+                if node.get("mode") not in (MUTED, BYPASSED):
+                    self.add(self.inner(scope, node, depth), depth + 1)
+                continue
+            if cls in VIRTUAL or node.get("mode") in (MUTED, BYPASSED):
+                continue
+            self.prompt[f"{scope.prefix}{node_id}"] = self.api_node(scope, node)
+
+    def inner(self, scope: Scope, node: dict[str, Any], depth: int = 0) -> Scope:
+        """The scope of the subgraph that instance `node` unpacks; a bound on nesting keeps
+        a subgraph that contains itself from going on for ever."""
         if depth > 16:
-            raise WorkflowError(f"{file}: subgraphs nested more than 16 deep")
-        graph = subgraphs[node["type"]]
+            raise WorkflowError(f"{self.file}: subgraphs nested more than 16 deep")
+        graph = self.subgraphs[node["type"]]
         return Scope(f"{scope.prefix}{node['id']}:",
                      {n["id"]: n for n in graph.get("nodes") or [] if isinstance(n, dict)},
                      _links(graph.get("links")), scope, node)
 
-    def promoted(instance: dict[str, Any], slot: int) -> Any:
+    def promoted(self, instance: dict[str, Any], slot: int) -> Any:
         """The value an instance's own widgets give subgraph input `slot`, where its saved
         values line up one to one with the subgraph's widget inputs; else KEEP (frontends
         have saved these differently: the inner node's own value is then what runs)."""
-        graph = subgraphs[instance["type"]]
+        graph = self.subgraphs[instance["type"]]
         kinds = [i.get("type") if isinstance(i, dict) else None
                  for i in graph.get("inputs") or []]
         widget_slots = [n for n, k in enumerate(kinds) if k in WIDGET_TYPES or
@@ -142,7 +175,7 @@ def to_api(data: dict[str, Any], info: dict[str, Any], file: str) -> dict[str, A
             return values[widget_slots.index(slot)]
         return KEEP
 
-    def origin(scope: Scope, link_id: Any, seen: frozenset = frozenset()) -> Any:
+    def origin(self, scope: Scope, link_id: Any, seen: Seen = frozenset()) -> Any:
         """What feeds a link: [node id, slot], a literal (a primitive's or a promoted
         widget's value), KEEP, or None (a muted node, a dangling link)."""
         if link_id is None or link_id not in scope.links or (scope.prefix, link_id) in seen:
@@ -150,98 +183,113 @@ def to_api(data: dict[str, Any], info: dict[str, Any], file: str) -> dict[str, A
         node_id, slot, _, _, kind = scope.links[link_id]
         seen = seen | {(scope.prefix, link_id)}
         if node_id == SUBGRAPH_IN and scope.parent is not None and scope.instance is not None:
-            fed = scope.instance.get("inputs") or []
-            link = fed[slot].get("link") if slot < len(fed) and isinstance(
-                fed[slot], dict) else None
-            if link is not None:
-                return origin(scope.parent, link, seen)
-            return promoted(scope.instance, slot)
+            return self.subgraph_input(scope.parent, scope.instance, slot, seen)
         node = scope.nodes.get(node_id)
         if node is None:
             return None
         if node.get("type") == "Reroute":
-            return origin(scope, _input_link(node, 0), seen)
+            return self.origin(scope, _input_link(node, 0), seen)
         if node.get("type") == "PrimitiveNode":
             values = node.get("widgets_values") or []
             return values[0] if values else None
         if node.get("mode") == MUTED:
             return None
-        if node.get("mode") == BYPASSED:  # the input of the same type passes through
-            candidates = [i for i in node.get("inputs") or [] if i.get("type") == kind]
-            by_slot = (node.get("inputs") or [])[slot:slot + 1]
-            for inp in [*[i for i in by_slot if i in candidates], *candidates]:
-                found = origin(scope, inp.get("link"), seen)
-                if found is not None:
-                    return found
-            return None
-        if node.get("type") in subgraphs:  # an instance's output: what feeds it inside
-            within = inner(scope, node, len(seen))
-            feeding = next((lid for lid, (_, _, to, to_slot, _) in within.links.items()
-                            if to == SUBGRAPH_OUT and to_slot == slot), None)
-            return origin(within, feeding, seen)
+        if node.get("mode") == BYPASSED:
+            return self.bypassed(scope, node, slot, kind, seen)
+        if node.get("type") in self.subgraphs:
+            return self.instance_output(scope, node, slot, seen)
         return [f"{scope.prefix}{node_id}", slot]
 
-    prompt: dict[str, Any] = {}
+    def subgraph_input(self, parent: Scope, instance: dict[str, Any], slot: int,
+                       seen: Seen) -> Any:
+        """What feeds a subgraph's input `slot`: what feeds the instance there, else the
+        value the instance's widgets promote."""
+        fed = instance.get("inputs") or []
+        link = fed[slot].get("link") if slot < len(fed) and isinstance(
+            fed[slot], dict) else None
+        if link is not None:
+            return self.origin(parent, link, seen)
+        return self.promoted(instance, slot)
 
-    def add(scope: Scope, depth: int = 0) -> None:
-        for node_id, node in scope.nodes.items():
-            cls = node.get("type")
-            if cls in subgraphs:
-                if node.get("mode") not in (MUTED, BYPASSED):
-                    add(inner(scope, node, depth), depth + 1)
-                continue
-            if cls in VIRTUAL or node.get("mode") in (MUTED, BYPASSED):
-                continue
-            prompt[f"{scope.prefix}{node_id}"] = api_node(scope, node)
+    def bypassed(self, scope: Scope, node: dict[str, Any], slot: int, kind: str,
+                 seen: Seen) -> Any:
+        """What a bypassed node passes through: what feeds its input of the same type as
+        the output asked for, the one in the same slot first."""
+        candidates = [i for i in node.get("inputs") or [] if i.get("type") == kind]
+        by_slot = (node.get("inputs") or [])[slot:slot + 1]
+        for inp in [*[i for i in by_slot if i in candidates], *candidates]:
+            found = self.origin(scope, inp.get("link"), seen)
+            if found is not None:
+                return found
+        return None
 
-    def api_node(scope: Scope, node: dict[str, Any]) -> dict[str, Any]:
+    def instance_output(self, scope: Scope, node: dict[str, Any], slot: int,
+                        seen: Seen) -> Any:
+        """A subgraph instance's output `slot`: what feeds it inside, at the subgraph's
+        output node."""
+        within = self.inner(scope, node, len(seen))
+        feeding = next((lid for lid, (_, _, to, to_slot, _) in within.links.items()
+                        if to == SUBGRAPH_OUT and to_slot == slot), None)
+        return self.origin(within, feeding, seen)
+
+    def api_node(self, scope: Scope, node: dict[str, Any]) -> dict[str, Any]:
+        """One node as the API format has it: its widget values and its links by input
+        name, its title in _meta; WorkflowError where the server lacks its class."""
         cls = node.get("type")
-        where = f"{file}: node {shown(scope.prefix + str(node.get('id')))} ({shown(str(cls))})"
+        where = (f"{self.file}: node {shown(scope.prefix + str(node.get('id')))} "
+                 f"({shown(str(cls))})")
         if isinstance(cls, str) and cls.startswith(("workflow>", "workflow/")):
             raise WorkflowError(f"{where}: a group node of the old frontend: in ComfyUI, "
                                 "convert it to a subgraph, or Workflow → Export (API)")
-        spec = info.get(cls) if isinstance(cls, str) else None
+        spec = self.info.get(cls) if isinstance(cls, str) else None
         if not isinstance(spec, dict):
             raise WorkflowError(f"{where}: this ComfyUI server has no such node class (a "
                                 "custom node it lacks?): install it there, or import a "
                                 "workflow of the nodes it has")
-        inputs: dict[str, Any] = {}
-        values = node.get("widgets_values")
-        if isinstance(values, dict):  # (some nodes save their widgets by name)
-            inputs.update({k: v for k, v in values.items() if isinstance(k, str)})
-        values = values if isinstance(values, list) else []
-        at = 0
-        for name, takes in widgets(spec):
-            if name in inputs:
-                continue
-            if at < len(values):
-                inputs[name] = values[at]
-            elif (default := widget_default(spec, name)) is not None:
-                inputs[name] = default  # never set on the canvas: the widget's default
-            else:
-                raise WorkflowError(
-                    f"{where}: no value for its input {shown(name)} (saved by another "
-                    "version of the node?): export the workflow in API format instead")
-            at += takes
+        inputs = _widget_inputs(where, spec, node)
+        self.link_inputs(scope, node, inputs)
+        title = node.get("title") or spec.get("display_name") or cls
+        return {"inputs": inputs, "class_type": cls, "_meta": {"title": str(title)}}
+
+    def link_inputs(self, scope: Scope, node: dict[str, Any], inputs: dict[str, Any]) -> None:
+        """Set each linked input of `node` in `inputs` to what feeds it; one fed by nothing
+        that runs is left out, as the frontend leaves it."""
         for inp in node.get("inputs") or []:
             if not isinstance(inp, dict) or not isinstance(inp.get("name"), str) \
                     or inp.get("link") is None:
                 continue
             target = str((inp.get("widget") or {}).get("name", inp["name"]))
-            found = origin(scope, inp["link"])
+            found = self.origin(scope, inp["link"])
             if found is KEEP:
                 continue  # a subgraph input nothing feeds: the widget's own value
             if found is None:  # fed by nothing that runs: left out, as the frontend does
                 inputs.pop(target, None)
                 continue
             inputs[target] = found
-        title = node.get("title") or spec.get("display_name") or cls
-        return {"inputs": inputs, "class_type": cls, "_meta": {"title": str(title)}}
 
-    add(top)
-    if not prompt:
-        raise WorkflowError(f"{file}: no node runs (every node is muted, bypassed or a note)")
-    return prompt
+
+def _widget_inputs(where: str, spec: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """A node's widget values by input name: saved by name, or in widget order (hidden
+    companion values skipped); a widget never set on the canvas takes its default."""
+    inputs: dict[str, Any] = {}
+    values = node.get("widgets_values")
+    if isinstance(values, dict):  # (some nodes save their widgets by name)
+        inputs.update({k: v for k, v in values.items() if isinstance(k, str)})
+    values = values if isinstance(values, list) else []
+    at = 0
+    for name, takes in widgets(spec):
+        if name in inputs:
+            continue
+        if at < len(values):
+            inputs[name] = values[at]
+        elif (default := widget_default(spec, name)) is not None:
+            inputs[name] = default  # never set on the canvas: the widget's default
+        else:
+            raise WorkflowError(
+                f"{where}: no value for its input {shown(name)} (saved by another "
+                "version of the node?): export the workflow in API format instead")
+        at += takes
+    return inputs
 
 
 def widget_default(spec: dict[str, Any], name: str) -> Any:

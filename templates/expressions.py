@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +82,7 @@ def parse_expr(value: Any) -> Any:
 
 
 
-def walk(expr: Any):
+def walk(expr: Any) -> Iterator[Any]:
     yield expr
     if isinstance(expr, list):
         for item in expr:

@@ -88,14 +88,14 @@ def _swap(folder: Path, staging: Path, order: list[str]) -> None:
                     shutil.copy2(target, aside, follow_symlinks=False)
                 kept[current] = aside
         for current in order:
-            os.replace(staging / current, folder / current)
+            (staging / current).replace(folder / current)
             moved.append(current)
         _sync(folder)
     except BaseException as e:
         for file in reversed(moved):
             with contextlib.suppress(OSError):
                 if file in kept:
-                    os.replace(kept[file], folder / file)
+                    kept[file].replace(folder / file)
                 else:
                     (folder / file).unlink()
         if isinstance(e, OSError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from importlib.resources import files
 from pathlib import Path
@@ -64,7 +65,38 @@ class TemplateError(Exception):
 
 
 
-def _suggest(word: str, options) -> str:
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# What a node input's literal must be, by the input's type. Colours, sizes and aspects are
+# parsed instead (LITERAL_PARSERS); an image comes only from a parameter or another node.
+LITERAL_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "text": lambda v: isinstance(v, str),
+    "int": _is_whole,
+    "seed": lambda v: _is_whole(v) and 0 <= v <= SEED_MAX,
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+    "model": lambda v: isinstance(v, str) and v.strip() != "",
+    "sampler": lambda v: v in SAMPLERS,
+    "loras": lambda v: isinstance(v, list),
+}
+LITERAL_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "color": parse_color, "size": parse_size, "aspect": parse_aspect}
+
+
+def _literal(kind: str, value: Any) -> tuple[bool, Any]:
+    """Whether `value` is a literal of input type `kind`, and the value as the op takes it
+    (a colour, size or aspect parsed); what a parser refuses is no literal of its type."""
+    try:
+        if kind in LITERAL_PARSERS:
+            return True, LITERAL_PARSERS[kind](value)
+        return LITERAL_CHECKS.get(kind, lambda v: False)(value), value
+    except (ValueError, TypeError):
+        return False, value
+
+
+def _suggest(word: str, options: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
     return f' (did you mean "{close[0]}"?)' if close else ""
 
@@ -76,7 +108,7 @@ class _Loader:
     def fail(self, path: str, message: str) -> NoReturn:
         raise TemplateError(self.file, path, message)
 
-    def keys(self, obj: Any, allowed, path: str, what: str) -> dict:
+    def keys(self, obj: Any, allowed: Sequence[str], path: str, what: str) -> dict[str, Any]:
         if not isinstance(obj, dict):
             self.fail(path, f"expected an object for {what}")
         for k in obj:
@@ -88,6 +120,9 @@ class _Loader:
 
     # params ------------------------------------------------------------------------
     def param(self, name: str, spec: Any) -> Param:
+        """A parameter as the template declares it, every key checked in the order the
+        messages have always come in: name, type, choices, bounds, aliases, required,
+        help, default."""
         path = f"params.{name}"
         if not NAME.fullmatch(name) or name in BUILTINS:
             self.fail(path, f'"{name}" cannot be a parameter name (letters, digits, _; '
@@ -98,22 +133,8 @@ class _Loader:
             self.fail(f"{path}.type",
                       f'"{kind}" is not a parameter type{_suggest(str(kind), TYPES)};'
                       f" expected one of {', '.join(TYPES)}")
-        choices = spec.get("choices", [])
-        if kind == "choice":
-            if not (isinstance(choices, list) and choices
-                    and all(isinstance(c, str) for c in choices)):
-                self.fail(f"{path}.choices", "a choice parameter needs a list of strings")
-            if len({normalize_header(c) for c in choices}) != len(choices):
-                self.fail(f"{path}.choices", "two choices differ only in case or width")
-        elif "choices" in spec:
-            self.fail(f"{path}.choices", "only a choice parameter has choices")
-        for bound in ("min", "max"):
-            if bound in spec:
-                if kind not in ("int", "float") or isinstance(spec[bound], bool) \
-                        or not isinstance(spec[bound], (int, float)):
-                    self.fail(f"{path}.{bound}", "min and max are numbers, for int and float")
-        if "min" in spec and "max" in spec and spec["min"] > spec["max"]:
-            self.fail(path, f"min {spec['min']} is more than max {spec['max']}")
+        choices = self.param_choices(spec, kind, path)
+        self.param_bounds(spec, kind, path)
         aliases = spec.get("aliases", [])
         if not (isinstance(aliases, list)
                 and all(isinstance(a, str) and a.strip() for a in aliases)):
@@ -126,13 +147,41 @@ class _Loader:
         param = Param(name=name, type=kind, required=required, min=spec.get("min"),
                       max=spec.get("max"), choices=tuple(choices), aliases=tuple(aliases),
                       help=spec.get("help", ""), example=spec.get("example"))
+        return self.param_default(param, spec, path)
+
+    def param_choices(self, spec: dict[str, Any], kind: str, path: str) -> list[str]:
+        """A choice parameter's choices: strings no two of which a sheet would read as one
+        (headers and cells compare case- and width-free); no other type has any."""
+        choices = spec.get("choices", [])
+        if kind == "choice":
+            if not (isinstance(choices, list) and choices
+                    and all(isinstance(c, str) for c in choices)):
+                self.fail(f"{path}.choices", "a choice parameter needs a list of strings")
+            if len({normalize_header(c) for c in choices}) != len(choices):
+                self.fail(f"{path}.choices", "two choices differ only in case or width")
+        elif "choices" in spec:
+            self.fail(f"{path}.choices", "only a choice parameter has choices")
+        return choices
+
+    def param_bounds(self, spec: dict[str, Any], kind: str, path: str) -> None:
+        """min and max: numbers, for a number parameter only, and in order."""
+        for bound in ("min", "max"):
+            if bound in spec and (kind not in ("int", "float") or isinstance(spec[bound], bool)
+                                  or not isinstance(spec[bound], (int, float))):
+                self.fail(f"{path}.{bound}", "min and max are numbers, for int and float")
+        if "min" in spec and "max" in spec and spec["min"] > spec["max"]:
+            self.fail(path, f"min {spec['min']} is more than max {spec['max']}")
+
+    def param_default(self, param: Param, spec: dict[str, Any], path: str) -> Param:
+        """The parameter with its default, read as a cell holding it would be: a default
+        the parameter's own checks refuse is the template's error, not a row's."""
         if "default" in spec and spec["default"] is not None:
             try:
                 param = replace(param, default=coerce(param, spec["default"]))
             except Problem as e:
                 self.fail(f"{path}.default",
-                          f"{spec['default']!r} is not a valid {kind} ({e.code})")
-        if param.default is not None and kind == "image":
+                          f"{spec['default']!r} is not a valid {param.type} ({e.code})")
+        if param.default is not None and param.type == "image":
             self.fail(f"{path}.default", "an image parameter has no default")
         return param
 
@@ -144,36 +193,7 @@ class _Loader:
                 return None
             self.fail(path, "cannot be null")
         kind = inp.type
-        try:
-            if kind == "text":
-                ok = isinstance(value, str)
-            elif kind in ("int", "seed"):
-                ok = isinstance(value, int) and not isinstance(value, bool)
-                if ok and kind == "seed":
-                    ok = 0 <= value <= SEED_MAX
-            elif kind == "float":
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            elif kind == "bool":
-                ok = isinstance(value, bool)
-            elif kind == "color":
-                value = parse_color(value)
-                ok = True
-            elif kind == "size":
-                value = parse_size(value)
-                ok = True
-            elif kind == "aspect":
-                value = parse_aspect(value)
-                ok = True
-            elif kind == "model":
-                ok = isinstance(value, str) and value.strip() != ""
-            elif kind == "sampler":
-                ok = value in SAMPLERS
-            elif kind == "loras":
-                ok = isinstance(value, list)
-            else:  # image: only from a parameter or another node
-                ok = False
-        except (ValueError, TypeError):
-            ok = False
+        ok, value = _literal(kind, value)
         if not ok:
             want = {"image": 'an image from "$param" or "@node"',
                     "sampler": "one of " + ", ".join(SAMPLERS)}.get(kind, f"a {kind}")
@@ -264,7 +284,7 @@ class _Loader:
         return Template(name, description, self.file, params, nodes, order, output,
                         vary_strength=self.vary_strength(data))
 
-    def vary_strength(self, data: dict) -> float | None:
+    def vary_strength(self, data: dict[str, Any]) -> float | None:
         """How much a "vary" of this template's images changes them (img2img strength)."""
         value = data.get("vary_strength")
         if value is None:
@@ -274,7 +294,7 @@ class _Loader:
             self.fail("vary_strength", "expected a number above 0 and at most 1, e.g. 0.35")
         return float(value)
 
-    def head(self, data: dict, stem: str) -> tuple[str, str]:
+    def head(self, data: dict[str, Any], stem: str) -> tuple[str, str]:
         """The name (the file's) and the description."""
         name = data.get("name")
         if name != stem:
@@ -434,7 +454,8 @@ class _Loader:
             p = replace(p, required=True)  # nothing to fall back on
         return p
 
-    def check_node_ref(self, nodes, source: str, ref: NodeRef, inp: Input, path: str) -> None:
+    def check_node_ref(self, nodes: dict[str, Node], source: str, ref: NodeRef, inp: Input,
+                       path: str) -> None:
         if ref.node not in nodes:
             self.fail(path, f'"@{ref.node}": no such node{_suggest(ref.node, nodes)}')
         outputs = OPS[nodes[ref.node].op].outputs
@@ -504,7 +525,7 @@ def template_from(name: str, number: int, hash: str, content: dict[str, Any]) ->
     data, workflow = content.get("template"), content.get("workflow")
     file = f"{name}@{number}"
     if isinstance(data, dict) and data.get("engine") == comfy.ENGINE:
-        t = _Loader(file).load_comfy(data, name, Path("."), stored=workflow or {})
+        t = _Loader(file).load_comfy(data, name, Path(), stored=workflow or {})
     else:
         t = _Loader(file).load(data, name)
     return replace(t, version=hash, number=number, source=data)

@@ -11,6 +11,7 @@ import datetime as dt
 import math
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,62 +142,97 @@ def coerce(p: Param, raw: Any) -> Any:
         if p.required and p.default is None:
             raise Problem("required")
         return p.default
-    kind = p.type
-    if kind == "text":
-        if isinstance(raw, float) and raw.is_integer():
-            return str(int(raw))  # an SKU typed as a number
-        if isinstance(raw, (dt.datetime, dt.date, dt.time)):
-            return raw.isoformat()
-        return raw if isinstance(raw, str) else str(raw)
-    if kind in ("int", "seed"):
-        try:
-            value = _whole(raw)
-        except ValueError:
-            raise Problem("not_whole", value=raw) from None
-        if kind == "seed" and not 0 <= value <= SEED_MAX:
-            raise Problem("bad_seed", value=value, max=SEED_MAX)
-        _check_range(p, value)
-        return value
-    if kind == "float":
-        if isinstance(raw, bool):
-            raise Problem("not_number", value=raw)
-        try:
-            number = float(raw if isinstance(raw, (int, float)) else _number_text(str(raw)))
-        except ValueError:
-            raise Problem("not_number", value=raw) from None
-        if not math.isfinite(number):
-            raise Problem("not_number", value=raw)
-        _check_range(p, number)
-        return number
-    if kind == "bool":
-        if isinstance(raw, bool):
-            return raw
-        if isinstance(raw, (int, float)):
-            text = str(int(raw)) if float(raw).is_integer() else str(raw)
-        else:
-            text = _number_text(str(raw)).casefold()
-        if text in TRUE:
-            return True
-        if text in FALSE:
-            return False
-        raise Problem("not_bool", value=raw)
-    if kind == "choice":
-        text = normalize_header(raw if not (isinstance(raw, float) and raw.is_integer())
-                                else int(raw))
-        for choice in p.choices:
-            if normalize_header(choice) == text:
-                return choice
-        raise Problem("not_choice", value=raw, choices=p.choices)
-    if kind == "image":
-        return str(raw).strip()  # a reference; the intake resolves and checks the file
-    if kind == "color":
-        try:
-            return parse_color(raw)
-        except ValueError:
-            raise Problem("not_color", value=raw) from None
-    if kind == "size":
-        try:
-            return parse_size(raw)
-        except (ValueError, TypeError):
-            raise Problem("not_size", value=raw, min=SIZE_MIN, max=SIZE_MAX) from None
-    raise AssertionError(f"unknown parameter type {kind}")
+    read = CELL_READERS.get(p.type)
+    if read is None:
+        raise AssertionError(f"unknown parameter type {p.type}")
+    return read(p, raw)
+
+
+def _text_cell(p: Param, raw: Any) -> str:
+    """Text as the cell shows it: a number typed as an SKU without Excel's ".0", a date
+    in ISO form."""
+    if isinstance(raw, float) and raw.is_integer():
+        return str(int(raw))  # an SKU typed as a number
+    if isinstance(raw, (dt.datetime, dt.date, dt.time)):
+        return raw.isoformat()
+    return raw if isinstance(raw, str) else str(raw)
+
+
+def _whole_cell(p: Param, raw: Any) -> int:
+    """An int or a seed: a whole number however the cell holds it, in the range allowed."""
+    try:
+        value = _whole(raw)
+    except ValueError:
+        raise Problem("not_whole", value=raw) from None
+    if p.type == "seed" and not 0 <= value <= SEED_MAX:
+        raise Problem("bad_seed", value=value, max=SEED_MAX)
+    _check_range(p, value)
+    return value
+
+
+def _float_cell(p: Param, raw: Any) -> float:
+    """A finite number in the range allowed; true and false are no numbers here."""
+    if isinstance(raw, bool):
+        raise Problem("not_number", value=raw)
+    try:
+        number = float(raw if isinstance(raw, (int, float)) else _number_text(str(raw)))
+    except ValueError:
+        raise Problem("not_number", value=raw) from None
+    if not math.isfinite(number):
+        raise Problem("not_number", value=raw)
+    _check_range(p, number)
+    return number
+
+
+def _bool_cell(p: Param, raw: Any) -> bool:
+    """A checkbox, 1 or 0, or a word for yes or no (TRUE, FALSE) in either language."""
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, (int, float)):
+        text = str(int(raw)) if float(raw).is_integer() else str(raw)
+    else:
+        text = _number_text(str(raw)).casefold()
+    if text in TRUE:
+        return True
+    if text in FALSE:
+        return False
+    raise Problem("not_bool", value=raw)
+
+
+def _choice_cell(p: Param, raw: Any) -> str:
+    """One of the choices, as the template spells it, matched as headers are (case- and
+    width-free)."""
+    text = normalize_header(raw if not (isinstance(raw, float) and raw.is_integer())
+                            else int(raw))
+    for choice in p.choices:
+        if normalize_header(choice) == text:
+            return choice
+    raise Problem("not_choice", value=raw, choices=p.choices)
+
+
+def _image_cell(p: Param, raw: Any) -> str:
+    """A reference to a picture; the intake resolves and checks the file."""
+    return str(raw).strip()
+
+
+def _color_cell(p: Param, raw: Any) -> str:
+    try:
+        return parse_color(raw)
+    except ValueError:
+        raise Problem("not_color", value=raw) from None
+
+
+def _size_cell(p: Param, raw: Any) -> list[int]:
+    try:
+        return parse_size(raw)
+    except (ValueError, TypeError):
+        raise Problem("not_size", value=raw, min=SIZE_MIN, max=SIZE_MAX) from None
+
+
+# How a cell is read for each parameter type (TYPES): a non-blank cell's typed value, or
+# Problem saying why it is not one.
+CELL_READERS: dict[str, Callable[[Param, Any], Any]] = {
+    "text": _text_cell, "int": _whole_cell, "seed": _whole_cell, "float": _float_cell,
+    "bool": _bool_cell, "choice": _choice_cell, "image": _image_cell, "color": _color_cell,
+    "size": _size_cell,
+}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+from pathlib import Path
 
 import torch
 
@@ -46,7 +47,7 @@ def in_use(device: str) -> int:
         return torch.cuda.memory_allocated(torch.device(device))
     if device == "mps":
         return torch.mps.current_allocated_memory()
-    with open("/proc/self/statm") as f:
+    with Path("/proc/self/statm").open() as f:
         resident, shared = (int(n) for n in f.read().split()[1:3])
     return (resident - shared) * os.sysconf("SC_PAGE_SIZE")
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -104,7 +105,8 @@ def _resolve(value: Any, values: dict[str, Any]) -> Any:
 
 
 class Runner:
-    def __init__(self, base: Context, control: Control, max_batch: int = 1, on_oom=None):
+    def __init__(self, base: Context, control: Control, max_batch: int = 1,
+                 on_oom: Callable[[], None] | None = None):
         self.base = base
         self.control = control
         self.max_batch = max_batch
@@ -238,7 +240,7 @@ class Runner:
         log.error("job failed: %s; cause: %s: %s", r.error, type(error).__name__, error,
                   extra={**extra, "traceback": "".join(traceback.format_exception(error))})
 
-    def _on_step(self, runs: list[JobRun], node: str):
+    def _on_step(self, runs: list[JobRun], node: str) -> Callable[[int, int], bool]:
         def on_step(step: int, total: int) -> bool:
             self.control.step(list(runs), node, step, total)
             return all(self.control.stop_reason(r) for r in runs)

@@ -12,6 +12,11 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the generation stack, imported only while the models are built
+    from diffusers import EulerDiscreteScheduler
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
 DEMO_STEPS = 8
 DEMO_GUIDANCE = 5.0
@@ -22,7 +27,7 @@ UPSCALERS = ("upscaler",)
 ALL = (*CHECKPOINTS, *CONTROLNETS, *LORAS, *UPSCALERS)
 
 
-def _tokenizer(folder: Path):
+def _tokenizer(folder: Path) -> CLIPTokenizer:
     """A byte-level CLIP tokenizer with no merges: any text, Chinese included, tokenizes."""
     from transformers import CLIPTokenizer
 
@@ -37,7 +42,8 @@ def _tokenizer(folder: Path):
                          model_max_length=77)
 
 
-def _text_encoder(vocab_size: int, bos: int, eos: int, projection: bool):
+def _text_encoder(vocab_size: int, bos: int, eos: int,
+                  projection: bool) -> CLIPTextModel | CLIPTextModelWithProjection:
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
     config = CLIPTextConfig(bos_token_id=bos, eos_token_id=eos, pad_token_id=eos,
                             vocab_size=vocab_size, hidden_size=32, intermediate_size=37,
@@ -45,7 +51,7 @@ def _text_encoder(vocab_size: int, bos: int, eos: int, projection: bool):
     return (CLIPTextModelWithProjection if projection else CLIPTextModel)(config)
 
 
-def _unet_kwargs(family: str) -> dict:
+def _unet_kwargs(family: str) -> dict[str, Any]:
     common = dict(block_out_channels=(32, 64), layers_per_block=1, norm_num_groups=32,
                   down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"))
     if family == "sdxl":
@@ -56,7 +62,7 @@ def _unet_kwargs(family: str) -> dict:
     return {**common, "cross_attention_dim": 32, "attention_head_dim": 8}
 
 
-def _scheduler():
+def _scheduler() -> EulerDiscreteScheduler:
     from diffusers import EulerDiscreteScheduler
     return EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
                                   steps_offset=1, timestep_spacing="leading")

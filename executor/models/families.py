@@ -173,9 +173,9 @@ def materialise(model_type: str, into: Path, *, prediction_type: str | None = No
         for name in TOKENIZER_DIRS:
             if (tmp / name).is_dir():
                 write_clip_tokenizer_files(tmp / name)
-        os.chmod(tmp, 0o755)
+        tmp.chmod(0o755)
         try:
-            os.rename(tmp, target)
+            tmp.rename(target)
         except OSError:
             if not target.is_dir():
                 raise
@@ -216,5 +216,5 @@ def materialise_controlnet(model_type: str, into: Path, *,
         target.mkdir(parents=True, exist_ok=True)
         tmp = target / f".config.json.{os.getpid()}"
         tmp.write_text(text)
-        os.replace(tmp, target / "config.json")
+        tmp.replace(target / "config.json")
     return target

@@ -26,7 +26,7 @@ import contextlib
 import hashlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
@@ -156,7 +156,7 @@ def _check(name: str, source: str) -> None:
 
 
 @contextlib.contextmanager
-def _online():
+def _online() -> Iterator[None]:
     """A pull is the one time genbot goes online: HF_HUB_OFFLINE (set for the executor, or
     by people who run offline) must not stop what was asked for explicitly. The library
     reads the variable once, at import, into this constant."""
@@ -275,7 +275,7 @@ async def _fetch_into(http: aiohttp.ClientSession, r: Remote, target: Path, part
                         f"{'the hub' if r.git_sha1 or r.size else 'the one given'} "
                         f"({r.sha256 or r.git_sha1}); the damaged download was deleted — run "
                         "the command again, or try another mirror (HF_ENDPOINT)")
-    os.replace(partial, target)
+    partial.replace(target)
     return target
 
 
@@ -303,7 +303,7 @@ async def _stream(http: aiohttp.ClientSession, r: Remote, partial: Path, have: i
             have = 0  # the server ignored the Range: start over
         total = r.size or ((resp.content_length or 0) + have) or None
         mode = "ab" if have else "wb"
-        with open(partial, mode) as out:
+        with partial.open(mode) as out:
             done = have
             async for chunk in resp.content.iter_chunked(CHUNK):
                 out.write(chunk)
@@ -320,7 +320,7 @@ def _verified(r: Remote, path: Path) -> bool:
         digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
     else:
         return True
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         while block := f.read(CHUNK):
             digest.update(block)
     return digest.hexdigest() == (r.sha256 or r.git_sha1)

@@ -11,9 +11,14 @@ import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from storage.config import Config
 from templates.settings import ModelEntry, model_path, models
+
+if TYPE_CHECKING:  # the generation stack, imported only where a model is read
+    import torch
+    from safetensors import safe_open
 
 PIPELINES = {  # model_index.json _class_name -> (kind, family)
     "StableDiffusionPipeline": ("checkpoint", "sd15"),
@@ -175,7 +180,7 @@ class Registry:
                          f"knows: its {len(keys)} tensors are named like {shown or 'nothing'}")
 
 
-def _checkpoint_family(f, keys: list[str], path: Path,
+def _checkpoint_family(f: safe_open, keys: list[str], path: Path,
                        where: str) -> tuple[str, str, str | None]:
     """(family, model type, prediction type) of an original-layout checkpoint, by
     diffusers' own detector (infer_diffusers_model_type)."""
@@ -199,7 +204,7 @@ def _checkpoint_family(f, keys: list[str], path: Path,
     return families.family(model_type, prediction).family, model_type, prediction
 
 
-def _controlnet_family(f, keys: list[str], where: str) -> tuple[str, str]:
+def _controlnet_family(f: safe_open, keys: list[str], where: str) -> tuple[str, str]:
     """(family, the model type whose UNet it mirrors) of a single-file ControlNet, in the
     original layout (control_model.*) or diffusers' own naming."""
     if "add_embedding.linear_1.weight" in keys:  # SDXL: only diffusers-named files exist
@@ -216,7 +221,7 @@ def _controlnet_family(f, keys: list[str], where: str) -> tuple[str, str]:
     return TEXT_WIDTH[width], "v1" if width == 768 else "v2"
 
 
-def _tensor(path: Path, key: str):
+def _tensor(path: Path, key: str) -> torch.Tensor:
     """One tensor, read by torch (numpy has no bfloat16, which many files are in)."""
     from safetensors import safe_open
     with safe_open(str(path), framework="pt") as f:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 from PIL import Image
 
@@ -25,6 +25,11 @@ from templates.signatures import OPS, check_signatures
 
 class OpError(Exception):
     """A problem with a job's own inputs: retrying the same job would fail the same way."""
+
+
+# An image input as an op receives it: another node's output, or a file-store path from the
+# sheet (Context.image reads either).
+ImageInput: TypeAlias = Image.Image | str
 
 
 @dataclass
@@ -67,10 +72,14 @@ class Op:
 REGISTRY: dict[str, Op] = {}
 
 
+OpFunction = TypeVar("OpFunction", bound=Callable[..., Any])
+
+
 def op(*, output: str = "image", batched: bool = False,
-       shape: Callable[[dict[str, Any]], Hashable] | None = None, device: bool = False):
+       shape: Callable[[dict[str, Any]], Hashable] | None = None,
+       device: bool = False) -> Callable[[OpFunction], OpFunction]:
     """Register the decorated function as the op of its name (a trailing _ dropped)."""
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def register(fn: OpFunction) -> OpFunction:
         name = fn.__name__.rstrip("_")
         if batched and shape is None:
             raise TypeError(f"op {name}: a batched op says which inputs must match (shape)")

@@ -11,11 +11,12 @@ each image is the one its job would get alone (within floating-point tolerance).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from PIL import Image
 
-from executor.diffusers.ops.base import Context, OpError, op
+from executor.diffusers.ops.base import Context, ImageInput, OpError, op
 
 SCHEDULERS = {  # sampler name -> (diffusers scheduler class, config overrides)
     "euler": ("EulerDiscreteScheduler", {}),
@@ -47,7 +48,8 @@ def generate(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Image]:
 
 
 @op(device=True)
-def upscale(ctx: Context, image, scale: float = 2.0, model=None) -> Image.Image:
+def upscale(ctx: Context, image: ImageInput, scale: float = 2.0,
+            model: str | None = None) -> Image.Image:
     im = ctx.image(image)
     name = model or ctx.upscaler
     target = (round(im.width * scale), round(im.height * scale))
@@ -135,8 +137,11 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
     return images
 
 
-def _on_step(ctx: Context):
-    def callback(pipe: Any, step: int, timestep: Any, tensors: dict) -> dict:
+def _on_step(ctx: Context) -> Callable[[Any, int, Any, dict[str, Any]], dict[str, Any]]:
+    """The pipeline's step callback (callback_on_step_end): tells the job's progress, and
+    interrupts the pipeline when the job is to stop."""
+    def callback(pipe: Any, step: int, timestep: Any,
+                 tensors: dict[str, Any]) -> dict[str, Any]:
         if ctx.on_step is not None and ctx.on_step(step + 1, pipe.num_timesteps):
             pipe._interrupt = True
         return tensors

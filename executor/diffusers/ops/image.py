@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,7 +17,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont, PngImagePlugin
 
 from executor import VERSION
-from executor.diffusers.ops.base import Context, OpError, op
+from executor.diffusers.ops.base import Context, ImageInput, OpError, op
 from storage.files import batch_folder
 from templates.fonts import FontError, font_sizes
 from templates.jobs import encode
@@ -31,7 +32,7 @@ def _ratio(aspect: str) -> float:
 
 
 @op()
-def crop(ctx: Context, image, aspect: str) -> Image.Image:
+def crop(ctx: Context, image: ImageInput, aspect: str) -> Image.Image:
     im = ctx.image(image)
     want = _ratio(aspect)
     w, h = im.size
@@ -45,7 +46,8 @@ def crop(ctx: Context, image, aspect: str) -> Image.Image:
 
 
 @op()
-def resize(ctx: Context, image, size=None, width=None, scale=None,
+def resize(ctx: Context, image: ImageInput, size: list[int] | None = None,
+           width: int | None = None, scale: float | None = None,
            aspect: str | None = None) -> Image.Image:
     """`aspect` with `width`: the height the aspect gives (4:5 at 1080 is 1350 tall),
     not what a crop's rounding left (1349)."""
@@ -62,12 +64,13 @@ def resize(ctx: Context, image, size=None, width=None, scale=None,
     elif width is not None:
         target = (int(width), max(1, round(h * width / w)))
     else:
+        assert scale is not None  # exactly one of the three was given
         target = (max(1, round(w * scale)), max(1, round(h * scale)))
     return im if target == im.size else im.resize(target, Image.Resampling.LANCZOS)
 
 
 @op()
-def pad(ctx: Context, image, size, color: str = "auto") -> Image.Image:
+def pad(ctx: Context, image: ImageInput, size: list[int], color: str = "auto") -> Image.Image:
     im = ctx.image(image)
     target = (int(size[0]), int(size[1]))
     if im.width > target[0] or im.height > target[1]:
@@ -89,7 +92,7 @@ def _border(im: Image.Image) -> Image.Image:
 # --- analysis ---------------------------------------------------------------------------
 
 @op()
-def canny(ctx: Context, image, low: int = 100, high: int = 200) -> Image.Image:
+def canny(ctx: Context, image: ImageInput, low: int = 100, high: int = 200) -> Image.Image:
     """Canny edges as white lines on black, the control image a canny ControlNet was
     trained on: Sobel gradients (|gx| + |gy|, thresholds on the same scale as OpenCV's
     Canny), non-maximum suppression, hysteresis."""
@@ -164,7 +167,8 @@ def _dominant(im: Image.Image) -> str:
     return _hex(_swatches(im)[0])
 
 
-def _contrasting(background: tuple[int, int, int], candidates) -> str:
+def _contrasting(background: tuple[int, int, int],
+                 candidates: Iterable[tuple[int, int, int]]) -> str:
     """A swatch that reads on `background` (WCAG ratio 4.5), else black or white."""
     for c in candidates:
         if contrast_ratio(c, background) >= 4.5:
@@ -175,7 +179,7 @@ def _contrasting(background: tuple[int, int, int], candidates) -> str:
 
 
 @op()
-def palette(ctx: Context, image) -> dict[str, str]:
+def palette(ctx: Context, image: ImageInput) -> dict[str, str]:
     swatches = _swatches(ctx.image(image))
     return {"dominant": _hex(swatches[0]), "contrast": _contrasting(swatches[0], swatches[1:])}
 
@@ -232,8 +236,8 @@ def title_band(size: tuple[int, int], block: Block, position: str) -> tuple[int,
 
 
 @op()
-def text(ctx: Context, image, text: str, position: str = "bottom", color: str = "auto",
-         band: str = "auto", font_size=None) -> Image.Image:
+def text(ctx: Context, image: ImageInput, text: str, position: str = "bottom",
+         color: str = "auto", band: str = "auto", font_size: int | None = None) -> Image.Image:
     """A band across the image holding `text`: as many lines as it has and as wrapping
     makes, in a font that fits them all within 90% of the width and 40% of the height."""
     im = ctx.image(image).copy()
@@ -272,7 +276,7 @@ def watermark_block(ctx: Context, size: tuple[int, int], text: str, position: st
 
 
 @op()
-def watermark(ctx: Context, image, text: str, position: str = "bottom_right",
+def watermark(ctx: Context, image: ImageInput, text: str, position: str = "bottom_right",
               opacity: float = 0.35, avoid: str | None = None) -> Image.Image:
     """`avoid`: where a title band sits (top, bottom): the mark moves to the other edge
     rather than over the title."""
@@ -302,7 +306,7 @@ def metadata(ctx: Context) -> dict[str, Any]:
 
 
 @op(output="path")
-def save(ctx: Context, image, name: str, format: str = "png") -> str:
+def save(ctx: Context, image: ImageInput, name: str, format: str = "png") -> str:
     im = ctx.image(image)
     meta = metadata(ctx)
     buf = io.BytesIO()
