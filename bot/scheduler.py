@@ -100,7 +100,7 @@ class Scheduler:
                    if d.mean_seconds is not None else "",
                    paused=say("digest_paused", lang) if await self.queue.paused() else "")
         if d.top:
-            text += ("" if lang == "zh" else " ") + say(
+            text += say(
                 "digest_top", lang, who=", ".join(f"{who} ({n:,})" for who, n in d.top))
         assert self.outbox is not None
         return await self.outbox.put(digest_key(chat.digest, day), platform=platform,

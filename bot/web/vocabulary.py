@@ -8,8 +8,9 @@ from __future__ import annotations
 from aiohttp import web
 from msgspec import Struct
 
+from bot import i18n
 from bot.app.permissions import Action, needs
-from bot.messages import LANGS, say
+from bot.messages import say
 from bot.web.callers import Callers
 from bot.web.http import respond
 from bot.web.routes import Answer, Route
@@ -42,7 +43,8 @@ class VocabularyRoutes:
 
     async def vocabulary(self, request: web.Request) -> web.Response:
         await self.callers.allowed(request, Action.TEMPLATES)  # whoever may read templates
-        return respond(Vocabulary(list(LANGS), [
-            ActionWords(s.name, {lang: say(s.verb, lang) for lang in LANGS}, s.icon,
+        langs = i18n.languages().codes
+        return respond(Vocabulary(langs, [
+            ActionWords(s.name, {lang: say(s.verb, lang) for lang in langs}, s.icon,
                         needs(s.name).value, list(s.takes), s.button)
             for s in ACTIONS.values()]))
