@@ -144,6 +144,13 @@ CATALOG: dict[str, str] = catalog(
     N_("extra_argument", 'unexpected "{value}"'),
     N_("bad_role", '"{role}" is not a role (admin, submitter or viewer)'),
     N_("not_an_id", '"{value}" is not a {what} number'),
+    N_("id_batch", "batch"),
+    N_("id_job", "job"),
+    N_("id_schedule", "schedule"),
+    N_("id_delivery", "delivery"),
+    N_("id_row", "row"),
+    N_("id_count", "count"),
+    N_("id_seeds", "seeds"),
     N_("bad_priority", '"{value}" is not a priority (urgent, high, normal or low)'),
     N_("bad_time", '"{value}" is not a time: use 21:30, 2026-12-24 08:00 or +2h'),
     N_("time_passed", '"{value}" has already passed'),
@@ -731,8 +738,7 @@ class Joined(Localized):
             p.render(lang) if isinstance(p, Localized) else p for p in self.parts)
 
 
-ROLE_DETAILS = ("role", "needed")  # details that name a role, told in the reader's words
-ROLES = ("admin", "submitter", "viewer", "none")
+ROLE_DETAILS = ("role", "needed")  # details that name a role (role_NAME: in the reader's words)
 
 CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v", "\f": "\\f", "\x00": "\\0"}
 
@@ -778,7 +784,7 @@ def say(code: str, lang: str = "en", **details: Any) -> str:
                for k, v in details.items()}
     if code != "bad_role":  # a role is named in the reader's language
         details |= {k: say(f"role_{details[k]}", lang) for k in ROLE_DETAILS
-                    if details.get(k) in ROLES}
+                    if isinstance(details.get(k), str) and f"role_{details[k]}" in CATALOG}
     if "choices" in details and not isinstance(details["choices"], str):
         details = {**details, "choices": ", ".join(map(str, details["choices"]))}
     return template.format(**details)
