@@ -773,6 +773,12 @@ def action_label(name: str, lang: str = "en") -> str:
     return f"{spec.icon} {say(spec.verb, lang)}".strip()
 
 
+def unfilled(code: str, lang: str = "en") -> str:
+    """The message for `code` in `lang` with its {placeholders} left for whoever fills
+    them (the dashboard, from what the API answers)."""
+    return i18n.text(code, CATALOG[code], lang)
+
+
 def say(code: str, lang: str = "en", **details: Any) -> str:
     """The message for `code` in `lang` (any tag bot.i18n reads: "en", "zh", "zh-CN"; a
     language not offered reads English): plain text, the details as they were given. It

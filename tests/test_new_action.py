@@ -64,9 +64,13 @@ async def api():
         assert "mirror" in enum, enum
         count = doc["components"]["schemas"]["ActionBody"]["properties"]["count"]
         assert count["description"].startswith("again, vary:"), count  # (mirror takes none)
-        status, words = await w.call("GET", "/vocabulary")
-        mirror = next(a for a in words["actions"] if a["name"] == "mirror")
-        assert mirror["verb"] == {"en": "Mirror", "zh": "镜像"} and mirror["button"], mirror
+        verbs = {}
+        for lang in ("en", "zh"):
+            status, words = await w.call("GET", f"/vocabulary?lang={lang}")
+            mirror = next(a for a in words["actions"] if a["name"] == "mirror")
+            assert mirror["button"], mirror
+            verbs[lang] = mirror["verb"]
+        assert verbs == {"en": "Mirror", "zh": "镜像"}, verbs
         status, job = await w.call("GET", "/jobs/1")
         assert "mirror" in job["actions"] and "vary" not in job["actions"], job["actions"]
         status, acted = await w.call("POST", "/jobs/1/actions", json={"action": "mirror"})
