@@ -12,19 +12,22 @@ from fontTools.ttLib import TTFont
 
 from bot import i18n
 from tests.conftest import ROOT
+from tools import make_cjk_font as generator
 
-FONTS = ROOT / "bot" / "web" / "static" / "fonts"
-FONT = FONTS / "genbot-cjk.woff2"
+STATIC = ROOT / "bot" / "web" / "static"
+RUN = "run tools/make_cjk_font.py (its docstring says how)"
 
 
-def declared_ranges() -> list[tuple[int, int]]:
-    """The unicode-range app.css gives the font."""
-    css = (ROOT / "bot" / "web" / "static" / "app.css").read_text(encoding="utf-8")
-    (face,) = re.findall(r"@font-face\s*{[^}]*}", css)
-    assert 'url("fonts/genbot-cjk.woff2")' in face
-    (ranges,) = re.findall(r"unicode-range:\s*([^;]+);", face)
-    return [(int(lo, 16), int(hi or lo, 16)) for lo, hi in
-            re.findall(r"U\+([0-9A-F]+)(?:-([0-9A-F]+))?", ranges)]
+def faces() -> dict[str, set[int]]:
+    """Each @font-face of app.css: its file -> the code points of its unicode-range."""
+    css = (STATIC / "app.css").read_text(encoding="utf-8")
+    found = {}
+    for face in re.findall(r"@font-face\s*{[^}]*}", css):
+        (name,) = re.findall(r'url\("fonts/([\w.-]+)"\)', face)
+        (ranges,) = re.findall(r"unicode-range:\s*([^;]+);", face)
+        found[name] = {c for lo, hi in re.findall(r"U\+([0-9A-F]+)(?:-([0-9A-F]+))?", ranges)
+                       for c in range(int(lo, 16), int(hi or lo, 16) + 1)}
+    return found
 
 
 def catalog_text() -> str:
@@ -37,26 +40,32 @@ def catalog_text() -> str:
     return "".join(parts)
 
 
-def test_every_chinese_character_of_the_catalogs_is_in_the_served_font():
-    ranges = declared_ranges()
-    from tools.make_cjk_font import RANGES  # (the generator subsets to the same ranges)
-    assert ranges == list(RANGES)
+def test_every_chinese_character_of_the_catalogs_is_in_the_face_that_serves_it():
+    declared = faces()
+    assert set(declared) == {"genbot-cjk.woff2", "genbot-cjk-names.woff2"}
+    assert generator.css_rules() in (STATIC / "app.css").read_text(encoding="utf-8"), \
+        f"app.css's @font-face rules are not the generator's: {RUN}"
+    covered = set().union(*declared.values())
+    assert covered == {c for lo, hi in generator.RANGES for c in range(lo, hi + 1)}
+    assert sum(map(len, declared.values())) == len(covered)  # (one face for each character)
     chinese = {ch for ch in catalog_text() if unicodedata.name(ch, "").startswith("CJK")
-               or any(lo <= ord(ch) <= hi for lo, hi in ranges)}
+               or ord(ch) in covered}
     assert len(chinese) > 500  # (the catalogs were read)
-    outside = sorted(ch for ch in chinese if not any(lo <= ord(ch) <= hi for lo, hi in ranges))
-    assert not outside, f"Chinese outside the font's unicode-range: {outside}"
-    cmap = TTFont(FONT).getBestCmap()
-    missing = "".join(sorted(ch for ch in chinese if ord(ch) not in cmap))
-    assert not missing, (f"the dashboard's font lacks {missing!r}: run tools/make_cjk_font.py "
-                         "(its docstring says how)")
+    outside = sorted(ch for ch in chinese if ord(ch) not in covered)
+    assert not outside, f"Chinese outside the fonts' unicode-range: {outside}"
+    for name, points in declared.items():
+        cmap = TTFont(STATIC / "fonts" / name).getBestCmap()
+        assert set(cmap) <= points, name  # (what it holds, it is fetched for)
+        missing = "".join(sorted(ch for ch in chinese if ord(ch) in points - set(cmap)))
+        assert not missing, f"fonts/{name} lacks {missing!r}: {RUN}"
 
 
-def test_the_font_is_small_licensed_and_holds_the_common_characters_and_no_others():
-    assert FONT.stat().st_size < 1.5 * 2**20
-    assert "SIL OPEN FONT LICENSE Version 1.1" in (FONTS / "OFL.txt").read_text()
-    cmap = TTFont(FONT).getBestCmap()
+def test_the_font_is_small_licensed_and_holds_the_common_characters():
+    fonts = STATIC / "fonts"
+    assert sum(f.stat().st_size for f in fonts.glob("*.woff2")) < 1.5 * 2**20
+    assert (fonts / "genbot-cjk-names.woff2").stat().st_size < 20_000  # (on every page)
+    assert "SIL OPEN FONT LICENSE Version 1.1" in (fonts / "OFL.txt").read_text()
+    held = set().union(*(TTFont(f).getBestCmap() for f in fonts.glob("*.woff2")))
     level1 = {bytes((row, cell)).decode("gb2312") for row in range(0xB0, 0xD8)
               for cell in range(0xA1, 0xFF) if (row, cell) < (0xD7, 0xFA)}
-    assert len(level1) == 3755 and all(ord(ch) in cmap for ch in level1)
-    assert all(any(lo <= c <= hi for lo, hi in declared_ranges()) for c in cmap)
+    assert len(level1) == 3755 and all(ord(ch) in held for ch in level1)

@@ -23,7 +23,8 @@ from bot.web.sessions import foreign
 
 WEB = Path(__file__).parent / "static"
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
-FONTS = {"genbot-cjk.woff2": "font/woff2", "OFL.txt": "text/plain; charset=utf-8"}  # fonts/
+FONTS = {"genbot-cjk.woff2": "font/woff2", "genbot-cjk-names.woff2": "font/woff2",
+         "OFL.txt": "text/plain; charset=utf-8"}  # in static/fonts/ (app.css)
 # The page loads only its own script, styles and font; it talks to its own origin only.
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "

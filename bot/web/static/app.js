@@ -32,6 +32,20 @@ async function loadVocabulary() {
   if (!r.ok) { if (!vocabulary) throw new Error(`GET /vocabulary: ${r.status}`); return; }
   vocabulary = r.data;
   lang = vocabulary.language;  // (a language no longer offered: the server's choice)
+  await fontFor(JSON.stringify(vocabulary));
+}
+
+async function fontFor(text) {
+  // Where no font of this machine has Chinese, the page's own ("genbot CJK", app.css) is
+  // fetched before the words are shown: the faces their characters need, no others.
+  // Waiting matters: Chromium leaves text that asked for a web font before it arrived
+  // in the font it fell back to — boxes.
+  const chinese = text.match(/[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]/gu);
+  if (!chinese) return;
+  const probe = document.createElement("canvas").getContext("2d");
+  probe.font = "14px sans-serif";
+  if (probe.measureText(chinese[0]).width !== probe.measureText("\ue000").width) return;
+  await document.fonts.load('14px "genbot CJK"', [...new Set(chinese)].join("")).catch(() => {});
 }
 
 function states() { return vocabulary.states.map((s) => s.name); }  // in a job's order
