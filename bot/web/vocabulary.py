@@ -6,8 +6,9 @@ English): the dashboard's labels (the `dash_*` messages of bot.messages, from th
 gettext catalogs as every other front), the job states in their order with which are
 active and which terminal (storage.records: Status, ACTIVE, TERMINAL), the priorities
 (Priority), a webhook delivery's states (bot.web.webhooks.State), an executor's states and
-what may keep it from its jobs (storage.workers.STATES, storage.records.DOINGS), the image
-actions (templates.actions.ACTIONS), and the languages offered, each in its own name.
+what may keep it from its jobs (storage.workers.STATES, storage.records.DOINGS), the roles
+(bot.app.permissions.Role), the image actions (templates.actions.ACTIONS), and the
+languages offered, each in its own name.
 
 Public: the sign-in page needs its words before anyone has signed in, and nothing here
 is a secret — every word and state is the shipped catalog's or the registries', the same
@@ -22,7 +23,7 @@ from aiohttp import web
 from msgspec import Meta, Struct
 
 from bot import i18n
-from bot.app.permissions import needs
+from bot.app.permissions import Role, needs
 from bot.messages import CATALOG, say, unfilled
 from bot.web.http import respond
 from bot.web.routes import Answer, Param, Route
@@ -72,6 +73,7 @@ class Vocabulary(Struct):
     deliveries: list[Named]  # a webhook delivery's states
     workers: list[Named]  # an executor's states
     doings: list[Named]  # what keeps an executor from its jobs ({models}: which)
+    roles: list[Named]  # a person's role, the least first
     actions: list[ActionWords]  # in the order to offer them
 
 
@@ -88,6 +90,7 @@ def vocabulary(lang: str) -> Vocabulary:
         [Named(s, say(f"delivery_{s}", lang)) for s in get_args(State)],
         [Named(s, say(f"worker_{s}", lang)) for s in STATES],
         [Named(d, unfilled(f"doing_{d}", lang)) for d in DOINGS],
+        [Named(r.value, say(f"role_{r.value}", lang)) for r in Role],
         [ActionWords(s.name, say(s.verb, lang), s.icon, needs(s.name).value, list(s.takes),
                      s.button) for s in ACTIONS.values()])
 

@@ -739,7 +739,7 @@ async function signedIn(session) {
   document.getElementById("nav-webhooks").hidden = me.role !== "admin";  // (the API checks too)
   const who = document.getElementById("me");
   who.hidden = false;
-  who.textContent = `${me.user} (${me.role})`;
+  who.textContent = `${me.user} (${named("roles", me.role)})`;
   document.getElementById("sign-out").hidden = false;
   const q = await call("GET", `${API}/queue`);
   if (q.ok) seq = q.data.seq;
