@@ -265,45 +265,59 @@ CODE = SHIPPED.parent  # the package extracted; locations read bot/…
 
 
 def extract() -> Catalog:
-    """Every message marked in the code, as `pybabel extract` finds it (MAPPING)."""
+    """Every message marked in the code, as `pybabel extract -F bot/locales/babel.cfg bot`
+    finds it."""
     from babel.messages.catalog import Catalog
-    from babel.messages.extract import extract_from_dir
+    from babel.messages.extract import DEFAULT_KEYWORDS, extract_from_dir
     from babel.messages.frontend import parse_mapping_cfg
     with MAPPING.open(encoding="utf-8") as f:
         methods, options = parse_mapping_cfg(f, str(MAPPING))
     catalog = Catalog(project="genbot", copyright_holder="genbot", charset="utf-8",
                       msgid_bugs_address="", fuzzy=False)
     for name, _, message, comments, context in extract_from_dir(
-            CODE, methods, options, keywords={}):
+            CODE, methods, options, keywords=DEFAULT_KEYWORDS):  # (as pybabel's, N_ aside)
         catalog.add(message, None, [(f"{CODE.name}/{name}", 0)], auto_comments=comments,
                     context=context)
     return catalog
 
 
-def _write(catalog: Catalog, path: Path) -> None:
+def _write(catalog: Catalog, path: Path) -> bool:
+    """Write the catalog unless only its dates would change; whether it was written."""
     from babel.messages.pofile import write_po
-    with path.open("wb") as f:
-        write_po(f, catalog, width=100, include_lineno=False, ignore_obsolete=True)
+    out = io.BytesIO()
+    write_po(out, catalog, width=100, include_lineno=False, ignore_obsolete=True)
+
+    def undated(text: bytes) -> list[bytes]:
+        return [line for line in text.splitlines() if not line.startswith(
+            (b'"POT-Creation-Date:', b'"PO-Revision-Date:', b"# Copyright (C)",
+             b"# FIRST AUTHOR"))]
+    if path.exists() and undated(path.read_bytes()) == undated(out.getvalue()):
+        return False
+    path.write_bytes(out.getvalue())
+    return True
 
 
 def refresh() -> list[Path]:
     """Extract the template afresh and bring each shipped catalog up to date with it (as
     `pybabel update`: a new message untranslated or, where one close to it was, that
-    translation marked fuzzy for a translator to check; a removed one dropped)."""
+    translation marked fuzzy for a translator to check; a removed one dropped). The files
+    that changed (more than their dates)."""
     from babel.messages.pofile import read_po
     template = extract()
-    _write(template, TEMPLATE)
-    written = [TEMPLATE]
+    written = [TEMPLATE] if _write(template, TEMPLATE) else []
     for locale, (po,) in catalogs((SHIPPED,)).items():
         with po.open("rb") as f:
             catalog = read_po(f, locale=None)
         catalog.update(template, no_fuzzy_matching=locale == SOURCE,
                        update_header_comment=False)
-        _write(catalog, po)
-        written.append(po)
+        if _write(catalog, po):
+            written.append(po)
     return written
 
 
 if __name__ == "__main__":  # python -m bot.i18n: the template and each catalog refreshed
-    for path in refresh():
+    changed = refresh()
+    for path in changed:
         print(path.relative_to(CODE.parent))
+    if not changed:
+        print("the catalogs are up to date")
