@@ -152,9 +152,12 @@ class Languages:
         """The offered language `tag` names, or None."""
         if not tag:
             return None
-        if tag not in self._known:
-            self._known[tag] = self._match(tag, self.offered)
-        return self._known[tag]
+        if tag in self._known:
+            return self._known[tag]
+        found = self._match(tag, self.offered)
+        if len(self._known) < 512:  # (tags come from outside: ?lang=, Accept-Language)
+            self._known[tag] = found
+        return found
 
     def code(self, tag: str | None, default: str = SOURCE) -> str:
         """The code of the offered language `tag` names, else `default`."""

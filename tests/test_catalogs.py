@@ -7,6 +7,7 @@ registry (an action's verb, a command's help, a job state …), is in all of the
 from __future__ import annotations
 
 import ast
+import re
 import string
 from pathlib import Path
 
@@ -156,3 +157,20 @@ def test_every_code_a_front_can_ask_for_is_in_every_language():
         words = entries(read(po))
         untold = sorted(c for c in {*named, *built} if not words.get(c, ("", "", True))[1])
         assert not untold, f"{locale} lacks {untold}"
+
+
+def test_a_language_named_in_the_config_must_be_offered(tmp_path):
+    from storage.config import ConfigError, from_dict
+    for data, said in (
+            ({"chat": {"language": "fr"}}, '[chat] language: "fr" is not a language offered '
+                                           "here (en, zh)"),
+            ({"chat": {"languages": ["slack:C1=de"]}}, '[chat] languages: "slack:C1=de"'),
+            ({"i18n": {"languages": ["en", "xx"]}}, '[i18n] languages: "xx" has no catalog'),
+            ({"i18n": {"languages": ["en"]}, "chat": {"language": "zh"}}, "(en)"),
+            ({"i18n": {"locales_dir": "nowhere"}}, "[i18n] locales_dir")):
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            i18n.use(from_dict(data, base_dir=str(tmp_path)))
+    offered = i18n.use(from_dict({"i18n": {"languages": ["zh_Hans", "en"]},
+                                  "chat": {"language": "zh-CN"}}))
+    assert offered.codes == ["zh", "en"]  # (in the order the config gives)
+    assert i18n.use(from_dict({})).codes == ["en", "zh"]
