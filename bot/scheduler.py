@@ -36,6 +36,18 @@ log = logging.getLogger("genbot.schedules")
 TICK = 15.0  # seconds between looks at the schedules
 
 
+class _CanceledQuietly(logging.Filter):
+    """APScheduler cancels the firings still pending as it shuts down, and reports one
+    canceled before it began (so before `_quiet` could catch it) as an error with a
+    traceback. It is the service stopping: say nothing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
+CANCELED_QUIETLY = _CanceledQuietly()
+
+
 class Scheduler:
     def __init__(self, app: App, *, outbox: Outbox | None = None):
         self.app, self.outbox = app, outbox
@@ -66,6 +78,7 @@ class Scheduler:
         return run
 
     def start(self) -> None:
+        logging.getLogger("apscheduler.executors.default").addFilter(CANCELED_QUIETLY)
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
         from apscheduler.triggers.cron import CronTrigger
         from apscheduler.triggers.interval import IntervalTrigger
