@@ -36,6 +36,18 @@ log = logging.getLogger("genbot.schedules")
 TICK = 15.0  # seconds between looks at the schedules
 
 
+class _CanceledQuietly(logging.Filter):
+    """APScheduler cancels the firings still pending as it shuts down, and reports one
+    canceled before it began (so before `_quiet` could catch it) as an error with a
+    traceback. It is the service stopping: say nothing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
+CANCELED_QUIETLY = _CanceledQuietly()
+
+
 class Scheduler:
     def __init__(self, app: App, *, outbox: Outbox | None = None):
         self.app, self.outbox = app, outbox
@@ -66,6 +78,7 @@ class Scheduler:
         return run
 
     def start(self) -> None:
+        logging.getLogger("apscheduler.executors.default").addFilter(CANCELED_QUIETLY)
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
         from apscheduler.triggers.cron import CronTrigger
         from apscheduler.triggers.interval import IntervalTrigger
@@ -100,7 +113,7 @@ class Scheduler:
                    if d.mean_seconds is not None else "",
                    paused=say("digest_paused", lang) if await self.queue.paused() else "")
         if d.top:
-            text += ("" if lang == "zh" else " ") + say(
+            text += say(
                 "digest_top", lang, who=", ".join(f"{who} ({n:,})" for who, n in d.top))
         assert self.outbox is not None
         return await self.outbox.put(digest_key(chat.digest, day), platform=platform,

@@ -149,11 +149,11 @@ async def serve(config: Config, *, ready: asyncio.Event | None = None,
     """Run until SIGINT/SIGTERM. `executor`: also run and supervise an executor process.
     `platforms`: the chat platforms (default: those the config turns on)."""
     service = Service(config, executor=executor, platforms=platforms)
-    await service.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before start: /healthz answers while the
+        loop.add_signal_handler(sig, stop.set)  # rest starts, and a SIGTERM then must stop it
+    await service.start()
     if ready is not None:
         ready.set()
     try:

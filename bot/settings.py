@@ -54,6 +54,19 @@ def assets_dir(config: Config) -> Path:
     return config.path(config[IntakeConfig].assets_dir)
 
 
+@section("i18n", order=85)
+@dataclass(frozen=True)
+class I18nConfig:
+    """The languages people read, one gettext catalog each (docs/architecture.md)."""
+
+    languages: list[str] = key((), "Languages offered (chat, the dashboard, --lang), e.g. "
+                               "[\"en\", \"zh\"]. Empty: every language with a catalog in "
+                               "genbot's bot/locales or in locales_dir.")
+    locales_dir: str = key("", "A folder of more catalogs, as <locale>/LC_MESSAGES/genbot.po "
+                           "(relative to the config file's folder): a language of your own, or "
+                           "your words for a shipped one. Empty: genbot's own only.")
+
+
 @section("chat", order=90)
 @dataclass(frozen=True)
 class ChatConfig:
@@ -80,8 +93,8 @@ class ChatConfig:
                             "queued only when asked again with --yes, after the bot says how "
                             "many jobs, models and minutes it is.", min=1, max=10_000_000)
     language: str = key("en", "Language of replies where neither languages below, the person's "
-                        "own locale, nor the platform's default (DingTalk: zh) says otherwise.",
-                        choices=("en", "zh"))
+                        "own locale, nor the platform's default (DingTalk: zh) says otherwise: "
+                        "one of [i18n] languages.")
     languages: list[str] = key((), "Languages by person, conversation, workspace or platform, the "
                                "most specific winning: [\"slack:U024BE7LH=en\", "
                                "\"slack:C0123=zh\", \"slack:T0456=zh\", \"dingtalk=en\"].")
@@ -99,7 +112,7 @@ class ChatConfig:
     def check(self, source: str) -> None:
         for entry in self.languages:
             where, _, lang = entry.rpartition("=")
-            if not where or lang not in ("en", "zh"):
+            if not where or not lang:  # (whether it is offered: bot.i18n.use)
                 raise ConfigError(f'{source}: [chat] languages: "{entry}": expected '
                                   '"platform:id=en" or "platform:id=zh" (or "platform=zh")')
         try:

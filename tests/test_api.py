@@ -37,6 +37,29 @@ async def test_tokens_are_required_and_errors_are_json(api):
     assert status == 200 and doc["openapi"].startswith("3.")
 
 
+async def test_the_vocabulary_is_every_word_of_the_dashboard_in_the_language_asked_for(api):
+    """Public (the sign-in page needs words); ?lang=, else Accept-Language, else English;
+    the states, priorities and actions in their registries' order."""
+    from storage.records import ACTIVE, TERMINAL, Priority, Status
+    status, en = await api.call("GET", "/vocabulary", token=None)
+    assert status == 200 and en["language"] == "en"
+    assert en["languages"] == [{"code": "en", "name": "English"}, {"code": "zh", "name": "中文"}]
+    assert (en["words"]["sign_in"], en["words"]["batch"]) == ("Sign in", "Batch {id}")
+    assert [(s["name"], s["active"], s["terminal"]) for s in en["states"]] == \
+        [(s.value, s in ACTIVE, s in TERMINAL) for s in Status]
+    assert [p["name"] for p in en["priorities"]] == [p.label for p in Priority]
+    assert [a["name"] for a in en["actions"]][:2] == ["again", "vary"]
+    for asked in ({"params": {"lang": "zh"}}, {"params": {"lang": "zh-CN"}},
+                  {"headers": {"Accept-Language": "fr-FR, zh-TW;q=0.8, en;q=0.5"}}):
+        status, zh = await api.call("GET", "/vocabulary", token=None, **asked)
+        assert zh["language"] == "zh", asked
+        assert (zh["words"]["sign_in"], zh["states"][0]["label"], zh["actions"][1]["verb"],
+                zh["priorities"][0]["label"]) == ("登录", "排队中", "变体", "紧急")
+        assert zh["words"].keys() == en["words"].keys() and zh["languages"] == en["languages"]
+    status, other = await api.call("GET", "/vocabulary?lang=fr", token=None)
+    assert other["language"] == "en"  # (not offered: the source's words)
+
+
 async def test_who_asks_is_known_before_anything_is_looked_up(api):
     """Without a token nothing says which batches, jobs or schedules exist: 401, not 404."""
     for method, path in (("POST", "/batches/99/cancel"), ("POST", "/batches/99/retry"),
@@ -231,13 +254,14 @@ async def test_schedules_through_the_api(api):
 NOBODY = "nobody-token-00001"
 ROLES = {"anonymous": None, "none": NOBODY, "viewer": VIEWER, "other": BOB, "owner": ALICE,
          "admin": ADMIN}
-NO, ANY, V, S, OWNER, A = range(6)  # who gets past the permission check: anyone … only admins
+NO, ANY, V, S, OWNER, A = range(6)  # who gets past the permission check: anyone, signed in
+# or not (a public route) … only admins
 ROUTES = [  # method, path, who passes, the answer once past the check
     ("GET", "/queue", V, 200), ("GET", "/workers", V, 200), ("GET", "/templates", V, 200),
     ("GET", "/templates/social_thumb", V, 200), ("GET", "/batches", V, 200),
     ("GET", "/batches/1", V, 200), ("GET", "/batches/1/files/results.xlsx", V, 404),
     ("GET", "/jobs", V, 200), ("GET", "/jobs/1", V, 200), ("GET", "/jobs/1/outputs/0", V, 404),
-    ("GET", "/schedules", V, 200), ("GET", "/vocabulary", V, 200),
+    ("GET", "/schedules", V, 200), ("GET", "/vocabulary", NO, 200),
     ("POST", "/batches", S, 415), ("POST", "/batches/1/retry", OWNER, 409),
     ("POST", "/jobs/2/cancel", OWNER, 200), ("POST", "/batches/1/cancel", OWNER, 200),
     ("POST", "/queue/pause", A, 200), ("POST", "/queue/resume", A, 200),
@@ -263,7 +287,8 @@ async def test_every_route_answers_each_role_as_the_rules_say(tmp_path, demo_mod
                 await w.queue.resume()  # each call starts from the same state
                 status, body = await w.call(method, path, token)
                 passes = rank[role] >= needs and not (needs == OWNER and role == "other")
-                expected = 401 if role == "anonymous" else answer if passes else 403
+                expected = answer if needs == NO else 401 if role == "anonymous" else \
+                    answer if passes else 403
                 assert status == expected, (method, path, role, body)
                 if status == 403:
                     assert body["error"]["code"].startswith("refused_"), body

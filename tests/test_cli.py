@@ -221,6 +221,10 @@ def test_validate_reports_like_the_bot(workdir, capsys):
         f"（{workdir / 'assets'}）中都没有，请放入其中之一，或改正文件名",
         "第 2 行，“steps”列：500 大于最大值 100"]
     assert not (workdir / "data").exists()  # validating stores nothing
+    code, out = run_cli(capsys, "validate", "product_main", str(bad), "--lang", "zh-CN")
+    assert code == 1 and out.startswith("bad.csv：")  # (any tag of an offered language)
+    assert main(["validate", "product_main", str(bad), "--lang", "fr"]) == 2
+    assert "--lang fr: not a language offered here (en, zh" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content, says", [

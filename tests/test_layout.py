@@ -160,8 +160,8 @@ def test_bot_shows_its_parts():
     top = sorted(p.name for p in (ROOT / "bot").iterdir()
                  if p.name != "__pycache__" and not p.name.startswith("."))
     assert top == ["__init__.py", "app", "chat", "cli", "client.py", "conventions.py", "errors.py",
-                   "intake", "messages.py", "outbound.py", "scheduler.py", "service.py",
-                   "settings.py", "supervisor.py", "web", "webhooks"]
+                   "i18n.py", "intake", "locales", "messages.py", "outbound.py", "scheduler.py",
+                   "service.py", "settings.py", "supervisor.py", "web", "webhooks"]
 
 
 def test_the_queue_is_fed_by_the_application_layer_only():

@@ -18,18 +18,21 @@ SCRIPT = r'''
 import asyncio, io, sys
 from pathlib import Path
 
-import tests.fakes.mirror  # noqa: F401 - the new action, before any front is imported
+from tests.fakes.mirror import LOCALES  # the new action, before any front is imported
 
 from PIL import Image, ImageOps
 
 from bot.chat.commands import COMMANDS
 from bot.cli.genbot import build_parser
+from bot import i18n
 from bot.messages import action_label
 from templates.actions import offered
 from templates.loader import load_templates
 from tests.fakes.api import ALICE, BOTTLE, ApiWorld, api_config
 
 tmp, demo = Path(sys.argv[1]), Path(sys.argv[2])
+config = api_config(tmp, demo, i18n={"locales_dir": str(LOCALES)})
+i18n.use(config)  # (as genbot does when it reads its config)
 
 # chat: the command, its alias, its help in both languages; its button's label
 spec = COMMANDS.specs["mirror"]
@@ -51,7 +54,7 @@ assert "mirror" in offered(templates["social_thumb"]) and "again" not in offered
 
 
 async def api():
-    async with ApiWorld(api_config(tmp, demo)) as w:
+    async with ApiWorld(config) as w:
         status, _ = await w.submit(1)
         assert status == 201, status
         w.start_executor()
@@ -61,9 +64,13 @@ async def api():
         assert "mirror" in enum, enum
         count = doc["components"]["schemas"]["ActionBody"]["properties"]["count"]
         assert count["description"].startswith("again, vary:"), count  # (mirror takes none)
-        status, words = await w.call("GET", "/vocabulary")
-        mirror = next(a for a in words["actions"] if a["name"] == "mirror")
-        assert mirror["verb"] == {"en": "Mirror", "zh": "镜像"} and mirror["button"], mirror
+        verbs = {}
+        for lang in ("en", "zh"):
+            status, words = await w.call("GET", f"/vocabulary?lang={lang}")
+            mirror = next(a for a in words["actions"] if a["name"] == "mirror")
+            assert mirror["button"], mirror
+            verbs[lang] = mirror["verb"]
+        assert verbs == {"en": "Mirror", "zh": "镜像"}, verbs
         status, job = await w.call("GET", "/jobs/1")
         assert "mirror" in job["actions"] and "vary" not in job["actions"], job["actions"]
         status, acted = await w.call("POST", "/jobs/1/actions", json={"action": "mirror"})

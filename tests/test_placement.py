@@ -40,7 +40,8 @@ def test_a_need_is_unmet_only_when_every_running_executor_of_its_engine_refuses_
     comfy = worker("cf1", engine="comfyui", allow=["comfyui:portrait"],
                    cannot={"poster": "node 3 needs a file"})
     (sdxl,) = unplaced(["sdxl", "sd15", None], [small, comfy])
-    assert (sdxl.need, str(sdxl.what), sdxl.what.zh) == ("sdxl", "model sdxl", "模型 sdxl")
+    assert (sdxl.need, str(sdxl.what), sdxl.what.render("zh")) == \
+        ("sdxl", "model sdxl", "模型 sdxl")
     assert sdxl.why == ("gpu1: it needs about 6.5 GiB",)
     assert unplaced(["sdxl"], [small, anything]) == []  # one that takes anything
     assert unplaced(["sdxl"], [worker("gpu3", allow=["sd15"])])[0].why == \

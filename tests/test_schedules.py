@@ -212,3 +212,23 @@ async def test_a_scheduled_job_failing_in_an_outage_is_told_once_not_a_traceback
     await run()
     (bug,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert bug.levelname == "ERROR" and bug.exc_info is not None
+
+
+
+async def test_a_firing_the_stopping_service_cancels_is_not_reported_as_an_error(
+        tmp_path, demo_models, caplog):
+    """The race `genbot serve` met when a SIGTERM came right after start: APScheduler's
+    shutdown cancels a firing's task before it has begun, then logs it as a failure."""
+    import asyncio
+    import logging
+    async with World(config(tmp_path, demo_models)) as w:
+        s = Scheduler(w.app)
+        with caplog.at_level(logging.INFO, logger="apscheduler"):
+            s.start()
+            s.stop()  # (APScheduler shuts down at the loop's next turn …)
+            job = s.apscheduler.get_job("schedules")
+            s.apscheduler._executors["default"].submit_job(job, [datetime.now(UTC)])  # a firing
+            for _ in range(5):  # … and cancels the firing's task before its first step
+                await asyncio.sleep(0)
+    assert "Running job" not in caplog.text and "has been shut down" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

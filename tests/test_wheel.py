@@ -63,6 +63,15 @@ def test_the_wheel_runs_the_shipped_templates_from_another_folder(installed, tmp
     example = genbot(installed, tmp_path, "template", "example", "product_main")
     assert example.returncode == 0, example.stderr
     assert (tmp_path / "product_main.xlsx").is_file()
+    # The catalogs and the dashboard's fonts are package data: Chinese from the wheel.
+    chinese = genbot(installed, tmp_path, "template", "example", "product_main", "--lang",
+                     "zh", "-o", "zh.xlsx")
+    assert chinese.returncode == 0, chinese.stderr
+    from openpyxl import load_workbook
+    assert load_workbook(tmp_path / "zh.xlsx").sheetnames == ["数据", "说明"]
+    assert {p.name for p in (installed / "bot" / "web" / "static" / "fonts").iterdir()} == \
+        {"OFL.txt", "genbot-cjk.woff2", "genbot-cjk-names.woff2"}
+    assert (installed / "bot" / "locales" / "zh_Hans" / "LC_MESSAGES" / "genbot.po").is_file()
     assert (tmp_path / "assets" / "bottle.png").is_file()
 
     run = genbot(installed, tmp_path, "run", "product_main", "product_main.xlsx",

@@ -26,6 +26,7 @@ from typing import Any
 
 from aiohttp.abc import AbstractResolver
 
+from bot import i18n
 from bot.app import importer, iterate, values
 from bot.app.importer import Imported
 from bot.app.iterate import Acted, ActionRequest
@@ -197,7 +198,9 @@ class App:
                  templates: dict[str, Template], *, access: Access | None = None,
                  clock: Callable[[], float] | None = None, local_admins: tuple[str, ...] = ()):
         """`local_admins`: platform:user ids that are admins on this machine whatever the
-        config says (the person at `genbot chat`'s terminal, the local API token)."""
+        config says (the person at `genbot chat`'s terminal, the local API token). The
+        config's languages ([i18n]) are the ones offered from now on (bot.i18n.use)."""
+        i18n.use(config)
         self.config, self.queue, self.store, self.templates = config, queue, store, templates
         self.clock = clock or queue.clock
         self.access = access or Access(queue.db, clock=self.clock)

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bot.errors import Conflict
-from bot.messages import Both
+from bot.messages import Joined, Phrase
 from storage.records import WorkerInfo
 from templates.jobs import COMFY
 
@@ -34,12 +34,12 @@ class Unplaced:
     why: tuple[str, ...]
 
     @property
-    def what(self) -> Both:
+    def what(self) -> Phrase:
         """The need as a person reads it: "model sdxl", "ComfyUI template poster"."""
         engine, _, name = self.need.partition(":")
         if engine == COMFY and name:
-            return Both(f"ComfyUI template {name}", f"ComfyUI 模板 {name}")
-        return Both(f"model {self.need}", f"模型 {self.need}")
+            return Phrase("need_comfy", name=name)
+        return Phrase("need_model", need=self.need)
 
 
 class NoExecutor(Conflict):
@@ -47,8 +47,7 @@ class NoExecutor(Conflict):
 
     def __init__(self, unplaced: list[Unplaced]):
         super().__init__("no_executor",
-                         what=Both(", ".join(u.what for u in unplaced),
-                                   "、".join(u.what.zh for u in unplaced)),
+                         what=Joined(u.what for u in unplaced),
                          why="; ".join(w for u in unplaced for w in u.why))
         self.unplaced = unplaced
 

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable
 from zoneinfo import ZoneInfo
 
+from bot import i18n
 from bot.app.application import App
 from bot.app.permissions import Who
 from bot.chat.commands import COMMANDS
@@ -26,7 +27,7 @@ from bot.chat.turn import Reply, Turn
 from bot.chat.uploads import quoted
 from bot.conventions import reply_key
 from bot.errors import Coded
-from bot.messages import LANGS, han, say
+from bot.messages import say
 from bot.settings import ChatConfig
 from storage.inbox import Inbox, is_sheet
 from storage.outbox import Outbox
@@ -35,11 +36,10 @@ from storage.records import Upload
 log = logging.getLogger("genbot.chat")
 
 
-def _chinese(text: str) -> bool:
-    """The message's first word (past mentions and a "/") is Chinese."""
+def _first_word(text: str) -> str:
+    """The message's first word, past mentions and a "/"."""
     words = [w for w in text.split() if not w.startswith(("<@", "@"))]
-    first = words[0].lstrip("/") if words else ""
-    return han(first[:8])
+    return words[0].lstrip("/")[:8] if words else ""
 
 
 class Chat:
@@ -53,18 +53,17 @@ class Chat:
         """Most specific first: the person, the conversation, the workspace, the platform
         (from [chat] languages); then the person's own locale; then the platform's default;
         then [chat] language."""
-        p, settings = msg.platform, self.app.config[ChatConfig]
-        given = settings.language_at(f"{p}:{msg.user}", f"{p}:{msg.conversation}",
-                                     f"{p}:{msg.workspace}" if msg.workspace else None, p)
-        if given:
-            return given
-        if _chinese(msg.text):  # who writes 帮助 or 你好 reads Chinese, whatever the locale
-            return "zh"
-        locale = (msg.lang or "").lower()[:2]
-        if locale in LANGS:
-            return locale
+        p, settings, offered = msg.platform, self.app.config[ChatConfig], i18n.languages()
+        given = offered.find(settings.language_at(
+            f"{p}:{msg.user}", f"{p}:{msg.conversation}",
+            f"{p}:{msg.workspace}" if msg.workspace else None, p))
+        # who writes 帮助 or 你好 reads Chinese, whatever the locale
+        found = given or offered.written_in(_first_word(msg.text)) or offered.find(msg.lang)
+        if found:
+            return found.code
         platform = self.platforms.get(p)
-        return (platform.default_lang if platform else None) or settings.language
+        return offered.code(platform.default_lang if platform else None,
+                            offered.code(settings.language))
 
     def zone(self, msg: Incoming) -> ZoneInfo:
         for name in (msg.tz, self.app.config[ChatConfig].timezone):

@@ -50,6 +50,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot import i18n
 from bot.chat.markup import Markup
 from bot.chat.platform import (
     Button,
@@ -64,6 +65,7 @@ from bot.chat.platform import (
     refuse,
     text_of,
 )
+from bot.messages import say
 from bot.settings import IntakeConfig, SlackConfig
 from storage.config import Config
 
@@ -102,8 +104,11 @@ MRKDWN = Markup(escape=escaped, mention=lambda user: f"<@{user}>")
 # Reactions that rate an image: ⭐ and 👍 keep, 👎 rejects.
 REACTIONS = {"star": "keep", "star2": "keep", "+1": "keep", "thumbsup": "keep",
              "-1": "reject", "thumbsdown": "reject"}
-NOT_SERVED = ("genbot does not serve this channel; ask an admin. · "
-              "此频道未启用 genbot，请联系管理员。")
+
+
+def not_served() -> str:
+    """Said in every language offered: whoever asks has not been heard in any yet."""
+    return " · ".join(say("not_served", code) for code in i18n.languages().codes)
 
 
 class Slack(Platform):
@@ -273,7 +278,7 @@ class Slack(Platform):
             return
         direct = command.get("channel_name") == "directmessage" or channel.startswith("D")
         if not self.serves(channel, direct):
-            await ack(NOT_SERVED)
+            await ack(not_served())
             return
         await ack()
         name, text = name.lstrip("/"), unescaped(text_of(command, "text") or "")

@@ -12,6 +12,7 @@ import getpass
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+from bot import i18n
 from bot.app.permissions import Who
 from storage import config as cfg
 from storage.queue import Priority, open_queue
@@ -20,12 +21,27 @@ if TYPE_CHECKING:
     from bot.app.application import App
 
 PRIORITIES = [p.name.lower() for p in Priority]
-LANGS = ("en", "zh")  # the languages of genbot's reports (bot.messages)
 
 
 def load_config(args: argparse.Namespace) -> cfg.Config:
-    """The config named by --config (None: $GENBOT_CONFIG, ./config.toml, defaults)."""
-    return cfg.load(args.config)
+    """The config named by --config (None: $GENBOT_CONFIG, ./config.toml, defaults), its
+    languages offered from now on; a --lang is read as one of them (its code)."""
+    config = cfg.load(args.config)
+    offered = i18n.use(config)
+    if getattr(args, "lang", None) is not None:
+        language = offered.find(args.lang)
+        if language is None:
+            raise cfg.ConfigError(f"--lang {args.lang}: not a language offered here "
+                                  f"({', '.join(offered.codes)}; [i18n] languages)")
+        args.lang = language.code
+    return config
+
+
+def add_lang_option(parser: argparse.ArgumentParser) -> None:
+    """--lang: the language of what the command writes (any of [i18n] languages)."""
+    parser.add_argument("--lang", default=i18n.SOURCE, metavar="LANG",
+                        help="the language of its words: en, zh, or another of [i18n] "
+                             "languages (default: en)")
 
 
 def me() -> Who:

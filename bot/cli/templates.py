@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from bot.cli.shared import LANGS, load_config
+from bot.cli.shared import add_lang_option, load_config
 from bot.settings import assets_dir
 from storage import config as cfg
 from templates.settings import ComfyUIConfig, templates_dir
@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
                                   help="write an example sheet (.xlsx)")
     example.add_argument("name")
     example.add_argument("-o", "--output", metavar="FILE", help="default: NAME.xlsx")
-    example.add_argument("--lang", choices=LANGS, default="en")
+    add_lang_option(example)
     example.set_defaults(func=cmd_template_example)
     imp = template.add_parser("import", parents=[common],
                               help="a template from a ComfyUI workflow: API or UI format, or "

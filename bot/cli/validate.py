@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bot.cli.shared import LANGS, load_config
+from bot.cli.shared import add_lang_option, load_config
 from bot.cli.templates import find_template
 from bot.settings import IntakeConfig
 
@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
                                      help="check a sheet against a template; queues nothing")
     validate.add_argument("template")
     validate.add_argument("sheet")
-    validate.add_argument("--lang", choices=LANGS, default="en")
+    add_lang_option(validate)
     validate.add_argument("--skip-invalid", action="store_true",
                           help="report as the bot would with --skip-invalid")
     validate.set_defaults(func=cmd_validate)

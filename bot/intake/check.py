@@ -17,8 +17,8 @@ from typing import Any
 
 from bot.intake.examples import example_attachments
 from bot.intake.images import Attachments, ImageResolver, recording
-from bot.intake.sheets import CellError, Sheet, SheetError, header_for, read_sheet
-from bot.messages import Both, say, visible
+from bot.intake.sheets import CellError, Heading, Sheet, SheetError, read_sheet
+from bot.messages import Localized, say, visible
 from bot.settings import IntakeConfig, assets_dir
 from storage.config import Config
 from storage.files import FileStore, reserved
@@ -56,7 +56,7 @@ SHOWN_MAX = 120  # characters of a cell's text quoted in a message
 def quoted(value: Any) -> Any:
     """A cell's text or a header as a sentence may quote it: as the cell shows it (a
     whole number without ".0"), control characters visible, long text cut."""
-    if isinstance(value, Both):
+    if isinstance(value, Localized):
         return value
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"  # as a spreadsheet shows it
@@ -249,13 +249,13 @@ def _map_columns(template: Template, sheet: Sheet, result: IntakeReport) -> dict
     for param, found in columns.items():
         if len(found) > 1:
             result.file_issues.append(Issue("duplicate_column", {
-                "param": Both(param, header_for(template.params[param], "zh")),
+                "param": Heading(template.params[param]),
                 "columns": ", ".join(f'"{quoted(sheet.headers[i])}"' for i in found)}))
     present = {normalize_header(h) for h in sheet.headers}
     unused_headers = {normalize_header(sheet.headers[i]): sheet.headers[i] for i in unused}
-    needed = [Both(p.name, header_for(p, "zh")) for p in template.params.values()
+    needed: list[str] = [Heading(p) for p in template.params.values()
               if p.required and p.default is None and p.name not in columns]
-    needed += [Both(c, c) for k, c in wanted_extras.items() if k not in present]
+    needed += [c for k, c in wanted_extras.items() if k not in present]
     for name in needed:  # named as a sheet in the reader's language heads it
         near = _closest(name, unused_headers)
         result.file_issues.append(Issue("missing_column_near" if near else "missing_column",

@@ -21,7 +21,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
-from bot.messages import Both
+from bot.messages import Phrase
 from bot.outbound import PrivateAddress, is_public, refusal, session
 from bot.settings import IntakeConfig
 from storage.files import FileStore
@@ -211,6 +211,7 @@ class ImageResolver:
                 if refused is not None:
                     raise Problem("image_private_address", host=refused.host) from None
                 raise Problem("image_download_failed", ref=url,
-                              reason=Both(str(e) or type(e).__name__, "网络连接失败")) from None
+                              reason=Phrase("download_network",
+                                            source=str(e) or type(e).__name__)) from None
         raise Problem("image_download_failed", ref=url,
-                      reason=Both("too many redirects", "重定向次数过多"))
+                      reason=Phrase("download_redirects"))

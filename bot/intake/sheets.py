@@ -22,8 +22,9 @@ from typing import Any
 
 import python_calamine
 
+from bot import i18n
 from bot.errors import Coded
-from bot.messages import KINDS, Both, han
+from bot.messages import KINDS, Localized, Phrase
 from templates.params import is_blank
 
 WORKBOOKS = (".xlsx", ".xlsm", ".xls", ".ods")
@@ -287,10 +288,10 @@ def _calamine(filename: str, data: bytes, keep: int | None,
     return sheet.name, (grid, more), visible[0]
 
 
-def _damage(detail: str) -> Both:
-    """A library's account of the damage: in English, as it said it; in Chinese, no
-    English library text inside the sentence."""
-    return Both(detail, "文件结构无法解析")
+def _damage(detail: str) -> Phrase:
+    """A library's account of the damage: in English, as it said it; in another language,
+    no English library text inside the sentence."""
+    return Phrase("file_unparsable", source=detail)
 
 
 def _shown(value: Any) -> Any:
@@ -550,10 +551,27 @@ def cell_value(value: Any) -> Any:
     return value
 
 
+class Heading(Localized):
+    """A parameter's column as a sheet in the reader's language heads it (`header_for`);
+    as a str, its name."""
+
+    param: Any
+
+    def __new__(cls, param: Any) -> Heading:
+        made = super().__new__(cls, param.name)
+        made.param = param
+        return made
+
+    def render(self, lang: str) -> str:
+        return header_for(self.param, lang)
+
+
 def header_for(param, lang: str) -> str:
-    """The column header an example sheet uses: in Chinese, the first Chinese alias."""
-    if lang == "zh":
+    """The column header an example sheet uses: in a language written in Chinese
+    characters, the first alias written in them."""
+    language = i18n.languages().find(lang)
+    if language is not None and language.writes_han:
         for alias in param.aliases:
-            if han(alias):
+            if i18n.han(alias):
                 return alias
     return param.name

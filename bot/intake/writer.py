@@ -11,6 +11,7 @@ import io
 from typing import TYPE_CHECKING, Any
 
 from bot.intake.sheets import cell_value, header_for
+from bot.messages import say
 
 if TYPE_CHECKING:
     from templates.graph import Template
@@ -60,20 +61,19 @@ def write_example(template: Template, lang: str = "en") -> bytes:
 
     book = openpyxl.Workbook()
     rows = book.active
-    rows.title = "rows" if lang != "zh" else "数据"
+    rows.title = say("sheet_rows", lang)
     params = list(template.params.values())
     for line in example_rows(template, lang):
         rows.append([writable(v) for v in line])
     for cell in rows[1]:
         cell.font = Font(bold=True)
-    labels = (("column", "type", "required", "default", "allowed", "also accepted as", "help")
-              if lang != "zh" else
-              ("列名", "类型", "必填", "默认值", "取值范围", "也可用的列名", "说明"))
-    help_sheet = book.create_sheet("help" if lang != "zh" else "说明")
+    labels = [say(f"sheet_{label}", lang) for label in
+              ("column", "type", "required", "default", "allowed", "aliases", "about")]
+    help_sheet = book.create_sheet(say("sheet_help", lang))
     help_sheet.append(list(labels))
     for cell in help_sheet[1]:
         cell.font = Font(bold=True)
-    yes, no = ("yes", "no") if lang != "zh" else ("是", "否")
+    yes, no = say("sheet_yes", lang), say("sheet_no", lang)
     for p in params:
         help_sheet.append([writable(v) for v in (
             header_for(p, lang), p.type, yes if p.required else no,

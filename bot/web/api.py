@@ -110,7 +110,7 @@ class Api:
             self.queue, WorkerRoutes(app, self.callers), TemplateRoutes(app, self.callers),
             BatchRoutes(app, self.callers), JobRoutes(app, self.callers),
             IterateRoutes(app, self.callers), self.events, ScheduleRoutes(app, self.callers),
-            WebhookRoutes(self.hooks, self.callers), VocabularyRoutes(self.callers)]
+            WebhookRoutes(self.hooks, self.callers), VocabularyRoutes()]
 
     def routes(self, app: web.Application) -> None:
         """Each resource's routes as declared, and the document generated from them."""

@@ -23,11 +23,13 @@ from bot.web.sessions import foreign
 
 WEB = Path(__file__).parent / "static"
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
-# The page loads only its own script and styles; it talks to its own origin only.
+FONTS = {"genbot-cjk.woff2": "font/woff2", "genbot-cjk-names.woff2": "font/woff2",
+         "OFL.txt": "text/plain; charset=utf-8"}  # in static/fonts/ (app.css)
+# The page loads only its own script, styles and font; it talks to its own origin only.
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
-                               "img-src 'self' data:; connect-src 'self'; form-action 'self'; "
-                               "base-uri 'none'; frame-ancestors 'none'",
+                               "font-src 'self'; img-src 'self' data:; connect-src 'self'; "
+                               "form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
     "Cache-Control": "no-cache"}
 SIGN_IN_TRIES = 10  # wrong tokens per address per minute before wrong ones are slowed
@@ -57,6 +59,7 @@ class Dashboard:
         r.add_get("/dashboard", self.home)
         r.add_get("/dashboard/", self.page)
         r.add_get("/dashboard/{asset:app\\.(?:js|css)}", self.asset)
+        r.add_get("/dashboard/fonts/{font}", self.font)
         r.add_get("/dashboard/session", self.session)
         r.add_post("/dashboard/session", self.sign_in)
         r.add_delete("/dashboard/session", self.sign_out)
@@ -70,6 +73,15 @@ class Dashboard:
     async def asset(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["asset"]
         return web.FileResponse(WEB / name, headers={**HEADERS, "Content-Type": ASSETS[name]})
+
+    async def font(self, request: web.Request) -> web.StreamResponse:
+        """The Chinese web font (app.css) and its licence. It changes only with a release:
+        cached for a day, then checked again (ETag)."""
+        name = request.match_info["font"]
+        if name not in FONTS:
+            raise web.HTTPNotFound()
+        return web.FileResponse(WEB / "fonts" / name, headers={
+            **HEADERS, "Content-Type": FONTS[name], "Cache-Control": "public, max-age=86400"})
 
     async def session(self, request: web.Request) -> web.Response:
         """Who is signed in, their role, what they may do and the CSRF token the page sends."""

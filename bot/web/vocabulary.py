@@ -1,48 +1,112 @@
-"""GET /vocabulary: the registries every front shows, with their words in each language,
-for the dashboard (and any client) to read instead of keeping a copy of its own: the
-image actions (templates.actions.ACTIONS) with their verbs, who may take them and what
-they take."""
+"""GET /vocabulary: every word the dashboard shows, in one language, with the registries
+they name — so the page keeps no catalog and no list of states of its own.
+
+For `?lang=` (else the first language Accept-Language asks for that is offered, else
+English): the dashboard's labels (the `dash_*` messages of bot.messages, from the same
+gettext catalogs as every other front), the job states in their order with which are
+active and which terminal (storage.records: Status, ACTIVE, TERMINAL), the priorities
+(Priority), a webhook delivery's states (bot.web.webhooks.State), an executor's states and
+what may keep it from its jobs (storage.workers.STATES, storage.records.DOINGS), the roles
+(bot.app.permissions.Role), the image actions (templates.actions.ACTIONS), and the
+languages offered, each in its own name.
+
+Public: the sign-in page needs its words before anyone has signed in, and nothing here
+is a secret — every word and state is the shipped catalog's or the registries', the same
+for everyone; who may take an action is what docs/api.md says, and the API still checks
+it on each request."""
 
 from __future__ import annotations
 
-from aiohttp import web
-from msgspec import Struct
+from typing import Annotated, get_args
 
-from bot.app.permissions import Action, needs
-from bot.messages import LANGS, say
-from bot.web.callers import Callers
+from aiohttp import web
+from msgspec import Meta, Struct
+
+from bot import i18n
+from bot.app.permissions import Role, needs
+from bot.messages import CATALOG, say, unfilled
 from bot.web.http import respond
-from bot.web.routes import Answer, Route
+from bot.web.routes import Answer, Param, Route
+from bot.web.webhooks import State
+from storage.records import ACTIVE, DOINGS, TERMINAL, Priority, Status
+from storage.workers import STATES
 from templates.actions import ACTIONS
+
+WORDS = "dash_"  # the dashboard's own labels: dash_overview -> words["overview"]
 
 
 class ActionWords(Struct):
     """An action on a finished image (POST /jobs/{id}/actions)."""
     name: str
-    verb: dict[str, str]  # language -> its verb ("Vary", "变体")
+    verb: str  # its word on a button ("Vary", "变体")
     icon: str  # before the verb on a button
     role: str  # the least role that may take it
     takes: list[str]  # besides the image: count, strength, factor, values
     button: bool  # offered under each finished image
 
 
+class Named(Struct):
+    name: str  # as the API writes it
+    label: str  # as a person reads it, in the language asked for
+
+
+class StateWords(Struct):
+    """A job's state (GET /jobs?status=)."""
+    name: str
+    label: str
+    active: bool  # queued or running: it may still change
+    terminal: bool  # it has ended
+
+
+class LanguageWords(Struct):
+    code: str  # what ?lang= and the other fronts take
+    name: str  # in itself: "English", "中文"
+
+
 class Vocabulary(Struct):
-    languages: list[str]
+    language: str  # the language of every label here
+    languages: list[LanguageWords]  # those offered, in the order to offer them
+    words: Annotated[dict[str, str], Meta(description=(
+        "the dashboard's labels by key; {name} marks a value the page fills in"))]
+    states: list[StateWords]  # in a job's order: queued … canceled
+    priorities: list[Named]  # the most urgent first
+    deliveries: list[Named]  # a webhook delivery's states
+    workers: list[Named]  # an executor's states
+    doings: list[Named]  # what keeps an executor from its jobs ({models}: which)
+    roles: list[Named]  # a person's role, the least first
     actions: list[ActionWords]  # in the order to offer them
 
 
-class VocabularyRoutes:
-    def __init__(self, callers: Callers):
-        self.callers = callers
+def vocabulary(lang: str) -> Vocabulary:
+    """Every word for `lang` (an offered language's code)."""
+    offered = i18n.languages()
+    return Vocabulary(
+        lang, [LanguageWords(x.code, say("language_name", x.code)) for x in offered.offered],
+        {code.removeprefix(WORDS): unfilled(code, lang) for code in CATALOG
+         if code.startswith(WORDS)},
+        [StateWords(s.value, say(f"state_{s.value}", lang), s in ACTIVE, s in TERMINAL)
+         for s in Status],
+        [Named(p.label, say(f"priority_{p.label}", lang)) for p in Priority],
+        [Named(s, say(f"delivery_{s}", lang)) for s in get_args(State)],
+        [Named(s, say(f"worker_{s}", lang)) for s in STATES],
+        [Named(d, unfilled(f"doing_{d}", lang)) for d in DOINGS],
+        [Named(r.value, say(f"role_{r.value}", lang)) for r in Role],
+        [ActionWords(s.name, say(s.verb, lang), s.icon, needs(s.name).value, list(s.takes),
+                     s.button) for s in ACTIONS.values()])
 
+
+class VocabularyRoutes:
     def routes(self) -> list[Route]:
         return [Route("GET", "/vocabulary", self.vocabulary,
-                      "The image actions and their words in each language",
-                      {200: Answer("OK", Vocabulary)})]
+                      "Every word the dashboard shows, and the registries they name",
+                      {200: Answer("OK", Vocabulary)}, public=True,
+                      params=(Param("lang", "query", str, "a language offered (en, zh …); "
+                                    "default: Accept-Language's, else en"),),
+                      description=__doc__.split("\n\n")[1])]
 
     async def vocabulary(self, request: web.Request) -> web.Response:
-        await self.callers.allowed(request, Action.TEMPLATES)  # whoever may read templates
-        return respond(Vocabulary(list(LANGS), [
-            ActionWords(s.name, {lang: say(s.verb, lang) for lang in LANGS}, s.icon,
-                        needs(s.name).value, list(s.takes), s.button)
-            for s in ACTIONS.values()]))
+        offered = i18n.languages()
+        asked = request.query.get("lang")
+        language = offered.find(asked) if asked else \
+            offered.negotiate(request.headers.get("Accept-Language"))
+        return respond(vocabulary(language.code if language else i18n.SOURCE))

@@ -5,11 +5,14 @@ Imported before anything else of genbot's in a process of its own."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from PIL import Image, ImageOps
 
-from bot import messages  # 4. bot/messages.py: its words
+from bot import messages  # 4. bot/messages.py: its words (and their catalogs)
+from bot.i18n import N_
 from executor.diffusers.ops import base  # 3. executor/diffusers/ops/image.py: the op
 from templates import actions, signatures  # 1. templates/actions.py, 2. templates/signatures.py
 from templates.binding import safe_output_name
@@ -45,9 +48,32 @@ def _mirror(t: Any, parent: BoundJob, ask: actions.Ask, image: str | None) -> Bo
 actions.ACTIONS["mirror"] = actions.ActionSpec("mirror", _mirror, aliases=("镜像",), icon="🪞",
                                                uses_image=True)
 
-# 4. bot/messages.py
-messages.CATALOG.update({
-    "verb_mirror": ("Mirror", "镜像"),
-    "help_mirror": ("the image flipped left to right", "左右翻转图片"),
-    "about_mirror": ("the image flipped left to right", "左右翻转的图片"),
-})
+# 4. bot/messages.py: the English …
+messages.CATALOG.update([
+    N_("verb_mirror", "Mirror"),
+    N_("help_mirror", "the image flipped left to right"),
+    N_("about_mirror", "the image flipped left to right"),
+])
+# … and bot/locales/zh_Hans/LC_MESSAGES/genbot.po (python -m bot.i18n adds the entries; a
+# translator fills them in) — here a catalog of its own, which a config's [i18n]
+# locales_dir puts before the shipped one, since a test writes nothing into the package.
+LOCALES = Path(tempfile.mkdtemp(prefix="mirror-locales-"))
+(LOCALES / "zh_Hans" / "LC_MESSAGES").mkdir(parents=True)
+(LOCALES / "zh_Hans" / "LC_MESSAGES" / "genbot.po").write_text("""\
+msgid ""
+msgstr ""
+"Language: zh_Hans\\n"
+"Content-Type: text/plain; charset=utf-8\\n"
+
+msgctxt "verb_mirror"
+msgid "Mirror"
+msgstr "镜像"
+
+msgctxt "help_mirror"
+msgid "the image flipped left to right"
+msgstr "左右翻转图片"
+
+msgctxt "about_mirror"
+msgid "the image flipped left to right"
+msgstr "左右翻转的图片"
+""", encoding="utf-8")

@@ -8,119 +8,14 @@ const ROW = 34;        // px per row of the job list (fixed, so the list can be 
 const PAGE = 100;      // jobs fetched per page of the list
 const REFRESH_MS = 400; // at most this often after queue events
 
-const TEXT = {
-  en: {
-    overview: "Overview", jobs: "Jobs", submit: "Submit", sign_out: "Sign out",
-    sign_in: "Sign in", token: "API token", sign_in_hint: "Use a token from [api] tokens in the service's config — on a fresh install with none, the admin token in data/local-admin.token on the service's machine.",
-    live: "live", offline: "reconnecting…",
-    queue: "Queue", running_state: "Running", paused_state: "Paused",
-    paused_by: "paused by {by}", pause: "Pause", resume: "Resume", admins_only: "Admins only",
-    eta: "Queue clears in about {t}", eta_unknown: "No estimate yet", now_running: "Running now",
-    nothing_running: "Nothing is running.", recent: "Recent batches", no_batches: "No batches yet.",
-    batch: "Batch {id}", template: "Template", submitter: "Submitter", priority: "Priority",
-    created: "Created", progress: "Progress", row: "Row", status: "Status", job: "Job",
-    enqueued: "Queued at", took: "Took", error: "Error", all: "All",
-    n_jobs: "{n} jobs", loading: "loading…", cancel: "Cancel", cancel_batch: "Cancel batch",
-    retry: "Retry failed", contact: "Contact sheet", results: "Results (.xlsx)",
-    done_of: "{done} of {total} done", step: "step {step}/{total}",
-    sheet: "Sheet (.xlsx, .xls, .ods, .csv)", pictures: "Pictures the sheet names (optional)",
-    not_before: "Start at (optional, e.g. 22:00 or 2026-12-24 09:00)", skip_invalid: "Skip invalid rows",
-    send: "Submit batch", sending: "Submitting…", params: "Columns this template reads",
-    required: "required", optional: "optional", default: "default {v}",
-    problems: "The sheet has problems; nothing was queued:", submitted: "Batch {id} queued: {n} jobs",
-    canceled_n: "Canceled {n}", asked_n: "{n} running job(s) asked to stop",
-    load_more: "Load more", refused: "Refused",
-    demo_note: "Demo model ({models}) — images are noise; see README, Models, for real ones.",
-    unplaced_note: "Waiting: no running executor can run {what} — {why}",
-    queued: "queued", running: "running", succeeded: "succeeded", failed: "failed", canceled: "canceled",
-    low: "low", normal: "normal", high: "high", urgent: "urgent",
-    workers: "Executors", no_workers: "No executor is running: queued jobs wait until one starts.",
-    idle: "idle", busy: "busy", lost: "lost", stopped: "stopped", seen: "seen {t} ago",
-    takes: "takes", doing_loading: "loading {models}", doing_building_demo: "building demo models: {models}",
-    doing_server_down: "server down: {models}",
-    keep: "Keep", unkeep: "Unkeep", kept: "kept", rejected: "rejected",
-    lineage: "Lineage",
-    made_from: "{action} of #{id}", ancestors: "Made from", children: "Made from it", none: "none",
-    batch_from: "{action} of job {job}, from", kept_only: "Kept only (with all made from this batch)",
-    ab_won: "{variant}: kept in {won} rows where the other was not", ab_ties: "tie (both or neither kept): {ties}", ab_unrated: "not rated yet: {unrated} rows",
-    picks: "Picks (.xlsx)", picks_contact: "Picks contact sheet", no_picks: "Nothing kept yet.",
-    acted: "Batch {id} queued: {n} jobs",
-    webhooks: "Webhooks", endpoints: "Endpoints", deliveries: "Deliveries", endpoint: "Endpoint",
-    url: "URL", kind: "Kind", kind_config: "config", kind_callback: "callback URL", events: "Events",
-    delivery_id: "Delivery", event: "Event", attempts: "Attempts", last_error: "Last error",
-    updated: "Updated", next_attempt: "Next attempt", all_endpoints: "All endpoints",
-    pending: "pending", sent: "sent", disabled: "disabled",
-    send_test: "Send test", enable: "Enable", redeliver: "Redeliver", more: "More",
-    no_endpoints: "No webhook endpoints yet: add [[webhooks]] to the config (docs/webhooks.md).",
-    no_deliveries: "No deliveries.",
-    test_taken: "{endpoint} took the test (HTTP {response})",
-    test_not_taken: "{endpoint} did not take the test: {error}",
-    redelivered: "Delivery {id} taken (HTTP {response})",
-    not_redelivered: "Delivery {id} not taken: {error}",
-    still_pending: "Delivery {id} is still pending: it is sent on its own",
-    enabled: "{endpoint} is on again", was_enabled: "{endpoint} was on already",
-  },
-  zh: {
-    overview: "概览", jobs: "任务", submit: "提交", sign_out: "退出",
-    sign_in: "登录", token: "API 令牌", sign_in_hint: "使用服务配置 [api] tokens 中的令牌；新安装且未配置时，使用服务所在机器上 data/local-admin.token 中的管理员令牌。",
-    live: "实时", offline: "重新连接中…",
-    queue: "队列", running_state: "运行中", paused_state: "已暂停",
-    paused_by: "由 {by} 暂停", pause: "暂停", resume: "恢复", admins_only: "仅管理员",
-    eta: "预计约 {t} 后清空", eta_unknown: "暂无预计时间", now_running: "正在运行",
-    nothing_running: "当前没有运行的任务。", recent: "最近的批次", no_batches: "还没有批次。",
-    batch: "批次 {id}", template: "模板", submitter: "提交人", priority: "优先级",
-    created: "创建时间", progress: "进度", row: "行", status: "状态", job: "任务",
-    enqueued: "入队时间", took: "耗时", error: "错误", all: "全部",
-    n_jobs: "{n} 个任务", loading: "加载中…", cancel: "取消", cancel_batch: "取消批次",
-    retry: "重试失败项", contact: "缩略图总览", results: "结果表 (.xlsx)",
-    done_of: "已完成 {done}/{total}", step: "第 {step}/{total} 步",
-    sheet: "表格 (.xlsx, .xls, .ods, .csv)", pictures: "表格引用的图片（可选）",
-    not_before: "开始时间（可选，如 22:00 或 2026-12-24 09:00）", skip_invalid: "跳过无效行",
-    send: "提交批次", sending: "提交中…", params: "此模板读取的列",
-    required: "必填", optional: "可选", default: "默认 {v}",
-    problems: "表格有问题，未加入队列：", submitted: "批次 {id} 已入队：{n} 个任务",
-    canceled_n: "已取消 {n} 个", asked_n: "已要求 {n} 个运行中的任务停止",
-    load_more: "加载更多", refused: "被拒绝",
-    demo_note: "演示模型 {models}——生成的图是噪点；真实模型见 README 的 Models 一节。",
-    unplaced_note: "等待中：没有正在运行的执行器能运行 {what}——{why}",
-    queued: "排队中", running: "运行中", succeeded: "成功", failed: "失败", canceled: "已取消",
-    low: "低", normal: "普通", high: "高", urgent: "紧急",
-    workers: "执行器", no_workers: "没有运行中的执行器：排队任务将等待执行器启动。",
-    idle: "空闲", busy: "忙碌", lost: "失联", stopped: "已停止", seen: "{t} 前有心跳",
-    takes: "接收", doing_loading: "正在加载 {models}", doing_building_demo: "正在生成演示模型：{models}",
-    doing_server_down: "服务器无法连接：{models}",
-    keep: "保留", unkeep: "取消保留", kept: "已保留", rejected: "已淘汰",
-    lineage: "来历",
-    made_from: "#{id} 的{action}", ancestors: "来自", children: "由它生成", none: "无",
-    batch_from: "任务 {job} 的{action}，来自", kept_only: "只看保留的（含由此批次生成的）",
-    ab_won: "{variant}：{won} 行中被保留而另一版本未被保留", ab_ties: "平局（都保留或都未保留）：{ties}", ab_unrated: "尚未评价：{unrated} 行",
-    picks: "精选 (.xlsx)", picks_contact: "精选缩略图", no_picks: "还没有保留的图片。",
-    acted: "批次 {id} 已入队：{n} 个任务",
-    webhooks: "Webhook", endpoints: "端点", deliveries: "投递记录", endpoint: "端点",
-    url: "地址", kind: "类型", kind_config: "配置", kind_callback: "回调地址", events: "事件",
-    delivery_id: "投递", event: "事件", attempts: "尝试次数", last_error: "最近的错误",
-    updated: "更新时间", next_attempt: "下次尝试", all_endpoints: "全部端点",
-    pending: "待发送", sent: "已送达", disabled: "已停用",
-    send_test: "发送测试", enable: "启用", redeliver: "重新投递", more: "更多",
-    no_endpoints: "还没有 Webhook 端点：在配置中添加 [[webhooks]]（见 docs/webhooks.md）。",
-    no_deliveries: "没有投递记录。",
-    test_taken: "{endpoint} 已接收测试（HTTP {response}）",
-    test_not_taken: "{endpoint} 未接收测试：{error}",
-    redelivered: "投递 {id} 已被接收（HTTP {response}）",
-    not_redelivered: "投递 {id} 未被接收：{error}",
-    still_pending: "投递 {id} 仍在待发送中：它会自动发送",
-    enabled: "{endpoint} 已重新启用", was_enabled: "{endpoint} 本来就是启用的",
-  },
-};
-const STATUSES = ["queued", "running", "succeeded", "failed", "canceled"];
-const PRIORITIES = ["urgent", "high", "normal", "low"];
-const DELIVERY_STATES = ["pending", "sent", "failed"];
 const DELIVERY_PAGE = 50; // webhook deliveries fetched per page
 
-let lang = localStorage.getItem("genbot.lang") ||
-  (navigator.language.toLowerCase().startsWith("zh") ? "zh" : "en");
+// Every word on the page, the job states, priorities and the languages offered come from
+// GET /vocabulary (bot/web/vocabulary.py, from the server's gettext catalogs), fetched at
+// start and again when the language changes: this file keeps no catalog of its own.
+let lang = localStorage.getItem("genbot.lang");  // null: the server's pick (Accept-Language)
+let vocabulary = null;         // GET /vocabulary?lang=…
 let me = null;                 // {user, role, csrf, may} once signed in
-let vocabulary = {actions: []}; // GET /vocabulary: the image actions and their words
 let seq = 0;                   // the last event seen, to resume the stream from
 let socket = null;
 let view = null;               // the view on screen: {refresh()}
@@ -132,9 +27,39 @@ function rowName(j) {  // "BTL-001 · Row 2": the row as its sheet names it (the
   return j.key ? `${j.key} · ${t("row")} ${j.row}` : `${t("row")} ${j.row}`;
 }
 
+async function loadVocabulary() {
+  const r = await call("GET", `${API}/vocabulary${lang ? `?lang=${encodeURIComponent(lang)}` : ""}`);
+  if (!r.ok) { if (!vocabulary) throw new Error(`GET /vocabulary: ${r.status}`); return; }
+  vocabulary = r.data;
+  lang = vocabulary.language;  // (a language no longer offered: the server's choice)
+  await fontFor(JSON.stringify(vocabulary));
+}
+
+async function fontFor(text) {
+  // Where no font of this machine has Chinese, the page's own ("genbot CJK", app.css) is
+  // fetched before the words are shown: the faces their characters need, no others.
+  // Waiting matters: Chromium leaves text that asked for a web font before it arrived
+  // in the font it fell back to — boxes.
+  const chinese = text.match(/[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]/gu);
+  if (!chinese) return;
+  const probe = document.createElement("canvas").getContext("2d");
+  probe.font = "14px sans-serif";
+  if (probe.measureText(chinese[0]).width !== probe.measureText("\ue000").width) return;
+  await document.fonts.load('14px "genbot CJK"', [...new Set(chinese)].join("")).catch(() => {});
+}
+
+function states() { return vocabulary.states.map((s) => s.name); }  // in a job's order
+function ended() { return vocabulary.states.filter((s) => s.terminal).map((s) => s.name); }
+function isActive(status) { return vocabulary.states.some((s) => s.name === status && s.active); }
+
+function named(kind, name, vars = {}) {  // a state, priority … in the reader's words
+  const found = vocabulary[kind].find((x) => x.name === name);
+  return fill(found ? found.label : name, vars);
+}
+
 function verb(action) {  // an image action's word, from the server's table
   const found = vocabulary.actions.find((a) => a.name === action);
-  return found ? (found.verb[lang] || found.verb.en) : action;
+  return found ? found.verb : action;
 }
 
 function oneClick(action) {  // offered as a button here: needs nothing typed (no values)
@@ -142,9 +67,12 @@ function oneClick(action) {  // offered as a button here: needs nothing typed (n
   return Boolean(found && found.button && !found.takes.includes("values"));
 }
 
-function t(key, vars = {}) {
-  const text = (TEXT[lang] && TEXT[lang][key]) || TEXT.en[key] || key;
+function fill(text, vars) {
   return text.replace(/\{(\w+)\}/g, (_, k) => String(vars[k] ?? ""));
+}
+
+function t(key, vars = {}) {  // one of the dashboard's labels (the catalog's dash_KEY)
+  return fill(vocabulary.words[key] ?? key, vars);
 }
 
 function h(tag, attrs = {}, ...kids) {
@@ -196,12 +124,16 @@ function failure(r) {
   toast(`${r.status === 403 ? t("refused") + ": " : ""}${r.data.error ? r.data.error.message : r.status}`);
 }
 
+function dateLocale() {  // dates as the language writes them (English: day before month)
+  return lang === "en" ? "en-GB" : lang;
+}
+
 function when(seconds) {
-  return seconds ? new Date(seconds * 1000).toLocaleString(lang === "zh" ? "zh-CN" : "en-GB") : "";
+  return seconds ? new Date(seconds * 1000).toLocaleString(dateLocale()) : "";
 }
 
 function at(iso) {  // an ISO 8601 time from the API, as when() shows epoch seconds
-  return iso ? new Date(iso).toLocaleString(lang === "zh" ? "zh-CN" : "en-GB") : "";
+  return iso ? new Date(iso).toLocaleString(dateLocale()) : "";
 }
 
 function span(seconds) {
@@ -217,8 +149,10 @@ function bytes(n) {
   return n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(1)} GiB` : `${Math.round(n / 2 ** 20)} MiB`;
 }
 
-function badge(status) {
-  return h("span", {class: `badge ${status}`, "data-status": status, text: t(status)});
+function badge(status, kind = "states") {  // a state of that kind (workers, deliveries), else a label
+  const known = vocabulary[kind].find((x) => x.name === status);
+  const text = known ? known.label : t(status);
+  return h("span", {class: `badge ${status}`, "data-status": status, text});
 }
 
 function mayTouch(command, owner) {
@@ -301,7 +235,7 @@ async function overview(main) {
         if (!r.ok) return failure(r);
         refresh();
       }}, t(action));
-    const totals = Object.fromEntries(STATUSES.map((s) => [s,
+    const totals = Object.fromEntries(states().map((s) => [s,
       Object.values(q.data.counts[s] || {}).reduce((a, n) => a + n, 0)]));
     box.replaceChildren(
       h("section", {class: "card state"},
@@ -312,7 +246,7 @@ async function overview(main) {
         button,
         h("p", {class: "muted", id: "eta", text: q.data.queued ? (q.data.eta_seconds ? t("eta", {t: span(q.data.eta_seconds)}) : t("eta_unknown")) : ""})),
       h("section", {class: "card counts"},
-        ...STATUSES.map((s) => h("a", {class: "count", href: `#/jobs?status=${s}`, "data-count": s},
+        ...states().map((s) => h("a", {class: "count", href: `#/jobs?status=${s}`, "data-count": s},
           h("b", {text: String(totals[s])}), badge(s)))),
       h("section", {class: "card"},
         h("h2", {text: t("now_running")}),
@@ -326,8 +260,8 @@ async function overview(main) {
           : h("p", {class: "error", id: "no-workers", text: t("no_workers")}),
         q.data.workers.length ? h("table", {}, ...q.data.workers.map((w) => h("tr", {"data-worker": w.id},
           h("td", {}, h("strong", {text: w.id})), h("td", {class: "muted", text: `${w.device} · v${w.version}`}),
-          h("td", {}, badge(w.state), w.job ? h("span", {text: ` #${w.job}`}) : null,
-            w.doing ? h("span", {class: w.doing.what === "server_down" ? "error doing" : "muted doing", text: ` · ${t("doing_" + w.doing.what, {models: w.doing.models.join(", ")})}`}) : null),
+          h("td", {}, badge(w.state, "workers"), w.job ? h("span", {text: ` #${w.job}`}) : null,
+            w.doing ? h("span", {class: w.doing.what === "server_down" ? "error doing" : "muted doing", text: ` · ${named("doings", w.doing.what, {models: w.doing.models.join(", ")})}`}) : null),
           h("td", {class: "muted", text: w.memory_used ? bytes(w.memory_used) + (w.memory_total ? ` / ${bytes(w.memory_total)}` : "") : ""}),
           h("td", {class: "muted", text: w.models.join(", ") +
             (w.allow ? ` · ${t("takes")} ${w.allow.join(", ") || "-"}` : "")}),
@@ -344,13 +278,13 @@ function batchTable(batches) {
   return h("table", {class: "batches"},
     h("tr", {}, ...["batch", "template", "submitter", "progress", "created"].map((k) => h("th", {text: t(k, {id: ""})}))),
     ...batches.map((b) => {
-      const done = ["succeeded", "failed", "canceled"].reduce((a, s) => a + (b.counts[s] || 0), 0);
+      const done = ended().reduce((a, s) => a + (b.counts[s] || 0), 0);
       return h("tr", {"data-batch": b.id},
         h("td", {}, h("a", {href: `#/batches/${b.id}`, text: `#${b.id}`})),
         h("td", {text: b.template}), h("td", {text: b.submitter}),
         h("td", {}, h("progress", {max: b.total, value: done}),
           h("span", {class: "muted", text: ` ${done}/${b.total}`}),
-          ...STATUSES.filter((s) => b.counts[s] && s !== "succeeded").map((s) => badge(s))),
+          ...states().filter((s) => b.counts[s] && s !== "succeeded").map((s) => badge(s))),
         h("td", {class: "muted", text: when(b.created_at)}));
     }));
 }
@@ -362,7 +296,7 @@ async function jobList(main, params) {
   const filter = h("select", {id: "status-filter", onchange: () => {
     location.hash = filter.value ? `#/jobs?status=${filter.value}` : "#/jobs";
   }}, h("option", {value: "", text: t("all")}),
-  ...STATUSES.map((s) => h("option", {value: s, selected: s === status, text: t(s)})));
+  ...states().map((s) => h("option", {value: s, selected: s === status, text: named("states", s)})));
   const count = h("span", {class: "muted", id: "job-count", text: t("loading")});
   const scroller = h("div", {class: "scroller", id: "job-list", tabindex: 0});
   const spacer = h("div", {class: "spacer-y"});
@@ -430,7 +364,7 @@ async function jobList(main, params) {
 }
 
 function jobRow(j) {
-  const active = j.status === "queued" || j.status === "running";
+  const active = isActive(j.status);
   return h("div", {class: `jobrow ${j.status}`, "data-job": j.id},
     h("span", {text: `#${j.id}`}),
     h("span", {}, h("a", {href: `#/batches/${j.batch}`, text: `#${j.batch}`})),
@@ -536,15 +470,15 @@ async function batchPage(main, id, params) {
     const r = await call("GET", `${API}/batches/${id}`);
     if (!r.ok) return failure(r);
     const b = r.data;
-    const active = (b.counts.queued || 0) + (b.counts.running || 0);
+    const active = states().filter(isActive).reduce((a, s) => a + (b.counts[s] || 0), 0);
     head.replaceChildren(...[  // (null leaves a part out; replaceChildren would write "null")
       h("h2", {text: t("batch", {id})}),
-      h("p", {}, h("strong", {text: b.template + (b.meta.version ? `@${b.meta.version}` : "")}), h("span", {class: "muted", text: ` · ${b.submitter} · ${t(b.priority)} · ${when(b.created_at)}${b.meta.sheet ? " · " + b.meta.sheet : ""}${b.meta.compare ? " · A/B: " + b.meta.compare.join(" / ") : ""}`})),
+      h("p", {}, h("strong", {text: b.template + (b.meta.version ? `@${b.meta.version}` : "")}), h("span", {class: "muted", text: ` · ${b.submitter} · ${named("priorities", b.priority)} · ${when(b.created_at)}${b.meta.sheet ? " · " + b.meta.sheet : ""}${b.meta.compare ? " · A/B: " + b.meta.compare.join(" / ") : ""}`})),
       b.demo_models.length ? h("p", {class: "note", id: "demo-note", text: t("demo_note", {models: b.demo_models.join(", ")})}) : null,
       ...b.unplaced.map((u) => h("p", {class: "note unplaced", text: t("unplaced_note", {what: u.what, why: u.why.join("; ")})})),
       h("p", {}, h("progress", {id: "batch-progress", max: b.total, value: b.done}),
         h("span", {id: "batch-done", text: ` ${t("done_of", b)}`}),
-        ...STATUSES.filter((s) => b.counts[s]).map((s) => h("span", {class: "pair"}, badge(s), ` ${b.counts[s]}`)),
+        ...states().filter((s) => b.counts[s]).map((s) => h("span", {class: "pair"}, badge(s), ` ${b.counts[s]}`)),
         active && b.eta_seconds ? h("span", {class: "muted", text: ` · ${t("eta", {t: span(b.eta_seconds)})}`}) : null),
       b.meta.parent_job ? h("p", {class: "muted", id: "made-from"},
         `${t("batch_from", {action: verb(b.meta.action), job: b.meta.parent_job})} `,
@@ -607,7 +541,7 @@ async function submitForm(main) {
   const sheet = h("input", {type: "file", name: "sheet", id: "sheet", required: true, accept: ".xlsx,.xlsm,.xls,.ods,.csv"});
   const pictures = h("input", {type: "file", name: "pictures", id: "pictures", multiple: true, accept: "image/*"});
   const priority = h("select", {name: "priority", id: "priority"},
-    ...PRIORITIES.map((p) => h("option", {value: p, selected: p === "normal", text: t(p)})));
+    ...vocabulary.priorities.map((p) => h("option", {value: p.name, selected: p.name === "normal", text: p.label})));
   const notBefore = h("input", {type: "text", name: "not_before", id: "not_before", autocomplete: "off"});
   const skip = h("input", {type: "checkbox", name: "skip_invalid", id: "skip_invalid"});
   const send = h("button", {type: "submit", id: "send", text: t("send")});
@@ -665,7 +599,7 @@ async function webhooksPage(main, params) {
   const endpoints = h("section", {class: "card", id: "endpoints"});
   const byStatus = h("select", {id: "delivery-status", onchange: filtered},
     h("option", {value: "", text: t("all")}),
-    ...DELIVERY_STATES.map((s) => h("option", {value: s, selected: s === status, text: t(s)})));
+    ...vocabulary.deliveries.map((s) => h("option", {value: s.name, selected: s.name === status, text: s.label})));
   const byEndpoint = h("select", {id: "delivery-endpoint", onchange: filtered});
   const list = h("table", {id: "deliveries"});
   const more = h("button", {id: "more-deliveries", class: "link", hidden: true, text: t("more")});
@@ -693,8 +627,8 @@ async function webhooksPage(main, params) {
       h("td", {class: "url", text: e.url}),
       h("td", {text: t(`kind_${e.kind}`)}),
       h("td", {class: "muted", text: e.events.join(", ")}),
-      h("td", {class: "nowrap"}, ...DELIVERY_STATES.map((s) => h("span", {class: "pair", "data-count": s},
-        badge(s), ` ${e.deliveries[s] || 0}`))),
+      h("td", {class: "nowrap"}, ...vocabulary.deliveries.map(({name}) => h("span", {class: "pair", "data-count": name},
+        badge(name, "deliveries"), ` ${e.deliveries[name] || 0}`))),
       h("td", {}, e.disabled ? [badge("disabled"), h("div", {class: "error reason", text: e.disabled})] : null),
       h("td", {class: "nowrap"},
         h("button", {class: "small", "data-test": e.id, onclick: (ev) => test(e.id, ev.currentTarget)}, t("send_test")),
@@ -704,7 +638,7 @@ async function webhooksPage(main, params) {
   function deliveryRow(d) {
     return h("tr", {"data-delivery": d.id, "data-status": d.status},
       h("td", {text: `#${d.id}`}), h("td", {text: d.endpoint}), h("td", {}, h("code", {text: d.type})),
-      h("td", {class: "nowrap"}, badge(d.status), d.response ? h("span", {class: "muted", text: ` ${d.response}`}) : null),
+      h("td", {class: "nowrap"}, badge(d.status, "deliveries"), d.response ? h("span", {class: "muted", text: ` ${d.response}`}) : null),
       h("td", {text: String(d.attempts)}),
       h("td", {class: d.status === "sent" ? "muted" : "error", title: d.last_error || null, text: d.last_error || ""}),
       h("td", {class: "muted", text: at(d.updated_at)}),
@@ -718,7 +652,7 @@ async function webhooksPage(main, params) {
     button.disabled = false;
     if (!r.ok) return failure(r);
     if (r.data.status === "sent") toast(t("test_taken", {endpoint: id, response: r.data.response}), "ok");
-    else toast(t("test_not_taken", {endpoint: id, error: r.data.last_error || t(r.data.status)}));
+    else toast(t("test_not_taken", {endpoint: id, error: r.data.last_error || named("deliveries", r.data.status)}));
     refresh();
   }
   async function enable(id, button) {
@@ -735,7 +669,7 @@ async function webhooksPage(main, params) {
     if (r.status === 409) toast(t("still_pending", {id}));
     else if (!r.ok) failure(r);
     else if (r.data.status === "sent") toast(t("redelivered", {id, response: r.data.response}), "ok");
-    else toast(t("not_redelivered", {id, error: r.data.last_error || t(r.data.status)}));
+    else toast(t("not_redelivered", {id, error: r.data.last_error || named("deliveries", r.data.status)}));
     refresh();
   }
   async function refresh() {
@@ -805,11 +739,10 @@ async function signedIn(session) {
   document.getElementById("nav-webhooks").hidden = me.role !== "admin";  // (the API checks too)
   const who = document.getElementById("me");
   who.hidden = false;
-  who.textContent = `${me.user} (${me.role})`;
+  who.textContent = `${me.user} (${named("roles", me.role)})`;
   document.getElementById("sign-out").hidden = false;
-  const [q, v] = await Promise.all([call("GET", `${API}/queue`), call("GET", `${API}/vocabulary`)]);
+  const q = await call("GET", `${API}/queue`);
   if (q.ok) seq = q.data.seq;
-  if (v.ok) vocabulary = v.data;
   connect();
   await route();
 }
@@ -832,18 +765,23 @@ async function route() {
   document.body.dataset.view = path;
 }
 
-function translate() {
-  document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";
+function translate() {  // the page's fixed words, and the languages offered in their own names
+  document.documentElement.lang = lang;
   for (const el of document.querySelectorAll("[data-t]")) el.textContent = t(el.dataset.t);
-  document.getElementById("lang").textContent = lang === "zh" ? "English" : "中文";
+  const choice = document.getElementById("lang");
+  choice.replaceChildren(...vocabulary.languages.map((l) =>
+    h("option", {value: l.code, lang: l.code, selected: l.code === lang, text: l.name})));
+  choice.hidden = vocabulary.languages.length < 2;
 }
 
 window.addEventListener("hashchange", route);
 document.addEventListener("DOMContentLoaded", async () => {
+  await loadVocabulary();
   translate();
-  document.getElementById("lang").addEventListener("click", () => {
-    lang = lang === "zh" ? "en" : "zh";
+  document.getElementById("lang").addEventListener("change", async (e) => {
+    lang = e.target.value;
     localStorage.setItem("genbot.lang", lang);
+    await loadVocabulary();
     translate();
     if (me) route(); else signInForm();
   });
