@@ -13,10 +13,13 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage.db import Database
 from storage.records import WorkerInfo, encoded
+
+if TYPE_CHECKING:
+    from storage.queue import Queue
 
 BEAT = """
 INSERT INTO workers (id, host, pid, device, version, state, job_id, memory_total, memory_used,
@@ -54,7 +57,7 @@ class Workers:
         self.db, self.lost_after, self.clock = db, lost_after, clock
 
     @classmethod
-    def of(cls, queue) -> Workers:
+    def of(cls, queue: Queue) -> Workers:
         """The registry beside a queue: lost after one lease of silence (by then any job
         it held can be claimed again anyway)."""
         return cls(queue.db, lost_after=queue.settings.lease_seconds, clock=queue.clock)

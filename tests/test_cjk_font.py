@@ -1,5 +1,5 @@
 """The dashboard's Chinese web font has every Chinese character the catalogs use: a new
-message with a new character fails here until tools/make_cjk_font.py is run again. (That
+message with a new character fails here until bot/web/cjk_font.py is run again. (That
 the page renders with it, in a real Chromium: tests/test_pseudo_locale.py.)"""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from babel.messages.pofile import read_po
 from fontTools.ttLib import TTFont
 
 from bot import i18n
+from bot.web import cjk_font as generator
 from tests.conftest import ROOT
-from tools import make_cjk_font as generator
 
 STATIC = ROOT / "bot" / "web" / "static"
-RUN = "run tools/make_cjk_font.py (its docstring says how)"
+RUN = "run bot/web/cjk_font.py (its docstring says how)"
 
 
 def faces() -> dict[str, set[int]]:

@@ -174,7 +174,7 @@ def test_one_source_for_the_version():
     from importlib.metadata import version
 
     from executor import VERSION
-    assert VERSION == version("genbot")
+    assert version("genbot") == VERSION
     hard_coded = [str(p.relative_to(ROOT)) for pkg in PRODUCT for p in (ROOT / pkg).rglob("*.py")
                   if re.search(r'VERSION\s*=\s*"\d+\.\d', p.read_text(encoding="utf-8"))]
     assert hard_coded == []

@@ -18,7 +18,7 @@ from storage.states import (
 
 def test_every_state_is_described_once_and_is_active_or_ended():
     assert set(STATES) == set(Status)
-    assert ACTIVE | TERMINAL == set(Status) and not ACTIVE & TERMINAL
+    assert set(Status) == ACTIVE | TERMINAL and not ACTIVE & TERMINAL
 
 
 def test_an_ended_job_never_moves_and_every_waiting_job_can_end():

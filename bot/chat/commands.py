@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
@@ -32,7 +33,7 @@ from bot.intake.writer import write_example
 from bot.messages import Phrase, action_label, bar, canceled, say
 from bot.settings import ChatConfig, IntakeConfig, assets_dir
 from storage.config import QueueConfig
-from storage.records import Priority, Status
+from storage.records import Job, Priority, Status
 from storage.workers import Workers
 from templates.actions import ACTIONS, PARAMETERS, ActionSpec
 from templates.binding import as_text
@@ -44,7 +45,7 @@ command = COMMANDS.command
 
 # --- reading what was typed --------------------------------------------------------------
 
-def number(what: str):
+def number(what: str) -> Callable[[str, datetime], int]:
     named = Phrase(f"id_{what}")  # (a word the catalog lacks fails at import)
 
     def read(raw: str, now: datetime) -> int:
@@ -327,7 +328,7 @@ IMAGE = Arg("image", read=image_ref)
 IN_BATCH = {"--batch": Option(number("batch"))}
 
 
-async def _image(turn: Turn, cmd: Command):
+async def _image(turn: Turn, cmd: Command) -> Job:
     kind, n = cmd.args["image"]
     msg = turn.msg
     if kind == "message":
@@ -399,7 +400,7 @@ async def _values_now(turn: Turn, cmd: Command, spec: ActionSpec) -> None:
              example=example, command=f"/{spec.name}")
 
 
-async def _edit_form(turn: Turn, parent, spec: ActionSpec) -> bool:
+async def _edit_form(turn: Turn, parent: Job, spec: ActionSpec) -> bool:
     """Where a button press can open a form (Slack's modal), the row's values in one,
     each field the template lets a person change; True if it opened."""
     msg = turn.msg

@@ -119,7 +119,7 @@ class ChatCore:
                 if await self.notifier.waiting():
                     self.wake()
                 retrying.worked()
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a background loop: said once by Retrying, tried again
                 retrying.failed(e)
             await asyncio.sleep(PLACEMENT_EVERY)
 

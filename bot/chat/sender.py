@@ -62,7 +62,7 @@ class Sender:
                     continue
                 next_at = await self.outbox.next_due(self.platform.name)
                 retrying.worked()
-            except Exception as e:  # the database away for a moment: try again shortly
+            except Exception as e:  # noqa: BLE001 - the database away for a moment: try again shortly
                 retrying.failed(e)
                 next_at = None
             wait = idle if next_at is None else min(idle, max(0.0, next_at - self.clock()))

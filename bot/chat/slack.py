@@ -182,7 +182,7 @@ class Slack(Platform):
         try:
             bolt_request = AsyncBoltRequest(body=body, query=request.query_string,
                                             headers=dict(headers))
-        except Exception as e:  # signed, yet a shape that bolt's parser trips on
+        except Exception as e:  # noqa: BLE001 - signed, yet a shape that bolt's parser trips on
             log.warning("slack: unreadable request body (%s: %s)", type(e).__name__, e)
             return refuse(400, "malformed request body")
         return await to_aiohttp_response(await self.app.async_dispatch(bolt_request))
@@ -212,7 +212,7 @@ class Slack(Platform):
         except SlackApiError as e:
             log.warning("slack: the bot token is refused (%s): check [slack] bot_token",
                         e.response.get("error"))
-        except Exception as e:  # slack.com out of reach: messages wait in the outbox
+        except Exception as e:  # noqa: BLE001 - slack.com out of reach: messages wait in the outbox
             log.warning("slack: cannot reach Slack to check the bot token (%s)",
                         str(e)[:200] or type(e).__name__)
 
@@ -228,7 +228,7 @@ class Slack(Platform):
                 await asyncio.wait_for(self.socket.connect_async(), CONNECT_TIMEOUT)
                 log.info("slack: connected over Socket Mode")
                 return
-            except Exception as e:  # a refused token, or slack.com out of reach
+            except Exception as e:  # noqa: BLE001 - a refused token, or slack.com out of reach
                 reason = getattr(getattr(e, "response", None), "get", lambda _: None)("error") \
                     or str(e) or type(e).__name__
                 log.warning("slack: Socket Mode connection failed (%s); trying again in %.0f s",

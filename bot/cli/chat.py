@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import getpass
 import socket
 import sys
@@ -77,11 +78,10 @@ async def chat(config: Config, user: str | None = None, *, executor: bool = True
     first = (await queue.latest_batch(who)) or 0
     supervisor = None
     log_file = config.data_dir / "logs" / "chat-executor.log"
-    log = None
+    logs = contextlib.ExitStack()  # the executor's log file, closed as the session ends
     if executor:
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_file, "ab")
-        supervisor = Supervisor(config, stderr=log)
+        supervisor = Supervisor(config, stderr=logs.enter_context(log_file.open("ab")))
         supervisor.start()
         app.executor_starting = True
     core.start()
@@ -101,8 +101,7 @@ async def chat(config: Config, user: str | None = None, *, executor: bool = True
         await core.stop()
         if supervisor:
             await supervisor.stop()
-        if log:
-            log.close()
+        logs.close()
         await queue.close()
 
 

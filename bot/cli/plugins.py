@@ -60,7 +60,7 @@ def installed() -> tuple[Plugin, ...]:
             obj = point.load()
             found.append(Plugin(point.name, point.value, obj.register,
                                 getattr(obj, "checks", None)))
-        except Exception as e:  # a broken plugin must not take `genbot serve` down with it
+        except Exception as e:  # noqa: BLE001 - a broken plugin must not take `genbot serve` down with it
             _left_out(point.name, point.value, e)
     return tuple(found)
 
@@ -70,7 +70,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     for plugin in installed():
         try:
             plugin.register(subparsers, common)
-        except Exception as e:  # e.g. a command name the bot has already
+        except Exception as e:  # noqa: BLE001 - e.g. a command name the bot has already
             _left_out(plugin.name, plugin.source, e)
 
 

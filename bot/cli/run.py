@@ -120,7 +120,7 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
                   "Models, for real ones", flush=True)
         log_file = config.data_dir / "logs" / f"run-batch-{batch}.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_file, "ab") as log:
+        with log_file.open("ab") as log:
             # One executor beside this command: genbot's own, or one per ComfyUI server.
             executors = [Supervisor(config, stderr=log)] \
                 if templates[name].engine != "comfyui" else \

@@ -25,7 +25,7 @@ from storage.files import FileStore, reserved
 from storage.queue import NewJob
 from templates.binding import bind
 from templates.graph import Template
-from templates.jobs import encode
+from templates.jobs import BoundJob, encode
 from templates.params import Problem, coerce, normalize_header
 from templates.sizes import largest_image
 
@@ -267,29 +267,12 @@ def _map_columns(template: Template, sheet: Sheet, result: IntakeReport) -> dict
 
 async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
                 images: ImageResolver, result: IntakeReport, settings: IntakeConfig) -> None:
-    outputs: dict[str, int] = {}
+    outputs: dict[str, int] = {}  # each output file name, and the first row that writes it
     for count, (number, cells) in enumerate(sheet.rows):
         if count % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)  # let the event loop serve others during a big sheet
-        issues: list[Issue] = []
-        values: dict[str, Any] = {}
-        named: dict[str, str] = {}  # an image parameter's value as the sheet named it
-        for p in template.params.values():
-            index = columns.get(p.name)
-            raw = cells[index] if index is not None else None
-            column = sheet.headers[index] if index is not None else p.name
-            try:
-                if isinstance(raw, CellError):
-                    raise Problem("cell_error", shown=str(raw))
-                if isinstance(raw, str) and len(raw) > settings.max_cell_chars:
-                    raise Problem("cell_too_long", chars=len(raw), max=settings.max_cell_chars)
-                value = coerce(p, raw)
-                if p.type == "image" and value is not None:
-                    named[p.name] = str(value)
-                    value = await images.resolve(value)
-                values[p.name] = value
-            except Problem as e:
-                issues.append(Issue(e.code, {"value": raw, **e.details}, number, column))
+        values, named, issues = await _row_values(template, sheet, columns, images, settings,
+                                                  number, cells)
         if not issues:
             extras = {h: cells[i] for i, h in enumerate(sheet.headers) if h}
             try:
@@ -298,21 +281,56 @@ async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
             except Problem as e:
                 issues.append(Issue(e.code, e.details, number))
             else:
-                size = largest_image(job)
-                if size is not None and size[0] * size[1] > settings.max_output_pixels:
-                    issues.append(Issue("image_too_large", {
-                        "width": size[0], "height": size[1], "megapixels": size[0] * size[1] / 1e6,
-                        "max": settings.max_output_pixels / 1e6}, number))
-                for name in job.outputs.values():
-                    if (own := reserved(name)) is not None:
-                        issues.append(Issue("output_batch_file", {"name": name, "own": own},
-                                            number))
-                    elif name in outputs:
-                        issues.append(Issue("output_duplicate",
-                                            {"name": name, "other": outputs[name]}, number))
-                    outputs.setdefault(name, number)
+                issues += _job_issues(job, number, outputs, settings)
         if issues:
             result.issues += issues
             result.bad_rows += 1
         else:
             result.jobs.append(NewJob(row=number, workflow=encode(job), affinity=job.affinity))
+
+
+async def _row_values(template: Template, sheet: Sheet, columns: dict[str, int],
+                      images: ImageResolver, settings: IntakeConfig, number: int,
+                      cells: list[Any]) -> tuple[dict[str, Any], dict[str, str], list[Issue]]:
+    """A row's value for each parameter, read from its cell (an image fetched); each
+    image parameter's value as the sheet named it; and what is wrong, cell by cell."""
+    issues: list[Issue] = []
+    values: dict[str, Any] = {}
+    named: dict[str, str] = {}
+    for p in template.params.values():
+        index = columns.get(p.name)
+        raw = cells[index] if index is not None else None
+        column = sheet.headers[index] if index is not None else p.name
+        try:
+            if isinstance(raw, CellError):
+                raise Problem("cell_error", shown=str(raw))
+            if isinstance(raw, str) and len(raw) > settings.max_cell_chars:
+                raise Problem("cell_too_long", chars=len(raw), max=settings.max_cell_chars)
+            value = coerce(p, raw)
+            if p.type == "image" and value is not None:
+                named[p.name] = str(value)
+                value = await images.resolve(value)
+            values[p.name] = value
+        except Problem as e:
+            issues.append(Issue(e.code, {"value": raw, **e.details}, number, column))
+    return values, named, issues
+
+
+def _job_issues(job: BoundJob, number: int, outputs: dict[str, int],
+                settings: IntakeConfig) -> list[Issue]:
+    """What is wrong with a row's bound job: an image past [intake] max_output_pixels, an
+    output file that is the batch's own or another row's (`outputs` learns its names)."""
+    issues = []
+    size = largest_image(job)
+    if size is not None and size[0] * size[1] > settings.max_output_pixels:
+        issues.append(Issue("image_too_large", {
+            "width": size[0], "height": size[1], "megapixels": size[0] * size[1] / 1e6,
+            "max": settings.max_output_pixels / 1e6}, number))
+    for name in job.outputs.values():
+        if (own := reserved(name)) is not None:
+            issues.append(Issue("output_batch_file", {"name": name, "own": own}, number))
+        elif name in outputs:
+            issues.append(Issue("output_duplicate", {"name": name, "other": outputs[name]},
+                                number))
+        outputs.setdefault(name, number)
+    return issues

@@ -25,7 +25,7 @@ import python_calamine
 from bot import i18n
 from bot.errors import Coded
 from bot.messages import KINDS, Localized, Phrase
-from templates.params import is_blank
+from templates.params import Param, is_blank
 
 WORKBOOKS = (".xlsx", ".xlsm", ".xls", ".ods")
 TEXTS = (".csv", ".tsv")
@@ -237,7 +237,7 @@ def _read_ole(filename: str, data: bytes, keep: int | None) -> tuple[Grid, int]:
     try:
         office = msoffcrypto.OfficeFile(io.BytesIO(data))
         encrypted = office.is_encrypted()
-    except Exception:  # an Excel 95 "Book", or damaged: calamine says what it can
+    except Exception:  # noqa: BLE001 - an Excel 95 "Book", or damaged: calamine says what it can
         office, encrypted = None, False
     kind = type(office).__name__
     if kind in ("Doc97File", "Ppt97File"):
@@ -276,7 +276,7 @@ def _calamine(filename: str, data: bytes, keep: int | None,
         raise SheetError("password_protected", file=filename) from None
     except SheetError:
         raise
-    except Exception as e:  # calamine's errors for damaged files vary by format
+    except Exception as e:  # noqa: BLE001 - calamine's errors for damaged files vary by format
         raise SheetError("corrupt", file=filename, detail=_damage(
             str(e).splitlines()[0][:200] if str(e) else type(e).__name__)) from None
     for (r0, c0), (r1, c1) in merged:
@@ -343,7 +343,7 @@ def _mark_biff_errors(grid: Grid, data: bytes, index: int, *, grow: bool) -> Non
     try:
         with olefile.OleFileIO(data) as ole:
             stream = ole.openstream("Workbook" if ole.exists("Workbook") else "Book").read()
-    except Exception:  # calamine has read it; only the error marks are lost
+    except Exception:  # noqa: BLE001 - calamine has read it; only the error marks are lost
         return
     starts, at = [], 0
     while at + 4 <= len(stream):
@@ -566,7 +566,7 @@ class Heading(Localized):
         return header_for(self.param, lang)
 
 
-def header_for(param, lang: str) -> str:
+def header_for(param: Param, lang: str) -> str:
     """The column header an example sheet uses: in a language written in Chinese
     characters, the first alias written in them."""
     language = i18n.languages().find(lang)

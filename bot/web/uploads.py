@@ -38,65 +38,87 @@ REPEATED = frozenset({"vary", "compare"})  # multipart fields given once per val
 
 async def read_form(request: web.Request, config: Config) -> dict[str, Any]:
     """The submission's fields, from multipart or JSON; files as (name, bytes)."""
-    max_body = body_limit(config)
-    whole = (config[ApiConfig].max_body_mb or max_body / 2**20,
-             "[api] max_body_mb" if config[ApiConfig].max_body_mb else
-             f"[intake] max_file_mb + {BODY_PICTURES} × max_image_mb")
-    if (request.content_length or 0) > max_body:
-        raise too_large("the request body", request.content_length or 0, *whole)
+    limit = _BodyLimit(config)
+    if (request.content_length or 0) > limit.bytes:
+        raise limit.passed(request.content_length or 0)
     if request.content_type == "application/json":
-        try:
-            body = await request.json()
-        except web.HTTPRequestEntityTooLarge:
-            raise too_large("the request body", request.content_length or max_body,
-                            *whole) from None
-        except ValueError:
-            raise ApiError(400, "bad_json", "the body is not JSON") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "bad_json", "the body is a JSON object")
-        return body
+        return await _json_form(request, limit)
     if not request.content_type.startswith("multipart/"):
         raise ApiError(415, "bad_content_type", "send multipart/form-data or application/json")
     form: dict[str, Any] = {"files": {}}
-    total = 0
     try:
         async for part in await request.multipart():
             if not isinstance(part, BodyPartReader):
                 raise ValueError("a nested multipart body")
             if part.filename:
-                filename = unquote(part.filename)  # aiohttp's client percent-encodes "/"
-                sheet = part.name == "sheet"
-                intake = config[IntakeConfig]
-                limit_mb = intake.max_file_mb if sheet else intake.max_image_mb
-                key = "[intake] max_file_mb" if sheet else "[intake] max_image_mb"
-                data = bytearray()
-                while chunk := await part.read_chunk():
-                    data += chunk
-                    total += len(chunk)
-                    if len(data) > limit_mb * 2**20:
-                        raise too_large(f"{'the sheet' if sheet else 'the file'} "
-                                        f"{filename[:80]!r}", len(data), limit_mb, key)
-                    if total > max_body:
-                        raise too_large("the request body", total, *whole)
-                if sheet:
-                    form["sheet"] = (filename, bytes(data))
-                else:
-                    form["files"][filename] = bytes(data)
+                await _file_part(part, config, limit, form)
             elif part.name:
                 text = await part.text()
-                total += len(text)
-                if total > max_body:
-                    raise too_large("the request body", total, *whole)
+                limit.add(len(text))
                 if part.name in REPEATED:  # a field that may be sent again and again
                     form.setdefault(part.name, []).append(text)
                 else:
                     form[part.name] = text
     except web.HTTPRequestEntityTooLarge:
-        raise too_large("a field", max_body, *whole) from None
+        raise limit.passed(limit.bytes, "a field") from None
     except (ValueError, AssertionError, HttpProcessingError, LookupError) as e:  # malformed
         raise ApiError(400, "bad_multipart", f"the multipart body cannot be read: {e}"[:300]) \
             from None
     return form
+
+
+class _BodyLimit:
+    """The most a submission's body may hold, the key that says so, and what has come."""
+
+    def __init__(self, config: Config) -> None:
+        api = config[ApiConfig]
+        self.bytes = body_limit(config)
+        self.mb = api.max_body_mb or self.bytes / 2**20
+        self.key = "[api] max_body_mb" if api.max_body_mb else \
+            f"[intake] max_file_mb + {BODY_PICTURES} × max_image_mb"
+        self.total = 0
+
+    def passed(self, size: int, what: str = "the request body") -> ApiError:
+        return too_large(what, size, self.mb, self.key)
+
+    def add(self, size: int) -> None:
+        self.total += size
+        if self.total > self.bytes:
+            raise self.passed(self.total)
+
+
+async def _json_form(request: web.Request, limit: _BodyLimit) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except web.HTTPRequestEntityTooLarge:
+        raise limit.passed(request.content_length or limit.bytes) from None
+    except ValueError:
+        raise ApiError(400, "bad_json", "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "bad_json", "the body is a JSON object")
+    return body
+
+
+async def _file_part(part: BodyPartReader, config: Config, limit: _BodyLimit,
+                     form: dict[str, Any]) -> None:
+    """A file of the form, read within its own limit (a sheet's, a picture's) and the
+    body's: "sheet" is the sheet, any other the pictures it names."""
+    filename = unquote(part.filename or "")  # aiohttp's client percent-encodes "/"
+    sheet = part.name == "sheet"
+    intake = config[IntakeConfig]
+    limit_mb = intake.max_file_mb if sheet else intake.max_image_mb
+    key = "[intake] max_file_mb" if sheet else "[intake] max_image_mb"
+    data = bytearray()
+    while chunk := await part.read_chunk():
+        data += chunk
+        if len(data) > limit_mb * 2**20:
+            raise too_large(f"{'the sheet' if sheet else 'the file'} {filename[:80]!r}",
+                            len(data), limit_mb, key)
+        limit.add(len(chunk))
+    if sheet:
+        form["sheet"] = (filename, bytes(data))
+    else:
+        form["files"][filename] = bytes(data)
 
 
 def sweep_axes(value: Any, field: str = "vary", what: str = "KEY=V1,V2 strings") -> tuple[str, ...]:

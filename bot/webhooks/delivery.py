@@ -90,7 +90,7 @@ class Deliverer:
                 try:
                     await self.run_once()
                     retrying.worked()
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 - a background loop: said once by Retrying, tried again
                     retrying.failed(e)
                 with contextlib.suppress(TimeoutError):  # (asyncio.timeout: see Waker.wait)
                     async with asyncio.timeout(IDLE):

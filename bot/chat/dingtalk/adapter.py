@@ -102,7 +102,7 @@ class DingTalk(Platform):
         try:
             await self.api.token()
             log.info("dingtalk: signed in as app %s", self.settings.app_key)
-        except Exception as e:  # refused, or DingTalk out of reach: said once, here
+        except Exception as e:  # noqa: BLE001 - refused, or DingTalk out of reach: said once, here
             log.warning("dingtalk: cannot sign in as app %s (%s): check [dingtalk] app_key "
                         "and app_secret", self.settings.app_key,
                         str(getattr(e, "reason", "") or e)[:200] or type(e).__name__)
@@ -396,7 +396,7 @@ class Stream(DingTalkStreamClient):
                 log.warning("dingtalk: Stream closed; reconnecting")
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - any failure of the connection: reconnect
                 log.warning("dingtalk: Stream connection failed (%s); again in %.0f s", e, delay)
             self.connected.clear()
             await asyncio.sleep(delay)

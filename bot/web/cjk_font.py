@@ -16,7 +16,7 @@ Debian's fonts-noto-cjk or https://github.com/notofonts/noto-cjk (NotoSansCJKsc-
 or NotoSansSC-Regular.otf), and fontTools with brotli (genbot's dev extras):
 
     apt-get install fonts-noto-cjk
-    python tools/make_cjk_font.py /usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc
+    python -m bot.web.cjk_font /usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc
 
 The same font, catalogs and fontTools make the same file.
 """
@@ -29,13 +29,13 @@ from pathlib import Path
 
 from babel.messages.pofile import read_po
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LOCALES = ROOT / "bot" / "locales"
 STATIC = ROOT / "bot" / "web" / "static"
 OUT = STATIC / "fonts" / "genbot-cjk.woff2"
 NAMES_OUT = STATIC / "fonts" / "genbot-cjk-names.woff2"
 CSS = STATIC / "app.css"
-BEGIN, END = "/* @font-face rules: written by tools/make_cjk_font.py */", "/* (end of them) */"
+BEGIN, END = "/* @font-face rules: written by bot/web/cjk_font.py */", "/* (end of them) */"
 # What the font is for (tests/test_cjk_font.py holds app.css's ranges to these): CJK
 # symbols and punctuation, the unified ideographs, the half- and full-width forms.
 RANGES = ((0x3000, 0x303F), (0x4E00, 0x9FFF), (0xFF00, 0xFFEF))
