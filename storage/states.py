@@ -48,12 +48,14 @@ class Change(StrEnum):
 class State:
     active: bool  # waiting or running: counts against queue limits, keeps its batch open
     terminal: bool  # ended for good: no change moves it again
+    working: bool = False  # an executor runs it now: its steps show as they come
+    produced: bool = False  # it ended with its images: they may be kept and acted on
 
 
 STATES: dict[Status, State] = {
     Status.QUEUED: State(active=True, terminal=False),
-    Status.RUNNING: State(active=True, terminal=False),
-    Status.SUCCEEDED: State(active=False, terminal=True),
+    Status.RUNNING: State(active=True, terminal=False, working=True),
+    Status.SUCCEEDED: State(active=False, terminal=True, produced=True),
     Status.FAILED: State(active=False, terminal=True),
     Status.CANCELED: State(active=False, terminal=True),
 }

@@ -166,7 +166,7 @@ async def test_running_job_step_progress_and_executors_are_live(tmp_path, demo_m
                                        version="0.1.0", job=lease.job_id, models=["sdxl"],
                                        memory_used=6 * 2**30, memory_total=80 * 2**30,
                                        allow=["sdxl", "sd15"])
-        await page.wait_for_selector(f'ul.running li[data-job="{lease.job_id}"]')
+        await page.wait_for_selector(f'ul.now-running li[data-job="{lease.job_id}"]')
         for step in (3, 7):
             await w.queue.progress(lease, {"node": "generate", "step": step, "total": 8})
             bar = f'[data-progress="{lease.job_id}"] progress'
@@ -312,6 +312,19 @@ async def test_keep_again_and_the_lineage_of_an_image_from_its_batch_page(tmp_pa
             "A product_main@1: kept in 1 rows where the other was not",
             "B product_main@1: kept in 0 rows where the other was not",
             "tie (both or neither kept): 0"]
+
+        # A template without a model (social_thumb: a layout over a picture) offers only
+        # what it can do: no Again (the same image again) and no Vary, but Keep.
+        thumb = await w.app.submit(Who("api", "alice", "api"), "social_thumb", SheetFile(
+            "t.csv", b"image,title\nbottle.png,Autumn\n"), pictures,
+            SubmitOptions(wait_for_executor=True))
+        assert isinstance(thumb, Accepted)
+        (made,) = await finish_all(w.app, thumb.batch_id)
+        await page.goto(f"{w.url}/dashboard/#/batches/{thumb.batch_id}")
+        await page.wait_for_selector(f'#thumbs figure[data-job="{made.id}"] [data-keep]')
+        offered = await page.locator(f'#thumbs figure[data-job="{made.id}"] [data-act]') \
+            .evaluate_all("buttons => buttons.map(b => b.dataset.act)")
+        assert "again" not in offered and "vary" not in offered, offered
 
 
 async def test_an_admin_tests_a_webhook_re_enables_it_after_410_and_redelivers(tmp_path,

@@ -88,3 +88,9 @@ def test_the_check_finds_a_state_spelled_out(tmp_path, monkeypatch):
     monkeypatch.setattr(me, "ROOT", tmp_path)
     assert me.spelled_out() == Counter({("bot/x.py", "succeeded"): 1})
 
+
+
+def test_the_dashboard_names_no_state_or_action():
+    script = (ROOT / "bot" / "web" / "static" / "app.js").read_text(encoding="utf-8")
+    spelled = sorted({w for w in words() if f'"{w}"' in script or f"'{w}'" in script})
+    assert spelled == [], f"app.js spells out {spelled}: read them from GET /vocabulary"

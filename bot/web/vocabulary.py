@@ -29,6 +29,7 @@ from bot.web.http import respond
 from bot.web.routes import Answer, Param, Route
 from bot.web.webhooks import State
 from storage.records import ACTIVE, DOINGS, TERMINAL, Priority, Status
+from storage.states import STATES as JOB_STATES
 from storage.workers import STATES
 from templates.actions import ACTIONS
 
@@ -56,6 +57,8 @@ class StateWords(Struct):
     label: str
     active: bool  # queued or running: it may still change
     terminal: bool  # it has ended
+    working: bool  # an executor runs it now: its steps show as they come
+    produced: bool  # it ended with its images: they may be kept and acted on
 
 
 class LanguageWords(Struct):
@@ -84,8 +87,8 @@ def vocabulary(lang: str) -> Vocabulary:
         lang, [LanguageWords(x.code, say("language_name", x.code)) for x in offered.offered],
         {code.removeprefix(WORDS): unfilled(code, lang) for code in CATALOG
          if code.startswith(WORDS)},
-        [StateWords(s.value, say(f"state_{s.value}", lang), s in ACTIVE, s in TERMINAL)
-         for s in Status],
+        [StateWords(s.value, say(f"state_{s.value}", lang), s in ACTIVE, s in TERMINAL,
+                    JOB_STATES[s].working, JOB_STATES[s].produced) for s in Status],
         [Named(p.label, say(f"priority_{p.label}", lang)) for p in Priority],
         [Named(s, say(f"delivery_{s}", lang)) for s in get_args(State)],
         [Named(s, say(f"worker_{s}", lang)) for s in STATES],

@@ -49,6 +49,8 @@ async function fontFor(text) {
 }
 
 function states() { return vocabulary.states.map((s) => s.name); }  // in a job's order
+// What a state means (storage/states.py): working (its steps show), produced (its images).
+function stateIs(name, what) { return (vocabulary.states.find((s) => s.name === name) || {})[what] === true; }
 function ended() { return vocabulary.states.filter((s) => s.terminal).map((s) => s.name); }
 function isActive(status) { return vocabulary.states.some((s) => s.name === status && s.active); }
 
@@ -194,7 +196,7 @@ function connect() {
       paintProgress(event.job_id);
       return;
     }
-    if (event.job_id && event.kind !== "running") steps.delete(event.job_id);
+    if (event.job_id && !stateIs(event.kind, "working")) steps.delete(event.job_id);
     soon();
   };
   ws.onclose = () => {
@@ -250,7 +252,7 @@ async function overview(main) {
           h("b", {text: String(totals[s])}), badge(s)))),
       h("section", {class: "card"},
         h("h2", {text: t("now_running")}),
-        q.data.jobs.length ? h("ul", {class: "running"}, ...q.data.jobs.map((j) => h("li", {"data-job": j.id},
+        q.data.jobs.length ? h("ul", {class: "now-running"}, ...q.data.jobs.map((j) => h("li", {"data-job": j.id},
           h("a", {href: `#/batches/${j.batch}`, text: `${t("batch", {id: j.batch})} · ${rowName(j)}`}),
           h("span", {class: "muted", text: ` ${j.template} · ${j.submitter}`}), progressBar(j.id))))
           : h("p", {class: "muted", text: t("nothing_running")})),
@@ -284,7 +286,7 @@ function batchTable(batches) {
         h("td", {text: b.template}), h("td", {text: b.submitter}),
         h("td", {}, h("progress", {max: b.total, value: done}),
           h("span", {class: "muted", text: ` ${done}/${b.total}`}),
-          ...states().filter((s) => b.counts[s] && s !== "succeeded").map((s) => badge(s))),
+          ...states().filter((s) => b.counts[s] && !stateIs(s, "produced")).map((s) => badge(s))),
         h("td", {class: "muted", text: when(b.created_at)}));
     }));
 }
@@ -397,21 +399,21 @@ async function batchPage(main, id, params) {
   function card(j) {
     const state = `${j.status} ${j.rating}`;
     const known = cards.get(j.id);
-    if (known && known[0] === state && j.status !== "running") return known[1];
+    if (known && known[0] === state && !stateIs(j.status, "working")) return known[1];
     const lineage = h("div", {class: "lineage"});
     const made = h("figure", {class: `thumb ${j.status}`, "data-job": j.id, "data-rating": j.rating || ""},
       j.outputs.length
         ? h("a", {href: j.outputs[0], target: "_blank"}, h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: rowName(j)}))
         : h("div", {class: "empty"}, badge(j.status)),
       h("figcaption", {}, `${rowName(j)} `, badge(j.status), j.rating ? badge(j.rating) : null),
-      j.status === "running" ? progressBar(j.id) : null,
+      stateIs(j.status, "working") ? progressBar(j.id) : null,
       j.error ? h("p", {class: "error", title: j.error, text: j.error}) : null,
       imageActions(j, lineage), lineage);
     cards.set(j.id, [state, made]);
     return made;
   }
   function imageActions(j, lineage) {
-    const finished = j.status === "succeeded" && j.outputs.length;
+    const finished = stateIs(j.status, "produced") && j.outputs.length;
     const keep = j.rating === "kept";
     return h("div", {class: "image-actions"},
       finished && me.may.includes("keep") ? h("button", {class: `small${keep ? " on" : ""}`, "data-keep": j.id,
