@@ -58,6 +58,8 @@ async def signed_in(browser, world, token: str, hash_: str = ""):
     page = await context.new_page()
     page.on("pageerror", lambda e: world.page_errors.append(str(e)))
     await page.goto(f"{world.url}/dashboard/")
+    await page.wait_for_selector("#token")
+    assert await page.is_hidden("#nav")  # nothing to navigate to before signing in
     await page.fill("#token", token)
     await page.click("#sign-in button[type=submit]")
     await page.wait_for_selector("#me:not([hidden])")
