@@ -17,6 +17,14 @@ from pathlib import Path
 
 import pytest
 
+# Some machines (this project's CI among them) set PYTHONDONTWRITEBYTECODE. The suite starts
+# hundreds of Python processes (services, executors, CLIs, bench smokes); without cached
+# bytecode each compiles every module it imports, torch's included, again. The install
+# compiles nothing (README's command: --no-compile); the first process to import a module
+# caches it for every later one.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 from storage.config import QueueConfig
 from storage.db import Database
 from storage.queue import Queue
