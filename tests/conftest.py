@@ -17,6 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from storage.config import QueueConfig
+from storage.db import Database
+from storage.queue import Queue
+
 # Some machines (this project's CI among them) set PYTHONDONTWRITEBYTECODE. The suite starts
 # hundreds of Python processes (services, executors, CLIs, bench smokes); without cached
 # bytecode each compiles every module it imports, torch's included, again. The install
@@ -24,10 +28,6 @@ import pytest
 # caches it for every later one.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
-
-from storage.config import QueueConfig
-from storage.db import Database
-from storage.queue import Queue
 
 ROOT = Path(__file__).resolve().parent.parent
 
