@@ -54,6 +54,20 @@ def reserved(name: str) -> str | None:
                 None)
 
 
+def umask() -> int:
+    """The process's umask, read without setting it (Linux: /proc/self/status); where that
+    cannot be read, set and put straight back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class FileStore:
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -74,6 +88,10 @@ class FileStore:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
         try:
+            # mkstemp makes the file -rw------- whatever the umask; an image, a contact
+            # sheet or a results sheet is for the team to open (on a share, say), so it
+            # gets the mode any other new file would: 0666 less the umask.
+            os.fchmod(fd, 0o666 & ~umask())
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             Path(tmp).replace(target)

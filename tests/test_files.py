@@ -81,3 +81,20 @@ def test_the_local_folder_store(tmp_path):
     assert store.delete("a/b.png") and not store.delete("a/b.png")
     with pytest.raises(ValueError):
         store.path("../x")
+
+
+@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_stored_files_follow_the_umask_so_a_team_can_open_them(tmp_path, mask, mode):
+    import os
+
+    from storage.files import umask
+    before = os.umask(mask)
+    try:
+        assert umask() == mask
+        store = FileStore(tmp_path / "store")
+        store.write("batch_1/2.png", b"png")
+        store.write("batch_1/results.xlsx", b"xlsx")
+        for name in ("batch_1/2.png", "batch_1/results.xlsx"):
+            assert (tmp_path / "store" / name).stat().st_mode & 0o777 == mode
+    finally:
+        os.umask(before)
