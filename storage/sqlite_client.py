@@ -1,4 +1,5 @@
-"""Tortoise's SQLite client, with every transaction begun IMMEDIATE.
+"""Tortoise's SQLite client, with every transaction begun IMMEDIATE and a journal-mode
+switch that waits for other openers.
 
 Tortoise begins transactions DEFERRED. A deferred transaction that reads and then
 writes fails at once with SQLITE_BUSY when another process wrote in between, and
@@ -6,16 +7,29 @@ busy_timeout cannot help it. IMMEDIATE takes the write lock up front (waiting up
 busy_timeout), so read-then-write transactions such as an enqueue are safe with
 several writer processes. (The module name must contain "sqlite": tortoise's
 migration executor picks its schema editor by it.)
+
+Switching a new database file to WAL needs an exclusive lock, and when two processes
+open the same new file at once SQLite sees a possible deadlock and answers one of
+them "database is locked" at once, without its busy handler (a service and an
+executor started together on a fresh data_dir did). The switch is therefore tried
+again until busy_timeout has passed; once the file is WAL the pragma takes no lock.
 """
 
+import asyncio
 import sqlite3
+import time
+from typing import Any
 
+import aiosqlite
 from tortoise.backends.sqlite.client import (
     SqliteClient,
     SqliteTransactionContext,
     SqliteTransactionWrapper,
 )
 from tortoise.exceptions import TransactionManagementError
+
+_RETRY_FIRST_S = 0.005
+_RETRY_MAX_S = 0.2
 
 
 class _ImmediateTransaction(SqliteTransactionWrapper):
@@ -30,6 +44,30 @@ class _ImmediateTransaction(SqliteTransactionWrapper):
 class ImmediateSqliteClient(SqliteClient):
     def _in_transaction(self) -> SqliteTransactionContext:
         return SqliteTransactionContext(_ImmediateTransaction(self), self._lock)
+
+    async def create_connection(self, with_db: bool) -> None:
+        if self._connection:
+            return
+        self._connection = await aiosqlite.connect(self.filename, isolation_level=None)
+        self._connection._conn.row_factory = sqlite3.Row
+        for pragma, value in self.pragmas.items():
+            await self._pragma(self._connection, pragma, value)
+        await self._post_connect()
+
+    async def _pragma(self, connection: aiosqlite.Connection, pragma: str, value: Any) -> None:
+        deadline = time.monotonic() + int(self.pragmas.get("busy_timeout", 0)) / 1000
+        delay = _RETRY_FIRST_S
+        while True:
+            try:
+                cursor = await connection.execute(f"PRAGMA {pragma}={value}")
+                await cursor.close()
+                return
+            except sqlite3.OperationalError as e:
+                locked = "locked" in str(e) or "busy" in str(e)
+                if pragma != "journal_mode" or not locked or time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _RETRY_MAX_S)
 
 
 client_class = ImmediateSqliteClient
