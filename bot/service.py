@@ -10,9 +10,12 @@ the GPU code can crash without taking the service down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
+from collections.abc import Coroutine
+from typing import Any
 
 from aiohttp import web
 
@@ -29,7 +32,7 @@ from bot.web.sessions import local_token
 from bot.webhooks.service import WebhookService
 from storage.config import Config, DatabaseConfig, QueueConfig, ServiceConfig
 from storage.files import open_store
-from storage.queue import open_queue
+from storage.queue import Queue, open_queue
 from templates.settings import ComfyUIConfig
 
 log = logging.getLogger("genbot.service")
@@ -61,6 +64,10 @@ def configured_platforms(config: Config) -> list[Platform]:
     return platforms
 
 
+class CannotListen(Exception):
+    """The service's address is taken or not ours: one line for the operator."""
+
+
 class Service:
     """The running pieces of `genbot serve`, started and stopped as one."""
 
@@ -70,6 +77,13 @@ class Service:
         self.platforms = configured_platforms(config) if platforms is None else platforms
         self.supervisor: Supervisor | None = None
         self.comfy: list[Supervisor] = []  # one per [comfyui] server
+        # What start() has started so far: stop() stops only those, so a SIGTERM that
+        # cuts start-up short still ends in a graceful stop.
+        self.queue: Queue | None = None
+        self.core: ChatCore | None = None
+        self.hooks: WebhookService | None = None
+        self.runner: web.AppRunner | None = None
+        self.scheduler: Scheduler | None = None
 
     async def start(self) -> None:
         config = self.config
@@ -105,10 +119,8 @@ class Service:
         site = web.TCPSite(self.runner, config[ServiceConfig].host, config[ServiceConfig].port)
         try:
             await site.start()
-        except OSError as e:
-            await self.runner.cleanup()
-            await self.queue.close()
-            raise SystemExit(f"genbot: cannot listen on {config[ServiceConfig].host}:"
+        except OSError as e:  # (stop() cleans up what started)
+            raise CannotListen(f"genbot: cannot listen on {config[ServiceConfig].host}:"
                              f"{config[ServiceConfig].port}: {e.strerror or e}") from None
         self.port = self.runner.addresses[0][1]
         log.info("genbot serving on http://%s:%s (database %s, config %s, chat: %s)",
@@ -134,29 +146,63 @@ class Service:
             await platform.start()
 
     async def stop(self) -> None:
+        """Stop what start() started, in reverse, however far it got."""
         log.info("genbot stopping")
-        self.scheduler.stop()
-        await self.core.stop()
-        await self.hooks.stop()
+        if self.scheduler is not None:
+            self.scheduler.stop()
+        if self.core is not None:
+            await self.core.stop()
+        if self.hooks is not None:
+            await self.hooks.stop()
         for supervisor in ([self.supervisor] if self.supervisor else []) + self.comfy:
             await supervisor.stop()
-        await self.runner.cleanup()
-        await self.queue.close()
+        if self.runner is not None:
+            await self.runner.cleanup()
+        if self.queue is not None:
+            await self.queue.close()
 
 
 async def serve(config: Config, *, ready: asyncio.Event | None = None,
                 executor: bool = True, platforms: list[Platform] | None = None) -> None:
     """Run until SIGINT/SIGTERM. `executor`: also run and supervise an executor process.
-    `platforms`: the chat platforms (default: those the config turns on)."""
+    `platforms`: the chat platforms (default: those the config turns on).
+
+    The signals are taken before start-up, and a signal during it cuts it short: /healthz
+    answers while the rest starts, a rollout or `systemctl stop` may come at any moment
+    (even while waiting minutes for a PostgreSQL server), and every one ends in a
+    graceful stop of whatever had started."""
     service = Service(config, executor=executor, platforms=platforms)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):  # before start: /healthz answers while the
-        loop.add_signal_handler(sig, stop.set)  # rest starts, and a SIGTERM then must stop it
-    await service.start()
-    if ready is not None:
-        ready.set()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        if await _until(stop, service.start()):
+            if ready is not None:
+                ready.set()
+            await stop.wait()
+        else:
+            log.info("genbot: asked to stop while starting")
+    except CannotListen as e:
+        raise SystemExit(str(e)) from None
     finally:
         await service.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def _until(stop: asyncio.Event, work: Coroutine[Any, Any, None]) -> bool:
+    """Run `work` unless `stop` is set first (then cancel it); True if it finished."""
+    working = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not working.done():
+        working.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await working
+        return False
+    working.result()  # start-up's own failure (a busy port, a broken config) is raised
+    return True

@@ -1,5 +1,5 @@
 import sys
 
-from bot.cli.genbot import main
+from bot.cli import main
 
 sys.exit(main())
