@@ -1,6 +1,6 @@
 """The `genbot` command: the top-level parser, the dispatch, and the exit codes.
 
-  genbot serve                      start the service (embedded defaults need no config)
+  genbot serve [--host H --port P]  start the service (embedded defaults need no config)
   genbot check-config               validate the configuration and say where it came from
   genbot db upgrade                 apply pending schema migrations
   genbot queue status|pause|resume|cancel
