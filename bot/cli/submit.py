@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
                         help="queue it even when no running executor can run its jobs")
     submit.add_argument("--callback", metavar="URL",
                         help="tell URL of the batch's events by signed webhooks "
-                             "(docs/webhooks.md)")
+                             "(genbot docs webhooks)")
     add_sweep_options(submit)
     submit.set_defaults(func=cmd_submit)
 
@@ -103,7 +103,7 @@ async def _submit(template: str, sheet: Path, server: str, token: str, priority:
               f"({dashboard(server, batch.id)})", flush=True)
         if batch.demo_models:
             print(f"note: demo model ({', '.join(batch.demo_models)}) — images are noise; "
-                  "see README, Models, for real ones", flush=True)
+                  "for real ones: genbot docs models", flush=True)
         if not wait:
             return 0
         try:
