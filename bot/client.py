@@ -361,10 +361,14 @@ class Client:
 
 def _shut(loop: asyncio.AbstractEventLoop, client: AsyncClient) -> None:
     """The session's connections closed, then the loop (never the client itself: the
-    finalizer holding it would keep it alive)."""
-    if not loop.is_closed():
-        loop.run_until_complete(client.close())
-        loop.close()
+    finalizer holding it would keep it alive). Not where another loop runs this thread
+    (collected inside async code): none can be run there, and aiohttp's warning stays."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        if not loop.is_closed():
+            loop.run_until_complete(client.close())
+            loop.close()
 
 
 def _owned(batch: Batch, client: Client) -> Batch:
