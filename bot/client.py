@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -309,6 +310,9 @@ class Client:
     def __init__(self, url: str, token: str, *, timeout: float = 120.0):
         self._loop = asyncio.new_event_loop()
         self._async = AsyncClient(url, token, timeout=timeout)
+        # A script that never calls close() (no `with`) still closes its connections: when
+        # the client is collected, else at exit, before aiohttp would warn of them.
+        self._closer = weakref.finalize(self, _shut, self._loop, self._async)
 
     def __enter__(self) -> Client:
         return self
@@ -317,9 +321,7 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        if not self._loop.is_closed():
-            self._loop.run_until_complete(self._async.close())
-            self._loop.close()
+        self._closer()
 
     def _run(self, coro: Any) -> Any:
         found = self._loop.run_until_complete(coro)
@@ -355,6 +357,18 @@ class Client:
 
     def rate(self, job_id: int, rating: str | None) -> Job:
         return self._run(self._async.rate(job_id, rating))
+
+
+def _shut(loop: asyncio.AbstractEventLoop, client: AsyncClient) -> None:
+    """The session's connections closed, then the loop (never the client itself: the
+    finalizer holding it would keep it alive). Not where another loop runs this thread
+    (collected inside async code): none can be run there, and aiohttp's warning stays."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        if not loop.is_closed():
+            loop.run_until_complete(client.close())
+            loop.close()
 
 
 def _owned(batch: Batch, client: Client) -> Batch:

@@ -185,7 +185,8 @@ CATALOG: dict[str, str] = catalog(
                           "{total:,} images, {failed:,} failed, {canceled:,} canceled."),
     N_("summary_version", " Made with {template}@{version}."),
     N_("chat_banner", "genbot chat as {who} ({role}). /help lists the commands; attach a file by "
-                      "its path: /gen social_thumb examples/social_thumb.xlsx. Ctrl-D ends."),
+                      "its path: /gen social_thumb social_thumb.xlsx (genbot template example "
+                      "social_thumb -o social_thumb.xlsx writes one). Ctrl-D ends."),
     N_("contact_row", "row {row}"),
     N_("took_seconds", "{seconds:.0f} s"),
     N_("took_minutes", "{minutes:.1f} min"),
@@ -300,8 +301,8 @@ CATALOG: dict[str, str] = catalog(
                           "that can is started."),
     N_("unplaced_notice", "Batch {batch} is waiting: no running executor can run {what} ({why}). "
                           "It runs once one that can is started; /cancel {batch} to drop it."),
-    N_("demo_note", " Demo model ({models}) — images are noise; see README, Models, for real "
-                    "ones."),
+    N_("demo_note", " Demo model ({models}) — images are noise; for real ones: genbot docs "
+                    "models."),
     N_("queue_executor_starting", "The executor is starting: queued jobs begin once it is up."),
     N_("queue_no_workers", "No executor is running: queued jobs wait until one starts."),
     N_("canceled", "Canceled: {ended:,} queued jobs ended, {asked:,} running told to stop."),
@@ -625,8 +626,8 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_asked_n", "{n} running job(s) asked to stop"),
     N_("dash_load_more", "Load more"),
     N_("dash_refused", "Refused"),
-    N_("dash_demo_note", "Demo model ({models}) — images are noise; see README, Models, for real "
-                         "ones."),
+    N_("dash_demo_note", "Demo model ({models}) — images are noise; for real ones: genbot docs "
+                         "models."),
     N_("dash_unplaced_note", "Waiting: no running executor can run {what} — {why}"),
     N_("dash_workers", "Executors"),
     N_("dash_no_workers", "No executor is running: queued jobs wait until one starts."),
@@ -672,7 +673,7 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_redeliver", "Redeliver"),
     N_("dash_more", "More"),
     N_("dash_no_endpoints", "No webhook endpoints yet: add [[webhooks]] to the config "
-                            "(docs/webhooks.md)."),
+                            "(genbot docs webhooks)."),
     N_("dash_no_deliveries", "No deliveries."),
     N_("dash_test_taken", "{endpoint} took the test (HTTP {response})"),
     N_("dash_test_not_taken", "{endpoint} did not take the test: {error}"),

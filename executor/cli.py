@@ -104,7 +104,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             except ModelError as e:
                 what = f"NOT USABLE: {e}"
         if entry.path.startswith("demo:"):
-            what += " — demo model: images are noise (README, Models: real ones)"
+            what += " — demo model: images are noise (real ones: genbot docs models)"
         print(f"{name:<16} {entry.path:<32} {what}")
     return 0
 

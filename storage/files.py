@@ -36,6 +36,16 @@ def batch_folder(batch_id: int) -> str:
     return f"{OUTPUTS}/batch_{batch_id}"
 
 
+def name_in_batch(path: str) -> str:
+    """The name a stored image has inside its batch's folder, the template's output
+    pattern included ("A1/2.png" of "outputs/batch_3/A1/2.png"); any other path: its last
+    part."""
+    parts = path.split("/")
+    if len(parts) > 2 and parts[0] == OUTPUTS and parts[1].startswith("batch_"):
+        return "/".join(parts[2:])
+    return parts[-1]
+
+
 def picks_folder(batch_id: int) -> str:
     """Where a batch's picks go (its kept images' contact and results sheets): beside its
     outputs, never among them, and forgotten with them."""

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from storage.files import name_in_batch
 from templates.binding import bind, safe_output_name
 from templates.jobs import BoundJob, ComfyJob, DiffusersJob, Step
 from templates.params import Param, Problem, coerce, draw_seed
@@ -188,14 +189,15 @@ def vary(t: Template, parent: BoundJob, image: str, strength: float | None = Non
 
 
 def upscale(t: Template, parent: BoundJob, image: str, factor: float = 2.0) -> DiffusersJob:
-    """The parent's image enlarged `factor` times, named after it ("_x2")."""
+    """The parent's image enlarged `factor` times, named after it ("_x2") in the folder
+    the template's output pattern put it in ("{sku}/{row}.png": "A1/2_x2.png")."""
     if not 1 < factor <= UPSCALE_MAX:
         raise Problem("upscale_factor", value=factor, max=UPSCALE_MAX)
-    name = PurePosixPath(image).name
-    stem, suffix = name.rsplit(".", 1) if "." in name else (name, "png")
-    fmt = suffix.lower() if suffix.lower() in ("png", "jpg", "jpeg", "webp") else "png"
+    name = PurePosixPath(name_in_batch(image))
+    suffix = name.suffix[1:].lower()
+    fmt = suffix if suffix in ("png", "jpg", "jpeg", "webp") else "png"
     fmt = "jpg" if fmt == "jpeg" else fmt
-    out = safe_output_name(f"{stem}_x{factor:g}", fmt)
+    out = safe_output_name(str(name.with_name(f"{name.stem}_x{factor:g}")), fmt)
     return DiffusersJob(
         template=t.name, row=parent.row, params=dict(parent.params), named=dict(parent.named),
         version=parent.version, revision=parent.revision,

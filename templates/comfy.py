@@ -209,7 +209,7 @@ COMFY_LIMITS: dict[str, dict[str, tuple[float, float, float]]] = {
 NOTHING_TO_BIND = ("found nothing to make a column of (a sampler's CLIPTextEncode prompt, "
                    "seed, steps, cfg; an EmptyLatentImage's size; a LoadImage; a checkpoint "
                    "or LoRA loader): write the template's \"to\" bindings by hand "
-                   "(docs/comfyui.md)")
+                   "(genbot docs comfyui)")
 
 
 def object_info_limits(info: dict[str, Any], kind: str, name: str) -> tuple[float, float,

@@ -5,10 +5,12 @@ same calls with AsyncClient."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 
 import pytest
 
 from bot.client import AsyncClient, Client, GenbotError
+from tests.conftest import PYTHON, ROOT, python_env
 from tests.fakes.api import ADMIN, ALICE, BOTTLE, VIEWER, ApiWorld, api_config
 
 
@@ -66,11 +68,27 @@ async def test_submit_wait_download_and_refusals(tmp_path, demo_models):
             (child,) = await admin.jobs(made.id)
             assert (child.parent_job_id, child.action) == (jobs[1].id, "upscale")
 
+        # A script that never closes its client, and `genbot submit`, as processes of their
+        # own: the script's output is its own (no "Unclosed connector" at exit), and
+        # submit points a person at the batch's dashboard page, not at the API.
+        script = await asyncio.to_thread(python, "-c", "from bot.client import Client\n"
+                                         f"genbot = Client({w.url!r}, {ALICE!r})\n"
+                                         f"print(genbot.submit('social_thumb', {str(sheet)!r}).id)")
+        assert script.returncode == 0 and script.stderr == "", script.stderr
+        cli = await asyncio.to_thread(python, "-m", "bot.cli", "submit", "social_thumb",
+                                      str(sheet), "--server", w.url, "--token", ALICE)
+        assert cli.returncode == 0, cli.stderr
+        new = int(script.stdout) + 1
+        assert cli.stdout.splitlines()[0] == \
+            f"batch {new}: 2 social_thumb jobs ({w.url}/dashboard/#/batches/{new})"
+
+
+def python(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, *args], cwd=ROOT, env=python_env(), capture_output=True,
+                          text=True, timeout=120)
+
 
 def test_the_client_imports_without_torch_or_the_rest_of_genbot():
-    import subprocess
-
-    from tests.conftest import PYTHON, ROOT, python_env
     done = subprocess.run([PYTHON, "-c", "import sys, bot.client; print(sorted(m for m in "
                            "sys.modules if m.split('.')[0] in ('torch', 'diffusers', 'bot')))"],
                           cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=60)

@@ -522,7 +522,7 @@ def test_genbot_run_of_a_comfyui_template_without_servers_says_what_to_set(
     assert main(["run", "portrait", "sheet.csv"]) == 2
     assert capsys.readouterr().err.strip() == (
         "genbot: portrait runs on ComfyUI: name your servers in [comfyui] servers "
-        "(docs/comfyui.md)")
+        "(genbot docs comfyui)")
 
 
 @pytest.mark.skipif(WORKFLOWS is None, reason="no ../shared/comfyui-workflows")

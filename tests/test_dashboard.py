@@ -252,7 +252,7 @@ async def test_a_batch_says_its_images_are_noise_and_what_it_waits_for(tmp_path,
         page = await signed_in(browser, w, ALICE, "#/batches/1")
         await page.wait_for_selector("#demo-note")
         assert await page.text_content("#demo-note") == (
-            "Demo model (sdxl) — images are noise; see README, Models, for real ones.")
+            "Demo model (sdxl) — images are noise; for real ones: genbot docs models.")
         assert await page.text_content(".unplaced") == (
             "Waiting: no running executor can run model sdxl — gpu1:7: it needs about 6.5 GiB, "
             "more than the 4.0 GiB this executor may use")

@@ -233,7 +233,7 @@ async def test_vary_runs_image_to_image_from_the_parent_file_and_upscale_doubles
         assert big.status == Status.SUCCEEDED, big.error
         sizes = [Image.open(app.store.path(j.outputs[0])).size for j in (parent, big)]
         assert sizes[1] == (sizes[0][0] * 2, sizes[0][1] * 2)
-        assert big.outputs[0].endswith(f"{parent.outputs[0].rsplit('/', 1)[1][:-4]}_x2.png")
+        assert big.outputs[0] == f"outputs/batch_{up.batch_id}/A1/2_x2.png"  # {sku}/{row}
     finally:
         worker.stopping.set()
         await task

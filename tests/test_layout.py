@@ -159,9 +159,11 @@ def test_bots_parts_depend_one_way():
 def test_bot_shows_its_parts():
     top = sorted(p.name for p in (ROOT / "bot").iterdir()
                  if p.name != "__pycache__" and not p.name.startswith("."))
-    assert top == ["__init__.py", "app", "chat", "cli", "client.py", "conventions.py", "errors.py",
-                   "i18n.py", "intake", "locales", "messages.py", "outbound.py", "scheduler.py",
-                   "service.py", "settings.py", "supervisor.py", "web", "webhooks"]
+    assert top == ["__init__.py", "app", "chat", "cli", "client.py", "conventions.py", "docs",
+                   "errors.py", "i18n.py", "intake", "locales", "messages.py", "outbound.py",
+                   "scheduler.py", "service.py", "settings.py", "supervisor.py", "web",
+                   "webhooks"]
+    assert str((ROOT / "bot" / "docs").readlink()) == "../docs"  # one copy: what ships
 
 
 def test_the_queue_is_fed_by_the_application_layer_only():

@@ -54,8 +54,8 @@ def test_a_newcomers_first_run_from_any_folder_says_what_the_executor_is_doing(t
     done = genbot("run", "product_main", "s.xlsx", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[1] == ("note: demo model (sdxl) — images are noise; see README, Models, "
-                        "for real ones")
+    assert lines[1] == ("note: demo model (sdxl) — images are noise; for real ones: genbot "
+                        "docs models")
     assert "[------------------------------] 0/2 · building demo models: sd15, sdxl, " \
         "canny_sd15, canny_sdxl, walnut, brushed_steel, upscaler" in lines
     assert lines[-2] == f"2 images in {tmp_path / 'data' / 'outputs' / 'batch_1'}"
@@ -127,7 +127,7 @@ def test_models_on_a_fresh_install_says_the_demo_models_come_at_first_start(tmp_
     assert "NOT USABLE" not in done.stdout
     assert rows["sdxl"].endswith("not built yet (the executor builds it on first start; or "
                                  "`genbot models demo`) — demo model: images are noise "
-                                 "(README, Models: real ones)")
+                                 "(real ones: genbot docs models)")
 
 
 def test_models_demo_builds_only_what_is_missing(home):

@@ -1,11 +1,14 @@
 """A built wheel is a working genbot: installed (not the checkout), run from a folder
 that knows nothing of the source tree, it lists the shipped templates, writes an
-example and runs it to images — templates, fonts, static files, model families and
-migrations all come from the wheel."""
+example and runs it to images — templates, fonts, static files, model families,
+migrations and the docs all come from the wheel. Its words point a wheel user only at
+what the wheel has: `genbot docs TOPIC`, `genbot template example NAME`, never a file of
+the checkout (README, docs/, examples/)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -80,3 +83,45 @@ def test_the_wheel_runs_the_shipped_templates_from_another_folder(installed, tmp
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == \
         ["BTL-001", "BTL-002", "contact.png"]
     assert "Traceback" not in run.stdout + run.stderr
+    assert "note: demo model (sdxl) — images are noise; for real ones: genbot docs models" \
+        in run.stdout
+
+    # What the words point at, run from the wheel: the chat banner's example sheet, the
+    # docs topics, and the one the demo note names.
+    sheet = genbot(installed, tmp_path, "template", "example", "social_thumb", "-o",
+                   "social_thumb.xlsx")
+    assert sheet.returncode == 0 and (tmp_path / "social_thumb.xlsx").is_file(), sheet.stderr
+    topics = genbot(installed, tmp_path, "docs")
+    assert topics.returncode == 0, topics.stderr
+    assert {"models", "operations", "deploy", "api", "chat", "templates"} <= \
+        {line.split()[0] for line in topics.stdout.splitlines() if line.strip()}
+    models = genbot(installed, tmp_path, "docs", "models")
+    assert models.returncode == 0, models.stderr
+    assert models.stdout.startswith("# Models: from demo noise to real images\n")
+    assert "genbot models pull" in models.stdout
+
+
+POINTER = re.compile(r"genbot (docs|template example) (\w+)")
+
+
+def test_what_genbot_says_points_at_what_the_wheel_ships():
+    """Every message, in every shipped language: no README, docs/ or examples/ path (a
+    wheel has none), and each `genbot docs TOPIC` or `genbot template example NAME` it
+    names is a topic or template that ships."""
+    from bot.cli.docs import topics
+    from bot.messages import CATALOG
+    from tests.test_catalogs import SHIPPED, entries, read
+    shipped = {p.stem for p in (ROOT / "templates" / "shipped").glob("*.json")}
+    named = {"docs": set(topics()), "template example": shipped}
+    texts = {("en", code): english for code, english in CATALOG.items()}
+    for locale, po in SHIPPED.items():
+        texts |= {(locale, code): msgstr for code, (_, msgstr, _) in entries(read(po)).items()
+                  if msgstr}  # (en's catalog leaves them empty: the English is the source)
+    pointers = []
+    for (locale, code), text in texts.items():
+        for lacking in ("README", "docs/", "examples/"):
+            assert lacking not in text, f"{locale} {code}: a wheel has no {lacking}: {text}"
+        for kind, name in POINTER.findall(text):
+            assert name in named[kind], f"{locale} {code}: genbot {kind} {name}: no such one"
+            pointers.append(code)
+    assert {"chat_banner", "demo_note", "dash_demo_note"} <= set(pointers)

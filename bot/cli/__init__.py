@@ -1,6 +1,6 @@
 """The `genbot` command line: bot.cli.genbot builds it from one module per command (serve,
-run, submit, chat, config, db, queue, templates, validate) plus the commands other parts
-add by entry point (bot.cli.plugins: the executor's worker and models).
+run, submit, job, chat, config, db, queue, templates, validate, webhooks, prune, docs) plus
+the commands other parts add by entry point (bot.cli.plugins: the executor's worker and models).
 
 `main` is the console script. It takes SIGTERM before importing anything heavy: from
 then on a SIGTERM raises `Stopped`, so a `systemctl stop` or a rollout that comes

@@ -1,6 +1,6 @@
 """The `genbot` command: the top-level parser, the dispatch, and the exit codes.
 
-  genbot serve                      start the service (embedded defaults need no config)
+  genbot serve [--host H --port P]  start the service (embedded defaults need no config)
   genbot check-config               validate the configuration and say where it came from
   genbot db upgrade                 apply pending schema migrations
   genbot queue status|pause|resume|cancel
@@ -19,6 +19,7 @@
   genbot worker [--comfyui URL] [--exit-when-idle S]
                                     run one executor (one per GPU, or per ComfyUI server)
   genbot models [demo|pull]         the model registry; build the demo models; download one
+  genbot docs [TOPIC]               the documentation that ships with genbot (no TOPIC: list)
 
 Each command module registers its own subcommands (`register(subparsers, common)`);
 `worker` and `models` come from the executor through the `genbot.commands` entry
@@ -36,6 +37,7 @@ from bot.cli import (
     chat,
     config,
     db,
+    docs,
     job,
     plugins,
     prune,
@@ -52,7 +54,7 @@ from storage import config as cfg
 from storage.db import DatabaseError
 
 COMMANDS = (serve, run, submit, job, chat, config, db, queue, templates,  # --help order
-            validate, webhooks, prune)
+            validate, webhooks, prune, docs)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -87,7 +87,7 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
         return 2
     if templates[name].engine == "comfyui" and not config[ComfyUIConfig].servers:
         print(f"genbot: {name} runs on ComfyUI: name your servers in [comfyui] servers "
-              "(docs/comfyui.md)", file=sys.stderr)
+              "(genbot docs comfyui)", file=sys.stderr)
         return 2
     store = open_store(config)
     pictures = folder_attachments(sheet.resolve().parent)
@@ -116,8 +116,8 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
         print(f"batch {batch}: {result.jobs} jobs of {name} from {sheet.name}", flush=True)
         demo = config[ModelsConfig].demo(await queue.batch_models(batch))
         if demo:
-            print(f"note: demo model ({', '.join(demo)}) — images are noise; see README, "
-                  "Models, for real ones", flush=True)
+            print(f"note: demo model ({', '.join(demo)}) — images are noise; for real "
+                  "ones: genbot docs models", flush=True)
         log_file = config.data_dir / "logs" / f"run-batch-{batch}.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with log_file.open("ab") as log:

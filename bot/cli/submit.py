@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
                         help="queue it even when no running executor can run its jobs")
     submit.add_argument("--callback", metavar="URL",
                         help="tell URL of the batch's events by signed webhooks "
-                             "(docs/webhooks.md)")
+                             "(genbot docs webhooks)")
     add_sweep_options(submit)
     submit.set_defaults(func=cmd_submit)
 
@@ -100,10 +100,10 @@ async def _submit(template: str, sheet: Path, server: str, token: str, priority:
         for problem in batch.problems:
             print(f"skipped: {problem['message']}", file=sys.stderr)
         print(f"batch {batch.id}: {batch.total} {template} jobs "
-              f"({server}/api/v1/batches/{batch.id})", flush=True)
+              f"({dashboard(server, batch.id)})", flush=True)
         if batch.demo_models:
             print(f"note: demo model ({', '.join(batch.demo_models)}) — images are noise; "
-                  "see README, Models, for real ones", flush=True)
+                  "for real ones: genbot docs models", flush=True)
         if not wait:
             return 0
         try:
@@ -111,12 +111,18 @@ async def _submit(template: str, sheet: Path, server: str, token: str, priority:
         except GenbotError as e:
             return error({"error": {"message": e.message}}, e.status)
         print(f"results: {server}/api/v1/batches/{batch.id}/files/results.xlsx")
-        print(f"images:  {server}/dashboard/#/batches/{batch.id} (each at "
+        print(f"images:  {dashboard(server, batch.id)} (each at "
               f"{server}/api/v1/jobs?batch={batch.id})")
         if download:
             files = await genbot.download(batch.id, download)
             print(f"downloaded {len(files)} files to {Path(download).resolve()}")
         return code
+
+
+def dashboard(server: str, batch_id: int) -> str:
+    """Where a person sees the batch: its page on the dashboard (the API's URL answers
+    a browser with a 401)."""
+    return f"{server}/dashboard/#/batches/{batch_id}"
 
 
 async def follow(genbot: AsyncClient, batch_id: int, total: int) -> int:

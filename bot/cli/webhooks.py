@@ -87,7 +87,7 @@ async def cmd_list(hooks: WebhookService, who: Who, args: argparse.Namespace) ->
     states = await hooks.endpoints_of(who)
     if not states:
         print("no webhook endpoints: add a [[webhooks]] table to the config, or submit with "
-              "a callback URL (docs/webhooks.md)")
+              "a callback URL (genbot docs webhooks)")
     for s in states:
         e = s.endpoint
         counts = ", ".join(f"{n} {state}" for state, n in sorted(s.counts.items())) or \
