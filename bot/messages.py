@@ -430,6 +430,14 @@ CATALOG: dict[str, str] = catalog(
     N_("compare_too_many", "{count} versions to compare; at most 26 (A to Z)."),
     N_("compare_needs_two", "--compare runs each row through two templates or versions: /gen "
                             "NAME@3 NAME@4 FILE --compare."),
+    # Sweeps and A/B in chat: a typo's closest key, a version against itself, a row's images.
+    N_("sweep_unknown_close", '--vary "{key}": this template has no such value — did you mean '
+                              '"{name}"? It has: {names}.'),
+    N_("compare_same", '--compare: {a} and {b} are the same version of "{template}", so only '
+                       "chance would tell them apart. Compare two versions (genbot template "
+                       "history {template} lists them): /gen NAME@3 NAME@4 FILE --compare."),
+    N_("row_images", "Row {row} of batch {batch} has {count} images; name the one you mean by "
+                     "its job, as in {example}:\n{choices}"),
     N_("sweep_no_models", "no model (image operations only)"),
     N_("button_yes_queue", "Queue {jobs:,} jobs"),
     N_("nothing_to_retry", "Batch {batch} has no failed jobs."),

@@ -16,6 +16,7 @@ from storage.names import shown
 from storage.records import Batch, Job, Status
 from templates.binding import as_text
 from templates.graph import Template
+from templates.sweeps import VARIANT
 
 RESULTS = "results.xlsx"
 CONTACT = "contact.png"
@@ -113,7 +114,7 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en") -> bytes:
             job.row, *[values.get(n) for n in names], str(job.status), ", ".join(job.outputs),
             job.error or "", job.id, job.parent_job_id, job.action or "", rating,
             job.affinity or "", _version(job.workflow),
-            *([_swept(job.workflow.get("axes") or {})] if swept else []))])
+            *([swept_label(job.workflow.get("axes") or {})] if swept else []))])
     text_cells(sheet)
     buf = io.BytesIO()
     book.save(buf)
@@ -126,10 +127,24 @@ def _version(workflow: dict[str, Any]) -> str:
     return f"v{number} · {digest}" if number else digest
 
 
-def _swept(axes: dict[str, Any]) -> str:
-    """steps=20 · guidance=3 · seed 2"""
-    return " · ".join(f"{k}={as_text(v)}" if k != "seed" else f"seed {v}"
-                      for k, v in axes.items())
+def job_label(job: Job, template: Template | None) -> str:
+    """A sweep's or a comparison's image by what it was made with (swept_label), with
+    its seed itself where the template has one: what it takes to make it again."""
+    axes = dict(job.workflow.get("axes") or {})
+    seeds = [job.values[p.name] for p in (template.params.values() if template else ())
+             if p.type == "seed" and job.values.get(p.name) is not None]
+    if seeds:
+        axes["seed"] = seeds[0]
+    return swept_label(axes)
+
+
+def swept_label(axes: dict[str, Any]) -> str:
+    """What a sweep's or a comparison's image was made with, each value by its key:
+    "A social_thumb@3 · steps=20 · guidance=3 · seed 2" (a comparison's version first).
+    The results sheet and the images' captions both read this."""
+    variant = [str(axes[VARIANT])] if VARIANT in axes else []
+    return " · ".join(variant + [f"{k}={as_text(v)}" if k != "seed" else f"seed {v}"
+                                 for k, v in axes.items() if k != VARIANT])
 
 
 def _cell(value: Any) -> Any:

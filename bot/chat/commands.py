@@ -18,7 +18,7 @@ from datetime import datetime
 
 from bot.app import values
 from bot.app.application import CancelTarget, Scheduled, SubmitOptions, Unconfirmed
-from bot.app.iterate import ActionRequest
+from bot.app.iterate import ActionRequest, SeveralImages
 from bot.app.permissions import Role, Who
 from bot.app.results import write_picks
 from bot.chat.grammar import Arg, Command, CommandError, Option, Registry
@@ -336,10 +336,14 @@ async def _image(turn: Turn, cmd: Command) -> Job:
         if about is None or about[0] != "job":
             raise NotFound("action_no_batch")
         kind, n = about
-    return await turn.app.find_image(
-        platform=msg.platform, conversation=msg.conversation, thread=msg.thread,
-        row=n if kind == "row" else None, job=n if kind == "job" else None,
-        batch=cmd.options.get("batch"))
+    try:
+        return await turn.app.find_image(
+            platform=msg.platform, conversation=msg.conversation, thread=msg.thread,
+            row=n if kind == "row" else None, job=n if kind == "job" else None,
+            batch=cmd.options.get("batch"))
+    except SeveralImages as e:  # which one: the example is the command to type for it
+        e.details["example"] = f"/{cmd.name} j{e.jobs[0].id}"
+        raise
 
 
 async def _act(turn: Turn, cmd: Command, request: ActionRequest) -> None:
