@@ -258,9 +258,11 @@ async def test_compare_runs_both_and_ab_tallies_the_keeps(world):
     (tally,) = [p for p in posts if p.text.startswith("Batch 1, ")]
     assert tally.text.splitlines() == [
         "Batch 1, 2 of 2 rows rated:",
-        "  A social_thumb@1: kept in 1 rows where the other was not",
+        "  A social_thumb@1: kept in 1 row where the other was not",
         "  B social_thumb@2: kept in 0 rows where the other was not",
         "  tie (both or neither kept): 1"]
+    (zh,) = [p for p in await world.send("/ab 1", lang="zh") if p.text.startswith("批次 1")]
+    assert zh.text.splitlines()[1] == "  A social_thumb@1：1 行中被保留而另一版本未被保留"
     (which,) = await world.send("/keep 3")  # row 3 is two images, A and B: which one?
     assert which.text == ("Row 3 of batch 1 has 2 images; name the one you mean by its job, as "
                           "in /keep j3:\n  j3: A social_thumb@1\n  j4: B social_thumb@2")
@@ -274,7 +276,8 @@ async def test_a_sweeps_images_say_their_values_and_a_row_means_its_own_images(w
     await world.send("/gen social_thumb sheet.csv")  # batch 1: row 2 is job 1
     await finish_all(world.app, 1)
     (upscaled, *_) = await world.send("/upscale 2")
-    assert upscaled.text.startswith("🔍 Upscale: 1 new image")
+    assert upscaled.text == ("🔍 Upscale: 1 new image of row 2 (job 1) queued as batch 2; it "
+                             "comes into this thread.")
     await finish_all(world.app, 2)  # job 2: the upscaled child of job 1
     (values,) = [p for p in await world.send("/edit 2") if p.text.startswith("Row ")]
     assert values.text.startswith("Row 2 (job 1) has:")  # the row's own, not its child
@@ -292,6 +295,11 @@ async def test_a_sweeps_images_say_their_values_and_a_row_means_its_own_images(w
     (kept,) = await world.send("/keep j4")
     assert kept.text == "⭐ Kept row 2 (job 4)."
     assert [j.kept for j in await world.queue.batch_jobs(3)] == [False, True]
+    picks, _results = await world.send("/picks 3")  # one: said in the singular
+    assert picks.text == ("Picks of batch 3: 1 kept image, with its values to run it again "
+                          "exactly.")
+    (zh,) = await world.send("/upscale j3", lang="zh")
+    assert zh.text == "🔍 放大：第 2 行（任务 3）的 1 张新图已排队（批次 4），完成后发到此消息串。"
 
 
 async def test_a_platform_hint_says_how_to_send_a_file(tmp_path, demo_models):
