@@ -212,24 +212,11 @@ async def test_refine_shows_the_counts_and_offers_the_next_sweep(world):
     assert batch.text.startswith("Batch 2 accepted: 2 social_thumb jobs")
 
 
-async def second_version(w: World, name: str = "social_thumb") -> None:
-    """Version 2 of a template beside the loaded one (version 1): its watermark changed."""
-    import copy
-    import json
-
-    from templates.loader import version_of
-    await w.app.record_versions("test")
-    t = w.app.templates[name]
-    source = copy.deepcopy(t.source)
-    source["params"]["watermark"]["default"] = "v2 mark"
-    await w.app.versions.record(name, version_of(json.dumps(source).encode(), t),
-                                {"template": source, "workflow": None}, "test")
-
-
 async def test_compare_runs_both_and_ab_tallies_the_keeps(world):
     from bot.app.permissions import Who
+    from tests.fakes.apps import second_version
     from tests.fakes.jobs import finish_all
-    await second_version(world)
+    await second_version(world.app, "social_thumb", "watermark", "v2 mark")
     await upload(world, rows=2)
     (same,) = await world.send("/gen social_thumb@1 social_thumb sheet.csv --compare")
     assert same.text.startswith("--compare: A social_thumb@1 and B social_thumb@1 are the same "
