@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from bot.app import values
 from bot.app.permissions import Action, Permissions, Who
 from bot.app.placement import NoExecutor, Unplaced
-from bot.app.results import job_label
+from bot.app.results import job_label, swept_axes
 from bot.conventions import thread_of
 from bot.errors import Conflict, Invalid, NotFound
 from storage.files import FileStore
@@ -233,13 +233,14 @@ class SeveralImages(Conflict):
     """A row number that names several images (a sweep's row, an A/B's): which one is
     for the person to say, by its job; `jobs` are the row's images."""
 
-    def __init__(self, row: int, batch: int, jobs: list[Job], templates: dict[str, Template]):
+    def __init__(self, batch: Batch, row: int, jobs: list[Job],
+                 templates: dict[str, Template]):
         self.jobs = jobs
-        shown = [f"j{j.id}: {job_label(j, templates.get(j.template or ''))}"
+        shown = [f"j{j.id}: {job_label(j, templates.get(j.template or ''), swept_axes(batch))}"
                  for j in jobs[:MAX_CHOICES]]
         if len(jobs) > MAX_CHOICES:
             shown.append("…")
-        super().__init__("row_images", row=row, batch=batch, count=len(jobs),
+        super().__init__("row_images", row=row, batch=batch.id, count=len(jobs),
                          example=f"j{jobs[0].id}",
                          choices="\n".join(f"  {line}" for line in shown))
 
@@ -260,15 +261,16 @@ async def find_image(app: App, *, platform: str, conversation: str | None,
     if root is None:
         raise NotFound("action_no_batch")
     found = await app.batch(root)
-    root = found.meta.get("root_batch", found.id)
-    first = await app.queue.batch_jobs(root)
+    if "root_batch" in found.meta:  # an action's batch: the row is its sheet batch's
+        found = await app.batch(found.meta["root_batch"])
+    first = await app.queue.batch_jobs(found.id)
     own = [j for j in first if j.row == row]
     if not own:
-        raise NotFound("action_no_row", row=row, batch=root,
+        raise NotFound("action_no_row", row=row, batch=found.id,
                        rows=_ranges(sorted({j.row for j in first})) or "-")
     images = [j for j in own if j.status == Status.SUCCEEDED]
     if len(images) > 1:
-        raise SeveralImages(row, root, images, app.templates)
+        raise SeveralImages(found, row, images, app.templates)
     return max(images or own, key=lambda j: j.id)
 
 

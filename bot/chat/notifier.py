@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 
 from bot.app.grids import write_grids
 from bot.app.placement import unplaced
-from bot.app.results import columns_of, job_label, write_results
+from bot.app.results import columns_of, job_label, swept_axes, write_results
 from bot.conventions import batch_key, job_key, thread_of
 from bot.messages import action_label, bar, canceled, say, took
 from storage.files import FileStore
@@ -239,7 +239,8 @@ class Notifier:
         lang = self._lang(batch)
         telling = (await self.key_values(batch, job))[:CAPTION_VALUES]
         if job.workflow.get("axes"):  # a sweep's or an A/B's: its values by key
-            telling.insert(0, job_label(job, self.templates.get(job.template or batch.template)))
+            telling.insert(0, job_label(job, self.templates.get(job.template or batch.template),
+                                        swept_axes(batch)))
         values = " · ".join(telling)
         if job.action and job.parent_job_id:
             caption = say("image_caption_action", lang, row=job.row, job=job.id,
