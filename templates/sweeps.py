@@ -165,14 +165,15 @@ def _range(key: str, start: str, stop: str, step: str | None) -> list[str]:
 
 
 def _param(t: Template, key: str) -> Param:
-    """The parameter `key` names; else a Problem listing them, with the closest name to a
-    typo (`stepz`: steps) as an unknown template name gets."""
+    """The parameter `key` names; else a Problem listing them, with the name or column
+    header closest to a typo (`stepz`: steps), as an unknown template name gets."""
     found = t.param_for(key)
     if found is None:
         names = ", ".join(t.params)
-        close = difflib.get_close_matches(key.lower(), list(t.params), n=1, cutoff=0.6)
+        known = {n.lower(): n for p in t.params.values() for n in (*p.aliases, p.name)}
+        close = difflib.get_close_matches(key.strip().lower(), list(known), n=1, cutoff=0.6)
         if close:
-            raise Problem("sweep_unknown_close", key=key, name=close[0], names=names)
+            raise Problem("sweep_unknown_close", key=key, name=known[close[0]], names=names)
         raise Problem("sweep_unknown", key=key, names=names)
     return found
 

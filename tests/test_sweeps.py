@@ -39,6 +39,7 @@ def test_values_ranges_and_their_problems():
     assert problem(["colour=red"])[0] == "sweep_unknown"
     assert problem(["stepz=1"]) == ("sweep_unknown_close", {
         "key": "stepz", "name": "steps", "names": ", ".join(PRODUCT.params)})  # a typo's
+    assert problem(["cgf=3"])[1]["name"] == "CFG"  # (a column header, as the sheet has it)
     assert problem(["product_image=a.png,b.png"])[0] == "sweep_image"
     assert problem(["steps=1,2", "步数=3"])[0] == "sweep_twice"  # the same, by its alias
     assert problem(["steps=1,,2"])[0] == "sweep_empty_value"

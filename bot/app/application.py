@@ -172,8 +172,8 @@ def swept(template: Template, jobs: list[NewJob], sweep: Sweep) -> list[NewJob]:
 
 
 def _differ(variants: list[Template]) -> None:
-    """A comparison's versions are each other's: the same version twice (social_thumb@1
-    against social_thumb, which is @1 too) would tell only the seeds' noise apart."""
+    """Refuses a comparison that names one version twice (social_thumb@1 against
+    social_thumb, which is @1 too): its images would differ only by chance."""
     for i, t in enumerate(variants):
         for j, other in enumerate(variants[:i]):
             if (t.name, t.version) == (other.name, other.version):
