@@ -45,6 +45,14 @@ def N_(code: str, english: str) -> tuple[str, str]:
     return code, english
 
 
+def NP_(code: str, one: str, many: str) -> tuple[str, str, str]:
+    """A message whose words follow a number, its `count` detail ("1 new image", "3 new
+    images"): its code and its English for one and for many. Only a marker too (Babel's
+    keyword `NP_:1c,2,3`: msgid and msgid_plural); each catalog has the forms of its
+    language, chosen by its Plural-Forms header (English two, Chinese one)."""
+    return code, one, many
+
+
 def han(text: str) -> bool:
     """Any Chinese character: the Chinese alias of a column, a command typed in Chinese."""
     return any("\u4e00" <= ch <= "\u9fff" for ch in text)
@@ -259,6 +267,15 @@ def text(code: str, english: str, lang: str | None) -> str:
     if language is None:
         return english
     return translations(language).pgettext(code, english)
+
+
+def plural(code: str, one: str, many: str, count: int, lang: str | None) -> str:
+    """The words of message `code` for `count` in `lang`: the form its catalog's plural
+    rule picks, else the English one (1) or many (any other count)."""
+    language = _languages.find(lang)
+    if language is None:
+        return one if count == 1 else many
+    return translations(language).npgettext(code, one, many, count)
 
 
 # --- keeping the catalogs: python -m bot.i18n ---------------------------------------------

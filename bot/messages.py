@@ -4,8 +4,9 @@ bot.i18n). `say(code, lang, **details)` is what every front calls.
 
 Lower layers raise problems as codes with details (templates.params.Problem,
 bot.intake.sheets.SheetError); the fronts render them here, in the reader's language.
-A new message is one `N_(code, english)` line below, then `pybabel` (docs/architecture.md,
-"a message") puts it in each catalog for its translators.
+A new message is one `N_(code, english)` line below (words that follow a number: one
+`NP_(code, one, many)` line, the number its `count` detail), then `pybabel`
+(docs/architecture.md, "a message") puts it in each catalog for its translators.
 """
 
 from __future__ import annotations
@@ -14,19 +15,24 @@ from collections.abc import Iterable
 from typing import Any
 
 from bot import i18n
-from bot.i18n import N_, han
+from bot.i18n import N_, NP_, han
 from templates.actions import ACTIONS
 
-__all__ = ["CATALOG", "N_", "han", "say"]
+__all__ = ["CATALOG", "N_", "NP_", "PLURALS", "han", "say"]
+
+PLURALS: dict[str, str] = {}  # code -> its English for many, of a message NP_ marks
 
 
-def catalog(*messages: tuple[str, str]) -> dict[str, str]:
-    """code -> English; a code given twice is a mistake, caught at import."""
+def catalog(*messages: tuple[str, ...]) -> dict[str, str]:
+    """code -> English (of a message that follows a number, for one: its English for many
+    is in PLURALS); a code given twice is a mistake, caught at import."""
     made: dict[str, str] = {}
-    for code, english in messages:
+    for code, english, *many in messages:
         if code in made:
             raise ValueError(f"message {code!r} is declared twice")
         made[code] = english
+        if many:
+            PLURALS[code] = many[0]
     return made
 
 
@@ -223,8 +229,10 @@ CATALOG: dict[str, str] = catalog(
     N_("col_swept", "swept values"),
     N_("rating_kept", "kept"),
     N_("rating_rejected", "rejected"),
-    N_("picks", "Picks of batch {batch}: {count} kept image(s), with their values to run them "
-                "again exactly."),
+    NP_("picks", "Picks of batch {batch}: {count} kept image, with its values to run it again "
+                 "exactly.",
+        "Picks of batch {batch}: {count} kept images, with their values to run them again "
+        "exactly."),
     N_("picks_none", "Batch {batch} has no kept images yet: keep some with ⭐ or /keep ROW."),
     N_("help_picks", "the kept images of a batch and what was made from it, as a contact sheet "
                      "and a results sheet"),
@@ -350,8 +358,10 @@ CATALOG: dict[str, str] = catalog(
     N_("edit_form_submit", "Run"),
     N_("edit_pair", '"{value}" is not KEY=VALUE (e.g. steps=30, prompt="a red bottle").'),
     N_("rating_unknown", '"{rating}" is not a rating: keep, reject or unkeep.'),
-    N_("acted", "{action}: {jobs} new image(s) of row {row} (job {job}) queued as batch {batch}; "
-                "they come into this thread."),
+    NP_("acted", "{action}: {count} new image of row {row} (job {job}) queued as batch {batch}; "
+                 "it comes into this thread.",
+        "{action}: {count} new images of row {row} (job {job}) queued as batch {batch}; they "
+        "come into this thread."),
     N_("acted_already", "{action} of job {job} was asked a moment ago: batch {batch} is on it."),
     N_("kept", "⭐ Kept row {row} (job {job})."),
     N_("rejected", "👎 Rejected row {row} (job {job})."),
@@ -396,7 +406,8 @@ CATALOG: dict[str, str] = catalog(
                            "from its ratings."),
     N_("refine_no_ratings", "Nothing of batch {batch} is rated yet: keep (⭐) the images you like "
                             "and reject (👎) the others, then /refine {batch}."),
-    N_("refine_head", "Batch {batch}: {rated} images rated. Kept, by value:"),
+    NP_("refine_head", "Batch {batch}: {count} image rated. Kept, by value:",
+        "Batch {batch}: {count} images rated. Kept, by value:"),
     N_("refine_value", "  {param} = {value}: kept {kept} of {rated} rated ({percent}){best}"),
     N_("refine_best", " ← best"),
     N_("refine_unrated", "  {param}: not rated, kept as it was"),
@@ -409,10 +420,12 @@ CATALOG: dict[str, str] = catalog(
     N_("sweep_grid_count", "--grid names one or two of the swept values, across then down."),
     N_("ab_not_compare", "Batch {batch} compares nothing: /ab tallies a batch made with /gen "
                          "NAME@A NAME@B FILE --compare."),
-    N_("ab_head", "Batch {batch}, {rated} of {rows} rows rated:"),
-    N_("ab_won", "  {variant}: kept in {won} rows where the other was not"),
+    NP_("ab_head", "Batch {batch}, {rated} of {count} row rated:",
+        "Batch {batch}, {rated} of {count} rows rated:"),
+    NP_("ab_won", "  {variant}: kept in {count} row where the other was not",
+        "  {variant}: kept in {count} rows where the other was not"),
     N_("ab_ties", "  tie (both or neither kept): {ties}"),
-    N_("ab_unrated", "  not rated yet: {unrated} rows"),
+    NP_("ab_unrated", "  not rated yet: {count} row", "  not rated yet: {count} rows"),
     N_("help_webhooks", "admins: webhook endpoints and their deliveries; test one, resend one"),
     N_("webhooks_none", "No webhook endpoints: add [[webhooks]] to the config, or submit with a "
                         "callback URL."),
@@ -431,6 +444,24 @@ CATALOG: dict[str, str] = catalog(
     N_("compare_too_many", "{count} versions to compare; at most 26 (A to Z)."),
     N_("compare_needs_two", "--compare runs each row through two templates or versions: /gen "
                             "NAME@3 NAME@4 FILE --compare."),
+    # Sweeps and A/B in chat: a typo's closest key, a version against itself, a row's images.
+    N_("sweep_unknown_close", '--vary "{key}": this template has no such value — did you mean '
+                              '"{name}"? It has: {names}.'),
+    N_("compare_same", '--compare: {a} and {b} are the same version of "{template}", so only '
+                       "chance would tell them apart. Compare two versions (genbot template "
+                       "history {template} lists them): /gen NAME@3 NAME@4 FILE --compare."),
+    N_("row_images", "Row {row} of batch {batch} has {count} images; name the one you mean by "
+                     "its job, as in {example}:\n{choices}"),
+    # genbot queue's lines (English, as the command line writes; a count's own plural).
+    NP_("cli_canceled", "canceled {count} queued job", "canceled {count} queued jobs"),
+    NP_("cli_asked", "asked {count} running job to stop", "asked {count} running jobs to stop"),
+    NP_("cli_handed_back", "handed back {count} job: {jobs}; it runs again (no attempt used), and "
+                           "its holder stops it at its next heartbeat",
+        "handed back {count} jobs: {jobs}; they run again (no attempt used), and their holders "
+        "stop them at their next heartbeat"),
+    NP_("cli_stuck", "{count} job looks stuck: {command} (or --hand-back-stuck) puts it back in "
+                     "the queue",
+        "{count} jobs look stuck: {command} (or --hand-back-stuck) puts them back in the queue"),
     N_("sweep_no_models", "no model (image operations only)"),
     N_("button_yes_queue", "Queue {jobs:,} jobs"),
     N_("nothing_to_retry", "Batch {batch} has no failed jobs."),
@@ -623,7 +654,7 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_problems", "The sheet has problems; nothing was queued:"),
     N_("dash_submitted", "Batch {id} queued: {n} jobs"),
     N_("dash_canceled_n", "Canceled {n}"),
-    N_("dash_asked_n", "{n} running job(s) asked to stop"),
+    N_("dash_asked_n", "running jobs asked to stop: {n}"),
     N_("dash_load_more", "Load more"),
     N_("dash_refused", "Refused"),
     N_("dash_demo_note", "Demo model ({models}) — images are noise; for real ones: genbot docs "
@@ -786,7 +817,10 @@ def say(code: str, lang: str = "en", **details: Any) -> str:
     is written as it reads (an API error, a CLI line, a label in results.xlsx); a chat
     adapter escapes it for its platform as it posts it (bot.chat.markup), so a detail
     from a person, a file or a server can never be markup there."""
-    template = i18n.text(code, CATALOG[code], lang)
+    if code in PLURALS:  # its words follow its count
+        template = i18n.plural(code, CATALOG[code], PLURALS[code], details["count"], lang)
+    else:
+        template = i18n.text(code, CATALOG[code], lang)
     details = {k: v.render(lang) if isinstance(v, Localized) else v
                for k, v in details.items()}
     if code != "bad_role":  # a role is named in the reader's language

@@ -19,6 +19,7 @@ What cannot be swept is a `Problem` naming the key, never a partial sweep.
 from __future__ import annotations
 
 import csv
+import difflib
 import itertools
 import math
 import re
@@ -164,9 +165,16 @@ def _range(key: str, start: str, stop: str, step: str | None) -> list[str]:
 
 
 def _param(t: Template, key: str) -> Param:
+    """The parameter `key` names; else a Problem listing them, with the name or column
+    header closest to a typo (`stepz`: steps), as an unknown template name gets."""
     found = t.param_for(key)
     if found is None:
-        raise Problem("sweep_unknown", key=key, names=", ".join(t.params))
+        names = ", ".join(t.params)
+        known = {n.lower(): n for p in t.params.values() for n in (*p.aliases, p.name)}
+        close = difflib.get_close_matches(key.strip().lower(), list(known), n=1, cutoff=0.6)
+        if close:
+            raise Problem("sweep_unknown_close", key=key, name=known[close[0]], names=names)
+        raise Problem("sweep_unknown", key=key, names=names)
     return found
 
 

@@ -16,7 +16,7 @@ from babel.messages.catalog import Catalog
 from babel.messages.pofile import read_po
 
 from bot import i18n
-from bot.messages import CATALOG, KINDS
+from bot.messages import CATALOG, KINDS, PLURALS
 from tests.conftest import ROOT
 
 REFRESH = "run `python -m bot.i18n` (docs/architecture.md, \"a message\")"
@@ -27,14 +27,21 @@ def read(path: Path) -> Catalog:
         return read_po(f)
 
 
-def entries(catalog: Catalog) -> dict[str, tuple[str, str, bool]]:
-    """msgctxt (the code) -> (msgid, msgstr, fuzzy), the header left out."""
+def entries(catalog: Catalog) -> dict[str, tuple[str | tuple, str | tuple, bool]]:
+    """msgctxt (the code) -> (msgid, msgstr, fuzzy), the header left out; a message that
+    follows a number (NP_) has a tuple of each: its English for one and many, its forms."""
     return {m.context: (m.id, m.string, m.fuzzy) for m in catalog if m.id}
 
 
-def placeholders(text: str) -> set[str]:
-    """The {fields} a str.format template fills (raises on a malformed one)."""
-    return {field for _, field, _, _ in string.Formatter().parse(text) if field is not None}
+def forms(text: str | tuple) -> tuple[str, ...]:
+    return text if isinstance(text, tuple) else (text,)
+
+
+def placeholders(text: str | tuple) -> set[str]:
+    """The {fields} a str.format template fills, in any of its forms (raises on a
+    malformed one)."""
+    return {field for form in forms(text) for _, field, _, _ in string.Formatter().parse(form)
+            if field is not None}
 
 
 SHIPPED = {locale: po for locale, (po,) in i18n.catalogs((i18n.SHIPPED,)).items()}
@@ -47,7 +54,10 @@ def test_the_committed_template_is_what_the_code_holds_now():
                  for m in read(i18n.TEMPLATE) if m.id]
     assert fresh == committed, f"bot/locales/genbot.pot is stale: {REFRESH}"
     assert [code for code, _, _ in fresh] == list(CATALOG)  # each message, once, in order
-    assert all(CATALOG[code] == english for code, english, _ in fresh)
+    assert all(english in (CATALOG[code], (CATALOG[code], PLURALS.get(code)))
+               for code, english, _ in fresh)
+    assert all("count" in placeholders(english) for code, english, _ in fresh
+               if code in PLURALS)  # (the number its words follow)
 
 
 def test_english_and_simplified_chinese_ship_and_the_source_is_english():
@@ -68,9 +78,9 @@ def test_every_language_has_every_message_translated_with_its_placeholders(local
     for code, (english, translated, fuzzy) in words.items():
         if english != template[code][0]:
             problems.append(f"{code}: its English changed: {REFRESH}")
-        if locale == i18n.SOURCE and not translated:
+        if locale == i18n.SOURCE and not any(forms(translated)):
             continue  # (the source's msgstr may stay empty: the msgid is its words)
-        if not translated or fuzzy:
+        if not all(forms(translated)) or fuzzy:
             problems.append(f"{code}: {'fuzzy' if fuzzy else 'untranslated'}")
             continue
         try:

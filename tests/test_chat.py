@@ -182,7 +182,12 @@ async def test_a_big_sweep_says_what_it_costs_and_waits_for_a_yes(tmp_path, demo
         small, _ = await w.send("/gen social_thumb sheet.csv --vary width=256,512")
         assert small.text.startswith("Batch 2 accepted: 4 social_thumb jobs")  # no question
         (bad,) = await w.send("/gen social_thumb sheet.csv --vary widht=256")
-        assert bad.text.startswith('--vary "widht": this template has no such value')
+        assert bad.text.startswith('--vary "widht": this template has no such value — did you '
+                                   'mean "width"? It has: image, title')
+        (zh,) = await w.send("/gen social_thumb sheet.csv --vary widht=256", lang="zh")
+        assert zh.text.startswith("--vary “widht”：此模板没有这个参数——是不是“width”？")
+        (far,) = await w.send("/gen social_thumb sheet.csv --vary mood=calm")
+        assert "did you mean" not in far.text  # nothing close: only the list
         (no_seed,) = await w.send("/gen social_thumb sheet.csv --seeds 3")
         assert no_seed.text.startswith('Template "social_thumb" has no seed parameter')
 
@@ -209,10 +214,17 @@ async def test_refine_shows_the_counts_and_offers_the_next_sweep(world):
 
 async def test_compare_runs_both_and_ab_tallies_the_keeps(world):
     from bot.app.permissions import Who
+    from tests.fakes.apps import second_version
     from tests.fakes.jobs import finish_all
-    await world.app.record_versions("test")
+    await second_version(world.app, "social_thumb", "watermark", "v2 mark")
     await upload(world, rows=2)
-    accepted, _ = await world.send("/gen social_thumb@1 social_thumb sheet.csv --compare")
+    (same,) = await world.send("/gen social_thumb@1 social_thumb sheet.csv --compare")
+    assert same.text.startswith("--compare: A social_thumb@1 and B social_thumb@1 are the same "
+                                'version of "social_thumb", so only chance would tell them apart')
+    (zh,) = await world.send("/gen social_thumb social_thumb@1 sheet.csv --compare", lang="zh")
+    assert zh.text.startswith("--compare：A social_thumb@1 和 B social_thumb@1 是“social_thumb”"
+                              "的同一个版本")
+    accepted, _ = await world.send("/gen social_thumb@1 social_thumb@2 sheet.csv --compare")
     assert accepted.text.startswith("Batch 1 accepted: 4 social_thumb jobs")
     (alone,) = await world.send("/gen social_thumb --compare")
     assert alone.text.startswith("--compare runs each row through two templates")
@@ -226,12 +238,55 @@ async def test_compare_runs_both_and_ab_tallies_the_keeps(world):
     await world.app.rate(me, jobs[1].id, "reject")
     await world.app.rate(me, jobs[2].id, "keep")  # row 3: both kept: a tie
     await world.app.rate(me, jobs[3].id, "keep")
-    (tally,) = [p for p in await world.send("/ab 1") if p.text.startswith("Batch 1, ")]
+    posts = await world.send("/ab 1")  # (and first, the batch's images)
+    assert [p.text for p in posts if p.image][:2] == [
+        "row 2 · job 1 · A social_thumb@1 · Title 0 · genbot",
+        "row 2 · job 2 · B social_thumb@2 · Title 0 · v2 mark"]
+    (tally,) = [p for p in posts if p.text.startswith("Batch 1, ")]
     assert tally.text.splitlines() == [
         "Batch 1, 2 of 2 rows rated:",
-        "  A social_thumb@1: kept in 1 rows where the other was not",
-        "  B social_thumb@1: kept in 0 rows where the other was not",
+        "  A social_thumb@1: kept in 1 row where the other was not",
+        "  B social_thumb@2: kept in 0 rows where the other was not",
         "  tie (both or neither kept): 1"]
+    (zh,) = [p for p in await world.send("/ab 1", lang="zh") if p.text.startswith("批次 1")]
+    assert zh.text.splitlines()[1] == "  A social_thumb@1：1 行中被保留而另一版本未被保留"
+    (which,) = await world.send("/keep 3")  # row 3 is two images, A and B: which one?
+    assert which.text == ("Row 3 of batch 1 has 2 images; name the one you mean by its job, as "
+                          "in /keep j3:\n  j3: A social_thumb@1\n  j4: B social_thumb@2")
+
+
+async def test_a_sweeps_images_say_their_values_and_a_row_means_its_own_images(world):
+    """Captions name each swept value by its key; a row of several images asks which (by
+    job); a row is the sheet row's own images, never what an action made from one."""
+    from tests.fakes.jobs import finish_all
+    await upload(world, rows=1)
+    await world.send("/gen social_thumb sheet.csv")  # batch 1: row 2 is job 1
+    await finish_all(world.app, 1)
+    (upscaled, *_) = await world.send("/upscale 2")
+    assert upscaled.text == ("🔍 Upscale: 1 new image of row 2 (job 1) queued as batch 2; it "
+                             "comes into this thread.")
+    await finish_all(world.app, 2)  # job 2: the upscaled child of job 1
+    (values,) = [p for p in await world.send("/edit 2") if p.text.startswith("Row ")]
+    assert values.text.startswith("Row 2 (job 1) has:")  # the row's own, not its child
+    await world.send("/gen social_thumb sheet.csv --vary width=256,512", lang="zh")
+    await finish_all(world.app, 3)  # jobs 3 and 4
+    posts = await world.send("/keep 2")  # (the sweep's images come first)
+    assert [p.text for p in posts if p.image][:2] == ["第 2 行 · 任务 3 · width=256",
+                                                      "第 2 行 · 任务 4 · width=512"]
+    (which,) = [p for p in posts if p.text.startswith("Row 2 of")]
+    assert which.text == ("Row 2 of batch 3 has 2 images; name the one you mean by its job, as "
+                          "in /keep j3:\n  j3: width=256\n  j4: width=512")
+    (zh,) = await world.send("/keep 2", lang="zh")
+    assert zh.text.startswith("批次 3 的第 2 行有 2 张图；请用任务编号指明要哪一张，例如 "
+                              "/keep j3：")
+    (kept,) = await world.send("/keep j4")
+    assert kept.text == "⭐ Kept row 2 (job 4)."
+    assert [j.kept for j in await world.queue.batch_jobs(3)] == [False, True]
+    picks, _results = await world.send("/picks 3")  # one: said in the singular
+    assert picks.text == ("Picks of batch 3: 1 kept image, with its values to run it again "
+                          "exactly.")
+    (zh,) = await world.send("/upscale j3", lang="zh")
+    assert zh.text == "🔍 放大：第 2 行（任务 3）的 1 张新图已排队（批次 4），完成后发到此消息串。"
 
 
 async def test_a_platform_hint_says_how_to_send_a_file(tmp_path, demo_models):

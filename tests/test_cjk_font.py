@@ -35,8 +35,9 @@ def catalog_text() -> str:
     parts = []
     for po in [i18n.TEMPLATE, *sorted(i18n.SHIPPED.glob("*/LC_MESSAGES/*.po"))]:
         with po.open("rb") as f:
-            parts += [text for m in read_po(f) for text in (m.id, m.string)
-                      if isinstance(text, str)]
+            parts += [form for m in read_po(f) for text in (m.id, m.string)
+                      for form in (text if isinstance(text, tuple) else (text,))
+                      if isinstance(form, str)]
     return "".join(parts)
 
 

@@ -53,9 +53,9 @@ def test_queue_status_pause_resume_cancel(workdir, capsys):
     assert run_cli(capsys, "queue", "resume")[1].strip() == "resumed"
 
     code, out = run_cli(capsys, "queue", "cancel", "--batch", str(batch))
-    assert out.strip() == "canceled 3 queued job(s); asked 0 running job(s) to stop"
+    assert out.strip() == "canceled 3 queued jobs; asked 0 running jobs to stop"
     code, out = run_cli(capsys, "queue", "cancel", "--all")
-    assert out.startswith("canceled 2 queued job(s)")
+    assert out.startswith("canceled 2 queued jobs")
     code, out = run_cli(capsys, "queue", "status")
     canceled = [line for line in out.splitlines() if line.startswith("canceled")][0]
     assert canceled.split()[-1] == "5"

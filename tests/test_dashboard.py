@@ -268,6 +268,7 @@ async def test_keep_again_and_the_lineage_of_an_image_from_its_batch_page(tmp_pa
     from bot.app.permissions import Who
     from bot.intake.check import SheetFile
     from storage.records import KEPT
+    from tests.fakes.apps import second_version
 
     async def pictures(name: str) -> bytes | None:
         return BOTTLE
@@ -302,9 +303,10 @@ async def test_keep_again_and_the_lineage_of_an_image_from_its_batch_page(tmp_pa
         assert (await w.queue.job(2)).parent_job_id == 1
 
         # An A/B batch: its page tallies the rows each version won by keeps.
-        ab = await w.app.submit(Who("api", "alice", "api"), "product_main", SheetFile(
+        await second_version(w.app, "product_main", "control_scale", 0.5)
+        ab = await w.app.submit(Who("api", "alice", "api"), "product_main@1", SheetFile(
             "p.csv", b"sku,product_image,prompt,steps\nBTL-1,bottle.png,a bottle,4\n"),
-            pictures, SubmitOptions(wait_for_executor=True, compare=("product_main",)))
+            pictures, SubmitOptions(wait_for_executor=True, compare=("product_main@2",)))
         assert isinstance(ab, Accepted)
         a, _b = await finish_all(w.app, ab.batch_id)
         await w.app.rate(Who("api", "alice", "api"), a.id, "keep")
@@ -312,7 +314,7 @@ async def test_keep_again_and_the_lineage_of_an_image_from_its_batch_page(tmp_pa
         await page.wait_for_selector("#ab-tally li >> nth=2")
         assert (await page.locator("#ab-tally li").all_inner_texts()) == [
             "A product_main@1: kept in 1 rows where the other was not",
-            "B product_main@1: kept in 0 rows where the other was not",
+            "B product_main@2: kept in 0 rows where the other was not",
             "tie (both or neither kept): 0"]
 
         # A template without a model (social_thumb: a layout over a picture) offers only

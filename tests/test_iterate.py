@@ -169,14 +169,14 @@ async def test_each_refusal_names_what_to_change(app, monkeypatch):
     assert (await app.act(ALICE, thumb.id, ask("edit", values={"title": "B"}))).created
 
 
-async def test_a_row_as_captioned_is_the_newest_image_of_that_row_in_the_thread(app):
+async def test_a_row_as_captioned_is_the_rows_own_image_in_the_thread(app):
     first, second = await finished(app)
     where = {"platform": "test", "conversation": "C1", "thread": None}
     assert (await app.find_image(**where, row=3)).id == second.id
     again = await app.act(ALICE, second.id, ask("again"))
     (redo,) = await finish_all(app, again.batch_id)
-    assert (await app.find_image(**where, row=3)).id == redo.id  # the newest of row 3
-    assert (await app.find_image(**where, job=second.id)).id == second.id
+    assert (await app.find_image(**where, row=3)).id == second.id  # not what "again" made
+    assert (await app.find_image(**where, job=redo.id)).id == redo.id  # that: by its job
     with pytest.raises(NotFound) as e:
         await app.find_image(**where, row=9)
     assert e.value.render("en") == f"Batch {first.batch_id} has no row 9; its rows are 2–3."

@@ -19,7 +19,7 @@ from bot.chat.dingtalk.markup import MARKDOWN, TEXT, WORD_JOINER
 from bot.chat.platform import Outgoing
 from bot.chat.slack import MRKDWN, escaped, unescaped
 from bot.chat.terminal import Terminal
-from bot.messages import CATALOG
+from bot.messages import CATALOG, PLURALS
 from tests.conftest import executor_config
 from tests.fakes.chat import World
 from tests.fakes.hostile import BOTTLE, FILE, HOSTILE, UNUSED, as_written, hostile_sheet, read
@@ -28,7 +28,7 @@ from tests.fakes.hostile import BOTTLE, FILE, HOSTILE, UNUSED, as_written, hosti
 def test_the_catalogue_writes_no_markup():
     """Escaping a whole message loses nothing genbot meant: no entry of the catalogue uses
     a platform's markup on purpose (its "*" and "#" are meant as written)."""
-    for code, texts in CATALOG.items():
+    for code, texts in [*CATALOG.items(), *PLURALS.items()]:  # (and each one's plural)
         for text in texts:
             assert not re.search(r"[<>&`]|\]\(|\*\*", text), code
 

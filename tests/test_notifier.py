@@ -230,6 +230,7 @@ async def test_a_sweeps_summary_carries_its_grids_and_the_results_its_swept_valu
         pass
     captions = [p["text"] for k, (kind, p) in (await owed(outbox)).items() if kind == "image"
                 and k.startswith("job:")]
+    assert captions[0].endswith(" · width=256 · aspect=1:1")  # by key, not a bare "1:1"
     assert captions[0].startswith("row 2 · job ")  # several images a row: each its job
     summary = (await outbox.get(f"batch:{batch}:summary")).payload
     contact, results, grid = summary["paths"]

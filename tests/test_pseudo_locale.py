@@ -33,7 +33,9 @@ def pseudo_locale(folder: Path) -> Path:
     catalog = Catalog(locale=None, project="genbot", charset="utf-8")  # (en_XA: its folder)
     for m in template:
         if m.id:
-            catalog.add(m.id, f"⟦{m.id}⟧", context=m.context)
+            words = tuple(f"⟦{form}⟧" for form in m.id) if isinstance(m.id, tuple) \
+                else f"⟦{m.id}⟧"  # (a message that follows a number: each form)
+            catalog.add(m.id, words, context=m.context)
     po = folder / "en_XA" / "LC_MESSAGES" / "genbot.po"
     po.parent.mkdir(parents=True)
     with po.open("wb") as f:

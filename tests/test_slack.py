@@ -547,7 +547,7 @@ async def test_buttons_and_reactions_under_each_image_iterate_in_the_thread(
         again = await w.queue.children(1)
         assert sorted(j.submitter for j in again) == ["slack:BOSS", "slack:U1"]
         texts = [r["text"] for r in fake.responses]
-        assert sum(t.startswith("🔁 Again: 1 new image(s) of row 2 (job 1)") for t in texts) == 2
+        assert sum(t.startswith("🔁 Again: 1 new image of row 2 (job 1)") for t in texts) == 2
         assert sum("was asked a moment ago" in t for t in texts) == 1
 
         async def rated(rating):
@@ -574,7 +574,7 @@ async def test_buttons_and_reactions_under_each_image_iterate_in_the_thread(
         assert "product_image" not in fields and fields["seed"].isdigit()
         await w.slack.submit(opened, {"prompt": 'a "blue" bottle, moody', "steps": "3"})
         (answer,) = await w.until(lambda: fake.ephemeral)
-        assert answer["text"].startswith("✏️ Edit: 1 new image(s) of row 3 (job 2)")
+        assert answer["text"].startswith("✏️ Edit: 1 new image of row 3 (job 2)")
         assert answer["thread_ts"] == accepted["ts"] and answer["user"] == "U1"
         (child,) = [j for j in await w.queue.children(2) if j.action == "edit"]
         assert (child.values["prompt"], child.values["steps"], child.values["seed"]) == \

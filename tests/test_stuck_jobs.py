@@ -143,9 +143,10 @@ def test_genbot_queue_doctor_lists_then_hands_back(workdir, capsys):
     assert "ahead" in rows[ids["ahead"]] and "STUCK" in rows[ids["ahead"]]
     assert "gpu:3 (stopped)  STUCK (its executor is gone)" in rows[ids["gone"]]
     assert "STUCK" not in rows[ids["busy"]]
-    assert out[-1].startswith("3 job(s) look stuck: `genbot queue doctor --hand-back")
+    assert out[-1].startswith("3 jobs look stuck: genbot queue doctor --hand-back")
     assert main(["queue", "doctor", "--hand-back", str(ids["ahead"])]) == 0
-    assert capsys.readouterr().out.startswith(f"handed back 1 job(s): {ids['ahead']};")
+    assert capsys.readouterr().out.startswith(f"handed back 1 job: {ids['ahead']}; it runs "
+                                              "again")
     assert main(["queue", "doctor", "--hand-back-stuck"]) == 0
-    assert capsys.readouterr().out.startswith("handed back 2 job(s)")
+    assert capsys.readouterr().out.startswith("handed back 2 jobs")
     assert main(["queue", "doctor"]) == 0

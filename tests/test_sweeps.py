@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bot.app.application import Accepted, SubmitOptions
+from bot.app.iterate import SeveralImages
 from bot.errors import Invalid, Refused
 from bot.intake.check import IntakeReport, SheetFile
 from templates.jobs import decode
@@ -15,6 +16,7 @@ from templates.params import Problem
 from templates.sweeps import plan
 from tests.conftest import ROOT
 from tests.fakes.apps import ALICE, PRODUCTS, app_on, pictures
+from tests.fakes.jobs import finish_all
 
 PRODUCT = load_template(ROOT / "templates" / "shipped" / "product_main.json")
 THUMB = load_template(ROOT / "templates" / "shipped" / "social_thumb.json")
@@ -35,6 +37,9 @@ def test_values_ranges_and_their_problems():
             plan(template, vary, seeds)
         return e.value.code, e.value.details
     assert problem(["colour=red"])[0] == "sweep_unknown"
+    assert problem(["stepz=1"]) == ("sweep_unknown_close", {
+        "key": "stepz", "name": "steps", "names": ", ".join(PRODUCT.params)})  # a typo's
+    assert problem(["cgf=3"])[1]["name"] == "CFG"  # (a column header, as the sheet has it)
     assert problem(["product_image=a.png,b.png"])[0] == "sweep_image"
     assert problem(["steps=1,2", "步数=3"])[0] == "sweep_twice"  # the same, by its alias
     assert problem(["steps=1,,2"])[0] == "sweep_empty_value"
@@ -69,6 +74,15 @@ async def test_a_sweep_of_two_rows_is_sixteen_jobs_sharing_a_seed_per_grid(app):
     batch = await app.batch(done.batch_id)
     assert batch.meta["sweep"] == {"vary": ["steps=1,2", "cfg=3,5"], "seeds": 2,
                                    "axes": ["steps", "guidance"], "grid": []}
+    await finish_all(app, done.batch_id)
+    with pytest.raises(SeveralImages) as several:  # row 2 is eight images: which one?
+        await app.find_image(platform="test", conversation="C1", thread=None, row=2,
+                             batch=done.batch_id)
+    first = bound[0]
+    assert several.value.render("en").splitlines()[:2] == [
+        f"Row 2 of batch {done.batch_id} has 8 images; name the one you mean by its job, as "
+        f"in j{jobs[0].id}:",
+        f"  j{jobs[0].id}: steps=1 · guidance=3 · seed {first.params['seed']}"]  # the seed itself
 
     with pytest.raises(Invalid) as e:  # a value is checked like a cell, named by its key
         await app.submit(ALICE, "product_main", PRODUCTS, pictures,

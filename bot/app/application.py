@@ -157,8 +157,9 @@ class NoTemplate(Invalid):
 
 
 # Sweep problems that are sentences of their own; others are a value's, framed by its key.
-SWEEP_SENTENCES = ("sweep_unknown", "sweep_image", "sweep_twice", "sweep_empty_value",
-                   "sweep_values", "sweep_step", "sweep_backwards", "sweep_grid")
+SWEEP_SENTENCES = ("sweep_unknown", "sweep_unknown_close", "sweep_image", "sweep_twice",
+                   "sweep_empty_value", "sweep_values", "sweep_step", "sweep_backwards",
+                   "sweep_grid")
 
 
 def swept(template: Template, jobs: list[NewJob], sweep: Sweep) -> list[NewJob]:
@@ -168,6 +169,16 @@ def swept(template: Template, jobs: list[NewJob], sweep: Sweep) -> list[NewJob]:
     except Problem as e:
         raise values.problem(e, "sweep_value", own=SWEEP_SENTENCES) from None
     return [NewJob(c.row, encode(c), c.affinity) for c in children]
+
+
+def _differ(variants: list[Template]) -> None:
+    """Refuses a comparison that names one version twice (social_thumb@1 against
+    social_thumb, which is @1 too): its images would differ only by chance."""
+    for i, t in enumerate(variants):
+        for j, other in enumerate(variants[:i]):
+            if (t.name, t.version) == (other.name, other.version):
+                raise Invalid("compare_same", a=sweeps.variant_label(j, other),
+                              b=sweeps.variant_label(i, t), template=t.name)
 
 
 def compared(variants: list[Template], jobs: list[NewJob],
@@ -313,11 +324,12 @@ class App:
             return Accepted(found.id, found.total_jobs, created=False, report=None)
         chosen = await self.resolve(template)
         sweep = self.sweep(chosen, options)  # a bad --vary is said before the sheet is read
+        variants = [chosen, *[await self.resolve(spec) for spec in options.compare]]
+        _differ(variants)
         report = await check_sheet(chosen, sheet, config=self.config, store=self.store,
                                    attachments=attachments, skip_invalid=options.skip_invalid)
         if sweep and report.jobs:
             report = dataclasses.replace(report, jobs=swept(chosen, report.jobs, sweep))
-        variants = [chosen, *[await self.resolve(spec) for spec in options.compare]]
         if len(variants) > 1 and report.jobs:  # each version reads the sheet its own way
             rows = []
             for other in variants[1:]:

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from bot.app import values
 from bot.app.permissions import Action, Permissions, Who
 from bot.app.placement import NoExecutor, Unplaced
+from bot.app.results import job_label, swept_axes
 from bot.conventions import thread_of
 from bot.errors import Conflict, Invalid, NotFound
 from storage.files import FileStore
@@ -43,6 +44,7 @@ from templates.sizes import largest_image
 
 DEDUPE_SECONDS = 10.0
 MAX_COUNT = 16  # images one action makes
+MAX_CHOICES = 12  # of a row's several images, listed to pick one from
 RATINGS = {"keep": KEPT, "reject": REJECTED, "unkeep": None}
 
 
@@ -227,12 +229,30 @@ async def rate(app: App, who: Who, job_id: int, rating: str) -> Job:
     return await app.job(job_id)
 
 
+class SeveralImages(Conflict):
+    """A row number that names several images (a sweep's row, an A/B's): which one is
+    for the person to say, by its job; `jobs` are the row's images."""
+
+    def __init__(self, batch: Batch, row: int, jobs: list[Job],
+                 templates: dict[str, Template]):
+        self.jobs = jobs
+        shown = [f"j{j.id}: {job_label(j, templates.get(j.template or ''), swept_axes(batch))}"
+                 for j in jobs[:MAX_CHOICES]]
+        if len(jobs) > MAX_CHOICES:
+            shown.append("…")
+        super().__init__("row_images", row=row, batch=batch.id, count=len(jobs),
+                         example=f"j{jobs[0].id}",
+                         choices="\n".join(f"  {line}" for line in shown))
+
+
 async def find_image(app: App, *, platform: str, conversation: str | None,
                      thread: str | None, row: int | None = None, job: int | None = None,
                      batch: int | None = None) -> Job:
     """The image a person means in chat: job N, or row N "as captioned" — of `batch`, or
     of the batch whose thread this is (where the platform has none: the conversation's
-    latest). Of a row made again, the newest finished image."""
+    latest). A row means the images the sheet's row itself made, never what an action
+    made from one of them (those go by their job, as captioned); a row with several (a
+    sweep's, an A/B's) is SeveralImages, for the person to pick one."""
     if job is not None:
         return await app.job(job)
     assert row is not None
@@ -241,16 +261,17 @@ async def find_image(app: App, *, platform: str, conversation: str | None,
     if root is None:
         raise NotFound("action_no_batch")
     found = await app.batch(root)
-    root = found.meta.get("root_batch", found.id)
-    first = await app.queue.batch_jobs(root)
-    family = first + await app.queue.descendants(root)
-    rows = sorted({j.row for j in first})
-    candidates = [j for j in family if j.row == row]
-    if not candidates:
-        raise NotFound("action_no_row", row=row, batch=root,
-                       rows=_ranges(rows) or "-")
-    finished = [j for j in candidates if j.status == Status.SUCCEEDED]
-    return max(finished or candidates, key=lambda j: j.id)
+    if "root_batch" in found.meta:  # an action's batch: the row is its sheet batch's
+        found = await app.batch(found.meta["root_batch"])
+    first = await app.queue.batch_jobs(found.id)
+    own = [j for j in first if j.row == row]
+    if not own:
+        raise NotFound("action_no_row", row=row, batch=found.id,
+                       rows=_ranges(sorted({j.row for j in first})) or "-")
+    images = [j for j in own if j.status == Status.SUCCEEDED]
+    if len(images) > 1:
+        raise SeveralImages(found, row, images, app.templates)
+    return max(images or own, key=lambda j: j.id)
 
 
 async def _thread_batch(app: App, platform: str, conversation: str | None,

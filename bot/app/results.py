@@ -16,6 +16,7 @@ from storage.names import shown
 from storage.records import Batch, Job, Status
 from templates.binding import as_text
 from templates.graph import Template
+from templates.sweeps import VARIANT
 
 RESULTS = "results.xlsx"
 CONTACT = "contact.png"
@@ -31,7 +32,7 @@ def write_results(store: FileStore, batch: Batch, jobs: list[Job], template: Tem
     from bot.app.contact import contact_sheet
     folder = batch_folder(batch.id)
     results = store.write(f"{folder}/{RESULTS}", results_xlsx(
-        jobs, columns_of(template, jobs), batch.meta.get("lang", "en")))
+        jobs, columns_of(template, jobs), batch.meta.get("lang", "en"), swept_axes(batch)))
     lang = batch.meta.get("lang", "en")
     images = [(path, label(j, template, lang)) for j in jobs if j.status == Status.SUCCEEDED
               for o in j.outputs if (path := _output_file(store, o)) is not None]
@@ -51,7 +52,7 @@ def write_picks(store: FileStore, batch: Batch, picks: list[Job], template: Temp
     lang = batch.meta.get("lang", "en")
     folder = picks_folder(batch.id)
     results = store.write(f"{folder}/picks.xlsx", results_xlsx(
-        picks, columns_of(template, picks), lang))
+        picks, columns_of(template, picks), lang, swept_axes(batch)))
     images = [(path, label(j, template, lang)) for j in picks for o in j.outputs[:1]
               if (path := _output_file(store, o)) is not None]
     contact = store.write(f"{folder}/picks.png", contact_sheet(images, font=font)) \
@@ -92,9 +93,15 @@ def columns_of(template: Template | None, jobs: list[Job]) -> list[str]:
     return sorted({n for j in jobs for n in j.values})
 
 
-def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en") -> bytes:
+def swept_axes(batch: Batch) -> list[str]:
+    """The parameters a sweep varied, in the order --vary gave them (none: no sweep)."""
+    return list((batch.meta.get("sweep") or {}).get("axes") or [])
+
+
+def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
+                 order: list[str] | tuple[str, ...] = ()) -> bytes:
     """The batch's rows as the sheet had them (columns `names`), plus status, output
-    file and error."""
+    file and error (and a sweep's values, its axes in `order`)."""
     from openpyxl import Workbook
     book = Workbook()
     swept = any(j.workflow.get("axes") for j in jobs)  # a sweep: each image's axis values
@@ -113,7 +120,7 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en") -> bytes:
             job.row, *[values.get(n) for n in names], str(job.status), ", ".join(job.outputs),
             job.error or "", job.id, job.parent_job_id, job.action or "", rating,
             job.affinity or "", _version(job.workflow),
-            *([_swept(job.workflow.get("axes") or {})] if swept else []))])
+            *([swept_label(job.workflow.get("axes") or {}, order)] if swept else []))])
     text_cells(sheet)
     buf = io.BytesIO()
     book.save(buf)
@@ -126,10 +133,27 @@ def _version(workflow: dict[str, Any]) -> str:
     return f"v{number} · {digest}" if number else digest
 
 
-def _swept(axes: dict[str, Any]) -> str:
-    """steps=20 · guidance=3 · seed 2"""
-    return " · ".join(f"{k}={as_text(v)}" if k != "seed" else f"seed {v}"
-                      for k, v in axes.items())
+def job_label(job: Job, template: Template | None, order: list[str] | tuple[str, ...] = ()
+              ) -> str:
+    """A sweep's or a comparison's image by what it was made with (swept_label), with
+    its seed itself where the template has one: what it takes to make it again."""
+    axes = dict(job.workflow.get("axes") or {})
+    seeds = [job.values[p.name] for p in (template.params.values() if template else ())
+             if p.type == "seed" and job.values.get(p.name) is not None]
+    if seeds:
+        axes["seed"] = seeds[0]
+    return swept_label(axes, order)
+
+
+def swept_label(axes: dict[str, Any], order: list[str] | tuple[str, ...] = ()) -> str:
+    """What a sweep's or a comparison's image was made with, each value by its key:
+    "A social_thumb@3 · steps=20 · guidance=3 · seed 2" — a comparison's version first,
+    the swept values in `order` (the sweep's, as --vary gave them: a database may keep a
+    job's axes in another), the seed last. The results sheet and the captions read this."""
+    def place(key: str) -> tuple[bool, bool, int]:
+        return key != VARIANT, key == "seed", order.index(key) if key in order else len(order)
+    return " · ".join(str(axes[k]) if k == VARIANT else f"seed {axes[k]}" if k == "seed"
+                      else f"{k}={as_text(axes[k])}" for k in sorted(axes, key=place))
 
 
 def _cell(value: Any) -> Any:

@@ -18,7 +18,7 @@ from datetime import datetime
 
 from bot.app import values
 from bot.app.application import CancelTarget, Scheduled, SubmitOptions, Unconfirmed
-from bot.app.iterate import ActionRequest
+from bot.app.iterate import ActionRequest, SeveralImages
 from bot.app.permissions import Role, Who
 from bot.app.results import write_picks
 from bot.chat.grammar import Arg, Command, CommandError, Option, Registry
@@ -336,10 +336,14 @@ async def _image(turn: Turn, cmd: Command) -> Job:
         if about is None or about[0] != "job":
             raise NotFound("action_no_batch")
         kind, n = about
-    return await turn.app.find_image(
-        platform=msg.platform, conversation=msg.conversation, thread=msg.thread,
-        row=n if kind == "row" else None, job=n if kind == "job" else None,
-        batch=cmd.options.get("batch"))
+    try:
+        return await turn.app.find_image(
+            platform=msg.platform, conversation=msg.conversation, thread=msg.thread,
+            row=n if kind == "row" else None, job=n if kind == "job" else None,
+            batch=cmd.options.get("batch"))
+    except SeveralImages as e:  # which one: the example is the command to type for it
+        e.details["example"] = f"/{cmd.name} j{e.jobs[0].id}"
+        raise
 
 
 async def _act(turn: Turn, cmd: Command, request: ActionRequest) -> None:
@@ -347,7 +351,7 @@ async def _act(turn: Turn, cmd: Command, request: ActionRequest) -> None:
     done = await turn.app.act(turn.who, parent.id, replace(request, lang=turn.lang))
     label = action_label(request.action, turn.lang)
     if done.created:
-        turn.say("acted", action=label, jobs=len(done.jobs), row=parent.row, job=parent.id,
+        turn.say("acted", action=label, count=len(done.jobs), row=parent.row, job=parent.id,
                  batch=done.batch_id)
     else:
         turn.say("acted_already", action=label, job=parent.id, batch=done.batch_id)
@@ -472,7 +476,7 @@ async def picks(turn: Turn, cmd: Command) -> None:
 @command("refine", "BATCH", aliases=("精调", "优化"), args=(Arg("batch", read=number("batch")),))
 async def refine(turn: Turn, cmd: Command) -> None:
     found = await turn.app.refine(turn.who, cmd.args["batch"])
-    lines = [say("refine_head", turn.lang, batch=found.batch.id, rated=found.rated)]
+    lines = [say("refine_head", turn.lang, batch=found.batch.id, count=found.rated)]
     for axis in found.axes:
         if axis.best is None:
             lines.append(say("refine_unrated", turn.lang, param=axis.param))
@@ -493,12 +497,12 @@ async def refine(turn: Turn, cmd: Command) -> None:
 async def ab(turn: Turn, cmd: Command) -> None:
     found = await turn.app.ab(turn.who, cmd.args["batch"])
     turn.say("ab_head", batch=found.batch.id, rated=found.rated,
-             rows=found.rated + found.unrated)
+             count=found.rated + found.unrated)
     for variant in found.variants:
-        turn.add("ab_won", variant=variant, won=found.won.get(variant, 0))
+        turn.add("ab_won", variant=variant, count=found.won.get(variant, 0))
     turn.add("ab_ties", ties=found.ties)
     if found.unrated:
-        turn.add("ab_unrated", unrated=found.unrated)
+        turn.add("ab_unrated", count=found.unrated)
 
 
 @command("webhooks", "[test ENDPOINT | redeliver DELIVERY]", aliases=("回调",), args=(

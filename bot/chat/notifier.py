@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 
 from bot.app.grids import write_grids
 from bot.app.placement import unplaced
-from bot.app.results import columns_of, write_results
+from bot.app.results import columns_of, job_label, swept_axes, write_results
 from bot.conventions import batch_key, job_key, thread_of
 from bot.messages import action_label, bar, canceled, say, took
 from storage.files import FileStore
@@ -82,9 +82,9 @@ class Notifier:
             self.telling[source] = varying
             if len(self.telling) > 1000:  # finished batches' entries: forget the oldest
                 self.telling.pop(next(iter(self.telling)))
-        params = job.values
+        params, swept = job.values, job.workflow.get("axes") or {}  # (captioned by key)
         return [str(params[n]) for n in self.telling[source]
-                if params.get(n) not in (None, "")]
+                if n not in swept and params.get(n) not in (None, "")]
 
     async def _progress(self, batch_id: int) -> BatchProgress:
         progress = await self.queue.batch_progress(batch_id)
@@ -237,7 +237,11 @@ class Notifier:
         platform with buttons, the image's actions right under it (one message, which a
         reaction can be put on: ⭐ keeps, 👎 rejects)."""
         lang = self._lang(batch)
-        values = " · ".join((await self.key_values(batch, job))[:CAPTION_VALUES])
+        telling = (await self.key_values(batch, job))[:CAPTION_VALUES]
+        if job.workflow.get("axes"):  # a sweep's or an A/B's: its values by key
+            telling.insert(0, job_label(job, self.templates.get(job.template or batch.template),
+                                        swept_axes(batch)))
+        values = " · ".join(telling)
         if job.action and job.parent_job_id:
             caption = say("image_caption_action", lang, row=job.row, job=job.id,
                           action=action_label(job.action, lang), parent=job.parent_job_id,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from bot.app.permissions import Who
 from bot.cli.shared import PRIORITIES, load_config, local_app
+from bot.messages import say
 from storage.config import QueueConfig
 from storage.queue import Status
 
@@ -127,8 +128,8 @@ async def cmd_queue_cancel(app: App, who: Who, args: argparse.Namespace) -> int:
               else CancelTarget.of(args.submitter) if args.submitter
               else CancelTarget.everything())
     result = await app.cancel(who, target)
-    print(f"canceled {len(result.ended)} queued job(s); asked {len(result.asked)} running "
-          "job(s) to stop")
+    print(f"{say('cli_canceled', count=len(result.ended))}; "
+          f"{say('cli_asked', count=len(result.asked))}")
     return 0
 
 
@@ -139,8 +140,7 @@ STUCK = 3  # `genbot queue doctor`'s exit status while a job looks stuck
 async def cmd_queue_doctor(app: App, who: Who, args: argparse.Namespace) -> int:
     if args.hand_back or args.hand_back_stuck:
         handed = await app.hand_back(who, None if args.hand_back_stuck else args.hand_back)
-        print(f"handed back {len(handed)} job(s): {', '.join(map(str, handed))}; they run "
-              "again (no attempt used), and their holders stop them at their next heartbeat"
+        print(say("cli_handed_back", count=len(handed), jobs=", ".join(map(str, handed)))
               if handed else "none of those jobs is leased now: nothing was handed back")
         return 0
     found = await app.leases(who)
@@ -159,6 +159,6 @@ async def cmd_queue_doctor(app: App, who: Who, args: argparse.Namespace) -> int:
     stuck = [lease.job.id for lease in found if lease.stuck]
     if not stuck:
         return 0
-    print(f"{len(stuck)} job(s) look stuck: `genbot queue doctor --hand-back "
-          f"{' '.join(map(str, stuck))}` (or --hand-back-stuck) puts them back in the queue")
+    print(say("cli_stuck", count=len(stuck),
+              command=f"genbot queue doctor --hand-back {' '.join(map(str, stuck))}"))
     return STUCK

@@ -54,8 +54,10 @@ def catalog_characters(code: str | None = None) -> set[str]:
         with po.open("rb") as f:
             for message in read_po(f):
                 if code is None or message.context == code:
-                    found |= {ch for text in (message.id, message.string)
-                              if isinstance(text, str) for ch in text if covered(ch)}
+                    texts = [message.id, message.string]  # (or, NP_'s, their forms)
+                    found |= {ch for text in texts for form in (
+                        text if isinstance(text, tuple) else (text,))
+                        if isinstance(form, str) for ch in form if covered(ch)}
     return found
 
 

@@ -39,3 +39,18 @@ async def app_on(tmp_path, db_url):
         yield App(config, queue, open_store(config), load_templates(config), clock=clock)
     finally:
         await queue.close()
+
+
+async def second_version(app: App, name: str, param: str, default: object) -> None:
+    """Every loaded template kept as version 1, and version 2 of `name` beside it: its
+    `param` defaulting to `default` (what an A/B compares: NAME@1 NAME@2)."""
+    import copy
+    import json
+
+    from templates.loader import version_of
+    await app.record_versions("test")
+    t = app.templates[name]
+    source = copy.deepcopy(t.source)
+    source["params"][param]["default"] = default
+    await app.versions.record(name, version_of(json.dumps(source).encode(), t),
+                              {"template": source, "workflow": None}, "test")
