@@ -247,6 +247,80 @@ async def test_pause_refused_to_a_submitter_and_the_cancel_button_checks_who_cli
         assert audit == [("U1", "pause", False), ("V", "cancel", False)]
 
 
+async def test_a_six_row_batch_is_three_messages_and_one_per_image_with_its_buttons(
+        tmp_path, demo_models, fake):
+    """Each image is one message: the file uploaded unshared, shown by an image block
+    (slack_file) with its caption and its row of buttons. Slack finishes a file after
+    completeUploadExternal answers: a block naming it before is refused, and tried again.
+    A button under an image still acts on it."""
+    fake.processing = 1  # each file is still processing when first named
+    async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
+        _, ts = await w.slack.message(f"<@{BOT}> gen social_thumb six.csv",
+                                      files=six_thumbs(fake))
+        w.start_executor()
+        await w.finish(timeout=120)
+        await w.until(lambda: [f for f in fake.files if f["name"] == "results.xlsx"])
+        posts = fake.posts("C1")
+        images = fake.images(posts)
+        rest = [m["text"] if "blocks" in m else m["comment"] for m in posts if m not in images]
+        assert len(posts) == 3 + 6 and len(rest) == 3, rest  # acceptance, progress, summary
+        assert rest[0].startswith("Batch 1 accepted") and rest[2].startswith("<@U1> Batch 1 fin")
+        assert [m["text"] for m in images] == [f"row {r} · Title {r - 2}" for r in range(2, 8)]
+        for m in images:
+            section, image, actions = m["blocks"]
+            assert image["slack_file"] == {"id": m["file"]["id"]} and image["alt_text"]
+            assert Image.open(io.BytesIO(m["file"]["data"])).format == "PNG"
+            assert actions["elements"][0]["action_id"] == "image_keep"
+            jobs = {b["value"].split()[-1] for b in actions["elements"]}
+            assert len(jobs) == 1, jobs  # every button acts on this image's job
+        assert [f["channel"] for f in fake.files if f["name"].startswith("thumb_")] == [None] * 6
+        assert sorted(fake.not_ready) == sorted(m["file"]["id"] for m in images)  # each retried
+
+        keep = images[3]["blocks"][2]["elements"][0]["value"]
+        assert keep.startswith("/keep j")
+        job = int(keep.removeprefix("/keep j"))
+        await w.slack.click(images[3], action="image_keep")
+
+        async def kept():
+            return (await w.queue.job(job)).rating == 1
+        await w.until(kept)
+        assert (await w.queue.job(job)).row == 5  # row 5: the fourth image
+
+
+async def test_the_fake_refuses_blocks_slack_would(fake):
+    """What Slack answers invalid_blocks to, the fake does too: an image block without
+    alt_text, a slack_file id unknown or whose upload never completed, an empty text."""
+    from slack_sdk.errors import SlackApiError
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    client = AsyncWebClient(token=TOKEN, base_url=fake.api_url)
+    started = await client.files_getUploadURLExternal(filename="a.png", length=3)  # not completed
+    done = await client.files_upload_v2(content=b"png", filename="b.png")  # shared nowhere
+    assert fake.posts("C1") == [] and done["file"]["id"]
+
+    def image(**block):
+        return [{"type": "section", "text": {"type": "mrkdwn", "text": "row 2"}},
+                {"type": "image", **block}]
+    cases = {
+        "missing required field: alt_text [json-pointer:/blocks/1]":
+            image(slack_file={"id": done["file"]["id"]}),
+        "invalid slack file [json-pointer:/blocks/1/slack_file]":
+            image(slack_file={"id": "F404"}, alt_text="x"),
+        "invalid slack file [json-pointer:/blocks/1/slack_file] ":
+            image(slack_file={"id": started["file_id"]}, alt_text="x"),
+        "must be 1 to 3000 characters [json-pointer:/blocks/0/text/text]":
+            [{"type": "section", "text": {"type": "mrkdwn", "text": ""}}],
+    }
+    for error, blocks in cases.items():
+        with pytest.raises(SlackApiError) as refused:
+            await client.chat_postMessage(channel="C1", text="x", blocks=blocks)
+        assert refused.value.response["error"] == "invalid_blocks"
+        assert refused.value.response["errors"] == [error.strip()], error
+    sent = await client.chat_postMessage(channel="C1", text="x", blocks=image(
+        slack_file={"id": done["file"]["id"]}, alt_text="row 2"))
+    assert [m["ts"] for m in fake.images(fake.posts("C1"))] == [sent["ts"]]
+
+
 async def test_a_429_storm_delivers_every_image_once_in_order(tmp_path, demo_models, fake,
                                                               quick_retries):
     async with SlackWorld(slack_config(tmp_path, demo_models, fake), fake) as w:
