@@ -441,7 +441,7 @@ api_url = "{fake.api_url}"
                 serve.send_signal(signal.SIGTERM)
                 await serve.wait()
     thread = fake.thread(ts)
-    names = [(x.get("file") or x).get("name") or x["text"][:20] for x in thread]
+    names = [fake.label(x) for x in thread]
     thumbs = [n for n in names if n.startswith("thumb_")]
     assert delivered == 3 and sorted(thumbs) == [f"thumb_{r}.png" for r in range(2, 8)]
     assert len(set(names)) == len(names), names  # nothing twice: images, summary, acceptance

@@ -122,6 +122,12 @@ class FakeSlack:
         """The messages among `items` that show an image (an image block)."""
         return [m for m in items if m.get("file")]
 
+    @staticmethod
+    def label(item: dict) -> str:
+        """A post as told apart in a thread: the name of the file it shows or shares, else
+        the start of its text."""
+        return (item.get("file") or item).get("name") or item["text"][:20]
+
     # --- the Web API ------------------------------------------------------------------
     async def api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
