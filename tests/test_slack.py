@@ -287,6 +287,35 @@ async def test_a_six_row_batch_is_three_messages_and_one_per_image_with_its_butt
         assert (await w.queue.job(job)).row == 5  # row 5: the fourth image
 
 
+async def test_a_webp_image_is_shared_as_a_file_and_its_buttons_follow(tmp_path, demo_models,
+                                                                       fake):
+    """Slack's image block shows png, jpg and gif only: a WebP output is shared with its
+    caption, as a file, and its buttons come in the next message."""
+    import shutil
+
+    from templates.settings import shipped_dir
+    folder = tmp_path / "templates"
+    shutil.copytree(shipped_dir(), folder)
+    thumb = json.loads((folder / "social_thumb.json").read_text(encoding="utf-8"))
+    thumb["nodes"]["out"]["inputs"]["format"] = "webp"
+    thumb["output"] = "thumb_{row}.webp"
+    (folder / "social_thumb.json").write_text(json.dumps(thumb), encoding="utf-8")
+    config = slack_config(tmp_path, demo_models, fake,
+                          sections={"templates": {"dir": str(folder)}})
+    async with SlackWorld(config, fake) as w:
+        _, ts = await w.slack.message(f"<@{BOT}> gen social_thumb one.csv", files=[
+            fake.share("one.csv", b"image,title\nbottle.png,Title 0\n"),
+            fake.share("bottle.png", (ASSETS / "bottle.png").read_bytes())])
+        w.start_executor()
+        await w.finish(timeout=120)
+        await w.until(lambda: [f for f in fake.files if f["name"] == "results.xlsx"])
+        (image,) = [f for f in fake.thread(ts) if f.get("name") == "thumb_2.webp"]
+        after = fake.thread(ts)[fake.thread(ts).index(image) + 1]
+        assert image["comment"].startswith("row 2 · Title 0") and after["text"] == image["comment"]
+        assert after["blocks"][-1]["elements"][0]["value"].startswith("/keep j")
+        assert fake.images(fake.posts("C1")) == []
+
+
 async def test_the_fake_refuses_blocks_slack_would(fake):
     """What Slack answers invalid_blocks to, the fake does too: an image block without
     alt_text, a slack_file id unknown or whose upload never completed, an empty text."""

@@ -93,6 +93,7 @@ BACKOFF_MAX = 60.0
 SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")  # what Slack sends: hex of an HMAC-SHA256
 TEXT_MAX = 3000  # characters in a Block Kit section's text
 ALT_MAX = 2000  # characters in an image block's alt_text
+BLOCK_IMAGES = (".png", ".jpg", ".jpeg", ".gif")  # what an image block's slack_file can show
 FORM = "genbot_form"  # the callback_id of the modals genbot opens
 
 
@@ -384,10 +385,9 @@ class Slack(Platform):
             workspace=text_of(body.get("team"), "id"), context={"ephemeral_to": user}))
 
     async def on_reaction(self, event: dict, body: dict, context: Context) -> None:
-        """⭐ or 👍 on an image keeps it, 👎 rejects it; taking
-        the reaction back takes the rating back. Only reactions on the bot's own messages
-        count, and they are answered by nothing but the rating (a reaction is its own
-        feedback)."""
+        """⭐ or 👍 on an image keeps it, 👎 rejects it; taking the reaction back takes the
+        rating back. Only reactions on the bot's own messages count, and they are answered
+        by nothing but the rating (a reaction is its own feedback)."""
         item = event.get("item")
         user, emoji = text_of(event, "user"), text_of(event, "reaction")
         if not (isinstance(item, dict) and item.get("type") == "message" and user and emoji):
@@ -483,13 +483,16 @@ class Slack(Platform):
                                     thread_ts=out.thread,
                                     blocks=blocks(text, out.buttons) if out.buttons else None)
             return done.get("message_ts") or "ephemeral"
-        if out.file is not None and out.image and out.buttons:
+        if out.file is not None and out.image and out.buttons and \
+                out.file.suffix.lower() in BLOCK_IMAGES:
             return await self.show(out, text)
         if out.file is not None:
             done = await self._call(self.client.files_upload_v2, channel=out.conversation,
                                     thread_ts=out.thread, file=str(out.file),
                                     filename=out.file.name, title=out.file.name,
                                     initial_comment=text or None)
+            if out.buttons:  # an image no image block shows (WebP): its buttons under it
+                await self._buttons_under(out, text)
             return done["file"]["id"]
         try:
             sent = await self._call(self.client.chat_postMessage, channel=out.conversation,
@@ -501,6 +504,16 @@ class Slack(Platform):
             await self._respond(url, text)  # answer the person alone where the bot is not in
             return "response_url"
         return sent["ts"]
+
+    async def _buttons_under(self, out: Outgoing, text: str) -> None:
+        """The buttons of an image shared as a file, in a message of their own. The image
+        is posted already: were this refused, trying the whole again would post it twice,
+        so a refusal is logged and its actions are left to be typed (/again 3)."""
+        try:
+            await self._call(self.client.chat_postMessage, channel=out.conversation,
+                             thread_ts=out.thread, text=text, blocks=blocks(text, out.buttons))
+        except DeliveryError as e:
+            log.warning("slack: the buttons under %s were not posted (%s)", out.file, e.reason)
 
     async def show(self, out: Outgoing, text: str) -> str:
         """An image and its buttons as one message: the file uploaded unshared (no channel:
