@@ -185,9 +185,9 @@ class SlackConfig:
                        "server).")
     channels: list[str] = key((), "Channel ids the bot serves, e.g. [\"C0123ABCD\"]; direct "
                               "messages always. Empty: every channel it is invited to.")
-    image_buttons: bool = key(True, "Under each posted image, a row of buttons (Keep, Again, "
-                              "Vary, Upscale, Edit) that reactions (⭐ 👍 👎) on it rate too: "
-                              "one more message per image. false: images alone; the same "
+    image_buttons: bool = key(True, "Under each posted image, in its message, a row of "
+                              "buttons (Keep, Again, Vary, Upscale, Edit); reactions "
+                              "(⭐ 👍 👎) on it rate the image. false: images alone; the same "
                               "actions are typed in the thread (/again 3).")
 
     def check(self, source: str) -> None:

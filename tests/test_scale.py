@@ -354,7 +354,7 @@ progress_every = 0.5
                 await serve.wait()
         fleet.stop()
         await fake.stop()
-    names = [x.get("name") or x["text"][:20] for x in fake.thread(ts)]
+    names = [fake.label(x) for x in fake.thread(ts)]
     thumbs = [n for n in names if n.startswith("thumb_")]
     assert delivered == 3 and sorted(thumbs) == [f"thumb_{r}.png" for r in range(2, 8)]
     assert len(set(names)) == len(names), names  # nothing twice

@@ -1,7 +1,8 @@
 """What a batch costs a conversation besides its images, on Slack and on DingTalk, for
 2, 4 and 50 rows: the target is three — the acceptance, one progress message (edited in
-place, or its milestones where nothing can be edited), one summary with its files. The
-figures are printed (pytest -s) and kept in docs/chat.md."""
+place, or its milestones where nothing can be edited), one summary with its files — and
+each image one message, its buttons included. The figures are printed (pytest -s) and
+kept in docs/chat.md."""
 
 from __future__ import annotations
 
@@ -38,15 +39,11 @@ async def slack_cost(tmp_path, demo_models, rows: int) -> int:
             w.start_executor()
             await w.finish(timeout=240)
             await w.until(lambda: [f for f in fake.files if f["name"] == "results.xlsx"])
-            posts = [m for m in fake.messages if m["channel"] == "C1"]
-            buttons = [m for m in posts if m["blocks"] and m["blocks"][-1]["elements"][0][
-                "action_id"] == "image_keep"]  # an image's own row of buttons, under it
-            assert len(buttons) == rows
-            posts = [m for m in posts if m not in buttons]
-            uploads = {f["comment"] for f in fake.files if f["channel"] == "C1"
-                       and not f["name"].startswith("thumb_")}
-            assert len([f for f in fake.files if f["name"].startswith("thumb_")]) == rows
-            return len(posts) + len(uploads)
+            posts = fake.posts("C1")
+            images = fake.images(posts)  # one message each: the image and its buttons
+            assert len(images) == rows and all(
+                m["blocks"][-1]["elements"][0]["action_id"] == "image_keep" for m in images)
+            return len(posts) - len(images)
     finally:
         await fake.stop()
 

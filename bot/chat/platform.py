@@ -129,7 +129,7 @@ class Platform:
     has_buttons = False
     image_buttons = False  # buttons under each image (where `has_buttons`; one message more)
     has_forms = False  # `open_form` shows a form, for a button press that carries a trigger
-    inline_buttons = False  # buttons drawn inside the message they belong to (as links)
+    inline_buttons = False  # an image's buttons in its own message (Slack: blocks; DingTalk: links)
     has_threads = False
     captions = True  # an image or file can carry text; else the text goes just before it
     file_captions = True  # a file (not an image) can carry text too

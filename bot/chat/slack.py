@@ -13,7 +13,9 @@ records every `file_share` the bot sees); `/status` is Slack's own, so `/genbot 
 works for every command; a wrong token downloads an HTML login page with status 200.
 
 Outbound: chat.postMessage (mentions as <@U…>), chat.update with Block Kit for the
-progress message and its Cancel button, files_upload_v2 into the batch's thread. Text is
+progress message and its Cancel button, files_upload_v2 into the batch's thread. An image
+with buttons is one message: the file is uploaded unshared, then posted with its caption,
+an image block (slack_file) and its buttons. Text is
 mrkdwn on Slack's side and plain in the core (bot.chat.markup): what a person typed comes
 in with Slack's entities undone, and goes out with &, < and > escaped, so a file named
 "<!channel> <https://evil.example|sign in>.csv" is shown as named and pings no one. The
@@ -47,6 +49,8 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncRateLimitErrorRetryHandler,
     AsyncServerErrorRetryHandler,
 )
+from slack_sdk.models.blocks import ImageBlock
+from slack_sdk.models.blocks.basic_components import SlackFile
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -78,12 +82,18 @@ PERMANENT = frozenset({
     "restricted_action", "message_not_found", "cant_update_message", "msg_too_long",
     "invalid_blocks", "file_not_found", "file_deleted", "invalid_arguments",
 })
+# Seconds between tries of an image message whose file Slack has not finished processing
+# (completeUploadExternal answers first, processes after): then the outbox tries later.
+FILE_READY_WAITS = (0.5, 1.0, 2.0, 4.0)
+FILE_NOT_READY_RETRY = 30.0
 DOWNLOAD_TIMEOUT = aiohttp.ClientTimeout(total=120)  # a sheet of up to [intake] max_file_mb
 RESPOND_TIMEOUT = aiohttp.ClientTimeout(total=30)  # a short answer to the person who asked
 CONNECT_TIMEOUT = 30.0  # seconds for Socket Mode to connect before trying again
 BACKOFF_MAX = 60.0
 SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")  # what Slack sends: hex of an HMAC-SHA256
 TEXT_MAX = 3000  # characters in a Block Kit section's text
+ALT_MAX = 2000  # characters in an image block's alt_text
+BLOCK_IMAGES = (".png", ".jpg", ".jpeg", ".gif")  # what an image block's slack_file can show
 FORM = "genbot_form"  # the callback_id of the modals genbot opens
 
 
@@ -121,7 +131,7 @@ class Slack(Platform):
 
     def __init__(self, config: Config):
         s = self.settings = config[SlackConfig]
-        self.image_buttons = s.image_buttons
+        self.inline_buttons = s.image_buttons  # in the image's own message (see `show`)
         self.max_bytes = int(config[IntakeConfig].max_file_mb * 2**20)
         self.client = AsyncWebClient(token=s.bot_token, base_url=s.api_url, retry_handlers=[
             AsyncConnectionErrorRetryHandler(), AsyncRateLimitErrorRetryHandler(max_retry_count=1),
@@ -220,11 +230,12 @@ class Slack(Platform):
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
         delay = 1.0
         while True:
-            self.socket = AsyncSocketModeHandler(self.app, self.settings.app_token)
             try:
                 # Asked once first: the SDK's own connect retries a refused token forever,
-                # a traceback each time.
+                # a traceback each time. Its handler is made only for a token Slack takes:
+                # closing one that never connected logs a line of its own.
                 await self.client.apps_connections_open(app_token=self.settings.app_token)
+                self.socket = AsyncSocketModeHandler(self.app, self.settings.app_token)
                 await asyncio.wait_for(self.socket.connect_async(), CONNECT_TIMEOUT)
                 log.info("slack: connected over Socket Mode")
                 return
@@ -233,8 +244,9 @@ class Slack(Platform):
                     or str(e) or type(e).__name__
                 log.warning("slack: Socket Mode connection failed (%s); trying again in %.0f s",
                             str(reason)[:200], delay)
-                with contextlib.suppress(Exception):
-                    await self.socket.close_async()
+                if self.socket is not None:
+                    with contextlib.suppress(Exception):
+                        await self.socket.close_async()
                 self.socket = None
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
@@ -373,10 +385,9 @@ class Slack(Platform):
             workspace=text_of(body.get("team"), "id"), context={"ephemeral_to": user}))
 
     async def on_reaction(self, event: dict, body: dict, context: Context) -> None:
-        """⭐ or 👍 on an image (or on its row of buttons) keeps it, 👎 rejects it; taking
-        the reaction back takes the rating back. Only reactions on the bot's own messages
-        count, and they are answered by nothing but the rating (a reaction is its own
-        feedback)."""
+        """⭐ or 👍 on an image keeps it, 👎 rejects it; taking the reaction back takes the
+        rating back. Only reactions on the bot's own messages count, and they are answered
+        by nothing but the rating (a reaction is its own feedback)."""
         item = event.get("item")
         user, emoji = text_of(event, "user"), text_of(event, "reaction")
         if not (isinstance(item, dict) and item.get("type") == "message" and user and emoji):
@@ -401,13 +412,19 @@ class Slack(Platform):
         self.spawn(rate())
 
     async def file_in(self, channel: str, ts: str) -> str | None:
-        """The file a message shows, if it is one (an image genbot uploaded: what the outbox
-        knows it by), from reactions.get, which reads any message, thread replies too."""
+        """The file a message shares, if it is a file share (an image genbot uploaded with
+        its caption: what the outbox knows it by), from reactions.get, which reads any
+        message, thread replies too. A message genbot posted with blocks (an image with its
+        buttons) is known by its own ts."""
         try:
             found = await self.client.reactions_get(channel=channel, timestamp=ts)
         except (TimeoutError, SlackApiError, aiohttp.ClientError):
             return None
-        files = (found.get("message") or {}).get("files") or []
+        message = found.get("message") or {}
+        if any(isinstance(b, dict) and b.get("type") == "image"
+               for b in message.get("blocks") or ()):
+            return None
+        files = message.get("files") or []
         first = files[0] if files and isinstance(files[0], dict) else {}
         return text_of(first, "id")
 
@@ -466,11 +483,16 @@ class Slack(Platform):
                                     thread_ts=out.thread,
                                     blocks=blocks(text, out.buttons) if out.buttons else None)
             return done.get("message_ts") or "ephemeral"
+        if out.file is not None and out.image and out.buttons and \
+                out.file.suffix.lower() in BLOCK_IMAGES:
+            return await self.show(out, text)
         if out.file is not None:
             done = await self._call(self.client.files_upload_v2, channel=out.conversation,
                                     thread_ts=out.thread, file=str(out.file),
                                     filename=out.file.name, title=out.file.name,
                                     initial_comment=text or None)
+            if out.buttons:  # an image no image block shows (WebP): its buttons under it
+                await self._buttons_under(out, text)
             return done["file"]["id"]
         try:
             sent = await self._call(self.client.chat_postMessage, channel=out.conversation,
@@ -483,6 +505,41 @@ class Slack(Platform):
             return "response_url"
         return sent["ts"]
 
+    async def _buttons_under(self, out: Outgoing, text: str) -> None:
+        """The buttons of an image shared as a file, in a message of their own. The image
+        is posted already: were this refused, trying the whole again would post it twice,
+        so a refusal is logged and its actions are left to be typed (/again 3)."""
+        try:
+            await self._call(self.client.chat_postMessage, channel=out.conversation,
+                             thread_ts=out.thread, text=text, blocks=blocks(text, out.buttons))
+        except DeliveryError as e:
+            log.warning("slack: the buttons under %s were not posted (%s)", out.file, e.reason)
+
+    async def show(self, out: Outgoing, text: str) -> str:
+        """An image and its buttons as one message: the file uploaded unshared (no channel:
+        sharing would post a message of its own), then a message showing it by slack_file.
+        Slack finishes a file after completeUploadExternal answers; until then a block
+        naming it is refused as invalid_blocks ("invalid slack file"): try again a little
+        later, as Slack's SDK maintainers advise."""
+        assert out.file is not None
+        done = await self._call(self.client.files_upload_v2, file=str(out.file),
+                                filename=out.file.name, title=out.file.name)
+        image = ImageBlock(slack_file=SlackFile(id=done["file"]["id"]),
+                           alt_text=out.text[:ALT_MAX] or out.file.name)
+        message: dict[str, Any] = {"channel": out.conversation, "text": text,
+                                   "thread_ts": out.thread,
+                                   "blocks": blocks(text, out.buttons, image=image.to_dict())}
+        for wait in FILE_READY_WAITS:
+            try:
+                sent = await self.client.chat_postMessage(
+                    **{k: v for k, v in message.items() if v is not None})
+                return str(sent["ts"])
+            except SlackApiError as e:
+                if not file_not_ready(e):
+                    raise delivery_error(e) from None
+            await asyncio.sleep(wait)
+        return str((await self._call(self.client.chat_postMessage, **message))["ts"])
+
     async def edit(self, message_id: str, out: Outgoing) -> None:
         text = MRKDWN.render(out.text)
         await self._call(self.client.chat_update, channel=out.conversation, ts=message_id,
@@ -492,14 +549,7 @@ class Slack(Platform):
         try:
             return await method(**{k: v for k, v in kwargs.items() if v is not None})
         except SlackApiError as e:
-            status, error = e.response.status_code, e.response.get("error") or "error"
-            if status == 429:
-                raise DeliveryError(f"429 {error}", retry_after=float(
-                    e.response.headers.get("Retry-After") or e.response.headers.get(
-                        "retry-after") or 1)) from None
-            if status >= 500:
-                raise DeliveryError(f"{status} {error}") from None
-            raise DeliveryError(error, permanent=error in PERMANENT) from None
+            raise delivery_error(e) from None
         except SlackRequestError as e:  # the upload step of files_upload_v2
             raise DeliveryError(str(e)[:300]) from None
 
@@ -513,11 +563,37 @@ class Slack(Platform):
                                     permanent=r.status < 500)
 
 
-def blocks(text: str, buttons: Sequence[Button]) -> list[dict]:
-    """A text section (`text` is mrkdwn, escaped already), and the buttons (each with a
-    confirmation) in an actions block; their labels are plain_text, shown as written."""
+def delivery_error(e: SlackApiError) -> DeliveryError:
+    """What the outbox makes of Slack's refusal: when to try again, or that no try helps."""
+    status, error = e.response.status_code, e.response.get("error") or "error"
+    if status == 429:
+        return DeliveryError(f"429 {error}", retry_after=float(
+            e.response.headers.get("Retry-After") or e.response.headers.get(
+                "retry-after") or 1))
+    if status >= 500:
+        return DeliveryError(f"{status} {error}")
+    if file_not_ready(e):
+        return DeliveryError(f"{error}: the image is not processed yet",
+                             retry_after=FILE_NOT_READY_RETRY)
+    return DeliveryError(error, permanent=error in PERMANENT)
+
+
+def file_not_ready(e: SlackApiError) -> bool:
+    """Slack's answer to a block naming a file it has not finished: invalid_blocks, with
+    "invalid slack file [json-pointer:/blocks/N/slack_file]" among its errors."""
+    errors = e.response.get("errors")
+    return e.response.get("error") == "invalid_blocks" and isinstance(errors, list) and any(
+        "slack_file" in str(x) for x in errors)
+
+
+def blocks(text: str, buttons: Sequence[Button], *, image: dict | None = None) -> list[dict]:
+    """A text section (`text` is mrkdwn, escaped already), the image (an image block) if
+    any, and the buttons (each with a confirmation) in an actions block; their labels are
+    plain_text, shown as written."""
     out: list[dict] = [{"type": "section", "text": {"type": "mrkdwn",
                                                     "text": within(text, TEXT_MAX)}}]
+    if image is not None:
+        out.append(image)
     if buttons:
         out.append({"type": "actions", "elements": [{
             "type": "button", "action_id": b.id,

@@ -24,12 +24,22 @@ BOT = "UBOT"
 LOGIN_PAGE = "<!DOCTYPE html><html><body>Sign in to Slack</body></html>"
 
 
+IMAGE_TYPES = (".png", ".jpg", ".jpeg", ".gif")  # what an image block's slack_file may show
+BLOCK_TYPES = {"section", "image", "actions", "context", "divider", "header", "input"}
+
+
 class FakeSlack:
     def __init__(self):
-        # what the bot posted: channel, ts, thread_ts, text, blocks, updates
+        # what the bot posted: channel, ts, thread_ts, text, blocks, updates; and for a
+        # message with an image block, `file`: the uploaded file it shows
         self.messages: list[dict] = []
-        # what the bot uploaded: id, name, data, channel, thread_ts, comment
+        # what the bot uploaded: id, name, data, channel, thread_ts, comment, ts (the
+        # message that shares it; channel, thread_ts and ts are None for a file not shared)
         self.files: list[dict] = []
+        # How many times each newly completed file is "still processing" when a block names
+        # it (Slack finishes files after completeUploadExternal answers), and the refusals.
+        self.processing = 0
+        self.not_ready: list[str] = []
         self.shared: dict[str, dict] = {}  # files people shared: id -> {name, data}
         self.responses: list[dict] = []  # posts to response_url
         self.views: list[dict] = []  # modals opened: {"id", "trigger_id", "view"}
@@ -40,6 +50,7 @@ class FakeSlack:
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
         self._uploads: dict[str, dict] = {}
+        self._done: dict[str, dict] = {}  # completed uploads by id
         self.not_in: set[str] = set()  # channels the bot was never invited to
         self.sockets: list[web.WebSocketResponse] = []  # Socket Mode connections
         self.acks: list[dict] = []  # what came back over them
@@ -91,13 +102,31 @@ class FakeSlack:
 
     # --- reading what the bot did -------------------------------------------------------
     def thread(self, ts: str) -> list[dict]:
-        """Everything in a thread, messages and files, in the order posted."""
+        """Everything in a thread, messages and shared files, in the order posted."""
         items = [m for m in self.messages if m["thread_ts"] == ts] + \
             [f for f in self.files if f["thread_ts"] == ts]
         return sorted(items, key=lambda x: x["order"])
 
     def top(self, channel: str) -> list[dict]:
         return [m for m in self.messages if m["channel"] == channel and not m["thread_ts"]]
+
+    def posts(self, channel: str) -> list[dict]:
+        """Every message the bot put in a channel (its threads too), as people count them:
+        a chat.postMessage is one, a file share is one however many files it carries."""
+        shares = {f["ts"]: f for f in self.files if f["channel"] == channel}
+        items = [m for m in self.messages if m["channel"] == channel] + list(shares.values())
+        return sorted(items, key=lambda x: x["order"])
+
+    @staticmethod
+    def images(items: list[dict]) -> list[dict]:
+        """The messages among `items` that show an image (an image block)."""
+        return [m for m in items if m.get("file")]
+
+    @staticmethod
+    def label(item: dict) -> str:
+        """A post as told apart in a thread: the name of the file it shows or shares, else
+        the start of its text."""
+        return (item.get("file") or item).get("name") or item["text"][:20]
 
     # --- the Web API ------------------------------------------------------------------
     async def api(self, request: web.Request) -> web.Response:
@@ -165,18 +194,77 @@ class FakeSlack:
 
     def m_chat_postMessage(self, a):
         ts = f"{1_700_000_000 + next(self._ts)}.000100"
-        blocks = a.get("blocks")
+        blocks = self.checked(a.get("blocks"))
+        shown = [self._done[b["slack_file"]["id"]] for b in blocks or ()
+                 if b["type"] == "image" and "slack_file" in b]
         self.messages.append({"channel": a["channel"], "ts": ts, "thread_ts": a.get("thread_ts"),
                               "text": a.get("text", ""), "updates": [], "order": time.monotonic(),
-                              "blocks": json.loads(blocks) if isinstance(blocks, str) else blocks})
+                              "blocks": blocks, **({"file": shown[0]} if shown else {})})
         return {"channel": a["channel"], "ts": ts}
+
+    def checked(self, blocks) -> list[dict] | None:
+        """`blocks` as Slack reads them, or Slack's refusal: invalid_blocks, each error with
+        its json-pointer (a missing alt_text, a slack_file not uploaded, not completed or
+        still processing, an empty text, a button without an action_id, …)."""
+        if blocks is None:
+            return None
+        try:
+            blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+        except ValueError:
+            raise refusal("invalid_blocks_format") from None
+        if not isinstance(blocks, list) or len(blocks) > 50:
+            raise refusal("invalid_blocks_format")
+        errors = [f"{problem} [json-pointer:/blocks/{i}{where}]"
+                  for i, block in enumerate(blocks) for problem, where in self._block(block)]
+        if errors:
+            raise refusal("invalid_blocks", errors=errors,
+                          response_metadata={"messages": [f"[ERROR] {e}" for e in errors]})
+        return blocks
+
+    def _block(self, b) -> list[tuple[str, str]]:
+        if not isinstance(b, dict) or b.get("type") not in BLOCK_TYPES:
+            return [("unsupported type", "/type")]
+        if b["type"] == "section":
+            return text_problems(b.get("text"), "/text", 3000)
+        if b["type"] == "actions":
+            elements = b.get("elements")
+            if not isinstance(elements, list) or not 0 < len(elements) <= 25:
+                return [("must have 1 to 25 elements", "/elements")]
+            return [(p, f"/elements/{i}{w}") for i, e in enumerate(elements)
+                    for p, w in button_problems(e)]
+        if b["type"] != "image":
+            return []
+        problems = []
+        alt = b.get("alt_text")
+        if not isinstance(alt, str):
+            problems.append(("missing required field: alt_text", ""))
+        elif not 0 < len(alt) <= 2000:
+            problems.append(("must be 1 to 2000 characters", "/alt_text"))
+        if ("image_url" in b) == ("slack_file" in b):
+            return [*problems, ("must provide either image_url or slack_file", "")]
+        if "slack_file" in b:
+            ref = b["slack_file"]
+            fid = ref.get("id") if isinstance(ref, dict) and "url" not in ref else None
+            if not self._ready(fid):
+                problems.append(("invalid slack file", "/slack_file"))
+        return problems
+
+    def _ready(self, fid) -> bool:
+        """An uploaded, completed image, processed by now (see `processing`)."""
+        f = self._done.get(fid) if isinstance(fid, str) else None
+        if f is None or not f["name"].lower().endswith(IMAGE_TYPES):
+            return False
+        if f["processing"] > 0:
+            f["processing"] -= 1
+            self.not_ready.append(fid)
+            return False
+        return True
 
     def m_views_open(self, a):
         """A modal; Slack refuses a trigger used before or older than 3 s (here: used)."""
         view = json.loads(a["view"]) if isinstance(a["view"], str) else a["view"]
         if any(v["trigger_id"] == a["trigger_id"] for v in self.views):
-            raise web.HTTPOk(text=json.dumps({"ok": False, "error": "expired_trigger_id"}),
-                             content_type="application/json")
+            raise refusal("expired_trigger_id")
         opened = {"id": f"V{next(self._ids):04d}", "hash": f"h{next(self._ids)}",
                   "trigger_id": a["trigger_id"], "view": view}
         self.views.append(opened)
@@ -188,15 +276,15 @@ class FakeSlack:
         for m in self.messages:
             if (m["channel"], m["ts"]) == (a["channel"], a["timestamp"]):
                 return {"type": "message", "channel": m["channel"],
-                        "message": {"ts": m["ts"], "text": m["text"]}}
+                        "message": {"ts": m["ts"], "text": m["text"], "blocks": m["blocks"]}}
         for f in self.files:
             if (f["channel"], f["ts"]) == (a["channel"], a["timestamp"]):
                 return {"type": "message", "channel": f["channel"], "message": {
                     "ts": f["ts"], "text": f["comment"] or "", "files": [{"id": f["id"]}]}}
-        raise web.HTTPOk(text=json.dumps({"ok": False, "error": "message_not_found"}),
-                         content_type="application/json")
+        raise refusal("message_not_found")
 
     def m_chat_postEphemeral(self, a):
+        self.checked(a.get("blocks"))
         self.ephemeral.append({"channel": a["channel"], "user": a["user"],
                                "text": a.get("text", ""), "thread_ts": a.get("thread_ts")})
         return {"message_ts": f"{1_700_000_000 + next(self._ts)}.000100"}
@@ -204,11 +292,8 @@ class FakeSlack:
     def m_chat_update(self, a):
         m = next((m for m in self.messages if m["ts"] == a["ts"]), None)
         if m is None:
-            raise web.HTTPOk(text=json.dumps({"ok": False, "error": "message_not_found"}),
-                             content_type="application/json")
-        blocks = a.get("blocks")
-        m["updates"].append({"text": a.get("text", ""), "blocks": json.loads(blocks)
-                             if isinstance(blocks, str) else blocks})
+            raise refusal("message_not_found")
+        m["updates"].append({"text": a.get("text", ""), "blocks": self.checked(a.get("blocks"))})
         return {"channel": a["channel"], "ts": a["ts"]}
 
     def m_files_getUploadURLExternal(self, a):
@@ -217,14 +302,21 @@ class FakeSlack:
         return {"upload_url": f"{self.base}/upload/{fid}", "file_id": fid}
 
     def m_files_completeUploadExternal(self, a):
+        """Without channel_id the files stay private (the bot's, shared nowhere); with it
+        one message shares them all (the comment its text)."""
         done = []
+        channel = a.get("channel_id")
+        ts = f"{1_700_000_000 + next(self._ts)}.000100" if channel else None
         for f in json.loads(a["files"]):
-            up = self._uploads[f["id"]]
+            up = self._uploads.get(f["id"])
+            if up is None or up["data"] is None:
+                raise refusal("file_not_found" if up is None else "file_upload_not_complete")
             self.files.append({"id": f["id"], "name": up["name"], "data": up["data"],
-                               "channel": a.get("channel_id"), "thread_ts": a.get("thread_ts"),
-                               "comment": a.get("initial_comment"), "order": time.monotonic(),
-                               # the message that shares it (Slack's files.info "shares")
-                               "ts": f"{1_700_000_000 + next(self._ts)}.000100"})
+                               "channel": channel, "thread_ts": a.get("thread_ts") if channel
+                               else None, "comment": a.get("initial_comment"),
+                               "order": time.monotonic(), "ts": ts,  # the message sharing it
+                               "processing": self.processing})
+            self._done[f["id"]] = self.files[-1]
             done.append({"id": f["id"], "name": up["name"], "title": f.get("title")})
         return {"files": done}
 
@@ -242,6 +334,33 @@ class FakeSlack:
     async def respond(self, request: web.Request) -> web.Response:
         self.responses.append(await request.json())
         return web.Response(text="ok")
+
+
+def refusal(error: str, **more) -> web.HTTPOk:
+    """Slack's way of saying no: HTTP 200, ok false, the error (and details)."""
+    return web.HTTPOk(text=json.dumps({"ok": False, "error": error, **more}),
+                      content_type="application/json")
+
+
+def text_problems(text, where: str, limit: int) -> list[tuple[str, str]]:
+    if not isinstance(text, dict) or text.get("type") not in ("mrkdwn", "plain_text"):
+        return [("must be a text object", where)]
+    if not isinstance(text.get("text"), str) or not 0 < len(text["text"]) <= limit:
+        return [(f"must be 1 to {limit} characters", f"{where}/text")]
+    return []
+
+
+def button_problems(e) -> list[tuple[str, str]]:
+    if not isinstance(e, dict) or e.get("type") != "button":
+        return [("unsupported type", "/type")]
+    problems = text_problems(e.get("text"), "/text", 75)
+    if e.get("text", {}).get("type") != "plain_text":
+        problems.append(("must be plain_text", "/text/type"))
+    if not isinstance(e.get("action_id"), str) or not 0 < len(e["action_id"]) <= 255:
+        problems.append(("must be 1 to 255 characters", "/action_id"))
+    if not isinstance(e.get("value", ""), str) or len(e.get("value", "")) > 2000:
+        problems.append(("must be at most 2000 characters", "/value"))
+    return problems
 
 
 # --- Slack's side of /slack/events ---------------------------------------------------------
