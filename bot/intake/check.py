@@ -150,13 +150,14 @@ async def check_sheet(template: Template, sheet: SheetSource, *, config: Config,
                       keep: dict[str, bytes] | None = None) -> IntakeReport:
     """The report on `sheet` for `template`: its rows read, checked and bound, the
     pictures its cells name found (among `attachments`, then the assets folder, then
-    allowed links) and stored. `keep` collects the attachments used, by name (a schedule
-    stores them, since chat uploads expire)."""
+    allowed links; genbot's drawings only on its own example sheets, never in place of
+    a person's missing picture) and stored. `keep` collects the attachments used, by
+    name (a schedule stores them, since chat uploads expire)."""
     if keep is not None and attachments is not None:
         attachments = recording(attachments, keep)
     settings = config[IntakeConfig]
     images = ImageResolver(settings, store, assets_dir=assets_dir(config),
-                           attachments=attachments, examples=example_attachments(template))
+                           attachments=attachments)
     if isinstance(sheet, SheetRows):
         return await intake_sheet(template, sheet.grid(), settings=settings, images=images,
                                   skip_invalid=skip_invalid)
@@ -179,6 +180,8 @@ async def intake(template: Template, filename: str, data: bytes, *, settings: In
     except SheetError as e:
         result.file_issues.append(Issue(e.code, e.details))
         return result
+    if sheet.example_of == template.name:  # genbot's own example: its drawings may stand in
+        images.examples = example_attachments(template)
     result = await intake_sheet(template, sheet, settings=settings, images=images,
                                 skip_invalid=skip_invalid)
     if sheet.note is not None:

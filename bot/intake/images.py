@@ -1,7 +1,8 @@
 """The images a sheet's cells name: found, checked, normalised and stored before anything queues.
 
 A cell may name a file sent with the sheet, a file under the assets folder, a picture
-the template's own examples name (bot.intake.examples), or an http(s) link on the
+the template's own examples name (bot.intake.examples: on genbot's own example sheets
+only, bot.intake.example_mark), or an http(s) link on the
 allow-list — nothing else: no file://, no absolute paths, no "..", and no downloads from
 private or loopback addresses unless configured. Every image is size-checked before it
 is decoded (decompression bombs), turned upright (EXIF), put on white where it is

@@ -21,6 +21,7 @@ def api_config(tmp_path, demo_models, tokens: tuple[str, ...] = (),
         api={"tokens": [f"{ADMIN}=ops", f"{ALICE}=alice", f"{BOB}=bob", f"{VIEWER}=vic",
                         *tokens]},
         chat={"admins": ["api:ops"], "viewers": ["api:vic"], **chat},
+        intake={"assets_dir": str(tmp_path / "assets")},  # the test's own, not the cwd's
         **({"webhooks": webhooks} if webhooks else {}))
 
 
