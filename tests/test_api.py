@@ -3,6 +3,7 @@ reading, paging, cancel/retry/pause, outputs, the events WebSocket, the OpenAPI 
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 import aiohttp
@@ -141,6 +142,41 @@ def _form(sheet: bytes) -> aiohttp.FormData:
     form.add_field("sheet", sheet, filename="sheet.xlsx")
     form.add_field("pictures", BOTTLE, filename="other.png")
     return form
+
+
+async def test_submissions_take_turns_off_the_event_loop(tmp_path, demo_models, monkeypatch):
+    """Issue 42, item 13: a sheet being read holds its worker thread, not the event loop:
+    /healthz answers meanwhile; and a second submission waits its turn ([intake] workers
+    = 1) instead of piling its work beside the first, so the first in is answered first."""
+    import threading
+
+    from bot.intake import check, workers
+    entered, release = threading.Event(), threading.Event()
+    reading: list[str] = []
+    real = check.read_sheet
+
+    def held(filename, data, **kw):  # the real reader, once the test lets it go on
+        reading.append(threading.current_thread().name)
+        entered.set()
+        release.wait(30)
+        return real(filename, data, **kw)
+    monkeypatch.setattr(check, "read_sheet", held)
+    async with ApiWorld(api_config(tmp_path, demo_models, intake={"workers": 1})) as w:
+        first = asyncio.create_task(w.submit(2))
+        assert await asyncio.to_thread(entered.wait, 30)
+        second = asyncio.create_task(w.submit(2))
+        for _ in range(3000):  # until it has arrived and waits (or, wrongly, reads too)
+            if workers.waiting() or len(reading) > 1:
+                break
+            await asyncio.sleep(0.01)
+        assert reading == ["intake_0"] and workers.waiting() == 1
+        async with w.http.get("/healthz") as r:
+            assert r.status == 200  # answered while the sheet is held in its thread
+        assert not first.done() and not second.done()
+        release.set()
+        (status, body), (status2, body2) = await asyncio.gather(first, second)
+        assert (status, status2) == (201, 201) and body["id"] < body2["id"]
+        assert len(reading) == 2
 
 
 async def test_json_rows_and_problems_by_row_and_column(api):
