@@ -1,7 +1,7 @@
 """Intake's CPU work off the event loop, and a few submissions checked at a time.
 
 The service answers everyone from one event loop. Reading a sheet (calamine, the CSV
-sniffer) and checking its pictures (Pillow decodes, turns and re-encodes each) is CPU
+sniffer) and checking its pictures (Pillow decodes each, turns and re-encodes some) is CPU
 work: on the loop it would hold /healthz, the dashboard and chat until it is done. So it
 runs in a thread pool of its own, [intake] workers threads (one per CPU by default), not
 the default executor the rest of the service shares. And at most that many submissions
