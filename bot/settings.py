@@ -47,6 +47,9 @@ class IntakeConfig:
                                  "after every upscale (8192x8192); bigger is refused at intake, "
                                  "before the executor spends memory on it.",
                                  min=64 * 64, max=2**31)
+    workers: int = key(0, "Submissions whose sheet and pictures are checked at once, each's CPU "
+                       "work in a thread off the event loop (the rest wait their turn; the "
+                       "service answers meanwhile). 0: one per CPU.", min=0, max=256)
 
 
 def assets_dir(config: Config) -> Path:

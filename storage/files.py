@@ -129,10 +129,19 @@ class FileStore:
 
     def put_input(self, data: bytes, suffix: str = ".png") -> str:
         """Store an input file under its content hash: the same image is stored once."""
-        relative = f"inputs/{hashlib.sha256(data).hexdigest()}{suffix}"
+        relative = self.input_name(data, suffix)
         if not self.path(relative).exists():
             self.write(relative, data)
         return relative
+
+    @staticmethod
+    def input_name(data: bytes, suffix: str = ".png") -> str:
+        """Where put_input keeps `data`."""
+        return f"inputs/{hashlib.sha256(data).hexdigest()}{suffix}"
+
+    def has_input(self, data: bytes, suffix: str = ".png") -> bool:
+        """These very bytes are stored already (put_input)."""
+        return self.path(self.input_name(data, suffix)).exists()
 
 
 class StoreUnavailable(OSError):

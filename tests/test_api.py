@@ -3,6 +3,7 @@ reading, paging, cancel/retry/pause, outputs, the events WebSocket, the OpenAPI 
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 import aiohttp
@@ -10,7 +11,7 @@ import pytest
 from openpyxl import load_workbook
 from PIL import Image
 
-from bot.settings import IntakeConfig
+from bot.settings import IntakeConfig, assets_dir
 from tests.conftest import ROOT, executor_config
 from tests.fakes import media
 from tests.fakes.api import ADMIN, ALICE, BOB, BOTTLE, VIEWER, ApiWorld, api_config
@@ -109,6 +110,75 @@ async def test_submit_read_page_and_download_a_batch(api):
     assert status == 200 and Image.open(io.BytesIO(contact)).format == "PNG"
 
 
+async def test_an_uploaded_sheet_naming_a_missing_picture_is_refused_at_its_cell(api):
+    """Issue 42, item 5, through the upload the dashboard's Submit form sends: a workbook
+    of one's own naming assets/bottle.png without the file is refused (row, column,
+    file), not run on genbot's demo bottle; genbot's own example workbook still runs."""
+    from openpyxl import Workbook
+
+    from bot.intake.writer import write_example
+    book = Workbook()
+    book.active.append(["image", "title"])
+    book.active.append(["assets/bottle.png", "Mine"])
+    own = io.BytesIO()
+    book.save(own)
+    from templates.loader import load_templates
+    templates, _ = load_templates(ROOT / "templates" / "shipped")
+    status, body = await api.call("POST", "/batches", data=_form(own.getvalue()))
+    assert status == 422 and body["error"]["problems"] == [{
+        "row": 2, "column": "image", "code": "image_not_found",
+        "message": 'row 2, column "image": no image "assets/bottle.png" among the files sent '
+                   f'with the sheet or in the assets folder ({assets_dir(api.config)}): send it '
+                   "with the sheet"}]
+    status, body = await api.call("POST", "/batches",
+                                  data=_form(write_example(templates["social_thumb"])))
+    assert status == 201, body
+
+
+def _form(sheet: bytes) -> aiohttp.FormData:
+    """A workbook and a picture it does not name, as the dashboard's Submit sends them."""
+    form = aiohttp.FormData()
+    form.add_field("template", "social_thumb")
+    form.add_field("sheet", sheet, filename="sheet.xlsx")
+    form.add_field("pictures", BOTTLE, filename="other.png")
+    return form
+
+
+async def test_submissions_take_turns_off_the_event_loop(tmp_path, demo_models, monkeypatch):
+    """Issue 42, item 13: a sheet being read holds its worker thread, not the event loop:
+    /healthz answers meanwhile; and a second submission waits its turn ([intake] workers
+    = 1) instead of piling its work beside the first, so the first in is answered first."""
+    import threading
+
+    from bot.intake import check, workers
+    entered, release = threading.Event(), threading.Event()
+    reading: list[str] = []
+    real = check.read_sheet
+
+    def held(filename, data, **kw):  # the real reader, once the test lets it go on
+        reading.append(threading.current_thread().name)
+        entered.set()
+        release.wait(30)
+        return real(filename, data, **kw)
+    monkeypatch.setattr(check, "read_sheet", held)
+    async with ApiWorld(api_config(tmp_path, demo_models, intake={"workers": 1})) as w:
+        first = asyncio.create_task(w.submit(2))
+        assert await asyncio.to_thread(entered.wait, 30)
+        second = asyncio.create_task(w.submit(2))
+        for _ in range(3000):  # until it has arrived and waits (or, wrongly, reads too)
+            if workers.waiting() or len(reading) > 1:
+                break
+            await asyncio.sleep(0.01)
+        assert reading == ["intake_0"] and workers.waiting() == 1
+        async with w.http.get("/healthz") as r:
+            assert r.status == 200  # answered while the sheet is held in its thread
+        assert not first.done() and not second.done()
+        release.set()
+        (status, body), (status2, body2) = await asyncio.gather(first, second)
+        assert (status, status2) == (201, 201) and body["id"] < body2["id"]
+        assert len(reading) == 2
+
+
 async def test_json_rows_and_problems_by_row_and_column(api):
     status, body = await api.call("POST", "/batches", json={
         "template": "social_thumb", "rows": [{"image": "bottle.png", "title": "A", "width": 12},
@@ -124,6 +194,16 @@ async def test_json_rows_and_problems_by_row_and_column(api):
     status, body = await api.call("POST", "/batches", json={
         "template": "social_thumb", "rows": [{"title": "x"}], "not_before": "yesterday"})
     assert (status, body["error"]["code"]) == (422, "bad_time")
+    # Issue 42, item 5: genbot's example picture never stands in for a missing one.
+    status, body = await api.call("POST", "/batches", json={
+        "template": "social_thumb", "rows": [{"image": "assets/bottle.png", "title": "A"}]})
+    assert status == 422 and body["error"]["problems"] == [{
+        "row": 2, "column": "image", "code": "image_not_found",
+        "message": 'row 2, column "image": no image "assets/bottle.png" among the files sent '
+                   f'with the sheet or in the assets folder ({assets_dir(api.config)}): send it '
+                   "with the sheet"}]
+    (assets_dir(api.config) / "assets").mkdir(parents=True)
+    (assets_dir(api.config) / "assets" / "bottle.png").write_bytes(BOTTLE)
     # A sweep: JSON's list of axes, or a multipart field once per axis; refused whole.
     status, body = await api.call("POST", "/batches", json={
         "template": "social_thumb", "rows": [{"image": "assets/bottle.png", "title": "A"}],

@@ -316,6 +316,24 @@ async def test_a_bad_sheet_is_reported_by_cell_and_nothing_is_queued(world):
     assert posts[1].text.startswith("Batch 1 accepted: 1 social_thumb jobs")
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+async def test_a_persons_sheet_naming_genbots_example_picture_is_refused(world, lang):
+    """Issue 42, item 5: a sheet of one's own naming assets/bottle.png, the file not sent,
+    is refused at its cell — not run on genbot's demo bottle (only genbot's own example
+    sheets may use those; test_the_sheet_template_hands_out_runs_when_sent_straight_back)."""
+    p = world.platform
+    own = p.upload("mine.csv", b"image,title\nassets/bottle.png,A\n")
+    (reply,) = await world.send("/gen social_thumb mine.csv", lang=lang,
+                                files=(own, p.upload("other.png", BOTTLE)))
+    assets = assets_dir(world.app.config).resolve()
+    assert reply.text.splitlines()[1] == {
+        "en": 'row 2, column "image": no image "assets/bottle.png" among the files sent with '
+              f"the sheet or in the assets folder ({assets}): send it with the sheet",
+        "zh": "第 2 行，“image”列：找不到图片“assets/bottle.png”：随表格发送的文件和素材目录"
+              f"（{assets}）中都没有，请随表格一起发送"}[lang]
+    assert await world.queue.batches_of("test:U1") == []
+
+
 async def test_dry_run_reports_and_queues_nothing(world):
     (reply,) = await upload(world, 3, text="/gen social_thumb sheet.csv --dry-run")
     assert reply.text == ("sheet.csv: all 3 rows are valid for social_thumb.\n"

@@ -190,21 +190,34 @@ def test_an_example_sheet_runs_as_handed_out_from_any_folder(workdir, capsys, na
 
 
 def test_an_example_sheet_without_its_pictures_uses_genbots_and_says_so(workdir, capsys):
-    """Sent alone (chat, or its pictures lost), the names the template's own examples give
-    are genbot's drawings — said in the report; any other missing name is an error."""
+    """genbot's own example sheet sent alone (chat, or its pictures lost): the names the
+    template's examples give are genbot's drawings — said in the report."""
+    from bot.intake.writer import write_example
+    from templates.loader import load_templates
+    templates, _ = load_templates(ROOT / "templates" / "shipped")
+    (workdir / "s.xlsx").write_bytes(write_example(templates["social_thumb"]))
+    code, out = run_cli(capsys, "validate", "social_thumb", "s.xlsx")
+    assert code == 0 and out.splitlines() == [
+        "s.xlsx: all 2 rows are valid for social_thumb.",
+        "used genbot's example pictures for assets/bottle.png, assets/chair.png (no file of "
+        "that name was sent or is in the assets folder): send your own pictures to replace "
+        "them"]
+
+
+def test_a_persons_sheet_never_runs_on_genbots_example_pictures(workdir, capsys):
+    """Issue 42, item 5: a sheet of one's own naming assets/bottle.png without the file is
+    refused at its cell — not run on genbot's demo bottle; the file there is used."""
     (workdir / "s.csv").write_text("image,title\nassets/bottle.png,Hi\n", encoding="utf-8")
     code, out = run_cli(capsys, "validate", "social_thumb", "s.csv")
-    assert code == 0 and out.splitlines() == [
-        "s.csv: all 1 rows are valid for social_thumb.",
-        "used genbot's example pictures for assets/bottle.png (no file of that name was sent or "
-        "is in the assets folder): send your own pictures to replace them"]
+    assert code == 1 and out.splitlines()[1] == (
+        f'row 2, column "image": no image "assets/bottle.png" beside the sheet ({workdir}) or '
+        f"in the assets folder ({workdir / 'assets'}): put it in one of them, or fix "
+        "the name"), out
+    assert "example pictures" not in out
     (workdir / "assets").mkdir()
     (workdir / "assets" / "bottle.png").write_bytes(BOTTLE_BYTES)
     code, out = run_cli(capsys, "validate", "social_thumb", "s.csv")  # the file there wins
     assert code == 0 and out.strip() == "s.csv: all 1 rows are valid for social_thumb."
-    (workdir / "s.csv").write_text("image,title\nassets/bottle2.png,Hi\n", encoding="utf-8")
-    code, out = run_cli(capsys, "validate", "social_thumb", "s.csv")
-    assert code == 1 and 'no image "assets/bottle2.png"' in out
 
 
 def test_validate_reports_like_the_bot(workdir, capsys):
@@ -426,6 +439,8 @@ async def test_genbot_job_again_keep_and_lineage_talk_to_the_api(tmp_path, demo_
         # genbot submit sweeps: --vary once per axis, --seeds.
         sheet = tmp_path / "p.csv"
         sheet.write_bytes(b"sku,product_image,prompt\nA1,assets/bottle.png,a bottle\n")
+        (tmp_path / "assets").mkdir()  # sent with the sheet: the files beside it it names
+        (tmp_path / "assets" / "bottle.png").write_bytes(BOTTLE_BYTES)
         code = await asyncio.to_thread(main, [
             "submit", "product_main@1", str(sheet), "--vary", "steps=1..3", "--vary",
             "CFG=3,5", "--seeds", "2", "--wait-for-executor", "--server", w.url,

@@ -424,6 +424,24 @@ async def test_image_cells_resolve_to_stored_rgb_pngs(tmp_path, template, settin
         {"ref": "shot.jpg"}, {"ref": "pics/logo.png"}]
 
 
+async def test_an_upright_opaque_rgb_png_is_stored_as_sent_and_a_damaged_one_refused(
+        tmp_path, template, settings, resolver):
+    """Issue 42, item 13: decoding and re-encoding such a picture would change nothing but
+    the time a submission takes; it is still decoded whole once, so a cut file is refused."""
+    from PIL.PngImagePlugin import PngInfo
+    said = PngInfo()
+    said.add_text("Author", "the team")  # kept: the file is the one sent
+    out = io.BytesIO()
+    Image.new("RGB", (300, 200), (10, 200, 30)).save(out, format="PNG", pnginfo=said)
+    whole = out.getvalue()
+    (tmp_path / "assets" / "whole.png").write_bytes(whole)
+    (tmp_path / "assets" / "cut.png").write_bytes(whole[:len(whole) // 2])
+    rows = [HEAD + ["ref"], ["a", None, None, "A", "whole.png"], ["b", None, None, "B", "cut.png"]]
+    result = await run(template, "s.xlsx", xlsx(rows), settings, resolver, skip_invalid=True)
+    assert [(i.row, i.code) for i in result.issues] == [(3, "not_an_image")]
+    assert resolver.store.path(result.jobs[0].workflow["params"]["ref"]).read_bytes() == whole
+
+
 @pytest.mark.parametrize("ref, code", [
     ("../outside.png", "image_bad_reference"), ("/etc/passwd", "image_bad_reference"),
     ("C:\\pics\\a.png", "image_bad_reference"), ("file:///etc/passwd", "image_bad_reference"),

@@ -111,6 +111,22 @@ def test_run_refuses_a_bad_sheet_before_queueing_anything(home):
     assert not (home / "data" / "genbot.sqlite3").exists()
 
 
+def test_run_refuses_a_sheet_naming_a_picture_it_lacks_not_running_genbots_own(home):
+    """Issue 42, item 5: a workbook of one's own naming assets/bottle.png, no such file
+    beside it, is refused at its cell — it does not run on genbot's demo bottle."""
+    from openpyxl import Workbook
+    book = Workbook()
+    book.active.append(["image", "title"])
+    book.active.append(["assets/bottle.png", "Mine"])
+    book.save(home / "mine.xlsx")
+    done = genbot("run", "social_thumb", "mine.xlsx", cwd=home)
+    assert done.returncode == 1, done.stdout
+    assert f'row 2, column "image": no image "assets/bottle.png" beside the sheet ({home})' \
+        in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "example pictures" not in done.stdout
+    assert not (home / "data" / "genbot.sqlite3").exists()
+
+
 def test_models_lists_the_registry_with_what_each_model_is(home):
     (home / "config.toml").write_text('[models]\nmine = "./missing.safetensors"\n')
     done = genbot("models", cwd=home)

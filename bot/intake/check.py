@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import difflib
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from bot.intake import workers
 from bot.intake.examples import example_attachments
 from bot.intake.images import Attachments, ImageResolver, recording
 from bot.intake.sheets import CellError, Heading, Sheet, SheetError, read_sheet
@@ -150,18 +152,20 @@ async def check_sheet(template: Template, sheet: SheetSource, *, config: Config,
                       keep: dict[str, bytes] | None = None) -> IntakeReport:
     """The report on `sheet` for `template`: its rows read, checked and bound, the
     pictures its cells name found (among `attachments`, then the assets folder, then
-    allowed links) and stored. `keep` collects the attachments used, by name (a schedule
-    stores them, since chat uploads expire)."""
+    allowed links; genbot's drawings only on its own example sheets, never in place of
+    a person's missing picture) and stored. `keep` collects the attachments used, by
+    name (a schedule stores them, since chat uploads expire)."""
     if keep is not None and attachments is not None:
         attachments = recording(attachments, keep)
     settings = config[IntakeConfig]
     images = ImageResolver(settings, store, assets_dir=assets_dir(config),
-                           attachments=attachments, examples=example_attachments(template))
-    if isinstance(sheet, SheetRows):
-        return await intake_sheet(template, sheet.grid(), settings=settings, images=images,
-                                  skip_invalid=skip_invalid)
-    return await intake(template, sheet.name, sheet.data, settings=settings, images=images,
-                        skip_invalid=skip_invalid)
+                           attachments=attachments)
+    async with workers.turn(settings):  # a few at a time, first come first served
+        if isinstance(sheet, SheetRows):
+            return await intake_sheet(template, sheet.grid(), settings=settings, images=images,
+                                      skip_invalid=skip_invalid)
+        return await intake(template, sheet.name, sheet.data, settings=settings,
+                            images=images, skip_invalid=skip_invalid)
 
 
 async def intake(template: Template, filename: str, data: bytes, *, settings: IntakeConfig,
@@ -172,13 +176,15 @@ async def intake(template: Template, filename: str, data: bytes, *, settings: In
                                         "size_mb": len(data) / 2**20,
                                         "max_mb": settings.max_file_mb}))
         return result
-    try:  # parsing is CPU work: off the event loop, so the chat stays responsive
-        sheet = await asyncio.to_thread(read_sheet, filename, data,
-                                        max_unpacked_bytes=int(settings.max_unpacked_mb * 2**20),
-                                        keep_rows=settings.max_rows + HEADER_SEARCH + 1)
+    try:  # parsing is CPU work: off the event loop, so the service stays responsive
+        sheet = await workers.run(settings, partial(
+            read_sheet, max_unpacked_bytes=int(settings.max_unpacked_mb * 2**20),
+            keep_rows=settings.max_rows + HEADER_SEARCH + 1), filename, data)
     except SheetError as e:
         result.file_issues.append(Issue(e.code, e.details))
         return result
+    if sheet.example_of == template.name:  # genbot's own example: its drawings may stand in
+        images.examples = example_attachments(template)
     result = await intake_sheet(template, sheet, settings=settings, images=images,
                                 skip_invalid=skip_invalid)
     if sheet.note is not None:

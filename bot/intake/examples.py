@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -57,8 +58,9 @@ def example_attachments(template: Template) -> Attachments:
     return get
 
 
+@cache
 def drawn(name: str) -> bytes:
-    """genbot's own picture for an example name."""
+    """genbot's own picture for an example name (drawn once: the same every time)."""
     stem = PurePosixPath(name).stem.lower()
     img = DRAWINGS[stem]() if stem in DRAWINGS else _card(name)
     out = io.BytesIO()

@@ -1,7 +1,8 @@
 """The images a sheet's cells name: found, checked, normalised and stored before anything queues.
 
 A cell may name a file sent with the sheet, a file under the assets folder, a picture
-the template's own examples name (bot.intake.examples), or an http(s) link on the
+the template's own examples name (bot.intake.examples: on genbot's own example sheets
+only, bot.intake.example_mark), or an http(s) link on the
 allow-list — nothing else: no file://, no absolute paths, no "..", and no downloads from
 private or loopback addresses unless configured. Every image is size-checked before it
 is decoded (decompression bombs), turned upright (EXIF), put on white where it is
@@ -16,21 +17,27 @@ import ipaddress
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
+from bot.intake import workers
 from bot.messages import Phrase
 from bot.outbound import PrivateAddress, is_public, refusal, session
 from bot.settings import IntakeConfig
 from storage.files import FileStore
 from templates.params import Problem
 
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
 # name -> bytes, or None when there is no such file. Fronts supply one for "files sent
 # with the sheet": the chat inbox, or the sheet's own folder for the CLI.
 Attachments = Callable[[str], Awaitable[bytes | None]]
 MAX_REDIRECTS = 3
+ORIENTATION = 0x0112  # the EXIF tag that says which way up a photo was taken
 
 
 NAME_MAX = 255  # bytes in one part of a path, on every common file system
@@ -77,6 +84,12 @@ def recording(attachments: Attachments, into: dict[str, bytes]) -> Attachments:
             into[name] = data
         return data
     return get
+
+
+def _already_normal(image: PILImage) -> bool:
+    """A still RGB PNG, opaque and upright: what normalising would make of it anyway."""
+    return image.format == "PNG" and image.mode == "RGB" and "transparency" not in image.info \
+        and not getattr(image, "is_animated", False) and image.getexif().get(ORIENTATION, 1) == 1
 
 
 class ImageResolver:
@@ -133,8 +146,8 @@ class ImageResolver:
                                   assets=assets)
                 raise Problem("image_not_found", ref=ref, assets=assets)
         self._check_size(ref, len(data))
-        png = await asyncio.to_thread(self._normalise, ref, data)
-        return await asyncio.to_thread(self.store.put_input, png)
+        png = await workers.run(self.settings, self._normalise, ref, data)
+        return await workers.run(self.settings, self.store.put_input, png)
 
     def _check_size(self, ref: str, size: int) -> None:
         limit = self.settings.max_image_mb * 2**20
@@ -150,6 +163,11 @@ class ImageResolver:
             if width * height > self.settings.max_image_pixels:
                 raise Problem("image_too_many_pixels", ref=ref, width=width, height=height,
                               max=self.settings.max_image_pixels)
+            if self.store.has_input(data):  # these very bytes: checked and normal already
+                return data
+            if _already_normal(image):  # kept as sent: normalising would not change it
+                image.load()  # every pixel decoded: a damaged file is refused here
+                return data
             image = ImageOps.exif_transpose(image)
             if image.mode in ("RGBA", "LA", "PA") \
                     or (image.mode == "P" and "transparency" in image.info):
@@ -161,7 +179,7 @@ class ImageResolver:
         except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
             raise Problem("not_an_image", ref=ref) from None
         out = io.BytesIO()
-        image.save(out, format="PNG")
+        image.save(out, format="PNG", compress_level=1)  # fast: a working copy, not an archive
         return out.getvalue()
 
     def _check_host(self, host: str) -> None:

@@ -24,6 +24,7 @@ import python_calamine
 
 from bot import i18n
 from bot.errors import Coded
+from bot.intake.example_mark import example_of
 from bot.messages import KINDS, Localized, Phrase
 from templates.params import Param, is_blank
 
@@ -64,11 +65,12 @@ class Sheet:
     # Every non-blank row as read, the header's too: a title block above the real header
     # (bank and broker exports have one) can be skipped once the template is known.
     source: list[tuple[int, list[Any]]] = field(default_factory=list)
+    example_of: str | None = None  # genbot's example sheet for this template (example_mark)
 
     def headed_at(self, index: int) -> Sheet:
         """The same sheet with its `index`-th non-blank row as the header."""
         sheet = _with_header(self.filename, self.source, index)
-        sheet.note, sheet.more_rows = self.note, self.more_rows
+        sheet.note, sheet.more_rows, sheet.example_of = self.note, self.more_rows, self.example_of
         return sheet
 
 
@@ -107,6 +109,8 @@ def read_sheet(filename: str, data: bytes, *, max_unpacked_bytes: int,
         note = ("wrong_extension", {"file": filename, "kind": KINDS[kind]})
     sheet = _to_sheet(filename, grid) if grid or not more else Sheet(filename, 1, [], [])
     sheet.note, sheet.more_rows = note, more
+    if kind == ".xlsx":
+        sheet.example_of = example_of(data)
     return sheet
 
 

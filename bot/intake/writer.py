@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
+from bot.intake.example_mark import mark
 from bot.intake.sheets import cell_value, header_for
 from bot.messages import say
 
@@ -55,7 +56,9 @@ def text_cells(sheet: Any) -> None:
 
 
 def write_example(template: Template, lang: str = "en") -> bytes:
-    """An .xlsx with the right headers, two example rows, and a help sheet."""
+    """An .xlsx with the right headers, two example rows, and a help sheet; marked as
+    genbot's example (bot.intake.example_mark), so sent back alone it runs on genbot's
+    drawings of the pictures it names."""
     import openpyxl
     from openpyxl.styles import Font
 
@@ -84,6 +87,7 @@ def write_example(template: Template, lang: str = "en") -> bytes:
         for column in sheet.columns:
             width = max(len(str(c.value or "")) for c in column)
             sheet.column_dimensions[column[0].column_letter].width = min(60, max(10, width + 2))
+    mark(book, template.name)
     out = io.BytesIO()
     book.save(out)
     return out.getvalue()

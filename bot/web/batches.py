@@ -19,7 +19,9 @@ from bot.app import values
 from bot.app.application import Accepted, App, CancelTarget, SubmitOptions
 from bot.app.permissions import Action
 from bot.app.results import CONTACT, RESULTS, XLSX, write_results
+from bot.intake import workers
 from bot.intake.check import IntakeReport
+from bot.settings import IntakeConfig
 from bot.web.callers import Callers
 from bot.web.http import (
     PREFIX,
@@ -273,14 +275,16 @@ class BatchRoutes:
             grid=grid_axes(form.get("grid")),
             compare=sweep_axes(form.get("compare"), "compare", "template names (NAME@N)"),
             callback_url=str(form.get("callback_url") or "") or None)
-        result = await self.app.submit(who, name, form_sheet(form), form_files(form), options)
-        if isinstance(result, IntakeReport):
-            if not result.jobs:
-                raise ApiError(422, "invalid_sheet", result.report(),
-                               problems=problems(result.problems()))
-            return respond(DryRun(True, len(result.jobs), problems(result.problems())))
-        assert isinstance(result, Accepted)  # (no ask_over: a sweep is asked for whole here)
-        body = await self._batch(result.batch_id)
+        async with workers.turn(self.config[IntakeConfig]):  # through the answer's reads
+            result = await self.app.submit(who, name, form_sheet(form), form_files(form),
+                                           options)
+            if isinstance(result, IntakeReport):
+                if not result.jobs:
+                    raise ApiError(422, "invalid_sheet", result.report(),
+                                   problems=problems(result.problems()))
+                return respond(DryRun(True, len(result.jobs), problems(result.problems())))
+            assert isinstance(result, Accepted)  # (no ask_over: a sweep is asked for whole)
+            body = await self._batch(result.batch_id)
         if result.report is not None:  # None: a retried request, answered with its batch
             body.problems = problems(result.report.problems())
         return respond(body, status=201 if result.created else 200)

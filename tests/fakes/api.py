@@ -15,12 +15,15 @@ BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
 
 
 def api_config(tmp_path, demo_models, tokens: tuple[str, ...] = (),
-               webhooks: list[dict] | None = None, i18n: dict | None = None, **chat):
+               webhooks: list[dict] | None = None, i18n: dict | None = None,
+               intake: dict | None = None, **chat):
     return executor_config(
         tmp_path / "data", demo_models, service={"port": 0}, i18n=i18n or {},
         api={"tokens": [f"{ADMIN}=ops", f"{ALICE}=alice", f"{BOB}=bob", f"{VIEWER}=vic",
                         *tokens]},
         chat={"admins": ["api:ops"], "viewers": ["api:vic"], **chat},
+        # the test's own assets folder, not the working directory's
+        intake={"assets_dir": str(tmp_path / "assets"), **(intake or {})},
         **({"webhooks": webhooks} if webhooks else {}))
 
 
