@@ -95,6 +95,41 @@ async def test_the_bar_says_which_executor_took_the_jobs(tmp_path, demo_models):
         await queue.close()
 
 
+async def test_a_timeout_says_why_no_job_runs_and_a_dead_executor_serves_nothing(tmp_path):
+    """What --timeout says (no executor; a ComfyUI server down; a paused queue), and an
+    executor of this host whose process died unannounced is not one to hand jobs to."""
+    import socket
+
+    from bot.cli.run import _why_waiting
+    from bot.cli.shared import GENBOT_ENGINE, live_executors
+    from storage import config as cfg
+    from storage.queue import open_queue
+    from storage.workers import Workers
+    queue = await open_queue(cfg.from_dict({"service": {"data_dir": str(tmp_path)}}))
+    try:
+        workers = Workers.of(queue)
+
+        async def why() -> str:
+            return await _why_waiting(queue, workers, "starting the executor", "en")
+        assert await why() == "no executor runs on this database"
+        server = "http://127.0.0.1:9"
+        await workers.beat("h:1", host="h", pid=1, device=server, version="0", job=None,
+                           stats={"doing": {"what": "server_down", "models": [server]}})
+        assert await why() == f"ComfyUI server {server} does not answer"
+        await queue.pause("cli:me")
+        assert await why() == "the queue is paused (genbot queue resume goes on)"
+
+        dead = subprocess.run([PYTHON, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)
+        here = socket.gethostname()
+        for pid in (int(dead.stdout), 1):  # (pid 1 lives: init, whoever it belongs to)
+            await workers.beat(f"{here}:{pid}", host=here, pid=pid, device="cpu",
+                               version="0", job=None)
+        assert await live_executors(queue) == {server: ["h:1"], GENBOT_ENGINE: [f"{here}:1"]}
+    finally:
+        await queue.close()
+
+
 @pytest.mark.slow
 def test_run_names_a_missing_model_file_instead_of_waiting_or_failing_every_row(home):
     """The executor says it cannot run sdxl (its file is not there), so the command ends
