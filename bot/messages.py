@@ -193,6 +193,20 @@ CATALOG: dict[str, str] = catalog(
     N_("chat_banner", "genbot chat as {who} ({role}). /help lists the commands; attach a file by "
                       "its path: /gen social_thumb social_thumb.xlsx (genbot template example "
                       "social_thumb -o social_thumb.xlsx writes one). Ctrl-D ends."),
+    # genbot run and genbot chat: whose executor runs the jobs; a run that gives its batch up.
+    N_("executor_served", "An executor already runs on this database ({executors}): the jobs "
+                          "go to it, and this command starts none (--own-executor starts one)."),
+    N_("run_made_by_running", "made by executor {executors}, already running on this database"),
+    N_("run_stopped_by", "stopped by {signal}"),
+    N_("run_timed_out", "batch {batch} waited {seconds:g} s for an executor (--timeout): {why}"),
+    N_("run_why_paused", "the queue is paused (genbot queue resume goes on)"),
+    N_("run_why_server_down", "ComfyUI server {servers} does not answer"),
+    N_("run_why_no_executor", "no executor runs on this database"),
+    N_("run_why_not_taken", "no executor took its jobs ({doing})"),
+    N_("run_canceled", "genbot: {reason}; batch {batch} canceled."),
+    N_("run_kept", "genbot: {reason}; batch {batch} stays queued (--keep-queued). To cancel it: "
+                   "{command}"),
+    N_("run_nothing_queued", "genbot: {reason}; nothing was queued."),
     N_("contact_row", "row {row}"),
     N_("took_seconds", "{seconds:.0f} s"),
     N_("took_minutes", "{minutes:.1f} min"),

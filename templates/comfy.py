@@ -206,6 +206,10 @@ COMFY_LIMITS: dict[str, dict[str, tuple[float, float, float]]] = {
     "LoraLoader": {"strength_model": (-100.0, 100.0, 0.01),
                    "strength_clip": (-100.0, 100.0, 0.01)},
 }
+# A LoraLoader's strength whose value differs from its other one: its column's suffix, and
+# what it applies to.
+LORA_STRENGTHS = {"strength_model": ("strength", "the model"),
+                  "strength_clip": ("clip_strength", "the prompt (CLIP)")}
 NOTHING_TO_BIND = ("found nothing to make a column of (a sampler's CLIPTextEncode prompt, "
                    "seed, steps, cfg; an EmptyLatentImage's size; a LoadImage; a checkpoint "
                    "or LoRA loader): write the template's \"to\" bindings by hand "
@@ -421,14 +425,23 @@ class _Columns:
                       "example": self.prompt[nid]["inputs"]["image"]}, nid, "image")
 
     def lora(self, nid: str) -> None:
-        """A LoraLoader's file and, beside it, how strongly it applies."""
+        """A LoraLoader's file and, beside it, how strongly it applies: one column sets
+        both its strengths (on the model and on the prompt's CLIP) where the workflow has
+        them equal, as a LoRA is usually meant; where they differ, each its own column, so
+        that an empty cell leaves each as the workflow has it."""
         inputs = self.prompt[nid]["inputs"]
         column = _column("lora", self.params, nid)
         self.bind(column, self.choice("LoraLoader", "lora_name", inputs["lora_name"],
                                       "The LoRA file on the ComfyUI server"), nid, "lora_name")
-        if _finite(inputs.get("strength_model")):
-            self.number(_column(f"{column}_strength", self.params), "float", nid,
-                        "strength_model", "How strongly the LoRA applies")
+        strengths = [k for k in ("strength_model", "strength_clip") if _finite(inputs.get(k))]
+        if len({inputs[k] for k in strengths}) == 1:
+            both = _column(f"{column}_strength", self.params)
+            for key in strengths:
+                self.number(both, "float", nid, key, "How strongly the LoRA applies")
+            return
+        for key in strengths:
+            self.number(_column(f"{column}_{LORA_STRENGTHS[key][0]}", self.params), "float",
+                        nid, key, f"How strongly the LoRA applies to {LORA_STRENGTHS[key][1]}")
 
 
 def _whole(value: Any) -> bool:

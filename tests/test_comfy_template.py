@@ -181,6 +181,7 @@ def test_import_of_workflows_exported_by_others_loads_and_gives_an_example(tmp_p
         assert t.params["image"].type == "image" and t.params["image"].uses == ("10.image",)
     if "lora" in file:
         assert t.params["lora"].uses == ("10.lora_name",)
+        assert t.params["lora_strength"].uses == ("10.strength_model", "10.strength_clip")
 
 
 @needs_workflows
@@ -506,7 +507,8 @@ async def test_with_a_server_the_ranges_are_what_its_object_info_says(genbot, tm
         assert ("GET", "/object_info") in comfy.requests
     out = capsys.readouterr().out
     assert code == 0 and f"columns of w, with the limits {comfy.url} gives:" in out
-    assert ranges(tmp_path / "t", "w") == {**COMFY_RANGES, "lora_strength": (-100.0, 100.0)}
+    assert ranges(tmp_path / "t", "w") == {**COMFY_RANGES, "lora_strength": (-100.0, 100.0),
+                                           "lora_clip_strength": (-100.0, 100.0)}
 
 
 # A server whose limits are not ComfyUI's defaults (an older or a patched one), in /object_info's
@@ -553,7 +555,7 @@ async def test_a_servers_own_limits_are_taken_and_a_value_past_them_refused(genb
                                                 "--server", url + "/"]) == 0
         assert ranges(tmp_path / "t", "w") == {
             "steps": (1, 150), "cfg": (1.0, 30.0), "width": (64, 4096), "height": (64, 4096),
-            "lora_strength": (-5.0, 5.0)}
+            "lora_strength": (-5.0, 5.0), "lora_clip_strength": (-100.0, 100.0)}
         t = load_template(tmp_path / "t" / "w.json")
         assert t.params["width"].help == "Image width in pixels (a multiple of 64)"
         before = files(tmp_path / "t")

@@ -531,7 +531,8 @@ def test_genbot_run_of_a_comfyui_template_without_servers_says_what_to_set(
                                   "comfyui-api__sd1.5-img2img.json",
                                   "comfyui__sd-1.5-lora-0.json"])
 async def test_workflows_exported_by_others_import_and_run(tmp_path, demo_models, comfy, file):
-    """Imported as they are, a row each: its prompt and seed reach the server's sampler."""
+    """Imported as they are, a row each: its prompt and seed reach the server's sampler;
+    a LoRA's strength column sets both its strengths (model and CLIP)."""
     from templates.comfy import import_workflow
     assert WORKFLOWS is not None
     source = WORKFLOWS / file
@@ -545,10 +546,15 @@ async def test_workflows_exported_by_others_import_and_run(tmp_path, demo_models
         row = {"prompt": "a lighthouse at dusk", "seed": 77, "steps": 3}
         if "image" in template["params"]:
             row["image"] = "bottle.png"
+        if "lora" in template["params"]:
+            row["lora_strength"] = 0.6
         (job,) = await rig.finished(await rig.submit("theirs", [row]))
         assert job.status == Status.SUCCEEDED, job.error
         info = read_fake_info(rig.image(job.outputs[0]))
         assert info["prompt"] == "a lighthouse at dusk" and info["seed"] == 77
+        if "lora" in template["params"]:
+            lora = comfy.prompts[-1]["prompt"]["10"]["inputs"]
+            assert (lora["strength_model"], lora["strength_clip"]) == (0.6, 0.6)
 
 
 @pytest.mark.skipif(WORKFLOWS is None, reason="no ../shared/comfyui-workflows")

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import shutil
+import signal
 import subprocess
+import threading
+from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from tests.conftest import PYTHON, ROOT, executor_config, python_env
+from tests.conftest import PYTHON, ROOT, executor_config, free_port, python_env
+from tests.fakes.service import start_serve, write_config
 
 
 def genbot(*args, cwd, env=None, timeout=180) -> subprocess.CompletedProcess:
@@ -85,6 +91,41 @@ async def test_the_bar_says_which_executor_took_the_jobs(tmp_path, demo_models):
         assert await doing() == "loading sdxl"
         await queue.claim("gpu9:77")
         assert await doing() == ("taken by executor gpu9:77 (a running genbot service's)")
+    finally:
+        await queue.close()
+
+
+async def test_a_timeout_says_why_no_job_runs_and_a_dead_executor_serves_nothing(tmp_path):
+    """What --timeout says (no executor; a ComfyUI server down; a paused queue), and an
+    executor of this host whose process died unannounced is not one to hand jobs to."""
+    import socket
+
+    from bot.cli.run import _why_waiting
+    from bot.cli.shared import GENBOT_ENGINE, live_executors
+    from storage import config as cfg
+    from storage.queue import open_queue
+    from storage.workers import Workers
+    queue = await open_queue(cfg.from_dict({"service": {"data_dir": str(tmp_path)}}))
+    try:
+        workers = Workers.of(queue)
+
+        async def why() -> str:
+            return await _why_waiting(queue, workers, "starting the executor", "en")
+        assert await why() == "no executor runs on this database"
+        server = "http://127.0.0.1:9"
+        await workers.beat("h:1", host="h", pid=1, device=server, version="0", job=None,
+                           stats={"doing": {"what": "server_down", "models": [server]}})
+        assert await why() == f"ComfyUI server {server} does not answer"
+        await queue.pause("cli:me")
+        assert await why() == "the queue is paused (genbot queue resume goes on)"
+
+        dead = subprocess.run([PYTHON, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)
+        here = socket.gethostname()
+        for pid in (int(dead.stdout), 1):  # (pid 1 lives: init, whoever it belongs to)
+            await workers.beat(f"{here}:{pid}", host=here, pid=pid, device="cpu",
+                               version="0", job=None)
+        assert await live_executors(queue) == {server: ["h:1"], GENBOT_ENGINE: [f"{here}:1"]}
     finally:
         await queue.close()
 
@@ -180,3 +221,187 @@ def test_run_stops_with_a_clear_error_when_the_executor_cannot_start(home):
     assert "genbot: the executor could not start; its log:" in done.stderr
     log = next((home / "data" / "logs").glob("run-batch-*.log")).read_text()
     assert "CUDA is not available here" in log and "Traceback" not in log
+
+
+# --- one executor per GPU: a running service's takes the jobs -----------------------------
+
+def config_in(home, **tables: str) -> Path:
+    """A config file for `genbot serve` and `genbot run` on home/data (where `home` linked
+    the demo models); `tables`: more TOML, by table name."""
+    write_config(home / "genbot.toml", home / "data", free_port(), lease=10.0, **tables)
+    return home / "genbot.toml"
+
+
+async def executor_ids(config_file) -> list[str]:
+    from storage import config as cfg
+    from storage.queue import open_queue
+    from storage.workers import Workers
+    queue = await open_queue(cfg.load(str(config_file)))
+    try:
+        return [w.id for w in await Workers.of(queue).all()]
+    finally:
+        await queue.close()
+
+
+def executor_children(pid: int) -> set[int]:
+    """The executor processes that process `pid` has running now (Linux: read from /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue  # (gone meanwhile)
+        if parent == pid and b"executor.worker" in command:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def run_watched(*args: str, cwd, input: str | None = None,
+                ) -> tuple[subprocess.CompletedProcess, set[int]]:
+    """`genbot ARGS` to its end, and the executor processes it started meanwhile."""
+    proc = subprocess.Popen([PYTHON, "-m", "bot.cli", *args], cwd=cwd, env=python_env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    seen: set[int] = set()
+    outputs: list[tuple[str, str]] = []
+    reader = threading.Thread(
+        target=lambda: outputs.append(proc.communicate(input or "", timeout=180)))
+    reader.start()
+    while reader.is_alive():
+        seen |= executor_children(proc.pid)
+        reader.join(0.02)
+    (out, err), = outputs
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), seen
+
+
+@pytest.mark.slow
+async def test_run_and_chat_hand_their_jobs_to_a_running_services_executor(home):
+    """`genbot serve` runs an executor; `genbot run` and `genbot chat` on the same database
+    start none (two copies of the models on one GPU run it out of memory), say so in one
+    line, and their batches are made by the service's executor; `--own-executor` starts
+    one anyway."""
+    config_file = config_in(home)
+    with (home / "serve.log").open("wb") as log:
+        service = await start_serve(config_file, log)
+        try:
+            async with asyncio.timeout(120):  # its executor up (torch imported)
+                while not await executor_ids(config_file):
+                    assert service.returncode is None, (home / "serve.log").read_text()
+                    await asyncio.sleep(0.2)
+            (services,) = await executor_ids(config_file)
+            served = (f"An executor already runs on this database ({services}): the jobs go "
+                      "to it, and this command starts none (--own-executor starts one).")
+            (home / "assets").mkdir()
+            shutil.copy(ROOT / "examples" / "assets" / "bottle.png", home / "assets")
+            sheet = str(home / "one.csv")  # (a template that needs no model: quick)
+            (home / "one.csv").write_text("image,title\nassets/bottle.png,One executor\n")
+            done, started = await asyncio.to_thread(run_watched, "run", "social_thumb", sheet,
+                                                    "--config", str(config_file), cwd=home)
+            assert done.returncode == 0, done.stderr
+            assert not started
+            lines = done.stdout.splitlines()
+            assert served in lines
+            assert f"made by executor {services}, already running on this database" in lines
+            assert await executor_ids(config_file) == [services]  # no executor of its own
+
+            chat, started = await asyncio.to_thread(run_watched, "chat", "--config",
+                                                    str(config_file), cwd=home,
+                                                    input=f"/gen social_thumb {sheet}\n")
+            assert chat.returncode == 0, chat.stdout + chat.stderr
+            assert chat.stdout.splitlines()[1] == served and not started
+
+            own, started = await asyncio.to_thread(run_watched, "run", "social_thumb", sheet,
+                                                   "--config", str(config_file),
+                                                   "--own-executor", cwd=home)
+            assert own.returncode == 0, own.stderr
+            assert served not in own.stdout and len(started) == 1
+        finally:
+            service.terminate()
+            await service.wait()
+
+
+# --- genbot run owns its batch: a signal or --timeout cancels it, or says how to ---------------
+
+def comfy_home(home, port: int):
+    """A config whose only template runs on a ComfyUI server where nothing listens: the
+    batch waits for ever (the executor says the server is down)."""
+    from tests.fakes.workflows import templates
+    templates(home / "t")
+    (home / "sheet.csv").write_text("prompt\na bottle\nsecond bottle\n")
+    return config_in(home, templates=f'dir = "{home / "t"}"',
+                     comfyui=f'servers = ["http://127.0.0.1:{port}"]')
+
+
+def started_run(config_file, home, *options: str) -> tuple[subprocess.Popen, str]:
+    """`genbot run portrait sheet.csv` in the background, once it has queued its batch."""
+    run = subprocess.Popen([PYTHON, "-m", "bot.cli", "run", "portrait", "sheet.csv",
+                            "--config", str(config_file), *options], cwd=home,
+                           env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    assert run.stdout is not None
+    first = run.stdout.readline()  # (blocks until it has queued the batch, or ended)
+    assert first.startswith("batch "), first + run.communicate(timeout=60)[1]
+    return run, first
+
+
+async def signaled(config_file, sig, *options: str) -> tuple[int, str]:
+    """`genbot run` sent `sig` once it has queued its batch: its exit code, its last line."""
+    run, _ = await asyncio.to_thread(started_run, config_file, config_file.parent, *options)
+    run.send_signal(sig)
+    _, err = await asyncio.to_thread(run.communicate, timeout=60)
+    return run.returncode, err.strip().splitlines()[-1]
+
+
+async def batch_statuses(config_file, batch: int) -> set[str]:
+    from storage import config as cfg
+    from storage.queue import open_queue
+    queue = await open_queue(cfg.load(str(config_file)))
+    try:
+        return {j.status for j in await queue.batch_jobs(batch)}
+    finally:
+        await queue.close()
+
+
+@pytest.mark.slow
+async def test_a_signal_cancels_the_runs_batch_or_with_keep_queued_says_how_to(tmp_path):
+    home = tmp_path
+    config_file = comfy_home(home, free_port())
+
+    assert await signaled(config_file, signal.SIGINT) == (
+        130, "genbot: stopped by SIGINT; batch 1 canceled.")
+    assert await batch_statuses(config_file, 1) == {"canceled"}
+
+    command = f"genbot queue cancel --batch 2 --config {config_file}"
+    assert await signaled(config_file, signal.SIGTERM, "--keep-queued", "--lang", "zh") == (
+        143, f"genbot：收到 SIGTERM 而停止；批次 2 仍在队列中（--keep-queued）。取消它：{command}")
+    assert await batch_statuses(config_file, 2) == {"queued"}
+    said = genbot(*command.split()[1:], cwd=home)  # the command it gave, as given
+    assert said.returncode == 0, said.stderr
+    assert await batch_statuses(config_file, 2) == {"canceled"}
+
+    assert await signaled(config_file, signal.SIGTERM) == (
+        143, "genbot: stopped by SIGTERM; batch 3 canceled.")
+    assert await batch_statuses(config_file, 3) == {"canceled"}
+
+
+@pytest.mark.slow
+async def test_run_timeout_bounds_the_wait_says_why_and_cancels_its_batch(tmp_path):
+    """The queue is paused: no executor may start the jobs, and --timeout ends the wait."""
+    home = tmp_path
+    config_file = comfy_home(home, free_port())
+    assert genbot("queue", "pause", "--config", str(config_file), cwd=home).returncode == 0
+    done = genbot("run", "portrait", "sheet.csv", "--config", str(config_file), "--timeout",
+                  "1.5", cwd=home)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "genbot: batch 1 waited 1.5 s for an executor (--timeout): the queue is paused "
+        "(genbot queue resume goes on); batch 1 canceled.")
+    done = genbot("run", "portrait", "sheet.csv", "--config", str(config_file), "--timeout",
+                  "1", "--keep-queued", cwd=home)
+    assert done.returncode == 1
+    assert "batch 2 stays queued (--keep-queued)" in done.stderr
+    assert await batch_statuses(config_file, 1) == {"canceled"}
+    assert await batch_statuses(config_file, 2) == {"queued"}
+    bad = genbot("run", "portrait", "sheet.csv", "--timeout", "soon", cwd=home)
+    assert bad.returncode == 2 and "'soon' is not a number of seconds above 0" in bad.stderr

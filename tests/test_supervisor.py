@@ -15,21 +15,7 @@ from storage.queue import Status, Submission, open_queue
 from storage.workers import Workers
 from tests.conftest import PYTHON, executor_config, free_port, python_env
 from tests.fakes.jobs import example_jobs, with_generate
-from tests.fakes.service import get_json
-
-
-def write_config(path, data_dir, port: int, lease: float = 3.0) -> None:
-    path.write_text(f"""
-[service]
-data_dir = "{data_dir}"
-port = {port}
-[queue]
-lease_seconds = {lease}
-heartbeat_seconds = 0.5
-poll_interval = 0.2
-[executor]
-progress_interval = 0.0
-""")
+from tests.fakes.service import get_json, write_config
 
 
 @pytest.mark.slow

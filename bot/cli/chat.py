@@ -27,7 +27,7 @@ import uuid
 from typing import TYPE_CHECKING, TextIO
 
 from bot.app.permissions import Who
-from bot.cli.shared import load_config
+from bot.cli.shared import GENBOT_ENGINE, add_executor_option, live_executors, load_config
 from bot.messages import say
 from bot.supervisor import Supervisor
 from storage.config import Config, ServiceConfig
@@ -45,8 +45,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
                                       "printed")
     chat.add_argument("--as", dest="as_user", metavar="USER",
                       help="act as terminal:USER with that user's role (default: you, as admin)")
-    chat.add_argument("--no-executor", action="store_true",
-                      help="a running `genbot serve` or `genbot worker` runs the jobs")
+    whose = chat.add_mutually_exclusive_group()
+    whose.add_argument("--no-executor", action="store_true",
+                       help="a running `genbot serve` or `genbot worker` runs the jobs")
+    add_executor_option(whose)
     chat.set_defaults(func=cmd_chat)
 
 
@@ -54,11 +56,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from storage.logs import setup_logging
     config = load_config(args)
     setup_logging("warning", config[ServiceConfig].log_format)
-    return asyncio.run(chat(config, args.as_user, executor=not args.no_executor))
+    return asyncio.run(chat(config, args.as_user, executor=not args.no_executor,
+                            own_executor=args.own_executor))
 
 
 async def chat(config: Config, user: str | None = None, *, executor: bool = True,
-               stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+               own_executor: bool = False, stdin: TextIO | None = None,
+               stdout: TextIO | None = None) -> int:
+    """`executor`: start one for the session, unless (without `own_executor`) one already
+    runs on this database — then its jobs go to that one, as the banner's next line says."""
     from bot.app.application import App, load_templates
     from bot.chat.hub import ChatCore
     from bot.chat.platform import Incoming
@@ -79,7 +85,12 @@ async def chat(config: Config, user: str | None = None, *, executor: bool = True
     supervisor = None
     log_file = config.data_dir / "logs" / "chat-executor.log"
     logs = contextlib.ExitStack()  # the executor's log file, closed as the session ends
-    if executor:
+    serving = [] if own_executor or not executor else \
+        (await live_executors(queue)).get(GENBOT_ENGINE, [])
+    if serving:
+        print(say("executor_served", lang, executors=", ".join(serving)), file=stdout,
+              flush=True)
+    elif executor:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         supervisor = Supervisor(config, stderr=logs.enter_context(log_file.open("ab")))
         supervisor.start()

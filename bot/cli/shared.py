@@ -9,13 +9,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import getpass
+import os
+import socket
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from bot import i18n
 from bot.app.permissions import Who
 from storage import config as cfg
-from storage.queue import Priority, open_queue
+from storage.queue import Priority, Queue, open_queue
+from storage.records import WorkerInfo
+from storage.workers import Workers
 
 if TYPE_CHECKING:
     from bot.app.application import App
@@ -75,3 +79,42 @@ def add_sweep_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", action="append", default=[], metavar="NAME@N",
                         help="A/B: run each row through this template version too, with the "
                              "same seeds (again for more)")
+
+
+GENBOT_ENGINE = ""  # live_executors' key for genbot's own engine (a ComfyUI one's: its server)
+
+
+async def live_executors(queue: Queue) -> dict[str, list[str]]:
+    """Who already runs jobs from this queue's database, by what they serve — a ComfyUI
+    server's address, or GENBOT_ENGINE for genbot's own engine — and their names: the
+    registry the dashboard's Executors page reads (alive until a lease of silence).
+    `genbot run` and `genbot chat` start an executor only where none serves yet: a second
+    copy of the models beside a running service's on one GPU runs it out of memory."""
+    serving: dict[str, list[str]] = {}
+    for worker in await Workers.of(queue).all():
+        if worker.live and not _gone(worker):
+            device = worker.device.rstrip("/")
+            serving.setdefault(device if device.startswith(("http://", "https://"))
+                               else GENBOT_ENGINE, []).append(worker.id)
+    return serving
+
+
+def _gone(worker: WorkerInfo) -> bool:
+    """An executor of this host whose process is no more (killed before it could say so;
+    the registry would call it alive until its lease runs out)."""
+    if worker.host != socket.gethostname():
+        return False
+    try:
+        os.kill(worker.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process: there
+        return False
+    return False
+
+
+def add_executor_option(parser: argparse._ActionsContainer) -> None:
+    """--own-executor: start this command's executor even beside a running one."""
+    parser.add_argument("--own-executor", action="store_true",
+                        help="start an executor for this command even when one already runs "
+                             "on this database (default: hand the jobs to that one)")

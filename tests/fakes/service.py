@@ -11,6 +11,22 @@ import urllib.request
 from tests.conftest import PYTHON, ROOT, python_env
 
 
+def write_config(path, data_dir, port: int, lease: float = 3.0, **tables: str) -> None:
+    """A config file for `genbot serve` (and the commands beside it) on `data_dir`, quick
+    to notice things; `tables`: more TOML, by table name."""
+    path.write_text(f"""
+[service]
+data_dir = "{data_dir}"
+port = {port}
+[queue]
+lease_seconds = {lease}
+heartbeat_seconds = 0.5
+poll_interval = 0.2
+[executor]
+progress_interval = 0.0
+""" + "".join(f"[{name}]\n{body}\n" for name, body in tables.items()))
+
+
 async def start_serve(config_file, log, *options: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         PYTHON, "-m", "bot.cli", "serve", "--config", str(config_file), *options, cwd=ROOT,
