@@ -59,12 +59,12 @@ async def audit(app: App) -> list[tuple]:
 
 async def test_submit_queues_a_batch_or_reports_and_a_key_returns_the_first(app):
     done = await app.submit(ALICE, "social_thumb", sheet(3), pictures,
-                            SubmitOptions(key="k1", priority=Priority.HIGH, lang="zh",
+                            SubmitOptions(key="k1", priority=Priority.LOW, lang="zh",
                                           context={"reply": "here"}))
     assert isinstance(done, Accepted) and (done.batch_id, done.jobs, done.created) == (1, 3, True)
     batch = await app.batch(1)
     assert (batch.submitter, batch.platform, batch.conversation, batch.priority) == \
-        ("test:ALICE", "test", "C1", Priority.HIGH)
+        ("test:ALICE", "test", "C1", Priority.LOW)
     assert batch.meta == {"lang": "zh", "sheet": "sheet.csv", "context": {"reply": "here"},
                           "version": 0}  # (this app recorded no versions)
     again = await app.submit(ALICE, "social_thumb", sheet(3), pictures, SubmitOptions(key="k1"))

@@ -269,7 +269,8 @@ async def test_dry_run_reports_and_queues_nothing(world):
 
 
 async def test_at_schedules_in_the_readers_time_zone_and_priority_is_kept(tmp_path, demo_models):
-    async with World(config(tmp_path, demo_models, timezone="Asia/Shanghai")) as w:
+    async with World(config(tmp_path, demo_models, timezone="Asia/Shanghai",
+                            submitter_max_priority="urgent")) as w:
         accepted, _ = await upload(
             w, text="/gen social_thumb sheet.csv --at 21:30 --priority urgent")
         zone = ZoneInfo("Asia/Shanghai")
@@ -398,6 +399,17 @@ async def test_priority_is_a_privilege_offered_refused_and_granted(world):
     (viewer,) = await world.send("/help", user="V")
     assert "Your priorities" not in viewer.text  # viewers submit nothing
     assert [a[3] for a in await audit(world) if a[3]] == ["refused_priority"] * 3
+
+
+async def test_a_retry_keeps_its_batchs_priority_only_as_far_as_its_owner_may_use_it(world):
+    await world.send("/grant U1 submitter --priority urgent", user="BOSS")
+    await upload(world, 1, user="U1", text="/gen social_thumb sheet.csv --priority urgent")
+    q = world.queue
+    await q.fail(await q.claim("exec"), "node gen: out of memory", retry=False)
+    await world.send("/grant U1 submitter", user="BOSS")  # the raise taken back
+    retried, *_ = await world.send("/retry 1", user="U1")
+    assert retried.text == "Batch 1: its 1 failed jobs go again as batch 2."
+    assert (await q.batch(2)).priority.label == "normal"
 
 
 async def test_conversations_outside_the_allow_list_are_refused_but_help_works(tmp_path,
