@@ -189,6 +189,15 @@ async def test_a_schedule_keeps_its_sheet_and_pictures_and_fires_through_intake(
     assert await app.fire(row, made.next.timestamp()) == batch  # one firing, one batch
     await app.unschedule(BOSS, row.id)
     assert (await raised(app.unschedule(BOSS, row.id), NotFound)).code == "no_schedule"
+    # A platform's own admin (DingTalk's isAdmin) keeps that standing when it fires.
+    chief = Who("dingtalk", "chief", "G1", platform_admin=True)
+    urgent = await app.schedule(chief, "0 9 * * *", "UTC", "social_thumb", sheet(1), pictures,
+                                priority=Priority.URGENT)
+    assert isinstance(urgent, Scheduled)
+    (row,) = await app.schedules.all()
+    batch = await app.fire(row, urgent.next.timestamp())
+    assert batch is not None and (await app.batch(batch)).priority == Priority.URGENT
+    await app.unschedule(BOSS, row.id)
     # A scheduled sweep: checked when made, expanded at each firing.
     assert (await raised(app.schedule(BOSS, "0 9 * * *", "UTC", "social_thumb", sheet(2),
                                       pictures, vary=("width=1",)), Invalid)).code == "too_small"

@@ -553,7 +553,8 @@ class App:
             template=template if "@" in template else chosen.name,  # a pin stays a pin
             submitter=who.id, platform=who.platform, conversation=who.conversation,
             priority=int(priority), meta={"lang": lang, "sheet": sheet.name, **(
-                {"sweep": {"vary": list(vary), "seeds": seeds}} if sweep else {})})
+                {"sweep": {"vary": list(vary), "seeds": seeds}} if sweep else {}), **(
+                {"platform_admin": True} if who.platform_admin else {})})
         return Scheduled(schedule_id, cron, timezone, chosen.name, sheet.name,
                          values.next_fire(cron, timezone, self.clock()))
 
@@ -610,9 +611,11 @@ class App:
         return done.batch_id
 
     async def _owner_may(self, schedule: Schedule) -> bool:
-        """Whether the schedule's maker may still use its priority."""
+        """Whether the schedule's maker may still use its priority. A platform's own admin
+        (DingTalk's isAdmin) is known so only while they write: the schedule remembers it."""
         platform, _, user = schedule.submitter.partition(":")
-        owner = Who(platform, user, schedule.conversation)
+        owner = Who(platform, user, schedule.conversation,
+                    platform_admin=schedule.meta.get("platform_admin") is True)
         try:
             await self.permissions.priority(owner, await self.permissions.role(owner),
                                             schedule.priority, Action.SCHEDULE)
