@@ -24,7 +24,13 @@ from bot.app.grids import write_grids
 from bot.app.permissions import Who
 from bot.app.placement import Unplaced, unplaced
 from bot.app.results import write_results
-from bot.cli.shared import PRIORITIES, add_lang_option, add_sweep_options, load_config
+from bot.cli.shared import (
+    PRIORITIES,
+    PRIORITY_HELP,
+    add_lang_option,
+    add_sweep_options,
+    load_config,
+)
 from bot.messages import say
 from bot.settings import IntakeConfig
 from bot.supervisor import Supervisor
@@ -47,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     run.add_argument("template")
     run.add_argument("sheet")
     run.add_argument("--out", metavar="DIR", help="also copy the images and contact sheet here")
-    run.add_argument("--priority", choices=PRIORITIES, default="normal")
+    run.add_argument("--priority", choices=PRIORITIES, default="normal", help=PRIORITY_HELP)
     add_lang_option(run)
     add_sweep_options(run)
     run.set_defaults(func=cmd_run)
