@@ -194,6 +194,12 @@ class AsyncClient:
                                headers={"Idempotency-Key": key} if key else {})
         return Batch.of(body, self)
 
+    async def me(self) -> dict[str, Any]:
+        """Who the token acts as: its role, what it may do, and `priorities`, those it
+        may submit with (the most urgent first; a more urgent one is refused)."""
+        found: dict[str, Any] = await self.call("GET", "/me")
+        return found
+
     # --- reading and acting -------------------------------------------------------------
     async def batch(self, batch_id: int) -> Batch:
         return Batch.of(await self.call("GET", f"/batches/{batch_id}"), self)
@@ -331,6 +337,9 @@ class Client:
 
     def submit(self, template: str, sheet: str | Path, **options: Any) -> Batch:
         return self._run(self._async.submit(template, sheet, **options))
+
+    def me(self) -> dict[str, Any]:
+        return self._run(self._async.me())
 
     def batch(self, batch_id: int) -> Batch:
         return self._run(self._async.batch(batch_id))

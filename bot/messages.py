@@ -173,6 +173,11 @@ CATALOG: dict[str, str] = catalog(
                        "would pass your limit of {limit:,}."),
     N_("limit_rate", "you have submitted {count} times in the last minute (limit {limit}); try "
                      "again shortly."),
+    # Priority is a privilege (bot.app.permissions: [chat] *_max_priority, /grant --priority).
+    N_("refused_priority", "you may use priority {most} or lower, not {asked}; an admin can "
+                           "raise yours: /grant {person} {person_role} --priority {asked}"),
+    N_("granted_priority", "{user} is now {role}, and may use priority {priority}."),
+    N_("help_priorities", "Your priorities: {priorities}."),
     # Delivery: what the bot posts about a batch.
     N_("accepted", "Batch {batch} accepted: {jobs:,} {template} jobs. {ahead:,} jobs ahead; "
                    "{eta}."),
@@ -538,7 +543,8 @@ CATALOG: dict[str, str] = catalog(
     N_("help_templates", "the templates you can use"),
     N_("help_template", "a template's columns, with an example sheet; admins: import NAME makes "
                         "one from a ComfyUI workflow or PNG you sent"),
-    N_("help_grant", "give a user a role (admins)"),
+    N_("help_grant", "give a user a role, and with --priority a more urgent priority than the "
+                     "role's (admins)"),
     N_("help_revoke", "take a user's granted role away (admins)"),
     N_("help_schedule", 'run a sheet on a cron, e.g. "0 9 * * 1-5" (admins)'),
     N_("help_schedules", "the recurring batches"),

@@ -17,6 +17,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from storage.config import Config, ConfigError, key, section, table
+from storage.records import Priority
+
+# The most urgent priority a role may use: normal at least, so a plain submission goes.
+PRIORITY_CEILINGS = tuple(p.label for p in Priority if p <= Priority.NORMAL)
 
 
 @section("intake", order=80)
@@ -92,6 +96,13 @@ class ChatConfig:
                                     min=1, max=10_000_000)
     submitter_per_minute: int = key(5, "Submissions one submitter may make in a minute.",
                                     min=1, max=10_000)
+    submitter_max_priority: str = key(
+        "normal", "The most urgent priority a submitter may ask for (/gen --priority, the API, "
+        "schedules, the dashboard). Levels do not take turns: one urgent sheet goes before "
+        "every normal one. /grant USER ROLE --priority P raises it for one person; viewers "
+        "cannot submit at all.", choices=PRIORITY_CEILINGS)
+    admin_max_priority: str = key("urgent", "The most urgent priority an admin may ask for.",
+                                  choices=PRIORITY_CEILINGS)
     confirm_over: int = key(100, "A sweep (/gen --vary, --seeds) of more jobs than this is "
                             "queued only when asked again with --yes, after the bot says how "
                             "many jobs, models and minutes it is.", min=1, max=10_000_000)

@@ -13,17 +13,18 @@ from collections.abc import Callable
 from typing import Any
 
 from storage.db import Database
-from storage.records import AuditEntry, Grant
+from storage.records import AuditEntry, Grant, Priority
 
 SET_GRANT = """
-INSERT INTO grants (platform, user_id, role, granted_by, granted_at)
-VALUES (:platform, :user, :role, :by, :now)
+INSERT INTO grants (platform, user_id, role, granted_by, granted_at, max_priority)
+VALUES (:platform, :user, :role, :by, :now, :priority)
 ON CONFLICT (platform, user_id) DO UPDATE
-SET role = excluded.role, granted_by = excluded.granted_by, granted_at = excluded.granted_at"""
-GRANT_OF = "SELECT role FROM grants WHERE platform = :platform AND user_id = :user"
+SET role = excluded.role, granted_by = excluded.granted_by, granted_at = excluded.granted_at,
+    max_priority = excluded.max_priority"""
+COLUMNS = "platform, user_id, role, granted_by, granted_at, max_priority"
+GRANT_OF = f"SELECT {COLUMNS} FROM grants WHERE platform = :platform AND user_id = :user"
 REVOKE = "DELETE FROM grants WHERE platform = :platform AND user_id = :user"
-GRANTS = ("SELECT platform, user_id, role, granted_by, granted_at FROM grants "
-          "ORDER BY platform, user_id")
+GRANTS = f"SELECT {COLUMNS} FROM grants ORDER BY platform, user_id"
 
 AUDIT = """
 INSERT INTO audit (at, platform, user_id, conversation, action, allowed, detail)
@@ -43,20 +44,23 @@ class Access:
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time):
         self.db, self.clock = db, clock
 
-    async def grant(self, platform: str, user: str, role: str, by: str) -> None:
-        await self.db.execute(SET_GRANT, {"platform": platform, "user": user, "role": role,
-                                          "by": by, "now": self.clock()})
+    async def grant(self, platform: str, user: str, role: str, by: str,
+                    max_priority: Priority | None = None) -> None:
+        """`max_priority`: the most urgent priority they may use, when above the role's."""
+        await self.db.execute(SET_GRANT, {
+            "platform": platform, "user": user, "role": role, "by": by, "now": self.clock(),
+            "priority": None if max_priority is None else int(max_priority)})
 
-    async def granted_role(self, platform: str, user: str) -> str | None:
-        return await self.db.fetchval(GRANT_OF, {"platform": platform, "user": user})
+    async def granted(self, platform: str, user: str) -> Grant | None:
+        row = await self.db.fetchrow(GRANT_OF, {"platform": platform, "user": user})
+        return None if row is None else Grant.from_row(row)
 
     async def revoke(self, platform: str, user: str) -> bool:
         """False: the user had no granted role."""
         return await self.db.execute(REVOKE, {"platform": platform, "user": user}) > 0
 
     async def grants(self) -> list[Grant]:
-        return [Grant(r["platform"], r["user_id"], r["role"], r["granted_by"], r["granted_at"])
-                for r in await self.db.fetch(GRANTS)]
+        return [Grant.from_row(r) for r in await self.db.fetch(GRANTS)]
 
     async def audit(self, *, platform: str, user: str, conversation: str | None, action: str,
                     allowed: bool, **detail: Any) -> None:

@@ -325,6 +325,13 @@ class Grant:
     role: str
     granted_by: str
     granted_at: float
+    max_priority: Priority | None = None  # raised above the role's; None: the role's
+
+    @classmethod
+    def from_row(cls, row: Any) -> Grant:
+        raised = row["max_priority"]
+        return cls(row["platform"], row["user_id"], row["role"], row["granted_by"],
+                   row["granted_at"], None if raised is None else Priority(raised))
 
 
 @dataclass(frozen=True)

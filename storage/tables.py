@@ -134,6 +134,8 @@ class Grant(Model):
     role = fields.CharField(max_length=16)
     granted_by = fields.CharField(max_length=200)
     granted_at = fields.FloatField()
+    max_priority = fields.SmallIntField(
+        null=True, description="the most urgent priority granted (null: that of the role)")
 
     class Meta:
         table = "grants"

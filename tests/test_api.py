@@ -251,6 +251,47 @@ async def test_the_same_permission_rules_as_chat(api):
     assert ("bob", "cancel", False) in audit and ("ops", "cancel", True) in audit
 
 
+async def test_priority_is_a_privilege_through_the_api_the_client_and_genbot_submit(
+        api, tmp_path):
+    """GET /me says what each caller may use; a more urgent one is refused, saying which
+    they may use and how an admin raises it — to a script and to `genbot submit` alike."""
+    import asyncio
+
+    from bot.client import AsyncClient, GenbotError
+    from tests.conftest import PYTHON, python_env
+    sheet = tmp_path / "work" / "s.csv"
+    sheet.parent.mkdir()
+    sheet.write_text("image,title\nbottle.png,A\n")
+    (sheet.parent / "bottle.png").write_bytes(BOTTLE)
+    status, me = await api.call("GET", "/me", ALICE)
+    assert status == 200 and (me["user"], me["role"], me["priorities"], me["max_priority"]) \
+        == ("api:alice", "submitter", ["normal", "low"], "normal")
+    status, boss = await api.call("GET", "/me", ADMIN)
+    assert boss["priorities"] == ["urgent", "high", "normal", "low"] and "pause" in boss["may"]
+    status, viewer = await api.call("GET", "/me", VIEWER)
+    assert (viewer["priorities"], viewer["max_priority"]) == ([], None)
+    status, body = await api.submit(1, priority="urgent")
+    assert (status, body["error"]["code"]) == (403, "refused_priority")
+    assert body["error"]["message"] == ("you may use priority normal or lower, not urgent; an "
+                                        "admin can raise yours: /grant api:alice submitter "
+                                        "--priority urgent")
+    status, urgent = await api.submit(1, token=ADMIN, priority="urgent")
+    assert (status, urgent["priority"]) == (201, "urgent")
+    async with AsyncClient(api.url, ALICE) as client:
+        assert (await client.me())["priorities"] == ["normal", "low"]
+        with pytest.raises(GenbotError) as refused:
+            await client.submit("social_thumb", sheet, priority="high")
+        assert (refused.value.status, refused.value.code) == (403, "refused_priority")
+    proc = await asyncio.create_subprocess_exec(
+        PYTHON, "-m", "bot.cli", "submit", "social_thumb", str(sheet), "--priority",
+        "high", "--server", api.url, cwd=ROOT, env=python_env() | {"GENBOT_TOKEN": ALICE},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    assert proc.returncode == 1 and "Traceback" not in err.decode()
+    assert "you may use priority normal or lower, not high" in err.decode()
+    assert await api.queue.batch(2) is None  # only the admin's urgent batch was queued
+
+
 async def test_events_stream_and_resume_from_a_sequence_number(api):
     async with api.http.ws_connect(f"/api/v1/events?after=0&token={ALICE}") as ws:
         await api.submit(1)
@@ -341,7 +382,7 @@ ROUTES = [  # method, path, who passes, the answer once past the check
     ("GET", "/templates/social_thumb", V, 200), ("GET", "/batches", V, 200),
     ("GET", "/batches/1", V, 200), ("GET", "/batches/1/files/results.xlsx", V, 404),
     ("GET", "/jobs", V, 200), ("GET", "/jobs/1", V, 200), ("GET", "/jobs/1/outputs/0", V, 404),
-    ("GET", "/schedules", V, 200), ("GET", "/vocabulary", NO, 200),
+    ("GET", "/schedules", V, 200), ("GET", "/vocabulary", NO, 200), ("GET", "/me", V, 200),
     ("POST", "/batches", S, 415), ("POST", "/batches/1/retry", OWNER, 409),
     ("POST", "/jobs/2/cancel", OWNER, 200), ("POST", "/batches/1/cancel", OWNER, 200),
     ("POST", "/queue/pause", A, 200), ("POST", "/queue/resume", A, 200),

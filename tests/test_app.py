@@ -59,12 +59,12 @@ async def audit(app: App) -> list[tuple]:
 
 async def test_submit_queues_a_batch_or_reports_and_a_key_returns_the_first(app):
     done = await app.submit(ALICE, "social_thumb", sheet(3), pictures,
-                            SubmitOptions(key="k1", priority=Priority.HIGH, lang="zh",
+                            SubmitOptions(key="k1", priority=Priority.LOW, lang="zh",
                                           context={"reply": "here"}))
     assert isinstance(done, Accepted) and (done.batch_id, done.jobs, done.created) == (1, 3, True)
     batch = await app.batch(1)
     assert (batch.submitter, batch.platform, batch.conversation, batch.priority) == \
-        ("test:ALICE", "test", "C1", Priority.HIGH)
+        ("test:ALICE", "test", "C1", Priority.LOW)
     assert batch.meta == {"lang": "zh", "sheet": "sheet.csv", "context": {"reply": "here"},
                           "version": 0}  # (this app recorded no versions)
     again = await app.submit(ALICE, "social_thumb", sheet(3), pictures, SubmitOptions(key="k1"))
@@ -189,6 +189,15 @@ async def test_a_schedule_keeps_its_sheet_and_pictures_and_fires_through_intake(
     assert await app.fire(row, made.next.timestamp()) == batch  # one firing, one batch
     await app.unschedule(BOSS, row.id)
     assert (await raised(app.unschedule(BOSS, row.id), NotFound)).code == "no_schedule"
+    # A platform's own admin (DingTalk's isAdmin) keeps that standing when it fires.
+    chief = Who("dingtalk", "chief", "G1", platform_admin=True)
+    urgent = await app.schedule(chief, "0 9 * * *", "UTC", "social_thumb", sheet(1), pictures,
+                                priority=Priority.URGENT)
+    assert isinstance(urgent, Scheduled)
+    (row,) = await app.schedules.all()
+    batch = await app.fire(row, urgent.next.timestamp())
+    assert batch is not None and (await app.batch(batch)).priority == Priority.URGENT
+    await app.unschedule(BOSS, row.id)
     # A scheduled sweep: checked when made, expanded at each firing.
     assert (await raised(app.schedule(BOSS, "0 9 * * *", "UTC", "social_thumb", sheet(2),
                                       pictures, vary=("width=1",)), Invalid)).code == "too_small"

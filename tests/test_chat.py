@@ -342,7 +342,8 @@ async def test_dry_run_reports_and_queues_nothing(world):
 
 
 async def test_at_schedules_in_the_readers_time_zone_and_priority_is_kept(tmp_path, demo_models):
-    async with World(config(tmp_path, demo_models, timezone="Asia/Shanghai")) as w:
+    async with World(config(tmp_path, demo_models, timezone="Asia/Shanghai",
+                            submitter_max_priority="urgent")) as w:
         accepted, _ = await upload(
             w, text="/gen social_thumb sheet.csv --at 21:30 --priority urgent")
         zone = ZoneInfo("Asia/Shanghai")
@@ -445,6 +446,43 @@ async def test_grant_and_revoke(world):
     assert admin.text == "test:BOSS is an admin in the config; /revoke cannot change that."
     (bad,) = await world.send("/grant U3 owner", user="BOSS")
     assert bad.text.startswith('"owner" is not a role')
+
+
+async def test_priority_is_a_privilege_offered_refused_and_granted(world):
+    """Levels do not take turns: a submitter may not jump everyone with urgent."""
+    (help_,) = await world.send("/help", user="U1")
+    assert help_.text.splitlines()[-1] == "Your priorities: normal, low."
+    urgent = "/gen social_thumb sheet.csv --priority urgent"
+    (refused,) = await upload(world, user="U1", text=urgent)
+    assert refused.text == ("you may use priority normal or lower, not urgent; an admin can "
+                            "raise yours: /grant test:U1 submitter --priority urgent")
+    (zh,) = await world.send("/生成 social_thumb sheet.csv --priority high", user="U1", lang="zh")
+    assert zh.text.startswith("你可用的优先级最高为 normal，不能用 high；管理员可为你提高")
+    (granted,) = await world.send("/grant U1 submitter --priority high", user="BOSS")
+    assert granted.text == "test:U1 is now submitter, and may use priority high."
+    (usage,) = await world.send("/help gen", user="U1")
+    assert usage.text.endswith("Your priorities: high, normal, low.")
+    accepted, *_ = await world.send("/gen social_thumb sheet.csv --priority high", user="U1")
+    assert accepted.text.startswith("Batch 1 accepted")
+    (still,) = await world.send(urgent, user="U1")
+    assert still.text.startswith("you may use priority high or lower, not urgent")
+    boss, *_ = await upload(world, user="BOSS", text=urgent)
+    assert boss.text.startswith("Batch 2 accepted")
+    assert [(await world.queue.batch(b)).priority.label for b in (1, 2)] == ["high", "urgent"]
+    (viewer,) = await world.send("/help", user="V")
+    assert "Your priorities" not in viewer.text  # viewers submit nothing
+    assert [a[3] for a in await audit(world) if a[3]] == ["refused_priority"] * 3
+
+
+async def test_a_retry_keeps_its_batchs_priority_only_as_far_as_its_owner_may_use_it(world):
+    await world.send("/grant U1 submitter --priority urgent", user="BOSS")
+    await upload(world, 1, user="U1", text="/gen social_thumb sheet.csv --priority urgent")
+    q = world.queue
+    await q.fail(await q.claim("exec"), "node gen: out of memory", retry=False)
+    await world.send("/grant U1 submitter", user="BOSS")  # the raise taken back
+    retried, *_ = await world.send("/retry 1", user="U1")
+    assert retried.text == "Batch 1: its 1 failed jobs go again as batch 2."
+    assert (await q.batch(2)).priority.label == "normal"
 
 
 async def test_conversations_outside_the_allow_list_are_refused_but_help_works(tmp_path,

@@ -205,12 +205,15 @@ async def test_submit_a_sheet_through_the_form_and_watch_it_finish(tmp_path, dem
                                                      "buffer": sheet}])
         await page.set_input_files("#pictures", files=[{"name": "bottle.png",
                                                         "mimeType": "image/png", "buffer": BOTTLE}])
-        await page.select_option("#priority", "high")
+        # Only the priorities a submitter may use are offered ([chat] submitter_max_priority).
+        assert await page.eval_on_selector_all("#priority option", "os => os.map(o => o.value)") \
+            == ["normal", "low"]
+        await page.select_option("#priority", "low")
         await page.click("#send")
         await page.wait_for_function("() => location.hash === '#/batches/1'")
         await page.wait_for_selector('#thumbs figure[data-job="3"] [data-status="queued"]')
         assert await page.get_attribute("#batch-progress", "value") == "0"
-        assert (await w.queue.batch(1)).priority == 1  # high
+        assert (await w.queue.batch(1)).priority == 3  # low
 
         seen: set[str] = set()
         w.start_executor()

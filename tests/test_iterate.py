@@ -10,12 +10,12 @@ from PIL import Image
 
 from bot.app.application import Accepted, App, SubmitOptions, load_templates
 from bot.app.iterate import DEDUPE_SECONDS, ActionRequest
-from bot.app.permissions import Who
+from bot.app.permissions import Role, Who
 from bot.errors import Conflict, Invalid, NotFound, Refused
 from bot.intake.check import SheetFile
 from storage.files import open_store
 from storage.queue import open_queue
-from storage.records import KEPT, REJECTED, Status
+from storage.records import KEPT, REJECTED, Priority, Status
 from templates.jobs import decode
 from tests.fakes.apps import ALICE, BOB, BOSS, PRODUCTS, VIC, app_on, pictures
 from tests.fakes.jobs import finish_all
@@ -107,6 +107,20 @@ async def test_a_double_click_makes_one_batch_and_two_people_make_two(app):
     assert later.created and later.batch_id not in (one.batch_id, boss.batch_id)
     keyed = await app.act(ALICE, first.id, ask("again", key="k-1"))
     assert (await app.act(ALICE, first.id, ask("again", key="k-1"))).batch_id == keyed.batch_id
+
+
+async def test_an_image_action_keeps_its_batchs_priority_only_as_far_as_the_actor_may(app):
+    """An urgent image made again once its owner's raise was taken back: normal."""
+    await app.grant(BOSS, ALICE, Role.SUBMITTER, Priority.URGENT)
+    done = await app.submit(ALICE, "product_main", PRODUCTS, pictures,
+                            SubmitOptions(wait_for_executor=True, priority=Priority.URGENT))
+    assert isinstance(done, Accepted)
+    first, _ = await finish_all(app, done.batch_id)
+    await app.grant(BOSS, ALICE, Role.SUBMITTER)
+    mine = await app.act(ALICE, first.id, ask("again"))
+    boss = await app.act(BOSS, first.id, ask("again"))
+    assert [(await app.batch(b)).priority for b in (mine.batch_id, boss.batch_id)] == \
+        [Priority.NORMAL, Priority.URGENT]
 
 
 async def test_ratings_are_stored_with_who_and_when_and_can_be_taken_back(app):

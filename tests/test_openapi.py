@@ -150,7 +150,7 @@ def tour(world) -> set[tuple[str, str, int]]:
     call(None, "GET", f"{v}/vocabulary", 200)  # (the sign-in page's words)
     for template in ("/queue", "/workers", "/templates", "/templates/{name}", "/batches",
                      "/batches/{id}", "/jobs", "/jobs/{id}", "/jobs/{id}/outputs/{index}",
-                     "/batches/{id}/files/{name}", "/schedules", "/vocabulary"):
+                     "/batches/{id}/files/{name}", "/schedules", "/vocabulary", "/me"):
         call(VIEWER, "GET", v + template, 200)
     call(VIEWER, "GET", f"{v}/batches/{{id}}/files/{{name}}", 200,
          path=f"{v}/batches/1/files/results.xlsx")

@@ -168,6 +168,15 @@ def test_run_refuses_a_sheet_naming_a_picture_it_lacks_not_running_genbots_own(h
     assert not (home / "data" / "genbot.sqlite3").exists()
 
 
+def test_run_refuses_a_priority_above_what_the_config_lets_its_user_use(home):
+    """The person at the shell is a local admin, whose highest priority the config sets."""
+    (home / "config.toml").write_text('[chat]\nadmin_max_priority = "high"\n')
+    done = genbot("run", "social_thumb", str(ROOT / "examples" / "social_thumb.xlsx"),
+                  "--priority", "urgent", cwd=home)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("genbot: you may use priority high or lower, not urgent; ")
+
+
 def test_models_lists_the_registry_with_what_each_model_is(home):
     (home / "config.toml").write_text('[models]\nmine = "./missing.safetensors"\n')
     done = genbot("models", cwd=home)

@@ -69,6 +69,35 @@ async def test_a_schedule_fires_on_time_once_survives_a_restart_and_is_removed(t
         assert none.text == "No recurring batches."
 
 
+async def test_a_schedule_runs_with_its_makers_priority_checked_when_made_and_fired(
+        tmp_path, demo_models):
+    clock = FakeClock(START)
+    cfg = executor_config(tmp_path / "data", demo_models, chat={
+        "admins": ["test:BOSS"], "timezone": "UTC", "admin_max_priority": "high"})
+    async with World(cfg, clock=clock) as w:
+        p = w.platform
+        files = (p.upload("daily.csv", b"image,title\nbottle.png,Daily\n"),
+                 p.upload("bottle.png", BOTTLE))
+        line = '/schedule "0 9 * * *" social_thumb daily.csv --priority urgent'
+        (refused,) = await w.send(line, user="BOSS", files=files)
+        assert refused.text == ("you may use priority high or lower, not urgent; an admin can "
+                                "raise yours: /grant test:BOSS admin --priority urgent")
+        await w.send("/grant U2 admin --priority urgent", user="BOSS")
+        (made,) = await w.send(line, user="U2", files=files)
+        assert made.text.startswith("Schedule 1: social_thumb")
+        await w.send("/grant U2 admin", user="BOSS")  # the raise taken back
+        s = scheduler(w, clock)
+        clock.advance(3600 + 30)
+        assert await s.tick() == []  # its maker may no longer use urgent
+        (audited,) = [a for a in await w.core.access.audit_log() if not a.allowed
+                      and a.user == "U2"]
+        assert (audited.action, audited.detail["refusal"]) == ("schedule", "refused_priority")
+        await w.send("/grant U2 admin --priority urgent", user="BOSS")
+        clock.advance(24 * 3600)
+        (batch,) = await s.tick()
+        assert (await w.queue.batch(batch)).priority.label == "urgent"
+
+
 async def test_missed_firings_are_queued_once_not_once_each(tmp_path, demo_models):
     clock = FakeClock(START)
     async with World(config(tmp_path, demo_models), clock=clock) as w:

@@ -35,7 +35,7 @@ from bot.app.permissions import Action, Permissions, Role, Who
 from bot.app.placement import NoExecutor, Unplaced, unplaced
 from bot.app.refine import Comparison, Proposal, compare_ratings, propose
 from bot.conventions import subject_of, thread_of
-from bot.errors import Conflict, Invalid, NotFound
+from bot.errors import Conflict, Invalid, NotFound, Refused
 from bot.intake.check import IntakeReport, SheetFile, SheetSource, check_sheet
 from bot.intake.images import Attachments
 from bot.outbound import check_callback
@@ -316,6 +316,7 @@ class App:
         `attachments` (or assets, or allowed links). The intake report, and nothing
         queued, when no row can go (or on a dry run)."""
         role = await self.permissions.require(who, Action.GEN)
+        await self.permissions.priority(who, role, options.priority)
         if options.callback_url:  # a private address is refused before the sheet is read
             await check_callback(options.callback_url, dns=self.dns,
                                  allowlist=self.config[WebhookConfig].callback_allowlist)
@@ -429,7 +430,7 @@ class App:
             batch.template, batch.submitter,
             [NewJob(j.row, j.workflow, j.affinity) for j in failed],
             platform=batch.platform, conversation=batch.conversation, thread=thread_of(batch),
-            priority=batch.priority,
+            priority=await self.permissions.capped(who, role, batch.priority),
             idempotency_key=f"retry:{batch_id}:{len(failed)}:{max(j.id for j in failed)}",
             meta={**meta, "retry_of": batch_id, "retried_by": who.id}))
 
@@ -542,7 +543,8 @@ class App:
         """Run `sheet` on a crontab line in `timezone`. The sheet and the pictures its rows
         name are copied now (chat uploads expire); each firing reads them again, so seeds
         left empty are new each time. The report, and nothing kept, when a row is bad."""
-        await self.permissions.require(who, Action.SCHEDULE)
+        role = await self.permissions.require(who, Action.SCHEDULE)
+        await self.permissions.priority(who, role, priority, Action.SCHEDULE)
         values.cron_trigger(cron, timezone)
         chosen = await self.resolve(template)  # (NAME@N: each firing runs that version)
         sweep = self.sweep(chosen, SubmitOptions(vary=vary, seeds=seeds))  # each firing's
@@ -563,7 +565,8 @@ class App:
             template=template if "@" in template else chosen.name,  # a pin stays a pin
             submitter=who.id, platform=who.platform, conversation=who.conversation,
             priority=int(priority), meta={"lang": lang, "sheet": sheet.name, **(
-                {"sweep": {"vary": list(vary), "seeds": seeds}} if sweep else {})})
+                {"sweep": {"vary": list(vary), "seeds": seeds}} if sweep else {}), **(
+                {"platform_admin": True} if who.platform_admin else {})})
         return Scheduled(schedule_id, cron, timezone, chosen.name, sheet.name,
                          values.next_fire(cron, timezone, self.clock()))
 
@@ -576,7 +579,10 @@ class App:
     async def fire(self, schedule: Schedule, at: float) -> int | None:
         """Queue one firing of `schedule` (due at `at`) in the conversation that made it:
         its stored sheet through intake again, the valid rows. The maker's role was
-        checked when it was made. None: nothing to queue (the reason is logged)."""
+        checked when it was made; their priority is checked again (a maker whose privilege
+        dropped is refused, audited). None: nothing to queue (the reason is logged)."""
+        if not await self._owner_may(schedule):
+            return None
         try:
             template = await self.resolve(schedule.template)
         except (NotFound, Invalid) as e:
@@ -616,13 +622,36 @@ class App:
         log.info("schedule %s fired: batch %s", schedule.id, done.batch_id)
         return done.batch_id
 
+    async def _owner_may(self, schedule: Schedule) -> bool:
+        """Whether the schedule's maker may still use its priority. A platform's own admin
+        (DingTalk's isAdmin) is known so only while they write: the schedule remembers it."""
+        platform, _, user = schedule.submitter.partition(":")
+        owner = Who(platform, user, schedule.conversation,
+                    platform_admin=schedule.meta.get("platform_admin") is True)
+        try:
+            await self.permissions.priority(owner, await self.permissions.role(owner),
+                                            schedule.priority, Action.SCHEDULE)
+        except Refused as e:
+            log.warning("schedule %s: %s", schedule.id, e.render())
+            return False
+        return True
+
     # --- people ---------------------------------------------------------------------------
-    async def grant(self, who: Who, target: Who, role: Role) -> None:
+    async def grant(self, who: Who, target: Who, role: Role,
+                    max_priority: Priority | None = None) -> None:
         """Give `target` a role, on top of the config's (which a grant cannot lower for a
-        config admin)."""
+        config admin), and with `max_priority` a more urgent priority than the role's."""
         await self.permissions.require(who, Action.GRANT)
-        await self.permissions.allowed(who, Action.GRANT, target=target.id, role=role.value)
-        await self.access.grant(target.platform, target.user, role.value, by=who.id)
+        await self.permissions.allowed(who, Action.GRANT, target=target.id, role=role.value,
+                                       priority=max_priority.label if max_priority else None)
+        await self.access.grant(target.platform, target.user, role.value, by=who.id,
+                                max_priority=max_priority)
+
+    async def priorities(self, who: Who) -> tuple[Role, list[Priority]]:
+        """The person's role and the priorities they may use, the most urgent first
+        (what the fronts offer: chat's help, the API's /me, the dashboard's Submit)."""
+        role = await self.permissions.role(who)
+        return role, await self.permissions.priorities(who, role)
 
     async def revoke(self, who: Who, target: Who) -> Role:
         """Take a granted role away; the role `target` has now."""

@@ -146,7 +146,8 @@ async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
         [NewJob(parent.row, encode(c), c.affinity, parent=parent.id, action=action)
          for c in children],
         platform=batch.platform, conversation=batch.conversation, thread=thread_of(batch),
-        priority=batch.priority, idempotency_key=key, meta=meta))
+        priority=await app.permissions.capped(who, role, batch.priority),
+        idempotency_key=key, meta=meta))
     if done.created:
         await app.permissions.allowed(who, action, job=parent.id, batch=done.batch_id,
                                       count=count)

@@ -3,7 +3,9 @@
 A person's role: admin if the config lists them (a grant cannot demote them), else a
 role given by /grant, else the config's submitters/viewers lists, else default_role.
 Admins do everything; submitters submit, and cancel or retry their own batches;
-viewers read; "none" may only ask for help. Every refusal and every admin action is
+viewers read; "none" may only ask for help. Priority is a privilege too: a submitter may
+ask for [chat] submitter_max_priority and below, an admin for admin_max_priority and
+below, and a grant may raise one person's. Every refusal and every admin action is
 written to the audit log (who, what, when, where), under the action's name.
 """
 
@@ -19,6 +21,7 @@ from bot.errors import Refused
 from bot.settings import ChatConfig
 from storage.access import Access
 from storage.queue import Queue
+from storage.records import Priority
 from templates.actions import ACTIONS
 
 
@@ -116,9 +119,9 @@ class Permissions:
         s = self.settings
         if who.id in s.admins or who.platform_admin:
             return Role.ADMIN
-        granted = await self.access.granted_role(who.platform, who.user)
+        granted = await self.access.granted(who.platform, who.user)
         if granted:
-            return Role(granted)
+            return Role(granted.role)
         if who.id in s.submitters:
             return Role.SUBMITTER
         if who.id in s.viewers:
@@ -169,6 +172,40 @@ class Permissions:
         if recent >= s.submitter_per_minute:
             await self.refuse(who, Action.GEN, "limit_rate", count=recent,
                               limit=s.submitter_per_minute)
+
+    async def max_priority(self, who: Who, role: Role) -> Priority | None:
+        """The most urgent priority `who` may use: their role's ([chat] submitter_max_priority,
+        admin_max_priority), or a grant's when that is more urgent. None: they may not
+        submit at all (viewers)."""
+        if role.rank < needs(Action.GEN).rank:
+            return None
+        s = self.settings
+        most = Priority[(s.admin_max_priority if role is Role.ADMIN
+                         else s.submitter_max_priority).upper()]
+        granted = await self.access.granted(who.platform, who.user)
+        if granted and granted.max_priority is not None:
+            return min(most, granted.max_priority)  # (the more urgent, the smaller)
+        return most
+
+    async def priorities(self, who: Who, role: Role) -> list[Priority]:
+        """The priorities `who` may use, the most urgent first (what fronts offer)."""
+        most = await self.max_priority(who, role)
+        return [] if most is None else [p for p in Priority if p >= most]
+
+    async def priority(self, who: Who, role: Role, asked: Priority,
+                       action: str = Action.GEN) -> None:
+        """Refused (audited) when `asked` is more urgent than `who` may use: levels do not
+        take turns, so an urgent sheet holds up everyone's normal ones."""
+        most = await self.max_priority(who, role)
+        if most is None or asked < most:
+            await self.refuse(who, action, "refused_priority", asked=asked.label,
+                              most=most.label if most is not None else "-", person=who.id,
+                              person_role=role.value)
+
+    async def capped(self, who: Who, role: Role, inherited: Priority) -> Priority:
+        """A priority taken over from a batch (a retry, an Again) as `who` may use it."""
+        most = await self.max_priority(who, role)
+        return inherited if most is None else max(inherited, most)
 
     async def allowed(self, who: Who, action: str, **detail: Any) -> None:
         """Write an admin action to the audit log."""

@@ -650,12 +650,17 @@ async def import_template(turn: Turn, name: str, file: str | None, replace: bool
              file=upload.name, columns="\n".join(f"  {line}" for line in done.columns))
 
 
-@command("grant", "USER admin|submitter|viewer", aliases=("授权",),
-         args=(Arg("user"), Arg("role", read=role_name)))
+@command("grant", "USER admin|submitter|viewer [--priority urgent|high|normal|low]",
+         aliases=("授权",), args=(Arg("user"), Arg("role", read=role_name)),
+         options={"--priority": Option(_priority, None)})
 async def grant(turn: Turn, cmd: Command) -> None:
-    target = user_target(cmd.args["user"], turn.who.platform)
-    await turn.app.grant(turn.who, target, cmd.args["role"])
-    turn.say("granted", user=target.id, role=cmd.args["role"].value)
+    target, raised = user_target(cmd.args["user"], turn.who.platform), cmd.options["priority"]
+    await turn.app.grant(turn.who, target, cmd.args["role"], raised)
+    if raised is None:
+        turn.say("granted", user=target.id, role=cmd.args["role"].value)
+    else:
+        turn.say("granted_priority", user=target.id, role=cmd.args["role"].value,
+                 priority=raised.label)
 
 
 @command("revoke", "USER", aliases=("撤销",), args=(Arg("user"),))
@@ -712,4 +717,11 @@ async def unschedule(turn: Turn, cmd: Command) -> None:
 @command("help", "[COMMAND]", aliases=("帮助", "?"),
          args=(Arg("command", optional=True, read=command_name),))
 async def help_(turn: Turn, cmd: Command) -> None:
-    turn.reply(COMMANDS.help(cmd.args["command"], turn.lang))
+    """With the priorities this person may use where a command takes --priority."""
+    text = COMMANDS.help(cmd.args["command"], turn.lang)
+    if cmd.args["command"] in (None, "gen", "schedule"):
+        _, mine = await turn.app.priorities(turn.who)
+        if mine:
+            text += "\n" + say("help_priorities", turn.lang,
+                               priorities=", ".join(p.label for p in mine))
+    turn.reply(text)

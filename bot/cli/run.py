@@ -33,6 +33,7 @@ from bot.app.results import write_results
 from bot.cli.shared import (
     GENBOT_ENGINE,
     PRIORITIES,
+    PRIORITY_HELP,
     add_executor_option,
     add_lang_option,
     add_sweep_options,
@@ -61,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     run.add_argument("template")
     run.add_argument("sheet")
     run.add_argument("--out", metavar="DIR", help="also copy the images and contact sheet here")
-    run.add_argument("--priority", choices=PRIORITIES, default="normal")
+    run.add_argument("--priority", choices=PRIORITIES, default="normal", help=PRIORITY_HELP)
     add_lang_option(run)
     add_sweep_options(run)
     add_executor_option(run)

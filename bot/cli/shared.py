@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from bot.app.application import App
 
 PRIORITIES = [p.name.lower() for p in Priority]
+PRIORITY_HELP = ("as far as your role lets you ([chat] submitter_max_priority, "
+                 "admin_max_priority; /grant --priority raises one person's); default: normal")
 
 
 def load_config(args: argparse.Namespace) -> cfg.Config:

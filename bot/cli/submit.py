@@ -24,7 +24,7 @@ from bot.cli.client import (
     token_for,
     unreachable,
 )
-from bot.cli.shared import PRIORITIES, add_sweep_options
+from bot.cli.shared import PRIORITIES, PRIORITY_HELP, add_sweep_options
 from storage.records import TERMINAL, Status
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     submit.add_argument("template")
     submit.add_argument("sheet")
     add_server_options(submit)
-    submit.add_argument("--priority", choices=PRIORITIES, default="normal")
+    submit.add_argument("--priority", choices=PRIORITIES, default="normal", help=PRIORITY_HELP)
     submit.add_argument("--wait", action="store_true",
                         help="follow the batch with a progress bar; exit 1 if a job fails")
     submit.add_argument("--idempotency-key", metavar="KEY",

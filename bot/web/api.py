@@ -27,6 +27,7 @@ from bot.web.events import EventRoutes
 from bot.web.http import PREFIX, ApiError
 from bot.web.iterate import IterateRoutes
 from bot.web.jobs import JobRoutes
+from bot.web.me import MeRoutes
 from bot.web.openapi import OpenApi
 from bot.web.queue import QueueRoutes
 from bot.web.routes import Resource, serve
@@ -110,7 +111,8 @@ class Api:
             self.queue, WorkerRoutes(app, self.callers), TemplateRoutes(app, self.callers),
             BatchRoutes(app, self.callers), JobRoutes(app, self.callers),
             IterateRoutes(app, self.callers), self.events, ScheduleRoutes(app, self.callers),
-            WebhookRoutes(self.hooks, self.callers), VocabularyRoutes()]
+            WebhookRoutes(self.hooks, self.callers), VocabularyRoutes(),
+            MeRoutes(app, self.callers)]
 
     def routes(self, app: web.Application) -> None:
         """Each resource's routes as declared, and the document generated from them."""

@@ -14,11 +14,12 @@ from collections import deque
 from pathlib import Path
 
 from aiohttp import web
-from msgspec import Struct
+from msgspec import Struct, structs
 
-from bot.app.permissions import Who, allowed_actions
+from bot.app.permissions import Who
 from bot.web.api import Api
 from bot.web.http import ApiError, respond
+from bot.web.me import Caller, caller
 from bot.web.sessions import foreign
 
 WEB = Path(__file__).parent / "static"
@@ -36,12 +37,10 @@ SIGN_IN_TRIES = 10  # wrong tokens per address per minute before wrong ones are 
 SLOW_DOWN = 1.0  # seconds a wrong token waits for its answer past that
 
 
-class Me(Struct):
-    """Who is signed in: their role, what they may do, the CSRF token the page sends."""
-    user: str
-    role: str
+class Me(Caller):
+    """Who is signed in (their role, what they may do, their priorities), and the CSRF
+    token the page sends."""
     csrf: str
-    may: list[str]
 
 
 class SignedOut(Struct):
@@ -131,6 +130,5 @@ class Dashboard:
         return response
 
     async def _describe(self, user: str, csrf: str) -> Me:
-        who = Who("api", user, "api")
-        role = await self.api.app.role(who)
-        return Me(who.id, role.value, csrf, allowed_actions(role))
+        found = await caller(self.api.app, Who("api", user, "api"))
+        return Me(**structs.asdict(found), csrf=csrf)

@@ -18,7 +18,8 @@ REF = "#/components/schemas/{name}"
 ERRORS = {
     400: "bad request: a query, header or body that cannot be read",
     401: "no valid token",
-    403: "not allowed: a role, an owner, a limit, or a session cookie without its CSRF token",
+    403: "not allowed: a role, an owner, a limit, a priority above the caller's (GET /me), "
+         "or a session cookie without its CSRF token",
     404: "not found",
     409: "conflict: the queue is full, nothing is left to retry, or an image is not "
          "finished or not there to act on",

@@ -15,7 +15,7 @@ const DELIVERY_PAGE = 50; // webhook deliveries fetched per page
 // start and again when the language changes: this file keeps no catalog of its own.
 let lang = localStorage.getItem("genbot.lang");  // null: the server's pick (Accept-Language)
 let vocabulary = null;         // GET /vocabulary?lang=…
-let me = null;                 // {user, role, csrf, may} once signed in
+let me = null;                 // {user, role, csrf, may, priorities} once signed in
 let seq = 0;                   // the last event seen, to resume the stream from
 let socket = null;
 let view = null;               // the view on screen: {refresh()}
@@ -542,8 +542,10 @@ async function submitForm(main) {
   choice.addEventListener("change", showParams);
   const sheet = h("input", {type: "file", name: "sheet", id: "sheet", required: true, accept: ".xlsx,.xlsm,.xls,.ods,.csv"});
   const pictures = h("input", {type: "file", name: "pictures", id: "pictures", multiple: true, accept: "image/*"});
+  // Only the priorities this person may use (GET /me): the API refuses the others anyway.
   const priority = h("select", {name: "priority", id: "priority"},
-    ...vocabulary.priorities.map((p) => h("option", {value: p.name, selected: p.name === "normal", text: p.label})));
+    ...vocabulary.priorities.filter((p) => me.priorities.includes(p.name)).map((p) =>
+      h("option", {value: p.name, selected: p.name === "normal", text: p.label})));
   const notBefore = h("input", {type: "text", name: "not_before", id: "not_before", autocomplete: "off"});
   const skip = h("input", {type: "checkbox", name: "skip_invalid", id: "skip_invalid"});
   const send = h("button", {type: "submit", id: "send", text: t("send")});
