@@ -8,7 +8,7 @@ storage.queue's, whose `Queue` reads through this base. The SQL is storage.queri
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from storage import queries as q
@@ -56,6 +56,10 @@ class BatchProgress:
     @property
     def done(self) -> int:
         return sum(self.counts.get(s, 0) for s in TERMINAL)
+
+    @property
+    def succeeded(self) -> int:
+        return self.counts.get(Status.SUCCEEDED, 0)
 
     @property
     def failed(self) -> int:
@@ -189,6 +193,28 @@ class QueueReads:
     async def running(self) -> list[RunningJob]:
         """Running jobs with their batch's template, oldest first."""
         return [RunningJob.from_row(r) for r in await self.db.fetch(q.RUNNING_JOBS)]
+
+    async def now_and_next(self) -> list[RunningJob]:
+        """The jobs executors hold, each marked working (on the device or server now) or
+        not (next): an executor starts a group of jobs together but works through it one
+        job at a time, and claims the group after it ahead. A running job that has shown
+        a step works; where none of an executor's group has yet, its first does. Working
+        jobs first, oldest first; then what is next, in the order it will run."""
+        rows = await self.db.fetch(q.NOW_AND_NEXT)
+        started = sorted((r for r in rows if r["status"] == Status.RUNNING),
+                         key=lambda r: (r["started_at"] or 0, r["id"]))
+        stepping = {r["lease_owner"] for r in started if r["stepped"]}
+        first: set[str | None] = set()
+        working = set()
+        for r in started:
+            owner = r["lease_owner"]
+            if r["stepped"] or (owner not in stepping and owner not in first):
+                working.add(r["id"])
+            first.add(owner)
+        jobs = [replace(RunningJob.from_row(r), working=r["id"] in working)
+                for r in started + sorted((r for r in rows if r["status"] != Status.RUNNING),
+                                          key=lambda r: (r["priority"], r["id"]))]
+        return sorted(jobs, key=lambda j: not j.working)
 
     async def counts(self) -> dict[str, dict[str, int]]:
         """{status: {priority: n}} over all jobs."""
