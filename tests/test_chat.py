@@ -168,19 +168,23 @@ async def test_gen_finds_the_file_named_or_the_latest_sheet_else_lists_what_it_h
 
 async def test_a_big_sweep_says_what_it_costs_and_waits_for_a_yes(tmp_path, demo_models):
     async with World(config(tmp_path, demo_models, confirm_over=5)) as w:
+        from storage.queue import NewJob, Submission
+        await w.queue.enqueue(Submission("t", "test:U9", [NewJob(2, {})]))
+        await w.queue.complete(await w.queue.claim("x"), [])  # a recent pace to go by
         await upload(w)
         command = "/gen social_thumb sheet.csv --vary width=256,512 --vary 比例=1:1,4:5"
         (ask,) = await w.send(command)  # 2 rows × 4: past 5
         assert ask.text.startswith("This sweep makes 8 jobs (2 rows × 4 each) on no model "
-                                   "(image operations only), about")
+                                   "(image operations only); at the recent pace, done in "
+                                   "about 1 min. To queue them")  # not "about done in about"
         assert ask.text.endswith(f"with --yes:\n{command} --yes")
         (button,) = ask.buttons
         assert (button.label, button.command) == ("Queue 8 jobs", f"{command} --yes")
         assert await w.queue.batches_of("test:U1") == []  # nothing queued yet
         accepted, _ = await w.send(button.command)  # the button, or the line typed
-        assert accepted.text.startswith("Batch 1 accepted: 8 social_thumb jobs")
+        assert accepted.text.startswith("Batch 2 accepted: 8 social_thumb jobs")
         small, _ = await w.send("/gen social_thumb sheet.csv --vary width=256,512")
-        assert small.text.startswith("Batch 2 accepted: 4 social_thumb jobs")  # no question
+        assert small.text.startswith("Batch 3 accepted: 4 social_thumb jobs")  # no question
         (bad,) = await w.send("/gen social_thumb sheet.csv --vary widht=256")
         assert bad.text.startswith('--vary "widht": this template has no such value')
         (no_seed,) = await w.send("/gen social_thumb sheet.csv --seeds 3")
