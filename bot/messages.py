@@ -196,6 +196,9 @@ CATALOG: dict[str, str] = catalog(
     N_("eta_no_executor", "waits for an executor"),
     N_("queue_counts_next", "{queued:,} queued, {next:,} next, {running:,} running"),
     N_("queue_next", "next on {holder}: jobs {jobs}"),
+    N_("dash_eta_paused", "Starts when the queue is resumed"),
+    N_("dash_eta_no_executor", "Waits for an executor"),
+    N_("dash_up_next", "Up next (held by an executor, not started on yet)"),
     N_("chat_banner", "genbot chat as {who} ({role}). /help lists the commands; attach a file by "
                       "its path: /gen social_thumb examples/social_thumb.xlsx. Ctrl-D ends."),
     N_("contact_row", "row {row}"),
