@@ -465,10 +465,11 @@ async def test_canceled_is_its_own_count_and_the_summary_says_what_is_attached(w
     await upload(world, 2, user="U1", text="/gen social_thumb sheet.csv")
     await world.send("/cancel 1", user="U1")
     (status,) = await world.send("/status 1", user="U1")
-    assert "2/2 done, 0 failed, 2 canceled" in status.text
-    summary = next(p for p in world.platform.posts if p.text.startswith("Batch 1 finished"))
-    assert "finished in 0 s: 0 of 2 images, 0 failed, 2 canceled. Results sheet attached." \
-        in summary.text and summary.file == "results.xlsx"  # no contact sheet: no images
+    assert f"{'▒' * 20} 2/2 done, 0 failed, 2 canceled" in status.text  # a canceled bar
+    summary = next(p for p in world.platform.posts if p.text.startswith("Batch 1 canceled"))
+    assert summary.text.startswith("Batch 1 canceled: all 2 jobs were canceled before they "
+                                   "made an image. Results sheet attached.") \
+        and summary.file == "results.xlsx"  # no contact sheet: no images
 
 
 async def test_who_writes_a_chinese_command_is_answered_in_chinese(world):
