@@ -199,6 +199,7 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_eta_paused", "Starts when the queue is resumed"),
     N_("dash_eta_no_executor", "Waits for an executor"),
     N_("dash_up_next", "Up next (held by an executor, not started on yet)"),
+    N_("dash_next", "next"),
     N_("chat_banner", "genbot chat as {who} ({role}). /help lists the commands; attach a file by "
                       "its path: /gen social_thumb examples/social_thumb.xlsx. Ctrl-D ends."),
     N_("contact_row", "row {row}"),

@@ -30,6 +30,7 @@ from storage.records import (
     RunningJob,
     Status,
 )
+from storage.states import NEXT
 
 Rating = Literal["kept", "rejected", "unrated"]  # a job list's rating filter
 RATING_FILTERS: dict[str, int] = {"kept": KEPT, "rejected": REJECTED, "unrated": 0}
@@ -216,13 +217,22 @@ class QueueReads:
                                           key=lambda r: (r["priority"], r["id"]))]
         return sorted(jobs, key=lambda j: not j.working)
 
-    async def counts(self) -> dict[str, dict[str, int]]:
-        """{status: {priority: n}} over all jobs."""
+    async def counts(self, *, next_apart: bool = False) -> dict[str, dict[str, int]]:
+        """{status: {priority: n}} over all jobs. `next_apart`: the jobs executors hold
+        but are not on yet counted under NEXT, not as queued or running (what a person
+        reads as running is what runs now)."""
         out: dict[str, dict[str, int]] = {s.value: {} for s in Status}
         for row in await self.db.fetch(q.COUNTS):
             if row["n"]:
                 out[row["status"]][Priority(row["priority"]).label] = int(row["n"])
-        return out
+        if next_apart:
+            out[NEXT] = {}
+            for job in await self.now_and_next():
+                if not job.working:
+                    label, stored = job.priority.label, out[job.status.value]
+                    stored[label] = stored.get(label, 0) - 1
+                    out[NEXT][label] = out[NEXT].get(label, 0) + 1
+        return {status: {p: n for p, n in by.items() if n} for status, by in out.items()}
 
     async def queued_by_affinity(self) -> dict[str, int]:
         """Queued jobs by the model they need."""

@@ -791,6 +791,9 @@ async def test_the_api_and_metrics_say_what_is_held_next_and_canceled(api):
     assert queue["held"] is None
     assert [(j["id"], j["state"], j["executor"]) for j in queue["jobs"]] == [
         (1, "running", "gpu1:7"), (2, "next", "gpu1:7"), (3, "next", "gpu1:7")]
+    counts = queue["counts"]
+    assert (counts["queued"], counts["next"], counts["running"]) == ({}, {"normal": 2},
+                                                                      {"normal": 1})
     gauge = await jobs_gauge()
     assert (gauge["queued"], gauge["next"], gauge["running"]) == (0, 2, 1)
 

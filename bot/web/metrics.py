@@ -155,13 +155,7 @@ class Metrics:
         self.database_up.set(1)
 
     async def refresh(self) -> None:
-        counts = await self.queue.counts()
-        counts[NEXT] = {}
-        for job in await self.queue.now_and_next():  # held, not worked on yet: next
-            if not job.working:
-                name = job.priority.name.lower()
-                counts[job.status.value][name] = counts[job.status.value].get(name, 0) - 1
-                counts[NEXT][name] = counts[NEXT].get(name, 0) + 1
+        counts = await self.queue.counts(next_apart=True)
         for status in [s.value for s in Status] + [NEXT]:  # every pair, zeros included:
             for priority in Priority:                      # a series never just vanishes
                 name = priority.name.lower()

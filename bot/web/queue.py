@@ -59,7 +59,9 @@ class Queue(Struct):
     queued: int
     running: int
     counts: Annotated[dict[str, dict[str, int]],
-                      Meta(description="jobs by status, then by priority")]
+                      Meta(description="jobs by status, then by priority; next: jobs an "
+                                       "executor holds but is not on yet, counted there and "
+                                       "not as queued or running")]
     eta_seconds: float | None  # until the last queued job is done; null before any ran
     held: Annotated[Held | None, Meta(description=(
         "what keeps queued jobs from starting, where something does: paused, or "
@@ -169,7 +171,7 @@ class QueueRoutes:
         active = await self.queue.active_counts()
         return Queue(
             paused=state.paused, changed_by=state.changed_by, queued=active.queued,
-            running=active.running, counts=await self.queue.counts(),
+            running=active.running, counts=await self.queue.counts(next_apart=True),
             eta_seconds=await self.queue.eta(active.queued - 1) if active.queued else 0,
             held=await held_by(self.queue) if active.queued else None,
             jobs=[RunningJob.of(j) for j in await self.queue.now_and_next()],

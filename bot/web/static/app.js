@@ -270,7 +270,9 @@ async function overview(main) {
         h("p", {class: "muted", id: "eta", text: q.data.queued ? estimate(q.data.held, q.data.eta_seconds, t("eta_unknown")) : ""})),
       h("section", {class: "card counts"},
         ...states().map((s) => h("a", {class: "count", href: `#/jobs?status=${s}`, "data-count": s},
-          h("b", {text: String(totals[s])}), badge(s)))),
+          h("b", {text: String(totals[s])}), badge(s))),
+        next.length ? h("span", {class: "count", "data-count": "next"},  // (held, not started on)
+          h("b", {text: String(next.length)}), h("span", {class: "badge", text: t("next")})) : null),
       h("section", {class: "card"},
         h("h2", {text: t("now_running")}),
         running.length ? h("ul", {class: "now-running"}, ...running.map((j) => h("li", {"data-job": j.id},
