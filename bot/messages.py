@@ -200,6 +200,8 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_eta_no_executor", "Waits for an executor"),
     N_("dash_up_next", "Up next (held by an executor, not started on yet)"),
     N_("dash_next", "next"),
+    N_("dash_canceled_of", "Canceled: {canceled} of {total} jobs canceled, {succeeded} made "
+                           "images, {failed} failed"),
     N_("chat_banner", "genbot chat as {who} ({role}). /help lists the commands; attach a file by "
                       "its path: /gen social_thumb examples/social_thumb.xlsx. Ctrl-D ends."),
     N_("contact_row", "row {row}"),

@@ -265,6 +265,8 @@ async def test_a_batch_says_its_images_are_noise_and_what_it_waits_for(tmp_path,
         segments = await page.eval_on_selector_all(
             "#batch-progress .segment", "ss => ss.map(s => [s.dataset.state, s.style.width])")
         assert segments == [["canceled", "100%"]]
+        assert (await page.text_content("#batch-done")).strip() == \
+            "Canceled: 1 of 1 jobs canceled, 0 made images, 0 failed"
         await page.wait_for_selector('a:has-text("Results (.xlsx)")')
         assert await page.locator('a:has-text("Contact sheet")').count() == 0
 

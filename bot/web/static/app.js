@@ -506,7 +506,9 @@ async function batchPage(main, id, params) {
       b.demo_models.length ? h("p", {class: "note", id: "demo-note", text: t("demo_note", {models: b.demo_models.join(", ")})}) : null,
       ...b.unplaced.map((u) => h("p", {class: "note unplaced", text: t("unplaced_note", {what: u.what, why: u.why.join("; ")})})),
       h("p", {}, outcomeBar(b.counts, b.total, {id: "batch-progress"}),
-        h("span", {id: "batch-done", text: ` ${t("done_of", b)}`}),
+        h("span", {id: "batch-done", text: ` ${b.done >= b.total && b.counts.canceled  // (not "2 of 2 done")
+          ? t("canceled_of", {canceled: b.counts.canceled, total: b.total, succeeded: b.counts.succeeded || 0, failed: b.counts.failed || 0})
+          : t("done_of", b)}`}),
         ...states().filter((s) => b.counts[s]).map((s) => h("span", {class: "pair"}, badge(s), ` ${b.counts[s]}`)),
         active && (b.held || b.eta_seconds) ? h("span", {class: "muted", id: "batch-eta", text: ` · ${estimate(b.held, b.eta_seconds, "")}`}) : null),
       b.meta.parent_job ? h("p", {class: "muted", id: "made-from"},
