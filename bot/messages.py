@@ -195,6 +195,24 @@ CATALOG: dict[str, str] = catalog(
     N_("webhook_summary", "Batch {batch} ({template}) ended in {took}: {succeeded:,} of "
                           "{total:,} images, {failed:,} failed, {canceled:,} canceled."),
     N_("summary_version", " Made with {template}@{version}."),
+    # What really happened (issue 42, item 4): a canceled batch says so; estimates say
+    # what they wait for; jobs claimed ahead are next, not running.
+    N_("summary_canceled", "Batch {batch} canceled after {took}: {canceled:,} of {total:,} jobs "
+                           "canceled, {succeeded:,} made images, {failed:,} failed. {attached}"),
+    N_("summary_all_canceled", "Batch {batch} canceled: all {total:,} jobs were canceled before "
+                               "they made an image. {attached}"),
+    N_("progress_canceled", "Batch {batch} {bar} canceled: {canceled:,} of {total:,} jobs "
+                            "canceled, {succeeded:,} made images, {failed:,} failed"),
+    N_("eta_paused", "starts when the queue is resumed"),
+    N_("eta_no_executor", "waits for an executor"),
+    N_("queue_counts_next", "{queued:,} queued, {next:,} next, {running:,} running"),
+    N_("queue_next", "next on {holder}: jobs {jobs}"),
+    N_("dash_eta_paused", "Starts when the queue is resumed"),
+    N_("dash_eta_no_executor", "Waits for an executor"),
+    N_("dash_up_next", "Up next (held by an executor, not started on yet)"),
+    N_("dash_next", "next"),
+    N_("dash_canceled_of", "Canceled: {canceled} of {total} jobs canceled, {succeeded} made "
+                           "images, {failed} failed"),
     N_("chat_banner", "genbot chat as {who} ({role}). /help lists the commands; attach a file by "
                       "its path: /gen social_thumb social_thumb.xlsx (genbot template example "
                       "social_thumb -o social_thumb.xlsx writes one). Ctrl-D ends."),
@@ -416,7 +434,7 @@ CATALOG: dict[str, str] = catalog(
     N_("sweep_too_big", "This sweep makes {jobs:,} jobs; at most {max:,} at a time: sweep fewer "
                         "values."),
     N_("sweep_confirm", "This sweep makes {jobs:,} jobs ({rows:,} rows × {each:,} each) on "
-                        "{models}, about {eta} at the recent pace. To queue them, send the same "
+                        "{models}; at the recent pace, {eta}. To queue them, send the same "
                         "command with --yes:\n{command}"),
     N_("no_version", 'Template "{name}" has no version {number}; its latest is {latest} (genbot '
                      "template history {name})."),
@@ -739,10 +757,18 @@ CATALOG: dict[str, str] = catalog(
 BAR = 20  # characters in a progress bar
 
 
-def bar(done: int, total: int) -> str:
-    """Progress as people read it: ████████░░░░░░░░░░░░"""
-    filled = round(BAR * done / total) if total else BAR
-    return "█" * filled + "░" * (BAR - filled)
+# A bar's segments by outcome, in order: images made, failed, canceled; then what is to come.
+BAR_MADE, BAR_FAILED, BAR_CANCELED, BAR_TO_COME = "█", "▓", "▒", "░"
+
+
+def bar(total: int, made: int = 0, failed: int = 0, canceled: int = 0) -> str:
+    """Progress as people read it, each outcome its own segment — ██████▓▒▒░░░░ — so a
+    batch that was canceled never reads as a full bar of images."""
+    if not total:
+        return BAR_MADE * BAR
+    bounds = [round(BAR * n / total) for n in (made, made + failed, made + failed + canceled)]
+    return (BAR_MADE * bounds[0] + BAR_FAILED * (bounds[1] - bounds[0])
+            + BAR_CANCELED * (bounds[2] - bounds[1]) + BAR_TO_COME * (BAR - bounds[2]))
 
 
 class Localized(str):

@@ -555,9 +555,11 @@ class Loop:
                 continue
             if job.run.id in canceled:
                 job.stop = Stop.CANCELED
-                # The job ends now; the engine stops it at its next step or poll.
+                # The job ends now; the engine stops it at its next step or poll. One
+                # whose group started but that never stepped had not begun at all.
                 await self.queue.fail(job.lease,
-                                      f"canceled at step {job.step} of {job.total}",
+                                      f"canceled at step {job.step} of {job.total}"
+                                      if job.total else "canceled before it started",
                                       retry=False)
                 job.recorded = True
                 log.info("job canceled", extra={"job": job.run.id, "step": job.step})

@@ -648,6 +648,20 @@ SELECT j.id, j.batch_id, j.row, j.submitter, j.started_at, j.lease_owner, b.temp
 FROM jobs j JOIN batches b ON b.id = j.batch_id
 WHERE j.status = {running} ORDER BY j.started_at, j.id"""
 
+# /queue, the dashboard, /metrics: what runs now and what is next. Running jobs say whether
+# they have shown a step since they started (`stepped`: an executor started its group, but
+# works through it one job at a time); jobs claimed ahead are still queued. A few rows (a
+# group or two per executor), found through the partial indexes.
+NOW_AND_NEXT = """
+SELECT j.id, j.batch_id, j.row, j.submitter, j.priority, j.status, j.started_at,
+  j.lease_owner, b.template, CASE WHEN j.progressed_at >= j.started_at THEN 1 ELSE 0 END AS stepped
+FROM jobs j JOIN batches b ON b.id = j.batch_id WHERE j.status = {running}
+UNION ALL
+SELECT j.id, j.batch_id, j.row, j.submitter, j.priority, j.status, j.started_at,
+  j.lease_owner, b.template, 0 AS stepped
+FROM jobs j JOIN batches b ON b.id = j.batch_id
+WHERE j.status = {queued} AND j.lease_expires_at IS NOT NULL"""
+
 BATCH_COUNTS = "SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = :batch GROUP BY status"
 BATCH_MODELS = """
 SELECT DISTINCT affinity FROM jobs WHERE batch_id = :batch AND affinity IS NOT NULL

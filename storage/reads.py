@@ -8,7 +8,7 @@ storage.queue's, whose `Queue` reads through this base. The SQL is storage.queri
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from storage import queries as q
@@ -30,6 +30,7 @@ from storage.records import (
     RunningJob,
     Status,
 )
+from storage.states import NEXT
 
 Rating = Literal["kept", "rejected", "unrated"]  # a job list's rating filter
 RATING_FILTERS: dict[str, int] = {"kept": KEPT, "rejected": REJECTED, "unrated": 0}
@@ -56,6 +57,10 @@ class BatchProgress:
     @property
     def done(self) -> int:
         return sum(self.counts.get(s, 0) for s in TERMINAL)
+
+    @property
+    def succeeded(self) -> int:
+        return self.counts.get(Status.SUCCEEDED, 0)
 
     @property
     def failed(self) -> int:
@@ -190,13 +195,44 @@ class QueueReads:
         """Running jobs with their batch's template, oldest first."""
         return [RunningJob.from_row(r) for r in await self.db.fetch(q.RUNNING_JOBS)]
 
-    async def counts(self) -> dict[str, dict[str, int]]:
-        """{status: {priority: n}} over all jobs."""
+    async def now_and_next(self) -> list[RunningJob]:
+        """The jobs executors hold, each marked working (on the device or server now) or
+        not (next): an executor starts a group of jobs together but works through it one
+        job at a time, and claims the group after it ahead. A running job that has shown
+        a step works; where none of an executor's group has yet, its first does. Working
+        jobs first, oldest first; then what is next, in the order it will run."""
+        rows = await self.db.fetch(q.NOW_AND_NEXT)
+        started = sorted((r for r in rows if r["status"] == Status.RUNNING),
+                         key=lambda r: (r["started_at"] or 0, r["id"]))
+        stepping = {r["lease_owner"] for r in started if r["stepped"]}
+        first: set[str | None] = set()
+        working = set()
+        for r in started:
+            owner = r["lease_owner"]
+            if r["stepped"] or (owner not in stepping and owner not in first):
+                working.add(r["id"])
+            first.add(owner)
+        jobs = [replace(RunningJob.from_row(r), working=r["id"] in working)
+                for r in started + sorted((r for r in rows if r["status"] != Status.RUNNING),
+                                          key=lambda r: (r["priority"], r["id"]))]
+        return sorted(jobs, key=lambda j: not j.working)
+
+    async def counts(self, *, next_apart: bool = False) -> dict[str, dict[str, int]]:
+        """{status: {priority: n}} over all jobs. `next_apart`: the jobs executors hold
+        but are not on yet counted under NEXT, not as queued or running (what a person
+        reads as running is what runs now)."""
         out: dict[str, dict[str, int]] = {s.value: {} for s in Status}
         for row in await self.db.fetch(q.COUNTS):
             if row["n"]:
                 out[row["status"]][Priority(row["priority"]).label] = int(row["n"])
-        return out
+        if next_apart:
+            out[NEXT] = {}
+            for job in await self.now_and_next():
+                if not job.working:
+                    label, stored = job.priority.label, out[job.status.value]
+                    stored[label] = stored.get(label, 0) - 1
+                    out[NEXT][label] = out[NEXT].get(label, 0) + 1
+        return {status: {p: n for p, n in by.items() if n} for status, by in out.items()}
 
     async def queued_by_affinity(self) -> dict[str, int]:
         """Queued jobs by the model they need."""

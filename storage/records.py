@@ -134,12 +134,17 @@ class RunningJob:
     submitter: str
     started_at: float | None
     lease_owner: str | None
+    priority: Priority = Priority.NORMAL
+    status: Status = Status.RUNNING  # as stored: queued where it was claimed ahead
+    working: bool = True  # False: next on its executor (claimed ahead, or its group's later)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> RunningJob:
         return cls(id=row["id"], batch_id=row["batch_id"], row=row["row"],
                    template=row["template"], submitter=row["submitter"],
-                   started_at=row["started_at"], lease_owner=row["lease_owner"])
+                   started_at=row["started_at"], lease_owner=row["lease_owner"],
+                   priority=Priority(row.get("priority", Priority.NORMAL)),
+                   status=Status(row.get("status", Status.RUNNING)))
 
 
 @dataclass(frozen=True)

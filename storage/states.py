@@ -73,6 +73,11 @@ MOVES: dict[tuple[Status, Change], Status] = {
     (Status.RUNNING, Change.CANCEL): Status.RUNNING,  # asked; it ends as CANCEL_WINS says
 }
 
+# How a job an executor holds but is not on yet is shown (never stored): claimed ahead
+# (still queued), or started with its group (running) while the executor works through
+# the group one job at a time. What /queue, the dashboard and /metrics call it.
+NEXT = "next"
+
 # A running job asked to cancel ends here at its next change, whatever that change is.
 CANCEL_WINS = Status.CANCELED
 

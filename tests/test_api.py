@@ -881,3 +881,47 @@ async def test_a_batch_file_is_served_as_its_bytes_say(api):
                             headers={"Authorization": f"Bearer {VIEWER}"}) as r:
         assert r.content_type == "image/png" and "Content-Disposition" not in r.headers
         assert r.headers["X-Content-Type-Options"] == "nosniff"
+
+
+async def test_the_api_and_metrics_say_what_is_held_next_and_canceled(api):
+    """An estimate says what it waits for (no executor, the pause); jobs an executor holds
+    but is not on are next — in /queue and in genbot_jobs — not running; a batch canceled
+    before any image offers no contact sheet (there is none to fetch)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from storage.workers import Workers
+
+    async def jobs_gauge() -> dict[str, float]:
+        async with api.http.get("/metrics") as r:
+            text = await r.text()
+        return {s.labels["status"]: s.value for f in text_string_to_metric_families(text)
+                for s in f.samples if s.name == "genbot_jobs" and s.labels["priority"] == "normal"}
+    await api.submit(3)
+    _, batch = await api.call("GET", "/batches/1")
+    _, queue = await api.call("GET", "/queue")
+    assert (batch["held"], queue["held"]) == ("no_executor", "no_executor")
+    await Workers.of(api.queue).beat("gpu1:7", host="gpu1", pid=7, device="cuda:0",
+                                     version="0.1.0", job=1)
+    await api.call("POST", "/queue/pause", ADMIN)
+    _, queue = await api.call("GET", "/queue")
+    assert queue["held"] == "paused"
+    await api.call("POST", "/queue/resume", ADMIN)
+    first, second = await api.queue.claim_many("gpu1:7", 2)  # one group, on job 1 first
+    await api.queue.claim("gpu1:7", ahead=True)  # job 3, claimed ahead
+    _, queue = await api.call("GET", "/queue")
+    assert queue["held"] is None
+    assert [(j["id"], j["state"], j["executor"]) for j in queue["jobs"]] == [
+        (1, "running", "gpu1:7"), (2, "next", "gpu1:7"), (3, "next", "gpu1:7")]
+    counts = queue["counts"]
+    assert (counts["queued"], counts["next"], counts["running"]) == ({}, {"normal": 2},
+                                                                      {"normal": 1})
+    gauge = await jobs_gauge()
+    assert (gauge["queued"], gauge["next"], gauge["running"]) == (0, 2, 1)
+
+    await api.submit(2)
+    await api.call("POST", "/batches/2/cancel")
+    _, canceled = await api.call("GET", "/batches/2")
+    assert canceled["counts"] == {"canceled": 2} and canceled["held"] is None
+    assert canceled["files"]["contact"] is None  # no image: no sheet, no dead link
+    status, _ = await api.call("GET", canceled["files"]["results"].removeprefix("/api/v1"))
+    assert status == 200

@@ -168,19 +168,23 @@ async def test_gen_finds_the_file_named_or_the_latest_sheet_else_lists_what_it_h
 
 async def test_a_big_sweep_says_what_it_costs_and_waits_for_a_yes(tmp_path, demo_models):
     async with World(config(tmp_path, demo_models, confirm_over=5)) as w:
+        from storage.queue import NewJob, Submission
+        await w.queue.enqueue(Submission("t", "test:U9", [NewJob(2, {})]))
+        await w.queue.complete(await w.queue.claim("x"), [])  # a recent pace to go by
         await upload(w)
         command = "/gen social_thumb sheet.csv --vary width=256,512 --vary 比例=1:1,4:5"
         (ask,) = await w.send(command)  # 2 rows × 4: past 5
         assert ask.text.startswith("This sweep makes 8 jobs (2 rows × 4 each) on no model "
-                                   "(image operations only), about")
+                                   "(image operations only); at the recent pace, done in "
+                                   "about 1 min. To queue them")  # not "about done in about"
         assert ask.text.endswith(f"with --yes:\n{command} --yes")
         (button,) = ask.buttons
         assert (button.label, button.command) == ("Queue 8 jobs", f"{command} --yes")
         assert await w.queue.batches_of("test:U1") == []  # nothing queued yet
         accepted, _ = await w.send(button.command)  # the button, or the line typed
-        assert accepted.text.startswith("Batch 1 accepted: 8 social_thumb jobs")
+        assert accepted.text.startswith("Batch 2 accepted: 8 social_thumb jobs")
         small, _ = await w.send("/gen social_thumb sheet.csv --vary width=256,512")
-        assert small.text.startswith("Batch 2 accepted: 4 social_thumb jobs")  # no question
+        assert small.text.startswith("Batch 3 accepted: 4 social_thumb jobs")  # no question
         (bad,) = await w.send("/gen social_thumb sheet.csv --vary widht=256")
         assert bad.text.startswith('--vary "widht": this template has no such value — did you '
                                    'mean "width"? It has: image, title')
@@ -572,10 +576,11 @@ async def test_canceled_is_its_own_count_and_the_summary_says_what_is_attached(w
     await upload(world, 2, user="U1", text="/gen social_thumb sheet.csv")
     await world.send("/cancel 1", user="U1")
     (status,) = await world.send("/status 1", user="U1")
-    assert "2/2 done, 0 failed, 2 canceled" in status.text
-    summary = next(p for p in world.platform.posts if p.text.startswith("Batch 1 finished"))
-    assert "finished in 0 s: 0 of 2 images, 0 failed, 2 canceled. Results sheet attached." \
-        in summary.text and summary.file == "results.xlsx"  # no contact sheet: no images
+    assert f"{'▒' * 20} 2/2 done, 0 failed, 2 canceled" in status.text  # a canceled bar
+    summary = next(p for p in world.platform.posts if p.text.startswith("Batch 1 canceled"))
+    assert summary.text.startswith("Batch 1 canceled: all 2 jobs were canceled before they "
+                                   "made an image. Results sheet attached.") \
+        and summary.file == "results.xlsx"  # no contact sheet: no images
 
 
 async def test_who_writes_a_chinese_command_is_answered_in_chinese(world):
@@ -585,3 +590,53 @@ async def test_who_writes_a_chinese_command_is_answered_in_chinese(world):
     assert hello.text == "未知命令“你好”；/帮助 列出全部命令"
     (english,) = await world.send("/help", user="U1")
     assert english.text.startswith("Commands")
+
+
+# --- what really happened: estimates, running and next ------------------------------------
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+async def test_estimates_say_what_they_wait_for_and_queue_tells_running_from_next(world, lang):
+    """No time is promised while no executor runs or the queue is paused; /queue names
+    every job running (two executors, two jobs) and shows what an executor started or
+    claimed ahead but is not on yet as next, not running."""
+    from storage.workers import Workers
+    p = world.platform
+
+    async def gen() -> str:
+        files = (p.upload(*sheet(2)), p.upload("bottle.png", BOTTLE))
+        accepted, _progress = await world.send("/gen social_thumb sheet.csv", files=files,
+                                               lang=lang)
+        return accepted.text
+    assert await gen() == {
+        "en": "Batch 1 accepted: 2 social_thumb jobs. 0 jobs ahead; waits for an executor.",
+        "zh": "批次 1 已接收：2 个 social_thumb 任务。前面还有 0 个任务；等待执行器。"}[lang]
+    workers = Workers.of(world.queue)
+    for n, name in enumerate(("gpu1:7", "gpu2:8")):
+        await workers.beat(name, host=name[:4], pid=7 + n, device=f"cuda:{n}",
+                           version="0.1.0", job=None)
+    await world.send("/pause", user="BOSS")
+    assert await gen() == {
+        "en": "Batch 2 accepted: 2 social_thumb jobs. 2 jobs ahead; starts when the queue is "
+              "resumed.",
+        "zh": "批次 2 已接收：2 个 social_thumb 任务。前面还有 2 个任务；队列恢复后开始。"}[lang]
+    await world.send("/resume", user="BOSS")
+    queue = world.queue
+    first, follower = await queue.claim_many("gpu1:7", 2)  # jobs 1 and 2: one group
+    await queue.progress(first, {"node": "gen", "step": 1, "total": 4, "row": first.row})
+    ahead = await queue.claim("gpu1:7", ahead=True)  # job 3, claimed ahead
+    other = await queue.claim("gpu2:8")  # job 4, on the second executor
+    assert (first.job_id, follower.job_id, ahead.job_id, other.job_id) == (1, 2, 3, 4)
+    for n, (name, job) in enumerate((("gpu1:7", 1), ("gpu2:8", 4))):  # busy, as they beat
+        await workers.beat(name, host=name[:4], pid=7 + n, device=f"cuda:{n}",
+                           version="0.1.0", job=job)
+    (listing,) = await world.send("/queue", lang=lang)
+    lines = [line.split(" · 0.0 ")[0] for line in listing.text.splitlines()]
+    assert lines[1:] == {
+        "en": ["0 queued, 2 next, 2 running", "all queued jobs no estimate yet",
+               "job 1: batch 1 · social_thumb · row 2", "job 4: batch 2 · social_thumb · row 3",
+               "next on gpu1:7: jobs 2, 3", "executor gpu1:7 (cuda:0): job 1",
+               "executor gpu2:8 (cuda:1): job 4"],
+        "zh": ["排队 0，即将运行 2，运行中 2", "全部排队任务暂无预计时间",
+               "任务 1：批次 1 · social_thumb · 第 2 行", "任务 4：批次 2 · social_thumb · 第 3 行",
+               "gpu1:7 接下来运行：任务 2, 3", "执行器 gpu1:7（cuda:0）：任务 1",
+               "执行器 gpu2:8（cuda:1）：任务 4"]}[lang]

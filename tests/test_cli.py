@@ -45,11 +45,13 @@ def test_queue_status_pause_resume_cancel(workdir, capsys):
     lines = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:7]}
     assert lines["queued"] == ["2", "0", "3", "0", "5"]  # urgent high normal low total
     assert "average job: unknown" in out
+    assert "queue drained: waits for an executor" in out  # none runs: no time promised
 
     assert run_cli(capsys, "queue", "pause")[1].startswith("paused")
     assert run_cli(capsys, "queue", "pause")[1].strip() == "already paused"
     code, out = run_cli(capsys, "queue", "status")
     assert "queue: PAUSED by cli:" in out
+    assert "queue drained: starts when the queue is resumed" in out
     assert run_cli(capsys, "queue", "resume")[1].strip() == "resumed"
 
     code, out = run_cli(capsys, "queue", "cancel", "--batch", str(batch))

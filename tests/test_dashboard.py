@@ -212,14 +212,14 @@ async def test_submit_a_sheet_through_the_form_and_watch_it_finish(tmp_path, dem
         await page.click("#send")
         await page.wait_for_function("() => location.hash === '#/batches/1'")
         await page.wait_for_selector('#thumbs figure[data-job="3"] [data-status="queued"]')
-        assert await page.get_attribute("#batch-progress", "value") == "0"
+        assert await page.get_attribute("#batch-progress", "aria-valuenow") == "0"
         assert (await w.queue.batch(1)).priority == 3  # low
 
         seen: set[str] = set()
         w.start_executor()
         await w.queue.resume(by="test")
         async with asyncio.timeout(120):
-            while (value := await page.get_attribute("#batch-progress", "value")) != "3":
+            while (value := await page.get_attribute("#batch-progress", "aria-valuenow")) != "3":
                 seen.add(value)
                 await asyncio.sleep(0.05)
         assert "3 of 3 done" in await page.text_content("#batch-done")
@@ -261,6 +261,17 @@ async def test_a_batch_says_its_images_are_noise_and_what_it_waits_for(tmp_path,
             "more than the 4.0 GiB this executor may use")
         await page.wait_for_selector("#thumbs figcaption")
         assert (await page.text_content("#thumbs figcaption")).startswith("BTL-001 · Row 2")
+        # Canceled, it reads canceled: its bar one canceled segment, not a full blue bar,
+        # and no link to a contact sheet there is none of (no image was made).
+        await w.queue.cancel(batch=1, by="api:alice")
+        await page.wait_for_selector("#batch-progress .segment")
+        segments = await page.eval_on_selector_all(
+            "#batch-progress .segment", "ss => ss.map(s => [s.dataset.state, s.style.width])")
+        assert segments == [["canceled", "100%"]]
+        assert (await page.text_content("#batch-done")).strip() == \
+            "Canceled: 1 of 1 jobs canceled, 0 made images, 0 failed"
+        await page.wait_for_selector('a:has-text("Results (.xlsx)")')
+        assert await page.locator('a:has-text("Contact sheet")').count() == 0
 
 
 async def test_keep_again_and_the_lineage_of_an_image_from_its_batch_page(tmp_path, demo_models,

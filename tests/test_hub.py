@@ -38,10 +38,10 @@ async def test_the_whole_story_from_upload_to_summary(tmp_path, demo_models, lan
 
         accepted, progress = await w.send("/gen social_thumb social_thumb.xlsx")
         assert accepted.thread is None and progress.thread == accepted.id  # a thread per batch
-        assert accepted.text == ("Batch 1 accepted: 2 social_thumb jobs. 0 jobs ahead; no "
-                                 "estimate yet." if lang == "en" else
+        assert accepted.text == ("Batch 1 accepted: 2 social_thumb jobs. 0 jobs ahead; waits "
+                                 "for an executor." if lang == "en" else
                                  "批次 1 已接收：2 个 social_thumb 任务。"
-                                 "前面还有 0 个任务；暂无预计时间。")
+                                 "前面还有 0 个任务；等待执行器。")
         assert [b.command for b in progress.buttons] == ["/cancel 1"]
 
         w.start_executor()

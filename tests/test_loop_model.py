@@ -592,3 +592,21 @@ def test_two_executors_of_one_name_on_one_queue_are_refused_in_one_process(db_ur
             assert m.run(elsewhere.run()) == 0
         finally:
             m.run(other.close())
+
+
+def test_a_job_canceled_before_its_first_step_says_so(db_url):
+    """Canceled while its group was started but before any step of it: "canceled before
+    it started", not "canceled at step 0 of 0"; one canceled after a step says which."""
+    with scripted(db_url, max_batch=2) as m:
+        m.submit(2)
+        first, second = sorted(m.loop.runs)  # one group, on the device, no step yet
+        m.run(m.rival.cancel(job=second[0], by="test"))
+        m.canceled.add(second[0])
+        m.tend()
+        assert job_row(m, second[0]).error == "canceled before it started"
+        m.step()
+        m.run(m.rival.cancel(job=first[0], by="test"))
+        m.canceled.add(first[0])
+        m.tend()
+        assert job_row(m, first[0]).error == "canceled at step 1 of 1000"
+        m.work_flows(1)

@@ -240,3 +240,54 @@ async def test_a_sweeps_summary_carries_its_grids_and_the_results_its_swept_valu
     assert rows[0][-1] == "swept values"
     assert [r[-1] for r in rows[1:]] == ["width=256 · aspect=1:1", "width=256 · aspect=4:5",
                                          "width=512 · aspect=1:1", "width=512 · aspect=4:5"]
+
+
+async def ended_in_part(queue, store, clock, lang: str) -> tuple[int, int]:
+    """Two batches: one canceled before anything ran; one whose row 2 made its image,
+    row 3 failed and rows 4 and 5 were canceled while queued."""
+    def submission(rows):
+        return Submission("social_thumb", "slack:U1", [NewJob(r, workflow(r, f"S{r}"))
+                                                       for r in rows],
+                          platform="slack", conversation="C1", meta={"lang": lang})
+    whole = (await queue.enqueue(submission((2, 3, 4)))).batch_id
+    await queue.cancel(batch=whole, by="slack:U1")
+    part = (await queue.enqueue(submission((2, 3, 4, 5)))).batch_id
+    made = await queue.claim("exec")
+    clock.advance(3)
+    path = f"outputs/batch_{part}/2.png"
+    buf = io.BytesIO()
+    Image.new("RGB", (32, 32), "#336699").save(buf, "PNG")
+    store.write(path, buf.getvalue())
+    await queue.complete(made, [path])
+    await queue.fail(await queue.claim("exec"), "out of memory", retry=False)
+    await queue.cancel(batch=part, by="slack:U1")
+    return whole, part
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+async def test_a_canceled_batch_says_canceled_and_what_each_job_came_to(env, clock, lang):
+    """Not "3/3 done … finished: 0 of 3 images" under a full bar: canceled, with how many
+    were canceled, made images and failed, each its own segment of the bar."""
+    queue, outbox, store, notifier = env
+    whole, part = await ended_in_part(queue, store, clock, lang)
+    while await notifier.run_once():
+        pass
+    messages = await owed(outbox)
+
+    def said(batch, what):
+        return messages[f"batch:{batch}:{what}"][1]["text"]
+    assert said(whole, "summary") == {
+        "en": f"Batch {whole} canceled: all 3 jobs were canceled before they made an image. "
+              "Results sheet attached.",
+        "zh": f"批次 {whole} 已取消：全部 3 个任务在生成图片前被取消。附结果表。"}[lang]
+    assert said(whole, "progress") == {
+        "en": f"Batch {whole} {'▒' * 20} canceled: 3 of 3 jobs canceled, 0 made images, 0 failed",
+        "zh": f"批次 {whole} {'▒' * 20} 已取消：3 个任务中取消 3 个，成功生成图片 0 个，失败 0 个",
+    }[lang]
+    assert said(part, "summary") == {
+        "en": f"Batch {part} canceled after 3 s: 2 of 4 jobs canceled, 1 made images, 1 failed. "
+              "Contact sheet and results sheet attached.",
+        "zh": f"批次 {part} 已取消，用时 3 秒：4 个任务中取消 2 个，成功生成图片 1 个，失败 1 个。"
+              "附联系表和结果表。"}[lang]
+    assert said(part, "progress").startswith(
+        f"{'Batch' if lang == 'en' else '批次'} {part} {'█' * 5}{'▓' * 5}{'▒' * 10} ")

@@ -1131,3 +1131,25 @@ async def test_an_open_snapshot_shows_as_its_age(db_url, queue):
         assert await queue.oldest_snapshot() == 0
     finally:
         await holder.close()
+
+
+async def test_now_and_next_tells_the_job_an_executor_is_on_from_those_it_holds_next(queue,
+                                                                                   clock):
+    """A group started together is worked through one job at a time: the job that has
+    stepped (or, before any step, the group's first) is on the device; the rest of the
+    group and the jobs claimed ahead are next. Another executor's job is its own."""
+    await queue.enqueue(sub("alice", 4))
+    first, second, third = await queue.claim_many("w1", 3)
+    assert [(j.id, j.working) for j in await queue.now_and_next()] == [
+        (1, True), (2, False), (3, False)]  # no step yet: its first
+    clock.advance(1)
+    await queue.progress(second, {"step": 1, "total": 4})
+    ahead = await queue.claim("w1", ahead=True)
+    await queue.enqueue(sub("bob", 1))
+    other = await queue.claim("w2")
+    held = await queue.now_and_next()
+    assert [(j.id, j.working, j.lease_owner, j.status) for j in held] == [
+        (2, True, "w1", Status.RUNNING), (other.job_id, True, "w2", Status.RUNNING),
+        (1, False, "w1", Status.RUNNING), (3, False, "w1", Status.RUNNING),
+        (ahead.job_id, False, "w1", Status.QUEUED)]
+    assert {j.template for j in held} == {"t"}

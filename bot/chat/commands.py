@@ -18,6 +18,7 @@ from datetime import datetime
 
 from bot.app import values
 from bot.app.application import CancelTarget, Scheduled, SubmitOptions, Unconfirmed
+from bot.app.estimates import eta, held_by
 from bot.app.iterate import ActionRequest, SeveralImages
 from bot.app.permissions import Role, Who
 from bot.app.results import write_picks
@@ -117,12 +118,6 @@ def _priority(raw: str, now: datetime) -> Priority:
 PRIORITY = Option(_priority, Priority.NORMAL)
 
 
-def _eta(lang: str, seconds: float | None) -> str:
-    if seconds is None:
-        return say("eta_unknown", lang)
-    return say("eta_minutes", lang, minutes=max(1, round(seconds / 60)))
-
-
 # --- the commands ------------------------------------------------------------------------
 
 def text_value(raw: str, now: datetime) -> str:
@@ -199,7 +194,7 @@ def _ask_first(turn: Turn, cost: Unconfirmed) -> None:
         say("sweep_confirm", turn.lang, jobs=cost.jobs, rows=cost.rows,
             each=cost.jobs // max(cost.rows, 1),
             models=", ".join(cost.models) or say("sweep_no_models", turn.lang),
-            eta=_eta(turn.lang, cost.eta_seconds), command=command),
+            eta=eta(turn.lang, cost.eta_seconds), command=command),
         buttons=({"label": say("button_yes_queue", turn.lang, jobs=cost.jobs),
                   "command": command, "id": "sweep_yes"},)))
 
@@ -216,7 +211,8 @@ async def status(turn: Turn, cmd: Command) -> None:
     assert progress is not None
     counts = progress.counts
     turn.say("status", batch=batch_id, template=batch.template, owner=batch.submitter,
-             bar=bar(progress.done, progress.total), done=progress.done, total=progress.total,
+             bar=bar(progress.total, progress.succeeded, progress.failed, progress.canceled),
+             done=progress.done, total=progress.total,
              failed=progress.failed, canceled=canceled(turn.lang, progress.canceled),
              queued=counts.get(Status.QUEUED, 0),
              running=counts.get(Status.RUNNING, 0))
@@ -224,7 +220,7 @@ async def status(turn: Turn, cmd: Command) -> None:
         turn.add("status_at", at=batch.meta["at"])
     elif progress.jobs_ahead is not None:
         turn.add("status_waiting", ahead=progress.jobs_ahead,
-                 eta=_eta(turn.lang, progress.eta_seconds))
+                 eta=eta(turn.lang, progress.eta_seconds, await held_by(queue)))
     for waiting in await turn.app.batch_unplaced(batch_id):
         turn.add("status_unplaced", what=waiting.what, why="; ".join(waiting.why))
 
@@ -238,17 +234,32 @@ async def queue_(turn: Turn, cmd: Command) -> None:
     else:
         turn.say("queue_running")
     active = await queue.active_counts()
-    turn.add("queue_counts", queued=active.queued, running=active.running)
+    held = await queue.now_and_next()
+    working = [j for j in held if j.working]
+    unheld = active.queued + active.running - len(held)
+    if len(held) > len(working):
+        turn.add("queue_counts_next", queued=unheld, next=len(held) - len(working),
+                 running=len(working))
+    else:
+        turn.add("queue_counts", queued=active.queued, running=active.running)
     if active.queued:
-        turn.add("queue_eta", eta=_eta(turn.lang, await queue.eta(active.queued - 1)))
+        turn.add("queue_eta", eta=eta(turn.lang, await queue.eta(active.queued - 1),
+                                      await held_by(queue)))
     now = turn.app.clock()
-    for job in await queue.running():
+    for job in working:  # every one: an executor may run several at once
         turn.add("queue_job", job=job.id, batch=job.batch_id, template=job.template,
                  row=job.row, minutes=(now - (job.started_at or now)) / 60)
+    nexts: dict[str, list[int]] = {}
+    for job in held:
+        if not job.working:
+            nexts.setdefault(job.lease_owner or "-", []).append(job.id)
+    for holder, ids in nexts.items():
+        turn.add("queue_next", holder=holder, jobs=", ".join(map(str, ids)))
     workers = [w for w in await Workers.of(queue).all() if w.state != "stopped"]
     for w in workers:
-        turn.add(f"queue_worker_{w.state}", name=w.id, device=w.device, job=w.job_id,
-                 minutes=(now - w.seen_at) / 60)
+        runs = ", ".join(str(j.id) for j in working if j.lease_owner == w.id)
+        turn.add(f"queue_worker_{w.state}", name=w.id, device=w.device,
+                 job=runs or w.job_id, minutes=(now - w.seen_at) / 60)
         if w.doing:
             turn.append(f"queue_worker_{w.doing[0]}", models=", ".join(w.doing[1]))
         if w.allow is not None and w.state != "lost":

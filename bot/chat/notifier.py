@@ -23,6 +23,8 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 
+from bot.app.estimates import eta as estimate
+from bot.app.estimates import held_by
 from bot.app.grids import write_grids
 from bot.app.placement import unplaced
 from bot.app.results import columns_of, job_label, swept_axes, write_results
@@ -42,6 +44,14 @@ CAPTION_VALUES = 3  # key values of a row shown in an image caption
 MILESTONES = (25, 50, 75)  # percent, where progress cannot be edited in place
 BUNDLED_GRIDS = 8  # a sweep's grids in its summary message; more follow (Slack: 10 files)
 SMALL = 8  # rows: a smaller batch gets only the halfway milestone (each is a message)
+
+
+def summary_code(canceled: int, total: int) -> str:
+    """Which summary tells what happened: finished, canceled in part, or canceled whole
+    (a canceled batch never reads "finished: 0 of 12 images")."""
+    if not canceled:
+        return "summary"
+    return "summary_all_canceled" if canceled == total else "summary_canceled"
 
 
 class Notifier:
@@ -142,15 +152,13 @@ class Notifier:
     async def accepted(self, batch: Batch) -> None:
         progress = await self._progress(batch.id)
         lang = self._lang(batch)
-        eta = progress.eta_seconds
         if batch.meta.get("at"):
             text = say("accepted_at", lang, batch=batch.id, jobs=progress.total,
                        template=batch.template, at=batch.meta["at"])
         else:
             text = say("accepted", lang, batch=batch.id, jobs=progress.total,
                        template=batch.template, ahead=progress.jobs_ahead or 0,
-                       eta=say("eta_minutes", lang, minutes=max(1, round(eta / 60)))
-                       if eta is not None else say("eta_unknown", lang))
+                       eta=estimate(lang, progress.eta_seconds, await held_by(self.queue)))
         if batch.meta.get("retry_of"):
             text += say("retry_of", lang, batch=batch.meta["retry_of"])
         if self.demo:
@@ -188,9 +196,15 @@ class Notifier:
         if batch.platform not in self.editable:
             await self.milestones(batch, progress)
             return
-        text = say("progress", lang, batch=batch.id, bar=bar(progress.done, progress.total),
-                   done=progress.done, total=progress.total, failed=failed,
-                   canceled=canceled(lang, progress.canceled))
+        shown = bar(progress.total, progress.succeeded, failed, progress.canceled)
+        if finished and progress.canceled:  # not "12/12 done": what the cancel left
+            text = say("progress_canceled", lang, batch=batch.id, bar=shown,
+                       total=progress.total, succeeded=progress.succeeded, failed=failed,
+                       canceled=progress.canceled)
+        else:
+            text = say("progress", lang, batch=batch.id, bar=shown, done=progress.done,
+                       total=progress.total, failed=failed,
+                       canceled=canceled(lang, progress.canceled))
         if step_event and not finished:
             d = step_event.data
             text += "\n" + say("progress_step", lang, row=d.get("row"), step=d["step"],
@@ -298,10 +312,10 @@ class Notifier:
         started = min((j.started_at for j in jobs if j.started_at), default=None)
         finished = max((j.finished_at for j in jobs if j.finished_at), default=None)
         seconds = finished - started if started and finished else 0
-        text = say("summary", lang, batch=batch.id, user=batch.submitter,
-                   succeeded=len(done), total=len(jobs),
-                   failed=sum(j.status == Status.FAILED for j in jobs),
-                   canceled=sum(j.status == Status.CANCELED for j in jobs),
+        ended = sum(j.status == Status.CANCELED for j in jobs)
+        text = say(summary_code(ended, len(jobs)), lang, batch=batch.id,
+                   user=batch.submitter, succeeded=len(done), total=len(jobs),
+                   failed=sum(j.status == Status.FAILED for j in jobs), canceled=ended,
                    took=took(lang, seconds),
                    attached=say("attached_both" if contact else "attached_results", lang))
         if batch.meta.get("version"):  # which template version made it (genbot template history)

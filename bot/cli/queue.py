@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from bot.app.estimates import held_by
 from bot.app.permissions import Who
 from bot.cli.shared import PRIORITIES, load_config, local_app
 from bot.messages import say
@@ -101,7 +102,10 @@ async def cmd_queue_status(app: App, who: Who, args: argparse.Namespace) -> int:
     queued = sum(counts[Status.QUEUED].values())
     avg = await queue.average_duration()
     print(f"average job: {_fmt_seconds(avg)}")
-    if queued:
+    held = await held_by(queue)
+    if queued and held:  # no time while nothing can start
+        print(f"queue drained: {say(f'eta_{held}')}")
+    elif queued:
         print(f"queue drained in: {_fmt_seconds(await queue.eta(queued - 1))}")
     return 0
 

@@ -17,6 +17,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from bot.app import values
 from bot.app.application import Accepted, App, CancelTarget, SubmitOptions
+from bot.app.estimates import Held, held_by
 from bot.app.permissions import Action
 from bot.app.results import CONTACT, RESULTS, XLSX, write_results
 from bot.intake import workers
@@ -55,7 +56,8 @@ IDEMPOTENCY_KEY = Annotated[str, Meta(min_length=1, max_length=150)]
 
 class BatchFiles(Struct):
     """Where the batch's contact sheet and results sheet are (once it is done)."""
-    contact: str
+    contact: Annotated[str | None, Meta(description="null where no job made an image (a "
+                                                    "canceled batch): there is no sheet")]
     results: str
 
 
@@ -71,6 +73,9 @@ class Batch(Struct):
     counts: Annotated[dict[str, int], Meta(description="its jobs by status")]
     jobs_ahead: int | None  # before its next queued job; null when none is queued
     eta_seconds: float | None  # until its last queued job is done
+    held: Annotated[Held | None, Meta(description=(
+        "what keeps queued jobs from starting, where something does: paused (the queue "
+        "is), no_executor (none is running); then eta_seconds promises nothing"))]
     meta: Annotated[dict[str, Any], Meta(description="what the submitting side remembers: "
                                                      "the sheet's name, language, start time")]
     demo_models: Annotated[list[str], Meta(description="demo models its jobs use: their "
@@ -220,9 +225,11 @@ class BatchRoutes:
             priority=batch.priority.label, created_at=batch.created_at, total=progress.total,
             done=progress.done, counts=progress.counts, jobs_ahead=progress.jobs_ahead,
             eta_seconds=progress.eta_seconds,
+            held=await held_by(self.queue) if progress.done < progress.total else None,
             meta={k: v for k, v in batch.meta.items() if k != "context"},
             demo_models=self.config[ModelsConfig].demo(await self.queue.batch_models(batch_id)),
-            files=BatchFiles(f"{PREFIX}/batches/{batch_id}/files/{CONTACT}",
+            files=BatchFiles(f"{PREFIX}/batches/{batch_id}/files/{CONTACT}"
+                             if progress.succeeded else None,
                              f"{PREFIX}/batches/{batch_id}/files/{RESULTS}"),
             unplaced=[Waiting(u.need, str(u.what), list(u.why))
                       for u in await self.app.batch_unplaced(batch_id)])

@@ -31,6 +31,7 @@ from storage.config import QueueConfig
 from storage.db import connection_lost
 from storage.outbox import Outbox
 from storage.queue import TERMINAL, Priority, Queue, Status
+from storage.states import NEXT
 from storage.webhooks import Webhooks
 from storage.workers import STATES, Workers
 
@@ -57,8 +58,10 @@ class Metrics:
                            "outcome (delivered, retried, failed, gone) since the service "
                            "started", ["endpoint", "outcome"], registry=r)
         self._tries_seen: Counter[tuple[str, str]] = Counter()
-        self.jobs = Gauge("genbot_jobs", "Jobs by status and priority", ["status", "priority"],
-                          registry=r)
+        self.jobs = Gauge("genbot_jobs", "Jobs by status and priority; next: held by an "
+                          "executor (claimed ahead, or started with its group) that is not on "
+                          "it yet, counted there and not as queued or running",
+                          ["status", "priority"], registry=r)
         self.paused = Gauge("genbot_queue_paused", "1 while the queue is paused", registry=r)
         self.outbox_messages = Gauge("genbot_outbox_messages", "Chat messages owed, by state "
                                      "(failed: given up after retries)", ["platform", "status"],
@@ -152,11 +155,11 @@ class Metrics:
         self.database_up.set(1)
 
     async def refresh(self) -> None:
-        counts = await self.queue.counts()
-        for status in Status:  # every pair, zeros included: a series never just vanishes
-            for priority in Priority:
+        counts = await self.queue.counts(next_apart=True)
+        for status in [s.value for s in Status] + [NEXT]:  # every pair, zeros included:
+            for priority in Priority:                      # a series never just vanishes
                 name = priority.name.lower()
-                self.jobs.labels(status.value, name).set(counts[status.value].get(name, 0))
+                self.jobs.labels(status, name).set(counts[status].get(name, 0))
         self.paused.set(1 if await self.queue.paused() else 0)
         self.outbox_messages.clear()
         for (platform, state), n in (await self.outbox.counts_by_platform()).items():

@@ -16,6 +16,7 @@ from aiohttp import web
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from bot.app.application import App
+from bot.app.estimates import Held, held_by
 from bot.app.leases import Lease
 from bot.app.permissions import Action
 from bot.web.callers import Callers
@@ -25,25 +26,30 @@ from bot.web.shared import Shared
 from bot.web.workers import Worker
 from storage.config import QueueConfig
 from storage.records import RunningJob as Running
-from storage.states import Status
+from storage.states import NEXT, Status
 from storage.workers import Workers
 
 HEALTH_FRESH = 1.0  # seconds before /healthz asks for a fresher summary
 
 
 class RunningJob(Struct):
-    """A job running now, with its batch's template."""
+    """A job an executor holds, with its batch's template: running, or next."""
     id: int
     batch: int
     row: int
     template: str
     submitter: str
     started_at: float | None
+    state: Annotated[str, Meta(description=(
+        "running (its executor is on it now) or next (its executor started it with its "
+        "group, or claimed it ahead, and is not on it yet)"))] = Status.RUNNING.value
+    executor: str | None = None  # the executor holding it
 
     @classmethod
     def of(cls, j: Running) -> RunningJob:
         return cls(id=j.id, batch=j.batch_id, row=j.row, template=j.template,
-                   submitter=j.submitter, started_at=j.started_at)
+                   submitter=j.submitter, started_at=j.started_at,
+                   state=Status.RUNNING.value if j.working else NEXT, executor=j.lease_owner)
 
 
 class Queue(Struct):
@@ -53,9 +59,15 @@ class Queue(Struct):
     queued: int
     running: int
     counts: Annotated[dict[str, dict[str, int]],
-                      Meta(description="jobs by status, then by priority")]
+                      Meta(description="jobs by status, then by priority; next: jobs an "
+                                       "executor holds but is not on yet, counted there and "
+                                       "not as queued or running")]
     eta_seconds: float | None  # until the last queued job is done; null before any ran
-    jobs: list[RunningJob]
+    held: Annotated[Held | None, Meta(description=(
+        "what keeps queued jobs from starting, where something does: paused, or "
+        "no_executor (none is running); then eta_seconds promises nothing"))]
+    jobs: Annotated[list[RunningJob], Meta(description="the jobs executors hold: running "
+                                                       "first, then next")]
     workers: Annotated[list[Worker], Meta(description="executors not stopped")]
     seq: Annotated[int, Meta(description="the last event's sequence number: "
                                          "/events?after=seq streams what happens from now")]
@@ -159,9 +171,10 @@ class QueueRoutes:
         active = await self.queue.active_counts()
         return Queue(
             paused=state.paused, changed_by=state.changed_by, queued=active.queued,
-            running=active.running, counts=await self.queue.counts(),
+            running=active.running, counts=await self.queue.counts(next_apart=True),
             eta_seconds=await self.queue.eta(active.queued - 1) if active.queued else 0,
-            jobs=[RunningJob.of(j) for j in await self.queue.running()],
+            held=await held_by(self.queue) if active.queued else None,
+            jobs=[RunningJob.of(j) for j in await self.queue.now_and_next()],
             workers=[Worker.of(w) for w in await self.workers.all() if w.state != "stopped"],
             seq=seq)
 

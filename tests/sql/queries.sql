@@ -1482,6 +1482,26 @@ SELECT j.id, j.batch_id, j.row, j.submitter, j.started_at, j.lease_owner, b.temp
 FROM jobs j JOIN batches b ON b.id = j.batch_id
 WHERE j.status = 'running' ORDER BY j.started_at, j.id;
 
+-- NOW_AND_NEXT (sqlite)
+SELECT j.id, j.batch_id, j.row, j.submitter, j.priority, j.status, j.started_at,
+  j.lease_owner, b.template, CASE WHEN j.progressed_at >= j.started_at THEN 1 ELSE 0 END AS stepped
+FROM jobs j JOIN batches b ON b.id = j.batch_id WHERE j.status = 'running'
+UNION ALL
+SELECT j.id, j.batch_id, j.row, j.submitter, j.priority, j.status, j.started_at,
+  j.lease_owner, b.template, 0 AS stepped
+FROM jobs j JOIN batches b ON b.id = j.batch_id
+WHERE j.status = 'queued' AND j.lease_expires_at IS NOT NULL;
+
+-- NOW_AND_NEXT (postgres)
+SELECT j.id, j.batch_id, j.row, j.submitter, j.priority, j.status, j.started_at,
+  j.lease_owner, b.template, CASE WHEN j.progressed_at >= j.started_at THEN 1 ELSE 0 END AS stepped
+FROM jobs j JOIN batches b ON b.id = j.batch_id WHERE j.status = 'running'
+UNION ALL
+SELECT j.id, j.batch_id, j.row, j.submitter, j.priority, j.status, j.started_at,
+  j.lease_owner, b.template, 0 AS stepped
+FROM jobs j JOIN batches b ON b.id = j.batch_id
+WHERE j.status = 'queued' AND j.lease_expires_at IS NOT NULL;
+
 -- BATCH_COUNTS (sqlite): 1 :batch
 SELECT status, COUNT(*) AS n FROM jobs WHERE batch_id = ?1 GROUP BY status;
 

@@ -54,6 +54,25 @@ function stateIs(name, what) { return (vocabulary.states.find((s) => s.name === 
 function ended() { return vocabulary.states.filter((s) => s.terminal).map((s) => s.name); }
 function isActive(status) { return vocabulary.states.some((s) => s.name === status && s.active); }
 
+// A batch's progress, each ended state its own coloured segment (made, failed, canceled)
+// and what is still to come left empty: a canceled batch never reads as a full bar.
+function outcomeBar(counts, total, attrs = {}) {
+  const done = ended().reduce((a, s) => a + (counts[s] || 0), 0);
+  return h("span", {class: "bar", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": total,
+    "aria-valuenow": done, ...attrs},
+    ...ended().filter((s) => counts[s]).map((s) => {
+      const segment = h("span", {class: `segment ${s}`, "data-state": s, title: `${named("states", s)} ${counts[s]}`});
+      segment.style.width = `${(100 * counts[s]) / (total || 1)}%`;  // (CSSOM: the CSP allows no style attribute)
+      return segment;
+    }));
+}
+
+// An estimate, or what the queue waits for (paused, no executor): no time it cannot keep.
+function estimate(held, seconds, unknown) {
+  if (held) return t(`eta_${held}`);
+  return seconds ? t("eta", {t: span(seconds)}) : unknown;
+}
+
 function named(kind, name, vars = {}) {  // a state, priority … in the reader's words
   const found = vocabulary[kind].find((x) => x.name === name);
   return fill(found ? found.label : name, vars);
@@ -237,6 +256,8 @@ async function overview(main) {
         if (!r.ok) return failure(r);
         refresh();
       }}, t(action));
+    const running = q.data.jobs.filter((j) => j.state !== "next");  // (its executor is on it)
+    const next = q.data.jobs.filter((j) => j.state === "next");
     const totals = Object.fromEntries(states().map((s) => [s,
       Object.values(q.data.counts[s] || {}).reduce((a, n) => a + n, 0)]));
     box.replaceChildren(
@@ -246,16 +267,22 @@ async function overview(main) {
           text: paused ? t("paused_state") : t("running_state")}),
           paused && q.data.changed_by ? h("span", {class: "muted", text: ` · ${t("paused_by", {by: q.data.changed_by})}`}) : null),
         button,
-        h("p", {class: "muted", id: "eta", text: q.data.queued ? (q.data.eta_seconds ? t("eta", {t: span(q.data.eta_seconds)}) : t("eta_unknown")) : ""})),
+        h("p", {class: "muted", id: "eta", text: q.data.queued ? estimate(q.data.held, q.data.eta_seconds, t("eta_unknown")) : ""})),
       h("section", {class: "card counts"},
         ...states().map((s) => h("a", {class: "count", href: `#/jobs?status=${s}`, "data-count": s},
-          h("b", {text: String(totals[s])}), badge(s)))),
+          h("b", {text: String(totals[s])}), badge(s))),
+        next.length ? h("span", {class: "count", "data-count": "next"},  // (held, not started on)
+          h("b", {text: String(next.length)}), h("span", {class: "badge", text: t("next")})) : null),
       h("section", {class: "card"},
         h("h2", {text: t("now_running")}),
-        q.data.jobs.length ? h("ul", {class: "now-running"}, ...q.data.jobs.map((j) => h("li", {"data-job": j.id},
+        running.length ? h("ul", {class: "now-running"}, ...running.map((j) => h("li", {"data-job": j.id},
           h("a", {href: `#/batches/${j.batch}`, text: `${t("batch", {id: j.batch})} · ${rowName(j)}`}),
           h("span", {class: "muted", text: ` ${j.template} · ${j.submitter}`}), progressBar(j.id))))
-          : h("p", {class: "muted", text: t("nothing_running")})),
+          : h("p", {class: "muted", text: t("nothing_running")}),
+        next.length ? h("h3", {text: t("up_next")}) : null,
+        next.length ? h("ul", {class: "up-next muted"}, ...next.map((j) => h("li", {"data-next": j.id},
+          h("a", {href: `#/batches/${j.batch}`, text: `${t("batch", {id: j.batch})} · ${rowName(j)}`}),
+          h("span", {text: ` ${j.template} · ${j.executor || ""}`})))) : null),
       h("section", {class: "card workers"},
         h("h2", {text: t("workers")}),
         q.data.workers.some((w) => w.state === "idle" || w.state === "busy") ? null
@@ -284,7 +311,7 @@ function batchTable(batches) {
       return h("tr", {"data-batch": b.id},
         h("td", {}, h("a", {href: `#/batches/${b.id}`, text: `#${b.id}`})),
         h("td", {text: b.template}), h("td", {text: b.submitter}),
-        h("td", {}, h("progress", {max: b.total, value: done}),
+        h("td", {}, outcomeBar(b.counts, b.total),
           h("span", {class: "muted", text: ` ${done}/${b.total}`}),
           ...states().filter((s) => b.counts[s] && !stateIs(s, "produced")).map((s) => badge(s))),
         h("td", {class: "muted", text: when(b.created_at)}));
@@ -478,17 +505,19 @@ async function batchPage(main, id, params) {
       h("p", {}, h("strong", {text: b.template + (b.meta.version ? `@${b.meta.version}` : "")}), h("span", {class: "muted", text: ` · ${b.submitter} · ${named("priorities", b.priority)} · ${when(b.created_at)}${b.meta.sheet ? " · " + b.meta.sheet : ""}${b.meta.compare ? " · A/B: " + b.meta.compare.join(" / ") : ""}`})),
       b.demo_models.length ? h("p", {class: "note", id: "demo-note", text: t("demo_note", {models: b.demo_models.join(", ")})}) : null,
       ...b.unplaced.map((u) => h("p", {class: "note unplaced", text: t("unplaced_note", {what: u.what, why: u.why.join("; ")})})),
-      h("p", {}, h("progress", {id: "batch-progress", max: b.total, value: b.done}),
-        h("span", {id: "batch-done", text: ` ${t("done_of", b)}`}),
+      h("p", {}, outcomeBar(b.counts, b.total, {id: "batch-progress"}),
+        h("span", {id: "batch-done", text: ` ${b.done >= b.total && b.counts.canceled  // (not "2 of 2 done")
+          ? t("canceled_of", {canceled: b.counts.canceled, total: b.total, succeeded: b.counts.succeeded || 0, failed: b.counts.failed || 0})
+          : t("done_of", b)}`}),
         ...states().filter((s) => b.counts[s]).map((s) => h("span", {class: "pair"}, badge(s), ` ${b.counts[s]}`)),
-        active && b.eta_seconds ? h("span", {class: "muted", text: ` · ${t("eta", {t: span(b.eta_seconds)})}`}) : null),
+        active && (b.held || b.eta_seconds) ? h("span", {class: "muted", id: "batch-eta", text: ` · ${estimate(b.held, b.eta_seconds, "")}`}) : null),
       b.meta.parent_job ? h("p", {class: "muted", id: "made-from"},
         `${t("batch_from", {action: verb(b.meta.action), job: b.meta.parent_job})} `,
         h("a", {href: `#/batches/${b.meta.parent_batch}`, text: t("batch", {id: b.meta.parent_batch})})) : null,
       h("p", {class: "actions"},
         active && mayTouch("cancel", b.submitter) ? h("button", {id: "cancel-batch", onclick: () => cancel(`${API}/batches/${id}/cancel`)}, t("cancel_batch")) : null,
         b.counts.failed && !active && mayTouch("retry", b.submitter) ? h("button", {id: "retry-batch", onclick: retry}, t("retry")) : null,
-        b.done >= b.total ? h("a", {href: b.files.contact, target: "_blank", text: t("contact")}) : null,
+        b.done >= b.total && b.files.contact ? h("a", {href: b.files.contact, target: "_blank", text: t("contact")}) : null,
         b.done >= b.total ? h("a", {href: b.files.results, text: t("results")}) : null,
         h("label", {}, h("input", {type: "checkbox", id: "kept-only", checked: keptOnly,
           onchange: (e) => { location.hash = `#/batches/${id}${e.target.checked ? "?kept=1" : ""}`; }}),
