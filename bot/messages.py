@@ -414,7 +414,6 @@ CATALOG: dict[str, str] = catalog(
     N_("about_upscale", "the image enlarged"),
     N_("about_edit", "the row again with some values changed"),
     N_("button_keep_image", "⭐ Keep"),
-    N_("image_actions", "row {row} · job {job}"),
     # Sweeps: --vary and --seeds.
     N_("sweep_value", "--vary {key}: {problem}"),
     N_("sweep_syntax", '"{value}" is not KEY=V1,V2,… or KEY=START..STOP:STEP (e.g. steps=20,30 '

@@ -181,12 +181,12 @@ async def test_milestones_tell_real_progress_once_and_small_batches_see_work_sta
 
 async def test_twenty_actions_cost_the_thread_their_images_and_nothing_else(env, clock):
     """An action's batch (meta action, in the parent's thread) owes its images (each with
-    its row of buttons, on a platform that shows them) and no acceptance, progress,
+    its row of buttons in its own message) and no acceptance, progress,
     milestone or summary: after 20 actions the thread holds the first batch's messages
     and 20 images."""
     queue, outbox, store, _ = env
     notifier = Notifier(queue, outbox, store, platforms={"slack"}, editable={"slack"},
-                        bundles={"slack"}, buttons={"slack"}, templates=TEMPLATES, clock=clock)
+                        bundles={"slack"}, inline={"slack"}, templates=TEMPLATES, clock=clock)
     first = (await queue.enqueue(Submission("social_thumb", "slack:U1", [
         NewJob(2, workflow(2, "SKU2"))], platform="slack", conversation="C1"))).batch_id
     await run_jobs(queue, store, clock, fail_row=0)
@@ -203,10 +203,11 @@ async def test_twenty_actions_cost_the_thread_their_images_and_nothing_else(env,
     while await notifier.run_once():
         pass
     new = {k: v for k, v in (await owed(outbox)).items() if k not in before}
-    assert len(new) == 40 and all(k.startswith("job:") for k in new)
+    assert len(new) == 20 and all(k.startswith("job:") for k in new)
     images = [p for k, (kind, p) in new.items() if kind == "image"]
     assert len(images) == 20 and all("again of job 1" in p["text"].lower()
                                      for p in images)
+    assert all(p["buttons"][0]["command"].startswith("/keep j") for p in images)
     assert {p["batch"] for _, p in new.values()} == set(range(first + 1, first + 21))
     rows = await outbox.db.fetch("SELECT DISTINCT thread FROM outbox")
     assert {r["thread"] for r in rows} == {f"@batch:{first}"}  # all in the first's thread

@@ -49,8 +49,6 @@ class ChatCore:
                                  editable=[n for n, p in self.platforms.items() if p.can_edit],
                                  bundles=[n for n, p in self.platforms.items()
                                           if p.bundles_files],
-                                 buttons=[n for n, p in self.platforms.items()
-                                          if p.has_buttons and p.image_buttons],
                                  inline=[n for n, p in self.platforms.items()
                                          if p.inline_buttons],
                                  demo=config[ModelsConfig].demo(models(config)),

@@ -57,7 +57,7 @@ def summary_code(canceled: int, total: int) -> str:
 class Notifier:
     def __init__(self, queue: Queue, outbox: Outbox, store: FileStore, *,
                  platforms: Iterable[str], editable: Iterable[str] = (),
-                 bundles: Iterable[str] = (), buttons: Iterable[str] = (),
+                 bundles: Iterable[str] = (),
                  inline: Iterable[str] = (), demo: Iterable[str] = (),
                  templates: dict[str, Template] | None = None, font: str = "",
                  auto_save: bool = True, clock: Callable[[], float] = time.time):
@@ -65,7 +65,6 @@ class Notifier:
         self.platforms = set(platforms)
         self.editable = set(editable)  # platforms that edit one progress message in place
         self.bundles = set(bundles)  # platforms whose one message carries text and files
-        self.buttons = set(buttons)  # platforms that show buttons (under each image, too)
         self.inline = set(inline)  # platforms that draw an image's buttons inside its message
         self.demo = set(demo)  # model names that are genbot's demo models
         self.telling: dict[int, list[str]] = {}  # batch -> the columns that tell rows apart
@@ -276,10 +275,6 @@ class Notifier:
                             {"path": path, "text": caption, "row": job.row,
                              **({"buttons": buttons} if image and i == 0
                                 and batch.platform in self.inline else {})})
-        if job.outputs and batch.platform in self.buttons:
-            await self._owe(job_key(job.id, "actions"), batch, "text", {
-                "text": say("image_actions", lang, row=job.row, job=job.id),
-                "buttons": buttons})
 
     async def failure(self, batch: Batch, job: Job) -> None:
         text = say("job_failed", self._lang(batch), row=job.row, error=job.error)

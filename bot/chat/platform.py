@@ -127,7 +127,6 @@ class Platform:
     name = "platform"
     can_edit = False
     has_buttons = False
-    image_buttons = False  # buttons under each image (where `has_buttons`; one message more)
     has_forms = False  # `open_form` shows a form, for a button press that carries a trigger
     inline_buttons = False  # an image's buttons in its own message (Slack: blocks; DingTalk: links)
     has_threads = False
