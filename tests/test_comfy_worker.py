@@ -506,7 +506,7 @@ async def test_genbot_run_runs_a_comfyui_template_on_the_configured_server(
     out, err = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode == 0, err.decode()
     lines = out.decode().splitlines()
-    assert lines[0] == "batch 1: 1 jobs of portrait from sheet.csv"
+    assert lines[0] == "batch 1: 1 job of portrait from sheet.csv"
     assert lines[-3].startswith("made here, by this command's executor (")
     image = rig.config.data_dir / "outputs" / "batch_1" / "hello" / "2.png"
     assert read_fake_info(image.read_bytes())["seed"] == 4

@@ -54,17 +54,19 @@ def test_run_queues_the_sheet_runs_it_and_says_where_the_images_are(home):
 @pytest.mark.slow
 def test_a_newcomers_first_run_from_any_folder_says_what_the_executor_is_doing(tmp_path):
     """No data yet: the example is written with its picture beside it, and the bar says
-    the executor is building the demo models before any step (15–30 s on first use)."""
+    the executor is building the demo models before any step (15–30 s on first use) — in
+    the newcomer's language, like every line genbot run prints."""
     done = genbot("template", "example", "product_main", "-o", "s.xlsx", cwd=tmp_path)
     assert done.returncode == 0 and (tmp_path / "assets" / "bottle.png").is_file()
-    done = genbot("run", "product_main", "s.xlsx", cwd=tmp_path)
+    done = genbot("run", "product_main", "s.xlsx", "--lang", "zh", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[1] == ("note: demo model (sdxl) — images are noise; for real ones: genbot "
-                        "docs models")
-    assert "[------------------------------] 0/2 · building demo models: sd15, sdxl, " \
+    assert lines[0] == "批次 1：来自 s.xlsx 的 2 个 product_main 任务"
+    assert lines[1] == "注意：演示模型（sdxl）——生成的图是噪点；真实模型见 genbot docs models"
+    assert "[------------------------------] 0/2 · 正在生成演示模型：sd15, sdxl, " \
         "canny_sd15, canny_sdxl, walnut, brushed_steel, upscaler" in lines
-    assert lines[-2] == f"2 images in {tmp_path / 'data' / 'outputs' / 'batch_1'}"
+    assert lines[-3].startswith("由本命令的执行器在本机生成（")
+    assert lines[-2] == f"2 张图片，位于 {tmp_path / 'data' / 'outputs' / 'batch_1'}"
 
 
 async def test_the_bar_says_which_executor_took_the_jobs(tmp_path, demo_models):
@@ -83,7 +85,7 @@ async def test_the_bar_says_which_executor_took_the_jobs(tmp_path, demo_models):
         async def doing() -> str:
             progress = await queue.batch_progress(batch.batch_id)
             assert progress is not None
-            return await _executor_doing(queue, workers, progress, [Ours()])  # type: ignore
+            return await _executor_doing(queue, workers, progress, [Ours()], "en")  # type: ignore
         assert await doing() == "starting the executor"
         me = owner_name(4242)
         await workers.beat(me, host="h", pid=4242, device="cpu", version="0", job=None,

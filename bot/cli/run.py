@@ -174,16 +174,15 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
     templates, _ = load_templates(templates_dir(config))
     spec, name = name, name.partition("@")[0]  # (NAME@N: the application resolves the pin)
     if name not in templates:
-        print(f"genbot: no template {name!r} (have: {', '.join(templates)})", file=sys.stderr)
+        print(say("run_no_template", lang, name=name, have=", ".join(templates)), file=sys.stderr)
         return 2
     try:
         data = sheet.read_bytes()
     except OSError as e:
-        print(f"genbot: cannot read {sheet}: {e.strerror or e}", file=sys.stderr)
+        print(say("run_cannot_read", lang, file=sheet, error=e.strerror or e), file=sys.stderr)
         return 2
     if templates[name].engine == "comfyui" and not config[ComfyUIConfig].servers:
-        print(f"genbot: {name} runs on ComfyUI: name your servers in [comfyui] servers "
-              "(genbot docs comfyui)", file=sys.stderr)
+        print(say("run_needs_comfyui", lang, template=name), file=sys.stderr)
         return 2
     store = open_store(config)
     pictures = folder_attachments(sheet.resolve().parent)
@@ -214,11 +213,11 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
             return 1
         assert isinstance(result, Accepted)  # (no ask_over: the command line asks for it all)
         batch = result.batch_id
-        print(f"batch {batch}: {result.jobs} jobs of {name} from {sheet.name}", flush=True)
+        print(say("run_batch", lang, batch=batch, count=result.jobs, template=name,
+                  sheet=sheet.name), flush=True)
         demo = config[ModelsConfig].demo(await queue.batch_models(batch))
         if demo:
-            print(f"note: demo model ({', '.join(demo)}) — images are noise; for real "
-                  "ones: genbot docs models", flush=True)
+            print(say("run_demo_note", lang, models=", ".join(demo)), flush=True)
         log_file = config.data_dir / "logs" / f"run-batch-{batch}.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with log_file.open("ab") as log:
@@ -245,12 +244,11 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
                                    config, lang)
                     return given_up.code
                 if ended is GAVE_UP:
-                    print(f"genbot: the executor could not start; its log: {log_file}",
-                          file=sys.stderr)
+                    print(say("run_executor_failed", lang, log=log_file), file=sys.stderr)
                     return 1
                 if ended:
                     await app.cancel(me, CancelTarget.batch(batch))
-                    print(f"genbot: no executor can run {ended}; batch {batch} canceled",
+                    print(say("run_unrunnable", lang, what=ended, batch=batch),
                           file=sys.stderr)
                     return 1
             finally:
@@ -323,16 +321,18 @@ async def _follow(queue: Queue, batch: int, executors: list[Supervisor], ours: s
             seq = event.seq
             if event.kind == "progress" and event.batch_id == batch:
                 d = event.data
-                step = f"row {d['row']} {d['node']} {d['step']}/{d['total']}"
-        doing = step or await _executor_doing(queue, workers, progress, executors, theirs)
+                step = say("run_step", waiting.lang, row=d["row"], node=d["node"],
+                           step=d["step"], total=d["total"])
+        doing = step or await _executor_doing(queue, workers, progress, executors,
+                                              waiting.lang, theirs)
         ours.update(owner_name(e.pid) for e in executors if e.pid)
         gave_up = bool(executors) and all(e.gave_up for e in executors)
         failed = progress.counts.get(Status.FAILED, 0)
         canceled = progress.counts.get(Status.CANCELED, 0)
         filled = round(BAR * progress.done / progress.total)
         line = (f"[{'#' * filled}{'-' * (BAR - filled)}] {progress.done}/{progress.total}"
-                + (f" · {failed} failed" if failed else "")
-                + (f" · {canceled} canceled" if canceled else "")
+                + (say("run_bar_failed", waiting.lang, count=failed) if failed else "")
+                + (say("run_bar_canceled", waiting.lang, count=canceled) if canceled else "")
                 + (f" · {doing}" if doing and (tty or not step) else ""))
         if tty:
             print(f"\r{line:<100}", end="", flush=True)
@@ -387,7 +387,8 @@ async def _unplaced(queue: Queue, batch: int, workers: Workers, mine: set[str],
 
 
 async def _executor_doing(queue: Queue, workers: Workers, progress: BatchProgress,
-                          executors: list[Supervisor], theirs: Sequence[str] = ()) -> str:
+                          executors: list[Supervisor], lang: str,
+                          theirs: Sequence[str] = ()) -> str:
     """Before the first step: what the executor is at, in words (this command's own, or
     the running one it handed its jobs to)."""
     ours = {owner_name(e.pid) for e in executors if e.pid}
@@ -396,13 +397,14 @@ async def _executor_doing(queue: Queue, workers: Workers, progress: BatchProgres
         others = {j.lease_owner for j in await queue.batch_jobs(progress.batch_id)
                   if j.status == Status.RUNNING and j.lease_owner and j.lease_owner not in ours}
     if others:
-        return f"taken by executor {', '.join(sorted(others))} (a running genbot service's)"
+        return say("run_taken_by", lang, executors=", ".join(sorted(others)))
     me = next((w for w in await workers.all() if w.id in ours or w.id in theirs), None)
     if me is None:
-        return "starting the executor" if executors else "waiting for an executor"
+        return say("run_starting" if executors else "run_waiting_executor", lang)
     if me.doing:
-        return say(f"queue_worker_{me.doing[0]}", "en", models=", ".join(me.doing[1]))[3:]
-    return "waiting for the first step" if me.job_id else "executor ready"
+        return say(f"queue_worker_{me.doing[0]}", lang,
+                   models=", ".join(me.doing[1])).removeprefix(" · ")
+    return say("run_first_step" if me.job_id else "run_executor_ready", lang)
 
 
 async def _summary(app: App, batch_id: int, out: str | None, log_file: Path,
@@ -414,9 +416,10 @@ async def _summary(app: App, batch_id: int, out: str | None, log_file: Path,
     folder = store.path(batch_folder(batch_id))
     for j in jobs:
         if j.status != Status.SUCCEEDED:
-            print(f"row {j.row}: {j.status}: {j.error}", file=sys.stderr)
+            print(say("run_job_ended", lang, row=j.row, status=say(f"state_{j.status}", lang),
+                      error=j.error), file=sys.stderr)
     if not done:
-        print(f"no images; the executor's log: {log_file}", file=sys.stderr)
+        print(say("run_no_images", lang, log=log_file), file=sys.stderr)
         return 1
     _, contact = await asyncio.to_thread(write_results, store, batch, jobs,
                                          app.templates.get(batch.template),
@@ -430,14 +433,13 @@ async def _summary(app: App, batch_id: int, out: str | None, log_file: Path,
     if others and not ours:
         print(say("run_made_by_running", lang, executors=", ".join(others)))
     elif others:
-        print(f"made by executor {', '.join(others)}: a genbot service on this queue took the "
-              "jobs before this command's executor did")
+        print(say("run_made_by_both", lang, executors=", ".join(others)))
     else:
-        print(f"made here, by this command's executor ({', '.join(ran)})")
-    print(f"{len(done)} images in {folder}")
-    print(f"contact sheet: {store.path(contact)}")
+        print(say("run_made_here", lang, executors=", ".join(ran)))
+    print(say("run_images_in", lang, count=len(done), folder=folder))
+    print(say("run_contact", lang, path=store.path(contact)))
     for grid in grids:
-        print(f"grid: {grid}")
+        print(say("run_grid", lang, path=grid))
     if out:
         target = Path(out)
         for path in [*done, store.path(contact)]:
@@ -447,5 +449,5 @@ async def _summary(app: App, batch_id: int, out: str | None, log_file: Path,
         for grid in grids:
             (target / "grids").mkdir(parents=True, exist_ok=True)
             shutil.copy2(grid, target / "grids" / grid.name)
-        print(f"copied to {target.resolve()}")
+        print(say("run_copied", lang, folder=target.resolve()))
     return 0 if all(j.status == Status.SUCCEEDED for j in jobs) else 1

@@ -500,6 +500,8 @@ async function batchPage(main, id, params) {
     if (!r.ok) return failure(r);
     const b = r.data;
     const active = states().filter(isActive).reduce((a, s) => a + (b.counts[s] || 0), 0);
+    const pickFiles = keptOnly ? h("span", {id: "pick-files"}) : null;
+    const tallied = b.meta.compare ? h("ul", {id: "ab-tally", class: "muted"}) : null;
     head.replaceChildren(...[  // (null leaves a part out; replaceChildren would write "null")
       h("h2", {text: t("batch", {id})}),
       h("p", {}, h("strong", {text: b.template + (b.meta.version ? `@${b.meta.version}` : "")}), h("span", {class: "muted", text: ` · ${b.submitter} · ${named("priorities", b.priority)} · ${when(b.created_at)}${b.meta.sheet ? " · " + b.meta.sheet : ""}${b.meta.compare ? " · A/B: " + b.meta.compare.join(" / ") : ""}`})),
@@ -522,22 +524,24 @@ async function batchPage(main, id, params) {
         h("label", {}, h("input", {type: "checkbox", id: "kept-only", checked: keptOnly,
           onchange: (e) => { location.hash = `#/batches/${id}${e.target.checked ? "?kept=1" : ""}`; }}),
           ` ${t("kept_only")}`),
-        keptOnly ? h("span", {id: "pick-files"}) : null),
-      b.meta.compare ? h("ul", {id: "ab-tally", class: "muted"}) : null].filter((part) => part));
-    if (b.meta.compare) await tally();
+        pickFiles),
+      tallied].filter((part) => part));
+    if (tallied) await tally(tallied);
     if (!keptOnly) return loadRows(b.total);
     const picks = await loadPicks();
-    if (picks && picks.jobs.length) {
-      document.getElementById("pick-files").replaceChildren(
+    if (picks && picks.jobs.length && pickFiles) {
+      pickFiles.replaceChildren(
         h("a", {href: picks.files.contact, target: "_blank", text: t("picks_contact")}), " ",
         h("a", {href: picks.files.results, text: t("picks")}));
     }
   }
-  async function tally() {  // an A/B batch: the rows each version won by keeps (/ab)
+  // An A/B batch: the rows each version won by keeps (/ab). Filled into the list it was
+  // given, not one looked up after the await: by then the page may have moved on.
+  async function tally(list) {
     const r = await call("GET", `${API}/batches/${id}/ab`);
     if (!r.ok) return;
     const a = r.data;
-    document.getElementById("ab-tally").replaceChildren(
+    list.replaceChildren(
       ...a.variants.map((v) => h("li", {text: t("ab_won", {variant: v, won: a.won[v] || 0})})),
       h("li", {text: t("ab_ties", a)}), a.unrated ? h("li", {text: t("ab_unrated", a)}) : "");
   }
