@@ -179,8 +179,9 @@ CATALOG: dict[str, str] = catalog(
     N_("granted_priority", "{user} is now {role}, and may use priority {priority}."),
     N_("help_priorities", "Your priorities: {priorities}."),
     # Delivery: what the bot posts about a batch.
-    N_("accepted", "Batch {batch} accepted: {jobs:,} {template} jobs. {ahead:,} jobs ahead; "
-                   "{eta}."),
+    NP_("accepted", "Batch {batch} accepted: {count:,} {template} job. {ahead}; {eta}.",
+        "Batch {batch} accepted: {count:,} {template} jobs. {ahead}; {eta}."),
+    NP_("jobs_ahead", "{count:,} job ahead", "{count:,} jobs ahead"),
     N_("eta_minutes", "done in about {minutes:,} min"),
     N_("eta_unknown", "no estimate yet"),
     N_("progress", "Batch {batch} {bar} {done:,}/{total:,} done, {failed:,} failed{canceled}"),
@@ -269,7 +270,8 @@ CATALOG: dict[str, str] = catalog(
     N_("digest_mean", ", {seconds:.1f} s each on average"),
     N_("digest_paused", ", the queue is paused"),
     N_("digest_top", " Most images: {who}."),  # (after the digest, in its paragraph)
-    N_("accepted_at", "Batch {batch} accepted: {jobs:,} {template} jobs, to start at {at}."),
+    NP_("accepted_at", "Batch {batch} accepted: {count:,} {template} job, to start at {at}.",
+        "Batch {batch} accepted: {count:,} {template} jobs, to start at {at}."),
     N_("retry_of", " (a retry of batch {batch}'s failed jobs)"),
     N_("batch_started", "Batch {batch}: started — {total:,} images on their way"),
     N_("milestone", "Batch {batch}: {percent}% — {done:,}/{total:,} done, {failed:,} "
@@ -323,7 +325,8 @@ CATALOG: dict[str, str] = catalog(
     N_("download_size", 'could not fetch "{file}" whole: got {got:,} bytes of {expected:,}; send '
                         "it again"),
     N_("download_failed", 'could not fetch "{file}": {reason}'),
-    N_("dry_run", "Dry run: {jobs:,} {template} jobs would be queued; nothing was queued."),
+    NP_("dry_run", "Dry run: {count:,} {template} job would be queued; nothing was queued.",
+        "Dry run: {count:,} {template} jobs would be queued; nothing was queued."),
     N_("queue_full", "The queue has room for {free:,} more jobs (limit {limit:,}) but this sheet "
                      "has {requested:,}: nothing was queued."),
     N_("no_batches", "You have no batches yet."),
@@ -354,7 +357,7 @@ CATALOG: dict[str, str] = catalog(
     N_("status", "Batch {batch} · {template} · {owner}\n{bar} {done:,}/{total:,} done, "
                  "{failed:,} failed{canceled}; {queued:,} queued, {running:,} running"),
     N_("and_canceled", ", {canceled:,} canceled"),
-    N_("status_waiting", "{ahead:,} jobs ahead; {eta}"),
+    NP_("status_waiting", "{count:,} job ahead; {eta}", "{count:,} jobs ahead; {eta}"),
     N_("status_at", "starts at {at}"),
     N_("queue_paused", "The queue is paused (by {by}): running jobs finish, none start."),
     N_("queue_running", "The queue is running."),

@@ -602,8 +602,8 @@ async def test_estimates_say_what_they_wait_for_and_queue_tells_running_from_nex
     from storage.workers import Workers
     p = world.platform
 
-    async def gen() -> str:
-        files = (p.upload(*sheet(2)), p.upload("bottle.png", BOTTLE))
+    async def gen(rows: int = 2) -> str:
+        files = (p.upload(*sheet(rows)), p.upload("bottle.png", BOTTLE))
         accepted, _progress = await world.send("/gen social_thumb sheet.csv", files=files,
                                                lang=lang)
         return accepted.text
@@ -640,3 +640,7 @@ async def test_estimates_say_what_they_wait_for_and_queue_tells_running_from_nex
                "任务 1：批次 1 · social_thumb · 第 2 行", "任务 4：批次 2 · social_thumb · 第 3 行",
                "gpu1:7 接下来运行：任务 2, 3", "执行器 gpu1:7（cuda:0）：任务 1",
                "执行器 gpu2:8（cuda:1）：任务 4"]}[lang]
+    # One job, one job ahead: the words follow the numbers.
+    assert await gen(1) == {
+        "en": "Batch 3 accepted: 1 social_thumb job. 1 job ahead; no estimate yet.",
+        "zh": "批次 3 已接收：1 个 social_thumb 任务。前面还有 1 个任务；暂无预计时间。"}[lang]

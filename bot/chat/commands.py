@@ -181,7 +181,7 @@ async def gen(turn: Turn, cmd: Command) -> None:
     if isinstance(result, IntakeReport):  # nothing queued: why, or what a dry run found
         turn.reply(text)
         if result.jobs:
-            turn.add("dry_run", jobs=len(result.jobs), template=name)
+            turn.add("dry_run", count=len(result.jobs), template=name)
     elif report.issues or report.unused_columns or report.notes:  # (the acceptance: the notifier's)
         turn.reply(text)
 
@@ -219,7 +219,7 @@ async def status(turn: Turn, cmd: Command) -> None:
     if batch.meta.get("at") and counts.get(Status.QUEUED, 0) == progress.total:
         turn.add("status_at", at=batch.meta["at"])
     elif progress.jobs_ahead is not None:
-        turn.add("status_waiting", ahead=progress.jobs_ahead,
+        turn.add("status_waiting", count=progress.jobs_ahead,
                  eta=eta(turn.lang, progress.eta_seconds, await held_by(queue)))
     for waiting in await turn.app.batch_unplaced(batch_id):
         turn.add("status_unplaced", what=waiting.what, why="; ".join(waiting.why))

@@ -152,11 +152,12 @@ class Notifier:
         progress = await self._progress(batch.id)
         lang = self._lang(batch)
         if batch.meta.get("at"):
-            text = say("accepted_at", lang, batch=batch.id, jobs=progress.total,
+            text = say("accepted_at", lang, batch=batch.id, count=progress.total,
                        template=batch.template, at=batch.meta["at"])
         else:
-            text = say("accepted", lang, batch=batch.id, jobs=progress.total,
-                       template=batch.template, ahead=progress.jobs_ahead or 0,
+            text = say("accepted", lang, batch=batch.id, count=progress.total,
+                       template=batch.template,
+                       ahead=say("jobs_ahead", lang, count=progress.jobs_ahead or 0),
                        eta=estimate(lang, progress.eta_seconds, await held_by(self.queue)))
         if batch.meta.get("retry_of"):
             text += say("retry_of", lang, batch=batch.meta["retry_of"])
