@@ -21,7 +21,7 @@ from __future__ import annotations
 import gettext
 import io
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -267,6 +267,19 @@ def text(code: str, english: str, lang: str | None) -> str:
     if language is None:
         return english
     return translations(language).pgettext(code, english)
+
+
+def plural_category(lang: str | None) -> Callable[[int], str]:
+    """A count's CLDR plural category in `lang` ("one", "few", "other" …)."""
+    from babel import Locale, UnknownLocaleError
+    language = _languages.find(lang)
+    locale = language.locale if language else SOURCE
+    for tag in (locale, locale.partition("_")[0]):  # (a pseudo-locale: its language's)
+        try:
+            return Locale.parse(tag).plural_form
+        except (ValueError, UnknownLocaleError):
+            continue
+    return Locale.parse(SOURCE).plural_form
 
 
 def plural(code: str, one: str, many: str, count: int, lang: str | None) -> str:

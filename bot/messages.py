@@ -700,7 +700,7 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_took", "Took"),
     N_("dash_error", "Error"),
     N_("dash_all", "All"),
-    N_("dash_n_jobs", "{n} jobs"),
+    NP_("dash_n_jobs", "{count} job", "{count} jobs"),
     N_("dash_loading", "loading…"),
     N_("dash_cancel", "Cancel"),
     N_("dash_cancel_batch", "Cancel batch"),
@@ -720,7 +720,7 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_optional", "optional"),
     N_("dash_default", "default {v}"),
     N_("dash_problems", "The sheet has problems; nothing was queued:"),
-    N_("dash_submitted", "Batch {id} queued: {n} jobs"),
+    NP_("dash_submitted", "Batch {id} queued: {count} job", "Batch {id} queued: {count} jobs"),
     N_("dash_canceled_n", "Canceled {n}"),
     N_("dash_asked_n", "running jobs asked to stop: {n}"),
     N_("dash_load_more", "Load more"),
@@ -743,13 +743,14 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_none", "none"),
     N_("dash_batch_from", "{action} of job {job}, from"),
     N_("dash_kept_only", "Kept only (with all made from this batch)"),
-    N_("dash_ab_won", "{variant}: kept in {won} rows where the other was not"),
+    NP_("dash_ab_won", "{variant}: kept in {count} row where the other was not",
+        "{variant}: kept in {count} rows where the other was not"),
     N_("dash_ab_ties", "tie (both or neither kept): {ties}"),
-    N_("dash_ab_unrated", "not rated yet: {unrated} rows"),
+    NP_("dash_ab_unrated", "not rated yet: {count} row", "not rated yet: {count} rows"),
     N_("dash_picks", "Picks (.xlsx)"),
     N_("dash_picks_contact", "Picks contact sheet"),
     N_("dash_no_picks", "Nothing kept yet."),
-    N_("dash_acted", "Batch {id} queued: {n} jobs"),
+    NP_("dash_acted", "Batch {id} queued: {count} job", "Batch {id} queued: {count} jobs"),
     N_("dash_webhooks", "Webhooks"),
     N_("dash_endpoints", "Endpoints"),
     N_("dash_deliveries", "Deliveries"),
@@ -885,6 +886,18 @@ def unfilled(code: str, lang: str = "en") -> str:
     """The message for `code` in `lang` with its {placeholders} left for whoever fills
     them (the dashboard, from what the API answers)."""
     return i18n.text(code, CATALOG[code], lang)
+
+
+def unfilled_forms(code: str, lang: str = "en") -> dict[str, str]:
+    """A message that follows a number (NP_): its words in `lang` for each of the
+    language's plural categories ("one", "other" …: CLDR's, as JavaScript's
+    Intl.PluralRules names them), {placeholders} left — the dashboard picks by count."""
+    category = i18n.plural_category(lang)
+    forms: dict[str, str] = {}
+    for count in range(200):  # (every category shows up among the first few hundred)
+        forms.setdefault(category(count),
+                         i18n.plural(code, CATALOG[code], PLURALS[code], count, lang))
+    return forms
 
 
 def say(code: str, lang: str = "en", **details: Any) -> str:

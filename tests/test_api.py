@@ -50,6 +50,8 @@ async def test_the_vocabulary_is_every_word_of_the_dashboard_in_the_language_ask
         [(s.value, s in ACTIVE, s in TERMINAL) for s in Status]
     assert [p["name"] for p in en["priorities"]] == [p.label for p in Priority]
     assert [a["name"] for a in en["actions"]][:2] == ["again", "vary"]
+    # Words that follow a number, by plural category (as Intl.PluralRules selects them).
+    assert en["plurals"]["n_jobs"] == {"one": "{count} job", "other": "{count} jobs"}
     for asked in ({"params": {"lang": "zh"}}, {"params": {"lang": "zh-CN"}},
                   {"headers": {"Accept-Language": "fr-FR, zh-TW;q=0.8, en;q=0.5"}}):
         status, zh = await api.call("GET", "/vocabulary", token=None, **asked)
@@ -57,6 +59,7 @@ async def test_the_vocabulary_is_every_word_of_the_dashboard_in_the_language_ask
         assert (zh["words"]["sign_in"], zh["states"][0]["label"], zh["actions"][1]["verb"],
                 zh["priorities"][0]["label"]) == ("登录", "排队中", "变体", "紧急")
         assert zh["words"].keys() == en["words"].keys() and zh["languages"] == en["languages"]
+        assert zh["plurals"]["n_jobs"] == {"other": "{count} 个任务"}  # (one form: no plural)
     status, other = await api.call("GET", "/vocabulary?lang=fr", token=None)
     assert other["language"] == "en"  # (not offered: the source's words)
 

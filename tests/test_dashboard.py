@@ -327,7 +327,7 @@ async def test_keep_again_and_the_lineage_of_an_image_from_its_batch_page(tmp_pa
         await page.goto(f"{w.url}/dashboard/#/batches/{ab.batch_id}")
         await page.wait_for_selector("#ab-tally li >> nth=2")
         assert (await page.locator("#ab-tally li").all_inner_texts()) == [
-            "A product_main@1: kept in 1 rows where the other was not",
+            "A product_main@1: kept in 1 row where the other was not",
             "B product_main@2: kept in 0 rows where the other was not",
             "tie (both or neither kept): 0"]
 

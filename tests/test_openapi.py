@@ -73,10 +73,12 @@ async def world(tmp_path_factory, demo_models):
         assert (await w.submit(1, token=ADMIN))[0] == 201  # batch 2: its job fails
         lease = await w.queue.claim("tour")
         await w.queue.fail(lease, "a failure to retry", retry=False)
-        # batch 3: a sweep compared with itself (jobs 4–7), finished and rated: something
-        # to refine and to tally
-        assert (await w.submit(1, token=ADMIN, vary=["width=256,512"],
-                               compare=["social_thumb"]))[0] == 201
+        # batch 3: a sweep of version 1 compared with version 2 (jobs 4–7), finished and
+        # rated: something to refine and to tally
+        from tests.fakes.apps import second_version
+        await second_version(w.app, "social_thumb", "watermark", "v2 mark")
+        assert (await w.submit(1, token=ADMIN, template="social_thumb@1",
+                               vary=["width=256,512"], compare=["social_thumb@2"]))[0] == 201
         for job in await finish_all(w.app, 3):
             await w.call("PUT", f"/jobs/{job.id}/rating", token=ADMIN, json={
                 "rating": "keep" if job.values["width"] == 512 else "reject"})

@@ -24,7 +24,7 @@ from msgspec import Meta, Struct
 
 from bot import i18n
 from bot.app.permissions import Role, needs
-from bot.messages import CATALOG, say, unfilled
+from bot.messages import CATALOG, PLURALS, say, unfilled, unfilled_forms
 from bot.web.http import respond
 from bot.web.routes import Answer, Param, Route
 from bot.web.webhooks import State
@@ -71,6 +71,10 @@ class Vocabulary(Struct):
     languages: list[LanguageWords]  # those offered, in the order to offer them
     words: Annotated[dict[str, str], Meta(description=(
         "the dashboard's labels by key; {name} marks a value the page fills in"))]
+    plurals: Annotated[dict[str, dict[str, str]], Meta(description=(
+        "the labels whose words follow a number ({count}): by key, their words for each "
+        "of the language's plural categories (one, few, other …: as Intl.PluralRules "
+        "selects them)"))]
     states: list[StateWords]  # in a job's order: queued … canceled
     priorities: list[Named]  # the most urgent first
     deliveries: list[Named]  # a webhook delivery's states
@@ -86,6 +90,8 @@ def vocabulary(lang: str) -> Vocabulary:
     return Vocabulary(
         lang, [LanguageWords(x.code, say("language_name", x.code)) for x in offered.offered],
         {code.removeprefix(WORDS): unfilled(code, lang) for code in CATALOG
+         if code.startswith(WORDS) and code not in PLURALS},
+        {code.removeprefix(WORDS): unfilled_forms(code, lang) for code in PLURALS
          if code.startswith(WORDS)},
         [StateWords(s.value, say(f"state_{s.value}", lang), s in ACTIVE, s in TERMINAL,
                     JOB_STATES[s].working, JOB_STATES[s].produced) for s in Status],

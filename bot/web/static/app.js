@@ -93,7 +93,11 @@ function fill(text, vars) {
 }
 
 function t(key, vars = {}) {  // one of the dashboard's labels (the catalog's dash_KEY)
-  return fill(vocabulary.words[key] ?? key, vars);
+  const forms = vocabulary.plurals[key];  // words that follow a number: by its category
+  if (!forms) return fill(vocabulary.words[key] ?? key, vars);
+  const count = Number(vars.count);
+  const form = forms[new Intl.PluralRules(vocabulary.language).select(count)] ?? forms.other;
+  return fill(form, {...vars, count: count.toLocaleString()});
 }
 
 function h(tag, attrs = {}, ...kids) {
@@ -358,7 +362,7 @@ async function jobList(main, params) {
   function paint() {
     painting = false;
     spacer.style.height = `${total * ROW}px`;
-    count.textContent = t("n_jobs", {n: total.toLocaleString()});
+    count.textContent = t("n_jobs", {count: total});
     const first = Math.max(0, Math.floor(scroller.scrollTop / ROW) - 5);
     const last = Math.min(total, Math.ceil((scroller.scrollTop + scroller.clientHeight) / ROW) + 5);
     const rows = [];
@@ -461,7 +465,7 @@ async function batchPage(main, id, params) {
     const r = await call("POST", `${API}/jobs/${j.id}/actions`, {action});
     button.disabled = false;
     if (!r.ok) return failure(r);
-    toast(t("acted", {id: r.data.batch, n: r.data.jobs.length}), "ok");
+    toast(t("acted", {id: r.data.batch, count: r.data.jobs.length}), "ok");
     location.hash = `#/batches/${r.data.batch}`;
   }
   async function showLineage(j, box) {
@@ -542,8 +546,8 @@ async function batchPage(main, id, params) {
     if (!r.ok) return;
     const a = r.data;
     list.replaceChildren(
-      ...a.variants.map((v) => h("li", {text: t("ab_won", {variant: v, won: a.won[v] || 0})})),
-      h("li", {text: t("ab_ties", a)}), a.unrated ? h("li", {text: t("ab_unrated", a)}) : "");
+      ...a.variants.map((v) => h("li", {text: t("ab_won", {variant: v, count: a.won[v] || 0})})),
+      h("li", {text: t("ab_ties", a)}), a.unrated ? h("li", {text: t("ab_unrated", {count: a.unrated})}) : "");
   }
   async function retry() {
     const r = await call("POST", `${API}/batches/${id}/retry`);
@@ -607,7 +611,7 @@ async function submitForm(main) {
     send.textContent = t("send");
     if (res.ok) {
       key = randomKey();
-      toast(t("submitted", {id: res.data.id, n: res.data.total}), "ok");
+      toast(t("submitted", {id: res.data.id, count: res.data.total}), "ok");
       location.hash = `#/batches/${res.data.id}`;
       return;
     }
