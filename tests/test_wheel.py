@@ -108,17 +108,21 @@ def test_what_genbot_says_points_at_what_the_wheel_ships():
     """Every message, in every shipped language: no README, docs/ or examples/ path (a
     wheel has none), and each `genbot docs TOPIC` or `genbot template example NAME` it
     names is a topic or template that ships."""
+    from babel.messages.pofile import read_po
+
+    from bot import i18n
     from bot.cli.docs import topics
-    from bot.messages import CATALOG
-    from tests.test_catalogs import SHIPPED, entries, read
+    from bot.messages import CATALOG, PLURALS
     shipped = {p.stem for p in (ROOT / "templates" / "shipped").glob("*.json")}
     named = {"docs": set(topics()), "template example": shipped}
-    texts = {("en", code): english for code, english in CATALOG.items()}
-    for locale, po in SHIPPED.items():
-        texts |= {(locale, code): msgstr for code, (_, msgstr, _) in entries(read(po)).items()
-                  if msgstr}  # (en's catalog leaves them empty: the English is the source)
+    texts = [(("en", code), english) for code, english in [*CATALOG.items(), *PLURALS.items()]]
+    for locale, (po,) in i18n.catalogs((i18n.SHIPPED,)).items():
+        with po.open("rb") as f:
+            for m in read_po(f):  # (en's catalog leaves them empty: the source is English)
+                forms = m.string if isinstance(m.string, tuple) else (m.string,)
+                texts += [((locale, m.context), form) for form in forms if m.id and form]
     pointers = []
-    for (locale, code), text in texts.items():
+    for (locale, code), text in texts:
         for lacking in ("README", "docs/", "examples/"):
             assert lacking not in text, f"{locale} {code}: a wheel has no {lacking}: {text}"
         for kind, name in POINTER.findall(text):
