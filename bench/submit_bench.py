@@ -10,7 +10,7 @@ of CSV sheets, one of .xlsx workbooks. Meanwhile a separate process probes /heal
 load balancer does (a new connection each time). With --before REV, the same bursts go,
 round by round, to a second service running genbot as it was at that git revision
 (`git archive`), so drift on a noisy machine hits both alike. Prints p50/p99 of the
-submissions' round trips (every one must be 201), /healthz's p50 and worst during the
+submissions' round trips (every one must be 201), /healthz's p50, p99 and worst during the
 bursts, and the before/after ratio of p99.
 """
 
@@ -160,7 +160,8 @@ def main() -> None:
         if not probes:  # (a burst too short for one probe)
             continue
         print(f"{name:<6} /healthz during the bursts: {len(probes)} probes, p50 "
-              f"{1000 * pct(probes, 0.5):5.1f} ms, worst {1000 * max(probes):6.1f} ms")
+              f"{1000 * pct(probes, 0.5):5.1f} ms, p99 {1000 * pct(probes, 0.99):5.1f} ms, "
+              f"worst {1000 * max(probes):6.1f} ms")
     if args.before:
         for kind in SHEETS:
             ratio = pct(times[("before", kind)], 0.99) / pct(times[("after", kind)], 0.99)

@@ -345,10 +345,3 @@ def executor_config(data_dir: Path, demo_folder: Path, *, db_url: str | None = N
         data["models"] = models
     return cfg.from_dict(data)
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tests first (a stable sort: each worker collects the same order). pytest-
-    xdist hands tests out in collection order, so a minute-long test collected last ran
-    alone at the end while the other workers sat idle; started first, it overlaps the
-    many short ones (docs/benchmarks.md, "Test suite time")."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

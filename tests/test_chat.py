@@ -317,7 +317,7 @@ async def test_a_bad_sheet_is_reported_by_cell_and_nothing_is_queued(world):
     posts = await world.send("/gen social_thumb mixed.csv --skip-invalid",
                              files=(good, p.upload("bottle.png", BOTTLE)))
     assert posts[0].text.startswith("mixed.csv: 1 of 2 rows have problems and are skipped")
-    assert posts[1].text.startswith("Batch 1 accepted: 1 social_thumb jobs")
+    assert posts[1].text.startswith("Batch 1 accepted: 1 social_thumb job.")
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

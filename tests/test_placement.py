@@ -100,7 +100,7 @@ async def test_chat_refuses_then_queues_on_request_and_says_why_it_waits(tmp_pat
                 "that has it), or send again with --wait-for-executor to queue it until one can")
             assert (await w.queue.active_counts()).total == 0
             accepted, progress = await w.send("/gen portrait sheet.csv --wait-for-executor")
-            assert accepted.text.startswith("Batch 1 accepted: 1 portrait jobs")
+            assert accepted.text.startswith("Batch 1 accepted: 1 portrait job.")
             waiting = (f"Waiting: no running executor can run ComfyUI template portrait "
                        f"({comfy.url}: {MISSING}); it runs once one that can is started.")
             assert progress.text.splitlines()[-1] == waiting
