@@ -12,8 +12,8 @@ async def test_connections_opening_a_new_file_together_all_switch_it_to_wal(tmp_
     # Switching a new file to WAL takes an exclusive lock; when two connections race
     # for it, SQLite answers one "database is locked" at once, without busy_timeout.
     # Without the client's retry about one round in ten lost a connection here (the
-    # 4-process migration test failed on CI that way); 200 rounds make a miss certain.
-    for round_ in range(200):
+    # 4-process migration test failed on CI that way); 100 rounds make a miss all but certain.
+    for round_ in range(100):
         path = tmp_path / f"{round_}.sqlite3"
         credentials = tortoise_config(f"sqlite:///{path}")["connections"]["default"]["credentials"]
         clients = [ImmediateSqliteClient(connection_name="default", **credentials)
