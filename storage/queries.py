@@ -642,12 +642,6 @@ DELETE FROM events WHERE seq IN (
 FORGET_JOBS = "DELETE FROM jobs WHERE batch_id = :batch"
 FORGET_BATCH = "DELETE FROM batches WHERE id = :batch"
 
-# /queue: what runs now.
-RUNNING_JOBS = """
-SELECT j.id, j.batch_id, j.row, j.submitter, j.started_at, j.lease_owner, b.template
-FROM jobs j JOIN batches b ON b.id = j.batch_id
-WHERE j.status = {running} ORDER BY j.started_at, j.id"""
-
 # /queue, the dashboard, /metrics: what runs now and what is next. Running jobs say whether
 # they have shown a step since they started (`stepped`: an executor started its group, but
 # works through it one job at a time); jobs claimed ahead are still queued. A few rows (a

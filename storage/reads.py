@@ -191,10 +191,6 @@ class QueueReads:
         where = {"platform": platform, "conversation": conversation, "thread": thread}
         return [r["id"] for r in await self.db.fetch(q.BATCHES_IN_THREAD, where)]
 
-    async def running(self) -> list[RunningJob]:
-        """Running jobs with their batch's template, oldest first."""
-        return [RunningJob.from_row(r) for r in await self.db.fetch(q.RUNNING_JOBS)]
-
     async def now_and_next(self) -> list[RunningJob]:
         """The jobs executors hold, each marked working (on the device or server now) or
         not (next): an executor starts a group of jobs together but works through it one

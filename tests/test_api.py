@@ -175,6 +175,13 @@ async def test_submissions_take_turns_off_the_event_loop(tmp_path, demo_models, 
         assert reading == ["intake_0"] and workers.waiting() == 1
         async with w.http.get("/healthz") as r:
             assert r.status == 200  # answered while the sheet is held in its thread
+        from prometheus_client import generate_latest
+
+        from bot.web.metrics import Metrics
+        from storage.outbox import Outbox
+        metrics = Metrics(w.queue, Outbox(w.queue.db))  # as /metrics reads it, meanwhile
+        await metrics.refresh_or_mark_down()
+        assert b"\ngenbot_intake_waiting 1.0\n" in generate_latest(metrics.registry)
         assert not first.done() and not second.done()
         release.set()
         (status, body), (status2, body2) = await asyncio.gather(first, second)

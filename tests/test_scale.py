@@ -154,7 +154,8 @@ async def three_workers_run(w, fleet) -> None:
             jobs = await w.queue.batch_jobs(1)
             ahead = {j.lease_owner: j for j in jobs
                      if j.status == "queued" and j.lease_owner}
-            running = [r for r in await w.queue.running() if r.lease_owner in ahead]
+            running = [r for r in await w.queue.now_and_next()
+                       if r.status == "running" and r.lease_owner in ahead]
             if running:
                 break
             await asyncio.sleep(0.02)
@@ -203,7 +204,7 @@ async def test_a_stopped_worker_is_fenced_and_cut_connections_are_made_again(tmp
             p = w.platform
             await gen(w, "rows.csv", 1, 20)
             await under_way(w.queue)
-            (running,) = await w.queue.running()
+            (running,) = [r for r in await w.queue.now_and_next() if r.status == "running"]
             stalled = fleet.owner_pid(running.lease_owner)
             os.kill(stalled, signal.SIGSTOP)  # past its lease: the other worker takes over
             async with asyncio.timeout(120):

@@ -27,6 +27,7 @@ from prometheus_client import (
 )
 
 from bot.app.leases import leases
+from bot.intake import workers as intake
 from storage.config import QueueConfig
 from storage.db import connection_lost
 from storage.outbox import Outbox
@@ -63,6 +64,9 @@ class Metrics:
                           "it yet, counted there and not as queued or running",
                           ["status", "priority"], registry=r)
         self.paused = Gauge("genbot_queue_paused", "1 while the queue is paused", registry=r)
+        self.intake_waiting = Gauge("genbot_intake_waiting", "Submissions waiting for their "
+                                    "turn to be checked ([intake] workers at a time)",
+                                    registry=r)
         self.outbox_messages = Gauge("genbot_outbox_messages", "Chat messages owed, by state "
                                      "(failed: given up after retries)", ["platform", "status"],
                                      registry=r)
@@ -142,6 +146,7 @@ class Metrics:
         no database (executor restarts) instead of an error: a scrape still answers, within
         PING_TIMEOUT, and says what is wrong."""
         self.executor_restarts.set(self.restarts())
+        self.intake_waiting.set(intake.waiting())
         if not await self.queue.db.ping(PING_TIMEOUT):
             self.database_up.set(0)
             return

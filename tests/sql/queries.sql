@@ -1472,16 +1472,6 @@ DELETE FROM batches WHERE id = ?1;
 -- FORGET_BATCH (postgres): 1 :batch
 DELETE FROM batches WHERE id = $1;
 
--- RUNNING_JOBS (sqlite)
-SELECT j.id, j.batch_id, j.row, j.submitter, j.started_at, j.lease_owner, b.template
-FROM jobs j JOIN batches b ON b.id = j.batch_id
-WHERE j.status = 'running' ORDER BY j.started_at, j.id;
-
--- RUNNING_JOBS (postgres)
-SELECT j.id, j.batch_id, j.row, j.submitter, j.started_at, j.lease_owner, b.template
-FROM jobs j JOIN batches b ON b.id = j.batch_id
-WHERE j.status = 'running' ORDER BY j.started_at, j.id;
-
 -- NOW_AND_NEXT (sqlite)
 SELECT j.id, j.batch_id, j.row, j.submitter, j.priority, j.status, j.started_at,
   j.lease_owner, b.template, CASE WHEN j.progressed_at >= j.started_at THEN 1 ELSE 0 END AS stepped
