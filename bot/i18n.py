@@ -21,7 +21,7 @@ from __future__ import annotations
 import gettext
 import io
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from babel.messages.catalog import Catalog
+    from babel.plural import PluralRule
 
     from storage.config import Config
 
@@ -269,8 +270,9 @@ def text(code: str, english: str, lang: str | None) -> str:
     return translations(language).pgettext(code, english)
 
 
-def plural_category(lang: str | None) -> Callable[[int], str]:
-    """A count's CLDR plural category in `lang` ("one", "few", "other" …)."""
+def plural_category(lang: str | None) -> PluralRule:
+    """`lang`'s CLDR plural rule: a count's category ("one", "few", "other" …), and in
+    `.tags` the categories it has besides "other"."""
     from babel import Locale, UnknownLocaleError
     language = _languages.find(lang)
     locale = language.locale if language else SOURCE

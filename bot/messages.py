@@ -892,10 +892,12 @@ def unfilled_forms(code: str, lang: str = "en") -> dict[str, str]:
     """A message that follows a number (NP_): its words in `lang` for each of the
     language's plural categories ("one", "other" …: CLDR's, as JavaScript's
     Intl.PluralRules names them), {placeholders} left — the dashboard picks by count."""
-    category = i18n.plural_category(lang)
+    rule = i18n.plural_category(lang)
     forms: dict[str, str] = {}
-    for count in range(200):  # (every category shows up among the first few hundred)
-        forms.setdefault(category(count),
+    for count in range(1000):  # until each category has a count (one only past 999, as
+        if len(forms) > len(rule.tags):  # French "many", is left: the page reads "other")
+            break
+        forms.setdefault(rule(count),
                          i18n.plural(code, CATALOG[code], PLURALS[code], count, lang))
     return forms
 
