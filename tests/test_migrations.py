@@ -11,6 +11,7 @@ from storage.db import APPS, Database, tortoise_config
 from storage.queue import NewJob, Queue, Submission
 from tests.conftest import PYTHON, ROOT, python_env, queue_settings
 
+pytestmark = pytest.mark.fresh_database  # every new file here is migrated step by step
 MIGRATIONS = sorted(p.stem for p in (ROOT / "storage" / "migrations").glob("0*.py"))
 
 
