@@ -71,7 +71,7 @@ async def first_buttons(fake: FakeSlack, queue) -> dict:
 
 async def main(args) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="genbot-ack-"))
-    demo.build(tmp / "data" / "models" / "demo")
+    demo.place(tmp / "data" / "models" / "demo", args.demo_models)
     fake = await FakeSlack().start()
     (tmp / "config.toml").write_text(  # a file: the executor process reads it too
         f'[service]\ndata_dir = "{tmp / "data"}"\nport = 0\nlog_level = "warning"\n'
@@ -143,4 +143,6 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rows", type=int, default=200)
+    parser.add_argument("--demo-models", type=Path, help="demo models built before (a data "
+                        "folder's models/demo): linked, not built again")
     asyncio.run(main(parser.parse_args()))

@@ -290,6 +290,8 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--large", type=int, default=512, help="the second size (0: skip)")
     parser.add_argument("--no-s3", action="store_true", help="skip the S3 runs")
+    parser.add_argument("--demo-models", type=Path, help="demo models built before (a data "
+                        "folder's models/demo): linked, not built again")
     parser.add_argument("--dtype", default="auto",
                         choices=("auto", "float32", "float16", "bfloat16"))
     parser.add_argument("--smoke", action="store_true", help="a few of each, to prove it "
@@ -307,7 +309,7 @@ async def main() -> None:
     s3 = None
     try:
         models = tmp / "models"
-        demo.build(models)
+        demo.place(models, args.demo_models)
         for copy_name in ("sd15_b", "sd15_c"):  # a third and fourth "model", same weights
             shutil.copytree(models / "sd15", models / copy_name)
         print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python "

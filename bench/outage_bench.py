@@ -50,7 +50,7 @@ async def main(args: argparse.Namespace) -> int:
     quiet_libraries()
     folder = Path(tempfile.mkdtemp(prefix="genbot-outage-"))
     models = folder / "models" / "demo"
-    demo.build(models)
+    demo.place(models, args.demo_models)
     print(f"outage drill: {args.runs} run(s) of {args.rows} rows ({args.steps} steps), "
           f"lease {args.lease:g} s, heartbeat {args.heartbeat:g} s, server away "
           f"{args.down:g} s; {platform.machine()}, {os.cpu_count()} cores, Python "
@@ -99,6 +99,8 @@ if __name__ == "__main__":
     parser.add_argument("--lease", type=float, default=6.0)
     parser.add_argument("--heartbeat", type=float, default=1.5)
     parser.add_argument("--down", type=float, default=12.0)
+    parser.add_argument("--demo-models", type=Path, help="demo models built before (a data "
+                        "folder's models/demo): linked, not built again")
     parser.add_argument("--quick", action="store_true",
                         help="one short run (the suite's smoke test): 6 rows of 2 steps, "
                              "lease 3 s, server away 11 s (past the lease and the 10 s "

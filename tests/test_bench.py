@@ -39,11 +39,15 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     "outage_bench.py": (["--quick"], "every job succeeded exactly once: yes"),
 }
 
+DEMO_MODELS = {"ack_bench.py", "executor_bench.py", "outage_bench.py"}
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", list(SMOKE))
-def test_every_benchmark_runs(script):
+def test_every_benchmark_runs(script, request):
     args, summary = SMOKE[script]
+    if script in DEMO_MODELS:  # this run's, not built again (seconds of CPU each)
+        args = [*args, "--demo-models", str(request.getfixturevalue("demo_models"))]
     if "--pg" in args:
         require_pg()
     if script == "dashboard_bench.py":

@@ -153,13 +153,13 @@ async def test_progress_goes_to_the_event_log_per_step(config):
     assert all(p["row"] == done.row for p in progress)
 
 
-async def test_the_executor_keeps_its_row_in_the_worker_registry(config):
+async def test_the_executor_keeps_its_row_in_the_worker_registry(config, slow_gpu):
     import socket
 
     from storage.workers import Workers
     async with Harness(config) as h:
         workers = Workers.of(h.queue)
-        job = with_generate((await example_jobs(config, "product_main"))[0], steps=30)
+        job = with_generate((await example_jobs(config, "product_main"))[0], steps=6)
         batch = await h.submit("product_main", [job])
         h.start()
         async with asyncio.timeout(60):  # busy on it, while it runs
@@ -343,8 +343,25 @@ async def until(check, timeout: float = 60.0, every: float = 0.01):
     return found
 
 
-def slow_rows(base: NewJob, n: int, steps: int = 40) -> list[NewJob]:
+def slow_rows(base: NewJob, n: int, steps: int = 8) -> list[NewJob]:
+    """Rows that each take `steps` denoising steps: with slow_gpu, seconds."""
     return [with_generate(base, row=r, steps=steps) for r in range(2, 2 + n)]
+
+
+@pytest.fixture
+def slow_gpu(monkeypatch):
+    """Each denoising step takes a quarter of a second longer, asleep on the GPU's thread
+    (as a real GPU leaves the CPU idle): a job lasts long enough to watch what happens
+    around it, without the tens of steps of CPU that made it last before."""
+    import time
+
+    from executor.loop import Loop
+    step = Loop.step
+
+    def slowed(self, runs, node, at, total):
+        step(self, runs, node, at, total)
+        time.sleep(0.25)
+    monkeypatch.setattr(Loop, "step", slowed)
 
 
 @pytest.fixture
@@ -359,7 +376,7 @@ async def base(one_by_one) -> NewJob:
     return (await example_jobs(one_by_one, "product_main"))[0]
 
 
-async def test_the_next_job_is_claimed_ahead_while_one_generates(one_by_one, base):
+async def test_the_next_job_is_claimed_ahead_while_one_generates(one_by_one, base, slow_gpu):
     from storage.workers import Workers
     async with Harness(one_by_one) as h:
         batch = await h.submit("product_main", slow_rows(base, 3))
@@ -386,7 +403,7 @@ async def _registry_with_ahead(workers):
     return rows[0] if rows else None
 
 
-async def test_a_cancel_ends_the_job_claimed_ahead_at_once(one_by_one, base):
+async def test_a_cancel_ends_the_job_claimed_ahead_at_once(one_by_one, base, slow_gpu):
     async with Harness(one_by_one) as h:
         batch = await h.submit("product_main", slow_rows(base, 3))
         h.start()
@@ -408,7 +425,7 @@ async def _leased(queue, job_id):
     return job.status == "queued" and job.lease_owner is not None
 
 
-async def test_a_pause_hands_the_job_claimed_ahead_back_at_once(one_by_one, base):
+async def test_a_pause_hands_the_job_claimed_ahead_back_at_once(one_by_one, base, slow_gpu):
     async with Harness(one_by_one) as h:
         batch = await h.submit("product_main", slow_rows(base, 2))
         h.start()
@@ -429,9 +446,9 @@ async def _status(queue, job_id, status):
     return (await queue.job(job_id)).status == status
 
 
-async def test_stopping_hands_the_job_claimed_ahead_back_untouched(one_by_one, base):
+async def test_stopping_hands_the_job_claimed_ahead_back_untouched(one_by_one, base, slow_gpu):
     async with Harness(one_by_one) as h:
-        batch = await h.submit("product_main", slow_rows(base, 2, steps=100))
+        batch = await h.submit("product_main", slow_rows(base, 2, steps=20))
         h.start()
         first, second = await h.queue.batch_jobs(batch)
         await until(lambda: _leased(h.queue, second.id))
@@ -444,7 +461,7 @@ async def test_stopping_hands_the_job_claimed_ahead_back_untouched(one_by_one, b
 # --- scaling down: drain on SIGTERM, exit when idle ------------------------------------
 
 async def test_draining_hands_back_the_job_ahead_at_once_and_lets_the_running_one_finish(
-        one_by_one, base):
+        one_by_one, base, slow_gpu):
     from storage.workers import Workers
     async with Harness(one_by_one) as h:
         batch = await h.submit("product_main", slow_rows(base, 2))
@@ -469,9 +486,9 @@ async def _unleased(queue, job_id):
 
 
 async def test_a_job_still_running_when_the_drain_grace_ends_goes_back_without_an_attempt(
-        one_by_one, base):
+        one_by_one, base, slow_gpu):
     async with Harness(one_by_one) as h:
-        batch = await h.submit("product_main", slow_rows(base, 1, steps=100))
+        batch = await h.submit("product_main", slow_rows(base, 1, steps=20))
         h.start()
         job = (await h.queue.batch_jobs(batch))[0]
         await until(lambda: _status(h.queue, job.id, "running"))

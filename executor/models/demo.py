@@ -197,3 +197,19 @@ def build(folder: Path, names: list[str] | None = None, *, force: bool = False) 
             raise
         built.append(name)
     return built
+
+
+def place(folder: Path, built: Path | None = None) -> None:
+    """The demo models at `folder`: with `built` (a folder build() filled before), a link to
+    each of its models, so a benchmark run beside others reuses them (building imports
+    diffusers and costs seconds of CPU each time); else built there."""
+    if built is None:
+        build(folder)
+        return
+    missing = sorted(set(ALL) - {p.name for p in built.iterdir()})
+    if missing:
+        raise ValueError(f"{built}: no demo model {', '.join(missing)}; build them with "
+                         "genbot models demo")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ALL:
+        (folder / name).symlink_to(built / name, target_is_directory=True)
