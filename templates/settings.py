@@ -86,6 +86,7 @@ DEMO_MODELS = {
     "walnut": ModelEntry("demo:walnut"),
     "brushed_steel": ModelEntry("demo:brushed_steel"),
     "upscaler": ModelEntry("demo:upscaler"),  # used when [executor] upscaler = "upscaler"
+    "flux": ModelEntry("demo:flux"),  # FLUX.1 [dev]'s design
 }
 MODEL_KEYS = ("path", "steps", "guidance", "size", "config")
 

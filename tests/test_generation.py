@@ -51,7 +51,10 @@ def pixels(im: Image.Image) -> np.ndarray:
     {"model": "sdxl", "control_image": "inputs/bottle.png", "controlnet": "canny_sdxl",
      "init_image": "inputs/bottle.png"},  # SDXL img2img + ControlNet
     {"loras": [{"name": "walnut", "weight": 0.8}]},
-], ids=["txt2img", "img2img", "controlnet", "sdxl-img2img-controlnet", "lora"])
+    {"model": "flux", "guidance": 3.5},  # FLUX.1: T5 + CLIP, a transformer on packed latents
+    {"model": "flux", "init_image": "inputs/bottle.png", "strength": 0.6},
+], ids=["txt2img", "img2img", "controlnet", "sdxl-img2img-controlnet", "lora", "flux",
+        "flux-img2img"])
 def test_batched_images_equal_the_unbatched_ones(ctx, over):
     seeds = [11, 22, 33]
     batched = generate_batch(ctx, [inputs(seed=s, prompt=f"p{s}", **over) for s in seeds])
@@ -59,6 +62,34 @@ def test_batched_images_equal_the_unbatched_ones(ctx, over):
         alone = generate_batch(ctx, [inputs(seed=s, prompt=f"p{s}", **over)])[0]
         assert np.abs(pixels(image) - pixels(alone)).max() <= 2  # of 255: float tolerance
     assert not np.array_equal(pixels(batched[0]), pixels(batched[1]))
+
+
+def test_flux_takes_any_prompt_its_own_size_and_refuses_what_it_cannot_run(ctx):
+    """The FLUX demo: 64 px by default (its genbot.json), sizes in multiples of its packed
+    latents (2x2 of the VAE's 2x: 4 px here, 16 px for the real one), Chinese and long
+    prompts through both encoders; an SD sampler or a ControlNet refused naming why."""
+    from executor.diffusers.ops.diffusion import multiple
+    (own,) = generate_batch(ctx, [inputs(model="flux", prompt="一只瓶子 " * 200)])
+    (sized,) = generate_batch(ctx, [inputs(model="flux", size=[99, 66])])
+    (img2img,) = generate_batch(ctx, [inputs(model="flux", size=[96, 64], strength=0.5,
+                                             init_image="inputs/bottle.png")])
+    assert (own.size, sized.size, img2img.size) == ((64, 64), (96, 64), (96, 64))
+    pipe = ctx.models.pipeline("flux", "txt2img")
+    assert multiple(pipe) == 4 and type(pipe).__name__ == "FluxPipeline"
+    assert multiple(type("Real", (), {"transformer": object(), "vae_scale_factor": 8})()) == 16
+    (euler,) = generate_batch(ctx, [inputs(model="flux", sampler="euler")])
+    assert np.array_equal(pixels(euler), pixels(own := generate_batch(
+        ctx, [inputs(model="flux")])[0])) and own.size == (64, 64)  # its own flow sampler
+    with pytest.raises(OpError, match="sampler dpm\\+\\+_2m does not run flux models: use "
+                                      "euler, or leave it empty"):
+        generate_batch(ctx, [inputs(model="flux", sampler="dpm++_2m")])
+    with pytest.raises(ModelError, match='ControlNet "canny_sdxl" is for sdxl; model "flux" is '
+                                         "flux|model \"flux\" is flux: genbot runs it for "
+                                         "img2img, txt2img, not txt2img with a ControlNet"):
+        generate_batch(ctx, [inputs(model="flux", controlnet="canny_sdxl",
+                                    control_image="inputs/bottle.png")])
+    with pytest.raises(ModelError, match='LoRA "walnut" is for sd15; model "flux" is flux'):
+        generate_batch(ctx, [inputs(model="flux", loras=[{"name": "walnut", "weight": 1}])])
 
 
 def test_one_shape_per_call():

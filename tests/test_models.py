@@ -19,9 +19,11 @@ def test_demo_models_are_what_the_registry_says(tmp_path, demo_models):
     assert kinds == {"sd15": ("checkpoint", "sd15"), "sdxl": ("checkpoint", "sdxl"),
                      "canny_sd15": ("controlnet", "sd15"), "canny_sdxl": ("controlnet", "sdxl"),
                      "walnut": ("lora", "sd15"), "brushed_steel": ("lora", "sd15"),
-                     "upscaler": ("upscaler", "sd15")}
+                     "upscaler": ("upscaler", "sd15"), "flux": ("checkpoint", "flux")}
     sd15 = registry.get("sd15")
     assert (sd15.steps, sd15.guidance) == (demo.DEMO_STEPS, demo.DEMO_GUIDANCE)
+    flux = registry.get("flux")  # FLUX.1 [dev]'s distilled guidance; 64 px like the others
+    assert (flux.steps, flux.guidance, flux.size) == (demo.DEMO_STEPS, 3.5, 64)
     assert registry.needs_demo() == []
 
 
@@ -37,7 +39,8 @@ def test_unknown_missing_and_wrong_kind_are_named(tmp_path, demo_models):
     (tmp_path / "junk" / "readme.txt").write_text("hi")
     (tmp_path / "bad.safetensors").write_bytes(b"not a tensor file")
     (tmp_path / "odd").mkdir()
-    (tmp_path / "odd" / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
+    (tmp_path / "odd" / "model_index.json").write_text(
+        json.dumps({"_class_name": "WuerstchenPipeline"}))
     config = executor_config(tmp_path, demo_models, models={
         "gone": str(tmp_path / "nowhere"), "junk": str(tmp_path / "junk"),
         "bad": str(tmp_path / "bad.safetensors"), "odd": str(tmp_path / "odd")})
@@ -50,7 +53,7 @@ def test_unknown_missing_and_wrong_kind_are_named(tmp_path, demo_models):
         registry.get("junk")
     with pytest.raises(ModelError, match="not a readable .safetensors file"):
         registry.get("bad")
-    with pytest.raises(ModelError, match="FluxPipeline pipelines are not supported"):
+    with pytest.raises(ModelError, match="WuerstchenPipeline pipelines are not supported"):
         registry.get("odd")
     with pytest.raises(ModelError, match='"walnut" is a lora, not a checkpoint'):
         registry.get("walnut", "checkpoint")

@@ -99,6 +99,20 @@ async def test_every_template_runs_end_to_end_from_its_example_sheet(config, nam
     assert Image.open(FileStore(config.data_dir).path(jobs[0].outputs[0])).size == size
 
 
+async def test_a_flux_row_runs_through_the_executor_like_any_other(config):
+    """product_main's row on the FLUX demo instead of SDXL + ControlNet: generated, upscaled
+    2x and saved, its metadata naming the model that made it."""
+    row = (await example_jobs(config, "product_main"))[0]
+    job = with_generate(row, model="flux", controlnet=None, control_image=None, steps=2,
+                        guidance=None)
+    async with Harness(config) as h:
+        (done,) = await h.run("product_main", [NewJob(job.row, job.workflow, affinity="flux")])
+    assert done.status == "succeeded", done.error
+    path = FileStore(config.data_dir).path(done.outputs[0])
+    assert Image.open(path).size == (128, 128)  # the demo's 64 px, upscaled 2x
+    assert "flux" in read_metadata(path)["models"]
+
+
 async def test_png_metadata_reproduces_the_image(config):
     async with Harness(config) as h:
         first = (await h.run("product_main", (await example_jobs(config, "product_main"))[:1]))[0]

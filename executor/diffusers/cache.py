@@ -40,6 +40,8 @@ PIPELINE_CLASSES = {  # (family, mode, with controlnet) -> diffusers class
     ("sdxl", "img2img", False): "StableDiffusionXLImg2ImgPipeline",
     ("sdxl", "txt2img", True): "StableDiffusionXLControlNetPipeline",
     ("sdxl", "img2img", True): "StableDiffusionXLControlNetImg2ImgPipeline",
+    ("flux", "txt2img", False): "FluxPipeline",
+    ("flux", "img2img", False): "FluxImg2ImgPipeline",
 }
 MAX_ADAPTERS = 8  # LoRAs kept loaded on one checkpoint
 
@@ -238,9 +240,14 @@ class ModelCache:
         if info.model_type == "xl_refiner" and mode == "txt2img":
             raise ModelError(f'model "{model}" is an SDXL refiner: it refines an image, so give '
                              "its generate node an init image (img2img)")
-        base = self._get(model, "checkpoint", keep)
-        family = base.info.family
+        family = info.family
         assert family is not None  # the registry knows every checkpoint's family
+        if (family, mode, bool(controlnet)) not in PIPELINE_CLASSES:
+            can = sorted({f"{m} with a ControlNet" if cn else m
+                          for f, m, cn in PIPELINE_CLASSES if f == family})
+            raise ModelError(f'model "{model}" is {family}: genbot runs it for {", ".join(can)}, '
+                             f"not {mode}{' with a ControlNet' if controlnet else ''}")
+        base = self._get(model, "checkpoint", keep)
         cn = None
         if controlnet:
             cn_unit = self._get(controlnet, "controlnet", keep)

@@ -1,9 +1,9 @@
 """Tiny random-weight demo models, built locally in seconds: nothing is downloaded.
 
-They have the real architectures (UNet, VAE, CLIP text encoders, ControlNet, LoRA) at
-toy sizes, so every template runs end to end on a CPU and every code path the real
-checkpoints take is exercised. Their images are noise; real checkpoints give real
-images. Native size 64 px.
+They have the real architectures (UNet, VAE, CLIP text encoders, ControlNet, LoRA; FLUX.1's
+transformer with its CLIP and T5 encoders) at toy sizes, so every template runs end to end
+on a CPU and every code path the real checkpoints take is exercised. Their images are
+noise; real checkpoints give real images. Native size 64 px.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the generation stack, imported only while the models are bu
 
 DEMO_STEPS = 8
 DEMO_GUIDANCE = 5.0
-CHECKPOINTS = ("sd15", "sdxl")
+CHECKPOINTS = ("sd15", "sdxl", "flux")
 CONTROLNETS = {"canny_sd15": "sd15", "canny_sdxl": "sdxl"}
 LORAS = {"walnut": ("sd15", 1), "brushed_steel": ("sd15", 2)}  # name -> (family, seed)
 UPSCALERS = ("upscaler",)
@@ -40,6 +40,14 @@ def _tokenizer(folder: Path) -> CLIPTokenizer:
     (folder / "merges.txt").write_text("#version: 0.2\n")
     return CLIPTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"),
                          model_max_length=77)
+
+
+def _clip_tokenizer() -> tuple[CLIPTokenizer, int, int]:
+    """The byte-level CLIP tokenizer, and its start and end token ids."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = _tokenizer(Path(tmp))
+    bos, eos = tok.convert_tokens_to_ids(["<|startoftext|>", "<|endoftext|>"])
+    return tok, bos, eos
 
 
 def _text_encoder(vocab_size: int, bos: int, eos: int,
@@ -68,7 +76,56 @@ def _scheduler() -> EulerDiscreteScheduler:
                                   steps_offset=1, timestep_spacing="leading")
 
 
+def _t5_tokenizer() -> Any:
+    """A T5 tokenizer (sentencepiece-style unigram) over printable ASCII, each character a
+    piece, alone or after a word boundary: what FLUX's T5 encoder reads, with no download.
+    Other characters read as <unk>, as many do in the published T5 vocabulary."""
+    import string
+
+    from transformers import T5TokenizerFast
+    chars = string.printable.strip()
+    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0),
+              *((c, -3.0) for c in chars), *(("\u2581" + c, -2.5) for c in chars)]
+    return T5TokenizerFast(vocab=pieces, extra_ids=0, model_max_length=512)
+
+
+def build_flux(out: Path) -> None:
+    """FLUX.1 [dev]'s design (a guidance-distilled MMDiT transformer on packed 2x2 latents,
+    CLIP for the pooled prompt and T5 for the sequence, a 16-to-4-channel VAE shrunk)."""
+    import torch
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        FluxPipeline,
+        FluxTransformer2DModel,
+    )
+    from transformers import T5Config, T5EncoderModel
+    torch.manual_seed(1)
+    tok, bos, eos = _clip_tokenizer()
+    t5 = _t5_tokenizer()
+    text_encoder_2 = T5EncoderModel(T5Config(
+        vocab_size=len(t5), d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
+        relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1,
+        decoder_start_token_id=0))
+    transformer = FluxTransformer2DModel(
+        patch_size=1, in_channels=16, num_layers=1, num_single_layers=1,
+        attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
+        pooled_projection_dim=32, axes_dims_rope=[4, 4, 8], guidance_embeds=True)
+    vae = AutoencoderKL(block_out_channels=(32, 64), in_channels=3, out_channels=3,
+                        down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4,
+                        sample_size=64, norm_num_groups=32, use_quant_conv=False,
+                        use_post_quant_conv=False, shift_factor=0.0609, scaling_factor=1.5035)
+    FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae,
+                 text_encoder=_text_encoder(len(tok), bos, eos, False), tokenizer=tok,
+                 text_encoder_2=text_encoder_2, tokenizer_2=t5,
+                 transformer=transformer).save_pretrained(out)
+
+
 def build_checkpoint(family: str, out: Path) -> None:
+    if family == "flux":
+        build_flux(out)
+        return
     import torch
     from diffusers import (
         AutoencoderKL,
@@ -77,10 +134,8 @@ def build_checkpoint(family: str, out: Path) -> None:
         UNet2DConditionModel,
     )
     torch.manual_seed({"sd15": 15, "sdxl": 10}[family])
-    with tempfile.TemporaryDirectory() as tmp:
-        tok = _tokenizer(Path(tmp))
+    tok, bos, eos = _clip_tokenizer()
     vocab = len(tok)
-    bos, eos = tok.convert_tokens_to_ids(["<|startoftext|>", "<|endoftext|>"])
     unet = UNet2DConditionModel(sample_size=32, in_channels=4, out_channels=4,
                                 up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
                                 **_unet_kwargs(family))
@@ -121,9 +176,7 @@ def build_upscaler(out: Path) -> None:
         UNet2DConditionModel,
     )
     torch.manual_seed(4)
-    with tempfile.TemporaryDirectory() as tmp:
-        tok = _tokenizer(Path(tmp))
-    bos, eos = tok.convert_tokens_to_ids(["<|startoftext|>", "<|endoftext|>"])
+    tok, bos, eos = _clip_tokenizer()
     # 7 input channels: the latents and the low-resolution image; noise level as a class.
     unet = UNet2DConditionModel(sample_size=32, in_channels=7, out_channels=4,
                                 up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
@@ -187,8 +240,11 @@ def build(folder: Path, names: list[str] | None = None, *, force: bool = False) 
             else:
                 family, seed = LORAS[name]
                 build_lora(folder / family, seed, tmp)
+            own = {"size": 64, "guidance": 3.5} if family == "flux" else {}  # (256 px: FLUX's
+            # default latent size over this VAE's 2x; dev's distilled guidance is 3.5)
             (tmp / "genbot.json").write_text(json.dumps({
-                "demo": True, "family": family, "steps": DEMO_STEPS, "guidance": DEMO_GUIDANCE}))
+                "demo": True, "family": family, "steps": DEMO_STEPS, "guidance": DEMO_GUIDANCE,
+                **own}))
             if target.exists():
                 shutil.rmtree(target)
             tmp.rename(target)

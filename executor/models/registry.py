@@ -26,8 +26,10 @@ PIPELINES = {  # model_index.json _class_name -> (kind, family)
     "StableDiffusionXLPipeline": ("checkpoint", "sdxl"),
     "StableDiffusionXLImg2ImgPipeline": ("checkpoint", "sdxl"),
     "StableDiffusionUpscalePipeline": ("upscaler", "sd15"),
+    "FluxPipeline": ("checkpoint", "flux"),
+    "FluxImg2ImgPipeline": ("checkpoint", "flux"),
 }
-DEFAULT_STEPS, DEFAULT_GUIDANCE = 30, {"sd15": 7.5, "sd2": 7.5, "sdxl": 5.0}
+DEFAULT_STEPS, DEFAULT_GUIDANCE = 30, {"sd15": 7.5, "sd2": 7.5, "sdxl": 5.0, "flux": 3.5}
 PICKLES = (".ckpt", ".pt", ".pth", ".bin")  # weights that can run code when loaded
 TEXT_WIDTH = {768: "sd15", 1024: "sd2", 2048: "sdxl"}  # cross-attention width -> family
 LORA_FILE = "pytorch_lora_weights.safetensors"
@@ -42,7 +44,7 @@ class ModelInfo:
     name: str
     path: Path
     kind: str  # checkpoint | controlnet | lora | upscaler
-    family: str | None  # sd15 | sd2 | sdxl | None when unknown (some LoRAs)
+    family: str | None  # sd15 | sd2 | sdxl | flux | None when unknown (some LoRAs)
     single_file: bool
     entry: ModelEntry
     defaults: dict  # a demo's genbot.json: steps, guidance
@@ -61,6 +63,12 @@ class ModelInfo:
     @property
     def steps(self) -> int:
         return self.entry.steps or self.defaults.get("steps") or DEFAULT_STEPS
+
+    @property
+    def size(self) -> int | None:
+        """Width and height when a job names none: the config's, a demo's, else None (the
+        pipeline's own native size)."""
+        return self.entry.size or self.defaults.get("size")
 
     @property
     def guidance(self) -> float:

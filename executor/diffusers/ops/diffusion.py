@@ -29,6 +29,11 @@ SCHEDULERS = {  # sampler name -> (diffusers scheduler class, config overrides)
     "ddim": ("DDIMScheduler", {}),
     "unipc": ("UniPCMultistepScheduler", {}),
 }
+# Flow-matching families (FLUX) sample with their own scheduler: "euler" names it, and the
+# SD samplers above, which step a noise schedule these models were not trained on, refuse.
+FLOW_SCHEDULERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "euler": ("FlowMatchEulerDiscreteScheduler", {})}
+FLOW_FAMILIES = ("flux",)
 PER_IMAGE = ("prompt", "negative", "seed", "init_image", "control_image")
 
 
@@ -59,13 +64,17 @@ def upscale(ctx: Context, image: ImageInput, scale: float = 2.0,
     return im if im.size == target else im.resize(target, Image.Resampling.LANCZOS)
 
 
-def _scheduler(sampler: str | None, original: dict) -> Any:
+def _scheduler(sampler: str | None, original: dict, family: str | None) -> Any:
     import diffusers
     overrides: dict[str, Any]
+    samplers = FLOW_SCHEDULERS if family in FLOW_FAMILIES else SCHEDULERS
     if sampler is None:
         name, overrides = original["_class_name"], {}
+    elif sampler in samplers:
+        name, overrides = samplers[sampler]
     else:
-        name, overrides = SCHEDULERS[sampler]
+        raise OpError(f"sampler {sampler} does not run {family} models: use "
+                      f"{' or '.join(samplers)}, or leave it empty for the model's own")
     return getattr(diffusers, name).from_config(original, **overrides)
 
 
@@ -91,15 +100,15 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
     if first.get("size"):
         width, height = (int(v) for v in first["size"])
     else:
-        native = info.entry.size or pipe.unet.config.sample_size * pipe.vae_scale_factor
-        width = height = native
-    width, height = width - width % 8, height - height % 8
-    if min(width, height) < 8:
+        width = height = info.size or native_size(pipe)
+    step = multiple(pipe)
+    width, height = width - width % step, height - height % step
+    if min(width, height) < step:
         raise OpError(f"size {width}x{height} is too small")
 
     # A fresh scheduler per call, from the checkpoint's own config (never from whatever
     # sampler the previous call set).
-    pipe.scheduler = _scheduler(first.get("sampler"), cache.units[model].scheduler)
+    pipe.scheduler = _scheduler(first.get("sampler"), cache.units[model].scheduler, info.family)
     n = len(batch)
     kwargs: dict[str, Any] = {
         "prompt": [i["prompt"] for i in batch],
@@ -123,6 +132,8 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
         # "vary" of a 4-step row) would be none, and the pipeline fails on an empty schedule.
         if strength > 0 and int(kwargs["num_inference_steps"] * strength) < 1:
             kwargs["num_inference_steps"] = math.ceil(1 / strength)
+        if _transformer(pipe):  # FLUX's img2img resizes to its own default size unless told
+            kwargs.update(height=height, width=width)
         if controlnet:
             kwargs["control_image"] = control
     else:
@@ -135,6 +146,25 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
     if len(images) != n:
         raise RuntimeError(f"the pipeline made {len(images)} images for {n} prompts")
     return images
+
+
+def native_size(pipe: Any) -> int:
+    """The pipeline's own width and height: a UNet's latent size, or a transformer
+    pipeline's default (FLUX's 128 latents), times what the VAE scales by."""
+    unet = getattr(pipe, "unet", None)
+    latents = unet.config.sample_size if unet is not None else pipe.default_sample_size
+    return int(latents * pipe.vae_scale_factor)
+
+
+def multiple(pipe: Any) -> int:
+    """What width and height must be multiples of: the VAE's scale, twice that where the
+    transformer reads latents in 2x2 patches (FLUX: 16 px)."""
+    return int(pipe.vae_scale_factor * 2) if _transformer(pipe) else 8
+
+
+def _transformer(pipe: Any) -> bool:
+    """A transformer pipeline (FLUX), where a UNet pipeline has a UNet."""
+    return getattr(pipe, "transformer", None) is not None
 
 
 def _on_step(ctx: Context) -> Callable[[Any, int, Any, dict[str, Any]], dict[str, Any]]:
