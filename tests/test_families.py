@@ -103,6 +103,24 @@ def test_each_component_config_loads_offline_with_its_class(folders, case):
     assert scheduler.config.prediction_type == fam.prediction_type
 
 
+def test_every_family_runs_on_pipelines_diffusers_has():
+    """PROFILES, the one table of what genbot runs per family: each class exists, every
+    family a model can be detected as has a profile, and every family makes text-to-image
+    and image-to-image; the flow-matching ones are the ones without SD samplers."""
+    import diffusers
+
+    from executor.models.registry import PIPELINES
+    detected = {f.family for f in families.FAMILIES.values()} | {
+        family for _, family in PIPELINES.values()}
+    assert detected <= set(families.PROFILES)
+    for name, runs in families.PROFILES.items():
+        for (mode, _), cls in runs.pipelines.items():
+            assert mode in ("txt2img", "img2img") and hasattr(diffusers, cls), (name, cls)
+        assert {"txt2img", "img2img"} <= set(runs.modes()), name
+    assert [n for n, p in families.PROFILES.items() if p.flow] == ["flux"]
+    assert families.profile("flux").modes() == ["img2img", "txt2img"]
+
+
 def test_families_say_what_genbot_needs():
     expected = {
         "v1": ("sd15", "StableDiffusionPipeline", 512),

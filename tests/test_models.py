@@ -27,6 +27,29 @@ def test_demo_models_are_what_the_registry_says(tmp_path, demo_models):
     assert registry.needs_demo() == []
 
 
+def test_flux_schnell_is_told_by_its_transformer_and_gets_4_steps_without_guidance(
+        tmp_path, demo_models):
+    """A FLUX.1 folder whose transformer has no guidance embedding is [schnell]: distilled
+    to 4 steps, guidance unused; [dev] (the demo) keeps FLUX's defaults; [models] wins."""
+    import shutil
+    schnell = tmp_path / "schnell"
+    shutil.copytree(demo_models / "flux", schnell)
+    (schnell / "genbot.json").unlink()
+    config_file = schnell / "transformer" / "config.json"
+    config_file.write_text(json.dumps(json.loads(config_file.read_text())
+                                      | {"guidance_embeds": False}))
+    dev = tmp_path / "dev"
+    shutil.copytree(demo_models / "flux", dev)
+    (dev / "genbot.json").unlink()
+    registry = Registry(executor_config(tmp_path / "data", demo_models, models={
+        "schnell": str(schnell), "dev": str(dev),
+        "mine": {"path": str(schnell), "steps": 6, "guidance": 1.0}}))
+    got = {n: (registry.get(n).family, registry.get(n).steps, registry.get(n).guidance)
+           for n in ("schnell", "dev", "mine")}
+    assert got == {"schnell": ("flux", 4, 0.0), "dev": ("flux", 28, 3.5),
+                   "mine": ("flux", 6, 1.0)}
+
+
 def test_config_defaults_override_the_models_own(tmp_path, demo_models):
     config = executor_config(tmp_path, demo_models, models={
         "sd15": {"path": "demo:sd15", "steps": 25, "guidance": 6}})

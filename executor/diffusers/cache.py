@@ -21,28 +21,12 @@ from typing import Any
 import torch
 
 from executor.diffusers import devices
+from executor.models.families import profile
 from executor.models.registry import ModelError, ModelInfo, Registry
 from templates.settings import models_dir
 
 log = logging.getLogger("genbot.executor")
 
-PIPELINE_CLASSES = {  # (family, mode, with controlnet) -> diffusers class
-    ("sd15", "txt2img", False): "StableDiffusionPipeline",
-    ("sd15", "img2img", False): "StableDiffusionImg2ImgPipeline",
-    ("sd15", "txt2img", True): "StableDiffusionControlNetPipeline",
-    ("sd15", "img2img", True): "StableDiffusionControlNetImg2ImgPipeline",
-    **{("sd2", mode, cn): cls for (family, mode, cn), cls in {  # SD 2.x: SD 1.5's classes
-        ("sd15", "txt2img", False): "StableDiffusionPipeline",
-        ("sd15", "img2img", False): "StableDiffusionImg2ImgPipeline",
-        ("sd15", "txt2img", True): "StableDiffusionControlNetPipeline",
-        ("sd15", "img2img", True): "StableDiffusionControlNetImg2ImgPipeline"}.items()},
-    ("sdxl", "txt2img", False): "StableDiffusionXLPipeline",
-    ("sdxl", "img2img", False): "StableDiffusionXLImg2ImgPipeline",
-    ("sdxl", "txt2img", True): "StableDiffusionXLControlNetPipeline",
-    ("sdxl", "img2img", True): "StableDiffusionXLControlNetImg2ImgPipeline",
-    ("flux", "txt2img", False): "FluxPipeline",
-    ("flux", "img2img", False): "FluxImg2ImgPipeline",
-}
 MAX_ADAPTERS = 8  # LoRAs kept loaded on one checkpoint
 
 
@@ -175,8 +159,8 @@ class ModelCache:
                     if info.single_file else cls.from_pretrained(str(info.path), **common)
             else:
                 assert info.family is not None  # the registry knows every checkpoint's family
-                cls = getattr(diffusers, cls_name or PIPELINE_CLASSES[(info.family, "txt2img",
-                                                                      False)])
+                cls = getattr(diffusers, cls_name or profile(info.family).pipelines[
+                    ("txt2img", False)])
                 if info.single_file:
                     pipe = cls.from_single_file(str(info.path), **common, **single)
                 else:
@@ -242,11 +226,11 @@ class ModelCache:
                              "its generate node an init image (img2img)")
         family = info.family
         assert family is not None  # the registry knows every checkpoint's family
-        if (family, mode, bool(controlnet)) not in PIPELINE_CLASSES:
-            can = sorted({f"{m} with a ControlNet" if cn else m
-                          for f, m, cn in PIPELINE_CLASSES if f == family})
-            raise ModelError(f'model "{model}" is {family}: genbot runs it for {", ".join(can)}, '
-                             f"not {mode}{' with a ControlNet' if controlnet else ''}")
+        runs = profile(family)
+        if (mode, bool(controlnet)) not in runs.pipelines:
+            raise ModelError(f'model "{model}" is {family}: genbot runs it for '
+                             f'{", ".join(runs.modes())}, not {mode}'
+                             f"{' with a ControlNet' if controlnet else ''}")
         base = self._get(model, "checkpoint", keep)
         cn = None
         if controlnet:
@@ -260,7 +244,7 @@ class ModelCache:
             return base.obj
         if key not in self.pipes:
             import diffusers
-            cls = getattr(diffusers, PIPELINE_CLASSES[(family, mode, bool(controlnet))])
+            cls = getattr(diffusers, runs.pipelines[(mode, bool(controlnet))])
             extra = {"controlnet": cn} if controlnet else {}
             pipe = cls.from_pipe(base.obj, **extra)
             pipe.set_progress_bar_config(disable=True)

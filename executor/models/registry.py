@@ -11,8 +11,9 @@ import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from executor.models import families
 from storage.config import Config
 from templates.settings import ModelEntry, model_path, models
 
@@ -29,7 +30,6 @@ PIPELINES = {  # model_index.json _class_name -> (kind, family)
     "FluxPipeline": ("checkpoint", "flux"),
     "FluxImg2ImgPipeline": ("checkpoint", "flux"),
 }
-DEFAULT_STEPS, DEFAULT_GUIDANCE = 30, {"sd15": 7.5, "sd2": 7.5, "sdxl": 5.0, "flux": 3.5}
 PICKLES = (".ckpt", ".pt", ".pth", ".bin")  # weights that can run code when loaded
 TEXT_WIDTH = {768: "sd15", 1024: "sd2", 2048: "sdxl"}  # cross-attention width -> family
 LORA_FILE = "pytorch_lora_weights.safetensors"
@@ -62,7 +62,8 @@ class ModelInfo:
 
     @property
     def steps(self) -> int:
-        return self.entry.steps or self.defaults.get("steps") or DEFAULT_STEPS
+        return self.entry.steps or self.defaults.get("steps") or families.profile(
+            self.family).steps
 
     @property
     def size(self) -> int | None:
@@ -74,7 +75,8 @@ class ModelInfo:
     def guidance(self) -> float:
         if self.entry.guidance is not None:
             return self.entry.guidance
-        return self.defaults.get("guidance") or DEFAULT_GUIDANCE.get(self.family or "sd15", 7.5)
+        own = self.defaults.get("guidance")
+        return own if own is not None else families.profile(self.family).guidance
 
 
 class Registry:
@@ -116,9 +118,11 @@ class Registry:
         if not path.exists():
             hint = " (run `genbot models demo`)" if entry.path.startswith("demo:") else ""
             raise ModelError(f"{where}: {path} does not exist{hint}")
-        defaults = {}
+        defaults: dict[str, Any] = {}
+        if _schnell(path):  # FLUX.1 [schnell]: distilled to 4 steps without guidance
+            defaults = dict(families.FLUX_SCHNELL)
         if path.is_dir() and (path / "genbot.json").is_file():
-            defaults = json.loads((path / "genbot.json").read_text())
+            defaults |= json.loads((path / "genbot.json").read_text())
         if path.is_dir():
             kind, family, file = self._folder(path, where)
         elif path.suffix == ".safetensors":
@@ -186,6 +190,16 @@ class Registry:
         shown = ", ".join(sorted(keys)[:3]) + (" …" if len(keys) > 3 else "")
         raise ModelError(f"{where}: not a Stable Diffusion checkpoint, LoRA or ControlNet genbot "
                          f"knows: its {len(keys)} tensors are named like {shown or 'nothing'}")
+
+
+def _schnell(path: Path) -> bool:
+    """A FLUX.1 folder whose transformer has no guidance embedding: [schnell]."""
+    config = path / "transformer" / "config.json"
+    if not config.is_file():
+        return False
+    read = json.loads(config.read_text())
+    return read.get("_class_name") == "FluxTransformer2DModel" and not read.get(
+        "guidance_embeds", False)
 
 
 def _checkpoint_family(f: safe_open, keys: list[str], path: Path,

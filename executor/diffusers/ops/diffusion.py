@@ -17,6 +17,7 @@ from typing import Any
 from PIL import Image
 
 from executor.diffusers.ops.base import Context, ImageInput, OpError, op
+from executor.models.families import profile
 
 SCHEDULERS = {  # sampler name -> (diffusers scheduler class, config overrides)
     "euler": ("EulerDiscreteScheduler", {}),
@@ -33,7 +34,6 @@ SCHEDULERS = {  # sampler name -> (diffusers scheduler class, config overrides)
 # SD samplers above, which step a noise schedule these models were not trained on, refuse.
 FLOW_SCHEDULERS: dict[str, tuple[str, dict[str, Any]]] = {
     "euler": ("FlowMatchEulerDiscreteScheduler", {})}
-FLOW_FAMILIES = ("flux",)
 PER_IMAGE = ("prompt", "negative", "seed", "init_image", "control_image")
 
 
@@ -67,7 +67,7 @@ def upscale(ctx: Context, image: ImageInput, scale: float = 2.0,
 def _scheduler(sampler: str | None, original: dict, family: str | None) -> Any:
     import diffusers
     overrides: dict[str, Any]
-    samplers = FLOW_SCHEDULERS if family in FLOW_FAMILIES else SCHEDULERS
+    samplers = FLOW_SCHEDULERS if profile(family).flow else SCHEDULERS
     if sampler is None:
         name, overrides = original["_class_name"], {}
     elif sampler in samplers:
