@@ -92,6 +92,46 @@ def test_flux_takes_any_prompt_its_own_size_and_refuses_what_it_cannot_run(ctx):
         generate_batch(ctx, [inputs(model="flux", loras=[{"name": "walnut", "weight": 1}])])
 
 
+def flux_lora(demo_models, out, seed: int = 5) -> None:
+    """A LoRA on the FLUX demo's transformer attention, as peft and diffusers write one."""
+    from diffusers import FluxPipeline, FluxTransformer2DModel
+    from peft import LoraConfig
+    from peft.utils import get_peft_model_state_dict
+    transformer = FluxTransformer2DModel.from_pretrained(demo_models / "flux" / "transformer",
+                                                         local_files_only=True)
+    torch.manual_seed(seed)
+    transformer.add_adapter(LoraConfig(r=4, lora_alpha=4, init_lora_weights=False,
+                                       target_modules=["to_q", "to_k", "to_v", "to_out.0"]))
+    state = {k: v * 0.5 for k, v in get_peft_model_state_dict(transformer).items()}
+    FluxPipeline.save_lora_weights(out, transformer_lora_layers=state, safe_serialization=True)
+
+
+def test_a_flux_lora_changes_the_image_and_is_refused_on_another_family(tmp_path, demo_models):
+    """A brand LoRA for FLUX (peft, diffusers' file layout): known as a FLUX LoRA by its
+    tensor names (diffusers' and kohya's), it changes the image, weight 0 is the base, and
+    an SD checkpoint refuses it naming both families."""
+    from safetensors.numpy import save_file
+    flux_lora(demo_models, tmp_path / "brand")
+    kohya = tmp_path / "kohya.safetensors"
+    save_file({"lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight":
+               np.zeros((4, 32), np.float32)}, str(kohya))
+    config = executor_config(tmp_path / "data", demo_models, models={
+        "flux": "demo:flux", "sd15": "demo:sd15", "brand": str(tmp_path / "brand"),
+        "kohya": str(kohya)})
+    ctx = Context(FileStore(config.data_dir), make_cache(config))
+    registry = ctx.models.registry
+    assert [(registry.get(n).kind, registry.get(n).family) for n in ("brand", "kohya")] == \
+        [("lora", "flux"), ("lora", "flux")]
+    (base,) = generate_batch(ctx, [inputs(model="flux")])
+    (branded,) = generate_batch(ctx, [inputs(model="flux",
+                                             loras=[{"name": "brand", "weight": 1.0}])])
+    (zero,) = generate_batch(ctx, [inputs(model="flux", loras=[{"name": "brand", "weight": 0}])])
+    assert not np.array_equal(pixels(base), pixels(branded))
+    assert np.abs(pixels(base) - pixels(zero)).max() <= 2
+    with pytest.raises(ModelError, match='LoRA "brand" is for flux; model "sd15" is sd15'):
+        generate_batch(ctx, [inputs(loras=[{"name": "brand", "weight": 1.0}])])
+
+
 def test_one_shape_per_call():
     assert shape(inputs(seed=1, prompt="a")) == shape(inputs(seed=2, prompt="b"))
     for other in ({"steps": 5}, {"size": [64, 96]}, {"loras": [{"name": "walnut", "weight": 1}]},

@@ -33,6 +33,10 @@ PIPELINES = {  # model_index.json _class_name -> (kind, family)
 PICKLES = (".ckpt", ".pt", ".pth", ".bin")  # weights that can run code when loaded
 TEXT_WIDTH = {768: "sd15", 1024: "sd2", 2048: "sdxl"}  # cross-attention width -> family
 LORA_FILE = "pytorch_lora_weights.safetensors"
+# FLUX's transformer blocks as a LoRA names them: diffusers/peft's single_transformer_blocks,
+# Black Forest Labs' and kohya's double_blocks / single_blocks (diffusers converts those).
+FLUX_BLOCKS = re.compile(r"(?:^|[._])(?:single_transformer_blocks|double_blocks|single_blocks)"
+                         r"[._]\d")
 
 
 class ModelError(Exception):
@@ -185,6 +189,8 @@ class Registry:
         except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer
             raise ModelError(f"{where}: not a readable .safetensors file ({e})") from None
         if any("lora" in k for k in keys):
+            if any(FLUX_BLOCKS.search(k) for k in keys):
+                return "lora", "flux", None, None
             dims = {shape[-1] for shape in shapes.values()}
             return "lora", TEXT_WIDTH.get(next(iter(dims), 0)), None, None
         shown = ", ".join(sorted(keys)[:3]) + (" …" if len(keys) > 3 else "")
