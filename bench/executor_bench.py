@@ -6,7 +6,8 @@ Record results in docs/benchmarks.md.
 
 1. Overhead: N generate+save jobs through queue + executor (outputs saved, progress
    recorded) vs the bare diffusers calls for the same images in a loop, saving PNGs, in
-   alternating rounds, at max_batch 1 and at the default 4, at --size and at --large
+   alternating rounds, at max_batch 1 and at the default 4, on the SD 1.5 demo and on the
+   FLUX.1 demo (a transformer with CLIP and T5), at --size and at --large
    (fewer rows, one step: a demo image at 512 px takes ~20 s on a CPU). Steady state:
    seconds from the first image stored to the last, per image; whole: from enqueue
    (the loop's start) to the last. Target at max_batch 1: steady state <= 1.02.
@@ -118,12 +119,12 @@ class Executor:
         ends = sorted(j.finished_at for j in await self.queue.batch_jobs(batch)
                       if j.status == "succeeded")
         return whole, ends[-1] - ends[after - 1], len(ends)
-def bare_pipeline(models: Path, device: str, dtype):
-    from diffusers import StableDiffusionPipeline
-    pipe = StableDiffusionPipeline.from_pretrained(models / "sd15", local_files_only=True,
-                                                   torch_dtype=dtype,
-                                                   safety_checker=None,
-                                                   requires_safety_checker=False).to(device)
+def bare_pipeline(models: Path, device: str, dtype, name: str = "sd15"):
+    """diffusers' own pipeline for a demo model (its class from its model_index.json)."""
+    from diffusers import DiffusionPipeline
+    extra = {"safety_checker": None, "requires_safety_checker": False} if name == "sd15" else {}
+    pipe = DiffusionPipeline.from_pretrained(models / name, local_files_only=True,
+                                             torch_dtype=dtype, **extra).to(device)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -198,7 +199,7 @@ def median(xs: list[float]) -> float:
 
 
 async def overhead(models: Path, tmp: Path, args, pipe, *, size: int, steps: int, rows: int,
-                   rounds: int, max_batch: int, label: str) -> None:
+                   rounds: int, max_batch: int, label: str, model: str = "sd15") -> None:
     """Section 1: genbot against the bare loop, alternating, same rows both sides."""
     bare_loop(pipe, range(1, 3), steps, size, tmp / "warm")
     totals = {"bare": [0.0, 0.0], "genbot": [0.0, 0.0]}
@@ -207,7 +208,7 @@ async def overhead(models: Path, tmp: Path, args, pipe, *, size: int, steps: int
     config = make_config(tmp / f"o-{label}", models, args.device, max_batch=max_batch,
                          progress_interval=1.0)
     async with Executor(config) as ex:
-        await ex.run(gen_jobs(range(1, 3), steps, size))  # loads the model
+        await ex.run(gen_jobs(range(1, 3), steps, size, (model,)))  # loads the model
         for r in range(rounds):
             base = 1000 * (r + 1)
             sides = [("bare", None), ("genbot", None)]
@@ -216,7 +217,7 @@ async def overhead(models: Path, tmp: Path, args, pipe, *, size: int, steps: int
                 if side == "bare":
                     whole, steady = bare_loop(pipe, rng, steps, size, tmp / "bare")
                 else:
-                    whole, steady, done = await ex.timed(gen_jobs(rng, steps, size),
+                    whole, steady, done = await ex.timed(gen_jobs(rng, steps, size, (model,)),
                                                          after=group)
                     assert done == rows, f"{rows - done} jobs did not succeed"
                 totals[side][0] += whole
@@ -322,6 +323,11 @@ async def main() -> None:
             await overhead(models, tmp, args, pipe, size=args.size, steps=args.steps,
                            rows=args.jobs, rounds=args.rounds, max_batch=max_batch,
                            label=f"{args.size} px, max_batch {max_batch}")
+        flux = bare_pipeline(models, args.device, dtype, "flux")  # the FLUX.1 demo's design
+        for max_batch in (1, 4):
+            await overhead(models, tmp, args, flux, size=args.size, steps=args.steps,
+                           rows=args.jobs, rounds=args.rounds, max_batch=max_batch,
+                           label=f"FLUX demo {args.size} px, max_batch {max_batch}", model="flux")
         if args.large and not args.smoke:
             for max_batch, rows, rounds in ((1, 3, 2), (4, 8, 1)):
                 await overhead(models, tmp, args, pipe, size=args.large, steps=1, rows=rows,
