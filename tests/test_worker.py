@@ -310,13 +310,18 @@ async def test_stopping_hands_the_running_job_back_without_using_an_attempt(conf
 async def test_memory_drift_past_the_bound_rebuilds_the_model_cache(config):
     config = executor_config(config.data_dir, models_dir(config) / "demo",
                              executor={"memory_drift_mb": 150})
+    import ctypes
+    # This test process ran other tests before: what their models left in the C heap, given
+    # back to the system in the middle of the leaky run (glibc trims when it can), once hid
+    # the leak below. Given back first, the baseline is this test's own.
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     async with Harness(config) as h:
         jobs = await example_jobs(config, "product_main")
         await h.run("product_main", jobs)
         await h.run("product_main", jobs)
         assert h.worker.engine.stats["drift_rebuilds"] == 0
         assert h.worker.engine.cache.resident() == ["sdxl"]
-        leak = bytearray(b"\x01") * (400 * 2**20)  # held across jobs, like a leak
+        leak = bytearray(b"\x01") * (600 * 2**20)  # held across jobs, like a leak
         await h.run("product_main", jobs)
         assert h.worker.engine.stats["drift_rebuilds"] == 1
         assert h.worker.engine.cache.resident() == []  # dropped, to be loaded afresh

@@ -91,7 +91,7 @@ def _t5_tokenizer() -> Any:
 
 def build_flux(out: Path) -> None:
     """FLUX.1 [dev]'s design (a guidance-distilled MMDiT transformer on packed 2x2 latents,
-    CLIP for the pooled prompt and T5 for the sequence, a 16-to-4-channel VAE shrunk)."""
+    CLIP for the pooled prompt and T5 for the sequence; its VAE has 4 latent channels, not 16)."""
     import torch
     from diffusers import (
         AutoencoderKL,
