@@ -13,7 +13,7 @@ from aiohttp import web
 from msgspec import Meta, Struct
 
 from bot.app.application import App
-from bot.app.iterate import MAX_COUNT, ActionRequest
+from bot.app.iterate import MAX_COUNT, RATINGS, ActionRequest
 from bot.app.permissions import Action, needs
 from bot.app.results import XLSX, write_picks
 from bot.web.batches import BATCH_ID, IDEMPOTENCY_KEY
@@ -31,7 +31,7 @@ def _taking(parameter: str) -> str:
 
 
 FIRST_TO_ACT = min(ACTIONS, key=lambda name: needs(name).rank)  # refused first, if anything
-RatingName = Annotated[str, Meta(extra_json_schema={"enum": ["keep", "reject", "unkeep"]})]
+RatingName = Annotated[str, Meta(extra_json_schema={"enum": list(RATINGS)})]
 
 
 class ActionBody(Struct, kw_only=True):
