@@ -10,6 +10,7 @@ draws text in the font and drives the servers. (storage.config is the loader.)
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from storage.config import Config, ConfigError, key, section, table
-from templates.loader import shipped_dir
+from templates.families import PROFILES, SAVED_AS, refusals
+from templates.graph import Template
+from templates.loader import TemplateError, load_templates, shipped_dir
 
 
 @section("templates", order=50)
@@ -74,21 +77,28 @@ class ModelEntry:
     # configuration (and tokenizers) from. None: genbot's own for the family it detects
     # (executor.models.families); needed only for what genbot does not ship (a ControlNet file).
     config: str | None = None
+    # Its family (templates.families), when genbot cannot read it here: a single file, or a
+    # folder on the executors' hosts only. Lets templates be checked against it at load.
+    family: str | None = None
+    # How much of it may wait in CPU RAM while it runs (executor.models.memory): "auto" the
+    # least offloading that fits the executor's device memory; none, model or sequential.
+    offload: str = "auto"
 
 
 # The demo models `genbot models demo` builds (tiny, random weights; images are noise).
 # The shipped templates name these, so a fresh install runs every template on a CPU.
 DEMO_MODELS = {
-    "sd15": ModelEntry("demo:sd15"),
-    "sdxl": ModelEntry("demo:sdxl"),
+    "sd15": ModelEntry("demo:sd15", family="sd15"),
+    "sdxl": ModelEntry("demo:sdxl", family="sdxl"),
     "canny_sd15": ModelEntry("demo:canny_sd15"),
     "canny_sdxl": ModelEntry("demo:canny_sdxl"),
     "walnut": ModelEntry("demo:walnut"),
     "brushed_steel": ModelEntry("demo:brushed_steel"),
     "upscaler": ModelEntry("demo:upscaler"),  # used when [executor] upscaler = "upscaler"
-    "flux": ModelEntry("demo:flux"),  # FLUX.1 [dev]'s design
+    "flux": ModelEntry("demo:flux", family="flux"),  # FLUX.1 [dev]'s design
 }
-MODEL_KEYS = ("path", "steps", "guidance", "size", "config")
+MODEL_KEYS = ("path", "steps", "guidance", "size", "config", "family", "offload")
+OFFLOADS = ("auto", "none", "model", "sequential")
 
 
 @table("models", order=65)
@@ -180,5 +190,41 @@ def _model_entry(name: str, value: Any, where: str) -> ModelEntry:
     config = value.get("config")
     if config is not None and (not isinstance(config, str) or not config.strip()):
         raise ConfigError(f"{where}: config: expected the path of a diffusers folder")
+    family = value.get("family")
+    if family is not None and family not in PROFILES:
+        raise ConfigError(f"{where}: family = {family!r}: expected one of {', '.join(PROFILES)}")
+    offload = value.get("offload", "auto")
+    if offload not in OFFLOADS:
+        raise ConfigError(f"{where}: offload = {offload!r}: expected one of {', '.join(OFFLOADS)}")
     return ModelEntry(path, value.get("steps"), None if guidance is None else float(guidance),
-                      value.get("size"), config)
+                      value.get("size"), config, family, offload)
+
+
+def family_of(config: Config, name: str) -> str | None:
+    """The family of a [models] entry when it can be told here without loading it: said in
+    the config (family = "…"), a demo's, or a diffusers folder's model_index.json. None:
+    not here (a single file, or a folder on another host): the executor that loads it
+    refuses it then."""
+    entry = models(config).get(name)
+    if entry is None:
+        return None
+    if entry.family:
+        return entry.family
+    try:
+        saved = json.loads((model_path(config, entry) / "model_index.json").read_text())
+    except (OSError, ValueError):
+        return None
+    saved_as = saved.get("_class_name") if isinstance(saved, dict) else None
+    return SAVED_AS.get(saved_as) if isinstance(saved_as, str) else None
+
+
+def load_configured(config: Config) -> tuple[dict[str, Template], list[TemplateError]]:
+    """The templates of [templates] dir, each also checked against [models]: a node whose
+    model's family cannot run the node's mode (an edit on a text-to-image model) breaks
+    its template at load, said once, rather than failing every job of a batch."""
+    templates, errors = load_templates(templates_dir(config))
+    for name, t in list(templates.items()):
+        if found := refusals(t, lambda model: family_of(config, model)):
+            errors.append(TemplateError(t.file, *found[0]))
+            del templates[name]
+    return templates, errors

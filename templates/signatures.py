@@ -51,11 +51,20 @@ class Signature:
     inputs: dict[str, Input]
     outputs: dict[str, str] = field(default_factory=dict)  # output name -> type
     sizing: tuple[SizeRule, ...] = ()  # how its image is sized (templates.size_rules)
+    # The mode it runs its `model` in (templates.families.MODES), "" for an op that runs no
+    # model. "txt2img" turns "img2img" when the node is given an init_image.
+    mode: str = ""
+
+    def mode_of(self, inputs: dict[str, Any]) -> str | None:
+        """The mode a node of this op runs its model in; None: it runs none."""
+        if self.mode == "txt2img" and inputs.get("init_image") is not None:
+            return "img2img"
+        return self.mode or None
 
 
 def _sig(op: str, help: str, outputs: dict[str, str], sizing: tuple[SizeRule, ...], /,
-         **inputs: Input) -> Signature:
-    return Signature(op, help, inputs, outputs, sizing)
+         mode: str = "", **inputs: Input) -> Signature:
+    return Signature(op, help, inputs, outputs, sizing, mode)
 
 
 _IMAGE_OUT = {"image": "image"}
@@ -63,6 +72,7 @@ _IMAGE_OUT = {"image": "image"}
 OPS: dict[str, Signature] = {s.name: s for s in [
     _sig("generate", "Diffusion: txt2img, img2img (init_image), ControlNet guidance "
          "(control_image + controlnet), LoRAs.", _IMAGE_OUT, (Given(), Same(), Native()),
+         "txt2img",
          prompt=Input("text"),
          negative=Input("text", ""),
          model=Input("model"),
@@ -77,6 +87,24 @@ OPS: dict[str, Signature] = {s.name: s for s in [
          control_image=Input("image", None, optional=True),
          controlnet=Input("model", None, optional=True),
          control_scale=Input("float", 1.0, min=0, max=4),
+         loras=Input("loras", [])),
+    _sig("edit", "Change a picture by a written instruction with an edit model (FLUX.1 "
+         "Kontext, Qwen-Image-Edit, FLUX.2): what the sentence leaves out stays as it was.",
+         _IMAGE_OUT, (Given(), Same()), "edit",
+         image=Input("image"),
+         instruction=Input("text", help='"把背景换成海滩", "make the bottle matte black"'),
+         model=Input("model"),
+         seed=Input("seed"),
+         image_2=Input("image", None, optional=True,
+                       help="another picture the instruction may name (Qwen-Image-Edit: "
+                       "up to 3)"),
+         image_3=Input("image", None, optional=True),
+         negative=Input("text", "", help="models with real guidance only (Qwen-Image-Edit)"),
+         steps=Input("int", None, optional=True, min=1, max=200,
+                     help="None: the model's own"),
+         guidance=Input("float", None, optional=True, min=0, max=50),
+         size=Input("size", None, optional=True,
+                    help="None: the picture's own size, in the model's multiples"),
          loras=Input("loras", [])),
     _sig("upscale", "Enlarge: a diffusers upscaler when one is configured, else "
          "high-quality resampling.", _IMAGE_OUT, (Scaled(default=2.0),),

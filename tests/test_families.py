@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from executor.models import families
+from templates import families as catalog
 
 CASES = [(t, None) for t in families.FAMILIES] + [("v2", "epsilon")]
 IDS = [t if p is None else f"{t}-{p}" for t, p in CASES]
@@ -104,21 +105,33 @@ def test_each_component_config_loads_offline_with_its_class(folders, case):
 
 
 def test_every_family_runs_on_pipelines_diffusers_has():
-    """PROFILES, the one table of what genbot runs per family: each class exists, every
-    family a model can be detected as has a profile, and every family makes text-to-image
-    and image-to-image; the flow-matching ones are the ones without SD samplers."""
+    """templates.families, the one table of what genbot runs per family: each class exists,
+    every family a model can be detected as has a profile, every mode is one genbot knows,
+    and the families sampled by flow matching are the transformer ones."""
     import diffusers
 
     from executor.models.registry import PIPELINES
     detected = {f.family for f in families.FAMILIES.values()} | {
         family for _, family in PIPELINES.values()}
-    assert detected <= set(families.PROFILES)
-    for name, runs in families.PROFILES.items():
+    assert detected <= set(catalog.PROFILES)
+    for name, runs in catalog.PROFILES.items():
         for (mode, _), cls in runs.pipelines.items():
-            assert mode in ("txt2img", "img2img") and hasattr(diffusers, cls), (name, cls)
-        assert {"txt2img", "img2img"} <= set(runs.modes()), name
-    assert [n for n, p in families.PROFILES.items() if p.flow] == ["flux"]
-    assert families.profile("flux").modes() == ["img2img", "txt2img"]
+            assert mode in catalog.MODES and hasattr(diffusers, cls), (name, cls)
+        assert runs.lora_family in catalog.PROFILES
+        assert (runs.images > 0) == runs.runs("edit"), name
+        assert runs.load_as in catalog.SAVED_AS, name  # a folder saved by it is recognised
+    assert {n for n, p in catalog.PROFILES.items() if not p.flow} == {"sd15", "sd2", "sdxl"}
+    assert catalog.profile("flux").modes() == ["img2img", "inpaint", "txt2img"]
+
+
+def test_memory_of_a_family_at_each_precision():
+    """What a family's weights take: FLUX.1 at bf16 is about 31 GiB (transformer 22 GiB,
+    T5-XXL 9 GiB: what every FLUX guide says), a Q4_0 transformer under 7 GiB of it."""
+    flux = catalog.profile("flux")
+    assert 30 < flux.gib("bf16") < 32
+    assert flux.gib("q4_0") < flux.gib("fp8") < flux.gib("q8_0") < flux.gib("bf16")
+    assert flux.gib("bf16") - flux.gib("q4_0") > 15  # only the transformer shrinks
+    assert flux.gib("fp32") == 2 * flux.gib("bf16")
 
 
 def test_families_say_what_genbot_needs():
@@ -487,3 +500,80 @@ def test_a_full_size_x4_upscaler_single_file_loads_offline_and_upscales(tmp_path
                           text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     print(done.stdout.strip())
+
+
+# --- a template's models against their families, when templates load ------------------------
+
+def _edit_template(folder: Path, name: str, model: str, *, negative: str | None = None,
+                   choices: list[str] | None = None) -> None:
+    params: dict = {"picture": {"type": "image", "required": True},
+                    "instruction": {"type": "text", "required": True},
+                    "seed": {"type": "seed"}}
+    if choices:
+        params["model"] = {"type": "choice", "choices": choices, "default": choices[0]}
+    inputs = {"image": "$picture", "instruction": "$instruction", "seed": "$seed",
+              "model": "$model" if choices else model}
+    if negative is not None:
+        inputs["negative"] = negative
+    (folder / f"{name}.json").write_text(json.dumps({
+        "name": name, "description": "an instruction edit", "params": params,
+        "nodes": {"edit": {"op": "edit", "inputs": inputs},
+                  "out": {"op": "save", "inputs": {"image": "@edit"}}},
+        "output": "{row}.png"}))
+
+
+def test_a_node_whose_model_cannot_run_its_mode_breaks_its_template_at_load(tmp_path):
+    """An edit on a text-to-image model, a choice column offering one, a negative prompt
+    for a family that reads none: each is said when templates load, naming the model, its
+    family and the mode, and that template is not served; the others load. A family is
+    known from [models] family = "…", a demo's, or a diffusers folder's model_index.json."""
+    from storage import config as cfg
+    from templates.settings import family_of, load_configured
+    folder = tmp_path / "templates"
+    folder.mkdir()
+    (tmp_path / "kontext").mkdir()
+    (tmp_path / "kontext" / "model_index.json").write_text(
+        json.dumps({"_class_name": "FluxKontextPipeline"}))
+    config = cfg.from_dict({
+        "service": {"data_dir": str(tmp_path)}, "templates": {"dir": str(folder)},
+        "models": {"kontext": str(tmp_path / "kontext"),
+                   "qwen_edit": {"path": "/elsewhere/qwen-edit.safetensors",
+                                 "family": "qwen_image_edit"},
+                   "dev": {"path": "/elsewhere/flux1-dev.safetensors", "family": "flux"},
+                   "unknown": "/elsewhere/some.safetensors"}})
+    assert [family_of(config, m) for m in ("kontext", "qwen_edit", "dev", "unknown")] == [
+        "flux_kontext", "qwen_image_edit", "flux", None]
+    _edit_template(folder, "fine", "kontext")
+    _edit_template(folder, "fine_too", "qwen_edit", negative="blurry")  # Qwen reads one
+    _edit_template(folder, "not_here", "unknown")  # its executor decides
+    _edit_template(folder, "on_dev", "dev")
+    _edit_template(folder, "offers_dev", "", choices=["kontext", "dev"])
+    _edit_template(folder, "negative", "kontext", negative="blurry")
+    templates, errors = load_configured(config)
+    assert sorted(templates) == ["fine", "fine_too", "not_here"]
+    said = {Path(e.file).stem: (e.path, e.message) for e in errors}
+    assert said == {
+        "on_dev": ("nodes.edit.model", 'model "dev" is FLUX.1 (flux), which genbot runs for '
+                   "img2img, inpaint, txt2img, not edit"),
+        "offers_dev": ("nodes.edit.model", 'model "dev" is FLUX.1 (flux), which genbot runs '
+                       "for img2img, inpaint, txt2img, not edit"),
+        "negative": ("nodes.edit.negative", 'model "kontext" is FLUX.1 Kontext (flux_kontext), '
+                     "which reads no negative prompt: leave the node's negative out (say what "
+                     "to avoid in the prompt instead)")}
+
+
+def test_a_family_in_models_is_checked(tmp_path):
+    from storage import config as cfg
+    with pytest.raises(cfg.ConfigError, match=r"\[models\] x: family = 'fluxx': expected one "
+                                              r"of sd15, sd2, sdxl, sd3, flux, flux_kontext"):
+        cfg.from_dict({"service": {"data_dir": str(tmp_path)},
+                       "models": {"x": {"path": "x.safetensors", "family": "fluxx"}}})
+    with pytest.raises(cfg.ConfigError, match=r"\[models\] x: offload = 'cpu': expected one of "
+                                              "auto, none, model, sequential"):
+        cfg.from_dict({"service": {"data_dir": str(tmp_path)},
+                       "models": {"x": {"path": "x.safetensors", "offload": "cpu"}}})
+
+
+def test_the_families_table_in_the_docs_is_the_catalogs():
+    docs = Path(__file__).resolve().parents[1] / "docs" / "models.md"
+    assert catalog.markdown_table() in docs.read_text(encoding="utf-8")

@@ -83,9 +83,9 @@ def test_flux_takes_any_prompt_its_own_size_and_refuses_what_it_cannot_run(ctx):
     with pytest.raises(OpError, match="sampler dpm\\+\\+_2m does not run flux models: use "
                                       "euler, or leave it empty"):
         generate_batch(ctx, [inputs(model="flux", sampler="dpm++_2m")])
-    with pytest.raises(ModelError, match='ControlNet "canny_sdxl" is for sdxl; model "flux" is '
-                                         "flux|model \"flux\" is flux: genbot runs it for "
-                                         "img2img, txt2img, not txt2img with a ControlNet"):
+    with pytest.raises(ModelError, match=re.escape(
+            'model "flux" is FLUX.1 (flux): genbot runs it for img2img, inpaint, txt2img, not '
+            "txt2img with a ControlNet")):
         generate_batch(ctx, [inputs(model="flux", controlnet="canny_sdxl",
                                     control_image="inputs/bottle.png")])
     with pytest.raises(ModelError, match='LoRA "walnut" is for sd15; model "flux" is flux'):

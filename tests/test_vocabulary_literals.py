@@ -41,6 +41,9 @@ HOMONYMS = {
     ("executor/models/families.py", "upscale"): "a model family and its kind",
     ("executor/models/registry.py", "upscale"): "a model's kind",
     ("templates/signatures.py", "upscale"): "the upscale op",
+    ("templates/signatures.py", "edit"): "the edit op (an instruction edit) and its mode",
+    ("templates/families.py", "edit"): "a family's mode (an instruction edit)",
+    ("executor/diffusers/ops/diffusion.py", "edit"): "the edit op's pipeline mode",
 }
 
 

@@ -100,11 +100,12 @@ async def test_every_template_runs_end_to_end_from_its_example_sheet(config, nam
 
 
 async def test_a_flux_row_runs_through_the_executor_like_any_other(config):
-    """product_main's row on the FLUX demo instead of SDXL + ControlNet: generated, upscaled
-    2x and saved, its metadata naming the model that made it."""
+    """product_main's row on the FLUX demo instead of SDXL + ControlNet (and without its
+    negative prompt, which FLUX reads none of): generated, upscaled 2x and saved, its
+    metadata naming the model that made it."""
     row = (await example_jobs(config, "product_main"))[0]
     job = with_generate(row, model="flux", controlnet=None, control_image=None, steps=2,
-                        guidance=None)
+                        guidance=None, negative="")
     async with Harness(config) as h:
         (done,) = await h.run("product_main", [NewJob(job.row, job.workflow, affinity="flux")])
     assert done.status == "succeeded", done.error

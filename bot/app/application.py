@@ -54,7 +54,7 @@ from templates.graph import Template
 from templates.jobs import decode, encode
 from templates.loader import template_from, version_content
 from templates.params import Problem
-from templates.settings import templates_dir
+from templates.settings import load_configured, templates_dir
 from templates.sweeps import Sweep
 
 log = logging.getLogger("genbot.app")
@@ -196,8 +196,7 @@ def compared(variants: list[Template], jobs: list[NewJob],
 
 def load_templates(config: Config) -> dict[str, Template]:
     """The templates, checked at start-up: broken ones are logged, the others serve."""
-    from templates.loader import load_templates as load
-    templates, errors = load(templates_dir(config))
+    templates, errors = load_configured(config)
     for error in errors:
         log.error("template not loaded: %s", error)
     log.info("templates: %s", ", ".join(templates) or f"none in {templates_dir(config)}")

@@ -47,8 +47,12 @@ from storage.config import Config
 from storage.files import batch_folder, open_store
 from storage.queue import BatchProgress, Priority, Queue, Status, open_queue
 from storage.workers import Workers, owner_name
-from templates.loader import load_templates
-from templates.settings import ComfyUIConfig, ModelsConfig, TemplatesConfig, templates_dir
+from templates.settings import (
+    ComfyUIConfig,
+    ModelsConfig,
+    TemplatesConfig,
+    load_configured,
+)
 
 if TYPE_CHECKING:
     from bot.app.application import App
@@ -171,7 +175,7 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
     from bot.app.application import Accepted, App, CancelTarget, SubmitOptions
     from bot.intake.check import IntakeReport, SheetFile, check_sheet
     from bot.intake.images import folder_attachments
-    templates, _ = load_templates(templates_dir(config))
+    templates, _ = load_configured(config)
     spec, name = name, name.partition("@")[0]  # (NAME@N: the application resolves the pin)
     if name not in templates:
         print(say("run_no_template", lang, name=name, have=", ".join(templates)), file=sys.stderr)

@@ -74,8 +74,8 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
 def load_all(config: cfg.Config) -> tuple[dict[str, Template], list[TemplateError]]:
     """The templates of the config's folder, and the files that are broken."""
-    from templates.loader import load_templates
-    return load_templates(templates_dir(config))
+    from templates.settings import load_configured
+    return load_configured(config)
 
 
 def find_template(config: cfg.Config, name: str) -> Template:

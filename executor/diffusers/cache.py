@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from executor.diffusers import devices
-from executor.models.families import profile
 from executor.models.registry import ModelError, ModelInfo, Registry
+from templates.families import profile
 from templates.settings import models_dir
 
 log = logging.getLogger("genbot.executor")
@@ -39,6 +39,7 @@ class Unit:
     tier: str  # "device" | "ram"
     adapters: OrderedDict  # LoRA name -> None, least recently used first
     scheduler: dict | None = None  # the checkpoint's own scheduler config ("sampler: none")
+    offloaded: bool = False  # its pipeline's parts wait in RAM between uses (Unit.offloads)
 
 
 def _modules(obj: Any) -> list[torch.nn.Module]:
@@ -68,6 +69,9 @@ class ModelCache:
         self.stats: Counter = Counter()
         self.changed = True  # models loaded or dropped since the last look (worker hygiene)
         self.on_load: Callable[[str | None], None] | None = None  # a model starts/ends loading
+        # model -> how it waits in CPU RAM while it runs (the engine's memory plan): "model"
+        # or "sequential" pipelines are offloaded by diffusers' hooks and stay so.
+        self.offloads: dict[str, str] = {}
         import diffusers
         import transformers
         diffusers.utils.logging.disable_progress_bar()
@@ -159,8 +163,7 @@ class ModelCache:
                     if info.single_file else cls.from_pretrained(str(info.path), **common)
             else:
                 assert info.family is not None  # the registry knows every checkpoint's family
-                cls = getattr(diffusers, cls_name or profile(info.family).pipelines[
-                    ("txt2img", False)])
+                cls = getattr(diffusers, cls_name or profile(info.family).load_as)
                 if info.single_file:
                     pipe = cls.from_single_file(str(info.path), **common, **single)
                 else:
@@ -181,9 +184,15 @@ class ModelCache:
         return pipe
 
     def _move(self, unit: Unit, tier: str) -> None:
-        target = self.device if tier == "device" else "cpu"
-        if target != "cpu" or unit.tier != "ram":
-            unit.obj.to(target)
+        how = self.offloads.get(unit.info.name, "none") if self.device != "cpu" else "none"
+        if how != "none":  # diffusers' hooks move its parts on and off the device as it runs
+            if not unit.offloaded:
+                devices.offload(unit.obj, how, self.device)
+                unit.offloaded = True
+        else:
+            target = self.device if tier == "device" else "cpu"
+            if target != "cpu" or unit.tier != "ram":
+                unit.obj.to(target)
         unit.tier = tier
 
     def _make_room(self, needed: int, keep: set[str]) -> None:
@@ -214,8 +223,8 @@ class ModelCache:
 
     # --- what generation asks for ------------------------------------------------------
     def pipeline(self, model: str, mode: str, controlnet: str | None = None) -> Any:
-        """The pipeline for a checkpoint in txt2img or img2img mode, with a ControlNet or
-        not; built on the resident checkpoint's components."""
+        """The pipeline for a checkpoint in a mode (txt2img, img2img, edit), with a
+        ControlNet or not; built on the resident checkpoint's components."""
         keep = {model, *([controlnet] if controlnet else [])}
         info = self.registry.get(model, "checkpoint")
         if info.inpainting:
@@ -228,7 +237,7 @@ class ModelCache:
         assert family is not None  # the registry knows every checkpoint's family
         runs = profile(family)
         if (mode, bool(controlnet)) not in runs.pipelines:
-            raise ModelError(f'model "{model}" is {family}: genbot runs it for '
+            raise ModelError(f'model "{model}" is {runs.label} ({family}): genbot runs it for '
                              f'{", ".join(runs.modes())}, not {mode}'
                              f"{' with a ControlNet' if controlnet else ''}")
         base = self._get(model, "checkpoint", keep)
@@ -240,11 +249,12 @@ class ModelCache:
                                  f'model "{model}" is {family}')
             cn = cn_unit.obj
         key = (model, mode, controlnet)
-        if mode == "txt2img" and not controlnet:
+        wanted = runs.pipelines[(mode, bool(controlnet))]
+        if wanted == type(base.obj).__name__:
             return base.obj
         if key not in self.pipes:
             import diffusers
-            cls = getattr(diffusers, runs.pipelines[(mode, bool(controlnet))])
+            cls = getattr(diffusers, wanted)
             extra = {"controlnet": cn} if controlnet else {}
             pipe = cls.from_pipe(base.obj, **extra)
             pipe.set_progress_bar_config(disable=True)

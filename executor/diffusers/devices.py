@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -69,6 +70,19 @@ def release(device: str, *, refreeze: bool = False) -> None:
         torch.cuda.empty_cache()
     elif device == "mps":
         torch.mps.empty_cache()
+
+
+def offload(pipe: Any, how: str, device: str) -> None:
+    """Let a pipeline run from CPU RAM: "model" moves one component (text encoder,
+    transformer, VAE) onto the device at a time, "sequential" one layer at a time (slowest,
+    least memory); its VAE decodes in tiles. diffusers' own hooks; a GPU only."""
+    if how == "model":
+        pipe.enable_model_cpu_offload(device=device)
+    else:
+        pipe.enable_sequential_cpu_offload(device=device)
+    vae = getattr(pipe, "vae", None)
+    if vae is not None and hasattr(vae, "enable_tiling"):
+        vae.enable_tiling()
 
 
 def out_of_memory(error: BaseException) -> bool:

@@ -100,7 +100,6 @@ class DiffusersEngine:
         if unknown:
             raise ConfigError(f"[executor] models: {', '.join(unknown)} not in [models] "
                               f"(known: {', '.join(self.registry.names) or 'none'})")
-        budget = self.cache.vram_budget
         self.cannot = {}
         for name in self.registry.names:
             path = model_path(self.config, models(self.config)[name])
@@ -108,14 +107,32 @@ class DiffusersEngine:
                 self.cannot[name] = "not among its [executor] models"
             elif not path.exists():
                 self.cannot[name] = f"its file {path} does not exist on {socket.gethostname()}"
-            elif (size := self.registry.size(name)) > budget:
-                self.cannot[name] = f"it needs about {size / 2**30:.1f} GiB, more than the " \
-                                    f"{budget / 2**30:.1f} GiB this executor may use"
+            elif why := self.plan_memory(name):
+                self.cannot[name] = why
         if self.cannot:
             log.info("models this executor leaves to others", extra={"cannot_run": self.cannot})
         if not chosen and not self.cannot:
             return None
         return [n for n in self.registry.names if n not in self.cannot]
+
+    def plan_memory(self, name: str) -> str | None:
+        """Plan a model's memory from its files (executor.models.memory): the offload it
+        runs with goes to the cache; a model that does not fit, or cannot be read, says why."""
+        from executor.models import memory
+        from executor.models.registry import ModelError
+        try:
+            info = self.registry.get(name)
+        except ModelError as e:
+            return str(e)
+        need = memory.need(info.path if info.single_file or info.kind == "lora" else
+                           model_path(self.config, info.entry), info.family,
+                           dtype_bytes=self.dtype.itemsize,
+                           pixels=info.size * info.size if info.size else None)
+        planned = memory.plan(need, self.cache.vram_budget, info.entry.offload)
+        if planned.offload is None:
+            return planned.why_not(info.entry.offload)
+        self.cache.offloads[name] = planned.offload
+        return None
 
     # --- what to claim -----------------------------------------------------------------
     async def ready(self) -> bool:

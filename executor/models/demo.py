@@ -240,11 +240,12 @@ def build(folder: Path, names: list[str] | None = None, *, force: bool = False) 
             else:
                 family, seed = LORAS[name]
                 build_lora(folder / family, seed, tmp)
-            own = {"size": 64, "guidance": 3.5} if family == "flux" else {}  # (256 px: FLUX's
-            # default latent size over this VAE's 2x; dev's distilled guidance is 3.5)
+            # Every demo makes 64 px images (FLUX's own default would be 256 px over this
+            # VAE's 2x): its memory is planned at that size. FLUX.1 [dev]'s guidance is 3.5.
+            own = {"guidance": 3.5} if family == "flux" else {}
             (tmp / "genbot.json").write_text(json.dumps({
                 "demo": True, "family": family, "steps": DEMO_STEPS, "guidance": DEMO_GUIDANCE,
-                **own}))
+                "size": 64, **own}))
             if target.exists():
                 shutil.rmtree(target)
             tmp.rename(target)

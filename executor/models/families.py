@@ -1,10 +1,6 @@
-"""The model families genbot runs, as data: what each runs for which mode (PROFILES), and
-the Stable Diffusion families a single-file checkpoint can be, with their diffusers configs.
-
-A family's :class:`Profile` says which diffusers pipeline makes each mode (text-to-image,
-image-to-image; with a ControlNet or not), the steps and guidance a row that names none
-gets, and whether it samples by flow matching (FLUX: its own scheduler, not the SD
-samplers). The model cache, the registry and `generate` read it; a new family is a row.
+"""The Stable Diffusion families a single-file checkpoint can be, with their diffusers
+configs. (What each family runs, for which mode, is templates.families: data the template
+checker reads too.)
 
 A checkpoint in the original LDM layout ("A1111", ComfyUI) holds weights only. diffusers'
 ``Pipeline.from_single_file(path, config=FOLDER, local_files_only=True)`` takes the rest from
@@ -35,47 +31,6 @@ BPE = DATA / "bpe_simple_vocab_16e6.txt.gz"
 CLIP_VOCAB_SIZE = 49408
 TOKENIZER_DIRS = ("tokenizer", "tokenizer_2")
 DERIVATION = "clip-bpe-1"  # bump when the derived files change: they land in a new folder
-
-
-@dataclass(frozen=True)
-class Profile:
-    """How genbot runs one family (genbot's name: sd15, sd2, sdxl, flux)."""
-    name: str
-    pipelines: Mapping[tuple[str, bool], str]  # (mode, with a ControlNet) -> diffusers class
-    guidance: float  # a row's default, after [models] and a demo's own
-    steps: int = 30
-    flow: bool = False  # flow matching: samples with its own scheduler ("euler" names it)
-
-    def modes(self) -> list[str]:
-        """What it runs, as a person reads it: "txt2img", "img2img with a ControlNet" …"""
-        return sorted(f"{mode} with a ControlNet" if cn else mode for mode, cn in self.pipelines)
-
-
-_SD = {("txt2img", False): "StableDiffusionPipeline",
-       ("img2img", False): "StableDiffusionImg2ImgPipeline",
-       ("txt2img", True): "StableDiffusionControlNetPipeline",
-       ("img2img", True): "StableDiffusionControlNetImg2ImgPipeline"}
-PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile("sd15", _SD, guidance=7.5),
-    Profile("sd2", _SD, guidance=7.5),  # SD 1.5's pipelines, its own configs
-    Profile("sdxl", {("txt2img", False): "StableDiffusionXLPipeline",
-                     ("img2img", False): "StableDiffusionXLImg2ImgPipeline",
-                     ("txt2img", True): "StableDiffusionXLControlNetPipeline",
-                     ("img2img", True): "StableDiffusionXLControlNetImg2ImgPipeline"},
-            guidance=5.0),
-    # FLUX.1 [dev]: guidance is the distilled guidance the transformer is told (no CFG),
-    # 28 steps by default ([models] steps = … for more). [schnell] (no guidance embedding):
-    # 4 steps, guidance unused (the registry tells them apart by the transformer's config).
-    Profile("flux", {("txt2img", False): "FluxPipeline",
-                     ("img2img", False): "FluxImg2ImgPipeline"},
-            guidance=3.5, steps=28, flow=True),
-)}
-FLUX_SCHNELL = {"steps": 4, "guidance": 0.0}
-
-
-def profile(family: str | None) -> Profile:
-    """The profile of a family genbot knows (sd15 for a model of none, as some LoRAs are)."""
-    return PROFILES[family or "sd15"]
 
 
 @dataclass(frozen=True)

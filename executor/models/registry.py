@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from executor.models import families
 from storage.config import Config
+from templates import families as catalog
 from templates.settings import ModelEntry, model_path, models
 
 if TYPE_CHECKING:  # the generation stack, imported only where a model is read
@@ -22,13 +23,8 @@ if TYPE_CHECKING:  # the generation stack, imported only where a model is read
     from safetensors import safe_open
 
 PIPELINES = {  # model_index.json _class_name -> (kind, family)
-    "StableDiffusionPipeline": ("checkpoint", "sd15"),
-    "StableDiffusionImg2ImgPipeline": ("checkpoint", "sd15"),
-    "StableDiffusionXLPipeline": ("checkpoint", "sdxl"),
-    "StableDiffusionXLImg2ImgPipeline": ("checkpoint", "sdxl"),
+    **{cls: ("checkpoint", family) for cls, family in catalog.SAVED_AS.items()},
     "StableDiffusionUpscalePipeline": ("upscaler", "sd15"),
-    "FluxPipeline": ("checkpoint", "flux"),
-    "FluxImg2ImgPipeline": ("checkpoint", "flux"),
 }
 PICKLES = (".ckpt", ".pt", ".pth", ".bin")  # weights that can run code when loaded
 TEXT_WIDTH = {768: "sd15", 1024: "sd2", 2048: "sdxl"}  # cross-attention width -> family
@@ -66,7 +62,7 @@ class ModelInfo:
 
     @property
     def steps(self) -> int:
-        return self.entry.steps or self.defaults.get("steps") or families.profile(
+        return self.entry.steps or self.defaults.get("steps") or catalog.profile(
             self.family).steps
 
     @property
@@ -80,7 +76,7 @@ class ModelInfo:
         if self.entry.guidance is not None:
             return self.entry.guidance
         own = self.defaults.get("guidance")
-        return own if own is not None else families.profile(self.family).guidance
+        return own if own is not None else catalog.profile(self.family).guidance
 
 
 class Registry:
@@ -91,14 +87,6 @@ class Registry:
     @property
     def names(self) -> list[str]:
         return sorted(models(self.config))
-
-    def size(self, name: str) -> int:
-        """Bytes of a model's files on disk: about what it takes in device memory at
-        16 bits (what placement compares with an executor's budget). 0: not there yet."""
-        path = model_path(self.config, models(self.config)[name])
-        if path.is_file():
-            return path.stat().st_size
-        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
 
     def needs_demo(self) -> list[str]:
         """Demo models the config names that are not built yet."""
@@ -124,7 +112,7 @@ class Registry:
             raise ModelError(f"{where}: {path} does not exist{hint}")
         defaults: dict[str, Any] = {}
         if _schnell(path):  # FLUX.1 [schnell]: distilled to 4 steps without guidance
-            defaults = dict(families.FLUX_SCHNELL)
+            defaults = dict(catalog.FLUX_SCHNELL)
         if path.is_dir() and (path / "genbot.json").is_file():
             defaults |= json.loads((path / "genbot.json").read_text())
         if path.is_dir():
@@ -141,6 +129,9 @@ class Registry:
         if path.is_dir():
             model_type = prediction = None
         family = defaults.get("family", family)
+        if entry.family and family and entry.family != family:
+            raise ModelError(f'{where}: family = "{entry.family}" in the config, but its files '
+                             f"are {catalog.profile(family).label} ({family})")
         if entry.config:
             entry = replace(entry,
                             config=str(model_path(self.config, replace(entry, path=entry.config))))
@@ -216,7 +207,6 @@ def _checkpoint_family(f: safe_open, keys: list[str], path: Path,
 
     from diffusers.loaders.single_file_utils import infer_diffusers_model_type
 
-    from executor.models import families
     # Tensor name -> something with its .shape: all diffusers' detector reads.
     shapes = {k: SimpleNamespace(shape=tuple(f.get_slice(k).get_shape())) for k in keys}
     model_type = infer_diffusers_model_type(shapes)

@@ -1,5 +1,6 @@
 """The ops that run models: `generate` on diffusers (txt2img, img2img, ControlNet, LoRAs,
-six samplers) and `upscale` (a diffusers upscaler when one is named, else resampling).
+six samplers), `edit` (a picture changed by a written instruction) and `upscale` (a
+diffusers upscaler when one is named, else resampling).
 
 torch and diffusers are imported inside the functions that need them, so registering
 these ops loads neither: the chat side and the template checker import the registry
@@ -10,6 +11,7 @@ each image is the one its job would get alone (within floating-point tolerance).
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +19,7 @@ from typing import Any
 from PIL import Image
 
 from executor.diffusers.ops.base import Context, ImageInput, OpError, op
-from executor.models.families import profile
+from templates.families import Profile, profile
 
 SCHEDULERS = {  # sampler name -> (diffusers scheduler class, config overrides)
     "euler": ("EulerDiscreteScheduler", {}),
@@ -110,16 +112,17 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
     # sampler the previous call set).
     pipe.scheduler = _scheduler(first.get("sampler"), cache.units[model].scheduler, info.family)
     n = len(batch)
+    runs = profile(info.family)
     kwargs: dict[str, Any] = {
         "prompt": [i["prompt"] for i in batch],
-        "negative_prompt": [i.get("negative") or "" for i in batch],
         "num_inference_steps": first.get("steps") or info.steps,
-        "guidance_scale": first["guidance"] if first.get("guidance") is not None else info.guidance,
+        runs.cfg: first["guidance"] if first.get("guidance") is not None else info.guidance,
         # CPU generators: the same seed gives the same noise on any device.
         "generator": [torch.Generator("cpu").manual_seed(int(i["seed"])) for i in batch],
         "num_images_per_prompt": 1,
         "callback_on_step_end": _on_step(ctx),
     }
+    kwargs.update(_negative(runs, model, [i.get("negative") or "" for i in batch]))
 
     def fit(value: Any) -> Image.Image:
         return ctx.image(value).resize((width, height), Image.Resampling.LANCZOS)
@@ -146,6 +149,66 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
     if len(images) != n:
         raise RuntimeError(f"the pipeline made {len(images)} images for {n} prompts")
     return images
+
+
+@op(device=True)
+def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: int,
+         image_2: ImageInput | None = None, image_3: ImageInput | None = None,
+         negative: str = "", steps: int | None = None, guidance: float | None = None,
+         size: list[int] | None = None, loras: list[dict[str, Any]] | None = None
+         ) -> Image.Image:
+    """The picture changed by the instruction, on the model's edit pipeline (FLUX.1 Kontext,
+    Qwen-Image-Edit, FLUX.2). The first picture is the one edited, made the output's size
+    (its own, within the model's native area, in the model's multiples); the others are
+    references the instruction may name ("put the logo from picture 2 on the bottle")."""
+    import torch
+    cache = ctx.models
+    pipe = cache.pipeline(model, "edit")
+    info = cache.units[model].info
+    runs = profile(info.family)
+    pictures = [ctx.image(i).convert("RGB") for i in (image, image_2, image_3) if i is not None]
+    if len(pictures) > runs.images:
+        raise OpError(f'model "{model}" is {runs.label}: it edits with at most {runs.images} '
+                      f"picture{'s' if runs.images > 1 else ''}, not {len(pictures)}")
+    cache.use_loras(model, loras or [])
+    ctx.used_models.extend([model, *(lora["name"] for lora in loras or [])])
+    width, height = (int(v) for v in size) if size else _within(
+        pictures[0].size, info.size or native_size(pipe))
+    step = multiple(pipe)
+    width, height = width - width % step, height - height % step
+    if min(width, height) < step:
+        raise OpError(f"size {width}x{height} is too small")
+    pictures[0] = pictures[0].resize((width, height), Image.Resampling.LANCZOS)
+    kwargs: dict[str, Any] = {
+        "image": pictures[0] if runs.images == 1 else pictures, "prompt": instruction,
+        "height": height, "width": width, "num_inference_steps": steps or info.steps,
+        runs.cfg: guidance if guidance is not None else info.guidance,
+        "generator": torch.Generator("cpu").manual_seed(int(seed)),
+        "callback_on_step_end": _on_step(ctx)}
+    kwargs.update(_negative(runs, model, [negative]))
+    if "_auto_resize" in inspect.signature(pipe.__call__).parameters:
+        kwargs["_auto_resize"] = False  # (Kontext would pick its own size; the size is ours)
+    return pipe(**kwargs).images[0]
+
+
+def _negative(runs: Profile, model: str, given: list[str]) -> dict[str, Any]:
+    """The negative prompt argument for a family that reads one; a family that does not
+    (FLUX, Z-Image-Turbo) refuses one rather than ignoring it."""
+    if runs.negative:
+        return {"negative_prompt": [g or runs.no_negative for g in given]}
+    if any(given):
+        raise OpError(f'model "{model}" is {runs.label}, which reads no negative prompt: say '
+                      "what to avoid in the prompt instead")
+    return {}
+
+
+def _within(size: tuple[int, int], native: int) -> tuple[int, int]:
+    """A picture's size, scaled down (proportions kept) to the model's native area."""
+    width, height = size
+    if width * height <= native * native:
+        return width, height
+    scale = math.sqrt(native * native / (width * height))
+    return max(1, int(width * scale)), max(1, int(height * scale))
 
 
 def native_size(pipe: Any) -> int:

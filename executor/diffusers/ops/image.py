@@ -21,6 +21,7 @@ from executor.diffusers.ops.base import Context, ImageInput, OpError, op
 from storage.files import batch_folder
 from templates.fonts import FontError, font_sizes
 from templates.jobs import encode
+from templates.signatures import OPS
 from templates.text import Align, Block, FontAt, lay_out
 from templates.text import draw as draw_block
 
@@ -299,7 +300,7 @@ def watermark(ctx: Context, image: ImageInput, text: str, position: str = "botto
 def metadata(ctx: Context) -> dict[str, Any]:
     """What a saved image carries: enough to make it again."""
     job = ctx.job
-    seeds = [n.inputs["seed"] for n in job.nodes if n.op == "generate"] if job else []
+    seeds = [n.inputs["seed"] for n in job.nodes if OPS[n.op].mode] if job else []
     return {"genbot": VERSION, "template": job and job.template, "row": job and job.row,
             "batch": ctx.batch_id, "params": job and job.params, "seeds": seeds,
             "models": sorted(set(ctx.used_models)), "workflow": job and encode(job)}
