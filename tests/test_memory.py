@@ -59,7 +59,9 @@ def test_the_executor_plans_each_model_and_leaves_what_cannot_fit(tmp_path, demo
     whole ("none") it is left, naming what it needs, what the executor has and the offload
     that would fit; a file genbot cannot read is left saying why."""
     from executor.diffusers.engine import DiffusersEngine
-    sd15 = memory.need(demo_models / "sd15", "sd15", dtype_bytes=4, pixels=64 * 64)
+    from executor.models import demo
+    sd15 = memory.need(demo_models / "sd15", "sd15", dtype_bytes=4, pixels=64 * 64,
+                       work_gib=demo.DEMO_WORK_GIB)
     budget = (sd15.on_device("none") + sd15.on_device("model")) / 2
     (tmp_path / "broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     config = executor_config(

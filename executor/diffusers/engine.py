@@ -127,7 +127,8 @@ class DiffusersEngine:
         need = memory.need(info.path if info.single_file or info.kind == "lora" else
                            model_path(self.config, info.entry), info.family,
                            dtype_bytes=self.dtype.itemsize,
-                           pixels=info.size * info.size if info.size else None)
+                           pixels=info.size * info.size if info.size else None,
+                           work_gib=info.defaults.get("work_gib"))
         planned = memory.plan(need, self.cache.vram_budget, info.entry.offload)
         if planned.offload is None:
             return planned.why_not(info.entry.offload)

@@ -64,10 +64,11 @@ class Plan:
                 f"GiB this executor may use{hint}")
 
 
-def need(path: Path, family: str | None, *, dtype_bytes: int, pixels: int | None = None
-         ) -> Need:
+def need(path: Path, family: str | None, *, dtype_bytes: int, pixels: int | None = None,
+         work_gib: float | None = None) -> Need:
     """What a model at `path` (a diffusers folder or one weights file) needs at a dtype of
-    `dtype_bytes`, making images of `pixels` (None: its family's native size)."""
+    `dtype_bytes`, making images of `pixels` (None: its family's native size); `work_gib`:
+    its own working memory at the native size where it is not the family's (a demo's)."""
     files = [path] if path.is_file() else sorted(
         p for p in path.rglob("*") if p.suffix in WEIGHT_SUFFIXES and p.is_file())
     parts: dict[str, int] = {}
@@ -79,7 +80,8 @@ def need(path: Path, family: str | None, *, dtype_bytes: int, pixels: int | None
             largest = max(largest, size)
     runs = profile(family)
     native = runs.native * runs.native
-    work = math.ceil(runs.work_gib * 2**30 * (pixels or native) / native * dtype_bytes / 2)
+    own = runs.work_gib if work_gib is None else work_gib
+    work = math.ceil(own * 2**30 * (pixels or native) / native * dtype_bytes / 2)
     return Need(parts, largest, work)
 
 
