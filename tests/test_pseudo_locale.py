@@ -134,8 +134,10 @@ async def test_the_dashboard_shows_the_pseudo_locale_and_draws_chinese_in_its_ow
             assert han and served == han, (selector, text, drawn)
         await page.screenshot(path=str(tmp_path / "zh-sign-in.png"))  # (to look at)
 
+        await page.fill("#token", ALICE)  # typed, then the language changed: the token stays
         await page.select_option("#lang", "en-XA")  # and signed in, the page's words
-        await page.fill("#token", ALICE)
+        await page.wait_for_selector("#sign-in h2 >> text='⟦Sign in⟧'")
+        assert await page.input_value("#token") == ALICE
         await page.click("#sign-in button[type=submit]")
         await page.wait_for_selector('[data-count="queued"] .badge')
         assert await page.text_content('#nav a[href="#/"]') == "⟦Overview⟧"

@@ -750,8 +750,10 @@ async function webhooksPage(main, params) {
 }
 
 // --- sign-in and routing -------------------------------------------------------------
-function signInForm() {
+function signInForm() {  // (drawn again in a new language: what was typed stays)
+  const typed = document.getElementById("token")?.value || "";
   const input = h("input", {type: "password", id: "token", autocomplete: "current-password", required: true});
+  input.value = typed;
   const note = h("p", {class: "error", id: "sign-in-error"});
   const form = h("form", {class: "card sign-in", id: "sign-in"},
     h("h2", {text: t("sign_in")}), h("label", {}, t("token"), input),
