@@ -17,7 +17,8 @@ from bot.intake.writer import example_rows, write_example  # noqa: E402
 from templates.loader import load_templates  # noqa: E402
 
 # (template, header language): one set of sheets with Chinese headers.
-SHEETS = {"product_main": "en", "material_swap": "en", "social_thumb": "zh"}
+SHEETS = {"product_main": "en", "material_swap": "en", "social_thumb": "zh", "poster_zh": "zh",
+          "edit_instruction": "zh"}
 
 
 def main() -> None:

@@ -96,6 +96,12 @@ DEMO_MODELS = {
     "brushed_steel": ModelEntry("demo:brushed_steel"),
     "upscaler": ModelEntry("demo:upscaler"),  # used when [executor] upscaler = "upscaler"
     "flux": ModelEntry("demo:flux", family="flux"),  # FLUX.1 [dev]'s design
+    "flux_kontext": ModelEntry("demo:flux_kontext", family="flux_kontext"),
+    "flux_fill": ModelEntry("demo:flux_fill", family="flux_fill"),
+    "flux2": ModelEntry("demo:flux2", family="flux2"),
+    "qwen_image": ModelEntry("demo:qwen_image", family="qwen_image"),
+    "zimage": ModelEntry("demo:zimage", family="zimage"),  # Z-Image-Turbo's design
+    "sd3": ModelEntry("demo:sd3", family="sd3"),  # Stable Diffusion 3.5's design
 }
 MODEL_KEYS = ("path", "steps", "guidance", "size", "config", "family", "offload")
 OFFLOADS = ("auto", "none", "model", "sequential")

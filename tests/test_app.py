@@ -101,7 +101,8 @@ async def test_refusals_come_first_and_are_one_coded_family(app):
     assert (e.code, status_of(e)) == ("no_template", 422)
     assert "did you mean social_thumb?" in e.render("en")
     assert "是不是 social_thumb" in e.render("zh")
-    assert e.plain()["templates"] == ["material_swap", "product_main", "social_thumb"]
+    assert e.plain()["templates"] == ["edit_instruction", "material_swap", "poster_zh",
+                                      "product_main", "social_thumb"]
     # A viewer learns nothing about batch 99; a submitter learns it is not there.
     assert (await raised(app.cancel(VIC, CancelTarget.batch(99)), Refused)).code == "refused_role"
     e = await raised(app.cancel(ALICE, CancelTarget.batch(99)), NotFound)

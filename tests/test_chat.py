@@ -59,7 +59,7 @@ async def test_help_templates_template_queue_and_status_answer(world):
     assert one.text.startswith("usage: /cancel BATCH | job JOB | mine | all")
     (listing,) = await world.send("@genbot templates")  # and after a mention
     assert [line.split(" — ")[0] for line in listing.text.splitlines()[1:]] == \
-        ["material_swap", "product_main", "social_thumb"]
+        ["edit_instruction", "material_swap", "poster_zh", "product_main", "social_thumb"]
     info, *pictures = await world.send("/template social_thumb")
     assert info.text.startswith("social_thumb: Social media thumbnail") \
         and "  image* (image)" in info.text

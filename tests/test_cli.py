@@ -105,7 +105,8 @@ def test_serve_runs_on_defaults_answers_healthz_and_stops_on_sigterm(tmp_path):
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0
         assert f"genbot serving on http://127.0.0.1:{port}" in out and "Traceback" not in out
-        assert "templates: material_swap, product_main, social_thumb" in out  # checked at start
+        assert ("templates: edit_instruction, material_swap, poster_zh, product_main, "
+                "social_thumb") in out  # checked at start
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -139,7 +140,7 @@ def test_templates_show_and_broken_ones(workdir, capsys):
     code, out = run_cli(capsys, "templates")
     assert code == 0
     assert [line.split()[0] for line in out.splitlines()] == [
-        "material_swap", "product_main", "social_thumb"]
+        "edit_instruction", "material_swap", "poster_zh", "product_main", "social_thumb"]
     assert run_cli(capsys, "template", "list") == (code, out)  # the same command
     code, out = run_cli(capsys, "template", "show", "product_main")
     assert code == 0 and "sku" in out and "货号" in out and "1..100" in out

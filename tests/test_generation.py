@@ -53,13 +53,22 @@ def pixels(im: Image.Image) -> np.ndarray:
     {"loras": [{"name": "walnut", "weight": 0.8}]},
     {"model": "flux", "guidance": 3.5},  # FLUX.1: T5 + CLIP, a transformer on packed latents
     {"model": "flux", "init_image": "inputs/bottle.png", "strength": 0.6},
+    # Qwen-Image: Qwen2.5-VL reads a bilingual prompt, real CFG (true_cfg_scale) with " "
+    {"model": "qwen_image", "guidance": 4.0, "negative": "模糊"},
+    {"model": "qwen_image", "init_image": "inputs/bottle.png", "strength": 0.6},
+    {"model": "zimage", "guidance": 0.0},  # Z-Image-Turbo: Qwen3, no CFG
+    {"model": "zimage", "init_image": "inputs/bottle.png", "strength": 0.6},
+    {"model": "sd3", "negative": "blurry"},  # SD 3.5: two CLIPs + T5, real CFG
+    {"model": "sd3", "init_image": "inputs/bottle.png", "strength": 0.6},
+    {"model": "flux2"},  # FLUX.2: Mistral 3 reads the prompt
 ], ids=["txt2img", "img2img", "controlnet", "sdxl-img2img-controlnet", "lora", "flux",
-        "flux-img2img"])
+        "flux-img2img", "qwen", "qwen-img2img", "zimage", "zimage-img2img", "sd3",
+        "sd3-img2img", "flux2"])
 def test_batched_images_equal_the_unbatched_ones(ctx, over):
     seeds = [11, 22, 33]
-    batched = generate_batch(ctx, [inputs(seed=s, prompt=f"p{s}", **over) for s in seeds])
+    batched = generate_batch(ctx, [inputs(seed=s, prompt=f"p{s} 瓶子", **over) for s in seeds])
     for s, image in zip(seeds, batched):
-        alone = generate_batch(ctx, [inputs(seed=s, prompt=f"p{s}", **over)])[0]
+        alone = generate_batch(ctx, [inputs(seed=s, prompt=f"p{s} 瓶子", **over)])[0]
         assert np.abs(pixels(image) - pixels(alone)).max() <= 2  # of 255: float tolerance
     assert not np.array_equal(pixels(batched[0]), pixels(batched[1]))
 
@@ -90,6 +99,56 @@ def test_flux_takes_any_prompt_its_own_size_and_refuses_what_it_cannot_run(ctx):
                                     control_image="inputs/bottle.png")])
     with pytest.raises(ModelError, match='LoRA "walnut" is for sd15; model "flux" is flux'):
         generate_batch(ctx, [inputs(model="flux", loras=[{"name": "walnut", "weight": 1}])])
+
+
+def test_an_instruction_edits_the_picture_on_an_edit_model(ctx, demo_models, tmp_path):
+    """`edit` on FLUX.1 Kontext: the picture and the sentence go to its edit pipeline; the
+    output keeps the picture's proportions within the model's area (a 96x64 picture on the
+    demo's 64 px area: 76x52, in its 4 px multiples); the sentence and the picture each
+    change the image, the seed makes it again; a FLUX.1 LoRA loads on Kontext. FLUX.2 takes
+    several pictures; what a family cannot do is refused naming it."""
+    from executor.diffusers.ops.diffusion import edit
+    ctx.store.write("inputs/wide.png", _png(Image.new("RGB", (96, 64), (200, 40, 40))))
+
+    def run(**over):
+        args = {"image": "inputs/wide.png", "instruction": "把背景换成海滩",
+                "model": "flux_kontext", "seed": 3, "steps": 2, **over}
+        return pixels(edit(ctx, **args))
+
+    first = run()
+    assert first.shape == (52, 76, 3)
+    assert np.array_equal(first, run())
+    assert not np.array_equal(first, run(instruction="make the bottle matte black"))
+    assert not np.array_equal(first, run(image="inputs/bottle.png", size=[76, 52]))
+    assert run(size=[32, 32]).shape == (32, 32, 3)
+    flux_lora(demo_models, tmp_path / "brand", seed=7)
+    ctx.models.registry.config = executor_config(
+        tmp_path / "data", demo_models, models={"brand": str(tmp_path / "brand")})
+    assert not np.array_equal(first, run(loras=[{"name": "brand", "weight": 1.0}]))
+    two = pixels(edit(ctx, image="inputs/wide.png", image_2="inputs/bottle.png",
+                      instruction="put the bottle from picture 2 on the table", model="flux2",
+                      seed=3, steps=2, size=[96, 64]))  # (FLUX.2 reads pictures of 64 px up)
+    assert two.shape == (64, 96, 3)
+    with pytest.raises(OpError, match=re.escape(
+            'model "flux_kontext" is FLUX.1 Kontext: it edits with at most 1 picture, not 2')):
+        run(image_2="inputs/bottle.png")
+    with pytest.raises(OpError, match=re.escape(
+            'model "flux_kontext" is FLUX.1 Kontext, which reads no negative prompt')):
+        run(negative="blurry")
+    with pytest.raises(ModelError, match=re.escape(
+            'model "flux" is FLUX.1 (flux): genbot runs it for img2img, inpaint, txt2img, not '
+            "edit")):
+        run(model="flux")
+    with pytest.raises(ModelError, match='LoRA "walnut" is for sd15; model "flux_kontext" is '
+                                         "flux_kontext"):
+        run(loras=[{"name": "walnut", "weight": 1.0}])
+
+
+def _png(im: Image.Image) -> bytes:
+    import io
+    buf = io.BytesIO()
+    im.save(buf, "PNG")
+    return buf.getvalue()
 
 
 def flux_lora(demo_models, out, seed: int = 5) -> None:

@@ -69,8 +69,8 @@ def test_templates_and_the_chat_side_import_with_torch_blocked():
             "from templates.binding import bind\n"
             "import templates.settings, templates.jobs, templates.fonts, bot.service\n"
             "found, broken = load_templates(shipped_dir())\n"
-            "assert not broken and sorted(found) == ['material_swap', 'product_main', "
-            "'social_thumb'], (found, broken)\n"
+            "assert not broken and sorted(found) == ['edit_instruction', 'material_swap', "
+            "'poster_zh', 'product_main', 'social_thumb'], (found, broken)\n"
             "print('ok')")
     done = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True,
                           env=python_env(), cwd=ROOT)

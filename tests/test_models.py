@@ -19,9 +19,14 @@ def test_demo_models_are_what_the_registry_says(tmp_path, demo_models):
     assert kinds == {"sd15": ("checkpoint", "sd15"), "sdxl": ("checkpoint", "sdxl"),
                      "canny_sd15": ("controlnet", "sd15"), "canny_sdxl": ("controlnet", "sdxl"),
                      "walnut": ("lora", "sd15"), "brushed_steel": ("lora", "sd15"),
-                     "upscaler": ("upscaler", "sd15"), "flux": ("checkpoint", "flux")}
+                     "upscaler": ("upscaler", "sd15"),
+                     **{name: ("checkpoint", name) for name in (
+                         "flux", "flux_kontext", "flux_fill", "flux2", "qwen_image", "zimage",
+                         "sd3")}}
     sd15 = registry.get("sd15")
     assert (sd15.steps, sd15.guidance) == (demo.DEMO_STEPS, demo.DEMO_GUIDANCE)
+    zimage = registry.get("zimage")  # Z-Image-Turbo: no CFG, as the real one is run
+    assert (zimage.guidance, zimage.size) == (0.0, 64)
     flux = registry.get("flux")  # FLUX.1 [dev]'s distilled guidance; 64 px like the others
     assert (flux.steps, flux.guidance, flux.size) == (demo.DEMO_STEPS, 3.5, 64)
     assert registry.needs_demo() == []

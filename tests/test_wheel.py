@@ -61,7 +61,7 @@ def test_the_wheel_runs_the_shipped_templates_from_another_folder(installed, tmp
     listed = genbot(installed, tmp_path, "template", "list")
     assert listed.returncode == 0, listed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()] == \
-        ["material_swap", "product_main", "social_thumb"]
+        ["edit_instruction", "material_swap", "poster_zh", "product_main", "social_thumb"]
 
     example = genbot(installed, tmp_path, "template", "example", "product_main")
     assert example.returncode == 0, example.stderr

@@ -114,6 +114,28 @@ async def test_a_flux_row_runs_through_the_executor_like_any_other(config):
     assert "flux" in read_metadata(path)["models"]
 
 
+@pytest.mark.parametrize("template, family_models", [
+    ("poster_zh", {"qwen_image"}), ("edit_instruction", {"flux_kontext"})])
+async def test_the_new_families_templates_run_their_example_sheets(config, template,
+                                                                   family_models):
+    """poster_zh (Qwen-Image draws the headline and price from the sheet's columns) and
+    edit_instruction (a picture and a sentence to FLUX.1 Kontext) run their example sheets
+    on the demo models: one image per row, the prompt and instruction as the row said."""
+    jobs = await example_jobs(config, template)
+    async with Harness(config) as h:
+        done = await h.run(template, jobs)
+    assert [d.status for d in done] == ["succeeded"] * 2, [d.error for d in done]
+    for d in done:
+        meta = read_metadata(FileStore(config.data_dir).path(d.outputs[0]))
+        assert set(meta["models"]) == family_models
+    steps = {s["id"]: s["inputs"] for s in jobs[0].workflow["nodes"]}
+    if template == "poster_zh":
+        prompt = steps["gen"]["prompt"]
+        assert "写着“春茶上新”" in prompt and "价格标签写着“限时价 ¥99”" in prompt
+    else:
+        assert steps["edit"]["instruction"] == "把背景换成海滩"
+
+
 async def test_png_metadata_reproduces_the_image(config):
     async with Harness(config) as h:
         first = (await h.run("product_main", (await example_jobs(config, "product_main"))[:1]))[0]

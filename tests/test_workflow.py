@@ -147,7 +147,8 @@ def test_a_broken_template_does_not_stop_the_others(tmp_path):
 def test_every_shipped_template_loads():
     templates, errors = load_templates(ROOT / "templates" / "shipped")
     assert errors == []
-    assert set(templates) == {"product_main", "material_swap", "social_thumb"}
+    assert set(templates) == {"product_main", "material_swap", "social_thumb", "poster_zh",
+                              "edit_instruction"}
     assert templates["product_main"].models == ["sdxl", "canny_sdxl"]
     assert templates["social_thumb"].models == []  # needs no model
 

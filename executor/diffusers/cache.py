@@ -275,7 +275,8 @@ class ModelCache:
         for lora in loras:
             name = lora["name"]
             info = self.registry.get(name, "lora")
-            if info.family not in (None, unit.info.family):
+            takes = profile(unit.info.family).lora_family  # (Kontext and Fill: FLUX.1's)
+            if info.family not in (None, takes):
                 raise ModelError(f'LoRA "{name}" is for {info.family}; model "{model}" is '
                                  f"{unit.info.family}")
             if name in unit.adapters:

@@ -1,7 +1,7 @@
 """Tiny random-weight demo models, built locally in seconds: nothing is downloaded.
 
-They have the real architectures (UNet, VAE, CLIP text encoders, ControlNet, LoRA; FLUX.1's
-transformer with its CLIP and T5 encoders) at toy sizes, so every template runs end to end
+They have the real architectures (UNet, VAE, CLIP text encoders, ControlNet, LoRA; the
+transformer families of executor.models.demo_flow) at toy sizes, so every template runs end to end
 on a CPU and every code path the real checkpoints take is exercised. Their images are
 noise; real checkpoints give real images. Native size 64 px.
 """
@@ -14,50 +14,22 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from executor.models import demo_flow
+from executor.models import tiny_text as text
+from templates.families import profile
+
 if TYPE_CHECKING:  # the generation stack, imported only while the models are built
     from diffusers import EulerDiscreteScheduler
-    from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
 DEMO_STEPS = 8
 DEMO_GUIDANCE = 5.0
 DEMO_WORK_GIB = 0.0005  # working memory at its 64 px, at 16 bits
-CHECKPOINTS = ("sd15", "sdxl", "flux")
+CHECKPOINTS = ("sd15", "sdxl", "flux", "flux_kontext", "flux_fill", "flux2", "qwen_image",
+               "zimage", "sd3")
 CONTROLNETS = {"canny_sd15": "sd15", "canny_sdxl": "sdxl"}
 LORAS = {"walnut": ("sd15", 1), "brushed_steel": ("sd15", 2)}  # name -> (family, seed)
 UPSCALERS = ("upscaler",)
 ALL = (*CHECKPOINTS, *CONTROLNETS, *LORAS, *UPSCALERS)
-
-
-def _tokenizer(folder: Path) -> CLIPTokenizer:
-    """A byte-level CLIP tokenizer with no merges: any text, Chinese included, tokenizes."""
-    from transformers import CLIPTokenizer
-
-    from executor.models.families import bytes_to_unicode
-    chars = list(bytes_to_unicode().values())
-    vocab = {c: i for i, c in enumerate(chars + [c + "</w>" for c in chars]
-                                        + ["<|startoftext|>", "<|endoftext|>"])}
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vocab.json").write_text(json.dumps(vocab))
-    (folder / "merges.txt").write_text("#version: 0.2\n")
-    return CLIPTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"),
-                         model_max_length=77)
-
-
-def _clip_tokenizer() -> tuple[CLIPTokenizer, int, int]:
-    """The byte-level CLIP tokenizer, and its start and end token ids."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tok = _tokenizer(Path(tmp))
-    bos, eos = tok.convert_tokens_to_ids(["<|startoftext|>", "<|endoftext|>"])
-    return tok, bos, eos
-
-
-def _text_encoder(vocab_size: int, bos: int, eos: int,
-                  projection: bool) -> CLIPTextModel | CLIPTextModelWithProjection:
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
-    config = CLIPTextConfig(bos_token_id=bos, eos_token_id=eos, pad_token_id=eos,
-                            vocab_size=vocab_size, hidden_size=32, intermediate_size=37,
-                            num_attention_heads=4, num_hidden_layers=3, projection_dim=32)
-    return (CLIPTextModelWithProjection if projection else CLIPTextModel)(config)
 
 
 def _unet_kwargs(family: str) -> dict[str, Any]:
@@ -77,55 +49,9 @@ def _scheduler() -> EulerDiscreteScheduler:
                                   steps_offset=1, timestep_spacing="leading")
 
 
-def _t5_tokenizer() -> Any:
-    """A T5 tokenizer (sentencepiece-style unigram) over printable ASCII, each character a
-    piece, alone or after a word boundary: what FLUX's T5 encoder reads, with no download.
-    Other characters read as <unk>, as many do in the published T5 vocabulary."""
-    import string
-
-    from transformers import T5TokenizerFast
-    chars = string.printable.strip()
-    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0),
-              *((c, -3.0) for c in chars), *(("\u2581" + c, -2.5) for c in chars)]
-    return T5TokenizerFast(vocab=pieces, extra_ids=0, model_max_length=512)
-
-
-def build_flux(out: Path) -> None:
-    """FLUX.1 [dev]'s design (a guidance-distilled MMDiT transformer on packed 2x2 latents,
-    CLIP for the pooled prompt and T5 for the sequence; its VAE has 4 latent channels, not 16)."""
-    import torch
-    from diffusers import (
-        AutoencoderKL,
-        FlowMatchEulerDiscreteScheduler,
-        FluxPipeline,
-        FluxTransformer2DModel,
-    )
-    from transformers import T5Config, T5EncoderModel
-    torch.manual_seed(1)
-    tok, bos, eos = _clip_tokenizer()
-    t5 = _t5_tokenizer()
-    text_encoder_2 = T5EncoderModel(T5Config(
-        vocab_size=len(t5), d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
-        relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1,
-        decoder_start_token_id=0))
-    transformer = FluxTransformer2DModel(
-        patch_size=1, in_channels=16, num_layers=1, num_single_layers=1,
-        attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
-        pooled_projection_dim=32, axes_dims_rope=[4, 4, 8], guidance_embeds=True)
-    vae = AutoencoderKL(block_out_channels=(32, 64), in_channels=3, out_channels=3,
-                        down_block_types=("DownEncoderBlock2D",) * 2,
-                        up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4,
-                        sample_size=64, norm_num_groups=32, use_quant_conv=False,
-                        use_post_quant_conv=False, shift_factor=0.0609, scaling_factor=1.5035)
-    FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae,
-                 text_encoder=_text_encoder(len(tok), bos, eos, False), tokenizer=tok,
-                 text_encoder_2=text_encoder_2, tokenizer_2=t5,
-                 transformer=transformer).save_pretrained(out)
-
-
 def build_checkpoint(family: str, out: Path) -> None:
-    if family == "flux":
-        build_flux(out)
+    if family in demo_flow.BUILDERS:
+        demo_flow.BUILDERS[family](out)
         return
     import torch
     from diffusers import (
@@ -135,7 +61,7 @@ def build_checkpoint(family: str, out: Path) -> None:
         UNet2DConditionModel,
     )
     torch.manual_seed({"sd15": 15, "sdxl": 10}[family])
-    tok, bos, eos = _clip_tokenizer()
+    tok, bos, eos = text.clip_tokenizer()
     vocab = len(tok)
     unet = UNet2DConditionModel(sample_size=32, in_channels=4, out_channels=4,
                                 up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
@@ -147,12 +73,12 @@ def build_checkpoint(family: str, out: Path) -> None:
     if family == "sdxl":
         pipe = StableDiffusionXLPipeline(
             unet=unet, vae=vae, scheduler=_scheduler(),
-            text_encoder=_text_encoder(vocab, bos, eos, False), tokenizer=tok,
-            text_encoder_2=_text_encoder(vocab, bos, eos, True), tokenizer_2=tok)
+            text_encoder=text.clip_encoder(vocab, bos, eos, False), tokenizer=tok,
+            text_encoder_2=text.clip_encoder(vocab, bos, eos, True), tokenizer_2=tok)
     else:
         pipe = StableDiffusionPipeline(
             unet=unet, vae=vae, scheduler=_scheduler(),
-            text_encoder=_text_encoder(vocab, bos, eos, False), tokenizer=tok,
+            text_encoder=text.clip_encoder(vocab, bos, eos, False), tokenizer=tok,
             safety_checker=None, feature_extractor=None, requires_safety_checker=False)
     pipe.save_pretrained(out)
 
@@ -177,7 +103,7 @@ def build_upscaler(out: Path) -> None:
         UNet2DConditionModel,
     )
     torch.manual_seed(4)
-    tok, bos, eos = _clip_tokenizer()
+    tok, bos, eos = text.clip_tokenizer()
     # 7 input channels: the latents and the low-resolution image; noise level as a class.
     unet = UNet2DConditionModel(sample_size=32, in_channels=7, out_channels=4,
                                 up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
@@ -187,8 +113,9 @@ def build_upscaler(out: Path) -> None:
                         up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4,
                         norm_num_groups=32, scaling_factor=0.08333)
     StableDiffusionUpscalePipeline(
-        vae=vae, text_encoder=_text_encoder(len(tok), bos, eos, False), tokenizer=tok, unet=unet,
-        low_res_scheduler=DDPMScheduler(), scheduler=DDIMScheduler(prediction_type="v_prediction"),
+        vae=vae, text_encoder=text.clip_encoder(len(tok), bos, eos, False), tokenizer=tok,
+        unet=unet, low_res_scheduler=DDPMScheduler(),
+        scheduler=DDIMScheduler(prediction_type="v_prediction"),
         max_noise_level=350).save_pretrained(out)
 
 
@@ -243,8 +170,9 @@ def build(folder: Path, names: list[str] | None = None, *, force: bool = False) 
                 build_lora(folder / family, seed, tmp)
             # Every demo makes 64 px images (FLUX's own default would be 256 px over this
             # VAE's 2x) with a fraction of a MiB of activations (its channels are toy-sized):
-            # its memory is planned at that. FLUX.1 [dev]'s guidance is 3.5.
-            own = {"guidance": 3.5} if family == "flux" else {}
+            # its memory is planned at that. A flow family's guidance is its own (FLUX.1
+            # [dev]'s distilled 3.5; Z-Image-Turbo's 0, no CFG).
+            own = {"guidance": profile(family).guidance} if profile(family).flow else {}
             (tmp / "genbot.json").write_text(json.dumps({
                 "demo": True, "family": family, "steps": DEMO_STEPS, "guidance": DEMO_GUIDANCE,
                 "size": 64, "work_gib": DEMO_WORK_GIB, **own}))

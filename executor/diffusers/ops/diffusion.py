@@ -102,7 +102,7 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
     if first.get("size"):
         width, height = (int(v) for v in first["size"])
     else:
-        width = height = info.size or native_size(pipe)
+        width = height = info.size or native_size(pipe, info.family)
     step = multiple(pipe)
     width, height = width - width % step, height - height % step
     if min(width, height) < step:
@@ -173,7 +173,7 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
     cache.use_loras(model, loras or [])
     ctx.used_models.extend([model, *(lora["name"] for lora in loras or [])])
     width, height = (int(v) for v in size) if size else _within(
-        pictures[0].size, info.size or native_size(pipe))
+        pictures[0].size, info.size or native_size(pipe, info.family))
     step = multiple(pipe)
     width, height = width - width % step, height - height % step
     if min(width, height) < step:
@@ -187,7 +187,9 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
         "callback_on_step_end": _on_step(ctx)}
     kwargs.update(_negative(runs, model, [negative]))
     if "_auto_resize" in inspect.signature(pipe.__call__).parameters:
-        kwargs["_auto_resize"] = False  # (Kontext would pick its own size; the size is ours)
+        # Kontext would scale the picture to its preferred sizes and the output to 1 MP:
+        # the size is the template's (its picture's, in the model's area and multiples).
+        kwargs.update(_auto_resize=False, max_area=width * height)
     return pipe(**kwargs).images[0]
 
 
@@ -211,12 +213,14 @@ def _within(size: tuple[int, int], native: int) -> tuple[int, int]:
     return max(1, int(width * scale)), max(1, int(height * scale))
 
 
-def native_size(pipe: Any) -> int:
+def native_size(pipe: Any, family: str | None) -> int:
     """The pipeline's own width and height: a UNet's latent size, or a transformer
-    pipeline's default (FLUX's 128 latents), times what the VAE scales by."""
+    pipeline's default (FLUX's 128 latents), times what the VAE scales by; the family's
+    where the pipeline has none (Z-Image)."""
     unet = getattr(pipe, "unet", None)
-    latents = unet.config.sample_size if unet is not None else pipe.default_sample_size
-    return int(latents * pipe.vae_scale_factor)
+    latents = unet.config.sample_size if unet is not None else getattr(
+        pipe, "default_sample_size", None)
+    return int(latents * pipe.vae_scale_factor) if latents else profile(family).native
 
 
 def multiple(pipe: Any) -> int:
