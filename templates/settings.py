@@ -214,10 +214,13 @@ def family_of(config: Config, name: str) -> str | None:
     entry = models(config).get(name)
     if entry is None:
         return None
-    if entry.family:
-        return entry.family
+    return entry.family or saved_family(model_path(config, entry))
+
+
+def saved_family(folder: Path) -> str | None:
+    """The family a diffusers folder was saved as: its model_index.json's pipeline."""
     try:
-        saved = json.loads((model_path(config, entry) / "model_index.json").read_text())
+        saved = json.loads((folder / "model_index.json").read_text())
     except (OSError, ValueError):
         return None
     saved_as = saved.get("_class_name") if isinstance(saved, dict) else None

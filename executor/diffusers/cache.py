@@ -153,6 +153,8 @@ class ModelCache:
             if info.kind == "checkpoint" and info.family in ("sd15", "sd2"):
                 single["requires_safety_checker"] = False  # (none is loaded from one file)
         try:
+            if info.model_type == "transformer":  # a transformer file: the rest from config
+                return self._with_transformer(info, common)
             if info.kind == "controlnet":
                 cls = diffusers.ControlNetModel
                 return (cls.from_single_file(str(info.path), **common, **single)
@@ -180,6 +182,21 @@ class ModelCache:
                         f'of the {info.family or "same"} family>" }}')
             raise ModelError(f'model "{info.name}" ({info.path}) could not be loaded offline: '
                              f"{type(e).__name__}: {str(e)[:300]}{hint}") from e
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def _with_transformer(self, info: ModelInfo, common: dict[str, Any]) -> Any:
+        """A pipeline of the family's own class from its config folder, the transformer
+        from the file (FLUX.1, Qwen-Image, Z-Image; a GGUF's weights kept quantized)."""
+        import diffusers
+
+        from executor.models import transformer_file
+        assert info.config_dir is not None  # the registry refuses a transformer file without
+        kind = transformer_file.kind_of(transformer_file.shapes(info.path))
+        assert isinstance(kind, transformer_file.Transformer)  # as the registry found it
+        transformer = transformer_file.load(info.path, kind, info.config_dir, self.dtype)
+        cls = getattr(diffusers, profile(info.family).load_as)
+        pipe = cls.from_pretrained(info.config_dir, transformer=transformer, **common)
         pipe.set_progress_bar_config(disable=True)
         return pipe
 

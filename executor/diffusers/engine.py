@@ -18,6 +18,7 @@ import logging
 import socket
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, cast
 
 from executor.engine import Control, Run, Wanted
@@ -128,7 +129,9 @@ class DiffusersEngine:
                            model_path(self.config, info.entry), info.family,
                            dtype_bytes=self.dtype.itemsize,
                            pixels=info.size * info.size if info.size else None,
-                           work_gib=info.defaults.get("work_gib"))
+                           work_gib=info.defaults.get("work_gib"),
+                           beside=Path(info.config_dir) if info.model_type == "transformer"
+                           and info.config_dir else None)
         planned = memory.plan(need, self.cache.vram_budget, info.entry.offload)
         if planned.offload is None:
             return planned.why_not(info.entry.offload)

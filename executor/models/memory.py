@@ -65,16 +65,22 @@ class Plan:
 
 
 def need(path: Path, family: str | None, *, dtype_bytes: int, pixels: int | None = None,
-         work_gib: float | None = None) -> Need:
+         work_gib: float | None = None, beside: Path | None = None) -> Need:
     """What a model at `path` (a diffusers folder or one weights file) needs at a dtype of
     `dtype_bytes`, making images of `pixels` (None: its family's native size); `work_gib`:
-    its own working memory at the native size where it is not the family's (a demo's)."""
-    files = [path] if path.is_file() else sorted(
-        p for p in path.rglob("*") if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    its own working memory at the native size where it is not the family's (a demo's).
+    `beside`: for a transformer file, the folder the rest comes from (its transformer, if
+    it has one, left out)."""
+    files = [path] if path.is_file() else _weights(path)
+    if beside is not None:
+        files += [f for f in _weights(beside) if f.parent.name != "transformer"]
     parts: dict[str, int] = {}
     largest = 0
     for file in files:
-        part = file.stem if file == path or file.parent == path else file.parent.name
+        if file == path:  # one file: the model, or the transformer beside its folder
+            part = "transformer" if beside else file.stem
+        else:  # a component's folder names it
+            part = file.stem if file.parent in (path, beside) else file.parent.name
         for size in _tensor_bytes(file, dtype_bytes):
             parts[part] = parts.get(part, 0) + size
             largest = max(largest, size)
@@ -83,6 +89,10 @@ def need(path: Path, family: str | None, *, dtype_bytes: int, pixels: int | None
     own = runs.work_gib if work_gib is None else work_gib
     work = math.ceil(own * 2**30 * (pixels or native) / native * dtype_bytes / 2)
     return Need(parts, largest, work)
+
+
+def _weights(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.suffix in WEIGHT_SUFFIXES and p.is_file())
 
 
 def plan(need: Need, budget: float, offload: str = "auto", batch: int = 1) -> Plan:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from executor.models import families
+from executor.models import families, transformer_file
 from storage.config import Config
 from templates import families as catalog
-from templates.settings import ModelEntry, model_path, models
+from templates.settings import ModelEntry, model_path, models, saved_family
 
 if TYPE_CHECKING:  # the generation stack, imported only where a model is read
     import torch
@@ -117,6 +117,8 @@ class Registry:
             defaults |= json.loads((path / "genbot.json").read_text())
         if path.is_dir():
             kind, family, file = self._folder(path, where)
+        elif path.suffix in (".safetensors", ".gguf") and (found := _transformer(path, where)):
+            return self._transformer_info(name, path, entry, where, *found)
         elif path.suffix == ".safetensors":
             kind, family, model_type, prediction = self._single_file(path, where)
             file = path
@@ -125,7 +127,8 @@ class Registry:
                              "run any code in it, so genbot does not; use the model's "
                              ".safetensors release, or convert it once with a tool you trust")
         else:
-            raise ModelError(f"{where}: expected a diffusers folder or a .safetensors file")
+            raise ModelError(f"{where}: expected a diffusers folder, a .safetensors file or a "
+                             "transformer's .gguf")
         if path.is_dir():
             model_type = prediction = None
         family = defaults.get("family", family)
@@ -137,6 +140,30 @@ class Registry:
                             config=str(model_path(self.config, replace(entry, path=entry.config))))
         return ModelInfo(name, file, kind, family, file.is_file() and kind != "lora", entry,
                          defaults, model_type, prediction)
+
+    def _transformer_info(self, name: str, path: Path, entry: ModelEntry, where: str,
+                          kind: transformer_file.Transformer,
+                          found: dict[str, tuple[int, ...]]) -> ModelInfo:
+        """A transformer kept on its own: its family (the config's word, else its config
+        folder's pipeline, else what its tensors say) and the folder the rest comes from."""
+        folder = model_path(self.config, replace(entry, path=entry.config)) \
+            if entry.config else None
+        saved = saved_family(folder) if folder else None
+        family = entry.family or saved or kind.families[0]
+        if family not in kind.families:
+            said = f'family = "{family}"' if entry.family else f"its config folder {folder} is"
+            raise ModelError(f"{where}: a {kind.name} transformer, but {said} "
+                             f"{catalog.profile(family).label}; a {kind.name} transformer runs "
+                             f"as {' or '.join(catalog.profile(f).label for f in kind.families)}")
+        if folder is None:
+            raise ModelError(f"{where}: a {kind.name} transformer on its own, as ComfyUI keeps "
+                             f'them: set config = "<a diffusers folder of '
+                             f'{catalog.profile(family).label}>" for its text encoders, VAE and '
+                             "scheduler")
+        fast = kind.name == "FLUX.1" and transformer_file.distilled_fast(found)
+        return ModelInfo(name, path, "checkpoint", family, True,
+                         replace(entry, config=str(folder)),
+                         dict(catalog.FLUX_SCHNELL) if fast else {}, "transformer")
 
     @staticmethod
     def _folder(path: Path, where: str) -> tuple[str, str | None, Path]:
@@ -187,6 +214,26 @@ class Registry:
         shown = ", ".join(sorted(keys)[:3]) + (" …" if len(keys) > 3 else "")
         raise ModelError(f"{where}: not a Stable Diffusion checkpoint, LoRA or ControlNet genbot "
                          f"knows: its {len(keys)} tensors are named like {shown or 'nothing'}")
+
+
+def _transformer(path: Path, where: str) -> tuple[transformer_file.Transformer,
+                                                  dict[str, tuple[int, ...]]] | None:
+    """The transformer a single file holds with its tensor table, or None (another kind of
+    .safetensors file: the SD detector reads it)."""
+    try:
+        found = transformer_file.shapes(path)
+    except ValueError as e:
+        raise ModelError(f"{where}: {e}") from None
+    kind = transformer_file.kind_of(found)
+    if isinstance(kind, str):
+        raise ModelError(f"{where}: a {kind} transformer on its own: genbot loads {kind} from "
+                         "its diffusers folder; give that folder's path")
+    if kind is None and path.suffix == ".gguf":
+        shown = ", ".join(sorted(found)[:3])
+        raise ModelError(f"{where}: a GGUF of no transformer genbot knows (its tensors are "
+                         f"named like {shown or 'nothing'}); genbot reads FLUX.1, FLUX.1 Fill, "
+                         "Qwen-Image and Z-Image GGUFs")
+    return (kind, found) if kind else None
 
 
 def _schnell(path: Path) -> bool:
