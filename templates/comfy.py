@@ -30,7 +30,7 @@ ENGINE = "comfyui"
 TEMPLATE_KEYS = ("name", "description", "engine", "workflow", "params", "output", "vary_image")
 # What a parameter may set, by the literal the workflow holds there.
 PARAM_TYPES = ("text", "int", "float", "bool", "seed", "choice", "image")
-SAMPLERS = ("KSampler", "KSamplerAdvanced")
+SAMPLERS = ("KSampler", "KSamplerAdvanced", "SamplerCustom", "SamplerCustomAdvanced")
 WORKFLOW_MAX_BYTES = 16 * 2**20  # exported workflows are kilobytes; each job stores a copy
 UI_FORMAT = ("this is a ComfyUI workflow in the UI format (it has \"nodes\" and \"links\"); "
              "export it for the API instead: in ComfyUI, Workflow → Export (API), or "
@@ -205,15 +205,48 @@ COMFY_LIMITS: dict[str, dict[str, tuple[float, float, float]]] = {
     "EmptySD3LatentImage": {"width": (16, 16384, 16), "height": (16, 16384, 16)},
     "LoraLoader": {"strength_model": (-100.0, 100.0, 0.01),
                    "strength_clip": (-100.0, 100.0, 0.01)},
+    # FLUX, Qwen-Image, Z-Image: comfy_extras/nodes_flux.py, nodes_custom_sampler.py,
+    # nodes_model_advanced.py; nodes.py's LoraLoaderModelOnly
+    "EmptyFlux2LatentImage": {"width": (16, 16384, 16), "height": (16, 16384, 16)},
+    "FluxGuidance": {"guidance": (0.0, 100.0, 0.1)},
+    "CLIPTextEncodeFlux": {"guidance": (0.0, 100.0, 0.1)},
+    "SamplerCustom": {"cfg": (0.0, 100.0, 0.1)},
+    "CFGGuider": {"cfg": (0.0, 100.0, 0.1)},
+    "BasicScheduler": {"steps": (1, 10000, 1), "denoise": (0.0, 1.0, 0.01)},
+    "Flux2Scheduler": {"steps": (1, 4096, 1), "width": (16, 16384, 1), "height": (16, 16384, 1)},
+    "ModelSamplingFlux": {"width": (16, 16384, 8), "height": (16, 16384, 8)},
+    "LoraLoaderModelOnly": {"strength_model": (-100.0, 100.0, 0.01)},
 }
+# The parts a custom sampler (SamplerCustomAdvanced) takes from nodes of their own: the
+# noise (RandomNoise: the seed), the guider (BasicGuider, CFGGuider: the prompts, cfg),
+# the sampler (KSamplerSelect: the method) and the sigmas (BasicScheduler, Flux2Scheduler:
+# steps, schedule, denoise). Their settings are the sampler's.
+SAMPLER_PARTS = ("noise", "guider", "sampler", "sigmas")
+# Nodes whose output is the value they hold (comfy_extras/nodes_primitive.py), and the
+# switch that passes on one of its inputs by a boolean (nodes_logic.py; ComfyUI runs only
+# the branch it takes): a value fed through them is bound where it is held.
+PRIMITIVES = ("PrimitiveInt", "PrimitiveFloat", "PrimitiveBoolean", "PrimitiveString",
+              "PrimitiveStringMultiline")
+SWITCHES = ("ComfySwitchNode",)
+# The text inputs of the nodes that encode a prompt: CLIPTextEncode's text, the Qwen-Image
+# edit encoders' prompt (the instruction), CLIPTextEncodeFlux's clip_l and t5xxl,
+# CLIPTextEncodeSDXL's text_g and text_l. A conditioning on its way to a sampler is followed
+# back to one through the nodes that pass it on (FluxGuidance, ReferenceLatent, a ControlNet
+# …), except where it is zeroed: FLUX's and Z-Image's "negative" is no prompt.
+TEXT_INPUTS = ("text", "prompt", "clip_l", "t5xxl", "text_g", "text_l")
+ZEROED = ("ConditioningZeroOut",)
+# The latents whose size is the picture's, and the nodes sized alike (a FLUX model's
+# shift, FLUX.2's schedule): a column each joins where they hold the same size.
+LATENTS = ("EmptyLatentImage", "EmptySD3LatentImage", "EmptyFlux2LatentImage")
+SIZED = (*LATENTS, "ModelSamplingFlux", "Flux2Scheduler")
 # A LoraLoader's strength whose value differs from its other one: its column's suffix, and
 # what it applies to.
 LORA_STRENGTHS = {"strength_model": ("strength", "the model"),
                   "strength_clip": ("clip_strength", "the prompt (CLIP)")}
 NOTHING_TO_BIND = ("found nothing to make a column of (a sampler's CLIPTextEncode prompt, "
-                   "seed, steps, cfg; an EmptyLatentImage's size; a LoadImage; a checkpoint "
-                   "or LoRA loader): write the template's \"to\" bindings by hand "
-                   "(genbot docs comfyui)")
+                   "seed, steps, cfg or guidance; an EmptyLatentImage's size; a LoadImage; a "
+                   "checkpoint, diffusion model or LoRA loader): write the template's \"to\" "
+                   "bindings by hand (genbot docs comfyui)")
 
 
 def object_info_limits(info: dict[str, Any], kind: str, name: str) -> tuple[float, float,
@@ -239,16 +272,30 @@ def object_info_limits(info: dict[str, Any], kind: str, name: str) -> tuple[floa
 
 def object_info_choices(info: dict[str, Any], kind: str, name: str) -> list[str] | None:
     """The values a server's /object_info lists for node class `kind`'s input `name` (a
-    COMBO: [[…values…], {…}]), or None."""
+    choice: [[…values…], {…}], or as the newer nodes give one, ["COMBO", {"options":
+    […values…]}]), or None."""
     spec = info.get(kind)
     inputs = spec.get("input") if isinstance(spec, dict) else None
     for group in ("required", "optional"):
         entry = inputs.get(group) if isinstance(inputs, dict) else None
         entry = entry.get(name) if isinstance(entry, dict) else None
-        if isinstance(entry, list) and entry and isinstance(entry[0], list) \
-                and all(isinstance(v, str) for v in entry[0]):
-            return list(entry[0])
+        listed = combo_options(entry)
+        if listed is not None and all(isinstance(v, str) for v in listed):
+            return list(listed)
     return None
+
+
+def combo_options(entry: Any) -> list[Any] | None:
+    """The choices of an /object_info input spec: [[…values…], {…}] or ["COMBO",
+    {"options": […values…]}]; None for any other input."""
+    if not isinstance(entry, list) or not entry:
+        return None
+    if isinstance(entry[0], list):
+        return entry[0]
+    options = entry[1] if entry[0] == "COMBO" and len(entry) > 1 and isinstance(
+        entry[1], dict) else None
+    listed = options.get("options") if options is not None else None
+    return listed if isinstance(listed, list) else None
 
 
 def _finite(value: Any) -> TypeGuard[float]:
@@ -264,13 +311,19 @@ def import_workflow(data: Any, file: str, name: str, info: dict[str, Any] | None
 
     A column joins inputs that hold the same value (a base and a refiner sampler's
     steps); an input holding another value gets a column of its own, so an empty cell
-    leaves each node as the workflow has it."""
+    leaves each node as the workflow has it. A value a primitive node feeds (through the
+    branch a switch takes) is bound on the primitive; a node that only a switch's other
+    branch uses never runs, and makes no column."""
     prompt = read_workflow(data, file)
     columns = _Columns(prompt, file, info)
-    for nid, node in prompt.items():  # the samplers' columns first: prompt, seed, steps …
-        if node["class_type"] in SAMPLERS:
+    runs = [nid for nid in prompt if nid in columns.live]  # (not a switch's other branch)
+    for nid in runs:  # the samplers' columns first: prompt, seed, steps …
+        if prompt[nid]["class_type"] in SAMPLERS:
             columns.sampler(nid)
-    for nid in prompt:
+    for nid in runs:  # the picture's size, before the nodes sized alike join it
+        if prompt[nid]["class_type"] in LATENTS:
+            columns.size(nid)
+    for nid in runs:
         columns.loader_or_input(nid)
     if not columns.params:
         raise WorkflowError(f"{file}: {NOTHING_TO_BIND}")
@@ -289,6 +342,16 @@ class _Columns:
         self.params: dict[str, dict[str, Any]] = {}
         self.nodes: dict[str, list[str]] = {}  # column -> the node ids it sets, for `said`
         self.bound: set[tuple[str, str]] = set()
+        self.live = _live(prompt)
+
+    def source(self, node: str, inp: str) -> tuple[str, str]:
+        """Where the value of `node`.`inp` is held (`_source`)."""
+        return _source(self.prompt, node, inp)
+
+    def value(self, node: str, inp: str) -> Any:
+        """The value `node`.`inp` takes, where it is held; a link where it is computed."""
+        held, key = self.source(node, inp)
+        return self.prompt[held]["inputs"].get(key)
 
     def said(self) -> list[str]:
         """One line per column, for the person importing: what it sets, by node title."""
@@ -320,8 +383,10 @@ class _Columns:
         self.bound.add((node, inp))
 
     def number(self, column: str, kind: str, node: str, inp: str, help_: str) -> None:
-        """A number column with the range ComfyUI (or the server) allows for that input."""
-        value, cls = self.prompt[node]["inputs"][inp], self.prompt[node]["class_type"]
+        """A number column with the range ComfyUI (or the server) allows for that input,
+        bound where its value is held (a primitive node feeding it: `source`)."""
+        held, key = self.source(node, inp)
+        value, cls = self.prompt[held]["inputs"][key], self.prompt[node]["class_type"]
         limits = object_info_limits(self.info, cls, inp) if self.info is not None else None
         source = "the server"
         if limits is None:
@@ -337,7 +402,7 @@ class _Columns:
             if kind == "int" and step and step > 1:
                 help_ += f" (a multiple of {step:g})"
         spec = {"type": kind, **bounds, "default": value, "help": help_}
-        self.bind(column, spec, node, inp)
+        self.bind(column, spec, held, key)
 
     def choice(self, kind: str, inp: str, value: str, help_: str) -> dict[str, Any]:
         """A choice column: of the files the server lists for that input (its /object_info)
@@ -349,68 +414,120 @@ class _Columns:
         return {"type": "choice", "choices": listed, "help": help_,
                 **({"default": value} if value in listed else {"required": True})}
 
-    def text_node(self, link: Any) -> str | None:
-        """The CLIPTextEncode-like node whose text feeds a conditioning link."""
-        if not is_link(link) or link[0] not in self.prompt:
-            return None
-        text = self.prompt[link[0]]["inputs"].get("text")
-        return link[0] if isinstance(text, str) else None
+    def conditioning(self, link: Any) -> tuple[list[tuple[str, str]], list[str]]:
+        """What makes the conditioning a link carries: the text inputs of the encoder it
+        comes from (where their text is held), followed back through the nodes that pass
+        a conditioning on — FluxGuidance, ReferenceLatent, a ControlNet (its positive or
+        negative, by the output taken), the branch a switch takes — and the nodes on the
+        way that set a guidance; nothing where it is zeroed (ConditioningZeroOut)."""
+        guided: list[str] = []
+        for _ in range(64):  # (a chain that long is a loop: no prompt at its end)
+            if not is_link(link) or link[0] not in self.prompt:
+                break
+            nid, slot = link
+            kind, inputs = self.prompt[nid]["class_type"], self.prompt[nid]["inputs"]
+            if kind in ZEROED:
+                break
+            if kind in SWITCHES:
+                branch = _branch(self.prompt, nid)
+                link = inputs.get(branch) if branch else None
+                continue
+            if "guidance" in inputs and _finite(self.value(nid, "guidance")):
+                guided.append(nid)
+            texts = [self.source(nid, key) for key in TEXT_INPUTS
+                     if key in inputs and isinstance(self.value(nid, key), str)]
+            if texts:
+                return texts, guided
+            passed = "conditioning" if is_link(inputs.get("conditioning")) else \
+                ("positive", "negative")[slot] if slot in (0, 1) else None
+            link = inputs.get(passed) if passed else None
+        return [], guided
 
     def sampler(self, nid: str) -> None:
-        """A sampler's columns: the prompts feeding it, then its own settings."""
+        """A sampler's columns: the prompts feeding it (through its guider, for a custom
+        sampler), then its own settings and those of the parts it takes (its noise's
+        seed, its scheduler's steps …), then the guidance set on its prompt's way."""
         inputs = self.prompt[nid]["inputs"]
-        positive = self.text_node(inputs.get("positive"))
-        negative = self.text_node(inputs.get("negative"))
-        if positive:
+        parts = [nid, *(inputs[k][0] for k in SAMPLER_PARTS
+                        if is_link(inputs.get(k)) and inputs[k][0] in self.prompt)]
+        positive: list[tuple[str, str]] = []
+        negative: list[tuple[str, str]] = []
+        guided: list[str] = []
+        for part in parts:
+            for key, texts in (("positive", positive), ("conditioning", positive),
+                               ("negative", negative)):
+                found, guiding = self.conditioning(self.prompt[part]["inputs"].get(key))
+                texts += found
+                guided += guiding
+        for node, key in positive:
             self.bind("prompt", {"type": "text", "required": True,
                                  "help": "What to make (the positive prompt)",
-                                 "example": self.prompt[positive]["inputs"]["text"].strip()},
-                      positive, "text")
-        if negative and negative != positive:
-            self.bind("negative", {"type": "text",
-                                   "default": self.prompt[negative]["inputs"]["text"],
-                                   "help": "What to avoid (the negative prompt)"},
-                      negative, "text")
-        self.sampler_settings(nid)
+                                 "example": self.prompt[node]["inputs"][key].strip()},
+                      node, key)
+        for node, key in negative:
+            if (node, key) not in positive:
+                self.bind("negative", {"type": "text", "default": self.prompt[node]["inputs"][key],
+                                       "help": "What to avoid (the negative prompt)"},
+                          node, key)
+        for part in parts:
+            self.sampler_settings(part)
+        for node in guided:
+            self.number("guidance", "float", node, "guidance",
+                        "Guidance (FLUX's distilled guidance: how closely it follows the prompt)")
 
     def sampler_settings(self, nid: str) -> None:
-        """A sampler's seed, steps, cfg, sampling method and schedule (where the server
-        lists them) and, for img2img, its strength."""
-        inputs = self.prompt[nid]["inputs"]
+        """A sampler's (or its part's) seed, steps, cfg, sampling method and schedule
+        (where the server lists them) and, for img2img, its strength: each where its
+        value is held (a primitive feeding it, the branch a switch takes)."""
+        inputs, kind = self.prompt[nid]["inputs"], self.prompt[nid]["class_type"]
         for key in ("seed", "noise_seed"):
-            if _whole(inputs.get(key)):
+            if key in inputs and _whole(self.value(nid, key)):
+                held, at = self.source(nid, key)
                 self.bind("seed", {"type": "seed", "help": "Empty: a random seed, stored with "
-                                   "the job"}, nid, key)
-        if _whole(inputs.get("steps")):
+                                   "the job"}, held, at)
+        if "steps" in inputs and _whole(self.value(nid, "steps")):
             self.number("steps", "int", nid, "steps", "Sampling steps")
-        if _finite(inputs.get("cfg")):
+        if "cfg" in inputs and _finite(self.value(nid, "cfg")):
             self.number("cfg", "float", nid, "cfg", "Guidance (CFG)")
         for key, column, what in (("sampler_name", "sampler", "Sampling method"),
                                   ("scheduler", "scheduler", "Noise schedule")):
-            listed = object_info_choices(self.info, self.prompt[nid]["class_type"], key) \
+            listed = object_info_choices(self.info, kind, key) \
                 if self.info is not None else None  # (only where the server says what there is)
-            if listed and isinstance(inputs.get(key), str) and inputs[key] in listed:
-                self.bind(column, {"type": "choice", "choices": listed, "default": inputs[key],
-                                   "help": what}, nid, key)
-        if _finite(inputs.get("denoise")) and inputs["denoise"] < 1:  # img2img: its strength
+            value = self.value(nid, key) if key in inputs else None
+            if listed and isinstance(value, str) and value in listed:
+                held, at = self.source(nid, key)
+                self.bind(column, {"type": "choice", "choices": listed, "default": value,
+                                   "help": what}, held, at)
+        denoise = self.value(nid, "denoise") if "denoise" in inputs else None
+        if _finite(denoise) and denoise < 1:  # img2img: its strength
             self.number("denoise", "float", nid, "denoise",
                         "How much of the picture is redrawn (0: none, 1: all)")
+
+    def size(self, nid: str) -> None:
+        """A latent's width and height (or those of a node sized alike: a FLUX model's
+        shift, FLUX.2's schedule), joining the picture's where they are the same."""
+        for key in ("width", "height"):
+            if key in self.prompt[nid]["inputs"] and _whole(self.value(nid, key)):
+                self.number(key, "int", nid, key, f"Image {key} in pixels")
 
     def loader_or_input(self, nid: str) -> None:
         """The columns of a node that is not a sampler: a latent's size, a picture to load,
         a checkpoint, a LoRA."""
         inputs, kind = self.prompt[nid]["inputs"], self.prompt[nid]["class_type"]
-        if kind in ("EmptyLatentImage", "EmptySD3LatentImage"):
-            for key in ("width", "height"):
-                if _whole(inputs.get(key)):
-                    self.number(key, "int", nid, key, f"Image {key} in pixels")
+        if kind in SIZED:
+            self.size(nid)
         elif kind == "LoadImage" and isinstance(inputs.get("image"), str):
             self.load_image(nid)
         elif isinstance(inputs.get("ckpt_name"), str):
             self.bind(_column("checkpoint", self.params, nid), self.choice(
                 kind, "ckpt_name", inputs["ckpt_name"], "The checkpoint file on the ComfyUI "
                 "server"), nid, "ckpt_name")
-        if kind == "LoraLoader" and isinstance(inputs.get("lora_name"), str):
+        elif kind == "UNETLoader" and isinstance(inputs.get("unet_name"), str):
+            self.bind(_column("model", self.params, nid), self.choice(
+                kind, "unet_name", inputs["unet_name"], "The diffusion model file on the "
+                "ComfyUI server"), nid, "unet_name")
+        if kind in ("LoraLoader", "LoraLoaderModelOnly") \
+                and isinstance(inputs.get("lora_name"), str):
             self.lora(nid)
 
     def load_image(self, nid: str) -> None:
@@ -431,8 +548,9 @@ class _Columns:
         that an empty cell leaves each as the workflow has it."""
         inputs = self.prompt[nid]["inputs"]
         column = _column("lora", self.params, nid)
-        self.bind(column, self.choice("LoraLoader", "lora_name", inputs["lora_name"],
-                                      "The LoRA file on the ComfyUI server"), nid, "lora_name")
+        self.bind(column, self.choice(self.prompt[nid]["class_type"], "lora_name",
+                                      inputs["lora_name"], "The LoRA file on the ComfyUI server"),
+                  nid, "lora_name")
         strengths = [k for k in ("strength_model", "strength_clip") if _finite(inputs.get(k))]
         if len({inputs[k] for k in strengths}) == 1:
             both = _column(f"{column}_strength", self.params)
@@ -446,6 +564,52 @@ class _Columns:
 
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _source(prompt: dict[str, Any], node: str, inp: str, depth: int = 0) -> tuple[str, str]:
+    """Where the value `node`.`inp` takes is held: that input itself, or where it is fed
+    by a primitive node (PrimitiveInt …), the primitive's `value`; through a switch, where
+    the branch it takes holds it. A link to any other node: the input itself."""
+    for _ in range(64):
+        value = prompt[node]["inputs"].get(inp)
+        if not is_link(value) or value[0] not in prompt or depth > 64:
+            break
+        upstream = prompt[value[0]]
+        if upstream["class_type"] in PRIMITIVES and "value" in upstream["inputs"]:
+            node, inp = value[0], "value"
+        elif upstream["class_type"] in SWITCHES \
+                and (branch := _branch(prompt, value[0], depth + 1)):
+            node, inp = value[0], branch
+        else:
+            break
+    return node, inp
+
+
+def _branch(prompt: dict[str, Any], switch: str, depth: int = 0) -> str | None:
+    """The input a switch passes on ("on_true" or "on_false", by the boolean its `switch`
+    holds, or is fed by a primitive); None where that is computed by another node."""
+    held, key = _source(prompt, switch, "switch", depth)
+    on = prompt[held]["inputs"].get(key)
+    return ("on_true" if on else "on_false") if isinstance(on, bool) else None
+
+
+def _live(prompt: dict[str, Any]) -> set[str]:
+    """The nodes that run: every node whose output nothing takes (the outputs; a loose
+    LoadImage too, as a column's place) and what it takes, through the branch each switch
+    takes — ComfyUI evaluates a switch's inputs lazily, so the other branch never runs."""
+    taken = {v[0] for node in prompt.values() for v in node["inputs"].values() if is_link(v)}
+    todo = [nid for nid in prompt if nid not in taken]
+    live: set[str] = set()
+    while todo:
+        nid = todo.pop()
+        if nid in live or nid not in prompt:
+            continue
+        live.add(nid)
+        node = prompt[nid]
+        branch = _branch(prompt, nid) if node["class_type"] in SWITCHES else None
+        todo += [v[0] for k, v in node["inputs"].items() if is_link(v)
+                 and (branch is None or k not in ("on_true", "on_false") or k == branch)]
+    return live
 
 
 def _title(prompt: dict[str, Any], nid: str) -> str:

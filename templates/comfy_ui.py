@@ -16,10 +16,10 @@ does, with that knowledge:
 - a node's title becomes its `_meta.title`, which names its columns on import;
 - subgraphs are unpacked as ComfyUI runs them: their nodes join the prompt as
   "instance:node" (nested: "a:b:c"), fed through the subgraph's input node by what feeds
-  the instance (or by the instance's own widget values, where they line up with the
-  subgraph's widget inputs), read out through its output node; a muted or bypassed
-  instance is treated as any muted or bypassed node. The old frontend's group nodes are
-  refused, saying to convert them.
+  the instance's input of the same name (or by the instance's own widget values, where
+  they line up with the subgraph's widget inputs), read out through its output node; a
+  muted or bypassed instance is treated as any muted or bypassed node. The old frontend's
+  group nodes are refused, saying to convert them.
 
 `from_image` reads the workflow ComfyUI embeds in what it saves: a PNG's `prompt` text
 chunk (API format) or `workflow` chunk (UI format); WebP's EXIF ("prompt:{…}" in tag
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.names import shown
-from templates.comfy import WORKFLOW_MAX_BYTES, WorkflowError, read_workflow
+from templates.comfy import WORKFLOW_MAX_BYTES, WorkflowError, combo_options, read_workflow
 from templates.jsonfile import JsonFileError, parse_json
 
 WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
@@ -71,9 +71,8 @@ def widgets(spec: dict[str, Any]) -> list[tuple[str, int]]:
             if not (isinstance(kind, list) or kind in WIDGET_TYPES):
                 continue  # a connection (MODEL, CLIP …): no widget
             takes = 1
-            if kind in ("INT", "FLOAT") and (options.get("control_after_generate")
-                                             or (kind == "INT" and name in SEEDS)):
-                takes = 2
+            if options.get("control_after_generate") or (kind == "INT" and name in SEEDS):
+                takes = 2  # (a number's, or a newer node's choice's)
             if options.get("image_upload") or options.get("video_upload"):
                 takes = 2  # the upload button's own value follows
             found.append((name, takes))
@@ -202,11 +201,9 @@ class _Conversion:
 
     def subgraph_input(self, parent: Scope, instance: dict[str, Any], slot: int,
                        seen: Seen) -> Any:
-        """What feeds a subgraph's input `slot`: what feeds the instance there, else the
-        value the instance's widgets promote."""
-        fed = instance.get("inputs") or []
-        link = fed[slot].get("link") if slot < len(fed) and isinstance(
-            fed[slot], dict) else None
+        """What feeds a subgraph's input `slot`: what feeds the instance's input of that
+        name, else the value the instance's widgets promote."""
+        link = _fed(self.subgraphs[instance["type"]], instance, slot)
         if link is not None:
             return self.origin(parent, link, seen)
         return self.promoted(instance, slot)
@@ -293,16 +290,31 @@ def _widget_inputs(where: str, spec: dict[str, Any], node: dict[str, Any]) -> di
 
 
 def widget_default(spec: dict[str, Any], name: str) -> Any:
-    """The value a widget starts with: its `default`, else a list's first choice."""
+    """The value a widget starts with: its `default`, else a list's first choice (a
+    classic [[…], {…}] or a newer node's ["COMBO", {"options": […]}])."""
     for group in ("required", "optional"):
         entry = (spec.get("input") or {}).get(group, {}).get(name)
         if isinstance(entry, list) and entry:
             options = entry[1] if len(entry) > 1 and isinstance(entry[1], dict) else {}
             if "default" in options:
                 return options["default"]
-            if isinstance(entry[0], list) and entry[0]:
-                return entry[0][0]
+            if listed := combo_options(entry):
+                return listed[0]
     return None
+
+
+def _fed(graph: dict[str, Any], instance: dict[str, Any], slot: int) -> Any:
+    """The link into subgraph instance `instance` that feeds its subgraph's input `slot`:
+    the instance's input of that input's name — the frontend saves an instance's inputs in
+    its own order, often only some of them (those linked, or shown as sockets) — or, where
+    they have no names, the one in the same place."""
+    listed = graph.get("inputs") or []
+    name = listed[slot].get("name") if slot < len(listed) and isinstance(listed[slot],
+                                                                         dict) else None
+    fed = [i for i in instance.get("inputs") or [] if isinstance(i, dict)]
+    if name is not None and any(i.get("name") is not None for i in fed):
+        return next((i.get("link") for i in fed if i.get("name") == name), None)
+    return _input_link(instance, slot)
 
 
 def _input_link(node: dict[str, Any], slot: int) -> Any:

@@ -356,3 +356,219 @@ def test_every_subgraph_of_the_official_corpus_unpacks_with_every_link_resolved(
         print(f"\nofficial corpus: {unpacked} workflows with subgraphs unpacked, every link "
               "resolved")
     assert unpacked >= 200
+
+
+# --- FLUX, Qwen-Image, Z-Image: ComfyUI's own workflows for them, imported -----------------
+
+needs_corpus = pytest.mark.skipif(official_corpus() is None,
+                                  reason="comfyui-workflow-templates-json is not installed")
+
+
+def official(file: str, info: dict | None = None) -> dict:
+    """ComfyUI's own workflow `file`, converted with the fake server's /object_info."""
+    folder = official_corpus()
+    assert folder is not None
+    data = json.loads((folder / file).read_text(encoding="utf-8"))
+    return to_api(data, object_info() if info is None else info, file)
+
+
+def imported(tmp_path: Path, file: str) -> dict[str, tuple]:
+    """ComfyUI's own workflow `file` imported with the fake server's /object_info, the
+    template written and loaded as genbot loads it: each column as (type, default, what it
+    sets as "Class.input [title]"); a choice of the server's offers its whole list."""
+    from templates.comfy import import_workflow, object_info_choices
+    from templates.loader import load_template
+    info = object_info()
+    prompt = official(file, info)
+    template, said = import_workflow(prompt, file, "official", info)
+    (tmp_path / "official.workflow.json").write_text(json.dumps(prompt))
+    (tmp_path / "official.json").write_text(json.dumps(template))
+    assert list(load_template(tmp_path / "official.json").params) == list(template["params"])
+    assert len(said) == len(template["params"])
+    found = {}
+    for column, spec in template["params"].items():
+        sets = [to.rpartition(".") for to in spec["to"]]
+        if spec["type"] == "choice":
+            node, _, key = sets[0]
+            assert spec["choices"] == object_info_choices(info, prompt[node]["class_type"], key)
+        found[column] = (spec["type"], spec.get("default"), [
+            f"{prompt[node]['class_type']}.{key} [{prompt[node]['_meta']['title']}]"
+            for node, _, key in sets])
+    return found
+
+
+KSAMPLER = {"seed": ("seed", None, ["KSampler.seed [KSampler]"]),
+            "sampler": ("choice", "euler", ["KSampler.sampler_name [KSampler]"]),
+            "scheduler": ("choice", "simple", ["KSampler.scheduler [KSampler]"])}
+MODEL = "UNETLoader.unet_name [Load Diffusion Model]"
+
+
+@needs_corpus
+def test_flux1_dev_text_to_image_gives_prompt_seed_steps_size_and_its_model(tmp_path):
+    """FLUX.1 dev as ComfyUI ships it: a KSampler at cfg 1 whose negative is a zeroed
+    conditioning (no negative column: FLUX reads none), the diffusion model a choice."""
+    assert imported(tmp_path, "flux_dev_full_text_to_image.json") == {
+        "prompt": ("text", None, ["CLIPTextEncode.text [CLIP Text Encode (Prompt)]"]),
+        **KSAMPLER,
+        "steps": ("int", 20, ["KSampler.steps [KSampler]"]),
+        "cfg": ("float", 1, ["KSampler.cfg [KSampler]"]),
+        "width": ("int", 1024, ["EmptySD3LatentImage.width [EmptySD3LatentImage]"]),
+        "height": ("int", 1024, ["EmptySD3LatentImage.height [EmptySD3LatentImage]"]),
+        "model": ("choice", "flux1-dev.safetensors", [MODEL])}
+
+
+@needs_corpus
+def test_flux1_with_the_custom_sampler_gives_the_noise_seed_scheduler_steps_and_guidance(
+        tmp_path):
+    """FLUX.1 dev Redux, ComfyUI's custom sampler: the seed is RandomNoise's, steps and
+    schedule BasicScheduler's, the method KSamplerSelect's (a newer node's choice, listed
+    as ["COMBO", {"options": …}]), the guidance FluxGuidance's on the prompt's way through
+    two Apply Style Model; one width and height set the latent and the model's shift, as
+    the workflow's primitives did; each reference picture a column."""
+    assert imported(tmp_path, "flux_redux_model_example.json") == {
+        "prompt": ("text", None, ["CLIPTextEncode.text [CLIP Text Encode (Positive Prompt)]"]),
+        "seed": ("seed", None, ["RandomNoise.noise_seed [RandomNoise]"]),
+        "sampler": ("choice", "euler", ["KSamplerSelect.sampler_name [KSamplerSelect]"]),
+        "steps": ("int", 20, ["BasicScheduler.steps [BasicScheduler]"]),
+        "scheduler": ("choice", "simple", ["BasicScheduler.scheduler [BasicScheduler]"]),
+        "guidance": ("float", 3.5, ["FluxGuidance.guidance [FluxGuidance]"]),
+        "width": ("int", 1024, ["EmptySD3LatentImage.width [EmptySD3LatentImage]",
+                                "ModelSamplingFlux.width [ModelSamplingFlux]"]),
+        "height": ("int", 1024, ["EmptySD3LatentImage.height [EmptySD3LatentImage]",
+                                 "ModelSamplingFlux.height [ModelSamplingFlux]"]),
+        "model": ("choice", "flux1-dev.safetensors", [MODEL]),
+        "image": ("image", None, ["LoadImage.image [Load Image]"]),
+        "image_47": ("image", None, ["LoadImage.image [Load Image]"])}
+
+
+@needs_corpus
+def test_flux1_kontext_gives_the_instruction_its_guidance_and_the_input_picture(tmp_path):
+    """FLUX.1 Kontext: the prompt found through FluxGuidance and ReferenceLatent, the
+    distilled guidance a column beside the KSampler's cfg, the picture to edit the
+    LoadImage that runs (its bypassed twin none); no size: the latent is the picture's."""
+    assert imported(tmp_path, "flux_kontext_dev_basic.json") == {
+        "prompt": ("text", None, ["CLIPTextEncode.text [CLIP Text Encode (Positive Prompt)]"]),
+        **KSAMPLER,
+        "steps": ("int", 20, ["KSampler.steps [KSampler]"]),
+        "cfg": ("float", 1, ["KSampler.cfg [KSampler]"]),
+        "guidance": ("float", 2.5, ["FluxGuidance.guidance [FluxGuidance]"]),
+        "image": ("image", None, ["LoadImage.image [Load Image]"]),
+        "model": ("choice", "flux1-dev-kontext_fp8_scaled.safetensors", [MODEL])}
+
+
+@needs_corpus
+def test_flux2_gives_the_custom_samplers_columns_through_switches_and_primitives(tmp_path):
+    """FLUX.2 dev and Klein: steps from the PrimitiveInt the "Turbo LoRA" switch passes on
+    (the LoRA off: no column of it), one width and height for the latent and Flux2Scheduler;
+    Klein's prompt is its top-level String primitive, fed into the subgraph by name (the
+    instance saves only that input: by place it would feed the Width primitive)."""
+    assert imported(tmp_path, "image_flux2_text_to_image.json") == {
+        "prompt": ("text", None, ["CLIPTextEncode.text [CLIP Text Encode (Positive Prompt)]"]),
+        "seed": ("seed", None, ["RandomNoise.noise_seed [RandomNoise]"]),
+        "sampler": ("choice", "euler", ["KSamplerSelect.sampler_name [KSamplerSelect]"]),
+        "steps": ("int", 20, ["PrimitiveInt.value [Steps]"]),
+        "guidance": ("float", 4, ["FluxGuidance.guidance [FluxGuidance]"]),
+        "width": ("int", 1024, ["EmptyFlux2LatentImage.width [Empty Flux 2 Latent]",
+                                "Flux2Scheduler.width [Flux2Scheduler]"]),
+        "height": ("int", 1024, ["EmptyFlux2LatentImage.height [Empty Flux 2 Latent]",
+                                 "Flux2Scheduler.height [Flux2Scheduler]"]),
+        "model": ("choice", "flux2_dev_fp8mixed.safetensors", [MODEL])}
+    prompt = official("image_flux2_klein_text_to_image.json")
+    (positive,) = [n for n in prompt.values() if n["_meta"]["title"].endswith("(Positive Prompt)")]
+    assert prompt[positive["inputs"]["text"][0]]["_meta"]["title"] == "Prompt"
+    assert {n["_meta"]["title"]: n["inputs"]["value"] for n in prompt.values()
+            if n["class_type"] == "PrimitiveInt"} == {"Width": 1024, "Height": 1024}
+    klein = imported(tmp_path, "image_flux2_klein_text_to_image.json")
+    assert (klein["prompt"], klein["negative"], klein["cfg"], klein["width"]) == (
+        ("text", None, ["PrimitiveStringMultiline.value [Prompt]"]),
+        ("text", "", ["CLIPTextEncode.text [CLIP Text Encode (Negative Prompt)]"]),
+        ("float", 5, ["CFGGuider.cfg [CFGGuider]"]), ("int", 1024, ["PrimitiveInt.value [Width]"]))
+
+
+@needs_corpus
+def test_qwen_image_gives_steps_and_cfg_from_the_primitives_its_switches_take(tmp_path):
+    """Qwen-Image: its KSampler's steps and cfg come through switches ("Enable Lightning
+    LoRA", off) from primitives: the columns set the ones that run (20 steps, cfg 4), not
+    the 8-step Lightning ones; the switched-off LoRA is no column."""
+    assert imported(tmp_path, "image_qwen_image.json") == {
+        "prompt": ("text", None, ["CLIPTextEncode.text [CLIP Text Encode (Positive Prompt)]"]),
+        "negative": ("text", "", ["CLIPTextEncode.text [CLIP Text Encode (Negative Prompt)]"]),
+        **KSAMPLER,
+        "steps": ("int", 20, ["PrimitiveInt.value [Steps]"]),
+        "cfg": ("float", 4, ["PrimitiveFloat.value [CFG]"]),
+        "width": ("int", 1328, ["EmptySD3LatentImage.width [EmptySD3LatentImage]"]),
+        "height": ("int", 1328, ["EmptySD3LatentImage.height [EmptySD3LatentImage]"]),
+        "model": ("choice", "qwen_image_fp8_e4m3fn.safetensors", [MODEL])}
+
+
+@needs_corpus
+def test_qwen_image_edit_gives_the_instruction_and_the_pictures(tmp_path):
+    """Qwen-Image-Edit: the instruction is TextEncodeQwenImageEdit's prompt (its empty
+    negative one the negative); 2511's TextEncodeQwenImageEditPlus takes two pictures,
+    each a column."""
+    edit = "TextEncodeQwenImageEdit.prompt [Text Encode Qwen Image Edit]"
+    assert imported(tmp_path, "image_qwen_image_edit.json") == {
+        "prompt": ("text", None, [edit]), "negative": ("text", "", [edit]), **KSAMPLER,
+        "steps": ("int", 20, ["PrimitiveInt.value [Steps]"]),
+        "cfg": ("float", 2.5, ["PrimitiveFloat.value [CFG]"]),
+        "image": ("image", None, ["LoadImage.image [Load Image]"]),
+        "model": ("choice", "qwen_image_edit_fp8_e4m3fn.safetensors", [MODEL])}
+    plus = "TextEncodeQwenImageEditPlus.prompt"
+    assert imported(tmp_path, "image_qwen_image_edit_2511.json") == {
+        "prompt": ("text", None, [f"{plus} [TextEncodeQwenImageEditPlus (Positive)]"]),
+        "negative": ("text", "", [f"{plus} [Text Encode Qwen Image Edit Plus]"]), **KSAMPLER,
+        "steps": ("int", 40, ["PrimitiveInt.value [Steps]"]),
+        "cfg": ("float", 4, ["PrimitiveFloat.value [CFG]"]),
+        "image": ("image", None, ["LoadImage.image [Load Image]"]),
+        "image_83": ("image", None, ["LoadImage.image [Load Image]"]),
+        "model": ("choice", "qwen_image_edit_2511_fp8mixed.safetensors", [MODEL])}
+
+
+@needs_corpus
+def test_z_image_turbo_gives_prompt_seed_steps_size_and_its_model(tmp_path):
+    assert imported(tmp_path, "image_z_image_turbo.json") == {
+        "prompt": ("text", None, ["CLIPTextEncode.text [CLIP Text Encode (Prompt)]"]),
+        **KSAMPLER, "sampler": ("choice", "res_multistep", ["KSampler.sampler_name [KSampler]"]),
+        "steps": ("int", 8, ["KSampler.steps [KSampler]"]),
+        "cfg": ("float", 1, ["KSampler.cfg [KSampler]"]),
+        "width": ("int", 1024, ["EmptySD3LatentImage.width [EmptySD3LatentImage]"]),
+        "height": ("int", 1024, ["EmptySD3LatentImage.height [EmptySD3LatentImage]"]),
+        "model": ("choice", "z_image_turbo_bf16.safetensors", [MODEL])}
+
+
+@needs_corpus
+def test_a_flux_workflow_on_a_server_without_its_nodes_is_refused_naming_the_node():
+    """A server without FluxGuidance (an older ComfyUI): Kontext is refused, naming the
+    node inside its subgraph; a newer node's choice never set takes its first option."""
+    from templates.comfy_ui import widget_default
+    info = {k: v for k, v in object_info().items() if k != "FluxGuidance"}
+    with pytest.raises(WorkflowError, match=r"flux_kontext_dev_basic.json: node 192:35 "
+                                            r"\(FluxGuidance\): this ComfyUI server has no "
+                                            r"such node class"):
+        official("flux_kontext_dev_basic.json", info)
+    assert widget_default(object_info()["ImageScaleToTotalPixels"], "upscale_method") == \
+        "nearest-exact"
+
+
+@needs_corpus
+async def test_genbot_template_import_of_qwen_image_edit_asks_the_server_and_loads(
+        tmp_path, monkeypatch, capsys):
+    """`genbot template import` of the official Qwen-Image-Edit workflow with --server: the
+    fake ComfyUI's /object_info over HTTP converts it, and the template it writes loads."""
+    from bot.cli.genbot import main
+    from templates.loader import load_templates
+    from tests.fakes.comfyui import FakeComfy
+    folder = official_corpus()
+    assert folder is not None
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GENBOT_CONFIG", raising=False)
+    (tmp_path / "config.toml").write_text('[templates]\ndir = "t"\n')
+    async with FakeComfy() as comfy:
+        code = await asyncio.to_thread(main, [
+            "template", "import", str(folder / "image_qwen_image_edit.json"), "--name", "edit",
+            "--server", comfy.url])
+    out = capsys.readouterr().out
+    assert code == 0 and "prompt (text) → 102:76.prompt [Text Encode Qwen Image Edit]" in out
+    templates, broken = load_templates(tmp_path / "t")
+    assert not broken and templates["edit"].params["image"].type == "image"
+    assert templates["edit"].params["steps"].uses == ("102:106.value",)

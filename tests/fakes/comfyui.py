@@ -17,7 +17,15 @@ Written from ComfyUI's source, read through the code index (shapes reproduced, c
   index excerpts of older execution.py: FakeComfy(error_style="classic") serves it; the default
   "current" serves master's missing_node_type / no_prompt / invalid_prompt_id / 409 shapes.
 
-Choices: choice inputs use the classic `[[choice, ...], {options}]` form, not `["COMBO", {...}]`.
+Choices: nodes.py's choice inputs use the classic `[[choice, ...], {options}]` form; the newer
+(V3 schema) nodes' serve `["COMBO", {"options": [...]}]`, as ComfyUI does for them.
+The FLUX, Qwen-Image and Z-Image nodes of ComfyUI's own template corpus (`_model_nodes`): nodes.py
+and comfy_extras/nodes_{flux,qwen,custom_sampler,model_advanced,sd3,cfg,edit_model,images,
+post_processing,primitive}.py @ a125cd84 with comfy_api/latest/_io.py (how a schema becomes
+/object_info), and the newer versions of nodes_{flux,qwen,cfg,post_processing,custom_sampler,
+logic}.py read through the code index (Flux2Scheduler, EmptyFlux2LatentImage, CFGNorm's pre_cfg,
+ImageScaleToTotalPixels' resolution_steps, ComfySwitchNode). Only their inputs are served, for
+/object_info and validation (a V3 MatchType input takes any type): the fake cannot run them.
 Execution is fake: each node computes a small dict (the checkpoint, the text, the seed...), and
 SaveImage / PreviewImage write a small solid PNG whose colour comes from (positive prompt, seed,
 ckpt_name, input-image hash, batch index), with the resolved values in a `fake_comfy` text chunk,
@@ -75,6 +83,26 @@ CHECKPOINTS = ["dreamshaper_8.safetensors", "sd_xl_base_1.0.safetensors",
                "sd_xl_refiner_1.0.safetensors", "v1-5-pruned-emaonly.safetensors"]
 LORAS = ["epi_noiseoffset2.safetensors", "add_detail.safetensors"]
 CONTROLNETS = ["control_v11p_sd15_canny.pth", "control_v11f1p_sd15_depth.pth"]
+# The model files ComfyUI's own FLUX.1 (dev, Redux, Kontext), FLUX.2, Qwen-Image (+ Edit) and
+# Z-Image-Turbo workflows name, by folder: diffusion_models, text_encoders, vae, clip_vision,
+# style_models.
+DIFFUSION_MODELS = ["flux1-dev.safetensors", "flux1-dev-kontext_fp8_scaled.safetensors",
+                    "flux2_dev_fp8mixed.safetensors", "qwen_image_fp8_e4m3fn.safetensors",
+                    "qwen_image_edit_fp8_e4m3fn.safetensors",
+                    "qwen_image_edit_2511_fp8mixed.safetensors", "z_image_turbo_bf16.safetensors",
+                    "flux-2-klein-base-4b.safetensors"]
+TEXT_ENCODERS = ["clip_l.safetensors", "t5xxl_fp16.safetensors",
+                 "t5xxl_fp8_e4m3fn_scaled.safetensors", "qwen_2.5_vl_7b_fp8_scaled.safetensors",
+                 "qwen_3_4b.safetensors", "mistral_3_small_flux2_bf16.safetensors"]
+VAES = ["ae.safetensors", "qwen_image_vae.safetensors", "full_encoder_small_decoder.safetensors",
+        "flux2-vae.safetensors"]
+CLIP_VISION = ["sigclip_vision_patch14_384.safetensors"]
+STYLE_MODELS = ["flux1-redux-dev.safetensors"]
+CLIP_TYPES = ["stable_diffusion", "stable_cascade", "sd3", "stable_audio", "mochi", "ltxv",
+              "pixart", "cosmos", "lumina2", "wan", "hidream", "chroma", "ace", "omnigen2",
+              "qwen_image", "hunyuan_image", "flux2", "ovis", "longcat_image"]
+DUAL_CLIP_TYPES = ["sdxl", "sd3", "flux", "hunyuan_video", "hidream", "hunyuan_image",
+                   "hunyuan_video_15", "kandinsky5", "kandinsky5_image"]
 OOM_MESSAGE = ("Allocation on device \nThis error means you ran out of memory on your GPU.\n\n"
                "TIPS: If the workflow worked before you might have accidentally set the batch_size"
                " to a large number.")
@@ -188,7 +216,148 @@ def node_classes(checkpoints: list[str], loras: list[str], controlnets: list[str
         "image": ["IMAGE"], "low_threshold": _float(0.4, 0.01, 0.99, 0.01),
         "high_threshold": _float(0.8, 0.01, 0.99, 0.01)}}, ("IMAGE",),
         python_module="comfy_extras.nodes_canny")
+    _model_nodes(add, loras, seed, cfg, size)
     return out
+
+
+def _combo(options: list, **kw: Any) -> list:
+    """A choice as ComfyUI's newer (V3) nodes describe one in /object_info."""
+    return ["COMBO", {"options": list(options), **kw}]
+
+
+def _model_nodes(add: Any, loras: list[str], seed: list, cfg: list, size: list) -> None:
+    """The nodes ComfyUI's own FLUX, Qwen-Image and Z-Image workflows use (its template
+    corpus): loaders of a diffusion model and its text encoders, the custom sampler's
+    parts, the edit models' conditioning, primitives and the switch. Inputs as ComfyUI
+    serves them: nodes.py's classic INPUT_TYPES (choices as lists), the newer nodes'
+    schemas as their V1 /object_info (choices as ["COMBO", {"options": …}])."""
+    mod = "comfy_extras.nodes_"
+    flux, qwen = "advanced/conditioning/flux", "model/conditioning/qwen image"
+    add("UNETLoader", "Load Diffusion Model", "advanced/loaders", {"required": {
+        "unet_name": [list(DIFFUSION_MODELS)],
+        "weight_dtype": [["default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2"]]}},
+        ("MODEL",))
+    device = {"device": [["default", "cpu"], {"advanced": True}]}
+    add("CLIPLoader", "Load CLIP", "advanced/loaders", {"required": {
+        "clip_name": [list(TEXT_ENCODERS)], "type": [CLIP_TYPES]}, "optional": device},
+        ("CLIP",))
+    add("DualCLIPLoader", "DualCLIPLoader", "advanced/loaders", {"required": {
+        "clip_name1": [list(TEXT_ENCODERS)], "clip_name2": [list(TEXT_ENCODERS)],
+        "type": [DUAL_CLIP_TYPES]}, "optional": device}, ("CLIP",))
+    add("VAELoader", "Load VAE", "loaders", {"required": {"vae_name": [list(VAES)]}}, ("VAE",))
+    add("LoraLoaderModelOnly", "LoraLoaderModelOnly", "loaders", {"required": {
+        "model": ["MODEL"], "lora_name": [list(loras)],
+        "strength_model": _float(1.0, -100.0, 100.0, 0.01)}}, ("MODEL",))
+    add("CLIPVisionLoader", "Load CLIP Vision", "loaders",
+        {"required": {"clip_name": [list(CLIP_VISION)]}}, ("CLIP_VISION",))
+    add("CLIPVisionEncode", "CLIP Vision Encode", "conditioning", {"required": {
+        "clip_vision": ["CLIP_VISION"], "image": ["IMAGE"], "crop": [["center", "none"]]}},
+        ("CLIP_VISION_OUTPUT",))
+    add("StyleModelLoader", "Load Style Model", "loaders",
+        {"required": {"style_model_name": [list(STYLE_MODELS)]}}, ("STYLE_MODEL",))
+    add("StyleModelApply", "Apply Style Model", "conditioning/style_model", {"required": {
+        "conditioning": ["CONDITIONING"], "style_model": ["STYLE_MODEL"],
+        "clip_vision_output": ["CLIP_VISION_OUTPUT"],
+        "strength": _float(1.0, 0.0, 10.0, 0.001),
+        "strength_type": [["multiply", "attn_bias"]]}}, ("CONDITIONING",))
+    latent = {"width": _int(1024, 16, 16384, step=16), "height": _int(1024, 16, 16384, step=16),
+              "batch_size": _int(1, 1, 4096)}
+    add("EmptySD3LatentImage", "EmptySD3LatentImage", "latent/sd3", {"required": latent},
+        ("LATENT",), python_module=mod + "sd3")
+    add("EmptyFlux2LatentImage", "Empty Flux 2 Latent", "latent", {"required": latent},
+        ("LATENT",), python_module=mod + "flux")
+    guidance = _float(3.5, 0.0, 100.0, 0.1)
+    add("FluxGuidance", "FluxGuidance", flux, {"required": {
+        "conditioning": ["CONDITIONING"], "guidance": guidance}}, ("CONDITIONING",),
+        python_module=mod + "flux")
+    add("CLIPTextEncodeFlux", "CLIPTextEncodeFlux", flux, {"required": {
+        "clip": ["CLIP"], "clip_l": ["STRING", {"multiline": True, "dynamicPrompts": True}],
+        "t5xxl": ["STRING", {"multiline": True, "dynamicPrompts": True}],
+        "guidance": guidance}}, ("CONDITIONING",), python_module=mod + "flux")
+    add("FluxKontextImageScale", "FluxKontextImageScale", flux,
+        {"required": {"image": ["IMAGE"]}}, ("IMAGE",), python_module=mod + "flux")
+    add("FluxKontextMultiReferenceLatentMethod", "Edit Model Reference Method", flux, {
+        "required": {"conditioning": ["CONDITIONING"], "reference_latents_method": _combo(
+            ["offset", "index", "uxo/uno", "index_timestep_zero"], advanced=True)}},
+        ("CONDITIONING",), python_module=mod + "flux")
+    add("Flux2Scheduler", "Flux2Scheduler", "sampling/custom_sampling/schedulers", {
+        "required": {"steps": _int(20, 1, 4096), "width": _int(1024, 16, 16384, step=1),
+                     "height": _int(1024, 16, 16384, step=1)}}, ("SIGMAS",),
+        python_module=mod + "flux")
+    add("ModelSamplingFlux", "ModelSamplingFlux", "advanced/model", {"required": {
+        "model": ["MODEL"], "max_shift": _float(1.15, 0.0, 100.0, 0.01),
+        "base_shift": _float(0.5, 0.0, 100.0, 0.01), "width": size, "height": size}},
+        ("MODEL",), python_module=mod + "model_advanced")
+    add("ModelSamplingAuraFlow", "ModelSamplingAuraFlow", "advanced/model", {"required": {
+        "model": ["MODEL"], "shift": _float(1.73, 0.0, 100.0, 0.01)}}, ("MODEL",),
+        python_module=mod + "model_advanced")
+    add("ReferenceLatent", "ReferenceLatent", "advanced/conditioning/edit_models", {
+        "required": {"conditioning": ["CONDITIONING"]}, "optional": {"latent": ["LATENT"]}},
+        ("CONDITIONING",), python_module=mod + "edit_model")
+    add("TextEncodeQwenImageEdit", "Text Encode Qwen Image Edit", qwen, {
+        "required": {"clip": ["CLIP"], "prompt": ["STRING", {"multiline": True,
+                                                             "dynamicPrompts": True}]},
+        "optional": {"vae": ["VAE"], "image": ["IMAGE"]}}, ("CONDITIONING",),
+        python_module=mod + "qwen")
+    add("TextEncodeQwenImageEditPlus", "Text Encode Qwen Image Edit Plus", qwen, {
+        "required": {"clip": ["CLIP"], "prompt": ["STRING", {"multiline": True,
+                                                             "dynamicPrompts": True}]},
+        "optional": {"vae": ["VAE"], "image1": ["IMAGE"], "image2": ["IMAGE"],
+                     "image3": ["IMAGE"]}}, ("CONDITIONING",), python_module=mod + "qwen")
+    add("CFGNorm", "CFGNorm", "advanced/guidance", {
+        "required": {"model": ["MODEL"], "strength": _float(1.0, 0.0, 100.0, 0.01)},
+        "optional": {"pre_cfg": ["BOOLEAN", {"default": False}]}}, ("MODEL",), ("patched_model",),
+        python_module=mod + "cfg")
+    add("ImageStitch", "Image Stitch", "image/transform", {
+        "required": {"image1": ["IMAGE"],
+                     "direction": [["right", "down", "left", "up"], {"default": "right"}],
+                     "match_image_size": ["BOOLEAN", {"default": True}],
+                     "spacing_width": _int(0, 0, 1024, step=2),
+                     "spacing_color": [["white", "black", "red", "green", "blue"],
+                                       {"default": "white"}]},
+        "optional": {"image2": ["IMAGE"]}}, ("IMAGE",), python_module=mod + "images")
+    add("ImageScaleToTotalPixels", "Scale Image to Total Pixels", "image/upscaling", {
+        "required": {"image": ["IMAGE"], "upscale_method": _combo(
+            ["nearest-exact", "bilinear", "area", "bicubic", "lanczos"]),
+            "megapixels": _float(1.0, 0.01, 16.0, 0.01),
+            "resolution_steps": _int(1, 1, 256, advanced=True)}}, ("IMAGE",),
+        python_module=mod + "post_processing")
+    # the custom sampler: noise, guider, sampler and sigmas as nodes of their own
+    custom = "sampling/custom_sampling"
+    add("RandomNoise", "RandomNoise", custom + "/noise", {"required": {"noise_seed": seed}},
+        ("NOISE",), python_module=mod + "custom_sampler")
+    add("KSamplerSelect", "KSamplerSelect", custom + "/samplers",
+        {"required": {"sampler_name": _combo(SAMPLERS)}}, ("SAMPLER",),
+        python_module=mod + "custom_sampler")
+    add("BasicScheduler", "BasicScheduler", custom + "/schedulers", {"required": {
+        "model": ["MODEL"], "scheduler": _combo(SCHEDULERS), "steps": _int(20, 1, 10000),
+        "denoise": _float(1.0, 0.0, 1.0, 0.01)}}, ("SIGMAS",),
+        python_module=mod + "custom_sampler")
+    add("BasicGuider", "BasicGuider", custom + "/guiders", {"required": {
+        "model": ["MODEL"], "conditioning": ["CONDITIONING"]}}, ("GUIDER",),
+        python_module=mod + "custom_sampler")
+    add("CFGGuider", "CFGGuider", custom + "/guiders", {"required": {
+        "model": ["MODEL"], "positive": ["CONDITIONING"], "negative": ["CONDITIONING"],
+        "cfg": cfg}}, ("GUIDER",), python_module=mod + "custom_sampler")
+    add("SamplerCustomAdvanced", "SamplerCustomAdvanced", custom, {"required": {
+        "noise": ["NOISE"], "guider": ["GUIDER"], "sampler": ["SAMPLER"], "sigmas": ["SIGMAS"],
+        "latent_image": ["LATENT"]}}, ("LATENT", "LATENT"), ("output", "denoised_output"),
+        python_module=mod + "custom_sampler")
+    # primitives (comfy_extras/nodes_primitive.py) and the switch (nodes_logic.py)
+    big = {"min": -sys.maxsize, "max": sys.maxsize}
+    for name, display, spec in (
+            ("PrimitiveInt", "Int", ["INT", {**big, "control_after_generate": True}]),
+            ("PrimitiveFloat", "Float", ["FLOAT", big]),
+            ("PrimitiveBoolean", "Boolean", ["BOOLEAN", {}]),
+            ("PrimitiveString", "String", ["STRING", {}]),
+            ("PrimitiveStringMultiline", "String (Multiline)", ["STRING", {"multiline": True}])):
+        add(name, display, "utils/primitive", {"required": {"value": spec}}, (spec[0],),
+            python_module=mod + "primitive")
+    either = ["COMFY_MATCHTYPE_V3", {"lazy": True, "template": {"template_id": "switch",
+                                                                  "allowed_types": "*"}}]
+    add("ComfySwitchNode", "Switch", "logic", {"required": {
+        "switch": ["BOOLEAN", {}], "on_false": either, "on_true": either}}, ("*",),
+        ("output",), python_module=mod + "logic")
 
 
 def fake_color(info: dict) -> tuple[int, int, int]:
@@ -796,7 +965,7 @@ class FakeComfy:
                     # a missing node or slot raises here, as in ComfyUI
                     received = classes[prompt[val[0]]["class_type"]]["output"][val[1]]
                     if not isinstance(itype, list) and "*" not in (itype, received) \
-                            and received != itype:
+                            and received != itype and not itype.startswith("COMFY_"):
                         errors.append(_err("return_type_mismatch", "Return type mismatch between "
                                            "linked nodes", f"{x}, received_type({received}) "
                                            f"mismatch input_type({itype})",
@@ -843,7 +1012,9 @@ class FakeComfy:
                 elif "max" in opts and val > opts["max"]:
                     errors.append(_err("value_bigger_than_max",
                                        f"Value {val} bigger than max of {opts['max']}", x, extra))
-                elif isinstance(itype, list) and val not in itype:
+                elif (isinstance(itype, list) and val not in itype) or (
+                        itype == "COMBO" and val not in opts.get("options", [val])):
+                    itype = itype if isinstance(itype, list) else opts["options"]
                     big = len(itype) > 20  # ComfyUI does not send back gigantic lists
                     listed = f"(list of length {len(itype)})" if big else str(itype)
                     errors.append(_err("value_not_in_list", "Value not in list",
