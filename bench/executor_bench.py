@@ -7,7 +7,8 @@ Record results in docs/benchmarks.md.
 1. Overhead: N generate+save jobs through queue + executor (outputs saved, progress
    recorded) vs the bare diffusers calls for the same images in a loop, saving PNGs, in
    alternating rounds, at max_batch 1 and at the default 4, on the SD 1.5 demo and on the
-   FLUX.1 demo (a transformer with CLIP and T5), at --size and at --large
+   FLUX.1 demo (a transformer with CLIP and T5) and the Qwen-Image demo (Qwen2.5-VL, real
+   CFG), at --size and at --large
    (fewer rows, one step: a demo image at 512 px takes ~20 s on a CPU). Steady state:
    seconds from the first image stored to the last, per image; whole: from enqueue
    (the loop's start) to the last. Target at max_batch 1: steady state <= 1.02.
@@ -130,11 +131,16 @@ def bare_pipeline(models: Path, device: str, dtype, name: str = "sd15"):
 
 
 def bare_loop(pipe, rows: range, steps: int, size: int, out: Path, *, enlarge: int = 0,
-              gaps: list[float] | None = None) -> tuple[float, float]:
+              gaps: list[float] | None = None, family: str = "sd15") -> tuple[float, float]:
     """The same images with diffusers alone: a pipeline call and a PNG save per image
-    (enlarged first, with `enlarge`). (whole, steady): seconds for all; from the first
-    image saved to the last."""
+    (enlarged first, with `enlarge`); the call as the family is called (its guidance
+    argument; a negative prompt where it reads one). (whole, steady): seconds for all; from
+    the first image saved to the last."""
     import torch
+
+    from templates.families import profile
+    runs = profile(family)
+    call = {runs.cfg: 5.0, **({"negative_prompt": runs.no_negative} if runs.negative else {})}
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     saved, ended = [], None
@@ -142,9 +148,9 @@ def bare_loop(pipe, rows: range, steps: int, size: int, out: Path, *, enlarge: i
         began = time.perf_counter()
         if ended is not None and gaps is not None:
             gaps.append(began - ended)
-        image = pipe(prompt=f"a product photo, row {row}", negative_prompt="",
-                     num_inference_steps=steps, guidance_scale=5.0, height=size, width=size,
-                     generator=torch.Generator("cpu").manual_seed(row)).images[0]
+        image = pipe(prompt=f"a product photo, row {row}", num_inference_steps=steps,
+                     height=size, width=size, generator=torch.Generator("cpu").manual_seed(row),
+                     **call).images[0]
         ended = time.perf_counter()
         if enlarge:
             image = image.resize((enlarge, enlarge), Image.Resampling.LANCZOS)
@@ -201,7 +207,7 @@ def median(xs: list[float]) -> float:
 async def overhead(models: Path, tmp: Path, args, pipe, *, size: int, steps: int, rows: int,
                    rounds: int, max_batch: int, label: str, model: str = "sd15") -> None:
     """Section 1: genbot against the bare loop, alternating, same rows both sides."""
-    bare_loop(pipe, range(1, 3), steps, size, tmp / "warm")
+    bare_loop(pipe, range(1, 3), steps, size, tmp / "warm", family=model)
     totals = {"bare": [0.0, 0.0], "genbot": [0.0, 0.0]}
     images = 0
     group = min(max_batch, rows)  # images that come out together: steady state starts after
@@ -215,7 +221,8 @@ async def overhead(models: Path, tmp: Path, args, pipe, *, size: int, steps: int
             for side, _ in (sides if r % 2 == 0 else sides[::-1]):
                 rng = range(base, base + rows)
                 if side == "bare":
-                    whole, steady = bare_loop(pipe, rng, steps, size, tmp / "bare")
+                    whole, steady = bare_loop(pipe, rng, steps, size, tmp / "bare",
+                                              family=model)
                 else:
                     whole, steady, done = await ex.timed(gen_jobs(rng, steps, size, (model,)),
                                                          after=group)
@@ -323,11 +330,13 @@ async def main() -> None:
             await overhead(models, tmp, args, pipe, size=args.size, steps=args.steps,
                            rows=args.jobs, rounds=args.rounds, max_batch=max_batch,
                            label=f"{args.size} px, max_batch {max_batch}")
-        flux = bare_pipeline(models, args.device, dtype, "flux")  # the FLUX.1 demo's design
-        for max_batch in (1, 4):
-            await overhead(models, tmp, args, flux, size=args.size, steps=args.steps,
-                           rows=args.jobs, rounds=args.rounds, max_batch=max_batch,
-                           label=f"FLUX demo {args.size} px, max_batch {max_batch}", model="flux")
+        for family, shown in (("flux", "FLUX"), ("qwen_image", "Qwen-Image")):
+            family_pipe = bare_pipeline(models, args.device, dtype, family)  # its demo's design
+            for max_batch in (1, 4):
+                await overhead(models, tmp, args, family_pipe, size=args.size,
+                               steps=args.steps, rows=args.jobs, rounds=args.rounds,
+                               max_batch=max_batch, model=family,
+                               label=f"{shown} demo {args.size} px, max_batch {max_batch}")
         if args.large and not args.smoke:
             for max_batch, rows, rounds in ((1, 3, 2), (4, 8, 1)):
                 await overhead(models, tmp, args, pipe, size=args.large, steps=1, rows=rows,

@@ -18,7 +18,7 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     "scale_bench.py": (["--smoke", "--pg", PG_URL], "p50 ratio poll/notify"),
     "ack_bench.py": (["--requests", "3", "--rounds", "1", "--rows", "20"],
                      "Again button busy/idle:"),
-    "executor_bench.py": (["--smoke", "--jobs", "5", "--steps", "1", "--rounds", "1",
+    "executor_bench.py": (["--smoke", "--jobs", "5", "--steps", "2", "--rounds", "1",
                            "--no-s3"],  # (the object store has tests of its own)
                           "finish: the GPU's wait"),
     "dashboard_bench.py": (["--big", "60", "--small", "20", "--rounds", "1"], "dom_rows"),
@@ -37,9 +37,13 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     # past the lease and a statement's patience; "yes" only with clean exits, no traceback
     # in any log and no job stranded
     "outage_bench.py": (["--quick"], "every job succeeded exactly once: yes"),
+    "loader_bench.py": (["--smoke"], "load genbot GGUF:"),
+    # the GPU script for the newer families, on the demo models and the CPU
+    "gpu_families.py": (["--tiny", "--families", "flux,qwen_image,zimage,sd3"],
+                        "sd3: load"),
 }
 
-DEMO_MODELS = {"ack_bench.py", "executor_bench.py", "outage_bench.py"}
+DEMO_MODELS = {"ack_bench.py", "executor_bench.py", "outage_bench.py", "gpu_families.py"}
 
 
 @pytest.mark.slow

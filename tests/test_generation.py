@@ -144,6 +144,15 @@ def test_an_instruction_edits_the_picture_on_an_edit_model(ctx, demo_models, tmp
         run(loras=[{"name": "walnut", "weight": 1.0}])
 
 
+def test_qwen_image_refuses_one_step_rather_than_draw_black(ctx):
+    """Qwen-Image's scheduler stretches its schedule to a terminal shift: at one step it
+    divides by zero. Refused naming the model, where diffusers would return a black image."""
+    with pytest.raises(OpError, match='model "qwen_image" samples 2 steps at least'):
+        generate_batch(ctx, [inputs(model="qwen_image", steps=1)])
+    (two,) = generate_batch(ctx, [inputs(model="qwen_image", steps=2)])
+    assert np.isfinite(pixels(two)).all() and pixels(two).std() > 0
+
+
 def _png(im: Image.Image) -> bytes:
     import io
     buf = io.BytesIO()

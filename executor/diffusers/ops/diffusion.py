@@ -115,7 +115,7 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
     runs = profile(info.family)
     kwargs: dict[str, Any] = {
         "prompt": [i["prompt"] for i in batch],
-        "num_inference_steps": first.get("steps") or info.steps,
+        "num_inference_steps": _steps(first.get("steps") or info.steps, cache.units[model]),
         runs.cfg: first["guidance"] if first.get("guidance") is not None else info.guidance,
         # CPU generators: the same seed gives the same noise on any device.
         "generator": [torch.Generator("cpu").manual_seed(int(i["seed"])) for i in batch],
@@ -181,7 +181,8 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
     pictures[0] = pictures[0].resize((width, height), Image.Resampling.LANCZOS)
     kwargs: dict[str, Any] = {
         "image": pictures[0] if runs.images == 1 else pictures, "prompt": instruction,
-        "height": height, "width": width, "num_inference_steps": steps or info.steps,
+        "height": height, "width": width,
+        "num_inference_steps": _steps(steps or info.steps, cache.units[model]),
         runs.cfg: guidance if guidance is not None else info.guidance,
         "generator": torch.Generator("cpu").manual_seed(int(seed)),
         "callback_on_step_end": _on_step(ctx)}
@@ -191,6 +192,16 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
         # the size is the template's (its picture's, in the model's area and multiples).
         kwargs.update(_auto_resize=False, max_area=width * height)
     return pipe(**kwargs).images[0]
+
+
+def _steps(steps: int, unit: Any) -> int:
+    """The steps, refused below what the model's scheduler can take: one that stretches
+    its schedule to end at a terminal shift (Qwen-Image's) divides by zero at one step
+    and would make a black image."""
+    if steps < 2 and (unit.scheduler or {}).get("shift_terminal"):
+        raise OpError(f'model "{unit.info.name}" samples 2 steps at least (its scheduler ends '
+                      "its schedule at a terminal shift), not 1")
+    return steps
 
 
 def _negative(runs: Profile, model: str, given: list[str]) -> dict[str, Any]:
