@@ -332,7 +332,7 @@ async def main() -> None:
                            label=f"{args.size} px, max_batch {max_batch}")
         for family, shown in (("flux", "FLUX"), ("qwen_image", "Qwen-Image")):
             family_pipe = bare_pipeline(models, args.device, dtype, family)  # its demo's design
-            for max_batch in (1, 4):
+            for max_batch in (1,) if args.smoke else (1, 4):
                 await overhead(models, tmp, args, family_pipe, size=args.size,
                                steps=args.steps, rows=args.jobs, rounds=args.rounds,
                                max_batch=max_batch, model=family,

@@ -172,13 +172,17 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
                       f"picture{'s' if runs.images > 1 else ''}, not {len(pictures)}")
     cache.use_loras(model, loras or [])
     ctx.used_models.extend([model, *(lora["name"] for lora in loras or [])])
-    width, height = (int(v) for v in size) if size else _within(
-        pictures[0].size, info.size or native_size(pipe, info.family))
+    native = info.size or native_size(pipe, info.family)
+    width, height = (int(v) for v in size) if size else _within(pictures[0].size, native)
     step = multiple(pipe)
     width, height = width - width % step, height - height % step
     if min(width, height) < step:
         raise OpError(f"size {width}x{height} is too small")
-    pictures[0] = pictures[0].resize((width, height), Image.Resampling.LANCZOS)
+    # The edited picture at the output's size; the references within the model's area (a
+    # 4000 px product photo would cost the attention over its every patch, for nothing).
+    pictures = [pictures[0].resize((width, height), Image.Resampling.LANCZOS),
+                *(p.resize(_within(p.size, native), Image.Resampling.LANCZOS)
+                  for p in pictures[1:])]
     kwargs: dict[str, Any] = {
         "image": pictures[0] if runs.images == 1 else pictures, "prompt": instruction,
         "height": height, "width": width,
