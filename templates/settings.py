@@ -83,6 +83,9 @@ class ModelEntry:
     # How much of it may wait in CPU RAM while it runs (executor.models.memory): "auto" the
     # least offloading that fits the executor's device memory; none, model or sequential.
     offload: str = "auto"
+    # Its transformer's weights stored at 8 bits ("fp8": torchao's float8 weight-only, the
+    # matmuls at the executor's dtype): half a bf16 transformer's memory. None: as stored.
+    quantize: str | None = None
 
 
 # The demo models `genbot models demo` builds (tiny, random weights; images are noise).
@@ -103,8 +106,9 @@ DEMO_MODELS = {
     "zimage": ModelEntry("demo:zimage", family="zimage"),  # Z-Image-Turbo's design
     "sd3": ModelEntry("demo:sd3", family="sd3"),  # Stable Diffusion 3.5's design
 }
-MODEL_KEYS = ("path", "steps", "guidance", "size", "config", "family", "offload")
+MODEL_KEYS = ("path", "steps", "guidance", "size", "config", "family", "offload", "quantize")
 OFFLOADS = ("auto", "none", "model", "sequential")
+QUANTIZE = ("fp8",)
 
 
 @table("models", order=65)
@@ -202,8 +206,12 @@ def _model_entry(name: str, value: Any, where: str) -> ModelEntry:
     offload = value.get("offload", "auto")
     if offload not in OFFLOADS:
         raise ConfigError(f"{where}: offload = {offload!r}: expected one of {', '.join(OFFLOADS)}")
+    quantize = value.get("quantize")
+    if quantize is not None and quantize not in QUANTIZE:
+        raise ConfigError(f"{where}: quantize = {quantize!r}: expected {' or '.join(QUANTIZE)} "
+                          "(a GGUF file is quantized already: give its path)")
     return ModelEntry(path, value.get("steps"), None if guidance is None else float(guidance),
-                      value.get("size"), config, family, offload)
+                      value.get("size"), config, family, offload, quantize)
 
 
 def family_of(config: Config, name: str) -> str | None:

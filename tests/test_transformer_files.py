@@ -188,3 +188,36 @@ def test_a_flux_file_without_guidance_is_schnell(tmp_path, demo_models):
                     "config": str(demo_models / "flux")}}))
     info = registry.get("schnell")
     assert (info.steps, info.guidance) == (4, 0.0)
+
+
+def test_fp8_stores_a_folders_transformer_at_8_bits(tmp_path, demo_models):
+    """quantize = "fp8": the transformer's matrices stored as float8 (torchao), the image
+    close to the one at full precision; memory planned at a byte a weight for them."""
+    ctx = _ctx(tmp_path, demo_models, {"fp8": {"path": "demo:flux", "quantize": "fp8"}})
+    made, full = _image(ctx, "fp8"), _image(ctx, "flux")
+    assert 0 < np.abs(made - full).max() <= 12
+    weights = {type(p.data).__name__ for p in ctx.models.pipeline("fp8", "txt2img")
+               .transformer.parameters()}
+    assert "Float8Tensor" in weights
+    at_fp8 = memory.need(demo_models / "flux", "flux", dtype_bytes=4, fp8=("transformer",))
+    whole = memory.need(demo_models / "flux", "flux", dtype_bytes=4)
+    assert whole.parts["transformer"] / 4 < at_fp8.parts["transformer"] < \
+        whole.parts["transformer"] / 2
+    assert at_fp8.parts["vae"] == whole.parts["vae"]
+
+
+def test_fp8_is_for_a_folder_with_a_transformer(files, tmp_path, demo_models):
+    from storage import config as cfg
+    registry = Registry(executor_config(tmp_path / "data", demo_models, models={
+        "sd": {"path": "demo:sd15", "quantize": "fp8"},
+        "gguf": {"path": str(files / "flux1-dev-Q8_0.gguf"), "config": str(demo_models / "flux"),
+                 "quantize": "fp8"}}))
+    with pytest.raises(ModelError, match='quantize = "fp8" is for a diffusers folder with a '
+                                         "transformer"):
+        registry.get("sd")
+    with pytest.raises(cfg.ConfigError, match="quantize = 'nf4': expected fp8"):
+        executor_config(tmp_path / "data2", demo_models, models={
+            "x": {"path": "demo:flux", "quantize": "nf4"}})
+    with pytest.raises(ModelError, match='quantize = "fp8" is for a diffusers folder; a '
+                                         "transformer file loads at the precision it is stored"):
+        registry.get("gguf")

@@ -131,7 +131,8 @@ class DiffusersEngine:
                            pixels=info.size * info.size if info.size else None,
                            work_gib=info.defaults.get("work_gib"),
                            beside=Path(info.config_dir) if info.model_type == "transformer"
-                           and info.config_dir else None)
+                           and info.config_dir else None,
+                           fp8=("transformer",) if info.entry.quantize == "fp8" else ())
         planned = memory.plan(need, self.cache.vram_budget, info.entry.offload)
         if planned.offload is None:
             return planned.why_not(info.entry.offload)

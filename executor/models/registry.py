@@ -138,6 +138,11 @@ class Registry:
         if entry.config:
             entry = replace(entry,
                             config=str(model_path(self.config, replace(entry, path=entry.config))))
+        if entry.quantize and not (kind == "checkpoint" and path.is_dir()
+                                   and (path / "transformer").is_dir()):
+            raise ModelError(f'{where}: quantize = "{entry.quantize}" is for a diffusers folder '
+                             "with a transformer (FLUX, Qwen-Image, Z-Image, SD 3.5): this is "
+                             f"{'a ' + kind if kind != 'checkpoint' else 'no such folder'}")
         return ModelInfo(name, file, kind, family, file.is_file() and kind != "lora", entry,
                          defaults, model_type, prediction)
 
@@ -160,6 +165,10 @@ class Registry:
                              f'them: set config = "<a diffusers folder of '
                              f'{catalog.profile(family).label}>" for its text encoders, VAE and '
                              "scheduler")
+        if entry.quantize:
+            raise ModelError(f'{where}: quantize = "{entry.quantize}" is for a diffusers folder; '
+                             "a transformer file loads at the precision it is stored at (a GGUF "
+                             "quantized, an fp8 file upcast)")
         fast = kind.name == "FLUX.1" and transformer_file.distilled_fast(found)
         return ModelInfo(name, path, "checkpoint", family, True,
                          replace(entry, config=str(folder)),
