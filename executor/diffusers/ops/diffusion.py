@@ -190,7 +190,7 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
         runs.cfg: guidance if guidance is not None else info.guidance,
         "generator": torch.Generator("cpu").manual_seed(int(seed)),
         "callback_on_step_end": _on_step(ctx)}
-    kwargs.update(_negative(runs, model, [negative]))
+    kwargs.update({k: v[0] for k, v in _negative(runs, model, [negative]).items()})
     if "_auto_resize" in inspect.signature(pipe.__call__).parameters:
         # Kontext would scale the picture to its preferred sizes and the output to 1 MP:
         # the size is the template's (its picture's, in the model's area and multiples).
