@@ -63,6 +63,9 @@ async def signed_in(browser, world, token: str, hash_: str = ""):
     await page.fill("#token", token)
     await page.click("#sign-in button[type=submit]")
     await page.wait_for_selector("#me:not([hidden])")
+    # The first page drawn (route() marks it): a view asked for before would be drawn twice,
+    # and a check could read the second drawing's "loading…" beside the first's rows.
+    await page.wait_for_selector("body[data-view]")
     if hash_:
         await page.evaluate("h => { location.hash = h; }", hash_)
     return page
