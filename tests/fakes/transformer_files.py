@@ -6,7 +6,7 @@ executor.models.transformer_file reads: tests write tiny ones and load them back
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +18,15 @@ from executor.models.transformer_file import (
     _SINGLE,
     _SINGLE_NORMS,
     _TOP,
+    _blocks,
+    _halves_swapped,
+    _renamed,
 )
 
 
-def _swap_halves(t: torch.Tensor) -> torch.Tensor:
-    """(shift, scale) <-> (scale, shift): BFL's final_layer.adaLN_modulation vs diffusers'
-    norm_out.linear. Its own inverse."""
-    a, b = t.chunk(2, dim=0)
-    return torch.cat([b, a], dim=0)
-
-
-def _block_ids(keys: Iterable[str], prefix: str) -> list[int]:
-    return sorted({int(k[len(prefix):].split(".", 1)[0]) for k in keys if k.startswith(prefix)})
+def _flipped(names: Mapping[str, str]) -> dict[str, str]:
+    """genbot's diffusers -> BFL renames, the other way round (_renamed moves theirs to ours)."""
+    return {b: a for a, b in names.items()}
 
 
 def to_bfl(sd: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -37,31 +34,20 @@ def to_bfl(sd: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     flux1-dev.safetensors holds): the inverse of diffusers' own converter."""
     sd = dict(sd)
     out: dict[str, torch.Tensor] = {}
-    for d, b in _TOP.items():
-        for p in ("weight", "bias"):
-            if f"{d}.{p}" in sd:
-                out[f"{b}.{p}"] = sd.pop(f"{d}.{p}")
+    _renamed(sd, out, "", "", _flipped(_TOP), {})
     for p in ("weight", "bias"):
-        out[f"final_layer.adaLN_modulation.1.{p}"] = _swap_halves(sd.pop(f"norm_out.linear.{p}"))
-    for i in _block_ids(sd, "transformer_blocks."):
+        out[f"final_layer.adaLN_modulation.1.{p}"] = _halves_swapped(sd.pop(f"norm_out.linear.{p}"))
+    for i in _blocks(sd, "transformer_blocks."):
         s, t = f"transformer_blocks.{i}.", f"double_blocks.{i}."
-        for d, b in _DOUBLE.items():
-            for p in ("weight", "bias"):
-                out[f"{t}{b}.{p}"] = sd.pop(f"{s}{d}.{p}")
-        for d, b in _DOUBLE_NORMS.items():
-            out[t + b] = sd.pop(s + d)
+        _renamed(sd, out, t, s, _flipped(_DOUBLE), _flipped(_DOUBLE_NORMS))
         for p in ("weight", "bias"):
             out[f"{t}img_attn.qkv.{p}"] = torch.cat(
                 [sd.pop(f"{s}attn.to_{x}.{p}") for x in "qkv"], dim=0)
             out[f"{t}txt_attn.qkv.{p}"] = torch.cat(
                 [sd.pop(f"{s}attn.add_{x}_proj.{p}") for x in "qkv"], dim=0)
-    for i in _block_ids(sd, "single_transformer_blocks."):
+    for i in _blocks(sd, "single_transformer_blocks."):
         s, t = f"single_transformer_blocks.{i}.", f"single_blocks.{i}."
-        for d, b in _SINGLE.items():
-            for p in ("weight", "bias"):
-                out[f"{t}{b}.{p}"] = sd.pop(f"{s}{d}.{p}")
-        for d, b in _SINGLE_NORMS.items():
-            out[t + b] = sd.pop(s + d)
+        _renamed(sd, out, t, s, _flipped(_SINGLE), _flipped(_SINGLE_NORMS))
         for p in ("weight", "bias"):
             out[f"{t}linear1.{p}"] = torch.cat(
                 [sd.pop(f"{s}attn.to_{x}.{p}") for x in "qkv"] + [sd.pop(f"{s}proj_mlp.{p}")])

@@ -20,6 +20,7 @@ from PIL import Image
 
 from executor.diffusers.ops.base import Context, ImageInput, OpError, op
 from templates.families import Profile, profile
+from templates.signatures import OPS
 
 SCHEDULERS = {  # sampler name -> (diffusers scheduler class, config overrides)
     "euler": ("EulerDiscreteScheduler", {}),
@@ -92,7 +93,7 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
         raise OpError("a control image needs a controlnet model")
     if controlnet and first.get("control_image") is None:
         raise OpError(f'controlnet "{controlnet}" needs a control image')
-    mode = "txt2img" if first.get("init_image") is None else "img2img"
+    mode = OPS["generate"].mode_of(first)
     pipe = cache.pipeline(model, mode, controlnet)
     info = cache.units[model].info
     cache.use_loras(model, first.get("loras") or [])
@@ -163,7 +164,7 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
     references the instruction may name ("put the logo from picture 2 on the bottle")."""
     import torch
     cache = ctx.models
-    pipe = cache.pipeline(model, "edit")
+    pipe = cache.pipeline(model, OPS["edit"].mode)
     info = cache.units[model].info
     runs = profile(info.family)
     pictures = [ctx.image(i).convert("RGB") for i in (image, image_2, image_3) if i is not None]
