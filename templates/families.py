@@ -11,13 +11,13 @@ a node whose model's family cannot run the node's mode, naming both. A new famil
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from templates.expressions import ParamRef, Text, walk
 from templates.graph import Template
-from templates.signatures import OPS
+from templates.signatures import OPS, RUN_MODES
 
 MODES = ("txt2img", "img2img", "inpaint", "edit")
 # Bytes a weight takes at each precision genbot loads at (GGUF Q8_0 and Q4_0 keep a 16-bit
@@ -63,9 +63,11 @@ class Profile:
     def runs(self, mode: str, controlnet: bool = False) -> bool:
         return (mode, controlnet) in self.pipelines
 
-    def modes(self) -> list[str]:
-        """What it runs, as a person reads it: "txt2img", "img2img with a ControlNet" …"""
-        return sorted(f"{mode} with a ControlNet" if cn else mode for mode, cn in self.pipelines)
+    def modes(self, only: Container[str] | None = None) -> list[str]:
+        """What it runs, as a person reads it: "txt2img", "img2img with a ControlNet" … (of
+        `only`, where given: the modes some op runs)."""
+        return sorted(f"{mode} with a ControlNet" if cn else mode for mode, cn in self.pipelines
+                      if only is None or mode in only)
 
     def gib(self, precision: str = "bf16") -> float:
         """GiB its weights take at a precision; a quantized denoiser's text encoders and VAE
@@ -175,7 +177,7 @@ def refusals(t: Template, family_of: Callable[[str], str | None]) -> list[tuple[
             if not runs.runs(mode, controlnet):
                 found.append((f"nodes.{node.id}.model",
                               f'model "{name}" is {runs.label} ({fam}), which genbot runs for '
-                              f"{', '.join(runs.modes())}, not {mode}"
+                              f"{', '.join(runs.modes(RUN_MODES))}, not {mode}"
                               f"{' with a ControlNet' if controlnet else ''}"))
             elif not runs.negative and _given(negative):
                 found.append((f"nodes.{node.id}.negative",

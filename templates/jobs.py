@@ -54,7 +54,7 @@ class DiffusersJob(msgspec.Struct, kw_only=True, tag_field="engine", tag="diffus
     def affinity(self) -> str | None:
         """The model it needs first: a claim prefers jobs for a model already loaded."""
         for step in self.nodes:
-            if OPS[step.op].mode and isinstance(step.inputs.get("model"), str):
+            if OPS[step.op].modes and isinstance(step.inputs.get("model"), str):
                 return step.inputs["model"]
         return None
 

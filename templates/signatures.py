@@ -51,20 +51,20 @@ class Signature:
     inputs: dict[str, Input]
     outputs: dict[str, str] = field(default_factory=dict)  # output name -> type
     sizing: tuple[SizeRule, ...] = ()  # how its image is sized (templates.size_rules)
-    # The mode it runs its `model` in (templates.families.MODES), "" for an op that runs no
-    # model. "txt2img" turns "img2img" when the node is given an init_image.
-    mode: str = ""
+    # The modes it runs its `model` in (templates.families.MODES), the first unless the
+    # node is given an init_image and it has "img2img"; () for an op that runs no model.
+    modes: tuple[str, ...] = ()
 
     def mode_of(self, inputs: dict[str, Any]) -> str | None:
         """The mode a node of this op runs its model in; None: it runs none."""
-        if self.mode == "txt2img" and inputs.get("init_image") is not None:
+        if "img2img" in self.modes and inputs.get("init_image") is not None:
             return "img2img"
-        return self.mode or None
+        return self.modes[0] if self.modes else None
 
 
 def _sig(op: str, help: str, outputs: dict[str, str], sizing: tuple[SizeRule, ...], /,
-         mode: str = "", **inputs: Input) -> Signature:
-    return Signature(op, help, inputs, outputs, sizing, mode)
+         modes: tuple[str, ...] = (), **inputs: Input) -> Signature:
+    return Signature(op, help, inputs, outputs, sizing, modes)
 
 
 _IMAGE_OUT = {"image": "image"}
@@ -72,7 +72,7 @@ _IMAGE_OUT = {"image": "image"}
 OPS: dict[str, Signature] = {s.name: s for s in [
     _sig("generate", "Diffusion: txt2img, img2img (init_image), ControlNet guidance "
          "(control_image + controlnet), LoRAs.", _IMAGE_OUT, (Given(), Same(), Native()),
-         "txt2img",
+         ("txt2img", "img2img"),
          prompt=Input("text"),
          negative=Input("text", ""),
          model=Input("model"),
@@ -90,7 +90,7 @@ OPS: dict[str, Signature] = {s.name: s for s in [
          loras=Input("loras", [])),
     _sig("edit", "Change a picture by a written instruction with an edit model (FLUX.1 "
          "Kontext, Qwen-Image-Edit, FLUX.2): what the sentence leaves out stays as it was.",
-         _IMAGE_OUT, (Given(), Same()), "edit",
+         _IMAGE_OUT, (Given(), Same()), ("edit",),
          image=Input("image"),
          instruction=Input("text", help='"把背景换成海滩", "make the bottle matte black"'),
          model=Input("model"),
@@ -162,6 +162,7 @@ def check_signatures(ops: dict[str, Signature]) -> None:
 
 
 check_signatures(OPS)
+RUN_MODES = {mode for s in OPS.values() for mode in s.modes}  # what some op runs
 
 
 def markdown_table() -> str:

@@ -24,6 +24,7 @@ from executor.diffusers import devices
 from executor.models.registry import ModelError, ModelInfo, Registry
 from templates.families import profile
 from templates.settings import models_dir
+from templates.signatures import RUN_MODES
 
 log = logging.getLogger("genbot.executor")
 
@@ -271,7 +272,7 @@ class ModelCache:
         runs = profile(family)
         if (mode, bool(controlnet)) not in runs.pipelines:
             raise ModelError(f'model "{model}" is {runs.label} ({family}): genbot runs it for '
-                             f'{", ".join(runs.modes())}, not {mode}'
+                             f'{", ".join(runs.modes(RUN_MODES))}, not {mode}'
                              f"{' with a ControlNet' if controlnet else ''}")
         base = self._get(model, "checkpoint", keep)
         cn = None

@@ -164,7 +164,7 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
     references the instruction may name ("put the logo from picture 2 on the bottle")."""
     import torch
     cache = ctx.models
-    pipe = cache.pipeline(model, OPS["edit"].mode)
+    pipe = cache.pipeline(model, OPS["edit"].mode_of({}))
     info = cache.units[model].info
     runs = profile(info.family)
     pictures = [ctx.image(i).convert("RGB") for i in (image, image_2, image_3) if i is not None]

@@ -300,7 +300,7 @@ def watermark(ctx: Context, image: ImageInput, text: str, position: str = "botto
 def metadata(ctx: Context) -> dict[str, Any]:
     """What a saved image carries: enough to make it again."""
     job = ctx.job
-    seeds = [n.inputs["seed"] for n in job.nodes if OPS[n.op].mode] if job else []
+    seeds = [n.inputs["seed"] for n in job.nodes if OPS[n.op].modes] if job else []
     return {"genbot": VERSION, "template": job and job.template, "row": job and job.row,
             "batch": ctx.batch_id, "params": job and job.params, "seeds": seeds,
             "models": sorted(set(ctx.used_models)), "workflow": job and encode(job)}
