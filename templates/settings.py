@@ -103,6 +103,7 @@ DEMO_MODELS = {
     "flux_fill": ModelEntry("demo:flux_fill", family="flux_fill"),
     "flux2": ModelEntry("demo:flux2", family="flux2"),
     "qwen_image": ModelEntry("demo:qwen_image", family="qwen_image"),
+    "qwen_image_edit": ModelEntry("demo:qwen_image_edit", family="qwen_image_edit"),
     "zimage": ModelEntry("demo:zimage", family="zimage"),  # Z-Image-Turbo's design
     "sd3": ModelEntry("demo:sd3", family="sd3"),  # Stable Diffusion 3.5's design
 }

@@ -144,6 +144,42 @@ def test_an_instruction_edits_the_picture_on_an_edit_model(ctx, demo_models, tmp
         run(loras=[{"name": "walnut", "weight": 1.0}])
 
 
+def test_qwen_image_edit_edits_with_several_pictures_and_real_cfg(ctx, demo_models):
+    """Qwen-Image-Edit (the 2509/2511 pipeline): its folder names transformers'
+    Qwen2VLProcessor, as a real one does, and loads without torchvision (genbot's
+    picture-only processor); up to three pictures, each read by Qwen2.5-VL's vision tower
+    beside the instruction; a negative prompt and the guidance (true_cfg_scale) each change
+    the image; pictures are encoded at the model's own area, so the demo edits in a blink."""
+    import json
+
+    from executor.diffusers.ops.diffusion import edit
+    from executor.models.qwen_processor import PictureProcessor
+    index = json.loads((demo_models / "qwen_image_edit" / "model_index.json").read_text())
+    assert index["processor"] == ["transformers", "Qwen2VLProcessor"]
+    ctx.store.write("inputs/wide.png", _png(Image.new("RGB", (96, 64), (200, 40, 40))))
+
+    def run(**over):
+        args = {"image": "inputs/wide.png", "instruction": "把背景换成海滩",
+                "model": "qwen_image_edit", "seed": 3, "steps": 2, **over}
+        return pixels(edit(ctx, **args))
+
+    first = run()
+    # the picture's proportions in the demo's 64 px area (76x52), in 16 px multiples (its
+    # VAE scales by 8, as the real one's does)
+    assert first.shape == (48, 64, 3)
+    assert isinstance(ctx.models.pipeline("qwen_image_edit", "edit").processor,
+                      PictureProcessor)
+    assert np.array_equal(first, run())
+    assert not np.array_equal(first, run(instruction="make the bottle matte black"))
+    assert not np.array_equal(first, run(image_2="inputs/bottle.png"))
+    three = run(image_2="inputs/bottle.png", image_3="inputs/wide.png", size=[64, 64])
+    assert three.shape == (64, 64, 3)
+    assert not np.array_equal(first, run(negative="模糊"))
+    assert not np.array_equal(first, run(guidance=1.0))
+    import diffusers.pipelines.qwenimage.pipeline_qwenimage_edit_plus as plus
+    assert plus.VAE_IMAGE_SIZE == 1024 * 1024  # the real model's area, left as it was
+
+
 def test_qwen_image_refuses_one_step_rather_than_draw_black(ctx):
     """Qwen-Image's scheduler stretches its schedule to a terminal shift: at one step it
     divides by zero. Refused naming the model, where diffusers would return a black image."""

@@ -21,8 +21,8 @@ def test_demo_models_are_what_the_registry_says(tmp_path, demo_models):
                      "walnut": ("lora", "sd15"), "brushed_steel": ("lora", "sd15"),
                      "upscaler": ("upscaler", "sd15"),
                      **{name: ("checkpoint", name) for name in (
-                         "flux", "flux_kontext", "flux_fill", "flux2", "qwen_image", "zimage",
-                         "sd3")}}
+                         "flux", "flux_kontext", "flux_fill", "flux2", "qwen_image",
+                         "qwen_image_edit", "zimage", "sd3")}}
     sd15 = registry.get("sd15")
     assert (sd15.steps, sd15.guidance) == (demo.DEMO_STEPS, demo.DEMO_GUIDANCE)
     zimage = registry.get("zimage")  # Z-Image-Turbo: no CFG, as the real one is run

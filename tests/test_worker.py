@@ -115,13 +115,19 @@ async def test_a_flux_row_runs_through_the_executor_like_any_other(config):
 
 
 @pytest.mark.parametrize("template, family_models", [
-    ("poster_zh", {"qwen_image"}), ("edit_instruction", {"flux_kontext"})])
+    ("poster_zh", {"qwen_image"}), ("edit_instruction", {"flux_kontext"}),
+    ("edit_instruction", {"qwen_image_edit"})])
 async def test_the_new_families_templates_run_their_example_sheets(config, template,
                                                                    family_models):
     """poster_zh (Qwen-Image draws the headline and price from the sheet's columns) and
-    edit_instruction (a picture and a sentence to FLUX.1 Kontext) run their example sheets
-    on the demo models: one image per row, the prompt and instruction as the row said."""
+    edit_instruction (a picture and a sentence to FLUX.1 Kontext, or to Qwen-Image-Edit
+    when the model column says so) run their example sheets on the demo models: one image
+    per row, the prompt and instruction as the row said."""
     jobs = await example_jobs(config, template)
+    if family_models == {"qwen_image_edit"}:
+        for job in jobs:
+            next(s for s in job.workflow["nodes"] if s["id"] == "edit")["inputs"]["model"] = \
+                "qwen_image_edit"
     async with Harness(config) as h:
         done = await h.run(template, jobs)
     assert [d.status for d in done] == ["succeeded"] * 2, [d.error for d in done]

@@ -16,6 +16,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -71,6 +72,15 @@ def _fp8_transformer(info: ModelInfo, common: dict[str, Any]) -> Any:
     return cls.from_pretrained(str(info.path), subfolder="transformer", **common,
                                quantization_config=diffusers.TorchAoConfig(
                                    Float8WeightOnlyConfig()))
+
+
+def _own_parts(family: str | None, folder: Path) -> dict[str, Any]:
+    """Parts genbot loads itself rather than by the class a folder names: Qwen-Image-Edit's
+    processor without the video half that would need torchvision (qwen_processor)."""
+    if family != "qwen_image_edit":
+        return {}
+    from executor.models import qwen_processor
+    return {"processor": qwen_processor.load(folder)}
 
 
 class ModelCache:
@@ -188,6 +198,7 @@ class ModelCache:
                         if info.family == "sd15" else {}
                     if info.entry.quantize:
                         kwargs["transformer"] = _fp8_transformer(info, common)
+                    kwargs.update(_own_parts(info.family, info.path))
                     pipe = cls.from_pretrained(str(info.path), **common, **kwargs)
         except torch.OutOfMemoryError:
             raise  # the runner's out-of-memory path frees the cache and retries
@@ -213,7 +224,8 @@ class ModelCache:
         assert isinstance(kind, transformer_file.Transformer)  # as the registry found it
         transformer = transformer_file.load(info.path, kind, info.config_dir, self.dtype)
         cls = getattr(diffusers, profile(info.family).load_as)
-        pipe = cls.from_pretrained(info.config_dir, transformer=transformer, **common)
+        pipe = cls.from_pretrained(info.config_dir, transformer=transformer, **common,
+                                   **_own_parts(info.family, Path(info.config_dir)))
         pipe.set_progress_bar_config(disable=True)
         return pipe
 

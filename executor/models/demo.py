@@ -25,7 +25,7 @@ DEMO_STEPS = 8
 DEMO_GUIDANCE = 5.0
 DEMO_WORK_GIB = 0.0005  # working memory at its 64 px, at 16 bits
 CHECKPOINTS = ("sd15", "sdxl", "flux", "flux_kontext", "flux_fill", "flux2", "qwen_image",
-               "zimage", "sd3")
+               "qwen_image_edit", "zimage", "sd3")
 CONTROLNETS = {"canny_sd15": "sd15", "canny_sdxl": "sdxl"}
 LORAS = {"walnut": ("sd15", 1), "brushed_steel": ("sd15", 2)}  # name -> (family, seed)
 UPSCALERS = ("upscaler",)

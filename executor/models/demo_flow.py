@@ -5,9 +5,7 @@ builds and places them with the others).
 
 Their VAEs scale by 2 where the real ones scale by 8 (Qwen-Image's by 8, as its edit
 pipelines encode pictures near 1024 px), so sizes are multiples of 4 px on the demos,
-16 px on the real models. Qwen-Image-Edit has no demo: its published processor needs a
-video processor, and every video processor in transformers 5 needs torchvision, which has
-no CPU build for the torch genbot installs.
+16 px on the real models.
 """
 
 from __future__ import annotations
@@ -105,17 +103,16 @@ def build_flux2(out: Path) -> None:
                   transformer=transformer).save_pretrained(out)
 
 
-def build_qwen_image(out: Path) -> None:
-    """Qwen-Image: its MMDiT transformer, its own VAE (scales by 8, like the real one) and
-    Qwen2.5-VL reading the prompt, with Qwen-Image's own scheduler settings."""
+def _qwen_parts(seed: int) -> dict[str, Any]:
+    """Qwen-Image's transformer, its own VAE (scales by 8, like the real one) and Qwen2.5-VL
+    (text and vision tower), with Qwen-Image's own scheduler settings."""
     import torch
     from diffusers import (
         AutoencoderKLQwenImage,
         FlowMatchEulerDiscreteScheduler,
-        QwenImagePipeline,
         QwenImageTransformer2DModel,
     )
-    torch.manual_seed(14)
+    torch.manual_seed(seed)
     tok = text.qwen_tokenizer()
     transformer = QwenImageTransformer2DModel(
         patch_size=2, in_channels=16, out_channels=4, num_layers=1, attention_head_dim=16,
@@ -128,8 +125,34 @@ def build_qwen_image(out: Path) -> None:
         base_image_seq_len=256, base_shift=0.5, max_image_seq_len=8192, max_shift=0.9,
         num_train_timesteps=1000, shift=1.0, shift_terminal=0.02,
         time_shift_type="exponential", use_dynamic_shifting=True)
-    QwenImagePipeline(transformer=transformer, vae=vae, scheduler=scheduler,
-                      text_encoder=text.qwen25vl_encoder(tok), tokenizer=tok).save_pretrained(out)
+    return {"transformer": transformer, "vae": vae, "scheduler": scheduler,
+            "text_encoder": text.qwen25vl_encoder(tok), "tokenizer": tok}
+
+
+def build_qwen_image(out: Path) -> None:
+    """Qwen-Image: Qwen2.5-VL reads the prompt."""
+    from diffusers import QwenImagePipeline
+    QwenImagePipeline(**_qwen_parts(14)).save_pretrained(out)
+
+
+def build_qwen_image_edit(out: Path) -> None:
+    """Qwen-Image-Edit (2509/2511, the pipeline that takes several pictures): Qwen-Image's
+    parts; Qwen2.5-VL's vision tower reads each picture beside the instruction. Saved as a
+    real folder is (its processor named as transformers' Qwen2VLProcessor, with the image
+    processor's and tokenizer's files), and loaded by genbot with the picture-only one."""
+    import json
+
+    from diffusers import QwenImageEditPlusPipeline
+    from transformers import Qwen2VLImageProcessor
+
+    from executor.models.qwen_processor import PictureProcessor
+    parts = _qwen_parts(19)
+    processor = PictureProcessor(image_processor=Qwen2VLImageProcessor(),
+                                 tokenizer=parts["tokenizer"])
+    QwenImageEditPlusPipeline(**parts, processor=processor).save_pretrained(out)
+    index = json.loads((out / "model_index.json").read_text())
+    index["processor"] = ["transformers", "Qwen2VLProcessor"]
+    (out / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
 
 
 def build_zimage(out: Path) -> None:
@@ -182,4 +205,4 @@ def build_sd3(out: Path) -> None:
 
 BUILDERS = {"flux": build_flux, "flux_kontext": build_flux_kontext,
             "flux_fill": build_flux_fill, "flux2": build_flux2, "qwen_image": build_qwen_image,
-            "zimage": build_zimage, "sd3": build_sd3}
+            "qwen_image_edit": build_qwen_image_edit, "zimage": build_zimage, "sd3": build_sd3}
