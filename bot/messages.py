@@ -80,6 +80,15 @@ CATALOG: dict[str, str] = catalog(
     N_("output_duplicate", 'output name "{name}" is already used by row {other}'),
     N_("output_batch_file", "output name \"{name}\" is the batch's own {own}, which would "
                             "overwrite this row's image: change the value that names it"),
+    N_("model_cannot_run", 'model "{model}" is {label} ({family}), which genbot runs for '
+                           "{modes}, not {mode}: name a model that does"),
+    N_("model_reads_no_negative", 'model "{model}" is {label} ({family}), which reads no '
+                                  "negative prompt: leave it empty (say what to avoid in the "
+                                  "prompt instead)"),
+    NP_("model_too_many_pictures", 'model "{model}" is {label} ({family}): it edits with '
+                                   "{count} picture at most, not {given}",
+        'model "{model}" is {label} ({family}): it edits with {count} pictures at most, '
+        "not {given}"),
     N_("cell_too_long", "{chars:,} characters; a cell may hold {max:,} ([intake] max_cell_chars)"),
     N_("image_too_large", "asks for a {width}x{height} image ({megapixels:,.0f} megapixels); the "
                           "limit is {max:,.0f} megapixels ([intake] max_output_pixels): ask for "

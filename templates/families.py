@@ -187,6 +187,34 @@ def refusals(t: Template, family_of: Callable[[str], str | None]) -> list[tuple[
     return found
 
 
+EDIT_PICTURES = ("image", "image_2", "image_3")
+
+
+def row_refusal(op: str, inputs: Mapping[str, Any], family: str) -> tuple[str, str, dict] | None:
+    """(the input, a message code, its details) when a bound node's model, of `family`,
+    cannot run what one row asks: the node's mode, a negative prompt, more pictures than it
+    edits with. Intake asks it of every row, so a model named by a text column (which the
+    template's load cannot check) is refused before anything is queued, not mid-batch."""
+    signature = OPS[op]
+    mode = signature.mode_of(dict(inputs))
+    runs = PROFILES.get(family)
+    if mode is None or runs is None:
+        return None
+    about = {"model": inputs.get("model"), "label": runs.label, "family": family}
+    controlnet = inputs.get("controlnet") is not None
+    if not runs.runs(mode, controlnet):
+        return "model", "model_cannot_run", {
+            **about, "modes": ", ".join(runs.modes(RUN_MODES)),
+            "mode": f"{mode} with a ControlNet" if controlnet else mode}
+    if inputs.get("negative") and not runs.negative:
+        return "negative", "model_reads_no_negative", about
+    pictures = [k for k in EDIT_PICTURES if k in signature.inputs and inputs.get(k) is not None]
+    if mode == "edit" and len(pictures) > runs.images:
+        return pictures[-1], "model_too_many_pictures", {
+            **about, "count": runs.images, "given": len(pictures)}
+    return None
+
+
 def _given(expr: Any) -> bool:
     """A text input set to something: a parameter (a column may fill it), words or fields."""
     if isinstance(expr, Text):

@@ -765,3 +765,51 @@ async def test_a_picture_saved_with_a_spreadsheet_name_says_what_it_is(template,
         '"photo.xlsx" is a PNG image, not a spreadsheet: send the .xlsx, .xls, .ods or .csv '
         "file itself"]
     assert "PNG 图片" in result.report("zh") and "zip" not in result.report()
+
+
+async def test_a_row_naming_a_model_that_cannot_run_it_is_refused_at_its_cell(tmp_path):
+    """A model chosen by a text column (which the template's load cannot check) is checked
+    row by row against its family (templates.families): an edit on FLUX.1, a negative
+    prompt to FLUX.1 Kontext, two pictures to a model that edits with one — each refused
+    at the cell that asked, in English and Chinese, nothing queued; the rows that can run
+    pass (Qwen-Image-Edit takes the second picture, a model of no known family is the
+    executor's to refuse)."""
+    from bot.intake.check import SheetRows, check_sheet
+    from storage import config as cfg
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({
+        "name": "t",
+        "params": {"sku": {"type": "text"}, "model": {"type": "text"},
+                   "picture": {"type": "image"}, "second": {"type": "image"},
+                   "instruction": {"type": "text"}, "avoid": {"type": "text"}},
+        "nodes": {"edit": {"op": "edit", "inputs": {
+                      "image": "$picture", "image_2": "$second", "instruction": "$instruction",
+                      "model": "$model", "seed": 1, "negative": "$avoid"}},
+                  "out": {"op": "save", "inputs": {"image": "@edit"}}},
+        "output": "{sku}/{row}.png"}), encoding="utf-8")
+    template = load_template(path)
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "bottle.png").write_bytes(_png())
+    config = cfg.from_dict({"service": {"data_dir": str(tmp_path)},
+                            "intake": {"assets_dir": str(tmp_path / "assets")},
+                            "models": {"own": str(tmp_path / "nowhere")}})
+    head = ["sku", "Model", "picture", "second", "instruction", "avoid"]
+    rows = [head, ["A", "flux_kontext", "bottle.png", "", "matte black", ""],
+            ["B", "flux", "bottle.png", "", "matte black", ""],
+            ["C", "flux_kontext", "bottle.png", "", "matte black", "blur"],
+            ["D", "flux_kontext", "bottle.png", "bottle.png", "matte black", ""],
+            ["E", "qwen_image_edit", "bottle.png", "bottle.png", "把背景换成海滩", "模糊"],
+            ["F", "own", "bottle.png", "", "matte black", ""]]
+    report = await check_sheet(template, SheetRows([dict(zip(head, r)) for r in rows[1:]]),
+                               config=config,
+                               store=FileStore(tmp_path / "store"), skip_invalid=True)
+    assert [i.render() for i in report.issues] == [
+        'row 3, column "Model": model "flux" is FLUX.1 (flux), which genbot runs for img2img, '
+        "txt2img, not edit: name a model that does",
+        'row 4, column "avoid": model "flux_kontext" is FLUX.1 Kontext (flux_kontext), which '
+        "reads no negative prompt: leave it empty (say what to avoid in the prompt instead)",
+        'row 5, column "second": model "flux_kontext" is FLUX.1 Kontext (flux_kontext): it '
+        "edits with 1 picture at most, not 2"]
+    assert [job.row for job in report.jobs] == [2, 6, 7]
+    assert "模型“flux”是 FLUX.1（flux），genbot 用它做 img2img, txt2img，不能做 edit" in \
+        report.report("zh")

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from bot.intake import workers
@@ -26,12 +27,20 @@ from storage.config import Config
 from storage.files import FileStore, reserved
 from storage.queue import NewJob
 from templates.binding import bind
+from templates.expressions import ParamRef
+from templates.families import row_refusal
 from templates.graph import Template
 from templates.jobs import BoundJob, encode
 from templates.params import Problem, coerce, normalize_header
+from templates.settings import family_of
 from templates.sizes import largest_image
 
 YIELD_EVERY = 200  # rows; about 15 ms of work on a slow CPU
+FamilyOf = Callable[[str], "str | None"]  # a model's family, where it can be told
+
+
+def _unknown(model: str) -> str | None:
+    return None
 
 
 @dataclass
@@ -160,16 +169,18 @@ async def check_sheet(template: Template, sheet: SheetSource, *, config: Config,
     settings = config[IntakeConfig]
     images = ImageResolver(settings, store, assets_dir=assets_dir(config),
                            attachments=attachments)
+    families = cache(partial(family_of, config))  # read once a sheet, not once a row
     async with workers.turn(settings):  # a few at a time, first come first served
         if isinstance(sheet, SheetRows):
             return await intake_sheet(template, sheet.grid(), settings=settings, images=images,
-                                      skip_invalid=skip_invalid)
+                                      skip_invalid=skip_invalid, family_of=families)
         return await intake(template, sheet.name, sheet.data, settings=settings,
-                            images=images, skip_invalid=skip_invalid)
+                            images=images, skip_invalid=skip_invalid, family_of=families)
 
 
 async def intake(template: Template, filename: str, data: bytes, *, settings: IntakeConfig,
-                 images: ImageResolver, skip_invalid: bool = False) -> IntakeReport:
+                 images: ImageResolver, skip_invalid: bool = False,
+                 family_of: FamilyOf = _unknown) -> IntakeReport:
     result = IntakeReport(template.name, filename)
     if len(data) > settings.max_file_mb * 2**20:
         result.file_issues.append(Issue("file_too_big", {"file": filename,
@@ -186,15 +197,18 @@ async def intake(template: Template, filename: str, data: bytes, *, settings: In
     if sheet.example_of == template.name:  # genbot's own example: its drawings may stand in
         images.examples = example_attachments(template)
     result = await intake_sheet(template, sheet, settings=settings, images=images,
-                                skip_invalid=skip_invalid)
+                                skip_invalid=skip_invalid, family_of=family_of)
     if sheet.note is not None:
         result.notes.append(Issue(*sheet.note))
     return result
 
 
 async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConfig,
-                       images: ImageResolver, skip_invalid: bool = False) -> IntakeReport:
-    """The checks on rows already read: from a file, or given as JSON by the API."""
+                       images: ImageResolver, skip_invalid: bool = False,
+                       family_of: FamilyOf = _unknown) -> IntakeReport:
+    """The checks on rows already read: from a file, or given as JSON by the API.
+    `family_of` tells a model's family where it can (a row naming a model that cannot run
+    what the row asks is refused)."""
     filename = sheet.filename
     sheet = _find_header(template, sheet)
     result = IntakeReport(template.name, filename)
@@ -209,7 +223,7 @@ async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConf
     columns = _map_columns(template, sheet, result)
     if result.file_issues:
         return result
-    await _rows(template, sheet, columns, images, result, settings)
+    await _rows(template, sheet, columns, images, result, settings, family_of)
     if images.used_examples:
         result.notes.append(Issue("example_pictures", {
             "names": ", ".join(dict.fromkeys(images.used_examples))}))
@@ -272,7 +286,8 @@ def _map_columns(template: Template, sheet: Sheet, result: IntakeReport) -> dict
 
 
 async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
-                images: ImageResolver, result: IntakeReport, settings: IntakeConfig) -> None:
+                images: ImageResolver, result: IntakeReport, settings: IntakeConfig,
+                family_of: FamilyOf) -> None:
     outputs: dict[str, int] = {}  # each output file name, and the first row that writes it
     for count, (number, cells) in enumerate(sheet.rows):
         if count % YIELD_EVERY == YIELD_EVERY - 1:
@@ -288,6 +303,7 @@ async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
                 issues.append(Issue(e.code, e.details, number))
             else:
                 issues += _job_issues(job, number, outputs, settings)
+                issues += _model_issues(template, sheet, columns, job, number, family_of)
         if issues:
             result.issues += issues
             result.bad_rows += 1
@@ -320,6 +336,25 @@ async def _row_values(template: Template, sheet: Sheet, columns: dict[str, int],
         except Problem as e:
             issues.append(Issue(e.code, {"value": raw, **e.details}, number, column))
     return values, named, issues
+
+
+def _model_issues(template: Template, sheet: Sheet, columns: dict[str, int], job: BoundJob,
+                  number: int, family_of: FamilyOf) -> list[Issue]:
+    """A row whose model cannot run what the row asks of it (templates.families), at the
+    cell that asked: the model's column, or the negative's, or the last picture's."""
+    issues = []
+    for step in getattr(job, "nodes", []):  # a ComfyUI job's server checks its own
+        model = step.inputs.get("model")
+        family = family_of(model) if isinstance(model, str) else None
+        if family is None or (refused := row_refusal(step.op, step.inputs, family)) is None:
+            continue
+        given, code, details = refused
+        expr = template.nodes[step.id].inputs.get(given)
+        param = expr.name if isinstance(expr, ParamRef) else None
+        index = columns.get(param) if param else None
+        issues.append(Issue(code, details, number,
+                            sheet.headers[index] if index is not None else None))
+    return issues
 
 
 def _job_issues(job: BoundJob, number: int, outputs: dict[str, int],
