@@ -83,8 +83,9 @@ class ModelEntry:
     # How much of it may wait in CPU RAM while it runs (executor.models.memory): "auto" the
     # least offloading that fits the executor's device memory; none, model or sequential.
     offload: str = "auto"
-    # Its transformer's weights stored at 8 bits ("fp8": torchao's float8 weight-only, the
-    # matmuls at the executor's dtype): half a bf16 transformer's memory. None: as stored.
+    # Its transformer's weights stored quantized, the matmuls at the executor's dtype:
+    # "fp8" (torchao's float8 weight-only; half a bf16 transformer's memory, any device) or
+    # "nf4" (bitsandbytes' 4-bit NormalFloat; about a quarter, CUDA GPUs). None: as stored.
     quantize: str | None = None
 
 
@@ -109,7 +110,7 @@ DEMO_MODELS = {
 }
 MODEL_KEYS = ("path", "steps", "guidance", "size", "config", "family", "offload", "quantize")
 OFFLOADS = ("auto", "none", "model", "sequential")
-QUANTIZE = ("fp8",)
+QUANTIZE = ("fp8", "nf4")
 
 
 @table("models", order=65)

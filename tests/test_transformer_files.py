@@ -13,6 +13,7 @@ from PIL import Image
 
 from executor.models import memory
 from executor.models.registry import ModelError, Registry
+from templates.families import BYTES_PER_WEIGHT
 from tests.conftest import executor_config
 from tests.fakes.transformer_files import write_gguf, write_single_file
 
@@ -199,11 +200,42 @@ def test_fp8_stores_a_folders_transformer_at_8_bits(tmp_path, demo_models):
     weights = {type(p.data).__name__ for p in ctx.models.pipeline("fp8", "txt2img")
                .transformer.parameters()}
     assert "Float8Tensor" in weights
-    at_fp8 = memory.need(demo_models / "flux", "flux", dtype_bytes=4, fp8=("transformer",))
+    at_fp8 = memory.need(demo_models / "flux", "flux", dtype_bytes=4,
+                         quantized={"transformer": 1})
     whole = memory.need(demo_models / "flux", "flux", dtype_bytes=4)
     assert whole.parts["transformer"] / 4 < at_fp8.parts["transformer"] < \
         whole.parts["transformer"] / 2
     assert at_fp8.parts["vae"] == whole.parts["vae"]
+
+
+def test_nf4_stores_a_folders_transformer_at_4_bits_where_a_gpu_is(tmp_path, demo_models,
+                                                                   monkeypatch):
+    """quantize = "nf4": bitsandbytes' 4-bit NormalFloat through diffusers, which loads it
+    only where CUDA is. No GPU here: with CUDA said to be there (the one thing mocked;
+    bitsandbytes 0.50 quantizes and multiplies on a CPU), the transformer's linear layers
+    are 4-bit and the image is the model's, near the full one; memory planned at about half
+    a byte a weight. Without, the load is refused naming what to use instead."""
+    ctx = _ctx(tmp_path, demo_models, {"nf4": {"path": "demo:flux", "quantize": "nf4"}})
+    with pytest.raises(ModelError, match=re.escape(
+            'quantize = "nf4" runs on CUDA GPUs only (bitsandbytes, as diffusers loads it): on '
+            'this executor use quantize = "fp8"')):
+        _image(ctx, "nf4")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    ctx = Context(None, ModelCache(ctx.models.registry, "cpu", torch.float32,
+                                   vram_budget=float("inf"), ram_budget=float("inf")))
+    made = _image(ctx, "nf4")
+    monkeypatch.undo()
+    full = _image(ctx, "flux")
+    # of 255: 20 at most and 3 on average seen (4 bits a weight on a model this small)
+    assert 0 < np.abs(made - full).max() <= 32 and np.abs(made - full).mean() < 6
+    transformer = ctx.models.pipeline("nf4", "txt2img").transformer
+    layers = {type(m).__name__ for m in transformer.modules()}
+    assert "Linear4bit" in layers and "Linear" not in layers - {"Linear4bit"}
+    at_nf4 = memory.need(demo_models / "flux", "flux", dtype_bytes=4,
+                         quantized={"transformer": BYTES_PER_WEIGHT["nf4"]})
+    whole = memory.need(demo_models / "flux", "flux", dtype_bytes=4)
+    assert whole.parts["transformer"] / 8 < at_nf4.parts["transformer"] < \
+        whole.parts["transformer"] / 4
 
 
 def test_fp8_is_for_a_folder_with_a_transformer(files, tmp_path, demo_models):
@@ -215,9 +247,9 @@ def test_fp8_is_for_a_folder_with_a_transformer(files, tmp_path, demo_models):
     with pytest.raises(ModelError, match='quantize = "fp8" is for a diffusers folder with a '
                                          "transformer"):
         registry.get("sd")
-    with pytest.raises(cfg.ConfigError, match="quantize = 'nf4': expected fp8"):
+    with pytest.raises(cfg.ConfigError, match="quantize = 'int2': expected fp8 or nf4"):
         executor_config(tmp_path / "data2", demo_models, models={
-            "x": {"path": "demo:flux", "quantize": "nf4"}})
+            "x": {"path": "demo:flux", "quantize": "int2"}})
     with pytest.raises(ModelError, match='quantize = "fp8" is for a diffusers folder; a '
                                          "transformer file loads at the precision it is stored"):
         registry.get("gguf")

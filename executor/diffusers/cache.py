@@ -60,15 +60,23 @@ def _size(obj: Any) -> int:
     return total
 
 
-def _fp8_transformer(info: ModelInfo, common: dict[str, Any]) -> Any:
-    """A folder's transformer with its linear weights stored as float8 (torchao's weight-only
-    config: each layer's matmul runs at the executor's dtype), half a bf16 one's memory."""
+def _quantized_transformer(info: ModelInfo, common: dict[str, Any], device: str) -> Any:
+    """A folder's transformer with its linear weights stored quantized, each layer's matmul
+    at the executor's dtype: "fp8" as float8 (torchao's weight-only config), half a bf16
+    one's memory; "nf4" as 4-bit NormalFloat (bitsandbytes, which diffusers runs on CUDA
+    GPUs only, loading it straight onto `device`), about a quarter."""
     import json
 
     import diffusers
-    from torchao.quantization import Float8WeightOnlyConfig
     _, cls_name = json.loads((info.path / "model_index.json").read_text())["transformer"]
     cls = getattr(diffusers, cls_name)
+    if info.entry.quantize == "nf4":
+        return cls.from_pretrained(
+            str(info.path), subfolder="transformer", **common, device_map=device,
+            quantization_config=diffusers.BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                bnb_4bit_compute_dtype=common["torch_dtype"]))
+    from torchao.quantization import Float8WeightOnlyConfig
     return cls.from_pretrained(str(info.path), subfolder="transformer", **common,
                                quantization_config=diffusers.TorchAoConfig(
                                    Float8WeightOnlyConfig()))
@@ -197,14 +205,17 @@ class ModelCache:
                     kwargs = {"safety_checker": None, "requires_safety_checker": False} \
                         if info.family == "sd15" else {}
                     if info.entry.quantize:
-                        kwargs["transformer"] = _fp8_transformer(info, common)
+                        kwargs["transformer"] = _quantized_transformer(info, common, self.device)
                     kwargs.update(_own_parts(info.family, info.path))
                     pipe = cls.from_pretrained(str(info.path), **common, **kwargs)
         except torch.OutOfMemoryError:
             raise  # the runner's out-of-memory path frees the cache and retries
         except Exception as e:  # noqa: BLE001 - whatever the loader raises, say which model
             hint = ""
-            if info.single_file and not info.config_dir:
+            if info.entry.quantize == "nf4" and not torch.cuda.is_available():
+                hint = ('; quantize = "nf4" runs on CUDA GPUs only (bitsandbytes, as diffusers '
+                        'loads it): on this executor use quantize = "fp8"')
+            elif info.single_file and not info.config_dir:
                 hint = (f'; a single-file checkpoint needs its configuration offline: set '
                         f'[models] {info.name} = {{ path = "...", config = "<a diffusers folder '
                         f'of the {info.family or "same"} family>" }}')

@@ -27,6 +27,7 @@ from storage.config import Config, ConfigError
 from storage.files import open_store
 from storage.queue import Lease
 from templates import jobs
+from templates.families import BYTES_PER_WEIGHT
 from templates.settings import TemplatesConfig, model_path, models, models_dir
 
 log = logging.getLogger("genbot.executor")
@@ -132,7 +133,8 @@ class DiffusersEngine:
                            work_gib=info.defaults.get("work_gib"),
                            beside=Path(info.config_dir) if info.model_type == "transformer"
                            and info.config_dir else None,
-                           fp8=("transformer",) if info.entry.quantize == "fp8" else ())
+                           quantized={"transformer": BYTES_PER_WEIGHT[info.entry.quantize]}
+                           if info.entry.quantize else None)
         planned = memory.plan(need, self.cache.vram_budget, info.entry.offload)
         if planned.offload is None:
             return planned.why_not(info.entry.offload)

@@ -12,7 +12,7 @@ a time). `plan` picks the least offloading that fits a budget, or says it cannot
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,12 +66,13 @@ class Plan:
 
 def need(path: Path, family: str | None, *, dtype_bytes: int, pixels: int | None = None,
          work_gib: float | None = None, beside: Path | None = None,
-         fp8: tuple[str, ...] = ()) -> Need:
+         quantized: Mapping[str, float] | None = None) -> Need:
     """What a model at `path` (a diffusers folder or one weights file) needs at a dtype of
     `dtype_bytes`, making images of `pixels` (None: its family's native size); `work_gib`:
     its own working memory at the native size where it is not the family's (a demo's).
     `beside`: for a transformer file, the folder the rest comes from (its transformer, if
-    it has one, left out). `fp8`: the components whose matrices are stored at 8 bits."""
+    it has one, left out). `quantized`: the components whose matrices are stored quantized,
+    and the bytes a weight takes there (templates.families.BYTES_PER_WEIGHT)."""
     files = [path] if path.is_file() else _weights(path)
     if beside is not None:
         files += [f for f in _weights(beside) if f.parent.name != "transformer"]
@@ -82,7 +83,7 @@ def need(path: Path, family: str | None, *, dtype_bytes: int, pixels: int | None
             part = "transformer" if beside else file.stem
         else:  # a component's folder names it
             part = file.stem if file.parent in (path, beside) else file.parent.name
-        for size in _tensor_bytes(file, dtype_bytes, 1 if part in fp8 else None):
+        for size in _tensor_bytes(file, dtype_bytes, (quantized or {}).get(part)):
             parts[part] = parts.get(part, 0) + size
             largest = max(largest, size)
     runs = profile(family)
@@ -104,7 +105,7 @@ def plan(need: Need, budget: float, offload: str = "auto", batch: int = 1) -> Pl
     return Plan(fits, need, budget)
 
 
-def _tensor_bytes(file: Path, dtype_bytes: int, matrices: int | None = None
+def _tensor_bytes(file: Path, dtype_bytes: int, matrices: float | None = None
                   ) -> Iterable[int]:
     """Each tensor's bytes once loaded: floating point at the load dtype (matrices at
     `matrices` bytes a weight where they are quantized), else as stored."""
@@ -126,7 +127,7 @@ def _tensor_bytes(file: Path, dtype_bytes: int, matrices: int | None = None
             count = math.prod(shape)
             kind = piece.get_dtype()
             per = matrices if matrices and len(shape) == 2 else dtype_bytes
-            yield count * (per if kind in FLOAT_TYPES else _STORED.get(kind, 8))
+            yield math.ceil(count * (per if kind in FLOAT_TYPES else _STORED.get(kind, 8)))
 
 
 _STORED = {"I8": 1, "U8": 1, "BOOL": 1, "I16": 2, "U16": 2, "I32": 4, "U32": 4, "I64": 8,
