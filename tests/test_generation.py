@@ -61,9 +61,10 @@ def pixels(im: Image.Image) -> np.ndarray:
     {"model": "sd3", "negative": "blurry"},  # SD 3.5: two CLIPs + T5, real CFG
     {"model": "sd3", "init_image": "inputs/bottle.png", "strength": 0.6},
     {"model": "flux2"},  # FLUX.2: Mistral 3 reads the prompt
+    {"model": "flux_kontext", "guidance": 2.5},  # Kontext with no picture: text-to-image
 ], ids=["txt2img", "img2img", "controlnet", "sdxl-img2img-controlnet", "lora", "flux",
         "flux-img2img", "qwen", "qwen-img2img", "zimage", "zimage-img2img", "sd3",
-        "sd3-img2img", "flux2"])
+        "sd3-img2img", "flux2", "kontext-txt2img"])
 def test_batched_images_equal_the_unbatched_ones(ctx, over):
     seeds = [11, 22, 33]
     batched = generate_batch(ctx, [inputs(seed=s, prompt=f"p{s} 瓶子", **over) for s in seeds])
@@ -82,7 +83,10 @@ def test_flux_takes_any_prompt_its_own_size_and_refuses_what_it_cannot_run(ctx):
     (sized,) = generate_batch(ctx, [inputs(model="flux", size=[99, 66])])
     (img2img,) = generate_batch(ctx, [inputs(model="flux", size=[96, 64], strength=0.5,
                                              init_image="inputs/bottle.png")])
-    assert (own.size, sized.size, img2img.size) == ((64, 64), (96, 64), (96, 64))
+    # FLUX.1 Kontext with no picture draws at the size asked, not at its own 1 MP
+    (kontext,) = generate_batch(ctx, [inputs(model="flux_kontext", size=[96, 64], steps=2)])
+    assert (own.size, sized.size, img2img.size, kontext.size) == (
+        (64, 64), (96, 64), (96, 64), (96, 64))
     pipe = ctx.models.pipeline("flux", "txt2img")
     assert multiple(pipe) == 4 and type(pipe).__name__ == "FluxPipeline"
     assert multiple(type("Real", (), {"transformer": object(), "vae_scale_factor": 8})()) == 16
@@ -234,6 +238,51 @@ def test_a_flux_lora_changes_the_image_and_is_refused_on_another_family(tmp_path
     assert np.abs(pixels(base) - pixels(zero)).max() <= 2
     with pytest.raises(ModelError, match='LoRA "brand" is for flux; model "sd15" is sd15'):
         generate_batch(ctx, [inputs(loras=[{"name": "brand", "weight": 1.0}])])
+
+
+def transformer_lora(folder, out, targets: list[str], seed: int = 5) -> None:
+    """A LoRA on a demo's transformer layers `targets`, as peft writes one and the family's
+    pipeline saves it (diffusers' layout)."""
+    import json
+
+    import diffusers
+    from peft import LoraConfig
+    from peft.utils import get_peft_model_state_dict
+    index = json.loads((folder / "model_index.json").read_text())
+    transformer = getattr(diffusers, index["transformer"][1]).from_pretrained(
+        folder / "transformer", local_files_only=True)
+    torch.manual_seed(seed)
+    transformer.add_adapter(LoraConfig(r=4, lora_alpha=4, init_lora_weights=False,
+                                       target_modules=targets))
+    state = {k: v * 0.5 for k, v in get_peft_model_state_dict(transformer).items()}
+    getattr(diffusers, index["_class_name"]).save_lora_weights(
+        out, transformer_lora_layers=state, safe_serialization=True)
+
+
+@pytest.mark.parametrize("family, targets", [
+    ("qwen_image", ["to_q", "to_k", "to_v", "add_q_proj", "img_mlp.net.0.proj",
+                    "txt_mlp.net.0.proj"]),
+    ("zimage", ["attention.to_q", "attention.to_k", "attention.to_v", "feed_forward.w1"]),
+    ("flux2", ["to_q", "to_k", "to_v", "to_qkv_mlp_proj"]),
+])
+def test_a_transformer_familys_lora_is_known_changes_the_image_and_stays_in_its_family(
+        tmp_path, demo_models, family, targets):
+    """A Qwen-Image, Z-Image or FLUX.2 LoRA (peft, diffusers' layout): its family told by
+    the layers it reaches, it changes the image, weight 0 is the base, and a model of
+    another family (FLUX.1) refuses it naming both."""
+    transformer_lora(demo_models / family, tmp_path / "brand", targets)
+    config = executor_config(tmp_path / "data", demo_models, models={
+        "brand": str(tmp_path / "brand")})
+    ctx = Context(FileStore(config.data_dir), make_cache(config))
+    assert ctx.models.registry.get("brand").family == family
+    over = {"model": family, "steps": 2, "guidance": None, "negative": ""}
+    (base,) = generate_batch(ctx, [inputs(**over)])
+    (branded,) = generate_batch(ctx, [inputs(**over, loras=[{"name": "brand", "weight": 1}])])
+    (zero,) = generate_batch(ctx, [inputs(**over, loras=[{"name": "brand", "weight": 0}])])
+    assert not np.array_equal(pixels(base), pixels(branded))
+    assert np.abs(pixels(base) - pixels(zero)).max() <= 2
+    with pytest.raises(ModelError, match=f'LoRA "brand" is for {family}; model "flux" is flux'):
+        generate_batch(ctx, [inputs(model="flux", loras=[{"name": "brand", "weight": 1}])])
 
 
 def test_one_shape_per_call():

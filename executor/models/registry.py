@@ -29,10 +29,20 @@ PIPELINES = {  # model_index.json _class_name -> (kind, family)
 PICKLES = (".ckpt", ".pt", ".pth", ".bin")  # weights that can run code when loaded
 TEXT_WIDTH = {768: "sd15", 1024: "sd2", 2048: "sdxl"}  # cross-attention width -> family
 LORA_FILE = "pytorch_lora_weights.safetensors"
-# FLUX's transformer blocks as a LoRA names them: diffusers/peft's single_transformer_blocks,
-# Black Forest Labs' and kohya's double_blocks / single_blocks (diffusers converts those).
-FLUX_BLOCKS = re.compile(r"(?:^|[._])(?:single_transformer_blocks|double_blocks|single_blocks)"
-                         r"[._]\d")
+# A transformer family's LoRA, told by the layers its tensor names reach (diffusers/peft's
+# dotted names, kohya's and ComfyUI's underscored or prefixed ones), first match wins:
+# FLUX.2's layers of its own (in diffusers' names), FLUX.1's blocks (double_blocks and
+# single_blocks in Black Forest Labs' and kohya's names, which diffusers converts: they
+# hold img_mlp and img_mod too, so before Qwen-Image), Qwen-Image's per-stream MLPs and
+# modulation, Z-Image's refiners and layers. A LoRA of attention layers only names none of
+# these: its family is not told, and it loads where asked.
+LORA_LAYERS = tuple(
+    (family, re.compile(r"(?:^|[._])(?:" + layers + r")[._]")) for family, layers in (
+        ("flux2", r"to_qkv_mlp_proj|ff_context[._]linear_in|single_stream_modulation"),
+        ("flux", r"(?:single_transformer_blocks|double_blocks|single_blocks)[._]\d+"),
+        ("qwen_image", r"img_mlp|txt_mlp|img_mod|txt_mod"),
+        ("zimage", r"noise_refiner|context_refiner|layers[._]\d+[._](?:attention|feed_forward)"),
+    ))
 
 
 class ModelError(Exception):
@@ -216,8 +226,9 @@ class Registry:
         except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer
             raise ModelError(f"{where}: not a readable .safetensors file ({e})") from None
         if any("lora" in k for k in keys):
-            if any(FLUX_BLOCKS.search(k) for k in keys):
-                return "lora", "flux", None, None
+            for family, layers in LORA_LAYERS:
+                if any(layers.search(k) for k in keys):
+                    return "lora", family, None, None
             dims = {shape[-1] for shape in shapes.values()}
             return "lora", TEXT_WIDTH.get(next(iter(dims), 0)), None, None
         shown = ", ".join(sorted(keys)[:3]) + (" …" if len(keys) > 3 else "")

@@ -149,6 +149,7 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
             kwargs["image"] = control
     if controlnet:
         kwargs["controlnet_conditioning_scale"] = float(first.get("control_scale", 1.0))
+    kwargs.update(_sized(pipe, width, height))
     images = pipe(**kwargs).images
     if len(images) != n:
         raise RuntimeError(f"the pipeline made {len(images)} images for {n} prompts")
@@ -195,10 +196,7 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
         "generator": torch.Generator("cpu").manual_seed(int(seed)),
         "callback_on_step_end": _on_step(ctx)}
     kwargs.update({k: v[0] for k, v in _negative(runs, model, [negative]).items()})
-    if "_auto_resize" in inspect.signature(pipe.__call__).parameters:
-        # Kontext would scale the picture to its preferred sizes and the output to 1 MP:
-        # the size is the template's (its picture's, in the model's area and multiples).
-        kwargs.update(_auto_resize=False, max_area=width * height)
+    kwargs.update(_sized(pipe, width, height))
     with _pictures_at(pipe, native):
         return pipe(**kwargs).images[0]
 
@@ -223,6 +221,15 @@ def _pictures_at(pipe: Any, native: int) -> Iterator[None]:
             yield
         finally:
             module.VAE_IMAGE_SIZE = before
+
+
+def _sized(pipe: Any, width: int, height: int) -> dict[str, Any]:
+    """Arguments that keep a pipeline at the size asked: FLUX.1 Kontext scales its output to
+    1 MP (`max_area`) and its picture to its preferred sizes (`_auto_resize`) whatever the
+    height and width, so a template's size (or the demo's 64 px) would come out 1024 px."""
+    if "max_area" not in inspect.signature(pipe.__call__).parameters:
+        return {}
+    return {"_auto_resize": False, "max_area": width * height}
 
 
 def _steps(steps: int, unit: Any) -> int:
