@@ -413,6 +413,9 @@ CATALOG: dict[str, str] = catalog(
                          "image. Use edit to change a value."),
     N_("vary_no_image", 'Template "{template}" (ComfyUI) has no image input to feed the picture '
                         "into, so it cannot vary one; use again for new seeds."),
+    N_("vary_no_img2img", 'Model "{model}" is {label} ({family}), which cannot start from an '
+                          "image (genbot runs it for {modes}), so it cannot vary one; use "
+                          "again for new seeds, or edit to name another model."),
     N_("vary_no_model", 'Template "{template}" generates nothing (no model step), so it cannot '
                         "vary an image; use upscale or edit."),
     N_("action_too_large", "That would be a {width}x{height} image ({megapixels:,.0f} "

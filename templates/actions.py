@@ -84,6 +84,8 @@ class ActionSpec:
     sizing: tuple[SizeRule, ...] = ()  # the parent's image sized by the ask's values
     #   (upscale: by its factor), bounded as a sheet's sizes are; (): its graph says all
     button: bool = True  # offered under each finished image (chat's buttons, the dashboard)
+    cannot_run: str = "model_cannot_run"  # the Problem code when the child's model cannot
+    #   run what the action made of the row (templates.families.row_refusal)
 
     @property
     def verb(self) -> str:
@@ -122,7 +124,7 @@ ACTIONS: dict[str, ActionSpec] = {s.name: s for s in [
     ActionSpec("again", lambda t, parent, ask, image: again(t, parent), takes=("count",),
                aliases=("再来", "重画", "reroll"), icon="🔁", cannot=_no_seed),
     ActionSpec("vary", _vary, takes=("count", "strength"), aliases=("变体", "变化"),
-               icon="✨", uses_image=True, cannot=_no_source),
+               icon="✨", uses_image=True, cannot=_no_source, cannot_run="vary_no_img2img"),
     ActionSpec("upscale", _upscale, takes=("factor",), aliases=("放大",), icon="🔍",
                uses_image=True, sizing=(Scaled("factor"),)),
     ActionSpec("edit", lambda t, parent, ask, image: edit(t, parent, dict(ask.values)),

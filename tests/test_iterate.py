@@ -252,3 +252,34 @@ async def test_vary_runs_image_to_image_from_the_parent_file_and_upscale_doubles
         worker.stopping.set()
         await task
         await queue.close()
+
+
+async def test_vary_is_refused_for_a_model_that_cannot_start_from_an_image(app, tmp_path):
+    """FLUX.1 Kontext draws from text (and edits), but has no image-to-image: a vary of its
+    image is refused naming the model, its family and what it runs, in English and
+    Chinese, before anything is queued; again still works."""
+    import json
+
+    from templates.loader import load_template
+    path = tmp_path / "kontext_t2i.json"
+    path.write_text(json.dumps({
+        "name": "kontext_t2i", "params": {"prompt": {"type": "text"}, "seed": {"type": "seed"}},
+        "nodes": {"gen": {"op": "generate", "inputs": {
+                      "prompt": "$prompt", "model": "flux_kontext", "seed": "$seed"}},
+                  "out": {"op": "save", "inputs": {"image": "@gen"}}},
+        "output": "{row}.png"}), encoding="utf-8")
+    app.templates["kontext_t2i"] = load_template(path)
+    done = await app.submit(ALICE, "kontext_t2i", SheetFile("k.csv", b"prompt\na bottle\n"),
+                            pictures, SubmitOptions(wait_for_executor=True))
+    assert isinstance(done, Accepted)
+    (made,) = await finish_all(app, done.batch_id)
+    with pytest.raises(Invalid) as refused:
+        await app.act(ALICE, made.id, ask("vary"))
+    assert refused.value.code == "vary_no_img2img"
+    assert refused.value.render("en") == (
+        'Model "flux_kontext" is FLUX.1 Kontext (flux_kontext), which cannot start from an '
+        "image (genbot runs it for edit, txt2img), so it cannot vary one; use again for new "
+        "seeds, or edit to name another model.")
+    assert "不能从图片出发" in refused.value.render("zh")
+    assert len(await app.queue.batch_jobs(done.batch_id)) == 1
+    assert (await app.act(ALICE, made.id, ask("again"))).created

@@ -142,6 +142,33 @@ async def test_the_new_families_templates_run_their_example_sheets(config, templ
         assert steps["edit"]["instruction"] == "把背景换成海滩"
 
 
+async def test_a_sweep_runs_on_the_new_families_with_their_own_guidance(config):
+    """A sweep of poster_zh's model and guidance (Qwen-Image's true_cfg_scale, Z-Image's
+    guidance_scale): four jobs of one row, each made by the model it names; within a model
+    the guidance changes the image, and one seed is shared across the grid."""
+    from templates.jobs import decode, encode
+    from templates.loader import load_templates
+    from templates.settings import templates_dir
+    from templates.sweeps import expand, plan
+    template = load_templates(templates_dir(config))[0]["poster_zh"]
+    first = (await example_jobs(config, "poster_zh"))[0]
+    bound = [decode(first.workflow)]
+    sweep = plan(template, ["model=qwen_image,zimage", "guidance=1,4"])
+    swept = expand(template, bound, sweep)
+    jobs = [NewJob(b.row, encode(b), b.affinity) for b in swept]
+    async with Harness(config) as h:
+        done = await h.run("poster_zh", jobs)
+    assert [d.status for d in done] == ["succeeded"] * 4, [d.error for d in done]
+    made = {}
+    for d, b in zip(done, swept):
+        meta = read_metadata(FileStore(config.data_dir).path(d.outputs[0]))
+        assert meta["models"] == [b.params["model"]]
+        made[(b.params["model"], b.params["guidance"])] = h.image(d)
+    for model in ("qwen_image", "zimage"):
+        assert not np.array_equal(made[(model, 1.0)], made[(model, 4.0)])
+    assert len({b.params["seed"] for b in swept}) == 1
+
+
 async def test_png_metadata_reproduces_the_image(config):
     async with Harness(config) as h:
         first = (await h.run("product_main", (await example_jobs(config, "product_main"))[:1]))[0]

@@ -54,7 +54,7 @@ from templates.graph import Template
 from templates.jobs import decode, encode
 from templates.loader import template_from, version_content
 from templates.params import Problem
-from templates.settings import load_configured, templates_dir
+from templates.settings import family_of, load_configured, templates_dir
 from templates.sweeps import Sweep
 
 log = logging.getLogger("genbot.app")
@@ -477,6 +477,10 @@ class App:
     def max_output_pixels(self) -> int:
         """The largest image a job may make ([intake] max_output_pixels), actions' too."""
         return self.config[IntakeConfig].max_output_pixels
+
+    def family_of(self, model: str) -> str | None:
+        """A model's family where it can be told here (templates.settings.family_of)."""
+        return family_of(self.config, model)
 
     async def act(self, who: Who, job_id: int, request: ActionRequest) -> Acted:
         """again, vary, upscale or edit the image of job `job_id`: new jobs in its thread."""

@@ -36,6 +36,7 @@ from storage.queue import Enqueued, NewJob, Queue, Submission
 from storage.records import KEPT, REJECTED, TERMINAL, Batch, Job, Status
 from templates import actions
 from templates.actions import ACTIONS, ActionSpec, Ask
+from templates.families import row_refusal
 from templates.graph import Template
 from templates.jobs import decode, encode
 from templates.params import Problem
@@ -58,6 +59,8 @@ class App(Protocol):
 
     @property
     def max_output_pixels(self) -> int: ...
+
+    def family_of(self, model: str) -> str | None: ...
 
     async def job(self, job_id: int) -> Job: ...
     async def batch(self, batch_id: int) -> Batch: ...
@@ -130,6 +133,7 @@ async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
     except Problem as e:
         raise _invalid(e) from None
     await _within_limit(app, children, image, spec, request.ask)
+    _runnable(app, children, spec)
     if not request.wait_for_executor and \
             (missing := await app.unplaced(c.affinity for c in children)):
         raise NoExecutor(missing)
@@ -153,6 +157,21 @@ async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
                                       count=count)
     return Acted(done.batch_id, await app.queue.batch_jobs(done.batch_id), done.created,
                  parent, action)
+
+
+def _runnable(app: App, children: list, spec: ActionSpec) -> None:
+    """What a row's model cannot run (templates.families), an action's child may not ask
+    either: a vary of an image whose model cannot start from a picture (FLUX.1 Kontext,
+    FLUX.2, Qwen-Image-Edit), an edit naming a model that cannot run the node. Refused
+    here, before anything is queued, rather than failing on the executor."""
+    for child in children:
+        for step in getattr(child, "nodes", []):  # a ComfyUI job's server checks its own
+            model = step.inputs.get("model")
+            family = app.family_of(model) if isinstance(model, str) else None
+            if family is None or (refused := row_refusal(step.op, step.inputs, family)) is None:
+                continue
+            _, code, details = refused
+            raise Invalid(spec.cannot_run if code == "model_cannot_run" else code, **details)
 
 
 async def _within_limit(app: App, children: list, image: str | None, spec: ActionSpec,
