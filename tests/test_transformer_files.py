@@ -37,6 +37,8 @@ def files(tmp_path_factory, demo_models):
     """Each format written from one changed transformer per family, and a diffusers folder
     holding the same transformer: what each file must make, as a reference."""
     from diffusers import (
+        Flux2Pipeline,
+        Flux2Transformer2DModel,
         FluxPipeline,
         FluxTransformer2DModel,
         QwenImagePipeline,
@@ -48,7 +50,8 @@ def files(tmp_path_factory, demo_models):
     made = {}
     for family, cls, pipe_cls in (("flux", FluxTransformer2DModel, FluxPipeline),
                                   ("qwen_image", QwenImageTransformer2DModel, QwenImagePipeline),
-                                  ("zimage", ZImageTransformer2DModel, ZImagePipeline)):
+                                  ("zimage", ZImageTransformer2DModel, ZImagePipeline),
+                                  ("flux2", Flux2Transformer2DModel, Flux2Pipeline)):
         transformer = _changed(cls.from_pretrained(demo_models / family / "transformer"), 7)
         pipe_cls.from_pretrained(demo_models / family, transformer=transformer).save_pretrained(
             out / f"{family}_ref")
@@ -62,6 +65,9 @@ def files(tmp_path_factory, demo_models):
     write_gguf(made["qwen_image"], out / "qwen-image-Q8_0.gguf", "Q8_0", min_quant_params=256)
     write_single_file(made["zimage"], out / "z_image_turbo.safetensors",
                       prefix="model.diffusion_model.")
+    write_single_file(made["flux2"], out / "flux2-dev.safetensors",
+                      prefix="model.diffusion_model.")
+    write_gguf(made["flux2"], out / "flux2-dev-Q8_0.gguf", "Q8_0", min_quant_params=256)
     data = (out / "flux1-dev-Q8_0.gguf").read_bytes()
     (out / "truncated.gguf").write_bytes(data[: len(data) // 2])
     return out
@@ -109,6 +115,8 @@ def _image(ctx: Context, model: str) -> np.ndarray:
     ("flux1-dev-Q8_0.gguf", "flux", 3),  # 8-bit blocks, kept quantized (1 seen)
     ("qwen-image-Q8_0.gguf", "qwen_image", 3),
     ("z_image_turbo.safetensors", "zimage", 1),
+    ("flux2-dev.safetensors", "flux2", 1),  # diffusers' own FLUX.2 converter
+    ("flux2-dev-Q8_0.gguf", "flux2", 3),
 ])
 def test_a_transformer_file_runs_with_its_familys_folder(files, tmp_path, demo_models, file,
                                                          family, within):

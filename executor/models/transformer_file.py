@@ -1,7 +1,7 @@
 """A transformer kept on its own, as ComfyUI users keep one: `flux1-dev.safetensors` in
 Black Forest Labs' layout (or ComfyUI's, under `model.diffusion_model.`), an fp8 file, or a
 GGUF (city96's ComfyUI-GGUF files, Q8_0 … Q4_0: what FLUX and Qwen-Image run on 12–24 GB
-cards in) of FLUX.1, FLUX.1 Fill, Qwen-Image or Z-Image.
+cards in) of FLUX.1, FLUX.1 Fill, FLUX.2, Qwen-Image or Z-Image.
 
 Such a file holds the transformer only: the text encoders, VAE, scheduler and tokenizers
 come from the `config` folder its [models] entry names (a diffusers folder of the family,
@@ -10,7 +10,8 @@ as `genbot models pull` fetches one). Its family is read from its tensor names a
 tensors) from the config folder's pipeline. Loading is diffusers' `from_single_file`
 (GGUF through `GGUFQuantizationConfig`, the weights kept quantized); FLUX.1's layout is
 converted here first, because diffusers' converter assumes FLUX.1's full width (3072) and
-cannot read a file of any other, such as the tests' tiny ones.
+cannot read a file of any other, such as the tests' tiny ones (FLUX.2's converter reads
+any width: diffusers converts that one).
 """
 
 from __future__ import annotations
@@ -39,12 +40,12 @@ class Transformer:
 TRANSFORMERS = {t.name: t for t in (
     Transformer("FLUX.1", "FluxTransformer2DModel", ("flux", "flux_kontext")),
     Transformer("FLUX.1 Fill", "FluxTransformer2DModel", ("flux_fill",)),
+    Transformer("FLUX.2", "Flux2Transformer2DModel", ("flux2",)),
     Transformer("Qwen-Image", "QwenImageTransformer2DModel", ("qwen_image", "qwen_image_edit")),
     Transformer("Z-Image", "ZImageTransformer2DModel", ("zimage",)),
 )}
 # Transformers genbot recognises but loads only from their diffusers folders for now.
-FOLDER_ONLY = {"single_stream_modulation.lin.weight": "FLUX.2",
-               "joint_blocks.0.x_block.attn.qkv.weight": "Stable Diffusion 3.5"}
+FOLDER_ONLY = {"joint_blocks.0.x_block.attn.qkv.weight": "Stable Diffusion 3.5"}
 
 
 def shapes(path: Path) -> dict[str, tuple[int, ...]]:
@@ -80,6 +81,8 @@ def kind_of(found: Mapping[str, tuple[int, ...]]) -> Transformer | str | None:
     for key, name in FOLDER_ONLY.items():
         if key in keys:
             return name
+    if "single_stream_modulation.lin.weight" in keys:  # (its blocks are named as FLUX.1's)
+        return TRANSFORMERS["FLUX.2"]
     if "double_blocks.0.img_attn.norm.key_norm.scale" in keys:
         width = next((s[-1] for k, s in found.items()
                       if k.removeprefix(COMFY_PREFIX) == "img_in.weight"), 0)

@@ -1,7 +1,7 @@
-"""Transformer files as people keep them, written from a diffusers transformer: FLUX.1 in
-Black Forest Labs' layout (optionally ComfyUI's `model.diffusion_model.` prefix, fp8), Z-Image
-in its original layout, Qwen-Image as diffusers names it, and GGUFs of each written with the
-`gguf` package as city96's ComfyUI-GGUF converter writes them. The inverse of what
+"""Transformer files as people keep them, written from a diffusers transformer: FLUX.1 and
+FLUX.2 in Black Forest Labs' layout (optionally ComfyUI's `model.diffusion_model.` prefix,
+fp8), Z-Image in its original layout, Qwen-Image as diffusers names it, and GGUFs of each
+written with the `gguf` package as city96's ComfyUI-GGUF converter writes them. The inverse of what
 executor.models.transformer_file reads: tests write tiny ones and load them back."""
 
 from __future__ import annotations
@@ -56,6 +56,49 @@ def to_bfl(sd: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+# FLUX.2 in diffusers' names -> Black Forest Labs' (flux2-dev.safetensors): the inverse of
+# diffusers' convert_flux2_transformer_checkpoint_to_diffusers, which genbot loads with.
+_FLUX2_TOP = {
+    "x_embedder": "img_in", "context_embedder": "txt_in", "proj_out": "final_layer.linear",
+    "time_guidance_embed.timestep_embedder.linear_1": "time_in.in_layer",
+    "time_guidance_embed.timestep_embedder.linear_2": "time_in.out_layer",
+    "time_guidance_embed.guidance_embedder.linear_1": "guidance_in.in_layer",
+    "time_guidance_embed.guidance_embedder.linear_2": "guidance_in.out_layer",
+    "double_stream_modulation_img.linear": "double_stream_modulation_img.lin",
+    "double_stream_modulation_txt.linear": "double_stream_modulation_txt.lin",
+    "single_stream_modulation.linear": "single_stream_modulation.lin"}
+_FLUX2_DOUBLE = {
+    "attn.norm_q": "img_attn.norm.query_norm", "attn.norm_k": "img_attn.norm.key_norm",
+    "attn.to_out.0": "img_attn.proj", "ff.linear_in": "img_mlp.0", "ff.linear_out": "img_mlp.2",
+    "attn.norm_added_q": "txt_attn.norm.query_norm",
+    "attn.norm_added_k": "txt_attn.norm.key_norm", "attn.to_add_out": "txt_attn.proj",
+    "ff_context.linear_in": "txt_mlp.0", "ff_context.linear_out": "txt_mlp.2"}
+_FLUX2_SINGLE = {"attn.to_qkv_mlp_proj": "linear1", "attn.to_out": "linear2",
+                 "attn.norm_q": "norm.query_norm", "attn.norm_k": "norm.key_norm"}
+
+
+def to_flux2_bfl(sd: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """diffusers' Flux2Transformer2DModel state dict in Black Forest Labs' layout: fused
+    qkv per stream, norms as `.scale`, the final modulation's halves swapped."""
+    sd = dict(sd)
+    out = {f"{b}.weight": sd.pop(f"{a}.weight") for a, b in _FLUX2_TOP.items()}
+    out["final_layer.adaLN_modulation.1.weight"] = _halves_swapped(sd.pop("norm_out.linear.weight"))
+    for prefix, target, names in (("transformer_blocks.", "double_blocks.", _FLUX2_DOUBLE),
+                                  ("single_transformer_blocks.", "single_blocks.", _FLUX2_SINGLE)):
+        for i in _blocks(sd, prefix):
+            s, t = f"{prefix}{i}.", f"{target}{i}."
+            for a, b in names.items():
+                out[t + b + (".scale" if "norm" in a else ".weight")] = sd.pop(f"{s}{a}.weight")
+            if target == "double_blocks.":
+                out[f"{t}img_attn.qkv.weight"] = torch.cat(
+                    [sd.pop(f"{s}attn.to_{x}.weight") for x in "qkv"])
+                out[f"{t}txt_attn.qkv.weight"] = torch.cat(
+                    [sd.pop(f"{s}attn.add_{x}_proj.weight") for x in "qkv"])
+    if sd:
+        raise ValueError(f"to_flux2_bfl: keys not converted: {sorted(sd)[:8]}")
+    return out
+
+
 def to_zimage_original(sd: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """diffusers ZImageTransformer2DModel -> the original (Tongyi / ComfyUI) layout: fused
     attention.qkv, attention.out, q_norm/k_norm, x_embedder, final_layer. Inverse of
@@ -83,6 +126,8 @@ def to_original(transformer: Any) -> dict[str, torch.Tensor]:
     sd = {k: v.detach() for k, v in transformer.state_dict().items()}
     if name == "FluxTransformer2DModel":
         return to_bfl(sd)
+    if name == "Flux2Transformer2DModel":
+        return to_flux2_bfl(sd)
     if name == "ZImageTransformer2DModel":
         return to_zimage_original(sd)
     if name == "QwenImageTransformer2DModel":
@@ -91,7 +136,8 @@ def to_original(transformer: Any) -> dict[str, torch.Tensor]:
 
 
 def _arch_of(transformer: Any) -> str:
-    return {"FluxTransformer2DModel": "flux", "ZImageTransformer2DModel": "lumina2",
+    return {"FluxTransformer2DModel": "flux", "Flux2Transformer2DModel": "flux2",
+            "ZImageTransformer2DModel": "lumina2",
             "QwenImageTransformer2DModel": "qwen_image"}[type(transformer).__name__]
 
 
