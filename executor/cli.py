@@ -50,6 +50,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     pull.add_argument("--dir", help="where to put it (default: the models folder / NAME)")
     pull.add_argument("--write", action="store_true", help="add the [models] line to the "
                       "config file")
+    pull.add_argument("--config-from", dest="family_folder", metavar="NAME|FOLDER",
+                      help="for a transformer on its own (a FLUX or Qwen-Image GGUF): the "
+                      "[models] name or diffusers folder its text encoders, VAE and "
+                      "scheduler come from (default: a configured folder of its family)")
     pull.set_defaults(func=cmd_models_pull)
     demo = models_sub.add_parser("demo", parents=[common],
                                  help="build the tiny random-weight demo models (no download)")
@@ -159,6 +163,12 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
         return 130
     target = folder if len(paths) > 1 or (folder / "model_index.json").is_file() else paths[0]
     line = f"{name} = {json_string(str(target))}"
+    if target.is_file():
+        try:
+            line = _transformer_line(config, name, target, args.family_folder) or line
+        except ValueError as e:
+            print(f"genbot: {e}", file=sys.stderr)
+            return 1
     if args.write:
         where = _write_model_line(config, name, line)
         print(f"added to [models] in {where}: {line}")
@@ -166,6 +176,41 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
         print(f"done. Add this line under [models] in your config (or pull with --write):\n"
               f"  {line}")
     return 0
+
+
+def _transformer_line(config: cfg.Config, name: str, target: Path,
+                      given: str | None) -> str | None:
+    """The [models] line of a transformer kept on its own, which runs only with `config`, a
+    diffusers folder of its family (the text encoders, VAE, scheduler): the one `given`
+    (a [models] name or a folder), else the first configured folder of its family; with
+    none, the plain line and what to add. None: not a transformer file."""
+    from executor.models import transformer_file
+    from templates.settings import family_of, model_path, models
+    try:
+        kind = transformer_file.kind_of(transformer_file.shapes(target))
+    except ValueError:
+        return None  # not one genbot reads as a transformer: the registry says what it is
+    if not isinstance(kind, transformer_file.Transformer):
+        return None
+    entries = models(config)
+    folder: Path | None
+    if given:
+        folder = model_path(config, entries[given]) if given in entries else Path(given)
+        if not (folder / "model_index.json").is_file():
+            raise ValueError(f"--config-from {given}: not a diffusers folder (no "
+                             "model_index.json)")
+    else:
+        folder = next((model_path(config, e) for n, e in entries.items()
+                       if not e.path.startswith("demo:") and family_of(config, n) in kind.families
+                       and model_path(config, e).is_dir()), None)
+        if folder is None:
+            print(f"note: {target.name} is a {kind.name} transformer on its own: it runs with a "
+                  f"diffusers folder of {kind.name} for its text encoders, VAE and scheduler; "
+                  f"pull one, then add config = \"<its folder>\" to the line (or pull this "
+                  "again with --config-from NAME)")
+            return None
+    return (f"{name} = {{ path = {json_string(str(target))}, "
+            f"config = {json_string(str(folder))} }}")
 
 
 def urlparse_host(url: str) -> str:

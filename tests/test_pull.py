@@ -273,3 +273,60 @@ def test_a_name_that_clashes_on_disk_is_one_line_and_leaves_no_partial(hub, tmp_
     assert code == 1 and "Traceback" not in err
     assert err.startswith(f"genbot: tokenizer/merges.txt: cannot write {folder}/tokenizer/")
     assert not list(folder.rglob("*.partial"))
+
+
+def _flux_gguf() -> bytes:
+    """A GGUF with FLUX.1's tensor names in Black Forest Labs' layout (what city96's
+    FLUX.1-dev-gguf files hold; genbot tells a file by its tensor table), written by the
+    `gguf` package."""
+    import tempfile
+
+    import gguf
+    import numpy as np
+    writer = gguf.GGUFWriter(path=None, arch="flux")
+    for name in ("img_in.weight", "double_blocks.0.img_attn.norm.key_norm.scale",
+                 "guidance_in.in_layer.weight"):
+        writer.add_tensor(name, np.zeros((4, 8), np.float32))
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "f.gguf"
+        writer.write_header_to_file(path)
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return path.read_bytes()
+
+
+def test_a_transformer_file_is_written_with_the_folder_it_runs_with(hub, tmp_path, capsys):
+    """A FLUX GGUF pulled on its own needs a FLUX.1 diffusers folder for the rest: --write
+    names the configured one (config = …), or the one --config-from gives; with none, the
+    plain line and a note saying what to add. The line loads."""
+    hub.add_repo("city96/FLUX.1-dev-gguf", {"flux1-dev-Q8_0.gguf": _flux_gguf()})
+    base = tmp_path / "FLUX.1-dev"
+    base.mkdir()
+    (base / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
+    (tmp_path / "config.toml").write_text("[models]\n")
+    code, out, err = pull(capsys, "city96/FLUX.1-dev-gguf", "--file", "flux1-dev-Q8_0.gguf",
+                          "--name", "flux_q8", "--write")
+    assert code == 0, err
+    assert "flux1-dev-Q8_0.gguf is a FLUX.1 transformer on its own: it runs with a diffusers " \
+        "folder of FLUX.1" in out
+    target = tmp_path / "data" / "models" / "flux_q8" / "flux1-dev-Q8_0.gguf"
+    assert out.splitlines()[-1] == f'added to [models] in config.toml: flux_q8 = "{target}"'
+
+    (tmp_path / "config.toml").write_text(f'[models]\nflux_dev = "{base}"\n')
+    code, out, err = pull(capsys, "city96/FLUX.1-dev-gguf", "--file", "flux1-dev-Q8_0.gguf",
+                          "--name", "flux_q8", "--write")
+    assert code == 0, err
+    assert out.splitlines()[-1] == (f'added to [models] in config.toml: flux_q8 = {{ path = '
+                                    f'"{target}", config = "{base}" }}')
+    config = cfg.load("config.toml", env={})
+    assert models(config)["flux_q8"].config == str(base)
+
+    code, out, err = pull(capsys, "city96/FLUX.1-dev-gguf", "--file", "flux1-dev-Q8_0.gguf",
+                          "--name", "flux_q8", "--config-from", "flux_dev")
+    assert code == 0 and f'config = "{base}"' in out.splitlines()[-1]
+    code, out, err = pull(capsys, "city96/FLUX.1-dev-gguf", "--file", "flux1-dev-Q8_0.gguf",
+                          "--name", "flux_q8", "--config-from", str(tmp_path))
+    assert code == 1
+    assert err.strip() == f"genbot: --config-from {tmp_path}: not a diffusers folder (no " \
+        "model_index.json)"
