@@ -413,6 +413,15 @@ CATALOG: dict[str, str] = catalog(
                          "image. Use edit to change a value."),
     N_("vary_no_image", 'Template "{template}" (ComfyUI) has no image input to feed the picture '
                         "into, so it cannot vary one; use again for new seeds."),
+    N_("edit_both", "An edit changes either the row's values (KEY=VALUE) or the image by an "
+                    "instruction, not both at once: send them as two edits."),
+    N_("edit_no_model", "No model here edits an image by instruction: add one to [models] "
+                        "(FLUX.1 Kontext: genbot models pull black-forest-labs/FLUX.1-Kontext-dev "
+                        "--write; or Qwen-Image-Edit) or name it in [templates] edit_model."),
+    N_("edit_model_unknown", 'Model "{model}" is not in [models]: name one of its models, or '
+                             "set [templates] edit_model to one."),
+    N_("instruction_too_long", "The instruction is {chars:,} characters; it may be {max:,} "
+                               "([intake] max_cell_chars)."),
     N_("vary_no_img2img", 'Model "{model}" is {label} ({family}), which cannot start from an '
                           "image (genbot runs it for {modes}), so it cannot vary one; use "
                           "again for new seeds, or edit to name another model."),
@@ -436,6 +445,8 @@ CATALOG: dict[str, str] = catalog(
                      "KEY=VALUE …, e.g. {command} {job_ref} {example}"),
     N_("edit_form_title", "Edit row {row}"),
     N_("edit_form_submit", "Run"),
+    N_("edit_form_instruction", "Change the image itself, in a sentence (or change the "
+                                "values below instead)"),
     N_("edit_pair", '"{value}" is not KEY=VALUE (e.g. steps=30, prompt="a red bottle").'),
     N_("rating_unknown", '"{rating}" is not a rating: keep, reject or unkeep.'),
     NP_("acted", "{action}: {count} new image of row {row} (job {job}) queued as batch {batch}; "

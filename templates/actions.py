@@ -12,7 +12,10 @@ child's bound job, bound through the same `bind` as a sheet's row, so a child is
 and stored exactly like one:
 
   again    the row's values with every seed drawn anew
-  edit     the row's values with the changes given, each read like a sheet cell
+  edit     the row's values with the changes given, each read like a sheet cell; or,
+           given an instruction ("把背景换成海滩"), the parent's image changed by it on an
+           edit model (the `edit` op: FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2), saved
+           beside it ("_edit")
   vary     diffusers: the row again, its first `generate` turned into an image-to-image
            pass from the parent's image at a low strength (the template's own
            `vary_strength`, else VARY_STRENGTH); ComfyUI: the parent's image fed into
@@ -52,8 +55,9 @@ UPSCALE_MAX = OPS["upscale"].inputs["scale"].max or 8.0
 
 # --- the table -----------------------------------------------------------------------
 
-PARAMETERS = ("count", "strength", "factor", "values")  # what an action may take beside
-#   the image: count (how many), strength (0-1), factor (>1), values (KEY=VALUE changes)
+PARAMETERS = ("count", "strength", "factor", "values", "instruction")  # what an action
+#   may take beside the image: count (how many), strength (0-1), factor (>1), values
+#   (KEY=VALUE changes), instruction (a sentence an edit model changes the image by)
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class Ask:
     values: Mapping[str, Any] = field(default_factory=dict)
     factor: float = 2.0
     strength: float | None = None  # None: the template's own, else VARY_STRENGTH
+    instruction: str = ""  # edit: what to change in the image, in a sentence
+    model: str | None = None  # the edit model it runs on ([templates] edit_model)
 
 
 Derive = Callable[["Template", BoundJob, Ask, "str | None"], BoundJob]
@@ -95,6 +101,11 @@ class ActionSpec:
     def offered(self, template: Template | None) -> bool:
         return template is not None and self.cannot(template) is None
 
+    def needs_image(self, ask: Ask) -> bool:
+        """It works on the parent's image file: always, or (edit) when given an
+        instruction, which changes the image itself."""
+        return self.uses_image or bool(ask.instruction)
+
 
 def _no_seed(t: Template) -> str | None:
     return None if any(p.type == "seed" for p in t.params.values()) else "action_no_seed"
@@ -115,6 +126,15 @@ def _vary(t: Template, parent: BoundJob, ask: Ask, image: str | None) -> BoundJo
     return vary(t, parent, image, ask.strength)
 
 
+def _edit(t: Template, parent: BoundJob, ask: Ask, image: str | None) -> BoundJob:
+    if not ask.instruction:
+        return edit(t, parent, dict(ask.values))
+    if ask.values:
+        raise Problem("edit_both")
+    assert image is not None and ask.model is not None  # (needs_image; the app's model)
+    return instruct(t, parent, image, ask.instruction, ask.model)
+
+
 def _upscale(t: Template, parent: BoundJob, ask: Ask, image: str | None) -> BoundJob:
     assert image is not None
     return upscale(t, parent, image, ask.factor)
@@ -127,8 +147,8 @@ ACTIONS: dict[str, ActionSpec] = {s.name: s for s in [
                icon="✨", uses_image=True, cannot=_no_source, cannot_run="vary_no_img2img"),
     ActionSpec("upscale", _upscale, takes=("factor",), aliases=("放大",), icon="🔍",
                uses_image=True, sizing=(Scaled("factor"),)),
-    ActionSpec("edit", lambda t, parent, ask, image: edit(t, parent, dict(ask.values)),
-               takes=("values",), aliases=("修改", "编辑"), icon="✏️"),
+    ActionSpec("edit", _edit, takes=("values", "instruction"), aliases=("修改", "编辑"),
+               icon="✏️"),
 ]}
 
 
@@ -190,23 +210,41 @@ def vary(t: Template, parent: BoundJob, image: str, strength: float | None = Non
     return msgspec.structs.replace(child, nodes=nodes)
 
 
+def instruct(t: Template, parent: BoundJob, image: str, instruction: str,
+             model: str) -> DiffusersJob:
+    """The parent's image changed by `instruction` on the edit model `model`, a new seed,
+    at the image's own size, named after it ("_edit") in the folder its template put it
+    in. The row's values stay the parent's (its results row reads as the image it was made
+    from)."""
+    return _beside(t, parent, image, "edit", [
+        Step("edit", "edit", {"image": image, "instruction": instruction, "model": model,
+                              "seed": draw_seed(), "keep_size": True})], "edit.image")
+
+
 def upscale(t: Template, parent: BoundJob, image: str, factor: float = 2.0) -> DiffusersJob:
     """The parent's image enlarged `factor` times, named after it ("_x2") in the folder
     the template's output pattern put it in ("{sku}/{row}.png": "A1/2_x2.png")."""
     if not 1 < factor <= UPSCALE_MAX:
         raise Problem("upscale_factor", value=factor, max=UPSCALE_MAX)
+    return _beside(t, parent, image, f"x{factor:g}", [
+        Step("upscale", "upscale", {"image": image, "scale": float(factor), "model": None})],
+        "upscale.image")
+
+
+def _beside(t: Template, parent: BoundJob, image: str, tag: str, steps: list[Step],
+            made: str) -> DiffusersJob:
+    """A job of `steps` on the parent's image whose output `made` is saved beside it, its
+    name the image's with "_tag" ("A1/2.png" -> "A1/2_x2.png"), in the image's format."""
     name = PurePosixPath(name_in_batch(image))
     suffix = name.suffix[1:].lower()
     fmt = suffix if suffix in ("png", "jpg", "jpeg", "webp") else "png"
     fmt = "jpg" if fmt == "jpeg" else fmt
-    out = safe_output_name(str(name.with_name(f"{name.stem}_x{factor:g}")), fmt)
+    out = safe_output_name(str(name.with_name(f"{name.stem}_{tag}")), fmt)
     return DiffusersJob(
         template=t.name, row=parent.row, params=dict(parent.params), named=dict(parent.named),
         version=parent.version, revision=parent.revision,
-        nodes=[Step("upscale", "upscale", {"image": image, "scale": float(factor),
-                                           "model": None}),
-               Step("save", "save", {"image": {"@": "upscale.image"}, "name": out,
-                                     "format": fmt})],
+        nodes=[*steps, Step("save", "save", {"image": {"@": made}, "name": out,
+                                             "format": fmt})],
         outputs={"save": out})
 
 

@@ -63,6 +63,11 @@ class Profile:
     def runs(self, mode: str, controlnet: bool = False) -> bool:
         return (mode, controlnet) in self.pipelines
 
+    @property
+    def edits(self) -> bool:
+        """It changes a picture by an instruction (an image's edit by a sentence)."""
+        return self.runs("edit")
+
     def modes(self, only: Container[str] | None = None) -> list[str]:
         """What it runs, as a person reads it: "txt2img", "img2img with a ControlNet" … (of
         `only`, where given: the modes some op runs)."""

@@ -31,6 +31,20 @@ class TemplatesConfig:
     dir: str = key("", "Folder of *.json templates. Empty: the templates shipped with genbot.")
     font: str = key("", "TrueType/OpenType font for text, watermarks and contact sheets. "
                     "Empty: the bundled WenQuanYi Micro Hei, which covers Chinese and Latin.")
+    edit_model: str = key("", "The [models] name an image is edited by instruction with "
+                          "(/edit 3 把背景换成海滩): a FLUX.1 Kontext, Qwen-Image-Edit or "
+                          "FLUX.2 model. Empty: the first in [models] whose family edits.")
+
+
+def edit_model(config: Config) -> str | None:
+    """The model instruction edits run on: [templates] edit_model, else the first [models]
+    entry whose family edits (templates.families), real ones before demos; None: none."""
+    if chosen := config[TemplatesConfig].edit_model:
+        return chosen
+    editing = [name for name in models(config)
+               if (fam := family_of(config, name)) in PROFILES and PROFILES[fam].edits]
+    real = [n for n in editing if not models(config)[n].path.startswith("demo:")]
+    return next(iter(real or editing), None)
 
 
 def templates_dir(config: Config) -> Path:

@@ -104,7 +104,10 @@ OPS: dict[str, Signature] = {s.name: s for s in [
                      help="None: the model's own"),
          guidance=Input("float", None, optional=True, min=0, max=50),
          size=Input("size", None, optional=True,
-                    help="None: the picture's own size, in the model's multiples"),
+                    help="None: the picture's proportions within the model's area, in its "
+                    "multiples"),
+         keep_size=Input("bool", False, help="the result resampled to the picture's own "
+                         "size (an image's edit keeps its size)"),
          loras=Input("loras", [])),
     _sig("upscale", "Enlarge: a diffusers upscaler when one is configured, else "
          "high-quality resampling.", _IMAGE_OUT, (Scaled(default=2.0),),

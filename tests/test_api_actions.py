@@ -60,6 +60,12 @@ async def test_actions_ratings_lineage_and_picks_through_the_api(api):
     status, edit = await api.call("POST", f"/jobs/{second.id}/actions", json={
         "action": "edit", "values": {"prompt": "a red jar"}})
     assert status == 201 and edit["jobs"][0]["parent_job_id"] == second.id
+    status, instructed = await api.call("POST", f"/jobs/{second.id}/actions", json={
+        "action": "edit", "instruction": "make the bottle matte black",
+        "model": "qwen_image_edit"})
+    assert status == 201 and instructed["jobs"][0]["parent_job_id"] == second.id
+    status, made = await api.call("GET", f"/batches/{instructed['batch']}", VIEWER)
+    assert made["meta"]["instruction"] == "make the bottle matte black"
 
     # Refusals: the coded errors chat renders, each with its status.
     child = again["jobs"][0]["id"]  # queued: not finished yet
@@ -71,6 +77,10 @@ async def test_actions_ratings_lineage_and_picks_through_the_api(api):
             (ALICE, act, {"action": "dance"}, (422, "action_unknown")),
             (ALICE, act, {"action": "again", "count": 99}, (422, "action_count")),
             (ALICE, act, {"action": "upscale", "factor": 20}, (422, "upscale_factor")),
+            (ALICE, act, {"action": "edit", "instruction": "matte", "model": "sdxl"},
+             (422, "model_cannot_run")),
+            (ALICE, act, {"action": "edit", "instruction": "matte", "values": {"steps": 3}},
+             (422, "edit_both")),
             (ALICE, act, {"action": "again", "count": "two"}, (422, "bad_field")),
             (ALICE, act, {"count": 2}, (422, "bad_field")),
             (ALICE, act, [1], (400, "bad_json")),

@@ -644,3 +644,28 @@ async def test_estimates_say_what_they_wait_for_and_queue_tells_running_from_nex
     assert await gen(1) == {
         "en": "Batch 3 accepted: 1 social_thumb job. 1 job ahead; no estimate yet.",
         "zh": "批次 3 已接收：1 个 social_thumb 任务。前面还有 1 个任务；暂无预计时间。"}[lang]
+
+
+async def test_edit_tells_a_sentence_from_key_value_changes(world):
+    """/edit 2 把背景换成海滩 changes the image by the sentence; /edit 2 title=X the row's
+    values; a quoted sentence with "=" in it is still a sentence; both at once is refused
+    in one sentence, nothing queued."""
+    from templates.jobs import decode
+    from tests.fakes.jobs import finish_all
+    await upload(world, rows=1)
+    await world.send("/gen social_thumb sheet.csv")  # batch 1: row 2 is job 1
+    await finish_all(world.app, 1)
+    (edited, *_) = await world.send("/edit 2 把背景换成 海滩")
+    assert edited.text.startswith("✏️ Edit: 1 new image of row 2 (job 1) queued as batch 2")
+    (step, _save) = decode((await world.queue.batch_jobs(2))[0].workflow).nodes
+    assert (step.op, step.inputs["instruction"]) == ("edit", "把背景换成 海滩")
+    await world.send('/edit 2 "make the sign say price = 99"')
+    (step, _save) = decode((await world.queue.batch_jobs(3))[0].workflow).nodes
+    assert step.inputs["instruction"] == "make the sign say price = 99"
+    await world.send("/edit 2 title=Autumn")
+    changed = (await world.queue.batch_jobs(4))[0]
+    assert changed.values["title"] == "Autumn" and decode(changed.workflow).nodes[0].op != "edit"
+    (both,) = await world.send("/edit 2 title=Autumn make it red")
+    assert both.text == ("An edit changes either the row's values (KEY=VALUE) or the image by "
+                         "an instruction, not both at once: send them as two edits.")
+    assert await world.queue.batch_jobs(5) == []  # nothing queued

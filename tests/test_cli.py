@@ -450,6 +450,11 @@ async def test_genbot_job_again_keep_and_lineage_talk_to_the_api(tmp_path, demo_
             "--token", ALICE])
         out, err = capsys.readouterr()
         assert code == 0 and out.startswith("batch 3: 12 product_main@1 jobs"), out + err
+        # an instruction: the image itself changed on an edit model
+        code, out, err = await genbot("edit", str(parent), "--instruction", "把背景换成海滩",
+                                      "--model", "flux_kontext")
+        assert (code, out) == (0, f"batch 4: edit of job {parent} -> job 16\n"), err
+        assert (await genbot("edit", str(parent)))[0] == 2  # neither changes nor a sentence
 
 
 # --- webhooks ----------------------------------------------------------------------------

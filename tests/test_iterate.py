@@ -248,6 +248,16 @@ async def test_vary_runs_image_to_image_from_the_parent_file_and_upscale_doubles
         sizes = [Image.open(app.store.path(j.outputs[0])).size for j in (parent, big)]
         assert sizes[1] == (sizes[0][0] * 2, sizes[0][1] * 2)
         assert big.outputs[0] == f"outputs/batch_{up.batch_id}/A1/2_x2.png"  # {sku}/{row}
+        # an instruction: the parent's image itself, changed on the edit model (Kontext)
+        edited = await app.act(ALICE, parent.id, ActionRequest(
+            "edit", instruction="把背景换成海滩"))
+        (changed,) = await ended(edited.batch_id)
+        assert changed.status == Status.SUCCEEDED, changed.error
+        assert changed.outputs[0] == f"outputs/batch_{edited.batch_id}/A1/2_edit.png"
+        assert parent.outputs[0] in read[-2:]  # the parent's file went to the edit model
+        assert "flux_kontext" in worker.engine.cache.units
+        made = Image.open(app.store.path(changed.outputs[0]))
+        assert made.size == Image.open(app.store.path(parent.outputs[0])).size
     finally:
         worker.stopping.set()
         await task
@@ -283,3 +293,42 @@ async def test_vary_is_refused_for_a_model_that_cannot_start_from_an_image(app, 
     assert "不能从图片出发" in refused.value.render("zh")
     assert len(await app.queue.batch_jobs(done.batch_id)) == 1
     assert (await app.act(ALICE, made.id, ask("again"))).created
+
+
+async def test_an_instruction_edits_the_image_itself_on_the_edit_model(app):
+    """/edit 3 把背景换成海滩: a child whose one step is the `edit` op on the parent's image
+    with the sentence and a new seed, on the first model that edits (the demo's FLUX.1
+    Kontext here) or the one asked; saved beside the parent's image ("_edit"); the batch
+    records the instruction. What cannot run is refused in one sentence, nothing queued."""
+    first, _ = await finished(app)
+    done = await app.act(ALICE, first.id, ask("edit", instruction=" 把背景换成海滩 "))
+    (child,) = done.jobs
+    bound = decode(child.workflow)
+    assert [(s.op, s.inputs.get("image")) for s in bound.nodes] == [
+        ("edit", first.outputs[0]), ("save", {"@": "edit.image"})]
+    step = bound.nodes[0].inputs
+    assert (step["instruction"], step["model"]) == ("把背景换成海滩", "flux_kontext")
+    beside = first.outputs[0].split("/", 2)[-1].replace(".png", "_edit.png")  # in its batch
+    assert bound.outputs == {"save": beside} and child.affinity == "flux_kontext"
+    assert child.values == first.values  # the row's values stay the parent's
+    assert (await app.batch(done.batch_id)).meta["instruction"] == "把背景换成海滩"
+    qwen = await app.act(ALICE, first.id, ask("edit", instruction="make it matte black",
+                                              model="qwen_image_edit"))
+    assert decode(qwen.jobs[0].workflow).nodes[0].inputs["model"] == "qwen_image_edit"
+
+    async def refused(**kw) -> tuple[str, str]:
+        with pytest.raises(Invalid) as e:
+            await app.act(ALICE, first.id, ask("edit", **kw))
+        return e.value.code, e.value.render("en")
+
+    assert (await refused(instruction="matte", values={"steps": "9"}))[0] == "edit_both"
+    assert await refused(instruction="matte", model="nope") == ("edit_model_unknown", (
+        'Model "nope" is not in [models]: name one of its models, or set [templates] '
+        "edit_model to one."))
+    assert await refused(instruction="matte", model="sdxl") == ("model_cannot_run", (
+        'model "sdxl" is SDXL (sdxl), which genbot runs for img2img, img2img with a '
+        "ControlNet, txt2img, txt2img with a ControlNet, not edit: name a model that does"))
+    assert (await refused(instruction="x" * 20_001))[0] == "instruction_too_long"
+    app.edit_model = lambda: None  # no model of a family that edits is configured
+    code, en = await refused(instruction="matte")
+    assert code == "edit_no_model" and "FLUX.1-Kontext-dev" in en

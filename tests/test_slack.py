@@ -18,6 +18,7 @@ from PIL import Image
 
 from bot.chat.slack import escaped, unescaped
 from bot.settings import IntakeConfig
+from templates.jobs import decode
 from tests.conftest import ROOT, executor_config, free_port
 from tests.fakes.hostile import FILE, HOSTILE, UNUSED, hostile_sheet
 from tests.fakes.service import healthy, raw_post, start_serve, tracebacks
@@ -674,6 +675,7 @@ async def test_buttons_and_reactions_under_each_image_iterate_in_the_thread(
         (opened,) = await w.until(lambda: fake.views)
         fields = {b["element"]["action_id"]: b["element"].get("initial_value")
                   for b in opened["view"]["blocks"]}
+        assert list(fields)[0] == " instruction"  # the image itself by a sentence, first
         assert fields["sku"] == "BTL-002" and fields["prompt"].startswith("a glass perfume")
         assert "product_image" not in fields and fields["seed"].isdigit()
         await w.slack.submit(opened, {"prompt": 'a "blue" bottle, moody', "steps": "3"})
@@ -683,6 +685,15 @@ async def test_buttons_and_reactions_under_each_image_iterate_in_the_thread(
         (child,) = [j for j in await w.queue.children(2) if j.action == "edit"]
         assert (child.values["prompt"], child.values["steps"], child.values["seed"]) == \
             ('a "blue" bottle, moody', 3, (await w.queue.job(2)).values["seed"])
+        # The modal's sentence: the image itself changed by it, on the edit model.
+        await w.slack.click(rows[1], action="image_edit")
+        opened = (await w.until(lambda: fake.views[1:]))[0]
+        await w.slack.submit(opened, {" instruction": "make the label = gold"})
+        await w.until(lambda: fake.ephemeral[1:])
+        (instructed,) = [j for j in await w.queue.children(2) if j.action == "edit"
+                         and j.id != child.id]
+        assert decode(instructed.workflow).nodes[0].inputs["instruction"] == \
+            "make the label = gold"
         await w.finish(timeout=120)
         thread = fake.thread(accepted["ts"])
         made = [x for x in fake.images(thread) if "Again of job 1" in x["text"]]

@@ -54,7 +54,13 @@ from templates.graph import Template
 from templates.jobs import decode, encode
 from templates.loader import template_from, version_content
 from templates.params import Problem
-from templates.settings import family_of, load_configured, templates_dir
+from templates.settings import (
+    edit_model,
+    family_of,
+    load_configured,
+    models,
+    templates_dir,
+)
 from templates.sweeps import Sweep
 
 log = logging.getLogger("genbot.app")
@@ -481,6 +487,18 @@ class App:
     def family_of(self, model: str) -> str | None:
         """A model's family where it can be told here (templates.settings.family_of)."""
         return family_of(self.config, model)
+
+    def edit_model(self) -> str | None:
+        """The model instruction edits run on (templates.settings.edit_model)."""
+        return edit_model(self.config)
+
+    def has_model(self, model: str) -> bool:
+        return model in models(self.config)
+
+    @property
+    def max_cell_chars(self) -> int:
+        """The longest text a sheet's cell may hold ([intake]); an instruction too."""
+        return self.config[IntakeConfig].max_cell_chars
 
     async def act(self, who: Who, job_id: int, request: ActionRequest) -> Acted:
         """again, vary, upscale or edit the image of job `job_id`: new jobs in its thread."""

@@ -22,7 +22,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from bot.app import values
@@ -62,6 +62,13 @@ class App(Protocol):
 
     def family_of(self, model: str) -> str | None: ...
 
+    def edit_model(self) -> str | None: ...
+
+    def has_model(self, model: str) -> bool: ...
+
+    @property
+    def max_cell_chars(self) -> int: ...
+
     async def job(self, job_id: int) -> Job: ...
     async def batch(self, batch_id: int) -> Batch: ...
     async def unplaced(self, needs: Iterable[str | None]) -> list[Unplaced]: ...
@@ -78,13 +85,16 @@ class ActionRequest:
     values: dict[str, Any] = field(default_factory=dict)  # edit: the changes
     factor: float = 2.0  # upscale
     strength: float | None = None  # vary: None is the template's own, else 0.35
+    instruction: str = ""  # edit: a sentence the image is changed by, on an edit model
+    model: str | None = None  # that model; None: [templates] edit_model or the first
     key: str | None = None  # the caller's idempotency key (the API's Idempotency-Key)
     lang: str | None = None  # of what the new batch posts; None: the parent batch's
     wait_for_executor: bool = False
 
     @property
     def ask(self) -> Ask:
-        return Ask(self.count, self.values, self.factor, self.strength)
+        return Ask(self.count, self.values, self.factor, self.strength,
+                   self.instruction.strip(), self.model)
 
 
 @dataclass(frozen=True)
@@ -117,7 +127,8 @@ async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
         raise Invalid("action_count", count=count, max=MAX_COUNT)
     if request.strength is not None and not 0 < request.strength <= 1:
         raise Invalid("vary_strength", value=request.strength)
-    image = await _image_of(app, parent) if spec.uses_image else None
+    ask = _with_model(app, request.ask)
+    image = await _image_of(app, parent) if spec.needs_image(ask) else None
     if parent.status not in TERMINAL:
         raise Conflict("action_not_finished", job=parent.id, status=parent.status.value)
     earlier = await _earlier(app, who, parent, request)
@@ -128,11 +139,11 @@ async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
     bound = decode(parent.workflow)
     template = await app.template_version(batch.template, bound.revision)  # the parent's
     try:
-        children = actions.siblings([spec.derive(template, bound, request.ask, image)
+        children = actions.siblings([spec.derive(template, bound, ask, image)
                                      for _ in range(count)])
     except Problem as e:
         raise _invalid(e) from None
-    await _within_limit(app, children, image, spec, request.ask)
+    await _within_limit(app, children, image, spec, ask)
     _runnable(app, children, spec)
     if not request.wait_for_executor and \
             (missing := await app.unplaced(c.affinity for c in children)):
@@ -143,6 +154,8 @@ async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
         "lang": request.lang or batch.meta.get("lang", "en"), "action": action,
         "parent_job": parent.id, "parent_batch": batch.id,
         "root_batch": batch.meta.get("root_batch", batch.id), "by": who.id}
+    if ask.instruction:
+        meta["instruction"] = ask.instruction
     if "sheet" in batch.meta:
         meta["sheet"] = batch.meta["sheet"]
     done = await app._enqueue(Submission(
@@ -157,6 +170,22 @@ async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
                                       count=count)
     return Acted(done.batch_id, await app.queue.batch_jobs(done.batch_id), done.created,
                  parent, action)
+
+
+def _with_model(app: App, ask: Ask) -> Ask:
+    """An instruction's edit model: the one asked, else the configured one; none there is
+    refused naming what to configure, and an instruction past a cell's length too."""
+    if not ask.instruction:
+        return ask
+    if len(ask.instruction) > app.max_cell_chars:
+        raise Invalid("instruction_too_long", chars=len(ask.instruction),
+                      max=app.max_cell_chars)
+    model = ask.model or app.edit_model()
+    if model is None:
+        raise Invalid("edit_no_model")
+    if not app.has_model(model):
+        raise Invalid("edit_model_unknown", model=model)
+    return replace(ask, model=model)
 
 
 def _runnable(app: App, children: list, spec: ActionSpec) -> None:
@@ -197,7 +226,8 @@ async def _within_limit(app: App, children: list, image: str | None, spec: Actio
 def _window_key(app: App, who: Who, parent: Job, request: ActionRequest, back: int) -> str:
     """The same ask within a window of DEDUPE_SECONDS (`back` windows ago) has this key."""
     asked = json.dumps([request.action, request.count, request.values, request.factor,
-                        request.strength], sort_keys=True, default=str)
+                        request.strength, request.instruction.strip(), request.model],
+                       sort_keys=True, default=str)
     digest = hashlib.sha256(asked.encode()).hexdigest()[:16]
     window = int(app.clock() // DEDUPE_SECONDS) - back
     return f"action:{parent.id}:{who.id}:{digest}:{window}"

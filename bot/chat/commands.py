@@ -328,6 +328,15 @@ def pair(raw: str, now: datetime) -> tuple[str, str]:
     return key.strip(), value
 
 
+PAIR = re.compile(r"[^\s=]+=")  # KEY=… : a key is one word; "price = 99 元 off" is a sentence
+
+
+def change(raw: str, now: datetime) -> tuple[str, str] | str:
+    """A word of an edit: a KEY=VALUE change, or a word of an instruction (a quoted
+    sentence is one word, so an "=" inside it after a space stays the sentence's)."""
+    return pair(raw, now) if PAIR.match(raw) else raw
+
+
 def strength_of(raw: str, now: datetime) -> float:
     value = factor_of(raw, now)
     if not 0 < value <= 1:
@@ -336,6 +345,7 @@ def strength_of(raw: str, now: datetime) -> float:
 
 
 IMAGE = Arg("image", read=image_ref)
+INSTRUCTION_FIELD = " instruction"  # (a form's field no template parameter can be named)
 IN_BATCH = {"--batch": Option(number("batch"))}
 
 
@@ -373,7 +383,9 @@ async def _act(turn: Turn, cmd: Command, request: ActionRequest) -> None:
 TAKES: dict[str, tuple[str, Arg | None, tuple[str, Option] | None]] = {  # usage, arg, option
     "count": ("[N]", Arg("count", True, count_of), None),
     "factor": ("[FACTOR]", Arg("factor", True, factor_of), None),
-    "values": ("[KEY=VALUE …]", Arg("values", True, pair, rest=True), None),
+    # (an edit's words: KEY=VALUE changes, or an instruction's words; the grammar tells)
+    "values": ("[KEY=VALUE …|INSTRUCTION]", Arg("values", True, change, rest=True), None),
+    "instruction": ("", None, None),
     "strength": ("[--strength 0.35]", None, ("--strength", Option(strength_of))),
 }
 
@@ -381,19 +393,23 @@ TAKES: dict[str, tuple[str, Arg | None, tuple[str, Option] | None]] = {  # usage
 def _image_action(spec: ActionSpec) -> None:
     takes = [TAKES[name] for name in PARAMETERS if name in spec.takes]
     usage = " ".join(["ROW|jJOB", *(u for u, arg, _ in takes if arg),
-                      *(u for u, arg, _ in takes if not arg), "[--batch BATCH]"])
+                      *(u for u, arg, _ in takes if not arg and u), "[--batch BATCH]"])
     options = {**IN_BATCH, **dict(option for _, _, option in takes if option)}
 
     @command(spec.name, usage, aliases=spec.aliases, options=options,
              args=(IMAGE, *(arg for _, arg, _ in takes if arg)))
     async def handle(turn: Turn, cmd: Command) -> None:
         got = {**cmd.args, **{k.lstrip("-"): v for k, v in cmd.options.items()}}
-        changes = dict(got.get("values") or [])
-        if "values" in spec.takes and not changes:  # what to change: the row's values
+        words = got.get("values") or []
+        changes: dict[str, str] = dict(w for w in words if isinstance(w, tuple))
+        instruction = " ".join(w for w in words if isinstance(w, str))
+        if changes and instruction:
+            raise Invalid("edit_both")
+        if "values" in spec.takes and not words:  # what to change: the row's values
             await _values_now(turn, cmd, spec)
             return
         await _act(turn, cmd, ActionRequest(
-            spec.name, count=got.get("count") or 1, values=changes,
+            spec.name, count=got.get("count") or 1, values=changes, instruction=instruction,
             factor=got.get("factor") or 2.0, strength=got.get("strength")))
 
 
@@ -430,6 +446,9 @@ async def _edit_form(turn: Turn, parent: Job, spec: ActionSpec) -> bool:
         Field(p.name, header_for(p, turn.lang), as_text(parent.values.get(p.name)),
               multiline=p.type == "text")
         for p in template.params.values() if p.type != "image")
+    if turn.app.edit_model() is not None:  # the image itself, by a sentence, comes first
+        fields = (Field(INSTRUCTION_FIELD, say("edit_form_instruction", turn.lang),
+                        multiline=True, words=True), *fields)
     form = Form(say("edit_form_title", turn.lang, row=parent.row)[:24],
                 f"/{spec.name} j{parent.id}",
                 fields, say("edit_form_submit", turn.lang), msg.conversation, msg.thread)

@@ -68,13 +68,14 @@ class Field:
     label: str
     value: str = ""
     multiline: bool = False
+    words: bool = False  # answered as a sentence after the command, not NAME=VALUE
 
 
 @dataclass(frozen=True)
 class Form:
     """A small form (Slack: a modal) whose answers come back as `command` followed by
-    NAME=VALUE for each field the person changed, typed by whoever submitted it, in
-    `conversation` and `thread`."""
+    NAME=VALUE for each field the person changed (a `words` field's answer as a quoted
+    sentence), typed by whoever submitted it, in `conversation` and `thread`."""
     title: str
     command: str
     fields: tuple[Field, ...]

@@ -353,8 +353,9 @@ class Slack(Platform):
             "type": "modal", "callback_id": FORM, "blocks": blocks,
             "title": {"type": "plain_text", "text": form.title[:24]},
             "submit": {"type": "plain_text", "text": form.submit[:24]},
-            "private_metadata": json.dumps({"command": form.command, "channel":
-                                            form.conversation, "thread": form.thread})})
+            "private_metadata": json.dumps({
+                "command": form.command, "channel": form.conversation, "thread": form.thread,
+                "words": [f.name for f in form.fields if f.words]})})
 
     async def on_form(self, ack: Ack, body: dict, view: dict) -> None:
         """A submitted form: its command with NAME=VALUE for each field changed from its
@@ -372,12 +373,14 @@ class Slack(Platform):
         first = {b.get("block_id"): (b.get("element") or {}).get("initial_value") or ""
                  for b in view.get("blocks") or () if isinstance(b, dict)}
         changed = []
+        words = where.get("words")
+        words = words if isinstance(words, list) else []
         state = (view.get("state") or {}).get("values") or {}
         for block_id, inputs in state.items():
             for name, answer in (inputs or {}).items():
                 value = (answer or {}).get("value") or ""
                 if value != first.get(block_id, ""):
-                    changed.append(shlex.quote(f"{name}={value}"))
+                    changed.append(shlex.quote(value if name in words else f"{name}={value}"))
         self._spawn(Incoming(
             self.name, user, where["channel"], " ".join([where["command"], *changed]),
             message=f"form:{text_of(view, 'id')}:{text_of(view, 'hash')}",

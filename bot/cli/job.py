@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -46,8 +47,14 @@ TAKES: dict[str, Callable[[argparse.ArgumentParser], Any]] = {  # what an action
     "factor": lambda p: p.add_argument("--factor", type=float, default=2.0, metavar="F",
                                        help="how many times larger (default 2)"),
     "values": lambda p: p.add_argument(
-        "values", nargs="+", metavar="KEY=VALUE", type=key_value,
+        "values", nargs="*", metavar="KEY=VALUE", type=key_value,
         help="a column or parameter and its new value, read as a sheet's cell"),
+    "instruction": lambda p: (
+        p.add_argument("-i", "--instruction", metavar="TEXT", default="",
+                       help="instead of values: a sentence the image itself is changed by, on "
+                       "an edit model (\"把背景换成海滩\")"),
+        p.add_argument("--model", help="with --instruction: the edit model ([models] name; "
+                       "default: [templates] edit_model, else the first that edits)")),
 }
 
 
@@ -96,7 +103,14 @@ def cmd_act(args: argparse.Namespace) -> int:
         if getattr(args, name, None) is not None:
             body[name] = getattr(args, name)
     if "values" in ACTIONS[args.action].takes:
+        if not args.values and not args.instruction:
+            print("genbot: give KEY=VALUE changes, or --instruction TEXT", file=sys.stderr)
+            return 2
         body["values"] = dict(args.values)
+    if getattr(args, "instruction", ""):
+        body["instruction"] = args.instruction
+        if args.model:
+            body["model"] = args.model
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
 
     async def act(http: aiohttp.ClientSession) -> int:

@@ -34,6 +34,10 @@ FIRST_TO_ACT = min(ACTIONS, key=lambda name: needs(name).rank)  # refused first,
 RatingName = Annotated[str, Meta(extra_json_schema={"enum": list(RATINGS)})]
 
 
+INSTRUCTION = (f"{_taking('instruction')}: a sentence the image itself is changed by on an "
+               "edit model ('把背景换成海滩', 'make the bottle matte black'), instead of values")
+
+
 class ActionBody(Struct, kw_only=True):
     """What to make from a finished job's image (JSON). Values that do not fit are
     refused as chat refuses them (422, or 409 for an image not there to use)."""
@@ -50,6 +54,10 @@ class ActionBody(Struct, kw_only=True):
     strength: Annotated[float | None, Meta(description=(
         f"{_taking('strength')} (diffusers templates): how far from the image, 0 to 1; "
         f"null: the template's own, else {VARY_STRENGTH}"))] = None
+    instruction: Annotated[str, Meta(description=INSTRUCTION)] = ""
+    model: Annotated[str | None, Meta(description=(
+        "with an instruction: the [models] name of the edit model; null: [templates] "
+        "edit_model, else the first model whose family edits"))] = None
     wait_for_executor: bool = False  # queue even if no running executor can run the jobs
 
 
@@ -177,7 +185,8 @@ class IterateRoutes:
         job_id = in_path(request, "id")
         acted = await self.app.act(who, job_id, ActionRequest(
             body.action, count=body.count, values=body.values, factor=body.factor,
-            strength=body.strength, wait_for_executor=body.wait_for_executor,
+            strength=body.strength, instruction=body.instruction, model=body.model,
+            wait_for_executor=body.wait_for_executor,
             key=f"api:{who.user}:job:{job_id}:{key}" if key else None))
         return respond(Acted(acted.batch_id, acted.created, acted.action, acted.parent.id,
                              [Job.of(j, self.templates) for j in acted.jobs]),

@@ -160,8 +160,8 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
 def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: int,
          image_2: ImageInput | None = None, image_3: ImageInput | None = None,
          negative: str = "", steps: int | None = None, guidance: float | None = None,
-         size: list[int] | None = None, loras: list[dict[str, Any]] | None = None
-         ) -> Image.Image:
+         size: list[int] | None = None, keep_size: bool = False,
+         loras: list[dict[str, Any]] | None = None) -> Image.Image:
     """The picture changed by the instruction, on the model's edit pipeline (FLUX.1 Kontext,
     Qwen-Image-Edit, FLUX.2). The first picture is the one edited, made the output's size
     (its own, within the model's native area, in the model's multiples); the others are
@@ -172,6 +172,7 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
     info = cache.units[model].info
     runs = profile(info.family)
     pictures = [ctx.image(i).convert("RGB") for i in (image, image_2, image_3) if i is not None]
+    own = pictures[0].size
     if len(pictures) > runs.images:
         raise OpError(f'model "{model}" is {runs.label}: it edits with at most {runs.images} '
                       f"picture{'s' if runs.images > 1 else ''}, not {len(pictures)}")
@@ -198,7 +199,8 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
     kwargs.update({k: v[0] for k, v in _negative(runs, model, [negative]).items()})
     kwargs.update(_sized(pipe, width, height))
     with _pictures_at(pipe, native):
-        return pipe(**kwargs).images[0]
+        made = pipe(**kwargs).images[0]
+    return made.resize(own, Image.Resampling.LANCZOS) if keep_size and made.size != own else made
 
 
 _AREA = threading.Lock()
