@@ -271,6 +271,13 @@ class AsyncClient:
                                json={"action": action, **fields})
         return await self.batch(body["batch"])
 
+    async def act_on_kept(self, batch_id: int, action: str, **fields: Any) -> Batch:
+        """The action on every kept image of a batch (edit them all by one instruction):
+        the new batch."""
+        body = await self.call("POST", f"/batches/{batch_id}/kept/actions",
+                               json={"action": action, **fields})
+        return await self.batch(body["batch"])
+
     async def rate(self, job_id: int, rating: str | None) -> Job:
         """keep, reject, or None to take the rating back."""
         return Job.of(await self.call("PUT", f"/jobs/{job_id}/rating", json={"rating": rating}))
@@ -363,6 +370,9 @@ class Client:
 
     def act(self, job_id: int, action: str, **fields: Any) -> Batch:
         return self._run(self._async.act(job_id, action, **fields))
+
+    def act_on_kept(self, batch_id: int, action: str, **fields: Any) -> Batch:
+        return self._run(self._async.act_on_kept(batch_id, action, **fields))
 
     def rate(self, job_id: int, rating: str | None) -> Job:
         return self._run(self._async.rate(job_id, rating))

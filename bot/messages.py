@@ -454,6 +454,17 @@ CATALOG: dict[str, str] = catalog(
         "{action}: {count} new images of row {row} (job {job}) queued as batch {batch}; they "
         "come into this thread."),
     N_("acted_already", "{action} of job {job} was asked a moment ago: batch {batch} is on it."),
+    NP_("acted_kept", "{action}: {count:,} new image from the kept image of batch {of_batch} "
+                      "queued as batch {batch}; it comes into this thread.",
+        "{action}: {count:,} new images from the {count:,} kept images of batch {of_batch} "
+        "queued as batch {batch}; they come into this thread."),
+    N_("acted_kept_already", "{action} of the kept images of batch {of_batch} was asked a "
+                             "moment ago: batch {batch} is on it."),
+    N_("image_ref_batch", "b{batch} names a whole batch, and /{command} takes one image: name "
+                          "it by ROW or jJOB."),
+    N_("edit_kept_usage", "Say what to change on every kept image of batch {batch}: "
+                          "/edit b{batch} KEY=VALUE … (the rows' values) or a sentence (the "
+                          "images themselves)."),
     N_("kept", "⭐ Kept row {row} (job {job})."),
     N_("rejected", "👎 Rejected row {row} (job {job})."),
     N_("unkept", "Row {row} (job {job}) is no longer kept or rejected."),

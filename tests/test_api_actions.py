@@ -173,3 +173,19 @@ async def test_actions_ratings_lineage_and_picks_through_the_api(api):
     assert rating["in"] == "query" and rating["schema"]["enum"] == ["kept", "rejected", "unrated"]
     job = doc["components"]["schemas"]["Job"]["properties"]
     assert {"parent_job_id", "action", "rating", "rated_by", "rated_at"} <= set(job)
+
+    # An action on every kept image of a batch: one new batch, each job linked.
+    kept = f"/batches/{first.batch_id}/kept/actions"
+    status, answer = await api.call("POST", kept, json={"action": "edit", "instruction": "x"})
+    assert (status, answer["error"]["code"]) == (409, "picks_none")
+    assert (await api.call("PUT", f"/jobs/{first.id}/rating", json={"rating": "keep"}))[0] == 200
+    status, on = await api.call("POST", kept, json={"action": "edit",
+                                                     "instruction": "把背景换成海滩"},
+                                headers={"Idempotency-Key": "all-1"})
+    assert status == 201 and (on["of_batch"], on["kept"], on["action"]) == (
+        first.batch_id, 1, "edit")
+    assert [j["parent_job_id"] for j in on["jobs"]] == [first.id]
+    status, repeat = await api.call("POST", kept, json={"action": "edit",
+                                                         "instruction": "把背景换成海滩"},
+                                    headers={"Idempotency-Key": "all-1"})
+    assert (status, repeat.get("batch")) == (200, on["batch"]), repeat

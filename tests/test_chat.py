@@ -669,3 +669,22 @@ async def test_edit_tells_a_sentence_from_key_value_changes(world):
     assert both.text == ("An edit changes either the row's values (KEY=VALUE) or the image by "
                          "an instruction, not both at once: send them as two edits.")
     assert await world.queue.batch_jobs(5) == []  # nothing queued
+
+
+async def test_an_action_on_a_batch_takes_its_kept_images(world):
+    """/edit b1 a sentence: every kept image of batch 1, said in one line; /keep b1 is
+    refused naming why; /edit b1 alone says what to add."""
+    from tests.fakes.jobs import finish_all
+    await upload(world, rows=2)
+    await world.send("/gen social_thumb sheet.csv")  # batch 1: jobs 1 and 2
+    await finish_all(world.app, 1)
+    await world.send("/keep j1")
+    await world.send("/keep j2")
+    (done,) = await world.send("/edit b1 把背景换成海滩")
+    assert done.text == ("✏️ Edit: 2 new images from the 2 kept images of batch 1 queued as "
+                         "batch 2; they come into this thread.")
+    assert sorted(j.parent_job_id for j in await world.queue.batch_jobs(2)) == [1, 2]
+    (no,) = await world.send("/keep b1")
+    assert no.text == "b1 names a whole batch, and /keep takes one image: name it by ROW or jJOB."
+    (usage,) = await world.send("/edit b1", lang="zh")
+    assert usage.text.startswith("请说明要对批次 1 中每张保留的图改什么")

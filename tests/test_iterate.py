@@ -332,3 +332,34 @@ async def test_an_instruction_edits_the_image_itself_on_the_edit_model(app):
     app.edit_model = lambda: None  # no model of a family that edits is configured
     code, en = await refused(instruction="matte")
     assert code == "edit_no_model" and "FLUX.1-Kontext-dev" in en
+
+
+async def test_an_action_on_a_batchs_kept_images_is_one_batch_linked_to_each(app):
+    """/edit b1 "把日常价换成节日价": every kept image of the batch (and of those made from
+    its images) edited, as one new batch in its thread, each job linked to its image; the
+    same ask again is that batch; none kept, or another's images, refused."""
+    from bot.app.iterate import ActedOnKept
+    first, second = await finished(app)
+    with pytest.raises(Conflict) as none:
+        await app.act_on_kept(ALICE, first.batch_id, ask("edit", instruction="节日价"))
+    assert none.value.code == "picks_none"
+    for job in (first, second):
+        await app.rate(ALICE, job.id, "keep")
+    done = await app.act_on_kept(ALICE, first.batch_id,
+                                 ask("edit", instruction="把日常价换成节日价"))
+    assert isinstance(done, ActedOnKept) and done.created and done.kept == 2
+    assert sorted((j.parent_job_id, j.action) for j in done.jobs) == [
+        (first.id, "edit"), (second.id, "edit")]
+    assert {decode(j.workflow).nodes[0].inputs["instruction"] for j in done.jobs} == {
+        "把日常价换成节日价"}
+    batch = await app.batch(done.batch_id)
+    assert (batch.meta["kept_of"], batch.meta["instruction"], batch.thread) == (
+        first.batch_id, "把日常价换成节日价", f"@batch:{first.batch_id}")
+    again = await app.act_on_kept(ALICE, first.batch_id,
+                                  ask("edit", instruction="把日常价换成节日价"))
+    assert (again.batch_id, again.created) == (done.batch_id, False)  # a double click
+    values = await app.act_on_kept(ALICE, first.batch_id, ask("edit", values={"steps": "9"}))
+    assert [j.values["steps"] for j in values.jobs] == [9, 9]  # the rows' values, each
+    with pytest.raises(Refused) as theirs:
+        await app.act_on_kept(BOB, first.batch_id, ask("edit", instruction="x"))
+    assert theirs.value.code == "refused_not_owner"

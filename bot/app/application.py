@@ -504,6 +504,12 @@ class App:
         """again, vary, upscale or edit the image of job `job_id`: new jobs in its thread."""
         return await iterate.act(self, who, job_id, request)
 
+    async def act_on_kept(self, who: Who, batch_id: int,
+                          request: ActionRequest) -> iterate.ActedOnKept:
+        """The action on every kept image of batch `batch_id` (and of all made from its
+        images): one new batch in its thread."""
+        return await iterate.act_on_kept(self, who, batch_id, request)
+
     async def rate(self, who: Who, job_id: int, rating: str) -> Job:
         """keep, reject or unkeep the image of job `job_id`."""
         return await iterate.rate(self, who, job_id, rating)

@@ -38,7 +38,7 @@ from templates import actions
 from templates.actions import ACTIONS, ActionSpec, Ask
 from templates.families import row_refusal
 from templates.graph import Template
-from templates.jobs import decode, encode
+from templates.jobs import BoundJob, decode, encode
 from templates.params import Problem
 from templates.size_rules import sized
 from templates.sizes import largest_image
@@ -106,34 +106,43 @@ class Acted:
     action: str
 
 
+@dataclass(frozen=True)
+class ActedOnKept:
+    """What an action on a batch's kept images queued."""
+    batch_id: int
+    jobs: list[Job]
+    created: bool
+    of_batch: int  # the batch whose kept images it was made from
+    kept: int  # how many images it was made from
+    action: str
+
+
 def _invalid(e: Problem) -> Invalid:
     return values.problem(e, "edit_value", own=("edit_unknown", "edit_image"))
 
 
-async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
-    action = request.action
-    spec = ACTIONS.get(action)
+def _spec(request: ActionRequest) -> ActionSpec:
+    """The action asked for, with what it was asked checked against what it takes."""
+    spec = ACTIONS.get(request.action)
     if spec is None:
-        raise Invalid("action_unknown", action=str(action)[:40], actions=", ".join(ACTIONS))
-    role = await app.permissions.require(who, action)
-    parent = await app.job(job_id)
-    batch = await _batch_of(app, parent)
-    await app.permissions.own(who, role, action, owner=parent.submitter,
-                              subject=parent.batch_id)
-    count = request.count
-    if "count" not in spec.takes and count != 1:
-        raise Invalid("action_count_one", action=action)
-    if not 1 <= count <= MAX_COUNT:
-        raise Invalid("action_count", count=count, max=MAX_COUNT)
+        raise Invalid("action_unknown", action=str(request.action)[:40],
+                      actions=", ".join(ACTIONS))
+    if "count" not in spec.takes and request.count != 1:
+        raise Invalid("action_count_one", action=spec.name)
+    if not 1 <= request.count <= MAX_COUNT:
+        raise Invalid("action_count", count=request.count, max=MAX_COUNT)
     if request.strength is not None and not 0 < request.strength <= 1:
         raise Invalid("vary_strength", value=request.strength)
-    ask = _with_model(app, request.ask)
+    return spec
+
+
+async def _children(app: App, parent: Job, batch: Batch, spec: ActionSpec, ask: Ask,
+                    count: int) -> list[BoundJob]:
+    """What the action makes of one finished image: `count` bound jobs, each checked as a
+    sheet's row would be (size limits, what its model can run)."""
     image = await _image_of(app, parent) if spec.needs_image(ask) else None
     if parent.status not in TERMINAL:
         raise Conflict("action_not_finished", job=parent.id, status=parent.status.value)
-    earlier = await _earlier(app, who, parent, request)
-    if earlier is not None:
-        return earlier
     if batch.template not in app.templates:
         raise Conflict("action_template_gone", template=batch.template)
     bound = decode(parent.workflow)
@@ -145,31 +154,103 @@ async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
         raise _invalid(e) from None
     await _within_limit(app, children, image, spec, ask)
     _runnable(app, children, spec)
-    if not request.wait_for_executor and \
-            (missing := await app.unplaced(c.affinity for c in children)):
-        raise NoExecutor(missing)
-    await app.permissions.limits(who, role, count)
-    key = request.key or _window_key(app, who, parent, request, 0)
+    return children
+
+
+def _meta(request: ActionRequest, ask: Ask, who: Who, batch: Batch) -> dict[str, Any]:
+    """A new batch's record of the ask that made it, in its parent batch's line."""
     meta: dict[str, Any] = {
-        "lang": request.lang or batch.meta.get("lang", "en"), "action": action,
-        "parent_job": parent.id, "parent_batch": batch.id,
-        "root_batch": batch.meta.get("root_batch", batch.id), "by": who.id}
+        "lang": request.lang or batch.meta.get("lang", "en"), "action": request.action,
+        "parent_batch": batch.id, "root_batch": batch.meta.get("root_batch", batch.id),
+        "by": who.id}
     if ask.instruction:
         meta["instruction"] = ask.instruction
     if "sheet" in batch.meta:
         meta["sheet"] = batch.meta["sheet"]
+    return meta
+
+
+async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
+    spec = _spec(request)
+    role = await app.permissions.require(who, spec.name)
+    parent = await app.job(job_id)
+    batch = await _batch_of(app, parent)
+    await app.permissions.own(who, role, spec.name, owner=parent.submitter,
+                              subject=parent.batch_id)
+    ask = _with_model(app, request.ask)
+    if spec.needs_image(ask):
+        await _image_of(app, parent)  # (its image gone is said before a double click's)
+    earlier = await _earlier(app, who, parent, request)
+    if earlier is not None:
+        return earlier
+    children = await _children(app, parent, batch, spec, ask, request.count)
+    if not request.wait_for_executor and \
+            (missing := await app.unplaced(c.affinity for c in children)):
+        raise NoExecutor(missing)
+    await app.permissions.limits(who, role, request.count)
+    key = request.key or _window_key(app, who, parent, request, 0)
     done = await app._enqueue(Submission(
         batch.template, who.id,
-        [NewJob(parent.row, encode(c), c.affinity, parent=parent.id, action=action)
+        [NewJob(parent.row, encode(c), c.affinity, parent=parent.id, action=spec.name)
          for c in children],
         platform=batch.platform, conversation=batch.conversation, thread=thread_of(batch),
         priority=await app.permissions.capped(who, role, batch.priority),
-        idempotency_key=key, meta=meta))
+        idempotency_key=key, meta={**_meta(request, ask, who, batch), "parent_job": parent.id}))
     if done.created:
-        await app.permissions.allowed(who, action, job=parent.id, batch=done.batch_id,
-                                      count=count)
+        await app.permissions.allowed(who, spec.name, job=parent.id, batch=done.batch_id,
+                                      count=request.count)
     return Acted(done.batch_id, await app.queue.batch_jobs(done.batch_id), done.created,
-                 parent, action)
+                 parent, spec.name)
+
+
+async def act_on_kept(app: App, who: Who, batch_id: int, request: ActionRequest) -> ActedOnKept:
+    """The action on every kept image of a batch and of all made from its images (/edit
+    b12 "把日常价换成节日价"): one new batch in its thread, each job linked to the image it
+    was made from. All or nothing: an image the action cannot use refuses the whole ask."""
+    spec = _spec(request)
+    if request.count != 1:
+        raise Invalid("action_count_one", action=spec.name)
+    role = await app.permissions.require(who, spec.name)
+    root, kept = await picks(app, who, batch_id)
+    if not kept:
+        raise Conflict("picks_none", batch=root.id)
+    ask = _with_model(app, request.ask)
+    asked = json.dumps([spec.name, [i.id for i in kept], request.values, ask.instruction,
+                        ask.model, request.factor, request.strength],
+                       sort_keys=True, default=str)
+    digest = hashlib.sha256(asked.encode()).hexdigest()[:16]
+    window = int(app.clock() // DEDUPE_SECONDS)
+    keys = [request.key] if request.key else \
+        [f"kept:{root.id}:{who.id}:{digest}:{window - back}" for back in (0, 1)]
+    for key in keys:  # the same ask a moment ago (a double click), or under the caller's key
+        if (earlier := await app.queue.batch_by_key(key)) is not None and (
+                request.key or app.clock() - (await app.batch(earlier)).created_at
+                <= DEDUPE_SECONDS):
+            return ActedOnKept(earlier, await app.queue.batch_jobs(earlier), False, root.id,
+                               len(kept), spec.name)
+    await app.permissions.limits(who, role, len(kept))  # (before the images: many may be)
+    for image in kept:
+        await app.permissions.own(who, role, spec.name, owner=image.submitter,
+                                  subject=image.batch_id)
+    made: list[tuple[Job, BoundJob]] = []
+    for image in kept:
+        made += [(image, c) for c in await _children(
+            app, image, await _batch_of(app, image), spec, ask, 1)]
+    if not request.wait_for_executor and \
+            (missing := await app.unplaced(c.affinity for _, c in made)):
+        raise NoExecutor(missing)
+    done = await app._enqueue(Submission(
+        root.template, who.id,
+        [NewJob(image.row, encode(c), c.affinity, parent=image.id, action=spec.name)
+         for image, c in made],
+        platform=root.platform, conversation=root.conversation, thread=thread_of(root),
+        priority=await app.permissions.capped(who, role, root.priority),
+        idempotency_key=keys[0], meta={**_meta(request, ask, who, root), "kept_of": root.id}))
+    if done.created:
+        await app.permissions.allowed(who, spec.name, batch=done.batch_id, of_batch=root.id,
+                                      count=len(made))
+    return ActedOnKept(done.batch_id, await app.queue.batch_jobs(done.batch_id),
+                       done.created, root.id, len(kept), spec.name)
 
 
 def _with_model(app: App, ask: Ask) -> Ask:

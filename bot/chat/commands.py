@@ -299,13 +299,16 @@ async def retry(turn: Turn, cmd: Command) -> None:
 
 def image_ref(raw: str, now: datetime) -> tuple[str, int | str]:
     """"3" -> row 3 (of the thread's batch); "j57", "job:57", "job57" -> job 57;
+    "b12", "batch:12", "批次12" -> batch 12's kept images (an action on each);
     "@message:TS" -> the image under the bot's message TS (what a reaction names)."""
     if raw.startswith("@message:") and len(raw) < 80:
         return "message", raw.removeprefix("@message:")
     low = raw.lower().lstrip("#")
-    for prefix in ("job:", "job", "j", "任务"):
-        if low.startswith(prefix) and low[len(prefix):].isdigit():
-            return "job", number("job")(low[len(prefix):], now)
+    for kind, prefixes in (("job", ("job:", "job", "j", "任务")),
+                           ("batch", ("batch:", "batch", "b", "批次"))):
+        for prefix in prefixes:
+            if low.startswith(prefix) and low[len(prefix):].isdigit():
+                return kind, number(kind)(low[len(prefix):], now)
     return "row", number("row")(low, now)
 
 
@@ -351,6 +354,8 @@ IN_BATCH = {"--batch": Option(number("batch"))}
 
 async def _image(turn: Turn, cmd: Command) -> Job:
     kind, n = cmd.args["image"]
+    if kind == "batch":
+        raise Invalid("image_ref_batch", batch=n, command=cmd.name)
     msg = turn.msg
     if kind == "message":
         about = await turn.app.message_about(msg.platform, msg.conversation, str(n))
@@ -368,6 +373,14 @@ async def _image(turn: Turn, cmd: Command) -> Job:
 
 
 async def _act(turn: Turn, cmd: Command, request: ActionRequest) -> None:
+    kind, n = cmd.args["image"]
+    if kind == "batch":  # every kept image of the batch
+        assert isinstance(n, int)
+        on = await turn.app.act_on_kept(turn.who, n, replace(request, lang=turn.lang))
+        label = action_label(request.action, turn.lang)
+        turn.say("acted_kept" if on.created else "acted_kept_already", action=label,
+                 count=on.kept, of_batch=on.of_batch, batch=on.batch_id)
+        return
     parent = await _image(turn, cmd)
     done = await turn.app.act(turn.who, parent.id, replace(request, lang=turn.lang))
     label = action_label(request.action, turn.lang)
@@ -392,7 +405,7 @@ TAKES: dict[str, tuple[str, Arg | None, tuple[str, Option] | None]] = {  # usage
 
 def _image_action(spec: ActionSpec) -> None:
     takes = [TAKES[name] for name in PARAMETERS if name in spec.takes]
-    usage = " ".join(["ROW|jJOB", *(u for u, arg, _ in takes if arg),
+    usage = " ".join(["ROW|jJOB|bBATCH", *(u for u, arg, _ in takes if arg),
                       *(u for u, arg, _ in takes if not arg and u), "[--batch BATCH]"])
     options = {**IN_BATCH, **dict(option for _, _, option in takes if option)}
 
@@ -406,6 +419,8 @@ def _image_action(spec: ActionSpec) -> None:
         if changes and instruction:
             raise Invalid("edit_both")
         if "values" in spec.takes and not words:  # what to change: the row's values
+            if cmd.args["image"][0] == "batch":
+                raise Invalid("edit_kept_usage", batch=cmd.args["image"][1])
             await _values_now(turn, cmd, spec)
             return
         await _act(turn, cmd, ActionRequest(

@@ -14,7 +14,7 @@ from msgspec import Meta, Struct
 
 from bot.app.application import App
 from bot.app.iterate import MAX_COUNT, RATINGS, ActionRequest
-from bot.app.permissions import Action, needs
+from bot.app.permissions import Action, Who, needs
 from bot.app.results import XLSX, write_picks
 from bot.web.batches import BATCH_ID, IDEMPOTENCY_KEY
 from bot.web.callers import Callers
@@ -73,6 +73,16 @@ class Acted(Struct):
     action: ActionName
     parent: int  # the job whose image it was made from
     jobs: list[Job]
+
+
+class ActedOnKept(Struct):
+    """What an action on a batch's kept images queued: one new batch in its thread."""
+    batch: int
+    created: bool
+    action: ActionName
+    of_batch: int  # whose kept images (and those of all made from its images) it used
+    kept: int  # how many images it was made from
+    jobs: list[Job]  # each linked to its image (parent_job_id)
 
 
 class Lineage(Struct):
@@ -145,6 +155,16 @@ class IterateRoutes:
                   params=(JOB_ID, Param("Idempotency-Key", "header", IDEMPOTENCY_KEY,
                                         "the same key again returns the first batch")),
                   body={"application/json": ActionBody}),
+            Route("POST", "/batches/{id}/kept/actions", self.act_on_kept,
+                  "The action on every kept image of a batch (edit them all by one sentence): "
+                  "a new batch, each job linked to its image",
+                  {201: Answer("queued", ActedOnKept),
+                   200: Answer("asked before (the same Idempotency-Key, or the same ask a "
+                               "moment ago): that batch", ActedOnKept)},
+                  errors=(400, 404, 409, 413, 422, 429),
+                  params=(BATCH_ID, Param("Idempotency-Key", "header", IDEMPOTENCY_KEY,
+                                          "the same key again returns the first batch")),
+                  body={"application/json": ActionBody}),
             Route("PUT", "/jobs/{id}/rating", self.rate,
                   "Keep or reject a finished image, or take its rating back",
                   {200: Answer("the job as rated", Job)}, errors=(400, 404, 409, 413, 422),
@@ -170,8 +190,9 @@ class IterateRoutes:
                   params=(BATCH_ID,))]
 
     # --- changing: each a call to the application layer --------------------------------
-    async def act(self, request: web.Request) -> web.Response:
-        """Idempotency-Key makes a retry safe: the same key again answers the first batch."""
+    async def _asked(self, request: web.Request, on: str) -> tuple[Who, ActionRequest]:
+        """Who asks, and the ask: the body, the Idempotency-Key (a retry with the same key
+        answers the first batch), `on` what it names (job:N, kept:N)."""
         who = await self.callers.who(request)
         key = request.headers.get("Idempotency-Key")
         try:
@@ -182,15 +203,25 @@ class IterateRoutes:
         except ApiError:
             await self.app.permit(who, FIRST_TO_ACT)  # who may not act hears that first
             raise
-        job_id = in_path(request, "id")
-        acted = await self.app.act(who, job_id, ActionRequest(
+        return who, ActionRequest(
             body.action, count=body.count, values=body.values, factor=body.factor,
             strength=body.strength, instruction=body.instruction, model=body.model,
             wait_for_executor=body.wait_for_executor,
-            key=f"api:{who.user}:job:{job_id}:{key}" if key else None))
+            key=f"api:{who.user}:{on}:{in_path(request, 'id')}:{key}" if key else None)
+
+    async def act(self, request: web.Request) -> web.Response:
+        who, asked = await self._asked(request, "job")
+        acted = await self.app.act(who, in_path(request, "id"), asked)
         return respond(Acted(acted.batch_id, acted.created, acted.action, acted.parent.id,
                              [Job.of(j, self.templates) for j in acted.jobs]),
                        status=201 if acted.created else 200)
+
+    async def act_on_kept(self, request: web.Request) -> web.Response:
+        who, asked = await self._asked(request, "kept")
+        on = await self.app.act_on_kept(who, in_path(request, "id"), asked)
+        return respond(ActedOnKept(on.batch_id, on.created, on.action, on.of_batch, on.kept,
+                                   [Job.of(j, self.templates) for j in on.jobs]),
+                       status=201 if on.created else 200)
 
     async def rate(self, request: web.Request) -> web.Response:
         who = await self.callers.who(request)
