@@ -299,6 +299,7 @@ CATALOG: dict[str, str] = catalog(
     N_("col_job", "job"),
     N_("col_parent", "made from job"),
     N_("col_action", "action"),
+    N_("col_instruction", "instruction"),
     N_("col_rating", "rating"),
     N_("col_model", "model"),
     N_("col_version", "template version"),

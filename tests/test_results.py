@@ -61,6 +61,23 @@ def test_a_picture_is_shown_as_the_sheet_named_it_not_as_stored():
     assert [c.value for c in sheet[2]][1:3] == ["assets/bottle.png", "A"]
 
 
+def test_an_image_changed_by_a_sentence_says_the_sentence():
+    """An instruction edit's row carries its action and the sentence (an "instruction"
+    column, there only when some image was changed by one, as a text cell)."""
+    plain = job(2, {"title": "A"})
+    told = replace(job(2, {"title": "A"}), id=9, parent_job_id=2, action="edit")
+    told.workflow["nodes"] = [
+        {"id": "edit", "op": "edit",
+         "inputs": {"image": "x.png", "instruction": "=把背景换成海滩"}},
+        {"id": "save", "op": "save", "inputs": {}}]
+    sheet = load_workbook(io.BytesIO(results_xlsx([plain, told], ["title"], "zh"))).active
+    head = [c.value for c in sheet[1]]
+    assert head[6:10] == ["来源任务", "操作", "修改指令", "评价"]
+    assert [c.value for c in sheet[3]][6:9] == [2, "edit", "=把背景换成海滩"]  # text, not a formula
+    assert "修改指令" not in [c.value for c in load_workbook(io.BytesIO(
+        results_xlsx([plain], ["title"], "zh"))).active[1]]
+
+
 def test_a_batch_summary_survives_outputs_that_are_no_images(tmp_path):
     """A video, an HTML page, a PNG cut short, a file gone, a stored name outside the
     store: the results sheet and the contact sheet are still written, each odd output a

@@ -105,11 +105,13 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
     from openpyxl import Workbook
     book = Workbook()
     swept = any(j.workflow.get("axes") for j in jobs)  # a sweep: each image's axis values
+    told = any(_instruction(j) for j in jobs)  # an image changed by a sentence
     sheet = book.active
     sheet.title = "results"
     sheet.append([say("col_row", lang), *names, say("col_status", lang),
                   say("col_output", lang), say("col_error", lang), say("col_job", lang),
-                  say("col_parent", lang), say("col_action", lang), say("col_rating", lang),
+                  say("col_parent", lang), say("col_action", lang),
+                  *([say("col_instruction", lang)] if told else []), say("col_rating", lang),
                   say("col_model", lang), say("col_version", lang),
                   *([say("col_swept", lang)] if swept else [])])
     for job in jobs:
@@ -118,13 +120,23 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
             job.rating or 0, "")
         sheet.append([writable(_cell(v)) for v in (
             job.row, *[values.get(n) for n in names], str(job.status), ", ".join(job.outputs),
-            job.error or "", job.id, job.parent_job_id, job.action or "", rating,
+            job.error or "", job.id, job.parent_job_id, job.action or "",
+            *([_instruction(job)] if told else []), rating,
             job.affinity or "", _version(job.workflow),
             *([swept_label(job.workflow.get("axes") or {}, order)] if swept else []))])
     text_cells(sheet)
     buf = io.BytesIO()
     book.save(buf)
     return buf.getvalue()
+
+
+def _instruction(job: Job) -> str:
+    """The sentence an action changed its parent's image by (a row's own instruction, a
+    column of the template's, is among its values)."""
+    if not job.action:
+        return ""
+    return next((str(s["inputs"]["instruction"]) for s in job.workflow.get("nodes") or ()
+                 if "instruction" in s.get("inputs", {})), "")
 
 
 def _version(workflow: dict[str, Any]) -> str:
