@@ -188,6 +188,9 @@ async def test_each_endpoint_hears_the_events_it_asked_for_once_signed_and_typed
             (failed,) = every.events("job.failed")
             assert failed["data"]["error"] == "CUDA out of memory"
             assert failed["data"]["values"]["sku"] == "A2"
+            (made,) = every.events("job.succeeded")  # a sheet's row: made by no action
+            assert (made["data"]["action"], made["data"]["parent_job"],
+                    made["data"]["instruction"]) == (None, None, None)
             assert done["timestamp"].endswith("Z")
             assert every.bad_signatures == 0 and every.duplicates == 0
             for body in every.events():  # each strictly its documented record
@@ -197,6 +200,20 @@ async def test_each_endpoint_hears_the_events_it_asked_for_once_signed_and_typed
             await hooks.outbox.advance("webhooks", 0)
             await hooks.pump()
             assert len(every.attempts) == 4 and len(finished.attempts) == 1
+
+            # An image changed by a sentence: its job.succeeded says the action, the image
+            # it was made from and the sentence.
+            from bot.app.iterate import ActionRequest
+            edited = await app.act(ALICE, made["data"]["job"], ActionRequest(
+                "edit", instruction="把背景换成海滩", wait_for_executor=True))
+            await run_batch(app)
+            await hooks.pump()
+            (child,) = [b for b in every.events("job.succeeded")
+                        if b["data"]["batch"] == edited.batch_id]
+            assert (child["data"]["action"], child["data"]["parent_job"],
+                    child["data"]["instruction"]) == ("edit", made["data"]["job"],
+                                                      "把背景换成海滩")
+            msgspec.convert(child, EVENTS["job.succeeded"])
     finally:
         await every.stop()
         await finished.stop()

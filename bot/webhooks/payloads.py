@@ -84,6 +84,13 @@ class JobEnded(Struct):
     error: str | None
     seconds: float | None
     values: Annotated[dict[str, Any], Meta(description="its row's values, by column")]
+    action: Annotated[str | None, Meta(description=(
+        "the image action that made it from another job's image (again, vary, upscale, "
+        "edit …); null for a sheet's row"))] = None
+    parent_job: Annotated[int | None, Meta(description="the job whose image it was made "
+                                                       "from; null for a sheet's row")] = None
+    instruction: Annotated[str | None, Meta(description=(
+        "the sentence an edit changed that image by; null otherwise"))] = None
 
 
 class Test(Struct):
@@ -198,4 +205,5 @@ def job_ended(batch: Batch, job: Job, links: Links) -> JobEnded:
     status: Outcome = Status.SUCCEEDED.value if job.status == Status.SUCCEEDED \
         else Status.FAILED.value
     return JobEnded(job.id, batch.id, job.row, batch.template, status, links.outputs(job),
-                    job.error, seconds, dict(job.values))
+                    job.error, seconds, dict(job.values), job.action, job.parent_job_id,
+                    batch.meta.get("instruction") if job.action else None)
