@@ -773,6 +773,7 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_rejected", "rejected"),
     N_("dash_lineage", "Lineage"),
     N_("dash_made_from", "{action} of #{id}"),
+    N_("dash_instruction", "Change it in a sentence…"),
     N_("dash_ancestors", "Made from"),
     N_("dash_children", "Made from it"),
     N_("dash_none", "none"),

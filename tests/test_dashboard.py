@@ -11,6 +11,7 @@ import time
 import pytest
 
 from storage.queue import NewJob, Submission
+from templates.jobs import decode
 from tests.conftest import ROOT, executor_config
 from tests.fakes.browser import launched
 from tests.fakes.chat import ServiceWorld
@@ -318,6 +319,19 @@ async def test_keep_again_and_the_lineage_of_an_image_from_its_batch_page(tmp_pa
         await page.wait_for_selector('figure[data-job="2"] .ancestors a[data-lineage-job="1"]')
         assert "kept" in await page.text_content('figure[data-job="2"] .ancestors')
         assert (await w.queue.job(2)).parent_job_id == 1
+
+        # The image itself changed by a sentence: a box under it (the edit model's), not
+        # for a viewer.
+        assert await viewer.locator("form[data-instruct]").count() == 0
+        await page.goto(f"{w.url}/dashboard/#/batches/1")
+        box = '#thumbs figure[data-job="1"] form[data-instruct="1"]'
+        await page.fill(f"{box} input", "把背景换成海滩")
+        await page.screenshot(path=str(tmp_path / "instruction.png"))
+        await page.click(f"{box} button")
+        await page.wait_for_function("() => location.hash === '#/batches/3'")
+        (told,) = await w.queue.batch_jobs(3)
+        assert told.parent_job_id == 1 and told.action == "edit"
+        assert decode(told.workflow).nodes[0].inputs["instruction"] == "把背景换成海滩"
 
         # An A/B batch: its page tallies the rows each version won by keeps.
         await second_version(w.app, "product_main", "control_scale", 0.5)

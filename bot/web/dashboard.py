@@ -37,7 +37,7 @@ SIGN_IN_TRIES = 10  # wrong tokens per address per minute before wrong ones are 
 SLOW_DOWN = 1.0  # seconds a wrong token waits for its answer past that
 
 
-class Me(Caller):
+class Me(Caller, kw_only=True):
     """Who is signed in (their role, what they may do, their priorities), and the CSRF
     token the page sends."""
     csrf: str

@@ -13,19 +13,22 @@ from bot.web.http import respond
 from bot.web.routes import Answer, Label, Route
 
 
-class Caller(Struct):
+class Caller(Struct, kw_only=True):
     """Who asks, as the API and the dashboard see them."""
     user: str
     role: str
     may: list[str]  # the actions their role allows (the dashboard shows their buttons)
     priorities: list[Label]  # those they may submit with, the most urgent first
     max_priority: Label | None  # the most urgent of those; null: they may not submit
+    edit_model: str | None = None  # what an image is changed by a sentence with; null: none
 
 
 async def caller(app: App, who: Who) -> Caller:
     role, priorities = await app.priorities(who)
-    return Caller(who.id, role.value, allowed_actions(role), [p.label for p in priorities],
-                  priorities[0].label if priorities else None)
+    return Caller(user=who.id, role=role.value, may=allowed_actions(role),
+                  priorities=[p.label for p in priorities],
+                  max_priority=priorities[0].label if priorities else None,
+                  edit_model=app.edit_model())
 
 
 class MeRoutes:

@@ -451,9 +451,28 @@ async function batchPage(main, id, params) {
         onclick: () => rate(j, keep ? null : "keep")}, t(keep ? "unkeep" : "keep")) : null,
       ...(finished ? j.actions : []).filter((a) => oneClick(a) && mayTouch(a, j.submitter)).map((a) =>
         h("button", {class: "small", "data-act": a, onclick: (e) => act(j, a, e.currentTarget)}, verb(a))),
+      finished ? instructionBox(j) : null,
       j.parent_job_id || finished ? h("button", {class: "link small", "data-lineage": j.id,
         text: j.parent_job_id ? t("made_from", {action: verb(j.action), id: j.parent_job_id}) : t("lineage"),
         onclick: () => showLineage(j, lineage)}) : null);
+  }
+  function instructionBox(j) {  // the image itself changed by a sentence, on the edit model
+    const takes = vocabulary.actions.filter((a) => a.takes.includes("instruction"));
+    const action = takes.map((a) => a.name).find((a) => mayTouch(a, j.submitter));
+    if (!me.edit_model || !action) return null;
+    const input = h("input", {type: "text", name: "instruction", maxlength: 2000,
+      placeholder: t("instruction"), "aria-label": t("instruction")});
+    return h("form", {class: "instruction", "data-instruct": j.id, onsubmit: async (e) => {
+      e.preventDefault();
+      if (!input.value.trim()) return;
+      const button = e.currentTarget.querySelector("button");
+      button.disabled = true;
+      const r = await call("POST", `${API}/jobs/${j.id}/actions`, {action, instruction: input.value});
+      button.disabled = false;
+      if (!r.ok) return failure(r);
+      toast(t("acted", {id: r.data.batch, count: r.data.jobs.length}), "ok");
+      location.hash = `#/batches/${r.data.batch}`;
+    }}, input, h("button", {class: "small", type: "submit"}, verb(action)));
   }
   async function rate(j, rating) {
     const r = await call("PUT", `${API}/jobs/${j.id}/rating`, {rating});
