@@ -444,6 +444,8 @@ CATALOG: dict[str, str] = catalog(
     N_("edit_value", "{key}: {problem}"),
     N_("edit_usage", "Row {row} (job {job}) has: {values}\nChange any with {command} {job_ref} "
                      "KEY=VALUE …, e.g. {command} {job_ref} {example}"),
+    N_("edit_usage_sentence", "Or change the image itself in a sentence: {command} {job_ref} "
+                              "把背景换成海滩"),
     N_("edit_form_title", "Edit row {row}"),
     N_("edit_form_submit", "Run"),
     N_("edit_form_instruction", "Change the image itself, in a sentence (or change the "

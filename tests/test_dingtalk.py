@@ -425,7 +425,8 @@ async def test_actions_typed_in_the_conversation_name_rows_as_captioned(tmp_path
         assert edited.startswith("✏️ 修改：第 2 行（任务 1）的 1 张新图已排队（批次 2）")
         shows = await answer("/修改 3")  # no values: what the row has, and how to change it
         assert shows.startswith("第 3 行（任务 2）的值：image=") and "inputs/" not in shows
-        assert shows.endswith('例如 /edit j2 title="Autumn collection"')
+        assert shows.endswith('例如 /edit j2 title="Autumn collection"\n'
+                              "或用一句话修改图片本身：/edit j2 把背景换成海滩")
         assert (await answer("/保留 3")) == "⭐ 已保留第 3 行（任务 2）。"
         assert (await answer(row2["⭐ 保留"])) == "⭐ 已保留第 2 行（任务 1）。"  # a tap
         assert (await w.queue.job(2)).kept

@@ -444,6 +444,8 @@ async def _values_now(turn: Turn, cmd: Command, spec: ActionSpec) -> None:
     turn.say("edit_usage", row=parent.row, job=parent.id, job_ref=f"j{parent.id}",
              values=", ".join(f"{k}={v}" for k, v in values.items()) or "-",
              example=example, command=f"/{spec.name}")
+    if "instruction" in spec.takes and turn.app.edit_model() is not None:
+        turn.add("edit_usage_sentence", command=f"/{spec.name}", job_ref=f"j{parent.id}")
 
 
 async def _edit_form(turn: Turn, parent: Job, spec: ActionSpec) -> bool:
