@@ -135,6 +135,12 @@ class FileStore:
         return relative
 
     @staticmethod
+    def mask_of(relative: str) -> str:
+        """Where an input picture's transparency is kept beside it (white where opaque):
+        the picture itself is stored opaque, so every reader sees what it always saw."""
+        return relative.removesuffix(".png") + ".mask.png"
+
+    @staticmethod
     def input_name(data: bytes, suffix: str = ".png") -> str:
         """Where put_input keeps `data`."""
         return f"inputs/{hashlib.sha256(data).hexdigest()}{suffix}"

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from storage.files import name_in_batch
-from templates.binding import bind, safe_output_name
+from templates.binding import bind, kept, safe_output_name
 from templates.jobs import BoundJob, ComfyJob, DiffusersJob, Step
 from templates.params import Param, Problem, coerce, draw_seed
 from templates.signatures import OPS
@@ -234,12 +234,16 @@ def upscale(t: Template, parent: BoundJob, image: str, factor: float = 2.0) -> D
 def _beside(t: Template, parent: BoundJob, image: str, tag: str, steps: list[Step],
             made: str) -> DiffusersJob:
     """A job of `steps` on the parent's image whose output `made` is saved beside it, its
-    name the image's with "_tag" ("A1/2.png" -> "A1/2_x2.png"), in the image's format."""
+    name the image's with "_tag" ("A1/2.png" -> "A1/2_x2.png"), in the image's format (a
+    template that keeps its product puts it back first)."""
     name = PurePosixPath(name_in_batch(image))
     suffix = name.suffix[1:].lower()
     fmt = suffix if suffix in ("png", "jpg", "jpeg", "webp") else "png"
     fmt = "jpg" if fmt == "jpeg" else fmt
     out = safe_output_name(str(name.with_name(f"{name.stem}_{tag}")), fmt)
+    if t.keep is not None:  # the product put back over what the action made, too
+        steps = [*steps, kept(t.keep, parent.params, {"@": made}, "save")]
+        made = f"{steps[-1].id}.image"
     return DiffusersJob(
         template=t.name, row=parent.row, params=dict(parent.params), named=dict(parent.named),
         version=parent.version, revision=parent.revision,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from templates import comfy
 from templates.expressions import NodeRef, ParamRef, Text
+from templates.graph import Keep
 from templates.jobs import BoundJob, ComfyJob, DiffusersJob, Step, Upload
 from templates.params import Problem, draw_seed, normalize_header
 from templates.signatures import OPS, REQUIRED
@@ -111,6 +112,15 @@ def _text_variables(t: Template, values: dict[str, Any], *, row: int,
             "row": str(row), "template": t.name}
 
 
+def kept(keep: Keep, values: dict[str, Any], image: Any, before: str) -> Step:
+    """The step that puts the product photo back over `image` before the save `before`
+    (a template's `keep`): what it writes is the product exactly as photographed."""
+    return Step(f"keep_{before}", "keep_product", {
+        "image": image, "product": values.get(keep.picture),
+        "mask": values.get(keep.mask) if keep.mask else None, "blend": keep.blend,
+        "shadow": keep.shadow})
+
+
 def _steps(t: Template, values: dict[str, Any],
            variables: dict[str, str]) -> tuple[list[Step], dict[str, str]]:
     """The template's nodes in running order with their inputs resolved, and the file each
@@ -123,6 +133,9 @@ def _steps(t: Template, values: dict[str, Any],
         if node.op == "save":
             pattern = inputs.get("name") or t.output.render(variables)
             inputs["name"] = outputs[nid] = safe_output_name(pattern, inputs["format"])
+        if node.op == "save" and t.keep is not None:
+            nodes.append(kept(t.keep, values, inputs["image"], nid))
+            inputs["image"] = {"@": f"{nodes[-1].id}.image"}
         nodes.append(Step(nid, node.op, inputs))
     if len(set(outputs.values())) != len(outputs):
         raise Problem("output_same_in_row", name=", ".join(outputs.values()))

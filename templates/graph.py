@@ -22,6 +22,18 @@ class Node:
 
 
 @dataclass(frozen=True)
+class Keep:
+    """A product kept exactly as photographed: its picture's pixels put back over every
+    image the template (or an action on its images) makes, inside the product's mask (the
+    picture's transparency, or a mask column), the edge blended `blend` px inward, an
+    optional soft contact shadow under it."""
+    picture: str  # the image parameter holding the product photo
+    mask: str | None = None  # an image parameter whose white is the product; None: the alpha
+    blend: int = 2  # px of edge blended inward; the mask's interior beyond it is exact
+    shadow: float = 0.0  # 0 none … 1 darkest: a soft shadow just below the product
+
+
+@dataclass(frozen=True)
 class Template:
     name: str
     description: str
@@ -34,6 +46,7 @@ class Template:
     comfy: ComfyGraph | None = None
     vary_strength: float | None = None  # img2img strength of a "vary"; None: the default
     vary_image: str | None = None  # ComfyUI: the image parameter a "vary" feeds; None: the first
+    keep: Keep | None = None  # a product photo put back exactly over what it makes
     version: str = ""  # the hash of its file(s) when loaded (templates.loader.version_of)
     number: int = 0  # its version's number (storage.versions); 0 until recorded
     source: Any = field(default=None, compare=False, repr=False)  # the file's JSON, as read

@@ -29,7 +29,7 @@ from templates.expressions import (
     parse_text,
     walk,
 )
-from templates.graph import Node, Template
+from templates.graph import Keep, Node, Template
 from templates.jsonfile import JsonFileError, read_json
 from templates.params import (
     SEED_MAX,
@@ -47,7 +47,7 @@ from templates.signatures import OPS, SAMPLERS, Input
 DEFAULT_OUTPUT = "{row}.png"
 TEMPLATE_MAX_BYTES = 4 * 2**20  # a template is kilobytes, even with long lists of choices
 WORKFLOW_SUFFIX = ".workflow.json"  # a ComfyUI workflow kept beside its template
-TEMPLATE_KEYS = ("name", "description", "params", "nodes", "output", "vary_strength")
+TEMPLATE_KEYS = ("name", "description", "params", "nodes", "output", "vary_strength", "keep")
 PARAM_KEYS = ("type", "required", "default", "min", "max", "choices", "aliases", "help",
               "example")
 # Which parameter types may feed which input types, by "$name".
@@ -282,7 +282,32 @@ class _Loader:
         order = self.order(nodes)
         self.check_images_saved(nodes)
         return Template(name, description, self.file, params, nodes, order, output,
-                        vary_strength=self.vary_strength(data))
+                        vary_strength=self.vary_strength(data), keep=self.keep(data, params))
+
+    def keep(self, data: dict[str, Any], params: dict[str, Param]) -> Keep | None:
+        """The product kept intact: "keep": "product_image", or {"picture": …, "mask": …,
+        "blend": px, "shadow": 0-1}; each picture named an image parameter."""
+        value = data.get("keep")
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = {"picture": value}
+        if not isinstance(value, dict) or set(value) - {"picture", "mask", "blend", "shadow"}:
+            self.fail("keep", 'expected an image parameter\'s name, or {"picture": …, '
+                      '"mask": …, "blend": 2, "shadow": 0.3}')
+        for key in ("picture", "mask"):
+            name = value.get(key)
+            if (key == "picture" or name is not None) and \
+                    getattr(params.get(str(name)), "type", None) != "image":
+                self.fail(f"keep.{key}", f"expected an image parameter of this template, "
+                          f"not {name!r}")
+        blend, shadow = value.get("blend", 2), value.get("shadow", 0.0)
+        if isinstance(blend, bool) or not isinstance(blend, int) or not 0 <= blend <= 16:
+            self.fail("keep.blend", "expected a whole number of pixels, 0 to 16")
+        if isinstance(shadow, bool) or not isinstance(shadow, (int, float)) or \
+                not 0 <= shadow <= 1:
+            self.fail("keep.shadow", "expected a number from 0 (none) to 1")
+        return Keep(value["picture"], value.get("mask"), blend, float(shadow))
 
     def vary_strength(self, data: dict[str, Any]) -> float | None:
         """How much a "vary" of this template's images changes them (img2img strength)."""

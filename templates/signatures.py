@@ -148,6 +148,17 @@ OPS: dict[str, Signature] = {s.name: s for s in [
          position=Input("text", "bottom_right", choices=POSITIONS),
          opacity=Input("float", 0.35, min=0, max=1),
          avoid=Input("text", None, optional=True)),
+    _sig("keep_product", "Put the product photo back over the image, exactly as "
+         "photographed inside its mask (the photo's transparency, or a mask picture), the "
+         "edge blended inward, an optional soft shadow under it: a template's \"keep\" adds "
+         "it before every save.", _IMAGE_OUT, (Same(),),
+         image=Input("image"),
+         product=Input("image", help="the product photo, stretched to the image as the "
+                       "generation's control image was"),
+         mask=Input("image", None, optional=True, help="white where the product is; None: "
+                    "the photo's own transparency (none: the image is left as made)"),
+         blend=Input("int", 2, min=0, max=16, help="px of edge blended inward"),
+         shadow=Input("float", 0.0, min=0, max=1, help="a soft contact shadow, 0 none")),
     _sig("save", "Write the image into the batch's output folder, with metadata to "
          "reproduce it.", {}, (Same(),),
          image=Input("image"),

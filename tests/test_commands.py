@@ -168,7 +168,7 @@ def test_help_lists_every_command_in_both_languages():
 def test_each_command_is_declared_once_with_its_role_and_handler():
     """One registry: the grammar, the permission and the dispatch read the same entry."""
     assert set(SPECS) == {a.value for a in Action} | set(ACTIONS)  # image actions: specs
-    assert SPECS["vary"].line == "/vary ROW|jJOB [N] [--strength 0.35] [--batch BATCH]"
+    assert SPECS["vary"].line == "/vary ROW|jJOB|bBATCH [N] [--strength 0.35] [--batch BATCH]"
     assert COMMANDS.names["放大"] == "upscale" and SPECS["again"].role is Role.SUBMITTER
     assert COMMANDS.names["生成"] == "gen" and COMMANDS.names["暂停"] == "pause"
     assert SPECS["pause"].role is Role.ADMIN and SPECS["gen"].role is Role.SUBMITTER

@@ -414,7 +414,9 @@ async def test_image_cells_resolve_to_stored_rgb_pngs(tmp_path, template, settin
     assert result.ok, result.report()
     paths = {job.workflow["params"]["ref"] for job in result.jobs}
     assert len(paths) == 2 and all(p.startswith("inputs/") and p.endswith(".png") for p in paths)
-    assert len(list((tmp_path / "store" / "inputs").iterdir())) == 2  # stored once each
+    stored = sorted(p.name for p in (tmp_path / "store" / "inputs").iterdir())
+    assert len(stored) == 3  # stored once each, and the transparent logo's mask beside it
+    assert sum(name.endswith(".mask.png") for name in stored) == 1
     logo = Image.open(store.path(result.jobs[-1].workflow["params"]["ref"]))
     assert logo.mode == "RGB" and logo.getpixel((0, 0)) == (255, 255, 255)  # transparent -> white
     assert result.jobs[0].workflow["nodes"][0]["inputs"]["init_image"] == \

@@ -36,7 +36,7 @@ i18n.use(config)  # (as genbot does when it reads its config)
 
 # chat: the command, its alias, its help in both languages; its button's label
 spec = COMMANDS.specs["mirror"]
-assert spec.line == "/mirror ROW|jJOB [--batch BATCH]", spec.line
+assert spec.line == "/mirror ROW|jJOB|bBATCH [--batch BATCH]", spec.line
 assert COMMANDS.names["镜像"] == "mirror"
 assert "/mirror" in COMMANDS.help(lang="en") and "左右翻转图片" in COMMANDS.help(lang="zh")
 assert action_label("mirror", "zh") == "🪞 镜像"

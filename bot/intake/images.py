@@ -6,7 +6,9 @@ only, bot.intake.example_mark), or an http(s) link on the
 allow-list — nothing else: no file://, no absolute paths, no "..", and no downloads from
 private or loopback addresses unless configured. Every image is size-checked before it
 is decoded (decompression bombs), turned upright (EXIF), put on white where it is
-transparent, converted to RGB and stored once under its content hash.
+transparent, converted to RGB and stored once under its content hash; a transparent
+picture's alpha is stored beside it as a mask (a template's `keep` puts the product back
+by it).
 """
 
 from __future__ import annotations
@@ -146,8 +148,11 @@ class ImageResolver:
                                   assets=assets)
                 raise Problem("image_not_found", ref=ref, assets=assets)
         self._check_size(ref, len(data))
-        png = await workers.run(self.settings, self._normalise, ref, data)
-        return await workers.run(self.settings, self.store.put_input, png)
+        png, mask = await workers.run(self.settings, self._normalise, ref, data)
+        stored = await workers.run(self.settings, self.store.put_input, png)
+        if mask is not None and not self.store.path(self.store.mask_of(stored)).exists():
+            await workers.run(self.settings, self.store.write, self.store.mask_of(stored), mask)
+        return stored
 
     def _check_size(self, ref: str, size: int) -> None:
         limit = self.settings.max_image_mb * 2**20
@@ -155,8 +160,11 @@ class ImageResolver:
             raise Problem("image_too_big", ref=ref, size_mb=size / 2**20,
                           max_mb=self.settings.max_image_mb)
 
-    def _normalise(self, ref: str, data: bytes) -> bytes:
+    def _normalise(self, ref: str, data: bytes) -> tuple[bytes, bytes | None]:
+        """The picture as an opaque, upright RGB PNG, and its transparency as a mask PNG
+        (white where opaque) where it had any."""
         from PIL import Image, ImageOps, UnidentifiedImageError
+        mask = None
         try:
             image: Image.Image = Image.open(io.BytesIO(data))
             width, height = image.size
@@ -164,23 +172,26 @@ class ImageResolver:
                 raise Problem("image_too_many_pixels", ref=ref, width=width, height=height,
                               max=self.settings.max_image_pixels)
             if self.store.has_input(data):  # these very bytes: checked and normal already
-                return data
+                return data, None
             if _already_normal(image):  # kept as sent: normalising would not change it
                 image.load()  # every pixel decoded: a damaged file is refused here
-                return data
+                return data, None
             image = ImageOps.exif_transpose(image)
             if image.mode in ("RGBA", "LA", "PA") \
                     or (image.mode == "P" and "transparency" in image.info):
                 rgba = image.convert("RGBA")
                 image = Image.new("RGB", rgba.size, "white")
                 image.paste(rgba, mask=rgba.getchannel("A"))
+                alpha = io.BytesIO()
+                rgba.getchannel("A").save(alpha, format="PNG", compress_level=1)
+                mask = alpha.getvalue()
             else:
                 image = image.convert("RGB")
         except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
             raise Problem("not_an_image", ref=ref) from None
         out = io.BytesIO()
         image.save(out, format="PNG", compress_level=1)  # fast: a working copy, not an archive
-        return out.getvalue()
+        return out.getvalue(), mask
 
     def _check_host(self, host: str) -> None:
         """The allow-list, and an IP literal's address (aiohttp connects to a literal without

@@ -25,6 +25,58 @@ from templates.signatures import OPS
 from templates.text import Align, Block, FontAt, lay_out
 from templates.text import draw as draw_block
 
+# --- the product kept intact -------------------------------------------------------------
+
+@op()
+def keep_product(ctx: Context, image: ImageInput, product: ImageInput | None,
+                 mask: ImageInput | None = None, blend: int = 2,
+                 shadow: float = 0.0) -> Image.Image:
+    """The photo's pixels over the image wherever the product is, unchanged: inside the
+    mask (eroded by `blend` px) each pixel is the photo's own, stretched to the image's
+    size as the generation's control image was (at the photo's size: byte for byte the
+    photo). The `blend` px inside the mask's edge fade into the scene; `shadow` darkens a
+    soft band just below the product. No mask and no transparency: the image as made."""
+    from PIL import ImageChops, ImageFilter
+    made = ctx.image(image)
+    if product is None:
+        return made
+    photo = ctx.image(product)
+    alpha = _mask(ctx, product, mask)
+    if alpha is None:
+        return made
+    size = made.size
+    if photo.size != size:
+        photo = photo.resize(size, Image.Resampling.LANCZOS)
+    if alpha.size != size:
+        alpha = alpha.resize(size, Image.Resampling.LANCZOS)
+    hard = alpha.point(lambda v: 255 if v >= 128 else 0)  # the product, inside and out
+    if shadow > 0:  # a soft shadow falling just below it, onto the scene
+        radius = max(2, round(min(size) / 40))
+        under = ImageChops.offset(hard, 0, radius).filter(ImageFilter.GaussianBlur(radius))
+        dark = under.point(lambda v: round(v * shadow))
+        made = Image.composite(Image.new("RGB", size, "black"), made, dark)
+    weight = hard
+    if blend > 0:  # fade the edge inward: the mask's interior past `blend` px stays exact
+        core = hard.filter(ImageFilter.MinFilter(2 * blend + 1))
+        soft = core.filter(ImageFilter.GaussianBlur(blend / 2))
+        weight = ImageChops.lighter(ImageChops.darker(soft, hard), core)
+    return Image.composite(photo, made, weight)
+
+
+def _mask(ctx: Context, product: ImageInput, mask: ImageInput | None) -> Image.Image | None:
+    """Where the product is (white): the mask picture, else the photo's transparency kept
+    beside it when the sheet's picture was stored (storage.files.FileStore.mask_of)."""
+    if mask is not None:
+        return ctx.image(mask).convert("L")
+    if not isinstance(product, str):
+        return None
+    beside = ctx.store.mask_of(product)
+    if not ctx.store.path(beside).exists():
+        return None
+    with Image.open(ctx.store.path(beside)) as im:
+        return im.convert("L")
+
+
 # --- geometry ---------------------------------------------------------------------------
 
 def _ratio(aspect: str) -> float:
