@@ -38,6 +38,7 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     # in any log and no job stranded
     "outage_bench.py": (["--quick"], "every job succeeded exactly once: yes"),
     "loader_bench.py": (["--smoke"], "load genbot GGUF:"),
+    "keep_bench.py": (["--smoke"], "keep cost: per megapixel"),
     # the GPU script for the newer families, on the demo models and the CPU
     "gpu_families.py": (["--tiny", "--families", "flux,qwen_image,zimage,sd3"],
                         "sd3: load"),
