@@ -455,6 +455,10 @@ async def test_genbot_job_again_keep_and_lineage_talk_to_the_api(tmp_path, demo_
                                       "--model", "flux_kontext")
         assert (code, out) == (0, f"batch 4: edit of job {parent} -> job 16\n"), err
         assert (await genbot("edit", str(parent)))[0] == 2  # neither changes nor a sentence
+        await w.app.rate(Who("api", "alice", "api"), parent, "keep")
+        code, out, err = await genbot("upscale", "b1")  # every kept image of batch 1
+        assert (code, out) == (0, "batch 5: upscale of the 1 kept image of batch 1 -> "
+                                  "job 17\n"), err
 
 
 # --- webhooks ----------------------------------------------------------------------------

@@ -62,7 +62,9 @@ async def test_again_vary_upscale_and_edit_queue_children_linked_to_their_image(
     up = await app.act(ALICE, second.id, ask("upscale", factor=4))
     (job,) = up.jobs
     steps = decode(job.workflow).nodes
-    assert [s.op for s in steps] == ["upscale", "save"] and job.affinity is None
+    # (product_main keeps its product: the photo is put back over the enlarged image)
+    assert [s.op for s in steps] == ["upscale", "keep_product", "save"]
+    assert job.affinity is None and steps[1].inputs["product"] == second.values["product_image"]
     assert steps[0].inputs == {"image": second.outputs[0], "scale": 4.0, "model": None}
 
     edit = await app.act(ALICE, second.id, ask("edit", values={"提示词": "a red jar",
@@ -249,12 +251,13 @@ async def test_vary_runs_image_to_image_from_the_parent_file_and_upscale_doubles
         assert sizes[1] == (sizes[0][0] * 2, sizes[0][1] * 2)
         assert big.outputs[0] == f"outputs/batch_{up.batch_id}/A1/2_x2.png"  # {sku}/{row}
         # an instruction: the parent's image itself, changed on the edit model (Kontext)
+        before = len(read)
         edited = await app.act(ALICE, parent.id, ActionRequest(
             "edit", instruction="把背景换成海滩"))
         (changed,) = await ended(edited.batch_id)
         assert changed.status == Status.SUCCEEDED, changed.error
         assert changed.outputs[0] == f"outputs/batch_{edited.batch_id}/A1/2_edit.png"
-        assert parent.outputs[0] in read[-2:]  # the parent's file went to the edit model
+        assert parent.outputs[0] in read[before:]  # the parent's file went to the edit model
         assert "flux_kontext" in worker.engine.cache.units
         made = Image.open(app.store.path(changed.outputs[0]))
         assert made.size == Image.open(app.store.path(parent.outputs[0])).size
@@ -305,7 +308,8 @@ async def test_an_instruction_edits_the_image_itself_on_the_edit_model(app):
     (child,) = done.jobs
     bound = decode(child.workflow)
     assert [(s.op, s.inputs.get("image")) for s in bound.nodes] == [
-        ("edit", first.outputs[0]), ("save", {"@": "edit.image"})]
+        ("edit", first.outputs[0]), ("keep_product", {"@": "edit.image"}),
+        ("save", {"@": "keep_save.image"})]  # (product_main keeps its product)
     step = bound.nodes[0].inputs
     assert (step["instruction"], step["model"]) == ("把背景换成海滩", "flux_kontext")
     beside = first.outputs[0].split("/", 2)[-1].replace(".png", "_edit.png")  # in its batch

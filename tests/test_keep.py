@@ -147,7 +147,7 @@ async def test_a_product_kept_through_the_executor_and_an_actions_edit(tmp_path,
     noise; an instruction edit of that image puts the product back too."""
     from templates.actions import instruct
     from tests.conftest import executor_config
-    from tests.test_worker import Harness
+    from tests.fakes.executor import Harness
     config = executor_config(tmp_path / "data", demo_models)
     store = FileStore(config.data_dir)
     (tmp_path / "assets").mkdir()

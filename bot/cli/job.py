@@ -70,7 +70,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         return parser
 
     def acting(name: str, help_: str) -> argparse.ArgumentParser:
-        parser = sub(name, help_)
+        parser = actions.add_parser(name, help=help_)
+        parser.add_argument("id", type=job_or_batch, metavar="ID|bBATCH",
+                            help="the job whose image it is, or bBATCH: every kept image "
+                            "of that batch (and of all made from its images)")
+        add_server_options(parser)
         parser.add_argument("--wait-for-executor", action="store_true",
                             help="queue it even when no running executor can run its jobs")
         parser.add_argument("--idempotency-key", metavar="KEY",
@@ -87,6 +91,14 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         sub(name, help_).set_defaults(func=cmd_rate, rating=name)
     sub("lineage", "what the image was made from, and what was made from it").set_defaults(
         func=cmd_lineage)
+
+
+def job_or_batch(text: str) -> tuple[str, int]:
+    """"12" -> job 12; "b12" -> batch 12's kept images."""
+    kind, digits = ("kept", text[1:]) if text[:1].lower() == "b" else ("job", text)
+    if not digits.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id or bBATCH")
+    return kind, int(digits)
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -113,14 +125,20 @@ def cmd_act(args: argparse.Namespace) -> int:
             body["model"] = args.model
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
 
+    kind, number = args.id
+    path = f"/api/v1/jobs/{number}/actions" if kind == "job" else \
+        f"/api/v1/batches/{number}/kept/actions"
+
     async def act(http: aiohttp.ClientSession) -> int:
-        async with http.post(f"/api/v1/jobs/{args.id}/actions", json=body,
-                             headers=headers) as r:
+        async with http.post(path, json=body, headers=headers) as r:
             done = await answer(r)
             if r.status not in (200, 201):
                 return error(done, r.status)
         ids = ", ".join(str(j["id"]) for j in done["jobs"])
-        print(f"batch {done['batch']}: {done['action']} of job {done['parent']} -> "
+        of = f"job {done['parent']}" if kind == "job" else \
+            f"the {done['kept']} kept image{'s' if done['kept'] != 1 else ''} of batch " \
+            f"{done['of_batch']}"
+        print(f"batch {done['batch']}: {done['action']} of {of} -> "
               f"job{'s' if len(done['jobs']) != 1 else ''} {ids}"
               + ("" if done["created"] else " (asked before: nothing new queued)"))
         return 0
