@@ -74,6 +74,7 @@ async def test_actions_ratings_lineage_and_picks_through_the_api(api):
             (BOB, act, {"action": "again"}, (403, "refused_not_owner")),  # not bob's image
             (VIEWER, act, {"action": "again"}, (403, "refused_role")),
             (VIEWER, act, None, (403, "refused_role")),  # no body: who may not act hears that
+            (VIEWER, act, {"action": "again", "count": 99}, (403, "refused_role")),  # first
             (ALICE, act, {"action": "dance"}, (422, "action_unknown")),
             (ALICE, act, {"action": "again", "count": 99}, (422, "action_count")),
             (ALICE, act, {"action": "upscale", "factor": 20}, (422, "upscale_factor")),

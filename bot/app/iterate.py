@@ -122,18 +122,22 @@ def _invalid(e: Problem) -> Invalid:
 
 
 def _spec(request: ActionRequest) -> ActionSpec:
-    """The action asked for, with what it was asked checked against what it takes."""
+    """The action asked for (an unknown one is refused before anything else)."""
     spec = ACTIONS.get(request.action)
     if spec is None:
         raise Invalid("action_unknown", action=str(request.action)[:40],
                       actions=", ".join(ACTIONS))
+    return spec
+
+
+def _asked_well(spec: ActionSpec, request: ActionRequest) -> None:
+    """What was asked checked against what the action takes (after who may ask)."""
     if "count" not in spec.takes and request.count != 1:
         raise Invalid("action_count_one", action=spec.name)
     if not 1 <= request.count <= MAX_COUNT:
         raise Invalid("action_count", count=request.count, max=MAX_COUNT)
     if request.strength is not None and not 0 < request.strength <= 1:
         raise Invalid("vary_strength", value=request.strength)
-    return spec
 
 
 async def _children(app: App, parent: Job, batch: Batch, spec: ActionSpec, ask: Ask,
@@ -177,6 +181,7 @@ async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
     batch = await _batch_of(app, parent)
     await app.permissions.own(who, role, spec.name, owner=parent.submitter,
                               subject=parent.batch_id)
+    _asked_well(spec, request)
     ask = _with_model(app, request.ask)
     if spec.needs_image(ask):
         await _image_of(app, parent)  # (its image gone is said before a double click's)
@@ -208,9 +213,10 @@ async def act_on_kept(app: App, who: Who, batch_id: int, request: ActionRequest)
     b12 "把日常价换成节日价"): one new batch in its thread, each job linked to the image it
     was made from. All or nothing: an image the action cannot use refuses the whole ask."""
     spec = _spec(request)
+    role = await app.permissions.require(who, spec.name)
     if request.count != 1:
         raise Invalid("action_count_one", action=spec.name)
-    role = await app.permissions.require(who, spec.name)
+    _asked_well(spec, request)
     root, kept = await picks(app, who, batch_id)
     if not kept:
         raise Conflict("picks_none", batch=root.id)
