@@ -98,6 +98,15 @@ async def test_a_shadow_falls_below_the_product_and_leaves_it_exact(stored):
     assert np.array_equal(shaded[alpha == 255], plain[alpha == 255])
     assert shaded[82:86, 40:56].mean() < plain[82:86, 40:56].mean() - 20  # just below it
     assert np.array_equal(shaded[:5], plain[:5])  # far above: untouched
+    low = FileStore.input_name(b"low")  # a product at the very bottom: no shadow wraps round
+    mask = Image.new("L", (96, 96), 0)
+    mask.paste(255, (30, 80, 66, 96))
+    flat = Image.new("RGB", (96, 96), (90, 90, 90))
+    buf = io.BytesIO()
+    flat.save(buf, "PNG")
+    store.write(low, buf.getvalue())
+    top = pixels(keep_product(Context(store), made, low, mask=mask, blend=0, shadow=1.0))[:8]
+    assert (top == (200, 200, 200)).all()
 
 
 async def test_a_mask_picture_or_none_and_another_size(stored, tmp_path):

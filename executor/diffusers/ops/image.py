@@ -52,7 +52,9 @@ def keep_product(ctx: Context, image: ImageInput, product: ImageInput | None,
     hard = alpha.point(lambda v: 255 if v >= 128 else 0)  # the product, inside and out
     if shadow > 0:  # a soft shadow falling just below it, onto the scene
         radius = max(2, round(min(size) / 40))
-        under = ImageChops.offset(hard, 0, radius).filter(ImageFilter.GaussianBlur(radius))
+        under = Image.new("L", size, 0)  # moved down (ImageChops.offset would wrap it round)
+        under.paste(hard.crop((0, 0, size[0], size[1] - radius)), (0, radius))
+        under = under.filter(ImageFilter.GaussianBlur(radius))
         dark = under.point(lambda v: round(v * shadow))
         made = Image.composite(Image.new("RGB", size, "black"), made, dark)
     weight = hard
