@@ -16,6 +16,7 @@ again until busy_timeout has passed; once the file is WAL the pragma takes no lo
 """
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 from typing import Any
@@ -48,7 +49,7 @@ class ImmediateSqliteClient(SqliteClient):
     async def create_connection(self, with_db: bool) -> None:
         if self._connection:
             return
-        self._connection = await aiosqlite.connect(self.filename, isolation_level=None)
+        self._connection = await _connected(self.filename)
         self._connection._conn.row_factory = sqlite3.Row
         for pragma, value in self.pragmas.items():
             await self._pragma(self._connection, pragma, value)
@@ -68,6 +69,25 @@ class ImmediateSqliteClient(SqliteClient):
                     raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, _RETRY_MAX_S)
+
+
+async def _connected(filename: str) -> aiosqlite.Connection:
+    """A connection, made whole even when the task asking is cancelled meanwhile (a stop
+    while the service starts): then closed before the cancellation goes on. Cut off
+    half-made, its thread lived on past the event loop, called into the closed loop and
+    crashed the process on its way out."""
+    connection = aiosqlite.connect(filename, isolation_level=None)
+
+    async def made() -> aiosqlite.Connection:
+        return await connection
+    making = asyncio.ensure_future(made())
+    try:
+        return await asyncio.shield(making)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await making
+            await connection.close()
+        raise
 
 
 client_class = ImmediateSqliteClient

@@ -46,7 +46,7 @@ import contextlib
 with contextlib.redirect_stdout(io.StringIO()) as shown, contextlib.suppress(SystemExit):
     build_parser().parse_args(["job", "--help"])
 assert "mirror" in shown.getvalue() and "flipped left to right" in shown.getvalue()
-assert (args.action, args.id) == ("mirror", 7)
+assert (args.action, args.id) == ("mirror", ("job", 7))
 # offered under any template's images (it needs no seed, no model)
 templates = load_templates(Path("templates/shipped"))[0]
 assert "mirror" in offered(templates["social_thumb"]) and "again" not in offered(
