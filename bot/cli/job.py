@@ -63,18 +63,16 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
                                 + ", ".join([*ACTIONS, "keep", "lineage"]))
     actions = job.add_subparsers(dest="job", required=True, metavar="ACTION")
 
-    def sub(name: str, help_: str) -> argparse.ArgumentParser:
+    def sub(name: str, help_: str, ident: Callable[[str], Any] = int, metavar: str = "ID",
+            about: str = "the job whose image it is") -> argparse.ArgumentParser:
         parser = actions.add_parser(name, help=help_)
-        parser.add_argument("id", type=int, metavar="ID", help="the job whose image it is")
+        parser.add_argument("id", type=ident, metavar=metavar, help=about)
         add_server_options(parser)
         return parser
 
     def acting(name: str, help_: str) -> argparse.ArgumentParser:
-        parser = actions.add_parser(name, help=help_)
-        parser.add_argument("id", type=job_or_batch, metavar="ID|bBATCH",
-                            help="the job whose image it is, or bBATCH: every kept image "
-                            "of that batch (and of all made from its images)")
-        add_server_options(parser)
+        parser = sub(name, help_, job_or_batch, "ID|bBATCH", "the job whose image it is, or "
+                     "bBATCH: every kept image of that batch (and of all made from its images)")
         parser.add_argument("--wait-for-executor", action="store_true",
                             help="queue it even when no running executor can run its jobs")
         parser.add_argument("--idempotency-key", metavar="KEY",
