@@ -204,3 +204,24 @@ async def test_a_slow_send_keeps_its_claim_and_a_dead_senders_message_falls_due_
             await b.run_once()
             await asyncio.sleep(0.05)
     assert [p.text for p in platform.posts] == ["job:1:text", "job:2:text"]
+
+
+async def test_a_stop_lets_the_post_under_way_finish_and_be_marked_sent(tmp_path, db_url):
+    """A stop is normal operation: a post the platform is taking when the service stops
+    (ChatCore.stop) is marked sent before the sender ends — cut off between the two, it
+    would be owed still and posted again on restart (a DingTalk image twice, seen under
+    load). No new post starts once stopping: the thread's next message stays owed."""
+    from bot.chat.hub import ChatCore
+    from tests.fakes.apps import app_on
+    platform = MemoryPlatform()
+    platform.faults = [0.5]  # the first post takes half a second
+    async with app_on(tmp_path, db_url) as app:
+        core = ChatCore(app, [platform])
+        await owe(core.outbox, "job:1:text", thread="@batch:1")
+        await owe(core.outbox, "job:2:text", thread="@batch:1")  # next in its thread
+        core.start()
+        while platform.calls < 1:  # posting job 1
+            await asyncio.sleep(0.01)
+        await core.stop()
+        assert [p.text for p in platform.posts] == ["job:1:text"]
+        assert [m.key for m in await core.outbox.due("test", 10)] == ["job:2:text"]

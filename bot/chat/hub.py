@@ -30,6 +30,7 @@ NOTIFIER_POLL = 0.3  # seconds between reads of the event log when it had nothin
 # (on PostgreSQL the database rings at once; then this is only the fallback, x10)
 PURGE_EVERY = 3600.0
 PLACEMENT_EVERY = 5.0  # seconds between looks for batches no running executor can take
+STOP_GRACE = 10.0  # seconds a stop waits for the posts under way to finish and be marked
 
 
 class ChatCore:
@@ -89,10 +90,20 @@ class ChatCore:
         self.tasks = [asyncio.create_task(self._notify(), name="notifier"),
                       asyncio.create_task(self._waiting(), name="placement"),
                       asyncio.create_task(self._purge(), name="inbox-purge")]
+        for sender in self.senders.values():
+            sender.closing = False
         self.tasks += [asyncio.create_task(s.run(), name=f"sender-{n}")
                        for n, s in self.senders.items()]
 
     async def stop(self) -> None:
+        """The senders first let the posts under way finish and be marked sent (a post
+        cut off after the platform took it would be posted again on restart), within
+        STOP_GRACE seconds; then everything is cancelled."""
+        senders = [t for t in self.tasks if t.get_name().startswith("sender-")]
+        for sender in self.senders.values():
+            sender.close()
+        if senders:
+            await asyncio.wait(senders, timeout=STOP_GRACE)
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:

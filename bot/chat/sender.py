@@ -9,7 +9,9 @@ times, is recorded as failed and reported in its conversation. Progress messages
 edited in place where the platform can, at most every `progress_every` seconds.
 
 A crash between posting and marking sent posts that one message again on restart:
-at least once, in normal operation exactly once.
+at least once, in normal operation exactly once. A stop is normal operation: `close`
+lets the posts under way finish and be marked (within a grace) before anything is
+cancelled, so a message the platform took is never owed again.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Sender:
         self.limit = asyncio.Semaphore(concurrency)
         self.wake = asyncio.Event()
         self.inflight: set[int] = set()  # a round started while another still posts skips these
+        self.closing = False  # stopping: no new post starts; those under way finish
 
     async def run_once(self, limit: int = 50) -> int:
         """Post every message due now (one per thread); returns how many were tried."""
@@ -55,7 +58,7 @@ class Sender:
     async def run(self, idle: float = 1.0) -> None:
         """Forever: deliver, then sleep until the next message falls due or `wake` is set."""
         retrying = Retrying(log, f"sender {self.platform.name}: reading the outbox")
-        while True:
+        while not self.closing:
             try:
                 if await self.run_once():
                     retrying.worked()
@@ -71,8 +74,13 @@ class Sender:
                 async with asyncio.timeout(max(wait, 0.05)):
                     await self.wake.wait()
 
+    def close(self) -> None:
+        """Stop starting posts; `run` returns once those under way are marked."""
+        self.closing = True
+        self.wake.set()
+
     async def deliver(self, m: Message) -> None:
-        if m.id in self.inflight:
+        if m.id in self.inflight or self.closing:
             return
         self.inflight.add(m.id)
         try:
