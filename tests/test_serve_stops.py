@@ -25,8 +25,10 @@ class Serve:
     def __init__(self, folder: Path, **env: str):
         self.port = free_port()
         self.mark = uuid.uuid4().hex  # in every process it starts: none may outlive it
+        # PYTHONFAULTHANDLER: a crash on the way out (-11) prints every thread's stack
         environment = python_env() | {"GENBOT_SERVICE_PORT": str(self.port),
-                                      "SERVE_TEST_MARK": self.mark} | env
+                                      "SERVE_TEST_MARK": self.mark,
+                                      "PYTHONFAULTHANDLER": "1"} | env
         environment.pop("GENBOT_CONFIG", None)
         self.proc = subprocess.Popen([PYTHON, "-X", "importtime", "-m", "bot.cli", "serve"],
                                      cwd=folder, env=environment, stdout=subprocess.PIPE,
