@@ -16,6 +16,7 @@ genbot: only aiohttp, and the sheet reader when a sheet's pictures are looked up
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -266,7 +267,13 @@ class AsyncClient:
         return await self.batch(body["batch"])
 
     async def act(self, job_id: int, action: str, **fields: Any) -> Batch:
-        """again, vary, upscale or edit a finished job's image: the new batch."""
+        """An action on a finished job's image (again, vary, upscale, edit, repaint,
+        extend …; fields as the API takes them, a repaint's `mask` as bytes or a Path):
+        the new batch."""
+        mask = fields.get("mask")
+        if isinstance(mask, (bytes, Path)):
+            data = mask if isinstance(mask, bytes) else await asyncio.to_thread(mask.read_bytes)
+            fields["mask"] = base64.b64encode(data).decode()
         body = await self.call("POST", f"/jobs/{job_id}/actions",
                                json={"action": action, **fields})
         return await self.batch(body["batch"])

@@ -426,6 +426,42 @@ CATALOG: dict[str, str] = catalog(
     N_("vary_no_img2img", 'Model "{model}" is {label} ({family}), which cannot start from an '
                           "image (genbot runs it for {modes}), so it cannot vary one; use "
                           "again for new seeds, or edit to name another model."),
+    N_("fill_no_model", "No model here repaints part of an image: add one whose family inpaints "
+                        "to [models] (FLUX.1 Fill: genbot models pull "
+                        "black-forest-labs/FLUX.1-Fill-dev --write; or an SD, SDXL, FLUX.1, "
+                        "Qwen-Image or Z-Image model) or name it in [templates] fill_model."),
+    N_("fill_model_unknown", "Model \"{model}\" is not in [models]: name one of its models, or set "
+                             "[templates] fill_model to one."),
+    N_("fill_cannot_run", "Model \"{model}\" is {label} ({family}), which cannot repaint part of an "
+                          "image (genbot runs it for {modes}): name one that inpaints, or set "
+                          "[templates] fill_model to one."),
+    N_("repaint_no_mask", "Repaint needs a mask: a picture of the image's shape, white where to "
+                          "repaint and black where to keep."),
+    N_("extend_nothing", "Say how to extend: a shape (/extend 3 9:16) or pixels to add on a side "
+                         "(left=256 right=256)."),
+    N_("extend_margin", "{value} px is not a margin an extend adds: 0 to {max:,} px on a side."),
+    N_("extend_aspect", "\"{value}\" is not a shape: write width:height, such as 9:16 or 1:1."),
+    N_("action_takes_no_mask", "{action} takes no mask: only repaint does."),
+    N_("action_takes_no_margins", "{action} takes no margins or shape: only extend does."),
+    N_("mask_one_image", "A mask belongs to one image: repaint the images one by one, not a "
+                         "whole batch's kept ones."),
+    N_("mask_not_image", "The mask is not a picture genbot can read: send a PNG, JPEG or WebP, "
+                         "white where to repaint."),
+    N_("mask_too_large", "The mask is {width}x{height}; masks may have {max:g} megapixels at "
+                         "most ([intake] max_output_pixels)."),
+    N_("mask_shape", "The mask is {width}x{height} and the image "
+                     "{image_width}x{image_height}: a mask of the image's proportions is "
+                     "resized to it, one of other proportions would repaint the wrong place. "
+                     "Paint it on the image, or make it {image_width}x{image_height}."),
+    N_("mask_empty", "The mask marks nothing to repaint (it is black all over): paint white "
+                     "where to repaint."),
+    N_("mask_full", "The mask covers the whole image: to make it anew use again; paint "
+                    "white only where to repaint."),
+    N_("picture_not_found", "No picture \"{file}\" was sent here lately: send it (PNG, JPEG or WebP), "
+                            "then the command again."),
+    N_("picture_none", "Send the mask picture (PNG, JPEG or WebP: white where to repaint, "
+                       "black where to keep) with the command, or send it and then name it: "
+                       "{command} mask.png."),
     N_("vary_no_model", 'Template "{template}" generates nothing (no model step), so it cannot '
                         "vary an image; use upscale or edit."),
     N_("action_too_large", "That would be a {width}x{height} image ({megapixels:,.0f} "
@@ -476,11 +512,15 @@ CATALOG: dict[str, str] = catalog(
     N_("verb_vary", "Vary"),
     N_("verb_upscale", "Upscale"),
     N_("verb_edit", "Edit"),
+    N_("verb_repaint", "Repaint"),
+    N_("verb_extend", "Extend"),
     # … and what it makes, as a line of the CLI's help (genbot job --help)
     N_("about_again", "the same row with new seeds"),
     N_("about_vary", "close variations of the image"),
     N_("about_upscale", "the image enlarged"),
     N_("about_edit", "the row again with some values changed"),
+    N_("about_repaint", "a region of the image repainted, the rest kept exactly"),
+    N_("about_extend", "the canvas grown to a shape or by margins, the image kept exactly"),
     N_("button_keep_image", "⭐ Keep"),
     # Sweeps: --vary and --seeds.
     N_("sweep_value", "--vary {key}: {problem}"),
@@ -618,6 +658,12 @@ CATALOG: dict[str, str] = catalog(
     N_("help_upscale", "enlarge an image (2×, or the factor given)"),
     N_("help_edit", "change a row's values (prompt, steps, seed …) and run it again; without "
                     "values, show them"),
+    N_("help_repaint", "repaint a region: send a mask picture with it (white where to repaint) "
+                       "and, if you like, what to paint; everything else stays exactly as it "
+                       "is"),
+    N_("help_extend", "extend the canvas to a shape (9:16) or by pixels on each side "
+                      "(left=256 right=256), the new area painted; the image itself stays "
+                      "exactly as it is"),
     N_("help_keep", "keep an image (⭐): picks are the kept images"),
     N_("help_reject", "reject an image (👎)"),
     N_("help_unkeep", "take an image's keep or reject back"),

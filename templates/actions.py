@@ -23,6 +23,10 @@ and stored exactly like one:
            new seeds; the workflow's own denoise stays its author's
   upscale  the parent's image through the executor's upscaler (the `upscale` op: a
            configured diffusers upscaler, else high-quality resampling), saved beside
+  repaint  the region a mask marks repainted on an inpaint model (the `fill` op), every
+           pixel outside it the image's own, saved beside ("_repaint")
+  extend   the canvas grown by margins or to an aspect ("9:16"), the new area painted on
+           an inpaint model (`fill`), the image itself unchanged, saved beside ("_extend")
 
 Several children of one ask share a batch folder: `siblings` names their files apart.
 
@@ -44,7 +48,7 @@ from templates.binding import bind, kept, safe_output_name
 from templates.jobs import BoundJob, ComfyJob, DiffusersJob, Step
 from templates.params import Param, Problem, coerce, draw_seed
 from templates.signatures import OPS
-from templates.size_rules import Scaled, SizeRule
+from templates.size_rules import Grown, Scaled, SizeRule
 
 if TYPE_CHECKING:
     from templates.graph import Template
@@ -55,9 +59,12 @@ UPSCALE_MAX = OPS["upscale"].inputs["scale"].max or 8.0
 
 # --- the table -----------------------------------------------------------------------
 
-PARAMETERS = ("count", "strength", "factor", "values", "instruction")  # what an action
-#   may take beside the image: count (how many), strength (0-1), factor (>1), values
-#   (KEY=VALUE changes), instruction (a sentence an edit model changes the image by)
+PARAMETERS = ("count", "strength", "factor", "values", "instruction", "mask", "margins")
+#   what an action may take beside the image: count (how many), strength (0-1), factor
+#   (>1), values (KEY=VALUE changes), instruction (a sentence: what an edit model changes,
+#   what a repaint or an extend paints), mask (where to repaint), margins (px to add on
+#   each side, or an aspect to grow to)
+SIDES = ("left", "right", "top", "bottom")
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,18 @@ class Ask:
     values: Mapping[str, Any] = field(default_factory=dict)
     factor: float = 2.0
     strength: float | None = None  # None: the template's own, else VARY_STRENGTH
-    instruction: str = ""  # edit: what to change in the image, in a sentence
-    model: str | None = None  # the edit model it runs on ([templates] edit_model)
+    instruction: str = ""  # edit: what to change in the image; repaint, extend: what to paint
+    model: str | None = None  # the model it runs on ([templates] edit_model, fill_model)
+    mask: str | None = None  # repaint: the mask in the file store, white where to paint
+    left: int = 0  # extend: px added on each side …
+    right: int = 0
+    top: int = 0
+    bottom: int = 0
+    aspect: str | None = None  # … or the shape the canvas grows to around the image ("9:16")
+
+    @property
+    def margins(self) -> tuple[int, int, int, int]:
+        return self.left, self.right, self.top, self.bottom
 
 
 Derive = Callable[["Template", BoundJob, Ask, "str | None"], BoundJob]
@@ -92,6 +109,8 @@ class ActionSpec:
     button: bool = True  # offered under each finished image (chat's buttons, the dashboard)
     cannot_run: str = "model_cannot_run"  # the Problem code when the child's model cannot
     #   run what the action made of the row (templates.families.row_refusal)
+    fills: bool = False  # it paints on an inpaint model ([templates] fill_model, else the
+    #   image's own model where its family inpaints)
 
     @property
     def verb(self) -> str:
@@ -140,6 +159,21 @@ def _upscale(t: Template, parent: BoundJob, ask: Ask, image: str | None) -> Boun
     return upscale(t, parent, image, ask.factor)
 
 
+def _repaint(t: Template, parent: BoundJob, ask: Ask, image: str | None) -> BoundJob:
+    assert image is not None and ask.model is not None  # (the app's fill model)
+    if ask.mask is None:
+        raise Problem("repaint_no_mask")
+    return fill(t, parent, image, ask.model, "repaint", ask.instruction, mask=ask.mask)
+
+
+def _extend(t: Template, parent: BoundJob, ask: Ask, image: str | None) -> BoundJob:
+    assert image is not None and ask.model is not None
+    if not any(ask.margins) and not ask.aspect:
+        raise Problem("extend_nothing")
+    return fill(t, parent, image, ask.model, "extend", ask.instruction,
+                **dict(zip(SIDES, ask.margins, strict=True)), aspect=ask.aspect)
+
+
 ACTIONS: dict[str, ActionSpec] = {s.name: s for s in [
     ActionSpec("again", lambda t, parent, ask, image: again(t, parent), takes=("count",),
                aliases=("再来", "重画", "reroll"), icon="🔁", cannot=_no_seed),
@@ -149,6 +183,13 @@ ACTIONS: dict[str, ActionSpec] = {s.name: s for s in [
                uses_image=True, sizing=(Scaled("factor"),)),
     ActionSpec("edit", _edit, takes=("values", "instruction"), aliases=("修改", "编辑"),
                icon="✏️"),
+    # (no chat button: a region is painted or sent as a picture, a shape is asked for)
+    ActionSpec("repaint", _repaint, takes=("mask", "instruction"),
+               aliases=("局部重绘", "重绘"), icon="🖌️", uses_image=True,
+               button=False, cannot_run="fill_cannot_run", fills=True),
+    ActionSpec("extend", _extend, takes=("margins", "instruction"),
+               aliases=("扩图", "扩展", "outpaint", "expand"), icon="↔️", uses_image=True,
+               sizing=(Grown(),), button=False, cannot_run="fill_cannot_run", fills=True),
 ]}
 
 
@@ -221,6 +262,33 @@ def instruct(t: Template, parent: BoundJob, image: str, instruction: str,
                               "seed": draw_seed(), "keep_size": True})], "edit.image")
 
 
+def fill(t: Template, parent: BoundJob, image: str, model: str, tag: str, prompt: str = "",
+         **region: Any) -> DiffusersJob:
+    """The parent's image with a region repainted (`mask`) or its canvas extended (the
+    margins, `aspect`) on the inpaint model `model`, a new seed, saved beside it ("_tag").
+    What to paint: the prompt given, else the prompt that made the image — with its
+    negative and LoRAs where `model` is the one that made it too."""
+    source = made_by(parent)
+    own = source.get("model") == model
+    inputs = {"image": image, "model": model, "seed": draw_seed(),
+              "prompt": prompt or source.get("prompt") or source.get("instruction") or "",
+              **{k: v for k, v in region.items() if v}}
+    if own:
+        inputs.update({k: source[k] for k in ("negative", "loras") if source.get(k)})
+    # An extend keeps the whole image, the product in it too, where it was: putting the
+    # photo back stretched over the grown canvas would move it. A repaint puts it back.
+    grows = any(region.get(side) for side in SIDES) or bool(region.get("aspect"))
+    return _beside(t, parent, image, tag, [Step("fill", "fill", inputs)], "fill.image",
+                   keep=not grows)
+
+
+def made_by(job: BoundJob) -> dict[str, Any]:
+    """The inputs of the step that drew a job's image (its first generate or edit); {}:
+    none (a ComfyUI job, a template without a model)."""
+    return next((s.inputs for s in getattr(job, "nodes", []) if s.op in ("generate", "edit")),
+                {})
+
+
 def upscale(t: Template, parent: BoundJob, image: str, factor: float = 2.0) -> DiffusersJob:
     """The parent's image enlarged `factor` times, named after it ("_x2") in the folder
     the template's output pattern put it in ("{sku}/{row}.png": "A1/2_x2.png")."""
@@ -232,7 +300,7 @@ def upscale(t: Template, parent: BoundJob, image: str, factor: float = 2.0) -> D
 
 
 def _beside(t: Template, parent: BoundJob, image: str, tag: str, steps: list[Step],
-            made: str) -> DiffusersJob:
+            made: str, keep: bool = True) -> DiffusersJob:
     """A job of `steps` on the parent's image whose output `made` is saved beside it, its
     name the image's with "_tag" ("A1/2.png" -> "A1/2_x2.png"), in the image's format (a
     template that keeps its product puts it back first)."""
@@ -241,7 +309,7 @@ def _beside(t: Template, parent: BoundJob, image: str, tag: str, steps: list[Ste
     fmt = suffix if suffix in ("png", "jpg", "jpeg", "webp") else "png"
     fmt = "jpg" if fmt == "jpeg" else fmt
     out = safe_output_name(str(name.with_name(f"{name.stem}_{tag}")), fmt)
-    if t.keep is not None:  # the product put back over what the action made, too
+    if t.keep is not None and keep:  # the product put back over what the action made, too
         steps = [*steps, kept(t.keep, parent.params, {"@": made}, "save")]
         made = f"{steps[-1].id}.image"
     return DiffusersJob(

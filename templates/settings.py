@@ -34,6 +34,10 @@ class TemplatesConfig:
     edit_model: str = key("", "The [models] name an image is edited by instruction with "
                           "(/edit 3 把背景换成海滩): a FLUX.1 Kontext, Qwen-Image-Edit or "
                           "FLUX.2 model. Empty: the first in [models] whose family edits.")
+    fill_model: str = key("", "The [models] name a region is repainted (/repaint) and a "
+                          "canvas extended (/extend 3 9:16) with: FLUX.1 Fill, or a model of "
+                          "a family that inpaints. Empty: the image's own model where its "
+                          "family inpaints, else the first in [models] that does.")
 
 
 def edit_model(config: Config) -> str | None:
@@ -45,6 +49,23 @@ def edit_model(config: Config) -> str | None:
                if (fam := family_of(config, name)) in PROFILES and PROFILES[fam].edits]
     real = [n for n in editing if not models(config)[n].path.startswith("demo:")]
     return next(iter(real or editing), None)
+
+
+def fill_model(config: Config, own: str | None = None) -> str | None:
+    """The model repaints and extends run on: [templates] fill_model, else `own` (the
+    model that made the image) where its family inpaints, else the first [models] entry
+    whose family does, FLUX.1 Fill first and real ones before demos; None: none."""
+    if chosen := config[TemplatesConfig].fill_model:
+        return chosen
+
+    def inpaints(name: str) -> bool:
+        fam = family_of(config, name)
+        return fam in PROFILES and PROFILES[fam].runs("inpaint")
+    if own is not None and own in models(config) and inpaints(own):
+        return own
+    ranked = sorted((name for name in models(config) if inpaints(name)), key=lambda n: (
+        models(config)[n].path.startswith("demo:"), family_of(config, n) != "flux_fill"))
+    return next(iter(ranked), None)
 
 
 def templates_dir(config: Config) -> Path:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from templates.size_rules import Given, Native, NoImage, Same, Scaled, SizeRule, Width
+from templates.size_rules import Given, Grown, Native, NoImage, Same, Scaled, SizeRule, Width
 
 SAMPLERS = ("euler", "euler_a", "dpm++_2m", "dpm++_2m_karras", "ddim", "unipc")
 POSITIONS = ("top", "bottom", "center", "top_left", "top_right", "bottom_left", "bottom_right")
@@ -68,6 +68,7 @@ def _sig(op: str, help: str, outputs: dict[str, str], sizing: tuple[SizeRule, ..
 
 
 _IMAGE_OUT = {"image": "image"}
+MAX_MARGIN = 8192  # px an extend adds on one side ([intake] max_output_pixels bounds the whole)
 
 OPS: dict[str, Signature] = {s.name: s for s in [
     _sig("generate", "Diffusion: txt2img, img2img (init_image), ControlNet guidance "
@@ -108,6 +109,33 @@ OPS: dict[str, Signature] = {s.name: s for s in [
                     "multiples"),
          keep_size=Input("bool", False, help="the result resampled to the picture's own "
                          "size (an image's edit keeps its size)"),
+         loras=Input("loras", [])),
+    _sig("fill", "Repaint part of a picture on the model's inpaint pipeline: the region a "
+         "mask marks white (a region edit), and the margins the canvas grows by (an extend: "
+         "left/right/top/bottom in px, or an aspect around it). Every pixel outside them "
+         "stays exactly the picture's; the mask's edge is blended inward.",
+         _IMAGE_OUT, (Grown(), Same()), ("inpaint",),
+         image=Input("image"),
+         model=Input("model"),
+         seed=Input("seed"),
+         prompt=Input("text", "", help="what to paint there; empty: what fits the picture"),
+         mask=Input("image", None, optional=True,
+                    help="white where to repaint, the picture's size; None: the margins only"),
+         left=Input("int", 0, min=0, max=MAX_MARGIN, help="px added on the left"),
+         right=Input("int", 0, min=0, max=MAX_MARGIN),
+         top=Input("int", 0, min=0, max=MAX_MARGIN),
+         bottom=Input("int", 0, min=0, max=MAX_MARGIN),
+         aspect=Input("aspect", None, optional=True,
+                      help='the canvas grown to this shape around the picture ("9:16"), '
+                      "after the margins"),
+         negative=Input("text", "", help="families that read one"),
+         steps=Input("int", None, optional=True, min=1, max=200,
+                     help="None: the model's own"),
+         guidance=Input("float", None, optional=True, min=0, max=50),
+         strength=Input("float", 1.0, min=0.05, max=1,
+                        help="how far the region is painted anew (1: from noise)"),
+         feather=Input("int", 8, min=0, max=128,
+                       help="px inside the mask's edge blended into the picture"),
          loras=Input("loras", [])),
     _sig("upscale", "Enlarge: a diffusers upscaler when one is configured, else "
          "high-quality resampling.", _IMAGE_OUT, (Scaled(default=2.0),),

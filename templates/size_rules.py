@@ -67,6 +67,41 @@ class Scaled:
         return round(source[0] * factor), round(source[1] * factor)
 
 
+Margins = tuple[int, int, int, int]  # px added on the left, right, top, bottom
+
+
+def grown(source: Size, margins: Margins, aspect: str | None = None) -> Margins:
+    """The margins an extend adds around a picture of size `source`: the ones given, then
+    what widens (or heightens) the canvas to `aspect` ("9:16"), split evenly on both
+    sides. The picture is never cropped: an aspect it already is wider than adds height."""
+    left, right, top, bottom = (max(0, int(m)) for m in margins)
+    width, height = source[0] + left + right, source[1] + top + bottom
+    if aspect:
+        w, h = (int(x) for x in aspect.split(":"))
+        if width * h < height * w:  # too narrow for the aspect: wider
+            extra = round(height * w / h) - width
+            left, right = left + extra // 2, right + extra - extra // 2
+        else:
+            extra = round(width * h / w) - height
+            top, bottom = top + extra // 2, bottom + extra - extra // 2
+    return left, right, top, bottom
+
+
+@dataclass(frozen=True)
+class Grown:
+    """The source with the margins in inputs left, right, top and bottom added, then grown
+    to the input `aspect` around it (an extend: templates.size_rules.grown)."""
+
+    def size(self, inputs: dict[str, Any], source: Size | None) -> Size | None:
+        if source is None:
+            return None
+        aspect = inputs.get("aspect")
+        left, right, top, bottom = grown(source, tuple(  # type: ignore[arg-type]
+            int(number(inputs.get(side)) or 0) for side in ("left", "right", "top", "bottom")),
+            aspect if isinstance(aspect, str) and aspect.count(":") == 1 else None)
+        return source[0] + left + right, source[1] + top + bottom
+
+
 @dataclass(frozen=True)
 class Same:
     """No bigger than the image that came in (crops, overlays, saving)."""

@@ -100,7 +100,9 @@ async def test_actions_ratings_lineage_and_picks_through_the_api(api):
     status, answer = await api.call("POST", act, data=b"{", headers={
         "Content-Type": "application/json"})
     assert (status, answer["error"]["code"]) == (400, "bad_json")
-    status, answer = await api.call("POST", act, data=b" " * 70_000)
+    from bot.web.iterate import action_body_limit  # (fields and a mask picture)
+    limit = action_body_limit(api.app.config)
+    status, answer = await api.call("POST", act, data=b" " * (limit + 1))
     assert (status, answer["error"]["code"]) == (413, "too_large")
     status, answer = await api.call("POST", act, json={"action": "again"},
                                     headers={"Idempotency-Key": "k" * 151})
@@ -190,3 +192,36 @@ async def test_actions_ratings_lineage_and_picks_through_the_api(api):
                                                          "instruction": "把背景换成海滩"},
                                     headers={"Idempotency-Key": "all-1"})
     assert (status, repeat.get("batch")) == (200, on["batch"]), repeat
+
+
+async def test_repaint_with_a_mask_and_extend_to_a_shape_through_the_api(api):
+    """POST /jobs/{id}/actions {"action": "repaint", "mask": base64 PNG} and {"action":
+    "extend", "aspect": "9:16"}: 201 each, the batch recording the mask and the shape; a
+    mask of other proportions and an extend of nothing are 422 with their sentences."""
+    import base64
+    first, _ = await products(api)
+    act = f"/jobs/{first.id}/actions"
+    mask = Image.new("L", (64, 48), 0)
+    mask.paste(255, (8, 8, 40, 30))
+    buf = io.BytesIO()
+    mask.save(buf, "PNG")
+    status, painted = await api.call("POST", act, json={
+        "action": "repaint", "instruction": "a red scarf",
+        "mask": base64.b64encode(buf.getvalue()).decode()})
+    assert status == 201 and painted["jobs"][0]["parent_job_id"] == first.id, painted
+    status, made = await api.call("GET", f"/batches/{painted['batch']}", VIEWER)
+    assert made["meta"]["mask"].endswith(".png") and made["meta"]["action"] == "repaint"
+    status, wide = await api.call("POST", act, json={"action": "extend", "aspect": "9:16"})
+    assert status == 201 and wide["action"] == "extend"
+    status, made = await api.call("GET", f"/batches/{wide['batch']}", VIEWER)
+    assert made["meta"]["canvas"] == "9:16"
+    square = io.BytesIO()
+    Image.new("L", (50, 50), 255).save(square, "PNG")
+    for body, expected in (
+            ({"action": "repaint", "mask": base64.b64encode(square.getvalue()).decode()},
+             "mask_shape"),
+            ({"action": "repaint", "mask": "not base64!"}, "bad_field"),
+            ({"action": "extend"}, "extend_nothing"),
+            ({"action": "extend", "left": -1}, "bad_field")):
+        status, answer = await api.call("POST", act, json=body)
+        assert (status, answer["error"]["code"]) == (422, expected), answer

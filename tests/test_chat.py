@@ -688,3 +688,46 @@ async def test_an_action_on_a_batch_takes_its_kept_images(world):
     assert no.text == "b1 names a whole batch, and /keep takes one image: name it by ROW or jJOB."
     (usage,) = await world.send("/edit b1", lang="zh")
     assert usage.text.startswith("请说明要对批次 1 中每张保留的图改什么")
+
+
+async def test_repaint_takes_a_mask_picture_and_extend_a_shape(world):
+    """/repaint 2 红围巾 with a mask picture sent with it, or one sent before and named;
+    /extend 2 9:16 and /扩图 2 左=16: each queues a fill on the image. A repaint with no
+    picture says how to send one; a picture of other proportions is refused, plainly."""
+    import io
+
+    from PIL import Image
+
+    from templates.jobs import decode
+    from tests.fakes.jobs import finish_all
+    await upload(world, rows=1)
+    await world.send("/gen social_thumb sheet.csv")  # batch 1: row 2 is job 1 (64x48)
+    await finish_all(world.app, 1)
+
+    def png(size) -> bytes:
+        im = Image.new("L", size, 0)
+        im.paste(255, (4, 4, 20, 20))
+        buf = io.BytesIO()
+        im.save(buf, "PNG")
+        return buf.getvalue()
+
+    (none, *_) = await world.send("/repaint 2 红围巾")  # (then batch 1's images, posted now)
+    assert none.text.startswith("Send the mask picture") and "/repaint 2 mask.png" in none.text
+    p = world.platform
+    (done, *_) = await world.send("/repaint 2 红围巾", files=(p.upload("m.png", png((64, 48))),))
+    assert done.text.startswith("🖌️ Repaint: 1 new image of row 2 (job 1) queued as batch 2")
+    (step, _save) = decode((await world.queue.batch_jobs(2))[0].workflow).nodes
+    assert (step.op, step.inputs["prompt"]) == ("fill", "红围巾") and step.inputs["mask"]
+    await world.send("", files=(p.upload("later.png", png((128, 96))),))  # sent on its own
+    (named, *_) = await world.send("/局部重绘 j1 later.png 沙滩", lang="zh")
+    assert named.text.startswith("🖌️ 局部重绘")
+    (wrong, *_) = await world.send("/repaint 2", files=(p.upload("sq.png", png((50, 50))),))
+    assert wrong.text.startswith("The mask is 50x50 and the image 64x48")
+    await world.send("/extend 2 9:16")
+    (step, _save) = decode((await world.queue.batch_jobs(4))[0].workflow).nodes
+    assert (step.op, step.inputs["aspect"]) == ("fill", "9:16")
+    await world.send("/扩图 2 左=16 right=8 海边", lang="zh")
+    (step, _save) = decode((await world.queue.batch_jobs(5))[0].workflow).nodes
+    assert (step.inputs["left"], step.inputs["right"], step.inputs["prompt"]) == (16, 8, "海边")
+    (nothing, *_) = await world.send("/extend 2")
+    assert nothing.text.startswith("Say how to extend: a shape (/extend 3 9:16)")

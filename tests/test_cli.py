@@ -13,6 +13,7 @@ import pytest
 from bot.cli import main, plugins
 from storage import config as cfg
 from storage.queue import NewJob, Priority, Submission, open_queue
+from templates.jobs import decode
 from tests.conftest import PYTHON, ROOT, free_port, python_env
 from tests.fakes.jobs import finish_all
 from tests.fakes.service import get_json
@@ -389,24 +390,29 @@ def test_a_plugins_command_and_checks(workdir, capsys, installed):
 
 # --- genbot job: acting on a finished image over the REST API ------------------------------
 
-async def test_genbot_job_again_keep_and_lineage_talk_to_the_api(tmp_path, demo_models, capsys):
-
-
+async def finished_row(w) -> int:
+    """A product_main row of alice's, finished as an executor would: its job id."""
     from bot.app.application import Accepted, SubmitOptions
     from bot.app.permissions import Who
     from bot.intake.check import SheetFile
-    from tests.fakes.api import ALICE, BOB, ApiWorld, api_config
 
     async def pictures(name: str) -> bytes | None:
         return BOTTLE_BYTES
 
+    done = await w.app.submit(Who("api", "alice", "api"), "product_main", SheetFile(
+        "p.csv", b"sku,product_image,prompt,steps\nA1,bottle.png,a bottle,4\n"), pictures,
+        SubmitOptions(wait_for_executor=True))
+    assert isinstance(done, Accepted)
+    (job,) = await finish_all(w.app, done.batch_id)
+    return job.id
+
+
+async def test_genbot_job_again_keep_and_lineage_talk_to_the_api(tmp_path, demo_models, capsys):
+    from bot.app.permissions import Who
+    from tests.fakes.api import ALICE, BOB, ApiWorld, api_config
+
     async with ApiWorld(api_config(tmp_path, demo_models)) as w:
-        done = await w.app.submit(Who("api", "alice", "api"), "product_main", SheetFile(
-            "p.csv", b"sku,product_image,prompt,steps\nA1,bottle.png,a bottle,4\n"), pictures,
-            SubmitOptions(wait_for_executor=True))
-        assert isinstance(done, Accepted)
-        (job,) = await finish_all(w.app, done.batch_id)  # finished, as an executor would
-        parent = job.id
+        parent = await finished_row(w)
 
         async def genbot(*argv: str, token: str = ALICE) -> tuple[int, str, str]:
             code = await asyncio.to_thread(main, ["job", *argv, "--server", w.url,
@@ -459,6 +465,38 @@ async def test_genbot_job_again_keep_and_lineage_talk_to_the_api(tmp_path, demo_
         code, out, err = await genbot("upscale", "b1")  # every kept image of batch 1
         assert (code, out) == (0, "batch 5: upscale of the 1 kept image of batch 1 -> "
                                   "job 17\n"), err
+
+
+async def test_genbot_job_repaint_sends_a_mask_file_and_extend_a_shape(tmp_path, demo_models,
+                                                                       capsys):
+    from tests.fakes.api import ALICE, ApiWorld, api_config
+
+    async with ApiWorld(api_config(tmp_path, demo_models)) as w:
+        parent = await finished_row(w)
+
+        async def genbot(*argv: str) -> tuple[int, str, str]:
+            code = await asyncio.to_thread(main, ["job", *argv, "--server", w.url,
+                                                  "--token", ALICE])
+            out, err = capsys.readouterr()
+            return code, out, err
+
+        # a region repainted by a mask file, the canvas extended to a shape
+        from PIL import Image
+        mask = Image.new("L", (64, 48), 0)
+        mask.paste(255, (0, 0, 20, 20))
+        mask.save(tmp_path / "mask.png")
+        code, out, err = await genbot("repaint", str(parent), "--mask",
+                                      str(tmp_path / "mask.png"), "-i", "a red scarf")
+        assert (code, out) == (0, f"batch 2: repaint of job {parent} -> job 2\n"), err
+        code, out, err = await genbot("extend", str(parent), "--aspect", "9:16", "--left", "8")
+        assert (code, out) == (0, f"batch 3: extend of job {parent} -> job 3\n"), err
+        step = decode((await w.app.job(3)).workflow).nodes[0].inputs
+        assert (step["aspect"], step["left"]) == ("9:16", 8)
+        with pytest.raises(SystemExit) as usage:  # --mask is required: argparse's usage
+            await genbot("repaint", str(parent))
+        assert usage.value.code == 2 and "required: --mask" in capsys.readouterr().err
+        code, out, err = await genbot("extend", str(parent))
+        assert (code, "Say how to extend" in err) == (1, True), err
 
 
 # --- webhooks ----------------------------------------------------------------------------

@@ -554,9 +554,9 @@ def test_a_node_whose_model_cannot_run_its_mode_breaks_its_template_at_load(tmp_
     said = {Path(e.file).stem: (e.path, e.message) for e in errors}
     assert said == {
         "on_dev": ("nodes.edit.model", 'model "dev" is FLUX.1 (flux), which genbot runs for '
-                   "img2img, txt2img, not edit"),
+                   "img2img, inpaint, txt2img, not edit"),
         "offers_dev": ("nodes.edit.model", 'model "dev" is FLUX.1 (flux), which genbot runs '
-                       "for img2img, txt2img, not edit"),
+                       "for img2img, inpaint, txt2img, not edit"),
         "negative": ("nodes.edit.negative", 'model "kontext" is FLUX.1 Kontext (flux_kontext), '
                      "which reads no negative prompt: leave the node's negative out (say what "
                      "to avoid in the prompt instead)")}

@@ -436,7 +436,8 @@ def test_full_size_single_file_checkpoints_load_and_run_offline_with_nothing_els
 
 @pytest.mark.parametrize("tensors, says", [
     ({"model.diffusion_model.input_blocks.0.0.weight": (320, 9, 3, 3)},
-     'model "m" is an inpainting checkpoint: generate makes new images and does not inpaint'),
+     'model "m" is an inpainting checkpoint: it repaints part of a picture (fill), and '
+     "makes no new images"),
     ({"model.diffusion_model.input_blocks.0.0.weight": (384, 4, 3, 3),
       "conditioner.embedders.0.model.transformer.resblocks.9.mlp.c_proj.bias": (1280,)},
      'model "m" is an SDXL refiner: it refines an image, so give its generate node an init '

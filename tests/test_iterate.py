@@ -331,7 +331,8 @@ async def test_an_instruction_edits_the_image_itself_on_the_edit_model(app):
         "edit_model to one."))
     assert await refused(instruction="matte", model="sdxl") == ("model_cannot_run", (
         'model "sdxl" is SDXL (sdxl), which genbot runs for img2img, img2img with a '
-        "ControlNet, txt2img, txt2img with a ControlNet, not edit: name a model that does"))
+        "ControlNet, inpaint, txt2img, txt2img with a ControlNet, not edit: name a model "
+        "that does"))
     assert (await refused(instruction="x" * 20_001))[0] == "instruction_too_long"
     app.edit_model = lambda: None  # no model of a family that edits is configured
     code, en = await refused(instruction="matte")
@@ -367,3 +368,91 @@ async def test_an_action_on_a_batchs_kept_images_is_one_batch_linked_to_each(app
     with pytest.raises(Refused) as theirs:
         await app.act_on_kept(BOB, first.batch_id, ask("edit", instruction="x"))
     assert theirs.value.code == "refused_not_owner"
+
+
+def mask_png(size=(64, 48), box=(8, 8, 40, 30), mode="L", on=255) -> bytes:
+    import io
+    im = Image.new(mode, size, 0)
+    im.paste(on, box)
+    buf = io.BytesIO()
+    im.save(buf, "PNG")
+    return buf.getvalue()
+
+
+async def test_repaint_and_extend_queue_a_fill_on_the_images_own_model(app):
+    """/repaint 3 mask.png 红围巾 and /extend 3 9:16: a child whose one step is `fill` on
+    the parent's image, on the model that made it where its family inpaints (the demo's
+    SD 1.5 here) with its prompt and negative when none is given, saved beside it; the
+    mask checked against the image and stored; the batch records the mask and the shape."""
+    first, _ = await finished(app)
+    done = await app.act(ALICE, first.id, ask("repaint", mask=mask_png(), instruction="红围巾"))
+    bound = decode(done.jobs[0].workflow)
+    step = bound.nodes[0].inputs
+    made_by = next(s.inputs for s in decode(first.workflow).nodes if s.op == "generate")
+    assert bound.nodes[0].op == "fill" and step["image"] == first.outputs[0]
+    assert (step["model"], step["prompt"]) == (made_by["model"], "红围巾")
+    assert step["negative"] == made_by["negative"] and "left" not in step
+    with Image.open(app.store.path(step["mask"])) as stored:
+        assert stored.size == (64, 48) and stored.getextrema() == (0, 255)
+    assert bound.outputs["save"].endswith("_repaint.png")
+    assert (await app.batch(done.batch_id)).meta["mask"] == step["mask"]
+    wide = await app.act(ALICE, first.id, ask("extend", aspect="9:16"))
+    step = decode(wide.jobs[0].workflow).nodes[0].inputs
+    assert (step["aspect"], step["prompt"]) == ("9:16", made_by["prompt"])  # (the row's)
+    assert (await app.batch(wide.batch_id)).meta["canvas"] == "9:16"
+    sides = await app.act(ALICE, first.id, ask("extend", left=32, right=32))
+    step = decode(sides.jobs[0].workflow).nodes[0].inputs
+    assert (step["left"], step["right"], "top" in step) == (32, 32, False)
+    on_fill = await app.act(ALICE, first.id, ask("extend", top=8, model="flux_fill"))
+    step = decode(on_fill.jobs[0].workflow).nodes[0].inputs
+    assert step["model"] == "flux_fill" and "negative" not in step  # (FLUX reads none)
+    again = await app.act(ALICE, first.id, ask("repaint", mask=mask_png(), instruction="红围巾"))
+    assert (again.batch_id, again.created) == (done.batch_id, False)  # a double click
+
+
+async def test_a_repaint_or_extend_that_cannot_be_is_refused_naming_what_to_change(app):
+    first, _ = await finished(app)
+
+    async def refused(action: str, **kw) -> tuple[str, str]:
+        with pytest.raises(Invalid) as e:
+            await app.act(ALICE, first.id, ask(action, **kw))
+        assert "mask" not in e.value.render("zh") or e.value.render("zh") != e.value.render("en")
+        return e.value.code, e.value.render("en")
+
+    jobs_before = len(await app.queue.batch_jobs(first.batch_id))
+    assert (await refused("repaint"))[0] == "repaint_no_mask"
+    assert (await refused("repaint", mask=b"not a picture"))[0] == "mask_not_image"
+    assert await refused("repaint", mask=mask_png((64, 64))) == ("mask_shape", (
+        "The mask is 64x64 and the image 64x48: a mask of the image's proportions is resized "
+        "to it, one of other proportions would repaint the wrong place. Paint it on the "
+        "image, or make it 64x48."))
+    assert (await refused("repaint", mask=mask_png(box=(0, 0, 0, 0))))[0] == "mask_empty"
+    assert (await refused("repaint", mask=mask_png(box=(0, 0, 64, 48))))[0] == "mask_full"
+    # transparency counts as black: white strokes on a transparent sheet are the region
+    strokes = await app.act(ALICE, first.id, ask("repaint", mask=mask_png(
+        (128, 96), (16, 16, 80, 60), "RGBA", (255, 255, 255, 255))))
+    step = decode(strokes.jobs[0].workflow).nodes[0].inputs
+    with Image.open(app.store.path(step["mask"])) as stored:  # resized to the image
+        assert stored.size == (64, 48) and stored.getpixel((0, 0)) == 0
+        assert stored.getpixel((20, 15)) == 255
+    assert (await refused("extend"))[0] == "extend_nothing"
+    assert await refused("extend", aspect="tall") == ("extend_aspect", (
+        '"tall" is not a shape: write width:height, such as 9:16 or 1:1.'))
+    assert (await refused("extend", left=-5))[0] == "extend_margin"
+    assert (await refused("upscale", mask=mask_png()))[0] == "action_takes_no_mask"
+    assert (await refused("vary", aspect="1:1"))[0] == "action_takes_no_margins"
+    code, en = await refused("extend", left=8192, right=8192, top=4096)
+    assert code == "action_too_large" and "16448x4144" in en
+    assert await refused("extend", top=8, model="flux_kontext") == ("fill_cannot_run", (
+        'Model "flux_kontext" is FLUX.1 Kontext (flux_kontext), which cannot repaint part of '
+        "an image (genbot runs it for edit, txt2img): name one that inpaints, or set "
+        "[templates] fill_model to one."))
+    assert (await refused("extend", top=8, model="nope"))[0] == "fill_model_unknown"
+    app.fill_model = lambda own=None: None
+    code, en = await refused("extend", top=8)
+    assert code == "fill_no_model" and "FLUX.1-Fill-dev" in en
+    assert len(await app.queue.batch_jobs(first.batch_id)) == jobs_before
+    await app.rate(ALICE, first.id, "keep")
+    with pytest.raises(Invalid) as bulk:
+        await app.act_on_kept(ALICE, first.batch_id, ask("repaint", mask=mask_png()))
+    assert bulk.value.code == "mask_one_image"

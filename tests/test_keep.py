@@ -154,7 +154,7 @@ async def test_a_product_kept_through_the_executor_and_an_actions_edit(tmp_path,
     """product_main on the demo models with a transparent photo at the output's size: the
     saved image's product pixels are the photo's, byte for byte, though the model drew
     noise; an instruction edit of that image puts the product back too."""
-    from templates.actions import instruct
+    from templates.actions import fill, instruct
     from tests.conftest import executor_config
     from tests.fakes.executor import Harness
     config = executor_config(tmp_path / "data", demo_models)
@@ -184,6 +184,33 @@ async def test_a_product_kept_through_the_executor_and_an_actions_edit(tmp_path,
         assert edited.status == "succeeded", edited.error
         again = pixels(Image.open(store.path(edited.outputs[0])))
         assert np.array_equal(again[inside], photo[inside])
+        # a repaint whose mask covers the product too: the product put back all the same;
+        # an extend: the whole image, the product in it, where it was in the grown canvas
+        mask = Image.new("L", (128, 128), 0)
+        mask.paste(255, (20, 20, 110, 110))
+        mask_path = store.put_input(_png(mask))
+        painted = fill(template, row, done.outputs[0], "sd15", "repaint", "sand",
+                       mask=mask_path)
+        wide = fill(template, row, done.outputs[0], "sd15", "extend", aspect="16:9")
+        assert [s.op for s in painted.nodes] == ["fill", "keep_product", "save"]
+        assert [s.op for s in wide.nodes] == ["fill", "save"]  # (moving it would be wrong)
+        ran = await h.run("product_main", [NewJob(2, encode(c), c.affinity)
+                                           for c in (painted, wide)])
+        assert [r.status for r in ran] == ["succeeded", "succeeded"], [r.error for r in ran]
+        repainted = pixels(Image.open(store.path(ran[0].outputs[0])))
+        assert np.array_equal(repainted[inside], photo[inside])
+        assert not np.array_equal(repainted[60:70, 20:30], out[60:70, 20:30])  # (sand)
+        untouched = (np.asarray(mask) == 0) & (alpha == 0)  # (the product's edge blends again)
+        assert np.array_equal(repainted[untouched], out[untouched])  # as it was
+        extended = pixels(Image.open(store.path(ran[1].outputs[0])))
+        assert extended.shape[:2] == (128, 228)
+        assert np.array_equal(extended[:, 50:178], out)  # the image, the product in it
+
+
+def _png(im: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, "PNG")
+    return buf.getvalue()
 
 
 def test_a_keep_without_a_product_is_the_image_as_made(tmp_path):

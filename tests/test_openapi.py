@@ -211,13 +211,14 @@ def tour(world) -> set[tuple[str, str, int]]:
     # Iterating on job 1's image (batch 1 ran); job 3 failed (no image); job 8 is alice's,
     # canceled above, and she submitted a moment ago (one a minute).
     jobs, big = f"{v}/jobs", b" " * 70_000
+    bigger = b" " * int(IMAGE_MB * 1.4 * 2**20)  # an action's body holds a mask picture
     act, rating = f"{jobs}/{{id}}/actions", f"{jobs}/{{id}}/rating"
     call(ADMIN, "POST", act, 201, json={"action": "upscale"}, headers={"Idempotency-Key": "up"})
     call(ADMIN, "POST", act, 200, json={"action": "upscale"}, headers={"Idempotency-Key": "up"})
     call(ADMIN, "POST", act, 400, data=b"{", headers={"Content-Type": "application/json"})
     call(ADMIN, "POST", act, 404, path=f"{jobs}/99/actions", json={"action": "again"})
     call(ADMIN, "POST", act, 409, path=f"{jobs}/3/actions", json={"action": "vary"})
-    call(ADMIN, "POST", act, 413, data=big)
+    call(ADMIN, "POST", act, 413, data=bigger)
     call(ADMIN, "POST", act, 422, json={"action": "dance"})
     call(ALICE, "POST", act, 429, path=f"{jobs}/8/actions",
          json={"action": "edit", "values": {"title": "again"}})
@@ -228,7 +229,7 @@ def tour(world) -> set[tuple[str, str, int]]:
     call(ADMIN, "POST", kept, 400, data=b"{", headers={"Content-Type": "application/json"})
     call(ADMIN, "POST", kept, 404, path=f"{batches}/99/kept/actions", json={"action": "again"})
     call(ADMIN, "POST", kept, 409, path=f"{batches}/2/kept/actions", json={"action": "again"})
-    call(ADMIN, "POST", kept, 413, data=big)
+    call(ADMIN, "POST", kept, 413, data=bigger)
     call(ADMIN, "POST", kept, 422, json={"action": "edit", "instruction": "x", "model": "no"})
     call(ALICE, "POST", kept, 429, json={"action": "upscale"})  # (one a minute)
     call(VIEWER, "PUT", rating, 400, data=b"[")

@@ -57,6 +57,7 @@ from templates.params import Problem
 from templates.settings import (
     edit_model,
     family_of,
+    fill_model,
     load_configured,
     models,
     templates_dir,
@@ -491,6 +492,10 @@ class App:
     def edit_model(self) -> str | None:
         """The model instruction edits run on (templates.settings.edit_model)."""
         return edit_model(self.config)
+
+    def fill_model(self, own: str | None = None) -> str | None:
+        """The model repaints and extends run on (templates.settings.fill_model)."""
+        return fill_model(self.config, own)
 
     def has_model(self, model: str) -> bool:
         return model in models(self.config)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -39,7 +40,8 @@ from templates.actions import ACTIONS, ActionSpec, Ask
 from templates.families import row_refusal
 from templates.graph import Template
 from templates.jobs import BoundJob, decode, encode
-from templates.params import Problem
+from templates.params import Problem, parse_aspect
+from templates.signatures import MAX_MARGIN
 from templates.size_rules import sized
 from templates.sizes import largest_image
 
@@ -64,6 +66,8 @@ class App(Protocol):
 
     def edit_model(self) -> str | None: ...
 
+    def fill_model(self, own: str | None = None) -> str | None: ...
+
     def has_model(self, model: str) -> bool: ...
 
     @property
@@ -87,6 +91,12 @@ class ActionRequest:
     strength: float | None = None  # vary: None is the template's own, else 0.35
     instruction: str = ""  # edit: a sentence the image is changed by, on an edit model
     model: str | None = None  # that model; None: [templates] edit_model or the first
+    mask: bytes | None = None  # repaint: a picture, white where to repaint
+    left: int = 0  # extend: px added on each side …
+    right: int = 0
+    top: int = 0
+    bottom: int = 0
+    aspect: str | None = None  # … or the shape the canvas grows to ("9:16")
     key: str | None = None  # the caller's idempotency key (the API's Idempotency-Key)
     lang: str | None = None  # of what the new batch posts; None: the parent batch's
     wait_for_executor: bool = False
@@ -94,7 +104,12 @@ class ActionRequest:
     @property
     def ask(self) -> Ask:
         return Ask(self.count, self.values, self.factor, self.strength,
-                   self.instruction.strip(), self.model)
+                   self.instruction.strip(), self.model, None, self.left, self.right,
+                   self.top, self.bottom, self.aspect)
+
+    @property
+    def margins(self) -> tuple[int, int, int, int]:
+        return self.left, self.right, self.top, self.bottom
 
 
 @dataclass(frozen=True)
@@ -138,6 +153,17 @@ def _asked_well(spec: ActionSpec, request: ActionRequest) -> None:
         raise Invalid("action_count", count=request.count, max=MAX_COUNT)
     if request.strength is not None and not 0 < request.strength <= 1:
         raise Invalid("vary_strength", value=request.strength)
+    if request.mask is not None and "mask" not in spec.takes:
+        raise Invalid("action_takes_no_mask", action=spec.name)
+    if (any(request.margins) or request.aspect) and "margins" not in spec.takes:
+        raise Invalid("action_takes_no_margins", action=spec.name)
+    if not all(0 <= m <= MAX_MARGIN for m in request.margins):
+        raise Invalid("extend_margin", value=max(request.margins, key=abs), max=MAX_MARGIN)
+    if request.aspect is not None:
+        try:
+            parse_aspect(request.aspect)
+        except ValueError:
+            raise Invalid("extend_aspect", value=str(request.aspect)[:40]) from None
 
 
 async def _children(app: App, parent: Job, batch: Batch, spec: ActionSpec, ask: Ask,
@@ -151,6 +177,8 @@ async def _children(app: App, parent: Job, batch: Batch, spec: ActionSpec, ask: 
         raise Conflict("action_template_gone", template=batch.template)
     bound = decode(parent.workflow)
     template = await app.template_version(batch.template, bound.revision)  # the parent's
+    if spec.fills:
+        ask = _fill_model(app, bound, ask)
     try:
         children = actions.siblings([spec.derive(template, bound, ask, image)
                                      for _ in range(count)])
@@ -169,6 +197,10 @@ def _meta(request: ActionRequest, ask: Ask, who: Who, batch: Batch) -> dict[str,
         "by": who.id}
     if ask.instruction:
         meta["instruction"] = ask.instruction
+    if ask.mask:
+        meta["mask"] = ask.mask
+    if any(ask.margins) or ask.aspect:
+        meta["canvas"] = ask.aspect or dict(zip(actions.SIDES, ask.margins, strict=True))
     if "sheet" in batch.meta:
         meta["sheet"] = batch.meta["sheet"]
     return meta
@@ -182,9 +214,11 @@ async def act(app: App, who: Who, job_id: int, request: ActionRequest) -> Acted:
     await app.permissions.own(who, role, spec.name, owner=parent.submitter,
                               subject=parent.batch_id)
     _asked_well(spec, request)
-    ask = _with_model(app, request.ask)
+    ask = _with_model(app, spec, request.ask)
     if spec.needs_image(ask):
-        await _image_of(app, parent)  # (its image gone is said before a double click's)
+        image = await _image_of(app, parent)  # (its image gone is said before a double click's)
+        if request.mask is not None:
+            ask = replace(ask, mask=await _stored_mask(app, request.mask, image))
     earlier = await _earlier(app, who, parent, request)
     if earlier is not None:
         return earlier
@@ -217,12 +251,15 @@ async def act_on_kept(app: App, who: Who, batch_id: int, request: ActionRequest)
     if request.count != 1:
         raise Invalid("action_count_one", action=spec.name)
     _asked_well(spec, request)
+    if request.mask is not None:  # a region is one picture's
+        raise Invalid("mask_one_image")
     root, kept = await picks(app, who, batch_id)
     if not kept:
         raise Conflict("picks_none", batch=root.id)
-    ask = _with_model(app, request.ask)
+    ask = _with_model(app, spec, request.ask)
     asked = json.dumps([spec.name, [i.id for i in kept], request.values, ask.instruction,
-                        ask.model, request.factor, request.strength],
+                        ask.model, request.factor, request.strength, request.margins,
+                        request.aspect],
                        sort_keys=True, default=str)
     digest = hashlib.sha256(asked.encode()).hexdigest()[:16]
     window = int(app.clock() // DEDUPE_SECONDS)
@@ -259,20 +296,70 @@ async def act_on_kept(app: App, who: Who, batch_id: int, request: ActionRequest)
                        done.created, root.id, len(kept), spec.name)
 
 
-def _with_model(app: App, ask: Ask) -> Ask:
+def _with_model(app: App, spec: ActionSpec, ask: Ask) -> Ask:
     """An instruction's edit model: the one asked, else the configured one; none there is
-    refused naming what to configure, and an instruction past a cell's length too."""
+    refused naming what to configure, and an instruction past a cell's length too. (A
+    repaint's or an extend's model is the image's: `_fill_model`.)"""
     if not ask.instruction:
         return ask
     if len(ask.instruction) > app.max_cell_chars:
         raise Invalid("instruction_too_long", chars=len(ask.instruction),
                       max=app.max_cell_chars)
+    if spec.fills:
+        return ask
     model = ask.model or app.edit_model()
     if model is None:
         raise Invalid("edit_no_model")
     if not app.has_model(model):
         raise Invalid("edit_model_unknown", model=model)
     return replace(ask, model=model)
+
+
+def _fill_model(app: App, parent: BoundJob, ask: Ask) -> Ask:
+    """A repaint's or an extend's model: the one asked, else [templates] fill_model, else
+    the model that made the image where it inpaints, else the first that does."""
+    own = actions.made_by(parent).get("model")
+    model = ask.model or app.fill_model(own if isinstance(own, str) else None)
+    if model is None:
+        raise Invalid("fill_no_model")
+    if not app.has_model(model):
+        raise Invalid("fill_model_unknown", model=model)
+    return replace(ask, model=model)
+
+
+async def _stored_mask(app: App, data: bytes, image: str) -> str:
+    """A repaint's mask, checked against the image and stored: white (bright) where to
+    repaint, transparency counting as black; one of the image's proportions at another
+    size is resized to it, one of other proportions refused, as are an empty and a full
+    one (nothing to repaint; all of it: that is `again`)."""
+    def check() -> bytes:
+        from PIL import Image, UnidentifiedImageError
+        try:
+            with Image.open(io.BytesIO(data)) as sent:
+                if sent.width * sent.height > app.max_output_pixels:
+                    raise Invalid("mask_too_large", width=sent.width, height=sent.height,
+                                  max=app.max_output_pixels / 1e6)
+                on_black = Image.new("RGBA", sent.size, "black")
+                on_black.alpha_composite(sent.convert("RGBA"))
+                mask = on_black.convert("L").point(lambda v: 255 if v >= 128 else 0)
+            with Image.open(app.store.path(image)) as picture:
+                size = picture.size
+        except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+            raise Invalid("mask_not_image") from None
+        if abs(mask.width / mask.height - size[0] / size[1]) > 0.01 * size[0] / size[1]:
+            raise Invalid("mask_shape", width=mask.width, height=mask.height,
+                          image_width=size[0], image_height=size[1])
+        mask = mask.resize(size, Image.Resampling.NEAREST) if mask.size != size else mask
+        low, high = mask.getextrema()
+        if high == 0:
+            raise Invalid("mask_empty")
+        if low == 255:
+            raise Invalid("mask_full")
+        out = io.BytesIO()
+        mask.save(out, format="PNG")
+        return out.getvalue()
+    png = await asyncio.to_thread(check)
+    return await asyncio.to_thread(app.store.put_input, png)
 
 
 def _runnable(app: App, children: list, spec: ActionSpec) -> None:
@@ -312,8 +399,10 @@ async def _within_limit(app: App, children: list, image: str | None, spec: Actio
 
 def _window_key(app: App, who: Who, parent: Job, request: ActionRequest, back: int) -> str:
     """The same ask within a window of DEDUPE_SECONDS (`back` windows ago) has this key."""
+    mask = hashlib.sha256(request.mask).hexdigest() if request.mask is not None else None
     asked = json.dumps([request.action, request.count, request.values, request.factor,
-                        request.strength, request.instruction.strip(), request.model],
+                        request.strength, request.instruction.strip(), request.model, mask,
+                        request.margins, request.aspect],
                        sort_keys=True, default=str)
     digest = hashlib.sha256(asked.encode()).hexdigest()[:16]
     window = int(app.clock() // DEDUPE_SECONDS) - back

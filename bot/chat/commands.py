@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from bot.app import values
 from bot.app.application import CancelTarget, Scheduled, SubmitOptions, Unconfirmed
@@ -25,7 +26,7 @@ from bot.app.results import write_picks
 from bot.chat.grammar import Arg, Command, CommandError, Option, Registry
 from bot.chat.platform import DeliveryError, DownloadError, Field, Form
 from bot.chat.turn import Reply, Turn
-from bot.chat.uploads import attachments, sheet_for
+from bot.chat.uploads import attachments, picture_for, sheet_for
 from bot.errors import Invalid, NotFound
 from bot.intake.check import IntakeReport
 from bot.intake.examples import example_pictures
@@ -36,8 +37,9 @@ from bot.settings import ChatConfig, IntakeConfig, assets_dir
 from storage.config import QueueConfig
 from storage.records import Job, Priority, Status
 from storage.workers import Workers
-from templates.actions import ACTIONS, PARAMETERS, ActionSpec
+from templates.actions import ACTIONS, PARAMETERS, SIDES, ActionSpec
 from templates.binding import as_text
+from templates.params import parse_aspect
 from templates.settings import TemplatesConfig
 
 COMMANDS = Registry()
@@ -334,10 +336,27 @@ def pair(raw: str, now: datetime) -> tuple[str, str]:
 PAIR = re.compile(r"[^\s=]+=")  # KEY=… : a key is one word; "price = 99 元 off" is a sentence
 
 
-def change(raw: str, now: datetime) -> tuple[str, str] | str:
-    """A word of an edit: a KEY=VALUE change, or a word of an instruction (a quoted
-    sentence is one word, so an "=" inside it after a space stays the sentence's)."""
-    return pair(raw, now) if PAIR.match(raw) else raw
+SIDE_WORDS = {"left": "left", "right": "right", "top": "top", "bottom": "bottom",
+              "左": "left", "右": "right", "上": "top", "下": "bottom"}
+SIDE = re.compile(r"(left|right|top|bottom|左|右|上|下)\s*[=＝:：]\s*(\d+)\s*(?:px)?", re.I)
+PICTURE = re.compile(r".+\.(png|jpe?g|webp)", re.I)
+
+
+def margin_word(raw: str, now: datetime) -> tuple[str, Any] | None:
+    """A word of an extend: a side's pixels ("left=256", "左=256") or a shape ("9:16");
+    None: a word of what to paint."""
+    if m := SIDE.fullmatch(raw.strip()):
+        return SIDE_WORDS[m[1].lower()], int(m[2])
+    try:
+        return "aspect", parse_aspect(raw)
+    except ValueError:
+        return None
+
+
+def mask_word(raw: str, now: datetime) -> tuple[str, Any] | None:
+    """A word of a repaint: the name of the mask picture sent ("mask.png"); None: a word
+    of what to paint."""
+    return ("mask", raw) if PICTURE.fullmatch(raw.strip()) else None
 
 
 def strength_of(raw: str, now: datetime) -> float:
@@ -396,36 +415,71 @@ async def _act(turn: Turn, cmd: Command, request: ActionRequest) -> None:
 TAKES: dict[str, tuple[str, Arg | None, tuple[str, Option] | None]] = {  # usage, arg, option
     "count": ("[N]", Arg("count", True, count_of), None),
     "factor": ("[FACTOR]", Arg("factor", True, factor_of), None),
-    # (an edit's words: KEY=VALUE changes, or an instruction's words; the grammar tells)
-    "values": ("[KEY=VALUE …|INSTRUCTION]", Arg("values", True, change, rest=True), None),
-    "instruction": ("", None, None),
     "strength": ("[--strength 0.35]", None, ("--strength", Option(strength_of))),
+}
+# The words after the image, by what the action takes: how each is written, and what reads
+# one (None: any word left over: an instruction's, or what to paint). A quoted sentence is
+# one word, so an "=" inside it after a space stays the sentence's.
+WORDS: dict[str, tuple[str, Callable[[str, datetime], tuple[str, Any] | None] | None]] = {
+    "values": ("KEY=VALUE …", lambda raw, now: pair(raw, now) if PAIR.match(raw) else None),
+    "mask": ("MASK.png", mask_word),
+    "margins": ("W:H|left=PX …", margin_word),
+    "instruction": ("INSTRUCTION", None),
 }
 
 
+def _words(spec: ActionSpec) -> tuple[str, Arg | None]:
+    """The usage and the argument of the words an action takes after the image."""
+    taken = [name for name in PARAMETERS if name in WORDS and name in spec.takes]
+    if not taken:
+        return "", None
+    readers = [reader for name in taken if (reader := WORDS[name][1]) is not None]
+
+    def read(raw: str, now: datetime) -> tuple[str, Any] | str:
+        return next((got for r in readers if (got := r(raw, now)) is not None), raw)
+    shown = [WORDS[name][0] for name in taken]
+    usage = f"[{'|'.join(shown)}]" if "values" in taken else \
+        " ".join(f"[{u}]" for u in shown)
+    return usage, Arg("words", True, read, rest=True)
+
+
 def _image_action(spec: ActionSpec) -> None:
-    takes = [TAKES[name] for name in PARAMETERS if name in spec.takes]
+    takes = [TAKES[name] for name in PARAMETERS if name in spec.takes and name in TAKES]
+    words_usage, words = _words(spec)
     usage = " ".join(["ROW|jJOB|bBATCH", *(u for u, arg, _ in takes if arg),
+                      *([words_usage] if words_usage else []),
                       *(u for u, arg, _ in takes if not arg and u), "[--batch BATCH]"])
     options = {**IN_BATCH, **dict(option for _, _, option in takes if option)}
 
     @command(spec.name, usage, aliases=spec.aliases, options=options,
-             args=(IMAGE, *(arg for _, arg, _ in takes if arg)))
+             args=(IMAGE, *(arg for _, arg, _ in takes if arg), *([words] if words else [])))
     async def handle(turn: Turn, cmd: Command) -> None:
         got = {**cmd.args, **{k.lstrip("-"): v for k, v in cmd.options.items()}}
-        words = got.get("values") or []
-        changes: dict[str, str] = dict(w for w in words if isinstance(w, tuple))
+        words = got.get("words") or []
+        given: dict[str, Any] = dict(w for w in words if isinstance(w, tuple))
         instruction = " ".join(w for w in words if isinstance(w, str))
-        if changes and instruction:
+        if "values" in spec.takes and given and instruction:
             raise Invalid("edit_both")
         if "values" in spec.takes and not words:  # what to change: the row's values
             if cmd.args["image"][0] == "batch":
                 raise Invalid("edit_kept_usage", batch=cmd.args["image"][1])
             await _values_now(turn, cmd, spec)
             return
+        mask = None
+        if "mask" in spec.takes:
+            kind, n = cmd.args["image"]
+            shown = {"row": f"{n}", "job": f"j{n}", "batch": f"b{n}"}.get(kind, "3")
+            mask = await picture_for(turn, given.pop("mask", None), f"/{cmd.name} {shown}")
+            if mask is None:
+                return  # (why: said)
+        margins = {side: given.pop(side) for side in SIDES if side in given} \
+            if "margins" in spec.takes else {}
+        aspect = given.pop("aspect", None) if "margins" in spec.takes else None
         await _act(turn, cmd, ActionRequest(
-            spec.name, count=got.get("count") or 1, values=changes, instruction=instruction,
-            factor=got.get("factor") or 2.0, strength=got.get("strength")))
+            spec.name, count=got.get("count") or 1,
+            values=given if "values" in spec.takes else {}, instruction=instruction,
+            factor=got.get("factor") or 2.0, strength=got.get("strength"), mask=mask,
+            aspect=aspect, **margins))
 
 
 for _spec in ACTIONS.values():

@@ -56,6 +56,38 @@ async def sheet_for(turn: Turn, template: str, file: str | None) -> tuple[Upload
     return upload, SheetFile(upload.name, data)
 
 
+async def picture_for(turn: Turn, name: str | None, command: str) -> bytes | None:
+    """A picture a command names (a repaint's mask.png: sent with it or lately), else the
+    one picture sent with it; None, with the reason replied. (Never "the latest picture"
+    unnamed: that may well be the product photo a sheet named.)"""
+    msg = turn.msg
+    found: Upload | None = None
+    if name is not None:
+        found = (await turn.inbox.find_sheet(platform=msg.platform, user=msg.user,
+                                             conversation=msg.conversation, name=name,
+                                             message=msg.message)).found
+    elif msg.message is not None:
+        sent = await turn.inbox.message_files(platform=msg.platform, message=msg.message)
+        pictures = [u for u in sent if is_picture(u.name)]
+        found = pictures[0] if len(pictures) == 1 else None
+    if found is None:
+        turn.say("picture_not_found" if name else "picture_none", file=(name or "")[:120],
+                 command=command)
+        platform = turn.platforms.get(msg.platform)
+        if platform is not None and platform.file_hint:
+            turn.add(platform.file_hint)
+        return None
+    try:
+        return await turn.platforms[found.platform].download(found.handle)
+    except DownloadError as e:
+        turn.say(e.code, **{"file": found.name, **e.details})
+        return None
+
+
+def is_picture(name: str) -> bool:
+    return name_key(name).endswith((".png", ".jpg", ".jpeg", ".webp"))
+
+
 def attachments(turn: Turn, upload: Upload) -> Attachments:
     """The files sent with a sheet, by name, for the image cells of its rows: those of
     its message, else the person's latest upload of that name (platforms that carry one

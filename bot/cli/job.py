@@ -7,6 +7,9 @@ what its spec takes:
   genbot job vary 12 -n 2 --strength 0.5 close variations of the image
   genbot job upscale 12 --factor 4       the image four times larger
   genbot job edit 12 prompt="a red jar" steps=30
+  genbot job edit 12 -i "把背景换成海滩"         the image itself changed by a sentence
+  genbot job repaint 12 --mask mask.png -i "a red scarf"
+  genbot job extend 12 --aspect 9:16     the canvas grown, the image kept exactly
   genbot job keep 12  /  reject 12  /  unkeep 12
   genbot job lineage 12                  what it was made from, and what from it
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -31,7 +35,7 @@ from bot.cli.client import (
     unreachable,
 )
 from bot.messages import say
-from templates.actions import ACTIONS
+from templates.actions import ACTIONS, SIDES
 
 if TYPE_CHECKING:
     import aiohttp
@@ -51,10 +55,20 @@ TAKES: dict[str, Callable[[argparse.ArgumentParser], Any]] = {  # what an action
         help="a column or parameter and its new value, read as a sheet's cell"),
     "instruction": lambda p: (
         p.add_argument("-i", "--instruction", metavar="TEXT", default="",
-                       help="instead of values: a sentence the image itself is changed by, on "
-                       "an edit model (\"把背景换成海滩\")"),
-        p.add_argument("--model", help="with --instruction: the edit model ([models] name; "
-                       "default: [templates] edit_model, else the first that edits)")),
+                       help="edit: instead of values, a sentence the image itself is changed "
+                       "by on an edit model (\"把背景换成海滩\"); repaint, extend: what to "
+                       "paint (default: the image's own prompt)"),
+        p.add_argument("--model", help="the model ([models] name; default: [templates] "
+                       "edit_model or fill_model, else the image's own or the first that can)")),
+    "mask": lambda p: p.add_argument(
+        "--mask", metavar="FILE", required=True, type=argparse.FileType("rb"),
+        help="a picture of the image's proportions: white where to repaint, black where to "
+        "keep"),
+    "margins": lambda p: (
+        p.add_argument("--aspect", metavar="W:H",
+                       help="grow the canvas to this shape around the image (9:16)"),
+        *(p.add_argument(f"--{side}", type=int, default=0, metavar="PX",
+                         help=f"px added on the {side}") for side in SIDES)),
 }
 
 
@@ -119,8 +133,15 @@ def cmd_act(args: argparse.Namespace) -> int:
         body["values"] = dict(args.values)
     if getattr(args, "instruction", ""):
         body["instruction"] = args.instruction
-        if args.model:
-            body["model"] = args.model
+    if getattr(args, "model", None):
+        body["model"] = args.model
+    if getattr(args, "mask", None) is not None:
+        with args.mask:
+            body["mask"] = base64.b64encode(args.mask.read()).decode()
+    if "margins" in ACTIONS[args.action].takes:
+        body.update({side: getattr(args, side) for side in SIDES if getattr(args, side)})
+        if args.aspect:
+            body["aspect"] = args.aspect
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
 
     kind, number = args.id

@@ -16,13 +16,24 @@ from bot.app.application import App
 from bot.app.iterate import MAX_COUNT, RATINGS, ActionRequest
 from bot.app.permissions import Action, Who, needs
 from bot.app.results import XLSX, write_picks
+from bot.settings import IntakeConfig
 from bot.web.batches import BATCH_ID, IDEMPOTENCY_KEY
 from bot.web.callers import Callers
-from bot.web.http import PREFIX, ApiError, in_path, json_body, respond, stored_file
+from bot.web.http import (
+    PREFIX,
+    SMALL_BODY,
+    ApiError,
+    in_path,
+    json_body,
+    respond,
+    stored_file,
+)
 from bot.web.jobs import JOB_ID, ActionName, Job
 from bot.web.routes import Answer, Param, Route
+from storage.config import Config
 from templates.actions import ACTIONS, UPSCALE_MAX, VARY_STRENGTH
 from templates.settings import TemplatesConfig
+from templates.signatures import MAX_MARGIN
 
 PICKS_XLSX, PICKS_PNG = "picks.xlsx", "picks.png"
 def _taking(parameter: str) -> str:
@@ -36,6 +47,12 @@ RatingName = Annotated[str, Meta(extra_json_schema={"enum": list(RATINGS)})]
 
 INSTRUCTION = (f"{_taking('instruction')}: a sentence the image itself is changed by on an "
                "edit model ('把背景换成海滩', 'make the bottle matte black'), instead of values")
+
+
+def action_body_limit(config: Config) -> int:
+    """An action's body: its fields, and a mask picture in base64 (4 bytes for 3) at the
+    size a sheet's picture may have ([intake] max_image_mb)."""
+    return SMALL_BODY + int(config[IntakeConfig].max_image_mb * 2**20 * 4 / 3)
 
 
 class ActionBody(Struct, kw_only=True):
@@ -56,8 +73,21 @@ class ActionBody(Struct, kw_only=True):
         f"null: the template's own, else {VARY_STRENGTH}"))] = None
     instruction: Annotated[str, Meta(description=INSTRUCTION)] = ""
     model: Annotated[str | None, Meta(description=(
-        "with an instruction: the [models] name of the edit model; null: [templates] "
-        "edit_model, else the first model whose family edits"))] = None
+        "the [models] name of the model: an instruction's edit model (null: [templates] "
+        "edit_model, else the first whose family edits); a repaint's or an extend's "
+        "(null: [templates] fill_model, else the image's own where it inpaints, else the "
+        "first that does)"))] = None
+    mask: Annotated[bytes | None, Meta(description=(
+        f"{_taking('mask')}: a PNG, JPEG or WebP, base64: white where to repaint, black "
+        "(or transparent) where to keep; the image's proportions (resized to it)"))] = None
+    left: Annotated[int, Meta(description=f"{_taking('margins')}: px added on the left",
+                              ge=0, le=MAX_MARGIN)] = 0
+    right: Annotated[int, Meta(ge=0, le=MAX_MARGIN)] = 0
+    top: Annotated[int, Meta(ge=0, le=MAX_MARGIN)] = 0
+    bottom: Annotated[int, Meta(ge=0, le=MAX_MARGIN)] = 0
+    aspect: Annotated[str | None, Meta(description=(
+        f"{_taking('margins')}: the shape the canvas grows to around the image, "
+        "'W:H' ('9:16'), after the margins"))] = None
     wait_for_executor: bool = False  # queue even if no running executor can run the jobs
 
 
@@ -199,14 +229,15 @@ class IterateRoutes:
             if key is not None and not 0 < len(key) <= 150:
                 raise ApiError(400, "bad_idempotency_key",
                                "Idempotency-Key is 1 to 150 characters")
-            body = await json_body(request, ActionBody)
+            body = await json_body(request, ActionBody, action_body_limit(self.app.config))
         except ApiError:
             await self.app.permit(who, FIRST_TO_ACT)  # who may not act hears that first
             raise
         return who, ActionRequest(
             body.action, count=body.count, values=body.values, factor=body.factor,
             strength=body.strength, instruction=body.instruction, model=body.model,
-            wait_for_executor=body.wait_for_executor,
+            mask=body.mask, left=body.left, right=body.right, top=body.top,
+            bottom=body.bottom, aspect=body.aspect, wait_for_executor=body.wait_for_executor,
             key=f"api:{who.user}:{on}:{in_path(request, 'id')}:{key}" if key else None)
 
     async def act(self, request: web.Request) -> web.Response:

@@ -280,13 +280,14 @@ class ModelCache:
 
     # --- what generation asks for ------------------------------------------------------
     def pipeline(self, model: str, mode: str, controlnet: str | None = None) -> Any:
-        """The pipeline for a checkpoint in a mode (txt2img, img2img, edit), with a
+        """The pipeline for a checkpoint in a mode (txt2img, img2img, inpaint, edit), with a
         ControlNet or not; built on the resident checkpoint's components."""
         keep = {model, *([controlnet] if controlnet else [])}
         info = self.registry.get(model, "checkpoint")
-        if info.inpainting:
-            raise ModelError(f'model "{model}" is an inpainting checkpoint: generate makes new '
-                             "images and does not inpaint; name a plain checkpoint of its family")
+        if info.inpainting and mode != "inpaint":
+            raise ModelError(f'model "{model}" is an inpainting checkpoint: it repaints part of a '
+                             "picture (fill), and makes no new images; name a plain checkpoint "
+                             "of its family")
         if info.model_type == "xl_refiner" and mode == "txt2img":
             raise ModelError(f'model "{model}" is an SDXL refiner: it refines an image, so give '
                              "its generate node an init image (img2img)")

@@ -119,14 +119,14 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
     runs = profile(info.family)
     kwargs: dict[str, Any] = {
         "prompt": [i["prompt"] for i in batch],
-        "num_inference_steps": _steps(first.get("steps") or info.steps, cache.units[model]),
+        "num_inference_steps": model_steps(first.get("steps") or info.steps, cache.units[model]),
         runs.cfg: first["guidance"] if first.get("guidance") is not None else info.guidance,
         # CPU generators: the same seed gives the same noise on any device.
         "generator": [torch.Generator("cpu").manual_seed(int(i["seed"])) for i in batch],
         "num_images_per_prompt": 1,
-        "callback_on_step_end": _on_step(ctx),
+        "callback_on_step_end": step_callback(ctx),
     }
-    kwargs.update(_negative(runs, model, [i.get("negative") or "" for i in batch]))
+    kwargs.update(negative_prompt(runs, model, [i.get("negative") or "" for i in batch]))
 
     def fit(value: Any) -> Image.Image:
         return ctx.image(value).resize((width, height), Image.Resampling.LANCZOS)
@@ -192,11 +192,11 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
     kwargs: dict[str, Any] = {
         "image": pictures[0] if runs.images == 1 else pictures, "prompt": instruction,
         "height": height, "width": width,
-        "num_inference_steps": _steps(steps or info.steps, cache.units[model]),
+        "num_inference_steps": model_steps(steps or info.steps, cache.units[model]),
         runs.cfg: guidance if guidance is not None else info.guidance,
         "generator": torch.Generator("cpu").manual_seed(int(seed)),
-        "callback_on_step_end": _on_step(ctx)}
-    kwargs.update({k: v[0] for k, v in _negative(runs, model, [negative]).items()})
+        "callback_on_step_end": step_callback(ctx)}
+    kwargs.update({k: v[0] for k, v in negative_prompt(runs, model, [negative]).items()})
     kwargs.update(_sized(pipe, width, height))
     with _pictures_at(pipe, native):
         made = pipe(**kwargs).images[0]
@@ -234,7 +234,7 @@ def _sized(pipe: Any, width: int, height: int) -> dict[str, Any]:
     return {"_auto_resize": False, "max_area": width * height}
 
 
-def _steps(steps: int, unit: Any) -> int:
+def model_steps(steps: int, unit: Any) -> int:
     """The steps, refused below what the model's scheduler can take: one that stretches
     its schedule to end at a terminal shift (Qwen-Image's) divides by zero at one step
     and would make a black image."""
@@ -244,7 +244,7 @@ def _steps(steps: int, unit: Any) -> int:
     return steps
 
 
-def _negative(runs: Profile, model: str, given: list[str]) -> dict[str, Any]:
+def negative_prompt(runs: Profile, model: str, given: list[str]) -> dict[str, Any]:
     """The negative prompt argument for a family that reads one; a family that does not
     (FLUX, Z-Image-Turbo) refuses one rather than ignoring it."""
     if runs.negative:
@@ -285,7 +285,7 @@ def _transformer(pipe: Any) -> bool:
     return getattr(pipe, "transformer", None) is not None
 
 
-def _on_step(ctx: Context) -> Callable[[Any, int, Any, dict[str, Any]], dict[str, Any]]:
+def step_callback(ctx: Context) -> Callable[[Any, int, Any, dict[str, Any]], dict[str, Any]]:
     """The pipeline's step callback (callback_on_step_end): tells the job's progress, and
     interrupts the pipeline when the job is to stop."""
     def callback(pipe: Any, step: int, timestep: Any,

@@ -36,7 +36,7 @@ def keep_product(ctx: Context, image: ImageInput, product: ImageInput | None,
     size as the generation's control image was (at the photo's size: byte for byte the
     photo). The `blend` px inside the mask's edge fade into the scene; `shadow` darkens a
     soft band just below the product. No mask and no transparency: the image as made."""
-    from PIL import ImageChops, ImageFilter
+    from PIL import ImageFilter
     made = ctx.image(image)
     if product is None:
         return made
@@ -57,14 +57,21 @@ def keep_product(ctx: Context, image: ImageInput, product: ImageInput | None,
         under = under.filter(ImageFilter.GaussianBlur(radius))
         dark = under.point(lambda v: round(v * shadow))
         made = Image.composite(Image.new("RGB", size, "black"), made, dark)
-    weight = hard
-    if blend > 0:  # fade the edge inward: the mask's interior past `blend` px stays exact
-        # eroded by `blend` px: a box average is 255 only where the whole box is (BoxBlur's
-        # cost does not grow with the box, MinFilter's grows with its area)
-        core = hard.filter(ImageFilter.BoxBlur(blend)).point(lambda v: 255 if v == 255 else 0)
-        soft = core.filter(ImageFilter.GaussianBlur(blend / 2))
-        weight = ImageChops.lighter(ImageChops.darker(soft, hard), core)
-    return Image.composite(photo, made, weight)
+    return Image.composite(photo, made, inward(hard, blend))
+
+
+def inward(hard: Image.Image, px: int) -> Image.Image:
+    """A hard mask (0 or 255) with its edge faded inward over `px` pixels: 255 past them
+    inside, 0 everywhere outside — so a composite by it keeps every pixel outside the mask
+    exactly (keep_product: the scene; fill: the picture)."""
+    from PIL import ImageChops, ImageFilter
+    if px <= 0:
+        return hard
+    # eroded by `px`: a box average is 255 only where the whole box is (BoxBlur's cost
+    # does not grow with the box, MinFilter's grows with its area)
+    core = hard.filter(ImageFilter.BoxBlur(px)).point(lambda v: 255 if v == 255 else 0)
+    soft = core.filter(ImageFilter.GaussianBlur(px / 2))
+    return ImageChops.lighter(ImageChops.darker(soft, hard), core)
 
 
 def _mask(ctx: Context, product: ImageInput, mask: ImageInput | None) -> Image.Image | None:
