@@ -336,14 +336,20 @@ def free_port() -> int:
 # --- the executor: demo models built once per run, configs pointing at them ------------
 
 @pytest.fixture(scope="session")
-def demo_models(tmp_path_factory) -> Path:
-    """The demo models, built once for the whole run (about 10 s; nothing downloaded)."""
+def demo_models(tmp_path_factory, worker_id) -> Path:
+    """The demo models, built once for the whole run (about 10 s of CPU; nothing
+    downloaded): by the first pytest-xdist worker to need them, in the folder the run's
+    workers share, while the others wait on the lock (each building its own cost 20 s)."""
+    from filelock import FileLock
+
     from executor.models import demo
     from executor.worker import quiet_libraries
     quiet_libraries()
-    folder = tmp_path_factory.mktemp("models") / "demo"
-    demo.build(folder)
-    return folder
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if worker_id != "master" else root  # (the run's, not the worker's)
+    with FileLock(str(root / "demo-models.lock")):
+        demo.build(root / "demo-models" / "demo")  # (what is missing; each renamed into place)
+    return root / "demo-models" / "demo"
 
 
 def executor_config(data_dir: Path, demo_folder: Path, *, db_url: str | None = None,

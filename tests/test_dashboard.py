@@ -415,3 +415,79 @@ async def test_an_admin_tests_a_webhook_re_enables_it_after_410_and_redelivers(t
             assert await page.evaluate("location.hash") == "#/webhooks?status=failed"
     finally:
         await hook.stop()
+
+
+async def test_a_region_painted_on_the_image_is_repainted_and_a_shape_extends_it(
+        tmp_path, demo_models, browser):
+    """Repaint opens the image with a layer to paint on: a rectangle dragged by mouse and
+    a stroke by touch are the mask sent, white where painted, at the image's own pixels;
+    nothing painted is refused on the page. Extend grows the canvas to the shape chosen.
+    Neither is offered to a viewer."""
+    import numpy as np
+    from PIL import Image
+
+    from bot.app.application import Accepted, SubmitOptions
+    from bot.app.permissions import Who
+    from bot.intake.check import SheetFile
+
+    async def pictures(name: str) -> bytes | None:
+        return BOTTLE
+
+    async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
+        done = await w.app.submit(Who("api", "alice", "api"), "product_main", SheetFile(
+            "p.csv", b"sku,product_image,prompt,steps\nBTL-1,bottle.png,a bottle,4\n"),
+            pictures, SubmitOptions(wait_for_executor=True))
+        assert isinstance(done, Accepted)
+        await finish_all(w.app, done.batch_id)  # job 1: a 64x48 image
+        viewer = await signed_in(browser, w, VIEWER, "#/batches/1")
+        await viewer.wait_for_selector('#thumbs figure[data-job="1"] [data-keep="1"]')
+        assert await viewer.locator("[data-paint], form[data-shape]").count() == 0
+
+        page = await signed_in(browser, w, ALICE, "#/batches/1")
+        await page.set_viewport_size({"width": 1000, "height": 900})
+        await page.click('#thumbs figure[data-job="1"] [data-paint="1"]')
+        layer = page.locator('dialog.painter canvas[data-mask-layer="1"]')
+        await page.wait_for_function("() => document.querySelector('canvas.mask-layer')"
+                                     ".width === 64")
+        await page.click('dialog.painter [data-send-mask="1"]')  # nothing painted yet
+        assert await page.text_content("[data-painter-says]") == \
+            "Paint the region to repaint first."
+        box = await layer.bounding_box()
+        assert box is not None
+        px = box["width"] / 64  # screen px per image px
+        await page.click('dialog.painter [data-tool="rectangle"]')
+        await page.mouse.move(box["x"] + 4 * px, box["y"] + 4 * px)
+        await page.mouse.down()
+        await page.mouse.move(box["x"] + 20 * px, box["y"] + 30 * px, steps=4)
+        await page.mouse.up()
+        await page.click('dialog.painter [data-tool="brush"]')
+        await page.fill('dialog.painter input[name="brush"]', "40")  # screen px
+        touch = await page.context.new_cdp_session(page)  # a finger, as the browser sees one
+        await touch.send("Emulation.setTouchEmulationEnabled", {"enabled": True})
+        for kind, x in (("touchStart", 44), ("touchMove", 52), ("touchMove", 60),
+                        ("touchEnd", 60)):  # a stroke along y = 24
+            await touch.send("Input.dispatchTouchEvent", {"type": kind, "touchPoints": [] if
+                             kind == "touchEnd" else [{"x": box["x"] + x * px,
+                                                       "y": box["y"] + 24 * px}]})
+        await page.fill('dialog.painter input[name="paint"]', "a red scarf")
+        await page.screenshot(path=str(tmp_path / "painter.png"))
+        await page.click('dialog.painter [data-send-mask="1"]')
+        await page.wait_for_function("() => location.hash === '#/batches/2'")
+        (painted,) = await w.queue.batch_jobs(2)
+        step = decode(painted.workflow).nodes[0].inputs
+        assert (painted.action, step["prompt"]) == ("repaint", "a red scarf")
+        with Image.open(w.app.store.path(step["mask"])) as stored:
+            mask = np.asarray(stored.convert("L"))
+        assert mask.shape == (48, 64) and set(np.unique(mask)) == {0, 255}
+        assert mask[6:28, 6:18].min() == 255  # inside the rectangle
+        assert mask[24, 46:58].min() == 255  # along the finger's stroke
+        assert mask[40:, :].max() == 0 and mask[:, 30:40].max() == 0  # untouched
+
+        await page.goto(f"{w.url}/dashboard/#/batches/1")
+        form = '#thumbs figure[data-job="1"] form[data-shape="1"]'
+        await page.select_option(f"{form} select", "16:9")
+        await page.click(f"{form} button")
+        await page.wait_for_function("() => location.hash === '#/batches/3'")
+        (wide,) = await w.queue.batch_jobs(3)
+        assert wide.action == "extend"
+        assert decode(wide.workflow).nodes[0].inputs["aspect"] == "16:9"

@@ -97,7 +97,7 @@ def test_flux_takes_any_prompt_its_own_size_and_refuses_what_it_cannot_run(ctx):
                                       "euler, or leave it empty"):
         generate_batch(ctx, [inputs(model="flux", sampler="dpm++_2m")])
     with pytest.raises(ModelError, match=re.escape(
-            'model "flux" is FLUX.1 (flux): genbot runs it for img2img, txt2img, not '
+            'model "flux" is FLUX.1 (flux): genbot runs it for img2img, inpaint, txt2img, not '
             "txt2img with a ControlNet")):
         generate_batch(ctx, [inputs(model="flux", controlnet="canny_sdxl",
                                     control_image="inputs/bottle.png")])
@@ -140,7 +140,7 @@ def test_an_instruction_edits_the_picture_on_an_edit_model(ctx, demo_models, tmp
             'model "flux_kontext" is FLUX.1 Kontext, which reads no negative prompt')):
         run(negative="blurry")
     with pytest.raises(ModelError, match=re.escape(
-            'model "flux" is FLUX.1 (flux): genbot runs it for img2img, txt2img, not '
+            'model "flux" is FLUX.1 (flux): genbot runs it for img2img, inpaint, txt2img, not '
             "edit")):
         run(model="flux")
     with pytest.raises(ModelError, match='LoRA "walnut" is for sd15; model "flux_kontext" is '

@@ -807,11 +807,11 @@ async def test_a_row_naming_a_model_that_cannot_run_it_is_refused_at_its_cell(tm
                                store=FileStore(tmp_path / "store"), skip_invalid=True)
     assert [i.render() for i in report.issues] == [
         'row 3, column "Model": model "flux" is FLUX.1 (flux), which genbot runs for img2img, '
-        "txt2img, not edit: name a model that does",
+        "inpaint, txt2img, not edit: name a model that does",
         'row 4, column "avoid": model "flux_kontext" is FLUX.1 Kontext (flux_kontext), which '
         "reads no negative prompt: leave it empty (say what to avoid in the prompt instead)",
         'row 5, column "second": model "flux_kontext" is FLUX.1 Kontext (flux_kontext): it '
         "edits with 1 picture at most, not 2"]
     assert [job.row for job in report.jobs] == [2, 6, 7]
-    assert "模型“flux”是 FLUX.1（flux），genbot 用它做 img2img, txt2img，不能做 edit" in \
+    assert "模型“flux”是 FLUX.1（flux），genbot 用它做 img2img, inpaint, txt2img，不能做 edit" in \
         report.report("zh")

@@ -78,6 +78,27 @@ def test_an_image_changed_by_a_sentence_says_the_sentence():
         results_xlsx([plain], ["title"], "zh"))).active[1]]
 
 
+def test_a_repaint_and_an_extend_say_what_they_painted_the_mask_and_the_canvas():
+    """A repaint's row: what it painted and its mask file; an extend's: how the canvas
+    grew (columns there only when some image was repainted or extended)."""
+    painted = replace(job(2, {"title": "A"}), id=9, parent_job_id=2, action="repaint")
+    painted.workflow["nodes"] = [
+        {"id": "fill", "op": "fill", "inputs": {"image": "x.png", "prompt": "a red scarf",
+                                               "mask": "inputs/ab12.png"}},
+        {"id": "save", "op": "save", "inputs": {}}]
+    wide = replace(job(2, {"title": "A"}), id=10, parent_job_id=2, action="extend")
+    wide.workflow["nodes"] = [
+        {"id": "fill", "op": "fill", "inputs": {"image": "x.png", "prompt": "a shelf",
+                                               "left": 256, "aspect": "9:16"}},
+        {"id": "save", "op": "save", "inputs": {}}]
+    sheet = load_workbook(io.BytesIO(results_xlsx([painted, wide], ["title"]))).active
+    head = [c.value for c in sheet[1]]
+    assert head[7:11] == ["action", "instruction", "mask", "extended by"]
+    assert [c.value for c in sheet[2]][7:11] == ["repaint", "a red scarf", "inputs/ab12.png",
+                                                 None]
+    assert [c.value for c in sheet[3]][7:11] == ["extend", "a shelf", None, "left 256, 9:16"]
+
+
 def test_a_batch_summary_survives_outputs_that_are_no_images(tmp_path):
     """A video, an HTML page, a PNG cut short, a file gone, a stored name outside the
     store: the results sheet and the contact sheet are still written, each odd output a

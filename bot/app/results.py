@@ -14,6 +14,7 @@ from bot.messages import say
 from storage.files import FileStore, batch_folder, picks_folder
 from storage.names import shown
 from storage.records import Batch, Job, Status
+from templates.actions import SIDES
 from templates.binding import as_text
 from templates.graph import Template
 from templates.sweeps import VARIANT
@@ -106,12 +107,16 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
     book = Workbook()
     swept = any(j.workflow.get("axes") for j in jobs)  # a sweep: each image's axis values
     told = any(_instruction(j) for j in jobs)  # an image changed by a sentence
+    masked = any(_filled(j, "mask") for j in jobs)  # a region repainted
+    grown = any(_canvas(j) for j in jobs)  # a canvas extended
     sheet = book.active
     sheet.title = "results"
     sheet.append([say("col_row", lang), *names, say("col_status", lang),
                   say("col_output", lang), say("col_error", lang), say("col_job", lang),
                   say("col_parent", lang), say("col_action", lang),
-                  *([say("col_instruction", lang)] if told else []), say("col_rating", lang),
+                  *([say("col_instruction", lang)] if told else []),
+                  *([say("col_mask", lang)] if masked else []),
+                  *([say("col_canvas", lang)] if grown else []), say("col_rating", lang),
                   say("col_model", lang), say("col_version", lang),
                   *([say("col_swept", lang)] if swept else [])])
     for job in jobs:
@@ -121,7 +126,9 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
         sheet.append([writable(_cell(v)) for v in (
             job.row, *[values.get(n) for n in names], str(job.status), ", ".join(job.outputs),
             job.error or "", job.id, job.parent_job_id, job.action or "",
-            *([_instruction(job)] if told else []), rating,
+            *([_instruction(job)] if told else []),
+            *([_filled(job, "mask") or ""] if masked else []),
+            *([_canvas(job)] if grown else []), rating,
             job.affinity or "", _version(job.workflow),
             *([swept_label(job.workflow.get("axes") or {}, order)] if swept else []))])
     text_cells(sheet)
@@ -131,12 +138,29 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
 
 
 def _instruction(job: Job) -> str:
-    """The sentence an action changed its parent's image by (a row's own instruction, a
-    column of the template's, is among its values)."""
+    """The sentence an action changed its parent's image by, or (a repaint, an extend)
+    what it painted (a row's own instruction, a column of the template's, is among its
+    values)."""
     if not job.action:
         return ""
-    return next((str(s["inputs"]["instruction"]) for s in job.workflow.get("nodes") or ()
-                 if "instruction" in s.get("inputs", {})), "")
+    return str(next((s["inputs"]["instruction"] for s in job.workflow.get("nodes") or ()
+                     if "instruction" in s.get("inputs", {})), None)
+               or _filled(job, "prompt") or "")
+
+
+def _filled(job: Job, key: str) -> Any:
+    """An input of the fill step an action made (the mask file in the store, the prompt);
+    None: no fill, or not that input."""
+    if not job.action:
+        return None
+    return next((s["inputs"].get(key) for s in job.workflow.get("nodes") or ()
+                 if s.get("op") == "fill"), None)
+
+
+def _canvas(job: Job) -> str:
+    """What an extend grew the canvas by: "9:16", "left 256, right 256"."""
+    sides = [f"{side} {_filled(job, side)}" for side in SIDES if _filled(job, side)]
+    return ", ".join([*sides, *([str(_filled(job, "aspect"))] if _filled(job, "aspect") else [])])
 
 
 def _version(workflow: dict[str, Any]) -> str:

@@ -145,8 +145,9 @@ function toast(message, kind = "error") {
   box.timer = setTimeout(() => { box.textContent = ""; box.className = ""; }, 6000);
 }
 
-function failure(r) {
-  toast(`${r.status === 403 ? t("refused") + ": " : ""}${r.data.error ? r.data.error.message : r.status}`);
+function failure(r, where = null) {  // (where: a box of its own, in a dialog above the page)
+  const said = `${r.status === 403 ? t("refused") + ": " : ""}${r.data.error ? r.data.error.message : r.status}`;
+  if (where) where.textContent = said; else toast(said);
 }
 
 function dateLocale() {  // dates as the language writes them (English: day before month)
@@ -418,6 +419,134 @@ async function cancel(path) {
   soon();
 }
 
+const INK = "#00e5ff";  // the painted region, over the image at half opacity: cyan reads on most
+
+function painter(j, action) {
+  // The image with a layer to paint on, at the image's own pixels: a brush, an eraser and
+  // rectangles, by mouse, pen or touch (pointer events; the layer takes no page scroll).
+  // Sent as the mask genbot reads: white where painted, black elsewhere, a PNG.
+  const img = h("img", {src: j.outputs[0], alt: rowName(j), draggable: "false"});
+  const layer = h("canvas", {class: "mask-layer", "data-mask-layer": j.id});
+  const size = h("input", {type: "range", min: 2, max: 200, value: 40, name: "brush",
+    "aria-label": t("brush_size")});
+  const words = h("input", {type: "text", name: "paint", maxlength: 2000,
+    placeholder: t("paint_what"), "aria-label": t("paint_what")});
+  let tool = "brush";
+  const tools = ["brush", "eraser", "rectangle"].map((name) => h("button", {
+    type: "button", class: `small${name === tool ? " on" : ""}`, "data-tool": name,
+    "aria-pressed": String(name === tool), onclick: (e) => {
+      tool = name;
+      for (const b of tools) {
+        b.classList.toggle("on", b === e.currentTarget);
+        b.setAttribute("aria-pressed", String(b === e.currentTarget));
+      }
+    }}, t(name)));
+  const send = h("button", {type: "submit", "data-send-mask": j.id}, verb(action));
+  const said = h("p", {class: "error", role: "alert", "data-painter-says": j.id});
+  const dialog = h("dialog", {class: "painter", "aria-label": t("paint_title")},
+    h("form", {method: "dialog", onsubmit: async (e) => {
+      e.preventDefault();
+      const mask = maskPng();
+      if (!mask) { said.textContent = t("paint_nothing"); return; }
+      said.textContent = "";
+      send.disabled = true;
+      const ok = await actWithMask(await mask);
+      send.disabled = false;
+      if (ok) { dialog.close(); dialog.remove(); }
+    }},
+    h("h2", {text: t("paint_title")}),
+    h("div", {class: "canvas-box"}, img, layer),
+    h("div", {class: "tools"}, ...tools, h("label", {}, t("brush_size"), " ", size),
+      h("button", {type: "button", class: "small link", onclick: () => {
+        layer.getContext("2d").clearRect(0, 0, layer.width, layer.height); }}, t("clear"))),
+    h("div", {class: "tools"}, words, send,
+      h("button", {type: "button", class: "link", onclick: () => { dialog.close(); dialog.remove(); }},
+        t("cancel"))), said));
+  document.body.appendChild(dialog);
+  img.addEventListener("load", () => {  // the layer at the image's pixels; shown large enough to paint on
+    const [w, h_] = [img.naturalWidth, img.naturalHeight];
+    layer.width = w; layer.height = h_;
+    const fit = Math.min(Math.min(820, innerWidth * 0.85) / w, innerHeight * 0.6 / h_);
+    img.style.width = `${Math.round(w * fit)}px`;
+  });
+  dialog.showModal();
+
+  const ink = layer.getContext("2d");
+  let from = null, start = null, before = null;
+  const at = (e) => {  // where the pointer is, in the image's own pixels
+    const box = layer.getBoundingClientRect();
+    return [(e.clientX - box.left) * layer.width / box.width,
+            (e.clientY - box.top) * layer.height / box.height];
+  };
+  const scale = () => layer.width / layer.getBoundingClientRect().width;
+  layer.addEventListener("pointerdown", (e) => {
+    layer.setPointerCapture(e.pointerId);
+    said.textContent = "";
+    from = start = at(e);
+    before = tool === "rectangle" ? ink.getImageData(0, 0, layer.width, layer.height) : null;
+    stroke(from, from);
+  });
+  layer.addEventListener("pointermove", (e) => {
+    if (!from) return;
+    const to = at(e);
+    if (tool === "rectangle") {
+      ink.putImageData(before, 0, 0);
+      ink.fillStyle = INK;
+      ink.fillRect(Math.min(start[0], to[0]), Math.min(start[1], to[1]),
+                   Math.abs(to[0] - start[0]), Math.abs(to[1] - start[1]));
+    } else {
+      stroke(from, to);
+    }
+    from = to;
+  });
+  const lift = () => { from = start = before = null; };
+  layer.addEventListener("pointerup", lift);
+  layer.addEventListener("pointercancel", lift);
+  function stroke(a, b) {
+    if (tool === "rectangle") return;
+    ink.globalCompositeOperation = tool === "eraser" ? "destination-out" : "source-over";
+    ink.strokeStyle = INK;
+    ink.lineWidth = Number(size.value) * scale();
+    ink.lineCap = ink.lineJoin = "round";
+    ink.beginPath(); ink.moveTo(...a); ink.lineTo(...b); ink.stroke();
+    ink.globalCompositeOperation = "source-over";
+  }
+  function maskPng() {  // white where painted, black elsewhere; null when nothing is
+    const {data} = ink.getImageData(0, 0, layer.width, layer.height);
+    const out = document.createElement("canvas");
+    out.width = layer.width; out.height = layer.height;
+    const ctx = out.getContext("2d");
+    const pixels = ctx.createImageData(layer.width, layer.height);
+    let any = false;
+    for (let i = 3; i < data.length; i += 4) {
+      const v = data[i] >= 128 ? 255 : 0;
+      any ||= v > 0;
+      pixels.data[i - 3] = pixels.data[i - 2] = pixels.data[i - 1] = v;
+      pixels.data[i] = 255;
+    }
+    if (!any) return null;
+    ctx.putImageData(pixels, 0, 0);
+    return new Promise((done) => out.toBlob((blob) => {
+      const reader = new FileReader();
+      reader.onload = () => done(String(reader.result).split(",", 2)[1]);
+      reader.readAsDataURL(blob);
+    }, "image/png"));
+  }
+  async function actWithMask(mask) {
+    const body = {action, mask};
+    if (words.value.trim()) body.instruction = words.value;
+    return actWith(j, body, said);
+  }
+}
+
+async function actWith(j, body, where = null) {  // an action on j's image; then its batch
+  const r = await call("POST", `${API}/jobs/${j.id}/actions`, body);
+  if (!r.ok) { failure(r, where); return false; }
+  toast(t("acted", {id: r.data.batch, count: r.data.jobs.length}), "ok");
+  location.hash = `#/batches/${r.data.batch}`;
+  return true;
+}
+
 async function batchPage(main, id, params) {
   const keptOnly = params.get("kept") === "1";  // the picks: kept images of it and all made from it
   const head = h("div", {class: "card batch-head"});
@@ -452,6 +581,8 @@ async function batchPage(main, id, params) {
       ...(finished ? j.actions : []).filter((a) => oneClick(a) && mayTouch(a, j.submitter)).map((a) =>
         h("button", {class: "small", "data-act": a, onclick: (e) => act(j, a, e.currentTarget)}, verb(a))),
       finished ? instructionBox(j) : null,
+      finished ? regionButton(j) : null,
+      finished ? shapeBox(j) : null,
       j.parent_job_id || finished ? h("button", {class: "link small", "data-lineage": j.id,
         text: j.parent_job_id ? t("made_from", {action: verb(j.action), id: j.parent_job_id}) : t("lineage"),
         onclick: () => showLineage(j, lineage)}) : null);
@@ -467,12 +598,33 @@ async function batchPage(main, id, params) {
       if (!input.value.trim()) return;
       const button = e.currentTarget.querySelector("button");
       button.disabled = true;
-      const r = await call("POST", `${API}/jobs/${j.id}/actions`, {action, instruction: input.value});
+      await actWith(j, {action, instruction: input.value});
       button.disabled = false;
-      if (!r.ok) return failure(r);
-      toast(t("acted", {id: r.data.batch, count: r.data.jobs.length}), "ok");
-      location.hash = `#/batches/${r.data.batch}`;
     }}, input, h("button", {class: "small", type: "submit"}, verb(action)));
+  }
+  function taking(parameter, j) {  // the first action that takes it that this person may ask
+    return vocabulary.actions.filter((a) => a.takes.includes(parameter))
+      .map((a) => a.name).find((a) => mayTouch(a, j.submitter));
+  }
+  function regionButton(j) {  // repaint: a region painted on the image
+    const action = taking("mask", j);
+    if (!action) return null;
+    return h("button", {class: "small", "data-paint": j.id,
+      onclick: () => painter(j, action)}, verb(action));
+  }
+  function shapeBox(j) {  // the canvas grown to a shape around the image (the action that takes margins)
+    const action = taking("margins", j);
+    if (!action) return null;
+    const shape = h("select", {name: "aspect", "aria-label": t("extend_to")},
+      ...["9:16", "3:4", "4:5", "1:1", "16:9", "2:1"].map((a) => h("option", {value: a, text: a})));
+    return h("form", {class: "canvas-shape", "data-shape": j.id, onsubmit: async (e) => {
+      e.preventDefault();
+      const button = e.currentTarget.querySelector("button");
+      button.disabled = true;
+      await actWith(j, {action, aspect: shape.value});
+      button.disabled = false;
+    }}, h("span", {class: "muted", text: t("extend_to")}), shape,
+    h("button", {class: "small", type: "submit"}, verb(action)));
   }
   async function rate(j, rating) {
     const r = await call("PUT", `${API}/jobs/${j.id}/rating`, {rating});
@@ -481,11 +633,8 @@ async function batchPage(main, id, params) {
   }
   async function act(j, action, button) {
     button.disabled = true;  // (and a second click within seconds gets the same batch anyway)
-    const r = await call("POST", `${API}/jobs/${j.id}/actions`, {action});
+    await actWith(j, {action});
     button.disabled = false;
-    if (!r.ok) return failure(r);
-    toast(t("acted", {id: r.data.batch, count: r.data.jobs.length}), "ok");
-    location.hash = `#/batches/${r.data.batch}`;
   }
   async function showLineage(j, box) {
     if (box.childElementCount) { box.replaceChildren(); return; }  // a second click hides it

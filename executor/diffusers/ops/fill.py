@@ -51,8 +51,8 @@ def fill(ctx: Context, image: ImageInput, model: str, seed: int, prompt: str = "
     step = multiple(pipe)
     width, height = (math.ceil(v / step) * step for v in canvas.size)
     kwargs: dict[str, Any] = {
-        "image": _padded(canvas, width, height, "edge"),
-        "mask_image": _padded(paint, width, height, 255),
+        "image": padded(canvas, width, height, "edge"),
+        "mask_image": padded(paint, width, height, 255),
         "prompt": prompt, "height": height, "width": width, "strength": float(strength),
         "num_inference_steps": model_steps(steps or info.steps, cache.units[model]),
         runs.cfg: guidance if guidance is not None else info.guidance,
@@ -109,7 +109,7 @@ def kept_outside(canvas: Image.Image, made: Image.Image, paint: Image.Image,
     return Image.composite(made, canvas, Image.fromarray(weight))
 
 
-def _padded(im: Image.Image, width: int, height: int, fill: str | int) -> Image.Image:
+def padded(im: Image.Image, width: int, height: int, fill: str | int) -> Image.Image:
     """`im` grown on the right and at the bottom to width x height: its edge stretched
     ("edge"), or a flat value (a mask's 255: painted, then cropped away)."""
     if im.size == (width, height):
