@@ -58,6 +58,10 @@ class ExecutorConfig:
                                min=0, max=86_400)
     upscaler: str = key("", "Model (from [models]) the upscale op uses when a template names none. "
                         "Empty: high-quality resampling (Lanczos).")
+    matting: str = key("", "Background-removal model (from [models]: an .onnx file such as "
+                       "BiRefNet or RMBG-2.0) that cuts the product out of a photo with no "
+                       "transparency for a template's keep; its mask is saved beside the "
+                       "image. Empty: such a photo is not kept.")
 
 
 def add_lifetime_options(parser: argparse.ArgumentParser) -> None:

@@ -310,7 +310,7 @@ def _beside(t: Template, parent: BoundJob, image: str, tag: str, steps: list[Ste
     fmt = "jpg" if fmt == "jpeg" else fmt
     out = safe_output_name(str(name.with_name(f"{name.stem}_{tag}")), fmt)
     if t.keep is not None and keep:  # the product put back over what the action made, too
-        steps = [*steps, kept(t.keep, parent.params, {"@": made}, "save")]
+        steps = [*steps, kept(t.keep, parent.params, {"@": made}, "save", out)]
         made = f"{steps[-1].id}.image"
     return DiffusersJob(
         template=t.name, row=parent.row, params=dict(parent.params), named=dict(parent.named),

@@ -112,13 +112,14 @@ def _text_variables(t: Template, values: dict[str, Any], *, row: int,
             "row": str(row), "template": t.name}
 
 
-def kept(keep: Keep, values: dict[str, Any], image: Any, before: str) -> Step:
+def kept(keep: Keep, values: dict[str, Any], image: Any, before: str, name: str) -> Step:
     """The step that puts the product photo back over `image` before the save `before`
-    (a template's `keep`): what it writes is the product exactly as photographed."""
+    (a template's `keep`), which writes `name`: what it writes is the product exactly as
+    photographed (a mask cut out for it is saved beside)."""
     return Step(f"keep_{before}", "keep_product", {
         "image": image, "product": values.get(keep.picture),
         "mask": values.get(keep.mask) if keep.mask else None, "blend": keep.blend,
-        "shadow": keep.shadow})
+        "shadow": keep.shadow, "beside": name})
 
 
 def _steps(t: Template, values: dict[str, Any],
@@ -134,7 +135,7 @@ def _steps(t: Template, values: dict[str, Any],
             pattern = inputs.get("name") or t.output.render(variables)
             inputs["name"] = outputs[nid] = safe_output_name(pattern, inputs["format"])
         if node.op == "save" and t.keep is not None:
-            nodes.append(kept(t.keep, values, inputs["image"], nid))
+            nodes.append(kept(t.keep, values, inputs["image"], nid, inputs["name"]))
             inputs["image"] = {"@": f"{nodes[-1].id}.image"}
         nodes.append(Step(nid, node.op, inputs))
     if len(set(outputs.values())) != len(outputs):

@@ -184,9 +184,13 @@ OPS: dict[str, Signature] = {s.name: s for s in [
          product=Input("image", help="the product photo, stretched to the image as the "
                        "generation's control image was"),
          mask=Input("image", None, optional=True, help="white where the product is; None: "
-                    "the photo's own transparency (none: the image is left as made)"),
+                    "the photo's own transparency, else [executor] matting's cut-out (none: "
+                    "the image is left as made)"),
          blend=Input("int", 2, min=0, max=16, help="px of edge blended inward"),
-         shadow=Input("float", 0.0, min=0, max=1, help="a soft contact shadow, 0 none")),
+         shadow=Input("float", 0.0, min=0, max=1, help="a soft contact shadow, 0 none"),
+         beside=Input("text", None, optional=True, help="the saved image's name: a mask the "
+                      "background-removal model cut out ([executor] matting) is saved beside "
+                      "it")),
     _sig("save", "Write the image into the batch's output folder, with metadata to "
          "reproduce it.", {}, (Same(),),
          image=Input("image"),

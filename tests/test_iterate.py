@@ -419,7 +419,6 @@ async def test_a_repaint_or_extend_that_cannot_be_is_refused_naming_what_to_chan
         assert "mask" not in e.value.render("zh") or e.value.render("zh") != e.value.render("en")
         return e.value.code, e.value.render("en")
 
-    jobs_before = len(await app.queue.batch_jobs(first.batch_id))
     assert (await refused("repaint"))[0] == "repaint_no_mask"
     assert (await refused("repaint", mask=b"not a picture"))[0] == "mask_not_image"
     assert await refused("repaint", mask=mask_png((64, 64))) == ("mask_shape", (
@@ -431,6 +430,7 @@ async def test_a_repaint_or_extend_that_cannot_be_is_refused_naming_what_to_chan
     # transparency counts as black: white strokes on a transparent sheet are the region
     strokes = await app.act(ALICE, first.id, ask("repaint", mask=mask_png(
         (128, 96), (16, 16, 80, 60), "RGBA", (255, 255, 255, 255))))
+    assert strokes.batch_id == first.batch_id + 1  # the refusals above queued nothing
     step = decode(strokes.jobs[0].workflow).nodes[0].inputs
     with Image.open(app.store.path(step["mask"])) as stored:  # resized to the image
         assert stored.size == (64, 48) and stored.getpixel((0, 0)) == 0
@@ -448,11 +448,15 @@ async def test_a_repaint_or_extend_that_cannot_be_is_refused_naming_what_to_chan
         "an image (genbot runs it for edit, txt2img): name one that inpaints, or set "
         "[templates] fill_model to one."))
     assert (await refused("extend", top=8, model="nope"))[0] == "fill_model_unknown"
-    app.fill_model = lambda own=None: None
-    code, en = await refused("extend", top=8)
-    assert code == "fill_no_model" and "FLUX.1-Fill-dev" in en
-    assert len(await app.queue.batch_jobs(first.batch_id)) == jobs_before
+    assert await app.queue.batch(strokes.batch_id + 1) is None  # nor those since
     await app.rate(ALICE, first.id, "keep")
     with pytest.raises(Invalid) as bulk:
         await app.act_on_kept(ALICE, first.batch_id, ask("repaint", mask=mask_png()))
     assert bulk.value.code == "mask_one_image"
+    wide = await app.act_on_kept(ALICE, first.batch_id, ask("extend", aspect="1:1"))
+    (child,) = wide.jobs  # every kept image to the shape, each on its own model
+    assert (child.parent_job_id, decode(child.workflow).nodes[0].inputs["aspect"]) == (
+        first.id, "1:1")
+    app.fill_model = lambda own=None: None
+    code, en = await refused("extend", top=8)
+    assert code == "fill_no_model" and "FLUX.1-Fill-dev" in en

@@ -218,3 +218,57 @@ def test_a_keep_without_a_product_is_the_image_as_made(tmp_path):
     assert keep_product(Context(FileStore(tmp_path)), made, None) is made
     with pytest.raises(OpError):
         keep_product(Context(FileStore(tmp_path)), made, "inputs/none.png")
+
+
+def dark_bottle_png(size=(96, 96)) -> bytes:
+    """A product photo as most are: opaque, a dark noisy bottle on a white background."""
+    rng = np.random.default_rng(11)
+    rgb = np.full((size[1], size[0], 3), 255, np.uint8)
+    rgb[20:80, 30:66] = rng.integers(0, 60, (60, 36, 3))
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_a_photo_without_transparency_is_cut_out_by_the_background_removal_model(tmp_path):
+    """No transparency and no mask column: [executor] matting's model (an .onnx file, run
+    by onnxruntime) says where the product is; its pixels are put back exactly inside
+    that, and the mask is saved beside the image for review. Without the model the image
+    is left as made; a file that is not a model is said in one sentence."""
+    import asyncio
+
+    import torch
+
+    from executor.diffusers.cache import ModelCache
+    from executor.models.registry import ModelError, Registry
+    from storage import config as cfg
+    from tests.fakes.matting import write_dark_finder
+    store = FileStore(tmp_path / "store")
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "bottle.png").write_bytes(dark_bottle_png())
+    path = asyncio.run(ImageResolver(IntakeConfig(), store, assets_dir=tmp_path / "assets")
+                       .resolve("bottle.png"))
+    assert not store.path(store.mask_of(path)).exists()  # opaque: nothing kept beside
+    write_dark_finder(tmp_path / "finder.onnx")
+    (tmp_path / "broken.onnx").write_bytes(b"not a model")
+    config = cfg.from_dict({"service": {"data_dir": str(tmp_path / "data")},
+                            "models": {"finder": str(tmp_path / "finder.onnx"),
+                                       "broken": str(tmp_path / "broken.onnx")}})
+    cache = ModelCache(Registry(config), "cpu", torch.float32, vram_budget=float("inf"),
+                       ram_budget=float("inf"))
+    made = Image.new("RGB", (96, 96), (30, 120, 200))  # what a model drew: a blue scene
+    assert keep_product(Context(store, cache, batch_id=4), made, path) is made  # no model
+    ctx = Context(store, cache, matting="finder", batch_id=4)
+    out = pixels(keep_product(ctx, made, path, blend=2, beside="A1/2.png"))
+    photo = pixels(Image.open(store.path(path)))
+    bottle = np.zeros((96, 96), bool)
+    bottle[22:78, 32:64] = True  # (inside the 2 px blend)
+    assert np.array_equal(out[bottle], photo[bottle])
+    assert (out[:10] == (30, 120, 200)).all()  # the scene around it, as made
+    with Image.open(store.path("outputs/batch_4/A1/2.mask.png")) as beside:
+        mask = np.asarray(beside)
+    assert mask[50, 48] > 200 and mask[5, 5] < 50  # white on the bottle, for review
+    assert "finder" in ctx.used_models
+    with pytest.raises(ModelError, match='model "broken": .*broken.onnx: not a model '
+                                         "onnxruntime can load"):
+        keep_product(Context(store, cache, matting="broken"), made, path)

@@ -330,3 +330,20 @@ def test_a_transformer_file_is_written_with_the_folder_it_runs_with(hub, tmp_pat
     assert code == 1
     assert err.strip() == f"genbot: --config-from {tmp_path}: not a diffusers folder (no " \
         "model_index.json)"
+
+
+def test_a_background_removal_model_is_pulled_as_one_onnx_file(hub, tmp_path, capsys):
+    """`genbot models pull briaai/RMBG-2.0 --file onnx/model.onnx --write`: the ONNX file,
+    hashed as any other, named after its repo, its [models] line read as a matting model
+    (what [executor] matting names)."""
+    from executor.models.registry import Registry
+    from tests.fakes.matting import write_dark_finder
+    onnx_bytes = write_dark_finder(tmp_path / "m.onnx").read_bytes()
+    hub.add_repo("briaai/RMBG-2.0", {"onnx/model.onnx": onnx_bytes, "README.md": b"#"})
+    (tmp_path / "config.toml").write_text("[models]\n")
+    code, out, err = pull(capsys, "briaai/RMBG-2.0", "--file", "onnx/model.onnx",
+                          "--name", "rmbg", "--write")
+    assert code == 0, err
+    config = cfg.load("config.toml", env={})
+    info = Registry(config).get("rmbg", "matting")
+    assert info.path.read_bytes() == onnx_bytes and info.path.suffix == ".onnx"

@@ -52,7 +52,7 @@ class DiffusersEngine:
         self.cache = ModelCache(self.registry, self.device, self.dtype, vram_budget=vram,
                                 ram_budget=s.ram_budget_gb * 2**30)
         self.context = Context(open_store(config), self.cache, font=config[TemplatesConfig].font,
-                               upscaler=s.upscaler)
+                               upscaler=s.upscaler, matting=s.matting)
         self.runner: Runner | None = None  # made by start(), with the loop's control
         self.make_runner = lambda control: Runner(self.context, control, max_batch=s.max_batch,
                                                   on_oom=self.cache.clear)

@@ -340,7 +340,7 @@ def unreachable(where: str, error: Exception) -> str:
 def model_name(source: str) -> str:
     """A [models] name from a repo id or a file name: letters, digits, _ and -."""
     stem = PurePosixPath(urlparse(source).path if "://" in source else source).name
-    stem = re.sub(r"\.(safetensors|ckpt|bin)$", "", stem)
+    stem = re.sub(r"\.(safetensors|ckpt|bin|gguf|onnx)$", "", stem)
     return re.sub(r"[^A-Za-z0-9_-]+", "_", stem).strip("_-").lower() or "model"
 
 

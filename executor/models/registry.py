@@ -53,7 +53,7 @@ class ModelError(Exception):
 class ModelInfo:
     name: str
     path: Path
-    kind: str  # checkpoint | controlnet | lora | upscaler
+    kind: str  # checkpoint | controlnet | lora | upscaler | matting
     family: str | None  # sd15 | sd2 | sdxl | flux | None when unknown (some LoRAs)
     single_file: bool
     entry: ModelEntry
@@ -132,13 +132,15 @@ class Registry:
         elif path.suffix == ".safetensors":
             kind, family, model_type, prediction = self._single_file(path, where)
             file = path
+        elif path.suffix.lower() == ".onnx":  # a background-removal model (executor.models.matting)
+            return ModelInfo(name, path, "matting", None, True, entry, {}, None, None)
         elif path.suffix.lower() in PICKLES:
             raise ModelError(f"{where}: {path.name} is a pickle ({path.suffix}): loading one can "
                              "run any code in it, so genbot does not; use the model's "
                              ".safetensors release, or convert it once with a tool you trust")
         else:
-            raise ModelError(f"{where}: expected a diffusers folder, a .safetensors file or a "
-                             "transformer's .gguf")
+            raise ModelError(f"{where}: expected a diffusers folder, a .safetensors file, a "
+                             "transformer's .gguf or a background-removal model's .onnx")
         if path.is_dir():
             model_type = prediction = None
         family = defaults.get("family", family)

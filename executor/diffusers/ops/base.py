@@ -39,6 +39,7 @@ class Context:
     models: Any = None  # executor.diffusers.cache.ModelCache; None where no op needs a model
     font: str = ""
     upscaler: str = ""
+    matting: str = ""  # [executor] matting: the model that cuts a product out of its photo
     # Filled per job by the runner:
     batch_id: int = 0
     job: DiffusersJob | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
 import numpy as np
@@ -30,18 +30,22 @@ from templates.text import draw as draw_block
 @op()
 def keep_product(ctx: Context, image: ImageInput, product: ImageInput | None,
                  mask: ImageInput | None = None, blend: int = 2,
-                 shadow: float = 0.0) -> Image.Image:
+                 shadow: float = 0.0, beside: str | None = None) -> Image.Image:
     """The photo's pixels over the image wherever the product is, unchanged: inside the
     mask (eroded by `blend` px) each pixel is the photo's own, stretched to the image's
     size as the generation's control image was (at the photo's size: byte for byte the
     photo). The `blend` px inside the mask's edge fade into the scene; `shadow` darkens a
-    soft band just below the product. No mask and no transparency: the image as made."""
+    soft band just below the product. No mask and no transparency: the product cut out by
+    the executor's background-removal model ([executor] matting), its mask saved beside
+    the image named `beside` for review; no such model: the image as made."""
     from PIL import ImageFilter
     made = ctx.image(image)
     if product is None:
         return made
     photo = ctx.image(product)
     alpha = _mask(ctx, product, mask)
+    if alpha is None and ctx.matting:
+        alpha = _cut_out(ctx, photo, beside)
     if alpha is None:
         return made
     size = made.size
@@ -74,6 +78,24 @@ def inward(hard: Image.Image, px: int) -> Image.Image:
     core = hard.filter(ImageFilter.BoxBlur(px / 2)).point(lambda v: 255 if v == 255 else 0)
     soft = core.filter(ImageFilter.BoxBlur(px / 2))
     return ImageChops.lighter(ImageChops.darker(soft, hard), core)
+
+
+def _cut_out(ctx: Context, photo: Image.Image, beside: str | None) -> Image.Image:
+    """The product's mask from the background-removal model, saved beside the image."""
+    from executor.models import matting
+    from executor.models.registry import ModelError
+    info = ctx.models.registry.get(ctx.matting, "matting")
+    try:
+        alpha = matting.cut_out(info.path, photo)
+    except matting.MattingError as e:
+        raise ModelError(f'model "{ctx.matting}": {e}') from None
+    ctx.used_models.append(ctx.matting)
+    if beside:
+        out = io.BytesIO()
+        alpha.save(out, "PNG")
+        named = PurePosixPath(f"{batch_folder(ctx.batch_id)}/{beside}")
+        ctx.store.write(str(named.with_name(f"{named.stem}.mask.png")), out.getvalue())
+    return alpha
 
 
 def _mask(ctx: Context, product: ImageInput, mask: ImageInput | None) -> Image.Image | None:
