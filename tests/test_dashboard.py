@@ -441,7 +441,7 @@ async def test_a_region_painted_on_the_image_is_repainted_and_a_shape_extends_it
         await finish_all(w.app, done.batch_id)  # job 1: a 64x48 image
         viewer = await signed_in(browser, w, VIEWER, "#/batches/1")
         await viewer.wait_for_selector('#thumbs figure[data-job="1"] [data-keep="1"]')
-        assert await viewer.locator("[data-paint], form[data-shape]").count() == 0
+        assert await viewer.locator("[data-paint], [data-grow]").count() == 0
 
         page = await signed_in(browser, w, ALICE, "#/batches/1")
         await page.set_viewport_size({"width": 1000, "height": 900})
@@ -483,11 +483,43 @@ async def test_a_region_painted_on_the_image_is_repainted_and_a_shape_extends_it
         assert mask[24, 46:58].min() == 255  # along the finger's stroke
         assert mask[40:, :].max() == 0 and mask[:, 30:40].max() == 0  # untouched
 
+        # Extend: a shape sets the margins, a handle drags one side out (mouse, touch).
         await page.goto(f"{w.url}/dashboard/#/batches/1")
-        form = '#thumbs figure[data-job="1"] form[data-shape="1"]'
-        await page.select_option(f"{form} select", "16:9")
-        await page.click(f"{form} button")
+        await page.click('#thumbs figure[data-job="1"] [data-grow="1"]')
+        await page.wait_for_function("() => document.querySelector('[data-grow-size]')"
+                                     ".textContent === '64×48 → 64×48'")
+        await page.click('dialog.grower [data-send-grow="1"]')  # nothing grown yet
+        assert await page.text_content("dialog.grower [role=alert]") == \
+            "Drag a side out, or pick a shape, first."
+        await page.click('dialog.grower [data-shape="1:1"]')
+        size = "dialog.grower [data-grow-size]"
+        assert await page.text_content(size) == "64×48 → 64×64"  # 8 px above and below
+        frame = await page.locator("dialog.grower [data-grow-frame]").bounding_box()
+        assert frame is not None
+        scale = frame["width"] / 64  # screen px per image px
+        right = await page.locator('dialog.grower [data-handle="right"]').bounding_box()
+        assert right is not None
+        x, y = right["x"] + right["width"] / 2, right["y"] + right["height"] / 2
+        await page.mouse.move(x, y)
+        await page.mouse.down()
+        await page.mouse.move(x + 10 * scale, y, steps=3)
+        await page.mouse.up()
+        assert await page.text_content(size) == "64×48 → 74×64"
+        left = await page.locator('dialog.grower [data-handle="left"]').bounding_box()
+        assert left is not None
+        lx, ly = left["x"] + left["width"] / 2, left["y"] + left["height"] / 2
+        now = await page.locator("dialog.grower [data-grow-frame]").bounding_box()
+        assert now is not None
+        step = now["width"] / 74  # (the frame refits the canvas as it grows)
+        for kind, dx in (("touchStart", 0), ("touchMove", -3), ("touchMove", -6),
+                         ("touchEnd", -6)):  # a finger drags the left side out 6 px
+            await touch.send("Input.dispatchTouchEvent", {"type": kind, "touchPoints": [] if
+                             kind == "touchEnd" else [{"x": lx + dx * step, "y": ly}]})
+        assert await page.text_content(size) == "64×48 → 80×64"
+        await page.screenshot(path=str(tmp_path / "grower.png"))
+        await page.click('dialog.grower [data-send-grow="1"]')
         await page.wait_for_function("() => location.hash === '#/batches/3'")
         (wide,) = await w.queue.batch_jobs(3)
         assert wide.action == "extend"
-        assert decode(wide.workflow).nodes[0].inputs["aspect"] == "16:9"
+        step_in = decode(wide.workflow).nodes[0].inputs
+        assert [step_in.get(k) for k in ("left", "right", "top", "bottom")] == [6, 10, 8, 8]

@@ -539,6 +539,85 @@ function painter(j, action) {
   }
 }
 
+const SHAPES = ["9:16", "3:4", "4:5", "1:1", "16:9", "2:1"];
+
+function grower(j, action) {
+  // The image in a frame the size of the new canvas: a handle on each side drags that
+  // side's margin out (mouse, pen or touch), a shape button sets the margins that reach it
+  // (split evenly, as the server would), the sizes said as they change. Sent as px per side.
+  const m = {left: 0, right: 0, top: 0, bottom: 0};
+  const img = h("img", {src: j.outputs[0], alt: rowName(j), draggable: "false"});
+  const frame = h("div", {class: "grow-frame", "data-grow-frame": j.id}, img);
+  const size = h("p", {class: "muted", "data-grow-size": j.id});
+  const words = h("input", {type: "text", name: "paint", maxlength: 2000,
+    placeholder: t("paint_what"), "aria-label": t("paint_what")});
+  const said = h("p", {class: "error", role: "alert"});
+  let scale = 1;  // screen px per image px
+  const sides = ["left", "right", "top", "bottom"];
+  const handles = sides.map((side) => h("span", {class: `handle ${side}`, "data-handle": side,
+    role: "slider", "aria-label": side, tabindex: 0}));
+  frame.append(...handles);
+  function draw() {
+    const [w, h_] = [img.naturalWidth, img.naturalHeight];
+    const [W, H] = [w + m.left + m.right, h_ + m.top + m.bottom];
+    scale = Math.min(Math.min(760, innerWidth * 0.8) / W, innerHeight * 0.55 / H);
+    Object.assign(frame.style, {width: `${W * scale}px`, height: `${H * scale}px`});
+    Object.assign(img.style, {width: `${w * scale}px`, left: `${m.left * scale}px`, top: `${m.top * scale}px`});
+    size.textContent = `${w}×${h_} → ${W}×${H}`;
+    if (W > w || H > h_) said.textContent = "";  // (grown now: the hint is answered)
+    for (const handle of handles) handle.setAttribute("aria-valuenow", m[handle.dataset.handle]);
+  }
+  for (const handle of handles) {
+    const side = handle.dataset.handle;
+    const sign = side === "left" || side === "top" ? -1 : 1;
+    const along = side === "left" || side === "right" ? "clientX" : "clientY";
+    let from = null, start = 0, at = 1;  // (the scale the drag began at: the frame refits as it grows)
+    handle.addEventListener("pointerdown", (e) => {
+      handle.setPointerCapture(e.pointerId);
+      from = e[along]; start = m[side]; at = scale;
+    });
+    handle.addEventListener("pointermove", (e) => {
+      if (from === null) return;
+      m[side] = Math.max(0, Math.round(start + sign * (e[along] - from) / at));
+      draw();
+    });
+    const lift = () => { from = null; };
+    handle.addEventListener("pointerup", lift);
+    handle.addEventListener("pointercancel", lift);
+  }
+  function toShape(shape) {  // the margins that grow the image to it, split evenly
+    const [a, b] = shape.split(":").map(Number);
+    const [w, h_] = [img.naturalWidth, img.naturalHeight];
+    Object.assign(m, {left: 0, right: 0, top: 0, bottom: 0});
+    if (w * b < h_ * a) { const extra = Math.round(h_ * a / b) - w; m.left = Math.floor(extra / 2); m.right = extra - m.left; }
+    else { const extra = Math.round(w * b / a) - h_; m.top = Math.floor(extra / 2); m.bottom = extra - m.top; }
+    draw();
+  }
+  const send = h("button", {type: "submit", "data-send-grow": j.id}, verb(action));
+  const dialog = h("dialog", {class: "painter grower", "aria-label": t("extend_to")},
+    h("form", {method: "dialog", onsubmit: async (e) => {
+      e.preventDefault();
+      if (!sides.some((side) => m[side] > 0)) { said.textContent = t("grow_nothing"); return; }
+      said.textContent = "";
+      const body = {action, ...m};
+      if (words.value.trim()) body.instruction = words.value;
+      send.disabled = true;
+      const ok = await actWith(j, body, said);
+      send.disabled = false;
+      if (ok) { dialog.close(); dialog.remove(); }
+    }},
+    h("h2", {text: t("extend_to")}),
+    h("div", {class: "tools"}, ...SHAPES.map((shape) => h("button", {type: "button",
+      class: "small", "data-shape": shape, onclick: () => toShape(shape)}, shape))),
+    frame, size,
+    h("div", {class: "tools"}, words, send,
+      h("button", {type: "button", class: "link", onclick: () => { dialog.close(); dialog.remove(); }},
+        t("cancel"))), said));
+  document.body.appendChild(dialog);
+  img.addEventListener("load", draw);
+  dialog.showModal();
+}
+
 async function actWith(j, body, where = null) {  // an action on j's image; then its batch
   const r = await call("POST", `${API}/jobs/${j.id}/actions`, body);
   if (!r.ok) { failure(r, where); return false; }
@@ -582,7 +661,7 @@ async function batchPage(main, id, params) {
         h("button", {class: "small", "data-act": a, onclick: (e) => act(j, a, e.currentTarget)}, verb(a))),
       finished ? instructionBox(j) : null,
       finished ? regionButton(j) : null,
-      finished ? shapeBox(j) : null,
+      finished ? shapeButton(j) : null,
       j.parent_job_id || finished ? h("button", {class: "link small", "data-lineage": j.id,
         text: j.parent_job_id ? t("made_from", {action: verb(j.action), id: j.parent_job_id}) : t("lineage"),
         onclick: () => showLineage(j, lineage)}) : null);
@@ -612,19 +691,11 @@ async function batchPage(main, id, params) {
     return h("button", {class: "small", "data-paint": j.id,
       onclick: () => painter(j, action)}, verb(action));
   }
-  function shapeBox(j) {  // the canvas grown to a shape around the image (the action that takes margins)
+  function shapeButton(j) {  // the canvas grown around the image (the action that takes margins)
     const action = taking("margins", j);
     if (!action) return null;
-    const shape = h("select", {name: "aspect", "aria-label": t("extend_to")},
-      ...["9:16", "3:4", "4:5", "1:1", "16:9", "2:1"].map((a) => h("option", {value: a, text: a})));
-    return h("form", {class: "canvas-shape", "data-shape": j.id, onsubmit: async (e) => {
-      e.preventDefault();
-      const button = e.currentTarget.querySelector("button");
-      button.disabled = true;
-      await actWith(j, {action, aspect: shape.value});
-      button.disabled = false;
-    }}, h("span", {class: "muted", text: t("extend_to")}), shape,
-    h("button", {class: "small", type: "submit"}, verb(action)));
+    return h("button", {class: "small", "data-grow": j.id, onclick: () => grower(j, action)},
+      verb(action));
   }
   async function rate(j, rating) {
     const r = await call("PUT", `${API}/jobs/${j.id}/rating`, {rating});
