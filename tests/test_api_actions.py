@@ -215,6 +215,11 @@ async def test_repaint_with_a_mask_and_extend_to_a_shape_through_the_api(api):
     assert status == 201 and wide["action"] == "extend"
     status, made = await api.call("GET", f"/batches/{wide['batch']}", VIEWER)
     assert made["meta"]["canvas"] == "9:16"
+    from bot.client import AsyncClient  # the Python client sends a mask file as it is
+    (tmp := api.config.data_dir / "mask.png").write_bytes(buf.getvalue())
+    async with AsyncClient(api.url, ALICE) as client:
+        made = await client.act(first.id, "repaint", mask=tmp, instruction="a blue scarf")
+    assert made.meta["mask"] == (await api.app.batch(painted["batch"])).meta["mask"]
     square = io.BytesIO()
     Image.new("L", (50, 50), 255).save(square, "PNG")
     for body, expected in (

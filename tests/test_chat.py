@@ -731,3 +731,5 @@ async def test_repaint_takes_a_mask_picture_and_extend_a_shape(world):
     assert (step.inputs["left"], step.inputs["right"], step.inputs["prompt"]) == (16, 8, "海边")
     (nothing, *_) = await world.send("/extend 2")
     assert nothing.text.startswith("Say how to extend: a shape (/extend 3 9:16)")
+    (bulk, *_) = await world.send("/repaint b1 沙滩")
+    assert bulk.text.startswith("A mask belongs to one image")

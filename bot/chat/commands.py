@@ -468,7 +468,9 @@ def _image_action(spec: ActionSpec) -> None:
         mask = None
         if "mask" in spec.takes:
             kind, n = cmd.args["image"]
-            shown = {"row": f"{n}", "job": f"j{n}", "batch": f"b{n}"}.get(kind, "3")
+            if kind == "batch":  # (before asking for a picture it could not use)
+                raise Invalid("mask_one_image")
+            shown = {"row": f"{n}", "job": f"j{n}"}.get(kind, "3")
             mask = await picture_for(turn, given.pop("mask", None), f"/{cmd.name} {shown}")
             if mask is None:
                 return  # (why: said)
