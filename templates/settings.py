@@ -134,6 +134,7 @@ DEMO_MODELS = {
     "walnut": ModelEntry("demo:walnut"),
     "brushed_steel": ModelEntry("demo:brushed_steel"),
     "upscaler": ModelEntry("demo:upscaler"),  # used when [executor] upscaler = "upscaler"
+    "ip_sd15": ModelEntry("demo:ip_sd15"),  # an IP-Adapter: a generate node's reference picture
     "flux": ModelEntry("demo:flux", family="flux"),  # FLUX.1 [dev]'s design
     "flux_kontext": ModelEntry("demo:flux_kontext", family="flux_kontext"),
     "flux_fill": ModelEntry("demo:flux_fill", family="flux_fill"),

@@ -88,6 +88,13 @@ OPS: dict[str, Signature] = {s.name: s for s in [
          control_image=Input("image", None, optional=True),
          controlnet=Input("model", None, optional=True),
          control_scale=Input("float", 1.0, min=0, max=4),
+         reference=Input("image", None, optional=True,
+                         help="a style or subject reference picture (an IP-Adapter: SD 1.5, "
+                         "SDXL)"),
+         reference_scale=Input("float", 0.6, min=0, max=2,
+                               help="how strongly the reference steers the image"),
+         ip_adapter=Input("model", None, optional=True,
+                          help="the IP-Adapter the reference runs through"),
          loras=Input("loras", [])),
     _sig("edit", "Change a picture by a written instruction with an edit model (FLUX.1 "
          "Kontext, Qwen-Image-Edit, FLUX.2): what the sentence leaves out stays as it was.",

@@ -7,27 +7,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
-from executor.diffusers.cache import ModelCache
 from executor.diffusers.ops import Context, OpError
 from executor.diffusers.ops.fill import extended, fill, kept_outside
-from executor.models.registry import ModelError, Registry
-from storage.files import FileStore
+from executor.models.registry import ModelError
 from templates.size_rules import Grown, grown
-from tests.conftest import executor_config
+from tests.fakes.executor import demo_context
 
 INPAINTING = ["sd15", "sdxl", "sd3", "flux", "flux_fill", "qwen_image", "zimage"]
 
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory, demo_models) -> Context:
-    folder = tmp_path_factory.mktemp("fill")
-    config = executor_config(folder / "data", demo_models)
-    return Context(FileStore(folder / "store"), ModelCache(
-        Registry(config), "cpu", torch.float32, vram_budget=float("inf"),
-        ram_budget=float("inf")))
+    return demo_context(tmp_path_factory.mktemp("fill"), demo_models)
 
 
 def picture(size=(64, 64)) -> Image.Image:

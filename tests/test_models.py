@@ -19,7 +19,7 @@ def test_demo_models_are_what_the_registry_says(tmp_path, demo_models):
     assert kinds == {"sd15": ("checkpoint", "sd15"), "sdxl": ("checkpoint", "sdxl"),
                      "canny_sd15": ("controlnet", "sd15"), "canny_sdxl": ("controlnet", "sdxl"),
                      "walnut": ("lora", "sd15"), "brushed_steel": ("lora", "sd15"),
-                     "upscaler": ("upscaler", "sd15"),
+                     "upscaler": ("upscaler", "sd15"), "ip_sd15": ("ip_adapter", "sd15"),
                      **{name: ("checkpoint", name) for name in (
                          "flux", "flux_kontext", "flux_fill", "flux2", "qwen_image",
                          "qwen_image_edit", "zimage", "sd3")}}
@@ -77,7 +77,8 @@ def test_unknown_missing_and_wrong_kind_are_named(tmp_path, demo_models):
         registry.get("nope")
     with pytest.raises(ModelError, match=r'\[models\] gone = ".*nowhere": .* does not exist$'):
         registry.get("gone")
-    with pytest.raises(ModelError, match="not a diffusers pipeline, ControlNet or LoRA folder"):
+    with pytest.raises(ModelError, match="not a diffusers pipeline, ControlNet, LoRA or "
+                                         "IP-Adapter folder"):
         registry.get("junk")
     with pytest.raises(ModelError, match="not a readable .safetensors file"):
         registry.get("bad")

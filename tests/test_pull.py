@@ -347,3 +347,25 @@ def test_a_background_removal_model_is_pulled_as_one_onnx_file(hub, tmp_path, ca
     config = cfg.load("config.toml", env={})
     info = Registry(config).get("rmbg", "matting")
     assert info.path.read_bytes() == onnx_bytes and info.path.suffix == ".onnx"
+
+
+def test_an_ip_adapter_is_pulled_file_by_file_into_one_folder(hub, tmp_path, capsys,
+                                                              demo_models):
+    """docs/models.md's recipe: the adapter's weights and its image encoder's two files from
+    h94/IP-Adapter into one --dir; the folder they make is read as an SD 1.5 IP-Adapter."""
+    from executor.models.registry import Registry
+    demo = demo_models / "ip_sd15"
+    files = {"models/ip-adapter_sd15.safetensors": (demo / "ip-adapter.safetensors").read_bytes(),
+             "models/image_encoder/config.json": (demo / "image_encoder" / "config.json")
+             .read_bytes(),
+             "models/image_encoder/model.safetensors": (demo / "image_encoder" /
+                                                        "model.safetensors").read_bytes()}
+    hub.add_repo("h94/IP-Adapter", files)
+    for name in files:
+        code, _, err = pull(capsys, "h94/IP-Adapter", "--file", name, "--dir",
+                            str(tmp_path / "ip_sd15"))
+        assert code == 0, err
+    config = cfg.from_dict({"service": {"data_dir": str(tmp_path / "data")},
+                            "models": {"ip": str(tmp_path / "ip_sd15" / "models")}})
+    info = Registry(config).get("ip", "ip_adapter")
+    assert info.path.name == "ip-adapter_sd15.safetensors"

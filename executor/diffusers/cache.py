@@ -42,6 +42,7 @@ class Unit:
     adapters: OrderedDict  # LoRA name -> None, least recently used first
     scheduler: dict | None = None  # the checkpoint's own scheduler config ("sampler: none")
     offloaded: bool = False  # its pipeline's parts wait in RAM between uses (Unit.offloads)
+    ip_adapter: tuple[str, Any] | None = None  # (the IP-Adapter its UNet has, on which pipeline)
 
 
 def _modules(obj: Any) -> list[torch.nn.Module]:
@@ -318,6 +319,29 @@ class ModelCache:
             pipe.set_progress_bar_config(disable=True)
             self.pipes[key] = pipe
         return self.pipes[key]
+
+    def use_ip_adapter(self, model: str, pipe: Any, adapter: str | None,
+                       scale: float = 1.0) -> None:
+        """The IP-Adapter `model`'s UNet is conditioned with for `pipe`'s next call: loaded
+        onto that pipeline (its image encoder too) when it changes, and unloaded for a call
+        with no reference — a UNet with IP-Adapter layers wants a picture every call."""
+        unit = self.units[model]
+        if unit.ip_adapter is not None and unit.ip_adapter != (adapter, pipe):
+            unit.ip_adapter[1].unload_ip_adapter()
+            unit.ip_adapter = None
+        if adapter is None:
+            return
+        if unit.ip_adapter is None:
+            info = self.registry.get(adapter, "ip_adapter")
+            if info.family not in (None, unit.info.family):
+                raise ModelError(f'IP-Adapter "{adapter}" is for {info.family}; model '
+                                 f'"{model}" is {unit.info.family}')
+            pipe.load_ip_adapter(str(info.path.parent), subfolder="",
+                                 weight_name=info.path.name, image_encoder_folder="image_encoder",
+                                 local_files_only=True)
+            pipe.image_encoder.to(self.device, self.dtype)
+            unit.ip_adapter = (adapter, pipe)
+        pipe.set_ip_adapter_scale(float(scale))
 
     def upscaler(self, name: str) -> Any:
         return self._get(name, "upscaler", {name}).obj

@@ -29,7 +29,8 @@ CHECKPOINTS = ("sd15", "sdxl", "flux", "flux_kontext", "flux_fill", "flux2", "qw
 CONTROLNETS = {"canny_sd15": "sd15", "canny_sdxl": "sdxl"}
 LORAS = {"walnut": ("sd15", 1), "brushed_steel": ("sd15", 2)}  # name -> (family, seed)
 UPSCALERS = ("upscaler",)
-ALL = (*CHECKPOINTS, *CONTROLNETS, *LORAS, *UPSCALERS)
+IP_ADAPTERS = {"ip_sd15": "sd15"}  # name -> the family whose UNet it conditions
+ALL = (*CHECKPOINTS, *CONTROLNETS, *LORAS, *UPSCALERS, *IP_ADAPTERS)
 
 
 def _unet_kwargs(family: str) -> dict[str, Any]:
@@ -119,6 +120,43 @@ def build_upscaler(out: Path) -> None:
         max_noise_level=350).save_pretrained(out)
 
 
+def build_ip_adapter(base: Path, out: Path) -> None:
+    """An IP-Adapter for the demo SD UNet, laid out as h94/IP-Adapter's models/ folder is:
+    a CLIP vision encoder in image_encoder/ and ip-adapter.safetensors beside it — the
+    image projection (4 tokens) and a key and value projection for each cross-attention
+    layer, numbered as the original weights are (1, 3, 5 …), random and visible."""
+    import torch
+    from diffusers import UNet2DConditionModel
+    from safetensors.torch import save_file
+    from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
+    torch.manual_seed(21)
+    unet = UNet2DConditionModel.from_pretrained(base / "unet", local_files_only=True)
+    encoder = CLIPVisionModelWithProjection(CLIPVisionConfig(
+        hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+        image_size=32, patch_size=8, projection_dim=32))
+    encoder.save_pretrained(out / "image_encoder")
+    cross, embed = unet.config.cross_attention_dim, encoder.config.projection_dim
+    state = {"image_proj.proj.weight": torch.randn(4 * cross, embed) * 0.2,
+             "image_proj.proj.bias": torch.zeros(4 * cross),
+             "image_proj.norm.weight": torch.ones(cross),
+             "image_proj.norm.bias": torch.zeros(cross)}
+    blocks = unet.config.block_out_channels
+    key = 1
+    for name in unet.attn_processors:
+        if name.endswith("attn1.processor"):
+            continue
+        if name.startswith("mid_block"):
+            hidden = blocks[-1]
+        elif name.startswith("up_blocks"):
+            hidden = list(reversed(blocks))[int(name[len("up_blocks.")])]
+        else:
+            hidden = blocks[int(name[len("down_blocks.")])]
+        for kv in ("k", "v"):
+            state[f"ip_adapter.{key}.to_{kv}_ip.weight"] = torch.randn(hidden, cross) * 0.5
+        key += 2
+    save_file({k: v.contiguous() for k, v in state.items()}, str(out / "ip-adapter.safetensors"))
+
+
 def build_lora(base: Path, seed: int, out: Path) -> None:
     """A LoRA on the demo SD UNet's attention, with visible (random, small) weights."""
     import torch
@@ -147,13 +185,14 @@ def build(folder: Path, names: list[str] | None = None, *, force: bool = False) 
     folder.mkdir(parents=True, exist_ok=True)
     built = []
     # LoRAs are cut for a checkpoint: build the checkpoints first.
-    order = sorted(wanted, key=lambda n: (n not in CHECKPOINTS, n))
+    order = sorted(wanted, key=lambda n: (n not in CHECKPOINTS, n))  # (ip_* after sd15 too)
     for name in order:
         target = folder / name
         if target.exists() and not force:
             continue
-        if name in LORAS and not (folder / LORAS[name][0]).exists():
-            build(folder, [LORAS[name][0]])
+        base = LORAS[name][0] if name in LORAS else IP_ADAPTERS.get(name)
+        if base and not (folder / base).exists():
+            build(folder, [base])
         tmp = Path(tempfile.mkdtemp(dir=folder, prefix=f".{name}-"))
         try:
             if name in CHECKPOINTS:
@@ -165,6 +204,9 @@ def build(folder: Path, names: list[str] | None = None, *, force: bool = False) 
             elif name in UPSCALERS:
                 build_upscaler(tmp)
                 family = "sd15"
+            elif name in IP_ADAPTERS:
+                family = IP_ADAPTERS[name]
+                build_ip_adapter(folder / family, tmp)
             else:
                 family, seed = LORAS[name]
                 build_lora(folder / family, seed, tmp)

@@ -53,7 +53,7 @@ class ModelError(Exception):
 class ModelInfo:
     name: str
     path: Path
-    kind: str  # checkpoint | controlnet | lora | upscaler | matting
+    kind: str  # checkpoint | controlnet | lora | upscaler | matting | ip_adapter
     family: str | None  # sd15 | sd2 | sdxl | flux | None when unknown (some LoRAs)
     single_file: bool
     entry: ModelEntry
@@ -202,7 +202,10 @@ class Registry:
                 return "controlnet", family, path
         if (path / LORA_FILE).is_file():
             return "lora", Registry._single_file(path / LORA_FILE, where)[1], path / LORA_FILE
-        raise ModelError(f"{where}: not a diffusers pipeline, ControlNet or LoRA folder")
+        if (path / "image_encoder" / "config.json").is_file():
+            return ("ip_adapter", *_ip_adapter(path, where))
+        raise ModelError(f"{where}: not a diffusers pipeline, ControlNet, LoRA or IP-Adapter "
+                         "folder")
 
     @staticmethod
     def _single_file(path: Path, where: str) -> tuple[str, str | None, str | None, str | None]:
@@ -236,6 +239,29 @@ class Registry:
         shown = ", ".join(sorted(keys)[:3]) + (" …" if len(keys) > 3 else "")
         raise ModelError(f"{where}: not a Stable Diffusion checkpoint, LoRA or ControlNet genbot "
                          f"knows: its {len(keys)} tensors are named like {shown or 'nothing'}")
+
+
+def _ip_adapter(path: Path, where: str) -> tuple[str | None, Path]:
+    """An IP-Adapter folder as h94/IP-Adapter's models/ (SD 1.5) and sdxl_models/ are: its
+    image encoder in image_encoder/, and the one .safetensors of image_proj.* and
+    ip_adapter.* weights; its family from the width the key projections read (the text
+    encoder's: 768 SD 1.5, 2048 SDXL)."""
+    from safetensors import safe_open
+    files = sorted(path.glob("*.safetensors"))
+    if len(files) != 1:
+        raise ModelError(f"{where}: an IP-Adapter folder holds one .safetensors of its "
+                         f"weights beside image_encoder/, not {len(files)}")
+    try:
+        with safe_open(str(files[0]), framework="np") as f:
+            keys = list(f.keys())
+            first = next((k for k in keys if k.endswith("to_k_ip.weight")), None)
+            width = f.get_slice(first).get_shape()[1] if first else None
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same answer
+        raise ModelError(f"{where}: not a readable .safetensors file ({e})") from None
+    if first is None or not any(k.startswith("image_proj.") for k in keys):
+        raise ModelError(f"{where}: {files[0].name} holds no IP-Adapter weights (image_proj.* "
+                         "and ip_adapter.*)")
+    return TEXT_WIDTH.get(int(width or 0)), files[0]
 
 
 def _transformer(path: Path, where: str) -> tuple[transformer_file.Transformer,

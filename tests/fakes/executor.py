@@ -65,3 +65,19 @@ class Harness:
         path = FileStore(self.config.data_dir).path(job.outputs[i])
         with Image.open(path) as im:
             return np.asarray(im.convert("RGB"), dtype=np.int16)
+
+
+def demo_context(folder, demo_models):
+    """An op context on the demo models, on the CPU at float32, memory unbounded: what the
+    op-level tests call ops with (a store and a data folder under `folder`)."""
+    import torch
+
+    from executor.diffusers.cache import ModelCache
+    from executor.diffusers.ops import Context
+    from executor.models.registry import Registry
+    from storage.files import FileStore
+    from tests.conftest import executor_config
+    config = executor_config(folder / "data", demo_models)
+    return Context(FileStore(folder / "store"), ModelCache(
+        Registry(config), "cpu", torch.float32, vram_budget=float("inf"),
+        ram_budget=float("inf")))

@@ -49,7 +49,16 @@ def shape(inputs: dict[str, Any]) -> tuple:
     size = tuple(inputs["size"]) if inputs.get("size") else None
     return (inputs["model"], inputs.get("controlnet"), inputs.get("init_image") is None,
             size, inputs.get("steps"), inputs.get("guidance"), inputs.get("sampler"),
-            inputs.get("strength"), inputs.get("control_scale"), loras)
+            inputs.get("strength"), inputs.get("control_scale"), loras,
+            _same(inputs.get("reference")), inputs.get("ip_adapter"),
+            inputs.get("reference_scale"))
+
+
+def _same(picture: Any) -> Any:
+    """What tells two reference pictures apart: a stored file's name, else the image
+    object (diffusers steers a whole call by one reference per IP-Adapter, so only jobs of
+    one reference share a call)."""
+    return picture if picture is None or isinstance(picture, str) else id(picture)
 
 
 @op(batched=True, shape=shape, device=True)
@@ -100,7 +109,11 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
     pipe = cache.pipeline(model, mode, controlnet)
     info = cache.units[model].info
     cache.use_loras(model, first.get("loras") or [])
+    reference = _references(ctx, batch, info.family)
+    cache.use_ip_adapter(model, pipe, first.get("ip_adapter") if reference else None,
+                         first.get("reference_scale", 0.6))
     ctx.used_models.extend([model, *([controlnet] if controlnet else []),
+                            *([first["ip_adapter"]] if reference else []),
                             *(lora["name"] for lora in first.get("loras") or [])])
 
     if first.get("size"):
@@ -149,6 +162,8 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
             kwargs["image"] = control
     if controlnet:
         kwargs["controlnet_conditioning_scale"] = float(first.get("control_scale", 1.0))
+    if reference:
+        kwargs["ip_adapter_image"] = reference
     kwargs.update(_sized(pipe, width, height))
     images = pipe(**kwargs).images
     if len(images) != n:
@@ -203,6 +218,22 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
     return made.resize(own, Image.Resampling.LANCZOS) if keep_size and made.size != own else made
 
 
+def _references(ctx: Context, batch: list[dict[str, Any]], family: str | None
+                ) -> Image.Image | None:
+    """The call's reference picture for its IP-Adapter (SD 1.5 and SDXL's), or None
+    where it has none (one shape: the batch's jobs share one, or have none)."""
+    if batch[0].get("reference") is None:
+        return None
+    if not batch[0].get("ip_adapter"):
+        raise OpError("a reference picture needs an IP-Adapter model (ip_adapter)")
+    if family not in IP_ADAPTER_FAMILIES:
+        raise OpError(f"reference pictures run through an IP-Adapter on "
+                      f"{', '.join(profile(f).label for f in IP_ADAPTER_FAMILIES)} models, not "
+                      f"{profile(family).label}: on an edit model give them as pictures 2 and 3")
+    return ctx.image(batch[0]["reference"]).convert("RGB")
+
+
+IP_ADAPTER_FAMILIES = ("sd15", "sdxl")
 _AREA = threading.Lock()
 
 
