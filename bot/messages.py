@@ -85,6 +85,9 @@ CATALOG: dict[str, str] = catalog(
     N_("model_reads_no_negative", 'model "{model}" is {label} ({family}), which reads no '
                                   "negative prompt: leave it empty (say what to avoid in the "
                                   "prompt instead)"),
+    N_("model_takes_no_reference", "model \"{model}\" is {label} ({family}), which takes no reference "
+                                   "picture (an IP-Adapter runs on SD 1.5 and SDXL models): leave it "
+                                   "empty, or on an edit model give it as picture 2"),
     NP_("model_too_many_pictures", 'model "{model}" is {label} ({family}): it edits with '
                                    "{count} picture at most, not {given}",
         'model "{model}" is {label} ({family}): it edits with {count} pictures at most, '

@@ -195,11 +195,15 @@ def refusals(t: Template, family_of: Callable[[str], str | None]) -> list[tuple[
 EDIT_PICTURES = ("image", "image_2", "image_3")
 
 
+REFERENCE_FAMILIES = ("sd15", "sdxl")  # a generate node's reference runs via an IP-Adapter
+
+
 def row_refusal(op: str, inputs: Mapping[str, Any], family: str) -> tuple[str, str, dict] | None:
     """(the input, a message code, its details) when a bound node's model, of `family`,
-    cannot run what one row asks: the node's mode, a negative prompt, more pictures than it
-    edits with. Intake asks it of every row, so a model named by a text column (which the
-    template's load cannot check) is refused before anything is queued, not mid-batch."""
+    cannot run what one row asks: the node's mode, a negative prompt, a reference picture
+    (an IP-Adapter's: SD 1.5 and SDXL), more pictures than it edits with. Intake asks it of
+    every row, so a model named by a text column (which the template's load cannot check)
+    is refused before anything is queued, not mid-batch."""
     signature = OPS[op]
     mode = signature.mode_of(dict(inputs))
     runs = PROFILES.get(family)
@@ -213,6 +217,8 @@ def row_refusal(op: str, inputs: Mapping[str, Any], family: str) -> tuple[str, s
             "mode": f"{mode} with a ControlNet" if controlnet else mode}
     if inputs.get("negative") and not runs.negative:
         return "negative", "model_reads_no_negative", about
+    if inputs.get("reference") is not None and family not in REFERENCE_FAMILIES:
+        return "reference", "model_takes_no_reference", about
     pictures = [k for k in EDIT_PICTURES if k in signature.inputs and inputs.get(k) is not None]
     if mode == "edit" and len(pictures) > runs.images:
         return pictures[-1], "model_too_many_pictures", {

@@ -815,3 +815,34 @@ async def test_a_row_naming_a_model_that_cannot_run_it_is_refused_at_its_cell(tm
     assert [job.row for job in report.jobs] == [2, 6, 7]
     assert "模型“flux”是 FLUX.1（flux），genbot 用它做 img2img, inpaint, txt2img，不能做 edit" in \
         report.report("zh")
+
+
+async def test_a_reference_picture_for_a_model_that_takes_none_is_refused_at_its_cell(tmp_path):
+    """A generate node's reference runs through an IP-Adapter on SD 1.5 and SDXL: a row
+    whose model column names FLUX.1 with a reference picture is refused at the reference's
+    cell, nothing queued; the SD 1.5 row, and a FLUX.1 row without a reference, pass."""
+    from bot.intake.check import SheetRows, check_sheet
+    from storage import config as cfg
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({
+        "name": "t",
+        "params": {"model": {"type": "text"}, "style": {"type": "image"}},
+        "nodes": {"gen": {"op": "generate", "inputs": {
+                      "prompt": "a bottle", "model": "$model", "seed": 1,
+                      "reference": "$style", "ip_adapter": "ip_sd15"}},
+                  "out": {"op": "save", "inputs": {"image": "@gen"}}},
+        "output": "{row}.png"}), encoding="utf-8")
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "style.png").write_bytes(_png())
+    config = cfg.from_dict({"service": {"data_dir": str(tmp_path)},
+                            "intake": {"assets_dir": str(tmp_path / "assets")}})
+    rows = [{"model": "sd15", "style": "style.png"}, {"model": "flux", "style": "style.png"},
+            {"model": "flux", "style": ""}]
+    report = await check_sheet(load_template(path), SheetRows(rows), config=config,
+                               store=FileStore(tmp_path / "store"), skip_invalid=True)
+    assert [i.render() for i in report.issues] == [
+        'row 3, column "style": model "flux" is FLUX.1 (flux), which takes no reference '
+        "picture (an IP-Adapter runs on SD 1.5 and SDXL models): leave it empty, or on an "
+        "edit model give it as picture 2"]
+    assert [job.row for job in report.jobs] == [2, 4]
+    assert "不接受参考图" in report.report("zh")

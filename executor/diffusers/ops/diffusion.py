@@ -22,7 +22,7 @@ from typing import Any
 from PIL import Image
 
 from executor.diffusers.ops.base import Context, ImageInput, OpError, op
-from templates.families import Profile, profile
+from templates.families import REFERENCE_FAMILIES, Profile, profile
 from templates.signatures import OPS
 
 SCHEDULERS = {  # sampler name -> (diffusers scheduler class, config overrides)
@@ -226,14 +226,13 @@ def _references(ctx: Context, batch: list[dict[str, Any]], family: str | None
         return None
     if not batch[0].get("ip_adapter"):
         raise OpError("a reference picture needs an IP-Adapter model (ip_adapter)")
-    if family not in IP_ADAPTER_FAMILIES:
+    if family not in REFERENCE_FAMILIES:
         raise OpError(f"reference pictures run through an IP-Adapter on "
-                      f"{', '.join(profile(f).label for f in IP_ADAPTER_FAMILIES)} models, not "
+                      f"{', '.join(profile(f).label for f in REFERENCE_FAMILIES)} models, not "
                       f"{profile(family).label}: on an edit model give them as pictures 2 and 3")
     return ctx.image(batch[0]["reference"]).convert("RGB")
 
 
-IP_ADAPTER_FAMILIES = ("sd15", "sdxl")
 _AREA = threading.Lock()
 
 
