@@ -414,7 +414,7 @@ class QueueMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("examples", [150])
+@pytest.mark.parametrize("examples", [120])  # (of 80 steps each; 150 cost the suite 15 s)
 def test_queue_matches_reference_model(db_url, examples):
     runner = asyncio.Runner()
     clock = FakeClock()
