@@ -248,7 +248,7 @@ async def finish_off_the_gpu(models: Path, tmp: Path, args, pipe, s3: str | None
     from executor.diffusers.ops.image import save
     from storage.files import FileStore
     from templates.jobs import decode as diffusers_job
-    size, steps, rows = args.size, args.steps, (4 if args.smoke else 12)
+    size, steps, rows = args.size, args.steps, (2 if args.smoke else 12)
     enlarge = 256 if args.smoke else 1024
     image = Image.new("RGB", (size, size), (120, 80, 40)).resize((enlarge, enlarge))
     noise = Image.effect_noise((enlarge, enlarge), 64).convert("RGB")
@@ -305,7 +305,7 @@ async def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="a few of each, to prove it "
                         "runs (the test suite): figures mean nothing")
     args = parser.parse_args()
-    alternating, batch_rounds = (6, 1) if args.smoke else (60, 4)
+    alternating, batch_rounds = (4, 1) if args.smoke else (60, 4)
     global DTYPE
     DTYPE = args.dtype
     from executor.diffusers import devices
@@ -366,10 +366,11 @@ async def main() -> None:
                                         progress_interval=1.0)) as one, \
                 Executor(make_config(tmp / "b4", models, args.device, max_batch=4,
                                      progress_interval=1.0)) as four:
+            per_round = 8 if args.smoke else 16
             for ex in (one, four):
                 await ex.run(gen_jobs(range(1, 5), steps, size))  # loads the model
             for r in range(batch_rounds):
-                rows = range(100 + r * 16, 116 + r * 16)
+                rows = range(100 + r * per_round, 100 + (r + 1) * per_round)
                 seconds[1] += await one.run(gen_jobs(rows, steps, size))
                 seconds[4] += await four.run(gen_jobs(rows, steps, size))
                 images += len(rows)

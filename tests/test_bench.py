@@ -18,7 +18,7 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     "scale_bench.py": (["--smoke", "--pg", PG_URL], "p50 ratio poll/notify"),
     "ack_bench.py": (["--requests", "3", "--rounds", "1", "--rows", "20"],
                      "Again button busy/idle:"),
-    "executor_bench.py": (["--smoke", "--jobs", "5", "--steps", "2", "--rounds", "1",
+    "executor_bench.py": (["--smoke", "--jobs", "3", "--steps", "2", "--rounds", "1",
                            "--no-s3"],  # (the object store has tests of its own)
                           "finish: the GPU's wait"),
     "dashboard_bench.py": (["--big", "60", "--small", "20", "--rounds", "1"], "dom_rows"),
