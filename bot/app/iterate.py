@@ -103,9 +103,10 @@ class ActionRequest:
 
     @property
     def ask(self) -> Ask:
-        return Ask(self.count, self.values, self.factor, self.strength,
-                   self.instruction.strip(), self.model, None, self.left, self.right,
-                   self.top, self.bottom, self.aspect)
+        return Ask(count=self.count, values=self.values, factor=self.factor,
+                   strength=self.strength, instruction=self.instruction.strip(),
+                   model=self.model, left=self.left, right=self.right, top=self.top,
+                   bottom=self.bottom, aspect=self.aspect)  # (the mask: once it is stored)
 
     @property
     def margins(self) -> tuple[int, int, int, int]:
