@@ -87,6 +87,11 @@ def grown(source: Size, margins: Margins, aspect: str | None = None) -> Margins:
     return left, right, top, bottom
 
 
+def same_shape(a: Size, b: Size) -> bool:
+    """Two sizes of one proportion, within 1 % (a mask drawn at another scale)."""
+    return abs(a[0] / a[1] - b[0] / b[1]) <= 0.01 * b[0] / b[1]
+
+
 @dataclass(frozen=True)
 class Grown:
     """The source with the margins in inputs left, right, top and bottom added, then grown

@@ -42,7 +42,7 @@ from templates.graph import Template
 from templates.jobs import BoundJob, decode, encode
 from templates.params import Problem, parse_aspect
 from templates.signatures import MAX_MARGIN
-from templates.size_rules import sized
+from templates.size_rules import same_shape, sized
 from templates.sizes import largest_image
 
 DEDUPE_SECONDS = 10.0
@@ -347,7 +347,7 @@ async def _stored_mask(app: App, data: bytes, image: str) -> str:
                 size = picture.size
         except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
             raise Invalid("mask_not_image") from None
-        if abs(mask.width / mask.height - size[0] / size[1]) > 0.01 * size[0] / size[1]:
+        if not same_shape(mask.size, size):
             raise Invalid("mask_shape", width=mask.width, height=mask.height,
                           image_width=size[0], image_height=size[1])
         mask = mask.resize(size, Image.Resampling.NEAREST) if mask.size != size else mask

@@ -107,7 +107,7 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
     book = Workbook()
     swept = any(j.workflow.get("axes") for j in jobs)  # a sweep: each image's axis values
     told = any(_instruction(j) for j in jobs)  # an image changed by a sentence
-    masked = any(_filled(j, "mask") for j in jobs)  # a region repainted
+    masked = any(_fill(j).get("mask") for j in jobs)  # a region repainted
     grown = any(_canvas(j) for j in jobs)  # a canvas extended
     sheet = book.active
     sheet.title = "results"
@@ -127,7 +127,7 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
             job.row, *[values.get(n) for n in names], str(job.status), ", ".join(job.outputs),
             job.error or "", job.id, job.parent_job_id, job.action or "",
             *([_instruction(job)] if told else []),
-            *([_filled(job, "mask") or ""] if masked else []),
+            *([_fill(job).get("mask") or ""] if masked else []),
             *([_canvas(job)] if grown else []), rating,
             job.affinity or "", _version(job.workflow),
             *([swept_label(job.workflow.get("axes") or {}, order)] if swept else []))])
@@ -145,22 +145,23 @@ def _instruction(job: Job) -> str:
         return ""
     return str(next((s["inputs"]["instruction"] for s in job.workflow.get("nodes") or ()
                      if "instruction" in s.get("inputs", {})), None)
-               or _filled(job, "prompt") or "")
+               or _fill(job).get("prompt") or "")
 
 
-def _filled(job: Job, key: str) -> Any:
-    """An input of the fill step an action made (the mask file in the store, the prompt);
-    None: no fill, or not that input."""
+def _fill(job: Job) -> dict[str, Any]:
+    """The inputs of the fill step an action made (the mask file in the store, the
+    prompt, the margins); {}: none."""
     if not job.action:
-        return None
-    return next((s["inputs"].get(key) for s in job.workflow.get("nodes") or ()
-                 if s.get("op") == "fill"), None)
+        return {}
+    return next((s.get("inputs", {}) for s in job.workflow.get("nodes") or ()
+                 if s.get("op") == "fill"), {})
 
 
 def _canvas(job: Job) -> str:
     """What an extend grew the canvas by: "9:16", "left 256, right 256"."""
-    sides = [f"{side} {_filled(job, side)}" for side in SIDES if _filled(job, side)]
-    return ", ".join([*sides, *([str(_filled(job, "aspect"))] if _filled(job, "aspect") else [])])
+    fill = _fill(job)
+    return ", ".join([*(f"{side} {fill[side]}" for side in SIDES if fill.get(side)),
+                      *([str(fill["aspect"])] if fill.get("aspect") else [])])
 
 
 def _version(workflow: dict[str, Any]) -> str:

@@ -430,7 +430,8 @@ WORDS: dict[str, tuple[str, Callable[[str, datetime], tuple[str, Any] | None] | 
 
 def _words(spec: ActionSpec) -> tuple[str, Arg | None]:
     """The usage and the argument of the words an action takes after the image."""
-    taken = [name for name in PARAMETERS if name in WORDS and name in spec.takes]
+    taken = sorted((name for name in PARAMETERS if name in WORDS and name in spec.takes),
+                   key=lambda name: name == "instruction")  # (what to paint, last)
     if not taken:
         return "", None
     readers = [reader for name in taken if (reader := WORDS[name][1]) is not None]

@@ -24,7 +24,7 @@ from executor.diffusers.ops.diffusion import model_steps, multiple, negative_pro
 from executor.diffusers.ops.image import inward
 from templates.families import profile
 from templates.signatures import OPS
-from templates.size_rules import grown
+from templates.size_rules import grown, same_shape
 
 MODE = OPS["fill"].mode_of({})
 
@@ -73,7 +73,7 @@ def _region(ctx: Context, mask: ImageInput | None, size: tuple[int, int]) -> Ima
     region = ctx.image(mask).convert("L")
     if region.size != size:
         w, h = region.size
-        if abs(w / h - size[0] / size[1]) > 0.01 * size[0] / size[1]:
+        if not same_shape(region.size, size):
             raise OpError(f"the mask is {w}x{h} and the picture {size[0]}x{size[1]}: a mask "
                           "of the picture's proportions is needed")
         region = region.resize(size, Image.Resampling.NEAREST)
