@@ -206,7 +206,7 @@ def tortoise_config(url: str, pool_size: int = 10) -> dict[str, Any]:
         connection = {"engine": "storage.sqlite_client", "credentials": credentials}
     else:
         connection = expand_db_url(url.replace("postgresql://", "postgres://", 1))
-        connection["engine"] = "tortoise.backends.asyncpg"
+        connection["engine"] = "storage.asyncpg_client"
         connection["credentials"].setdefault("maxsize", pool_size)
         connection["credentials"].setdefault("minsize", 1)
         connection["credentials"].setdefault("timeout", CONNECT_TIMEOUT)
@@ -552,13 +552,9 @@ class Database:
         backoff = _Backoff(self)
         while True:
             context = in_transaction("default")
-            try:
+            try:  # (a BEGIN that fails gives its connection back: storage/asyncpg_client.py)
                 return context, await context.__aenter__()
             except Exception as e:
-                if getattr(context, "token", None) is not None:
-                    # BEGIN failed on a connection taken from the pool: give it back.
-                    with contextlib.suppress(Exception):
-                        await context.__aexit__(type(e), e, e.__traceback__)
                 if not _connection_lost(e):
                     raise
                 assert self.outage is not None

@@ -13,6 +13,13 @@ open the same new file at once SQLite sees a possible deadlock and answers one o
 them "database is locked" at once, without its busy handler (a service and an
 executor started together on a fresh data_dir did). The switch is therefore tried
 again until busy_timeout has passed; once the file is WAL the pragma takes no lock.
+
+A transaction cut off while it begins (a stop while the service starts, any
+cancellation during BEGIN IMMEDIATE's wait for the write lock) undoes what tortoise's
+context had done by then: tortoise left the connection's lock held (every later
+statement of the process waited forever), the half-begun transaction in the task's
+context (closing the database then failed) and the BEGIN running on the connection's
+thread (its write lock held, later statements inside it, uncommitted).
 """
 
 import asyncio
@@ -22,11 +29,13 @@ import time
 from typing import Any
 
 import aiosqlite
+from tortoise.backends.base.client import TransactionalDBClient
 from tortoise.backends.sqlite.client import (
     SqliteClient,
     SqliteTransactionContext,
     SqliteTransactionWrapper,
 )
+from tortoise.connection import get_connections
 from tortoise.exceptions import TransactionManagementError
 
 _RETRY_FIRST_S = 0.005
@@ -40,11 +49,36 @@ class _ImmediateTransaction(SqliteTransactionWrapper):
             await self._connection.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             raise TransactionManagementError(exc) from exc
+        except BaseException:
+            # Cut off: the BEGIN goes on on the connection's thread; this rollback is
+            # queued behind it (a no-op if it never began).
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._connection.rollback())
+            raise
+
+
+class _ImmediateContext(SqliteTransactionContext):
+    """tortoise's context, undoing its own steps when BEGIN fails or is cut off."""
+
+    async def __aenter__(self) -> TransactionalDBClient:
+        await self._trxlock.acquire()
+        try:
+            await self.ensure_connection()
+            self.token = get_connections().set(self.connection_name, self.connection)
+            try:
+                await self.connection.begin()
+            except BaseException:
+                get_connections().reset(self.token)
+                raise
+        except BaseException:
+            self._trxlock.release()
+            raise
+        return self.connection
 
 
 class ImmediateSqliteClient(SqliteClient):
     def _in_transaction(self) -> SqliteTransactionContext:
-        return SqliteTransactionContext(_ImmediateTransaction(self), self._lock)
+        return _ImmediateContext(_ImmediateTransaction(self), self._lock)
 
     async def create_connection(self, with_db: bool) -> None:
         if self._connection:

@@ -1,6 +1,11 @@
-"""The database layer: a dropped PostgreSQL connection is made again under a statement."""
+"""The database layer: a dropped PostgreSQL connection is made again under a statement; a
+transaction cut off at any step leaves nothing behind."""
 
 from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
 
 import asyncpg
 import pytest
@@ -27,6 +32,75 @@ async def test_statements_go_on_after_postgresql_drops_every_connection(pg_datab
         assert await db.execute("UPDATE queue_state SET changed_by = 'x' WHERE id = 1") == 1
     finally:
         await db.close()
+
+
+async def test_a_transaction_cut_off_while_it_waits_to_begin_leaves_nothing_behind(tmp_path):
+    # A stop while the service starts cancels whatever runs, often a BEGIN IMMEDIATE
+    # waiting for the write lock. tortoise's context then kept the connection's lock
+    # (the next statement of the process waited forever), left the half-begun
+    # transaction as the task's connection (closing failed: "'_ImmediateTransaction'
+    # object has no attribute 'filename'") and the BEGIN went on holding the write lock.
+    path = tmp_path / "g.sqlite3"
+    db = await Database(f"sqlite:///{path}").open()
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another writer holds the write lock for 1 s
+        threading.Timer(1.0, other.execute, ["ROLLBACK"]).start()
+
+        async def write() -> None:
+            async with db.transaction() as tx:
+                await db.execute("UPDATE queue_state SET changed_by = 'cut' WHERE id = 1",
+                                 client=tx)
+        cut = asyncio.ensure_future(write())
+        await asyncio.sleep(0.3)  # waiting in BEGIN (busy_timeout is longer)
+        cut.cancel()
+        with pytest.raises(asyncio.CancelledError):  # once the BEGIN has ended, rolled back
+            await asyncio.wait_for(cut, 10)
+        # The same task goes on: a statement outside any transaction is committed at
+        # once (another connection sees it), and a transaction begins and commits.
+        await asyncio.wait_for(
+            db.execute("UPDATE queue_state SET changed_by = 'next' WHERE id = 1"), 10)
+        assert other.execute("SELECT changed_by FROM queue_state").fetchone() == ("next",)
+        async with asyncio.timeout(10), db.transaction() as tx:
+            await db.execute("UPDATE queue_state SET changed_by = 'after' WHERE id = 1",
+                             client=tx)
+        assert other.execute("SELECT changed_by FROM queue_state").fetchone() == ("after",)
+    finally:
+        other.close()
+        await db.close()  # (failed while the cut-off transaction was the task's connection)
+
+
+@pytest.mark.postgres
+async def test_a_transaction_cut_off_while_it_commits_gives_its_connection_back(pg_url):
+    # tortoise gave the connection back, then forgot the transaction: cut off in between
+    # (a stop, twice, while a commit takes its time), the task's connection stayed the
+    # finished transaction: its next statement ran on a connection back in the pool and
+    # closing the database failed ("'TransactionWrapper' object has no attribute
+    # '_template'"). A deferred trigger makes the commit take 30 s here.
+    db = await Database(pg_url).open()
+    await db.execute("CREATE TABLE slow_commit (n int)")
+    await db.execute("CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
+                     "$$ BEGIN PERFORM pg_sleep(30); RETURN NULL; END $$")
+    await db.execute("CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT ON slow_commit "
+                     "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow()")
+    after: list[object] = []
+
+    async def write_then_close() -> None:
+        try:
+            async with db.transaction() as tx:
+                await db.execute("INSERT INTO slow_commit VALUES (1)", client=tx)
+        finally:  # what a stop does next, in the same task (as Database.open cut off does)
+            async with asyncio.timeout(10):
+                after.append(await db.fetchval("SELECT COUNT(*) AS n FROM slow_commit"))
+                await db.close()
+    cut = asyncio.ensure_future(write_then_close())
+    await asyncio.sleep(0.5)  # committing
+    cut.cancel()  # the commit is cut off; giving its connection back waits for that
+    await asyncio.sleep(0)
+    cut.cancel()  # and is cut off too
+    with pytest.raises(asyncio.CancelledError):
+        await cut
+    assert after == [0]
 
 
 async def test_an_ordinary_error_is_not_tried_again(tmp_path):
