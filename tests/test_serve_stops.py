@@ -22,7 +22,7 @@ class Serve:
     line (importtime prints each module as its import completes: the moments before
     genbot has started anything become visible too)."""
 
-    def __init__(self, folder: Path, **env: str):
+    def __init__(self, folder: Path, command: str = "serve", **env: str):
         self.port = free_port()
         self.mark = uuid.uuid4().hex  # in every process it starts: none may outlive it
         # PYTHONFAULTHANDLER: a crash on the way out (-11) prints every thread's stack
@@ -30,7 +30,7 @@ class Serve:
                                       "SERVE_TEST_MARK": self.mark,
                                       "PYTHONFAULTHANDLER": "1"} | env
         environment.pop("GENBOT_CONFIG", None)
-        self.proc = subprocess.Popen([PYTHON, "-X", "importtime", "-m", "bot.cli", "serve"],
+        self.proc = subprocess.Popen([PYTHON, "-X", "importtime", "-m", "bot.cli", command],
                                      cwd=folder, env=environment, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
@@ -115,3 +115,19 @@ def test_sigterm_at_any_moment_of_start_up_is_a_graceful_stop(tmp_path, moment):
     else:
         assert "genbot stopping" in serve.output
     assert serve.survivors() == []
+
+
+@pytest.mark.slow
+def test_another_command_stopped_while_importing_ends_as_a_shell_says_sigterm(tmp_path):
+    # Not a service: no graceful stop to count as done, so 143 (128 + SIGTERM). The stop
+    # ends the process where it stands, raising nothing into whatever code was running.
+    worker = Serve(tmp_path, "worker")
+    worker.wait_for("bot.i18n")
+    try:
+        code = worker.stop()
+    finally:
+        if worker.proc.poll() is None:
+            worker.proc.kill()
+    assert code == 143, worker.output
+    assert "genbot: stopped by SIGTERM\n" in worker.output
+    assert "Traceback" not in worker.output
