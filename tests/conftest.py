@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -335,11 +336,46 @@ def free_port() -> int:
 
 # --- the executor: demo models built once per run, configs pointing at them ------------
 
+# The demo models are built once for the whole run, under a lock in the folder the run's
+# workers share. When the whole suite runs under pytest-xdist, the controller starts the
+# build as the session starts, while its workers start and collect (each worker waited up
+# to 20 s on the lock at its first test); it takes the lock before anything heavy, so no
+# worker builds them too. (A run of a few files builds them only if a test needs them.)
+BUILD_DEMOS = """
+import sys
+from filelock import FileLock
+root = sys.argv[1]
+with FileLock(root + "/demo-models.lock"):
+    from pathlib import Path
+    from executor.models import demo
+    from executor.worker import quiet_libraries
+    quiet_libraries()
+    demo.build(Path(root) / "demo-models" / "demo")
+"""
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS
+    if whole and getattr(config.option, "numprocesses", None) and \
+            not hasattr(config, "workerinput"):
+        root = config._tmp_path_factory.getbasetemp()
+        config._demo_build = subprocess.Popen(
+            [sys.executable, "-c", BUILD_DEMOS, str(root)], env=python_env(),
+            stdout=subprocess.DEVNULL)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if (build := getattr(session.config, "_demo_build", None)) is not None:
+        build.terminate()  # (done by now, unless the run was cut short)
+        build.wait()
+
+
 @pytest.fixture(scope="session")
 def demo_models(tmp_path_factory, worker_id) -> Path:
     """The demo models, built once for the whole run (about 10 s of CPU; nothing
-    downloaded): by the first pytest-xdist worker to need them, in the folder the run's
-    workers share, while the others wait on the lock (each building its own cost 20 s)."""
+    downloaded): by the controller's build (above) or the first worker to need them,
+    while the others wait on the lock (each building its own cost 20 s)."""
     from filelock import FileLock
 
     from executor.models import demo
