@@ -92,6 +92,12 @@ CATALOG: dict[str, str] = catalog(
                                    "{count} picture at most, not {given}",
         'model "{model}" is {label} ({family}): it edits with {count} pictures at most, '
         "not {given}"),
+    N_("prompt_too_long", 'the prompt is {tokens} tokens long, but model "{model}" ({label}) '
+                          "reads only the first {max}: the rest would be cut off without a "
+                          "word. Shorten it"),
+    N_("instruction_too_many_tokens", 'the instruction is {tokens} tokens long, but model '
+                                      '"{model}" ({label}) reads only the first {max}: the '
+                                      "rest would be cut off without a word. Shorten it"),
     N_("cell_too_long", "{chars:,} characters; a cell may hold {max:,} ([intake] max_cell_chars)"),
     N_("image_too_large", "asks for a {width}x{height} image ({megapixels:,.0f} megapixels); the "
                           "limit is {max:,.0f} megapixels ([intake] max_output_pixels): ask for "

@@ -42,6 +42,7 @@ class Profile:
     no_negative: str = ""  # the negative prompt of a row that gives none (Qwen: " ", which
     # keeps its real guidance on: diffusers turns CFG off without a negative prompt)
     prompt_tokens: int = 77  # the longest prompt its main text encoder reads
+    tokenizer: str = "tokenizer"  # that encoder's tokenizer: the folder's subfolder
     images: int = 0  # pictures an instruction edit takes at most (0: it does not edit)
     loras: str = ""  # the family whose LoRAs it takes ("": its own)
     # Billions of weights per component (denoiser, text encoders, VAE), and the working
@@ -105,6 +106,7 @@ PROFILES: dict[str, Profile] = {f.name: f for f in (
                                             ("img2img", False): "StableDiffusion3Img2ImgPipeline",
                                             ("inpaint", False): "StableDiffusion3InpaintPipeline"},
             guidance=3.5, steps=28, native=1024, multiple=16, flow=True, prompt_tokens=256,
+            tokenizer="tokenizer_3",
             weights={"denoiser": 8.1, "text": 4.76 + 0.818, "vae": 0.084},  # Large; Medium 2.5
             work_gib=2.0),
     # FLUX.1 [dev]: guidance is the distilled guidance the transformer is told (no CFG, no
@@ -114,13 +116,16 @@ PROFILES: dict[str, Profile] = {f.name: f for f in (
                                ("img2img", False): "FluxImg2ImgPipeline",
                                ("inpaint", False): "FluxInpaintPipeline"},
             guidance=3.5, steps=28, prompt_tokens=512, weights=_FLUX1,
+            tokenizer="tokenizer_2",
             native=1024, multiple=16, flow=True, negative=False, work_gib=2.5),
     Profile("flux_kontext", "FLUX.1 Kontext", {("edit", False): "FluxKontextPipeline",
                                                ("txt2img", False): "FluxKontextPipeline"},
             guidance=2.5, steps=28, prompt_tokens=512, images=1, loras="flux", weights=_FLUX1,
+            tokenizer="tokenizer_2",
             native=1024, multiple=16, flow=True, negative=False, work_gib=3.5),
     Profile("flux_fill", "FLUX.1 Fill", {("inpaint", False): "FluxFillPipeline"},
             guidance=30.0, steps=50, prompt_tokens=512, loras="flux", weights=_FLUX1,
+            tokenizer="tokenizer_2",
             native=1024, multiple=16, flow=True, negative=False, work_gib=3.0),
     Profile("flux2", "FLUX.2", {("txt2img", False): "Flux2Pipeline",
                                 ("edit", False): "Flux2Pipeline"},
@@ -198,10 +203,18 @@ EDIT_PICTURES = ("image", "image_2", "image_3")
 REFERENCE_FAMILIES = ("sd15", "sdxl")  # a generate node's reference runs via an IP-Adapter
 
 
-def row_refusal(op: str, inputs: Mapping[str, Any], family: str) -> tuple[str, str, dict] | None:
+# The text each op's model reads, and the message that says it is longer than the model reads.
+PROMPTS = {"generate": ("prompt", "prompt_too_long"), "fill": ("prompt", "prompt_too_long"),
+           "edit": ("instruction", "instruction_too_many_tokens")}
+
+
+def row_refusal(op: str, inputs: Mapping[str, Any], family: str,
+                tokens: Callable[[str], int] | None = None) -> tuple[str, str, dict] | None:
     """(the input, a message code, its details) when a bound node's model, of `family`,
     cannot run what one row asks: the node's mode, a negative prompt, a reference picture
-    (an IP-Adapter's: SD 1.5 and SDXL), more pictures than it edits with. Intake asks it of
+    (an IP-Adapter's: SD 1.5 and SDXL), more pictures than it edits with, a prompt longer
+    than its text encoder reads (`tokens` counts as the model's own tokenizer does, where
+    it can be told: the pipelines cut the rest off without a word). Intake asks it of
     every row, so a model named by a text column (which the template's load cannot check)
     is refused before anything is queued, not mid-batch."""
     signature = OPS[op]
@@ -223,6 +236,12 @@ def row_refusal(op: str, inputs: Mapping[str, Any], family: str) -> tuple[str, s
     if mode == "edit" and len(pictures) > runs.images:
         return pictures[-1], "model_too_many_pictures", {
             **about, "count": runs.images, "given": len(pictures)}
+    given, code = PROMPTS.get(op, ("", ""))
+    text = inputs.get(given)
+    if tokens is not None and isinstance(text, str) and text:
+        count = tokens(text)
+        if count > runs.prompt_tokens:
+            return given, code, {**about, "tokens": count, "max": runs.prompt_tokens}
     return None
 
 

@@ -10,9 +10,10 @@ draws text in the font and drives the servers. (storage.config is the loader.)
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,37 @@ def family_of(config: Config, name: str) -> str | None:
     if entry is None:
         return None
     return entry.family or saved_family(model_path(config, entry))
+
+
+def prompt_tokens(config: Config, name: str) -> Callable[[str], int] | None:
+    """Counts a text's tokens as a [models] entry's main text encoder reads it (special
+    tokens included: CLIP's 77 count its start and end), with the tokenizer.json its
+    folder holds; None where that cannot be told here (a single file, a folder on another
+    host or without a tokenizer.json, a family genbot does not know) or is not worth
+    telling (a demo: its byte-level tokenizer stands in for one it could not fetch).
+    Chat-templated encoders (Qwen, Mistral) add their template's tokens on top, which
+    their pipelines allow for."""
+    entry = models(config).get(name)
+    family = family_of(config, name)
+    if entry is None or entry.path.startswith("demo:") or family not in PROFILES:
+        return None
+    file = model_path(config, entry) / PROFILES[family].tokenizer / "tokenizer.json"
+    try:
+        stamp = file.stat().st_mtime_ns
+    except OSError:
+        return None
+    return _counter(str(file), stamp)
+
+
+@functools.lru_cache(maxsize=32)
+def _counter(file: str, stamp: int) -> Callable[[str], int] | None:
+    """(`stamp`: the file's mtime, so a tokenizer replaced in place is read again.)"""
+    from tokenizers import Tokenizer  # (Rust, no torch: what transformers' fast ones wrap)
+    try:
+        tokenizer = Tokenizer.from_file(file)
+    except Exception:  # noqa: BLE001 - not a tokenizer it reads: the executor's to judge
+        return None
+    return lambda text: len(tokenizer.encode(text).ids)
 
 
 def saved_family(folder: Path) -> str | None:

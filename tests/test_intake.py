@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import socket
+from pathlib import Path
 
 import aiohappyeyeballs
 import pytest
@@ -815,6 +816,56 @@ async def test_a_row_naming_a_model_that_cannot_run_it_is_refused_at_its_cell(tm
     assert [job.row for job in report.jobs] == [2, 6, 7]
     assert "模型“flux”是 FLUX.1（flux），genbot 用它做 img2img, inpaint, txt2img，不能做 edit" in \
         report.report("zh")
+
+
+def _tokenizer(folder: Path, *, ends: bool) -> None:
+    """A model's tokenizer.json made here: one token a word (and CLIP's start and end
+    tokens, `ends`), read by the same tokenizers library the published ones are."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    words = {"[UNK]": 0, "<s>": 1, "</s>": 2, "word": 3}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    if ends:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>", special_tokens=[("<s>", 1), ("</s>", 2)])
+    folder.mkdir(parents=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+
+async def test_a_prompt_longer_than_its_model_reads_is_refused_at_its_cell(tmp_path):
+    """The pipelines cut a prompt off at their text encoder's length without a word
+    (CLIP: 77 tokens with its start and end; FLUX.1's T5: 512): counted with the model
+    folder's own tokenizer.json, a longer one is refused at its cell in en/zh, nothing
+    queued. A model whose tokenizer cannot be read here is the executor's to run."""
+    from bot.intake.check import SheetRows, check_sheet
+    from storage import config as cfg
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({
+        "name": "t", "params": {"model": {"type": "text"}, "prompt": {"type": "text"}},
+        "nodes": {"gen": {"op": "generate", "inputs": {
+                      "prompt": "$prompt", "model": "$model", "seed": 1}},
+                  "out": {"op": "save", "inputs": {"image": "@gen"}}},
+        "output": "{row}.png"}), encoding="utf-8")
+    for name, saved_as, tokenizer, ends in [("sd", "StableDiffusionPipeline", "tokenizer", True),
+                                            ("dev", "FluxPipeline", "tokenizer_2", False),
+                                            ("bare", "FluxPipeline", None, False)]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model_index.json").write_text(json.dumps({"_class_name": saved_as}))
+        if tokenizer:
+            _tokenizer(tmp_path / name / tokenizer, ends=ends)
+    config = cfg.from_dict({"service": {"data_dir": str(tmp_path)}, "models": {
+        name: str(tmp_path / name) for name in ("sd", "dev", "bare")}})
+    rows = [("sd", 75), ("sd", 76), ("dev", 512), ("dev", 513), ("bare", 2000)]
+    report = await check_sheet(load_template(path), SheetRows([
+        {"model": model, "prompt": " ".join(["word"] * n)} for model, n in rows]),
+        config=config, store=FileStore(tmp_path / "store"), skip_invalid=True)
+    assert [i.render() for i in report.issues] == [
+        'row 3, column "prompt": the prompt is 78 tokens long, but model "sd" (Stable Diffusion '
+        "1.5) reads only the first 77: the rest would be cut off without a word. Shorten it",
+        'row 5, column "prompt": the prompt is 513 tokens long, but model "dev" (FLUX.1) reads '
+        "only the first 512: the rest would be cut off without a word. Shorten it"]
+    assert [job.row for job in report.jobs] == [2, 4, 6]
+    assert "提示词有 513 个 token，但模型“dev”（FLUX.1）只读前 512 个" in report.report("zh")
 
 
 async def test_a_reference_picture_for_a_model_that_takes_none_is_refused_at_its_cell(tmp_path):

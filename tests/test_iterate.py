@@ -334,6 +334,13 @@ async def test_an_instruction_edits_the_image_itself_on_the_edit_model(app):
         "ControlNet, inpaint, txt2img, txt2img with a ControlNet, not edit: name a model "
         "that does"))
     assert (await refused(instruction="x" * 20_001))[0] == "instruction_too_long"
+    # A real model's tokenizer.json counts the sentence (tests/test_intake.py reads one);
+    # a demo's stands in for one it could not fetch and is not counted: one word a token.
+    app.prompt_tokens = lambda model: lambda text: len(text.split())
+    assert await refused(instruction="word " * 513) == ("instruction_too_many_tokens", (
+        'the instruction is 513 tokens long, but model "flux_kontext" (FLUX.1 Kontext) reads '
+        "only the first 512: the rest would be cut off without a word. Shorten it"))
+    assert (await app.act(ALICE, first.id, ask("edit", instruction="word " * 512))).created
     app.edit_model = lambda: None  # no model of a family that edits is configured
     code, en = await refused(instruction="matte")
     assert code == "edit_no_model" and "FLUX.1-Kontext-dev" in en

@@ -60,6 +60,7 @@ from templates.settings import (
     fill_model,
     load_configured,
     models,
+    prompt_tokens,
     templates_dir,
 )
 from templates.sweeps import Sweep
@@ -488,6 +489,11 @@ class App:
     def family_of(self, model: str) -> str | None:
         """A model's family where it can be told here (templates.settings.family_of)."""
         return family_of(self.config, model)
+
+    def prompt_tokens(self, model: str) -> Callable[[str], int] | None:
+        """Counts a text's tokens as the model reads it, where that can be told here
+        (templates.settings.prompt_tokens)."""
+        return prompt_tokens(self.config, model)
 
     def edit_model(self) -> str | None:
         """The model instruction edits run on (templates.settings.edit_model)."""

@@ -64,6 +64,8 @@ class App(Protocol):
 
     def family_of(self, model: str) -> str | None: ...
 
+    def prompt_tokens(self, model: str) -> Callable[[str], int] | None: ...
+
     def edit_model(self) -> str | None: ...
 
     def fill_model(self, own: str | None = None) -> str | None: ...
@@ -366,13 +368,15 @@ async def _stored_mask(app: App, data: bytes, image: str) -> str:
 def _runnable(app: App, children: list, spec: ActionSpec) -> None:
     """What a row's model cannot run (templates.families), an action's child may not ask
     either: a vary of an image whose model cannot start from a picture (FLUX.1 Kontext,
-    FLUX.2, Qwen-Image-Edit), an edit naming a model that cannot run the node. Refused
+    FLUX.2, Qwen-Image-Edit), an edit naming a model that cannot run the node, an
+    instruction longer than the edit model reads. Refused
     here, before anything is queued, rather than failing on the executor."""
     for child in children:
         for step in getattr(child, "nodes", []):  # a ComfyUI job's server checks its own
             model = step.inputs.get("model")
             family = app.family_of(model) if isinstance(model, str) else None
-            if family is None or (refused := row_refusal(step.op, step.inputs, family)) is None:
+            if family is None or (refused := row_refusal(
+                    step.op, step.inputs, family, app.prompt_tokens(model))) is None:
                 continue
             _, code, details = refused
             raise Invalid(spec.cannot_run if code == "model_cannot_run" else code, **details)

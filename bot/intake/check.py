@@ -32,14 +32,19 @@ from templates.families import row_refusal
 from templates.graph import Template
 from templates.jobs import BoundJob, encode
 from templates.params import Problem, coerce, normalize_header
-from templates.settings import family_of
+from templates.settings import family_of, prompt_tokens
 from templates.sizes import largest_image
 
 YIELD_EVERY = 200  # rows; about 15 ms of work on a slow CPU
 FamilyOf = Callable[[str], "str | None"]  # a model's family, where it can be told
+TokensOf = Callable[[str], "Callable[[str], int] | None"]  # a model's prompt token counter
 
 
 def _unknown(model: str) -> str | None:
+    return None
+
+
+def _uncounted(model: str) -> Callable[[str], int] | None:
     return None
 
 
@@ -170,17 +175,20 @@ async def check_sheet(template: Template, sheet: SheetSource, *, config: Config,
     images = ImageResolver(settings, store, assets_dir=assets_dir(config),
                            attachments=attachments)
     families = cache(partial(family_of, config))  # read once a sheet, not once a row
+    counters = cache(partial(prompt_tokens, config))
     async with workers.turn(settings):  # a few at a time, first come first served
         if isinstance(sheet, SheetRows):
             return await intake_sheet(template, sheet.grid(), settings=settings, images=images,
-                                      skip_invalid=skip_invalid, family_of=families)
+                                      skip_invalid=skip_invalid, family_of=families,
+                                      tokens_of=counters)
         return await intake(template, sheet.name, sheet.data, settings=settings,
-                            images=images, skip_invalid=skip_invalid, family_of=families)
+                            images=images, skip_invalid=skip_invalid, family_of=families,
+                            tokens_of=counters)
 
 
 async def intake(template: Template, filename: str, data: bytes, *, settings: IntakeConfig,
                  images: ImageResolver, skip_invalid: bool = False,
-                 family_of: FamilyOf = _unknown) -> IntakeReport:
+                 family_of: FamilyOf = _unknown, tokens_of: TokensOf = _uncounted) -> IntakeReport:
     result = IntakeReport(template.name, filename)
     if len(data) > settings.max_file_mb * 2**20:
         result.file_issues.append(Issue("file_too_big", {"file": filename,
@@ -197,7 +205,8 @@ async def intake(template: Template, filename: str, data: bytes, *, settings: In
     if sheet.example_of == template.name:  # genbot's own example: its drawings may stand in
         images.examples = example_attachments(template)
     result = await intake_sheet(template, sheet, settings=settings, images=images,
-                                skip_invalid=skip_invalid, family_of=family_of)
+                                skip_invalid=skip_invalid, family_of=family_of,
+                                tokens_of=tokens_of)
     if sheet.note is not None:
         result.notes.append(Issue(*sheet.note))
     return result
@@ -205,10 +214,12 @@ async def intake(template: Template, filename: str, data: bytes, *, settings: In
 
 async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConfig,
                        images: ImageResolver, skip_invalid: bool = False,
-                       family_of: FamilyOf = _unknown) -> IntakeReport:
+                       family_of: FamilyOf = _unknown,
+                       tokens_of: TokensOf = _uncounted) -> IntakeReport:
     """The checks on rows already read: from a file, or given as JSON by the API.
     `family_of` tells a model's family where it can (a row naming a model that cannot run
-    what the row asks is refused)."""
+    what the row asks is refused), `tokens_of` counts a prompt's tokens as the model
+    reads them where it can (one longer than the model reads is refused)."""
     filename = sheet.filename
     sheet = _find_header(template, sheet)
     result = IntakeReport(template.name, filename)
@@ -223,7 +234,7 @@ async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConf
     columns = _map_columns(template, sheet, result)
     if result.file_issues:
         return result
-    await _rows(template, sheet, columns, images, result, settings, family_of)
+    await _rows(template, sheet, columns, images, result, settings, family_of, tokens_of)
     if images.used_examples:
         result.notes.append(Issue("example_pictures", {
             "names": ", ".join(dict.fromkeys(images.used_examples))}))
@@ -287,7 +298,7 @@ def _map_columns(template: Template, sheet: Sheet, result: IntakeReport) -> dict
 
 async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
                 images: ImageResolver, result: IntakeReport, settings: IntakeConfig,
-                family_of: FamilyOf) -> None:
+                family_of: FamilyOf, tokens_of: TokensOf) -> None:
     outputs: dict[str, int] = {}  # each output file name, and the first row that writes it
     for count, (number, cells) in enumerate(sheet.rows):
         if count % YIELD_EVERY == YIELD_EVERY - 1:
@@ -303,7 +314,8 @@ async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
                 issues.append(Issue(e.code, e.details, number))
             else:
                 issues += _job_issues(job, number, outputs, settings)
-                issues += _model_issues(template, sheet, columns, job, number, family_of)
+                issues += _model_issues(template, sheet, columns, job, number, family_of,
+                                        tokens_of)
         if issues:
             result.issues += issues
             result.bad_rows += 1
@@ -339,14 +351,16 @@ async def _row_values(template: Template, sheet: Sheet, columns: dict[str, int],
 
 
 def _model_issues(template: Template, sheet: Sheet, columns: dict[str, int], job: BoundJob,
-                  number: int, family_of: FamilyOf) -> list[Issue]:
+                  number: int, family_of: FamilyOf, tokens_of: TokensOf) -> list[Issue]:
     """A row whose model cannot run what the row asks of it (templates.families), at the
-    cell that asked: the model's column, or the negative's, or the last picture's."""
+    cell that asked: the model's column, or the negative's, or the last picture's, or the
+    prompt's (where a column is the whole prompt; else the row)."""
     issues = []
     for step in getattr(job, "nodes", []):  # a ComfyUI job's server checks its own
         model = step.inputs.get("model")
         family = family_of(model) if isinstance(model, str) else None
-        if family is None or (refused := row_refusal(step.op, step.inputs, family)) is None:
+        if family is None or (refused := row_refusal(
+                step.op, step.inputs, family, tokens_of(model))) is None:
             continue
         given, code, details = refused
         expr = template.nodes[step.id].inputs.get(given)
