@@ -294,8 +294,8 @@ def beside(sheet: Path, template_info: dict) -> list[tuple[str, bytes]]:
     """The files beside the sheet that its image cells name."""
     from bot.intake.images import relative_name
     from bot.intake.sheets import SheetError, read_sheet
-    from templates.params import normalize_header
-    columns = {normalize_header(h) for p in template_info["params"] if p["type"] == "image"
+    from templates.params import PICTURES, normalize_header
+    columns = {normalize_header(h) for p in template_info["params"] if p["type"] in PICTURES
                for h in (p["name"], *p["aliases"])}
     try:
         grid = read_sheet(sheet.name, sheet.read_bytes(), max_unpacked_bytes=512 * 2**20)

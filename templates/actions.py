@@ -214,7 +214,7 @@ def edit(t: Template, parent: BoundJob, changes: dict[str, Any]) -> BoundJob:
     values = dict(parent.params)
     for key, raw in changes.items():
         p = _param(t, key)
-        if p.type == "image":
+        if p.picture:
             raise Problem("edit_image", key=key)
         try:
             values[p.name] = coerce(p, raw)

@@ -187,7 +187,7 @@ def bind_comfy(graph: ComfyGraph, params: dict[str, Any],
         if value is None:
             continue  # left as the workflow has it
         for t in targets:
-            if params[name].type == "image":
+            if params[name].picture:
                 uploads.append((t.node, t.input, value))
             prompt[t.node]["inputs"][t.input] = value
     return prompt, uploads

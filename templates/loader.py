@@ -32,6 +32,7 @@ from templates.expressions import (
 from templates.graph import Keep, Node, Template
 from templates.jsonfile import JsonFileError, read_json
 from templates.params import (
+    REFERENCE_SCALE,
     SEED_MAX,
     TYPES,
     Param,
@@ -49,11 +50,11 @@ TEMPLATE_MAX_BYTES = 4 * 2**20  # a template is kilobytes, even with long lists 
 WORKFLOW_SUFFIX = ".workflow.json"  # a ComfyUI workflow kept beside its template
 TEMPLATE_KEYS = ("name", "description", "params", "nodes", "output", "vary_strength", "keep")
 PARAM_KEYS = ("type", "required", "default", "min", "max", "choices", "aliases", "help",
-              "example")
+              "example", "scale")
 # Which parameter types may feed which input types, by "$name".
 FEEDS = {"text": {"text", "model"}, "choice": {"text", "model", "aspect", "sampler"},
          "int": {"int", "float"}, "float": {"float"}, "bool": {"bool"}, "seed": {"seed"},
-         "image": {"image"}, "color": {"color"}, "size": {"size"}}
+         "image": {"image"}, "reference": {"image"}, "color": {"color"}, "size": {"size"}}
 
 
 class TemplateError(Exception):
@@ -144,9 +145,15 @@ class _Loader:
             self.fail(f"{path}.required", "expected true or false")
         if not isinstance(spec.get("help", ""), str):
             self.fail(f"{path}.help", "expected a string")
+        scale = spec.get("scale")
+        if scale is not None and (kind != "reference" or isinstance(scale, bool) or
+                                  not isinstance(scale, (int, float)) or not 0 <= scale <= 2):
+            self.fail(f"{path}.scale", "a reference parameter's scale is a number from 0 to 2 "
+                      "(how strongly the picture steers: its scale column's default)")
         param = Param(name=name, type=kind, required=required, min=spec.get("min"),
                       max=spec.get("max"), choices=tuple(choices), aliases=tuple(aliases),
-                      help=spec.get("help", ""), example=spec.get("example"))
+                      help=spec.get("help", ""), example=spec.get("example"),
+                      scale=None if scale is None else float(scale))
         return self.param_default(param, spec, path)
 
     def param_choices(self, spec: dict[str, Any], kind: str, path: str) -> list[str]:
@@ -181,8 +188,8 @@ class _Loader:
             except Problem as e:
                 self.fail(f"{path}.default",
                           f"{spec['default']!r} is not a valid {param.type} ({e.code})")
-        if param.default is not None and param.type == "image":
-            self.fail(f"{path}.default", "an image parameter has no default")
+        if param.default is not None and param.picture:
+            self.fail(f"{path}.default", f"a picture parameter ({param.type}) has no default")
         return param
 
     # node inputs -------------------------------------------------------------------
@@ -275,6 +282,7 @@ class _Loader:
             missing = [i for i, spec_ in sig.inputs.items() if spec_.required and i not in inputs]
             if missing:
                 self.fail(f"{path}.inputs", f"{op} needs {', '.join(missing)}")
+            self.reference_scale(params, inputs)
             nodes[nid] = Node(nid, op, inputs)
 
         output = self.output(data.get("output", DEFAULT_OUTPUT))
@@ -283,6 +291,26 @@ class _Loader:
         self.check_images_saved(nodes)
         return Template(name, description, self.file, params, nodes, order, output,
                         vary_strength=self.vary_strength(data), keep=self.keep(data, params))
+
+    def reference_scale(self, params: dict[str, Param], inputs: dict[str, Any]) -> None:
+        """A reference parameter fed to a node's IP-Adapter reference brings its scale
+        column: <name>_scale (a float, 0 to 2, its `scale` the default), declared here
+        unless the template declares it, and wired to the node's reference_scale unless
+        the node sets that itself. A sheet may then steer each row's picture by as much
+        as it wants, and a sweep vary it (--vary style_scale=0.3,0.6,0.9)."""
+        ref = inputs.get("reference")
+        if not (isinstance(ref, ParamRef) and ref.name in params
+                and params[ref.name].type == "reference") or "reference_scale" in inputs:
+            return
+        reference = params[ref.name]
+        name = f"{ref.name}_scale"
+        if name not in params:
+            params[name] = Param(
+                name, "float", default=REFERENCE_SCALE if reference.scale is None
+                else reference.scale, min=0, max=2,
+                help=f"how strongly {ref.name} steers the image (0 to 2)")
+            self.check_headers(params)
+        inputs["reference_scale"] = ParamRef(name)
 
     def keep(self, data: dict[str, Any], params: dict[str, Param]) -> Keep | None:
         """The product kept intact: "keep": "product_image", or {"picture": …, "mask": …,
@@ -398,7 +426,7 @@ class _Loader:
         vary_image = data.get("vary_image")
         if vary_image is not None and (not isinstance(vary_image, str) or
                                        getattr(params.get(vary_image), "type", None) != "image"):
-            images = [n for n, p in params.items() if p.type == "image"]
+            images = [n for n, p in params.items() if p.type == "image"]  # (not a reference)
             self.fail("vary_image", "expected the name of the image parameter a vary feeds "
                       "the picture into: one of "
                       f"{', '.join(images) or '(none: it has no image input)'}")

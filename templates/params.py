@@ -15,7 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-TYPES = ("text", "int", "float", "bool", "choice", "seed", "image", "color", "size")
+TYPES = ("text", "int", "float", "bool", "choice", "seed", "image", "reference", "color", "size")
+# Picture columns: a cell names a file (beside the sheet, in the assets folder, a link). A
+# reference steers a generation (an IP-Adapter, an edit model's second picture) and has a
+# scale column of its own (templates.loader adds <name>_scale where it feeds an IP-Adapter).
+PICTURES = ("image", "reference")
+REFERENCE_SCALE = 0.6  # how strongly a reference steers, where its template says nothing
 SEED_MAX = 2**32 - 1  # what every diffusers generator and every user's tools accept
 SIZE_MIN, SIZE_MAX = 8, 8192
 TRUE = {"true", "yes", "y", "1", "on", "是", "对", "真"}
@@ -49,6 +54,12 @@ class Param:
     help: str = ""
     example: Any = None
     uses: tuple[str, ...] = field(default=(), compare=False)  # "node.input" it feeds
+    scale: float | None = None  # a reference's scale column's default (REFERENCE_SCALE)
+
+    @property
+    def picture(self) -> bool:
+        """A cell of it names a picture (PICTURES): read, found and stored as one."""
+        return self.type in PICTURES
 
     @property
     def allowed(self) -> str:
@@ -233,6 +244,6 @@ def _size_cell(p: Param, raw: Any) -> list[int]:
 # Problem saying why it is not one.
 CELL_READERS: dict[str, Callable[[Param, Any], Any]] = {
     "text": _text_cell, "int": _whole_cell, "seed": _whole_cell, "float": _float_cell,
-    "bool": _bool_cell, "choice": _choice_cell, "image": _image_cell, "color": _color_cell,
-    "size": _size_cell,
+    "bool": _bool_cell, "choice": _choice_cell, "image": _image_cell,
+    "reference": _image_cell, "color": _color_cell, "size": _size_cell,
 }

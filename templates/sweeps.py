@@ -75,7 +75,7 @@ def plan(t: Template, vary: list[str] | tuple[str, ...], seeds: int = 1,
     for text in vary:
         key, raws = _split(text)
         p = _param(t, key)
-        if p.type == "image":
+        if p.picture:
             raise Problem("sweep_image", key=key)
         if any(a.param == p.name for a in axes):
             raise Problem("sweep_twice", key=key)

@@ -871,13 +871,14 @@ async def test_a_prompt_longer_than_its_model_reads_is_refused_at_its_cell(tmp_p
 async def test_a_reference_picture_for_a_model_that_takes_none_is_refused_at_its_cell(tmp_path):
     """A generate node's reference runs through an IP-Adapter on SD 1.5 and SDXL: a row
     whose model column names FLUX.1 with a reference picture is refused at the reference's
-    cell, nothing queued; the SD 1.5 row, and a FLUX.1 row without a reference, pass."""
+    cell, nothing queued; the SD 1.5 row (its picture found and stored like an image
+    column's, its scale column's value bound), and a FLUX.1 row without one, pass."""
     from bot.intake.check import SheetRows, check_sheet
     from storage import config as cfg
     path = tmp_path / "t.json"
     path.write_text(json.dumps({
         "name": "t",
-        "params": {"model": {"type": "text"}, "style": {"type": "image"}},
+        "params": {"model": {"type": "text"}, "style": {"type": "reference"}},
         "nodes": {"gen": {"op": "generate", "inputs": {
                       "prompt": "a bottle", "model": "$model", "seed": 1,
                       "reference": "$style", "ip_adapter": "ip_sd15"}},
@@ -887,8 +888,8 @@ async def test_a_reference_picture_for_a_model_that_takes_none_is_refused_at_its
     (tmp_path / "assets" / "style.png").write_bytes(_png())
     config = cfg.from_dict({"service": {"data_dir": str(tmp_path)},
                             "intake": {"assets_dir": str(tmp_path / "assets")}})
-    rows = [{"model": "sd15", "style": "style.png"}, {"model": "flux", "style": "style.png"},
-            {"model": "flux", "style": ""}]
+    rows = [{"model": "sd15", "style": "style.png", "style_scale": "0.8"},
+            {"model": "flux", "style": "style.png"}, {"model": "flux", "style": ""}]
     report = await check_sheet(load_template(path), SheetRows(rows), config=config,
                                store=FileStore(tmp_path / "store"), skip_invalid=True)
     assert [i.render() for i in report.issues] == [
@@ -896,4 +897,8 @@ async def test_a_reference_picture_for_a_model_that_takes_none_is_refused_at_its
         "picture (an IP-Adapter runs on SD 1.5 and SDXL models): leave it empty, or on an "
         "edit model give it as picture 2"]
     assert [job.row for job in report.jobs] == [2, 4]
+    from templates.jobs import decode
+    first, last = (decode(job.workflow).nodes[0].inputs for job in report.jobs)
+    assert first["reference_scale"] == 0.8 and first["reference"].startswith("inputs/")
+    assert last["reference_scale"] == 0.6  # (its default)
     assert "不接受参考图" in report.report("zh")

@@ -91,10 +91,10 @@ def test_what_cannot_take_a_reference_is_refused_plainly(ctx):
 
 async def test_a_templates_reference_column_and_a_sweep_of_its_scale_run_on_the_executor(
         tmp_path, demo_models):
-    """A template whose generate node takes a `style` picture column as its reference
-    (through the demo IP-Adapter) and a `style_strength` column as its scale: a row with
-    a style runs, one without runs as a plain row, and a sweep over the strength (0, 1)
-    makes one image per value — the 0 one the plain row's image."""
+    """A template whose generate node takes a `style` column of type reference (through
+    the demo IP-Adapter) gets its scale column, style_scale, wired for it: a row with a
+    style runs, one without runs as a plain row, and a sweep over the scale (0, 1) makes
+    one image per value — the 0 one the plain row's image."""
     import json
 
     from storage.queue import NewJob
@@ -106,28 +106,81 @@ async def test_a_templates_reference_column_and_a_sweep_of_its_scale_run_on_the_
     (tmp_path / "styled.json").write_text(json.dumps({
         "name": "styled", "description": "a product in a reference's style",
         "params": {"prompt": {"type": "text", "required": True},
-                   "style": {"type": "image", "aliases": ["风格图"]},
-                   "style_strength": {"type": "float", "default": 0.6, "min": 0, "max": 2},
+                   "style": {"type": "reference", "scale": 0.5, "aliases": ["风格图"]},
                    "seed": {"type": "seed"}},
         "nodes": {"gen": {"op": "generate", "inputs": {
             "prompt": "$prompt", "model": "sd15", "seed": "$seed", "steps": 2,
-            "size": [64, 64], "reference": "$style", "reference_scale": "$style_strength",
-            "ip_adapter": "ip_sd15"}},
+            "size": [64, 64], "reference": "$style", "ip_adapter": "ip_sd15"}},
             "out": {"op": "save", "inputs": {"image": "@gen"}}},
         "output": "{row}.png"}))
     template = load_template(tmp_path / "styled.json")
+    scale = template.params["style_scale"]
+    assert (scale.type, scale.default, scale.min, scale.max, scale.uses) == (
+        "float", 0.5, 0, 2, ("gen.reference_scale",))
+    assert template.params["style"].picture and list(template.params)[-1] == "style_scale"
     config = executor_config(tmp_path / "data", demo_models)
     store = FileStore(config.data_dir)
     style = store.put_input(_png(picture(7)))
     rows = [bind(template, {"prompt": "a bottle", "style": style, "seed": 9}, row=2),
             bind(template, {"prompt": "a bottle", "style": None, "seed": 9}, row=3)]
     base = bind(template, {"prompt": "a bottle", "style": style, "seed": 9}, row=4)
-    swept = expand(template, [base], plan(template, ["style_strength=0,1"]))  # 4.png, 4_2.png
+    swept = expand(template, [base], plan(template, ["style_scale=0,1"]))  # 4.png, 4_2.png
     jobs = [*rows, *swept]
     async with Harness(config) as h:
         done = await h.run("styled", [NewJob(j.row, encode(j), j.affinity) for j in jobs])
     assert [d.status for d in done] == ["succeeded"] * 4, [d.error for d in done]
     images = [np.asarray(Image.open(store.path(d.outputs[0])), dtype=np.int16) for d in done]
     styled, plain, at_zero, at_one = images
-    assert np.abs(at_zero - plain).max() <= 2  # strength 0: the row as without a style
+    assert np.abs(at_zero - plain).max() <= 2  # scale 0: the row as without a style
     assert np.abs(at_one - plain).mean() > 2 and np.abs(styled - plain).mean() > 1
+
+
+@pytest.mark.parametrize("spec, path, message", [
+    ({"type": "image", "scale": 0.5}, "params.style.scale",
+     "a reference parameter's scale is a number from 0 to 2"),
+    ({"type": "reference", "scale": 3}, "params.style.scale",
+     "a reference parameter's scale is a number from 0 to 2"),
+    ({"type": "reference", "default": "a.png"}, "params.style.default",
+     "a picture parameter (reference) has no default"),
+])
+def test_a_reference_parameter_is_checked_where_it_is_declared(tmp_path, spec, path, message):
+    import json
+
+    from templates.loader import TemplateError, load_template
+    (tmp_path / "t.json").write_text(json.dumps({
+        "name": "t", "params": {"style": spec},
+        "nodes": {"gen": {"op": "generate", "inputs": {
+            "prompt": "x", "model": "sd15", "seed": 1, "reference": "$style"}},
+            "out": {"op": "save", "inputs": {"image": "@gen"}}}}))
+    with pytest.raises(TemplateError) as e:
+        load_template(tmp_path / "t.json")
+    assert e.value.path == path and message in e.value.message
+
+
+def test_a_reference_given_its_own_scale_or_fed_to_an_edit_brings_no_scale_column(tmp_path):
+    """The template's own <name>_scale, or the node's own reference_scale, is kept; a
+    reference an edit model reads as its second picture has no scale to set."""
+    import json
+
+    from templates.expressions import ParamRef
+    from templates.loader import load_template
+    (tmp_path / "t.json").write_text(json.dumps({
+        "name": "t", "params": {
+            "style": {"type": "reference"}, "look": {"type": "reference"},
+            "style_scale": {"type": "float", "default": 0.9, "max": 1.5},
+            "photo": {"type": "image", "required": True}},
+        "nodes": {"a": {"op": "generate", "inputs": {
+                      "prompt": "x", "model": "sd15", "seed": 1, "reference": "$style"}},
+                  "b": {"op": "generate", "inputs": {
+                      "prompt": "x", "model": "sd15", "seed": 1, "reference": "$look",
+                      "reference_scale": 0.3}},
+                  "c": {"op": "edit", "inputs": {"image": "$photo", "image_2": "$look",
+                                                 "instruction": "x", "model": "k", "seed": 1}},
+                  "s1": {"op": "save", "inputs": {"image": "@a"}},
+                  "s2": {"op": "save", "inputs": {"image": "@b"}},
+                  "s3": {"op": "save", "inputs": {"image": "@c"}}}}))
+    t = load_template(tmp_path / "t.json")
+    assert sorted(t.params) == ["look", "photo", "style", "style_scale"]
+    assert t.params["style_scale"].default == 0.9 and t.params["style_scale"].max == 1.5
+    assert t.nodes["a"].inputs["reference_scale"] == ParamRef("style_scale")
+    assert t.nodes["b"].inputs["reference_scale"] == 0.3

@@ -81,7 +81,7 @@ def label(job: Job, template: Template | None, lang: str = "en") -> str:
 def key_value(job: Job, template: Template | None) -> str | None:
     """What names a row to the person who wrote it: its value in the template's first
     column that is not a picture or a seed (e.g. the SKU), cut to 24 characters."""
-    names = [n for n, p in template.params.items() if p.type not in ("image", "seed")] \
+    names = [n for n, p in template.params.items() if not p.picture and p.type != "seed"] \
         if template is not None else sorted(job.values)
     key = next((job.values[n] for n in names if job.values.get(n) not in (None, "")), None)
     return None if key is None else str(key)[:24]

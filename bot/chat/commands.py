@@ -519,7 +519,7 @@ async def _edit_form(turn: Turn, parent: Job, spec: ActionSpec) -> bool:
     fields = tuple(
         Field(p.name, header_for(p, turn.lang), as_text(parent.values.get(p.name)),
               multiline=p.type == "text")
-        for p in template.params.values() if p.type != "image")
+        for p in template.params.values() if not p.picture)
     if turn.app.edit_model() is not None:  # the image itself, by a sentence, comes first
         fields = (Field(INSTRUCTION_FIELD, say("edit_form_instruction", turn.lang),
                         multiline=True, words=True), *fields)

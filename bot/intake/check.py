@@ -341,7 +341,7 @@ async def _row_values(template: Template, sheet: Sheet, columns: dict[str, int],
             if isinstance(raw, str) and len(raw) > settings.max_cell_chars:
                 raise Problem("cell_too_long", chars=len(raw), max=settings.max_cell_chars)
             value = coerce(p, raw)
-            if p.type == "image" and value is not None:
+            if p.picture and value is not None:
                 named[p.name] = str(value)
                 value = await images.resolve(value)
             values[p.name] = value

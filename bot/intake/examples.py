@@ -24,10 +24,10 @@ if TYPE_CHECKING:
 
 
 def picture_names(template: Template) -> list[str]:
-    """The relative file names the template's example rows give its image columns."""
+    """The relative file names the template's example rows give its picture columns."""
     names: list[str] = []
     for p in template.params.values():
-        if p.type != "image":
+        if not p.picture:
             continue
         values = p.example if isinstance(p.example, list) else [p.example]
         for value in values:

@@ -35,7 +35,7 @@ def missing(template: Template, info: dict[str, Any]) -> str | None:
             param = bound.get((nid, name))
             if param is not None:
                 p = template.params[param]
-                if p.type == "image":
+                if p.picture:
                     continue  # uploaded with each row
                 wanted = list(p.choices) if p.type == "choice" else []
                 if p.default is not None and p.default not in wanted:
