@@ -354,6 +354,13 @@ with FileLock(root + "/demo-models.lock"):
 """
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slow tests first, each file's in their order: pytest-xdist hands tests out in
+    collection order, and a 40-s test (a fleet of processes, a bench) that started last
+    kept one worker busy while the others had nothing left to run."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS
