@@ -51,6 +51,22 @@ def test_a_reference_steers_the_image_by_its_scale_and_goes_when_not_asked(ctx):
     assert ctx.models.units["sd15"].ip_adapter is None
 
 
+def test_a_lora_and_a_reference_steer_one_image_together(ctx):
+    """A LoRA (peft's layers) and an IP-Adapter (its attention processors) on one UNet:
+    each steers, both together differ from either alone, and with both gone the plain
+    image comes back exactly."""
+    (plain,) = run(ctx, job())
+    lora = [{"name": "walnut", "weight": 4.0}]  # (the demo LoRA's pull is faint at 1)
+    steered = dict(ip_adapter="ip_sd15", reference=picture(1), reference_scale=1.0)
+    (with_lora,) = run(ctx, job(loras=lora))
+    (with_reference,) = run(ctx, job(**steered))
+    (both,) = run(ctx, job(loras=lora, **steered))
+    assert np.abs(with_lora - plain).mean() > 1 and np.abs(with_reference - plain).mean() > 1
+    assert np.abs(both - with_lora).mean() > 1 and np.abs(both - with_reference).mean() > 1
+    (again,) = run(ctx, job())
+    assert np.array_equal(again, plain)
+
+
 def test_jobs_share_a_call_only_with_the_same_reference_and_match_their_own_run(ctx):
     """diffusers steers a call by one reference per IP-Adapter: jobs of one stored
     reference share a call (each image as it would be alone); another reference is
