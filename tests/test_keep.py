@@ -272,3 +272,37 @@ def test_a_photo_without_transparency_is_cut_out_by_the_background_removal_model
     with pytest.raises(ModelError, match='model "broken": .*broken.onnx: not a model '
                                          "onnxruntime can load"):
         keep_product(Context(store, cache, matting="broken"), made, path)
+
+
+def test_a_photo_is_cut_out_once_for_every_row_that_keeps_it(tmp_path, monkeypatch):
+    """The rows of a SKU, the cells of a sweep and the actions on its images keep one
+    photo: the background-removal model runs once for it, and again only for another
+    photo or a model file replaced in place; the mask is the same each time."""
+    import os
+
+    from executor.models import matting
+    from tests.fakes.matting import write_dark_finder
+    model = tmp_path / "finder.onnx"
+    write_dark_finder(model)
+    runs = []
+    real = matting._session
+
+    class Counted:
+        def __init__(self, session):
+            self.session = session
+
+        def get_inputs(self):
+            return self.session.get_inputs()
+
+        def run(self, *args):
+            runs.append(1)
+            return self.session.run(*args)
+    monkeypatch.setattr(matting, "_session", lambda path: Counted(real(path)))
+    photo = Image.open(io.BytesIO(dark_bottle_png()))
+    first = matting.cut_out(model, photo)
+    assert np.array_equal(pixels(matting.cut_out(model, photo.copy())), pixels(first))
+    assert len(runs) == 1
+    matting.cut_out(model, photo.transpose(Image.Transpose.FLIP_LEFT_RIGHT))  # another
+    os.utime(model, ns=(1, 1))  # the model replaced in place
+    matting.cut_out(model, photo)
+    assert len(runs) == 3
