@@ -39,9 +39,17 @@ def run(ctx: Context, *jobs: dict) -> list[np.ndarray]:
 
 
 def test_a_reference_steers_the_image_by_its_scale_and_goes_when_not_asked(ctx):
+    """… and what the IP-Adapter adds (its image encoder, its attention layers) counts in
+    the model's bytes while it is on, as the device budget counts a model."""
     (plain,) = run(ctx, job())
+    bare = ctx.models.units["sd15"].bytes
     steered = dict(ip_adapter="ip_sd15", reference=picture(1))
     (zero,) = run(ctx, job(**steered, reference_scale=0.0))
+    unit = ctx.models.units["sd15"]
+    assert unit.ip_adapter is not None and unit.bytes == bare + unit.ip_adapter[2]
+    image_encoder = unit.ip_adapter[1].image_encoder
+    assert unit.ip_adapter[2] > sum(t.numel() * t.element_size()  # (and its layers)
+                                    for t in image_encoder.parameters()) > 0
     (full,) = run(ctx, job(**steered, reference_scale=1.0))
     (other,) = run(ctx, job(ip_adapter="ip_sd15", reference=picture(2), reference_scale=1.0))
     assert np.abs(zero - plain).max() <= 2  # scale 0: as without a reference
@@ -49,6 +57,7 @@ def test_a_reference_steers_the_image_by_its_scale_and_goes_when_not_asked(ctx):
     (again,) = run(ctx, job())  # the adapter unloaded: the plain image, exactly as before
     assert np.array_equal(again, plain)
     assert ctx.models.units["sd15"].ip_adapter is None
+    assert ctx.models.units["sd15"].bytes == bare
 
 
 def test_a_lora_and_a_reference_steer_one_image_together(ctx):

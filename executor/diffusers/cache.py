@@ -42,7 +42,8 @@ class Unit:
     adapters: OrderedDict  # LoRA name -> None, least recently used first
     scheduler: dict | None = None  # the checkpoint's own scheduler config ("sampler: none")
     offloaded: bool = False  # its pipeline's parts wait in RAM between uses (Unit.offloads)
-    ip_adapter: tuple[str, Any] | None = None  # (the IP-Adapter its UNet has, on which pipeline)
+    ip_adapter: tuple[str, Any, int] | None = None  # (the IP-Adapter its UNet has, on which
+    # pipeline, the bytes it added: its image encoder and attention layers, in `bytes` too)
 
 
 def _modules(obj: Any) -> list[torch.nn.Module]:
@@ -324,10 +325,13 @@ class ModelCache:
                        scale: float = 1.0) -> None:
         """The IP-Adapter `model`'s UNet is conditioned with for `pipe`'s next call: loaded
         onto that pipeline (its image encoder too) when it changes, and unloaded for a call
-        with no reference — a UNet with IP-Adapter layers wants a picture every call."""
+        with no reference — a UNet with IP-Adapter layers wants a picture every call. What
+        it adds (an SDXL one's encoder is 3.7 GB at 16 bits) counts in the model's bytes,
+        so the device budget makes room for it as for a model."""
         unit = self.units[model]
-        if unit.ip_adapter is not None and unit.ip_adapter != (adapter, pipe):
+        if unit.ip_adapter is not None and unit.ip_adapter[:2] != (adapter, pipe):
             unit.ip_adapter[1].unload_ip_adapter()
+            unit.bytes -= unit.ip_adapter[2]
             unit.ip_adapter = None
         if adapter is None:
             return
@@ -336,11 +340,15 @@ class ModelCache:
             if info.family not in (None, unit.info.family):
                 raise ModelError(f'IP-Adapter "{adapter}" is for {info.family}; model '
                                  f'"{model}" is {unit.info.family}')
+            before = _size(pipe)
             pipe.load_ip_adapter(str(info.path.parent), subfolder="",
                                  weight_name=info.path.name, image_encoder_folder="image_encoder",
                                  local_files_only=True)
             pipe.image_encoder.to(self.device, self.dtype)
-            unit.ip_adapter = (adapter, pipe)
+            added = _size(pipe) - before
+            unit.ip_adapter = (adapter, pipe, added)
+            unit.bytes += added
+            self._make_room(0, {model})
         pipe.set_ip_adapter_scale(float(scale))
 
     def upscaler(self, name: str) -> Any:
