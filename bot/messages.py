@@ -447,7 +447,16 @@ CATALOG: dict[str, str] = catalog(
                           "image (genbot runs it for {modes}): name one that inpaints, or set "
                           "[templates] fill_model to one."),
     N_("repaint_no_mask", "Repaint needs a mask: a picture of the image's shape, white where to "
-                          "repaint and black where to keep."),
+                          "repaint and black where to keep; or the region in words, "
+                          "region=WORDS, where a segmentation model is configured."),
+    N_("region_no_model", "No model here finds a region named in words: add a CLIPSeg model to "
+                          "[models] (genbot models pull CIDAS/clipseg-rd64-refined --write) and "
+                          "name it in [templates] segmentation_model, or send a mask picture."),
+    N_("region_model_unknown", "Model \"{model}\" is not in [models]: set [templates] "
+                               "segmentation_model to one of its models."),
+    N_("region_too_long", "The region is {chars:,} characters; name it in at most {max:,} (a few "
+                          "words: \"the bottle\", \"瓶子\")."),
+    N_("action_takes_no_region", "{action} takes no region: only repaint does."),
     N_("extend_nothing", "Say how to extend: a shape (/extend 3 9:16) or pixels to add on a side "
                          "(left=256 right=256)."),
     N_("extend_margin", "{value} px is not a margin an extend adds: 0 to {max:,} px on a side."),
@@ -669,9 +678,9 @@ CATALOG: dict[str, str] = catalog(
     N_("help_upscale", "enlarge an image (2×, or the factor given)"),
     N_("help_edit", "change a row's values (prompt, steps, seed …) and run it again; without "
                     "values, show them"),
-    N_("help_repaint", "repaint a region: send a mask picture with it (white where to repaint) "
-                       "and, if you like, what to paint; everything else stays exactly as it "
-                       "is"),
+    N_("help_repaint", "repaint a region: send a mask picture with it (white where to repaint), "
+                       "or name it in words (region=瓶子), and, if you like, what to paint; "
+                       "everything else stays exactly as it is"),
     N_("help_extend", "extend the canvas to a shape (9:16) or by pixels on each side "
                       "(left=256 right=256), the new area painted; the image itself stays "
                       "exactly as it is"),

@@ -59,11 +59,12 @@ UPSCALE_MAX = OPS["upscale"].inputs["scale"].max or 8.0
 
 # --- the table -----------------------------------------------------------------------
 
-PARAMETERS = ("count", "strength", "factor", "values", "instruction", "mask", "margins")
+PARAMETERS = ("count", "strength", "factor", "values", "instruction", "mask", "region",
+              "margins")
 #   what an action may take beside the image: count (how many), strength (0-1), factor
 #   (>1), values (KEY=VALUE changes), instruction (a sentence: what an edit model changes,
-#   what a repaint or an extend paints), mask (where to repaint), margins (px to add on
-#   each side, or an aspect to grow to)
+#   what a repaint or an extend paints), mask (where to repaint), region (where to
+#   repaint, in words), margins (px to add on each side, or an aspect to grow to)
 SIDES = ("left", "right", "top", "bottom")
 
 
@@ -77,6 +78,8 @@ class Ask:
     instruction: str = ""  # edit: what to change in the image; repaint, extend: what to paint
     model: str | None = None  # the model it runs on ([templates] edit_model, fill_model)
     mask: str | None = None  # repaint: the mask in the file store, white where to paint
+    region: str = ""  # repaint: where to paint, in words ("the bottle", "瓶子") …
+    segmenter: str | None = None  # … found by this model ([templates] segmentation_model)
     left: int = 0  # extend: px added on each side …
     right: int = 0
     top: int = 0
@@ -161,9 +164,10 @@ def _upscale(t: Template, parent: BoundJob, ask: Ask, image: str | None) -> Boun
 
 def _repaint(t: Template, parent: BoundJob, ask: Ask, image: str | None) -> BoundJob:
     assert image is not None and ask.model is not None  # (the app's fill model)
-    if ask.mask is None:
+    if ask.mask is None and not ask.region:
         raise Problem("repaint_no_mask")
-    return fill(t, parent, image, ask.model, "repaint", ask.instruction, mask=ask.mask)
+    return fill(t, parent, image, ask.model, "repaint", ask.instruction, mask=ask.mask,
+                region=ask.region, segmenter=ask.segmenter if ask.region else None)
 
 
 def _extend(t: Template, parent: BoundJob, ask: Ask, image: str | None) -> BoundJob:
@@ -184,7 +188,7 @@ ACTIONS: dict[str, ActionSpec] = {s.name: s for s in [
     ActionSpec("edit", _edit, takes=("values", "instruction"), aliases=("修改", "编辑"),
                icon="✏️"),
     # (no chat button: a region is painted or sent as a picture, a shape is asked for)
-    ActionSpec("repaint", _repaint, takes=("mask", "instruction"),
+    ActionSpec("repaint", _repaint, takes=("mask", "region", "instruction"),
                aliases=("局部重绘", "重绘"), icon="🖌️", uses_image=True,
                button=False, cannot_run="fill_cannot_run", fills=True),
     ActionSpec("extend", _extend, takes=("margins", "instruction"),

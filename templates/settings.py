@@ -39,6 +39,10 @@ class TemplatesConfig:
                           "canvas extended (/extend 3 9:16) with: FLUX.1 Fill, or a model of "
                           "a family that inpaints. Empty: the image's own model where its "
                           "family inpaints, else the first in [models] that does.")
+    segmentation_model: str = key("", "The [models] name (a CLIPSeg folder, such as "
+                                  "CIDAS/clipseg-rd64-refined) that finds a region named in "
+                                  "words for a repaint (/repaint 3 region=瓶子 …). Empty: "
+                                  "regions are painted or sent as masks only.")
 
 
 def edit_model(config: Config) -> str | None:

@@ -128,6 +128,10 @@ OPS: dict[str, Signature] = {s.name: s for s in [
          prompt=Input("text", "", help="what to paint there; empty: what fits the picture"),
          mask=Input("image", None, optional=True,
                     help="white where to repaint, the picture's size; None: the margins only"),
+         region=Input("text", "", help="where to repaint, in words (\"the bottle\", \"瓶子\"): "
+                      "found by the segmenter; with a mask, both are repainted"),
+         segmenter=Input("model", None, optional=True,
+                         help="the segmentation model (CLIPSeg) that finds the region"),
          left=Input("int", 0, min=0, max=MAX_MARGIN, help="px added on the left"),
          right=Input("int", 0, min=0, max=MAX_MARGIN),
          top=Input("int", 0, min=0, max=MAX_MARGIN),

@@ -227,6 +227,15 @@ async def test_repaint_with_a_mask_and_extend_to_a_shape_through_the_api(api):
              "mask_shape"),
             ({"action": "repaint", "mask": "not base64!"}, "bad_field"),
             ({"action": "extend"}, "extend_nothing"),
-            ({"action": "extend", "left": -1}, "bad_field")):
+            ({"action": "extend", "left": -1}, "bad_field"),
+            ({"action": "repaint", "region": "the bottle"}, "region_no_model"),
+            ({"action": "repaint", "region": "x" * 201}, "bad_field"),
+            ({"action": "extend", "top": 8, "region": "the bottle"}, "action_takes_no_region")):
         status, answer = await api.call("POST", act, json=body)
         assert (status, answer["error"]["code"]) == (422, expected), answer
+    api.app.segmentation_model = lambda: "walnut"  # (the executor tells a CLIPSeg apart)
+    status, found = await api.call("POST", act, json={"action": "repaint",
+                                                      "region": "the bottle"})
+    assert status == 201, found
+    status, made = await api.call("GET", f"/batches/{found['batch']}", VIEWER)
+    assert made["meta"]["region"] == "the bottle"

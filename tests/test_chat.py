@@ -690,6 +690,26 @@ async def test_an_action_on_a_batch_takes_its_kept_images(world):
     assert usage.text.startswith("请说明要对批次 1 中每张保留的图改什么")
 
 
+async def test_repaint_takes_a_region_in_words_where_a_segmentation_model_is_set(world):
+    """/repaint 2 region=瓶子 金色, /局部重绘 2 区域=瓶子 …: no picture asked for; the words
+    go to the fill step (quoted, several); with no segmentation model, what to set."""
+    from templates.jobs import decode
+    from tests.fakes.jobs import finish_all
+    await upload(world, rows=1)
+    await world.send("/gen social_thumb sheet.csv")
+    await finish_all(world.app, 1)
+    (unset, *_) = await world.send("/repaint 2 region=瓶子 金色")
+    assert unset.text.startswith("No model here finds a region named in words")
+    world.app.segmentation_model = lambda: "walnut"  # (the executor tells a CLIPSeg apart)
+    (done, *_) = await world.send("/局部重绘 2 区域=瓶子 金色的瓶子", lang="zh")
+    assert done.text.startswith("🖌️ 局部重绘")
+    (step, _save) = decode((await world.queue.batch_jobs(2))[0].workflow).nodes
+    assert (step.inputs["region"], step.inputs["prompt"]) == ("瓶子", "金色的瓶子")
+    await world.send('/repaint 2 "region=the bottle" a gold bottle')
+    (step, _save) = decode((await world.queue.batch_jobs(3))[0].workflow).nodes
+    assert (step.inputs["region"], step.inputs["prompt"]) == ("the bottle", "a gold bottle")
+
+
 async def test_repaint_takes_a_mask_picture_and_extend_a_shape(world):
     """/repaint 2 红围巾 with a mask picture sent with it, or one sent before and named;
     /extend 2 9:16 and /扩图 2 左=16: each queues a fill on the image. A repaint with no
@@ -733,3 +753,4 @@ async def test_repaint_takes_a_mask_picture_and_extend_a_shape(world):
     assert nothing.text.startswith("Say how to extend: a shape (/extend 3 9:16)")
     (bulk, *_) = await world.send("/repaint b1 沙滩")
     assert bulk.text.startswith("A mask belongs to one image")
+

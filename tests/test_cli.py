@@ -492,9 +492,11 @@ async def test_genbot_job_repaint_sends_a_mask_file_and_extend_a_shape(tmp_path,
         assert (code, out) == (0, f"batch 3: extend of job {parent} -> job 3\n"), err
         step = decode((await w.app.job(3)).workflow).nodes[0].inputs
         assert (step["aspect"], step["left"]) == ("9:16", 8)
-        with pytest.raises(SystemExit) as usage:  # --mask is required: argparse's usage
-            await genbot("repaint", str(parent))
-        assert usage.value.code == 2 and "required: --mask" in capsys.readouterr().err
+        code, out, err = await genbot("repaint", str(parent))  # where to repaint: asked
+        assert (code, err) == (2, "genbot: give --mask FILE (white where to repaint) or "
+                                  "--region WORDS\n")
+        code, out, err = await genbot("repaint", str(parent), "--region", "the bottle")
+        assert code == 1 and "No model here finds a region named in words" in err, err
         code, out, err = await genbot("extend", str(parent))
         assert (code, "Say how to extend" in err) == (1, True), err
 

@@ -20,7 +20,12 @@ INPAINTING = ["sd15", "sdxl", "sd3", "flux", "flux_fill", "qwen_image", "zimage"
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory, demo_models) -> Context:
-    return demo_context(tmp_path_factory.mktemp("fill"), demo_models)
+    from tests.fakes.segmentation import write_clipseg
+    folder = tmp_path_factory.mktemp("fill")
+    write_clipseg(folder / "finder", tuned=(picture(), "the bottle"))
+    write_clipseg(folder / "blind", blind=True)
+    return demo_context(folder, demo_models, models={
+        "finder": str(folder / "finder"), "blind": str(folder / "blind")})
 
 
 def picture(size=(64, 64)) -> Image.Image:
@@ -63,6 +68,33 @@ def test_an_extend_grows_the_canvas_to_the_shape_and_keeps_the_picture_exactly(c
     assert np.array_equal(np.asarray(sides)[:64, 24:88], np.asarray(picture()))
 
 
+def test_a_region_named_in_words_is_found_and_only_it_is_repainted(ctx):
+    """/repaint 3 region="the bottle": the segmentation model (a CLIPSeg) finds the region;
+    outside it every pixel is the picture's, inside the model's. With a mask too, both
+    are repainted. Words that match nothing, or no segmenter, are said in one sentence."""
+    from executor.models import segmentation
+    found = np.asarray(segmentation.region(ctx.models.registry.get("finder", "segmentation")
+                                           .path, picture(), "the bottle")) == 255
+    assert 0.2 < found.mean() < 0.8  # (the tiny model's region: about half the picture)
+    made = fill(ctx, picture(), "sd15", seed=1, prompt="a red bottle", region="the bottle",
+                segmenter="finder", steps=2, feather=0)
+    before, after = np.asarray(picture()), np.asarray(made)
+    assert np.array_equal(after[~found], before[~found])
+    assert np.abs(after[found].astype(int) - before[found]).mean() > 10
+    assert "finder" in ctx.used_models
+    both = np.asarray(fill(ctx, picture(), "sd15", seed=1, mask=region(), region="the bottle",
+                           segmenter="finder", steps=2, feather=0))
+    outside = ~found & (np.asarray(region()) == 0)
+    assert np.array_equal(both[outside], before[outside])
+    assert (both[~outside] != before[~outside]).any(axis=-1).mean() > 0.9
+    with pytest.raises(OpError, match='"the bottle" matched nothing in the picture: name it '
+                                      "otherwise, or paint the region"):
+        fill(ctx, picture(), "sd15", seed=1, region="the bottle", segmenter="blind", steps=2)
+    with pytest.raises(OpError, match=r"a region in words needs a segmentation model: set "
+                                      r"\[templates\] segmentation_model"):
+        fill(ctx, picture(), "sd15", seed=1, region="the bottle", steps=2)
+
+
 def test_a_region_and_an_extend_in_one_go(ctx):
     made = fill(ctx, picture(), "sd15", seed=4, mask=region(), top=16, steps=2, feather=0)
     after, before = np.asarray(made)[16:], np.asarray(picture())
@@ -71,8 +103,8 @@ def test_a_region_and_an_extend_in_one_go(ctx):
 
 
 def test_what_cannot_be_painted_is_refused_in_one_sentence(ctx):
-    with pytest.raises(OpError, match="nothing to repaint: give a mask, or margins or an "
-                                      "aspect to extend by"):
+    with pytest.raises(OpError, match="nothing to repaint: give a mask or a region in words, "
+                                      "or margins or an aspect to extend by"):
         fill(ctx, picture(), "sd15", seed=1)
     with pytest.raises(OpError, match=r"the mask marks nothing to repaint"):
         fill(ctx, picture(), "sd15", seed=1, mask=Image.new("L", (64, 64), 0))

@@ -417,6 +417,41 @@ async def test_repaint_and_extend_queue_a_fill_on_the_images_own_model(app):
     assert (again.batch_id, again.created) == (done.batch_id, False)  # a double click
 
 
+async def test_a_region_named_in_words_is_repainted_by_the_segmentation_model(app):
+    """/repaint 3 region=瓶子 金色: the fill step carries the words and [templates]
+    segmentation_model, which the executor finds the region with (tests/test_fill.py); with
+    a mask too, both go. None configured, or one not in [models], or words on an action
+    that takes none: refused, nothing queued."""
+    first, _ = await finished(app)
+
+    async def refused(action: str, **kw) -> tuple[str, str]:
+        with pytest.raises(Invalid) as e:
+            await app.act(ALICE, first.id, ask(action, **kw))
+        assert e.value.render("zh") != e.value.render("en")
+        return e.value.code, e.value.render("en")
+
+    code, en = await refused("repaint", region="瓶子", instruction="金色")
+    assert code == "region_no_model" and "CIDAS/clipseg-rd64-refined" in en
+    assert (await refused("vary", region="瓶子"))[0] == "action_takes_no_region"
+    assert (await refused("repaint", region="x" * 201))[0] == "region_too_long"
+    app.segmentation_model = lambda: "nope"
+    assert (await refused("repaint", region="瓶子"))[0] == "region_model_unknown"
+    assert await app.queue.batch(first.batch_id + 1) is None  # nothing queued
+    # (any [models] name: the executor tells a CLIPSeg folder from the rest)
+    app.segmentation_model = lambda: "walnut"
+    done = await app.act(ALICE, first.id, ask("repaint", region=" 瓶子 ", instruction="金色"))
+    step = decode(done.jobs[0].workflow).nodes[0].inputs
+    assert (step["region"], step["segmenter"], step["prompt"], "mask" in step) == (
+        "瓶子", "walnut", "金色", False)
+    assert (await app.batch(done.batch_id)).meta["region"] == "瓶子"
+    both = await app.act(ALICE, first.id, ask("repaint", region="瓶子", mask=mask_png()))
+    step = decode(both.jobs[0].workflow).nodes[0].inputs
+    assert step["region"] == "瓶子" and step["mask"].startswith("inputs/")
+    await app.rate(ALICE, first.id, "keep")  # every kept image of a batch, by the same words
+    bulk = await app.act_on_kept(ALICE, first.batch_id, ask("repaint", region="瓶子"))
+    assert decode(bulk.jobs[0].workflow).nodes[0].inputs["region"] == "瓶子"
+
+
 async def test_a_repaint_or_extend_that_cannot_be_is_refused_naming_what_to_change(app):
     first, _ = await finished(app)
 

@@ -77,8 +77,8 @@ def test_unknown_missing_and_wrong_kind_are_named(tmp_path, demo_models):
         registry.get("nope")
     with pytest.raises(ModelError, match=r'\[models\] gone = ".*nowhere": .* does not exist$'):
         registry.get("gone")
-    with pytest.raises(ModelError, match="not a diffusers pipeline, ControlNet, LoRA or "
-                                         "IP-Adapter folder"):
+    with pytest.raises(ModelError, match="not a diffusers pipeline, ControlNet, LoRA, "
+                                         "IP-Adapter or CLIPSeg folder"):
         registry.get("junk")
     with pytest.raises(ModelError, match="not a readable .safetensors file"):
         registry.get("bad")

@@ -55,6 +55,7 @@ from templates.jobs import decode, encode
 from templates.loader import template_from, version_content
 from templates.params import Problem
 from templates.settings import (
+    TemplatesConfig,
     edit_model,
     family_of,
     fill_model,
@@ -502,6 +503,11 @@ class App:
     def fill_model(self, own: str | None = None) -> str | None:
         """The model repaints and extends run on (templates.settings.fill_model)."""
         return fill_model(self.config, own)
+
+    def segmentation_model(self) -> str | None:
+        """The model a region named in words is found with ([templates]
+        segmentation_model); None: none is configured."""
+        return self.config[TemplatesConfig].segmentation_model or None
 
     def has_model(self, model: str) -> bool:
         return model in models(self.config)

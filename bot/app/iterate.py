@@ -47,6 +47,7 @@ from templates.sizes import largest_image
 
 DEDUPE_SECONDS = 10.0
 MAX_COUNT = 16  # images one action makes
+MAX_REGION = 200  # characters of a region named in words (a segmentation model reads 77 tokens)
 MAX_CHOICES = 12  # of a row's several images, listed to pick one from
 RATINGS = {"keep": KEPT, "reject": REJECTED, "unkeep": None}
 
@@ -69,6 +70,8 @@ class App(Protocol):
     def edit_model(self) -> str | None: ...
 
     def fill_model(self, own: str | None = None) -> str | None: ...
+
+    def segmentation_model(self) -> str | None: ...
 
     def has_model(self, model: str) -> bool: ...
 
@@ -93,7 +96,8 @@ class ActionRequest:
     strength: float | None = None  # vary: None is the template's own, else 0.35
     instruction: str = ""  # edit: a sentence the image is changed by, on an edit model
     model: str | None = None  # that model; None: [templates] edit_model or the first
-    mask: bytes | None = None  # repaint: a picture, white where to repaint
+    mask: bytes | None = None  # repaint: a picture, white where to repaint …
+    region: str = ""  # … or where, in words ("the bottle", "瓶子"): a segmentation model finds it
     left: int = 0  # extend: px added on each side …
     right: int = 0
     top: int = 0
@@ -108,7 +112,8 @@ class ActionRequest:
         return Ask(count=self.count, values=self.values, factor=self.factor,
                    strength=self.strength, instruction=self.instruction.strip(),
                    model=self.model, left=self.left, right=self.right, top=self.top,
-                   bottom=self.bottom, aspect=self.aspect)  # (the mask: once it is stored)
+                   bottom=self.bottom, aspect=self.aspect,
+                   region=self.region.strip())  # (the mask: once it is stored)
 
     @property
     def margins(self) -> tuple[int, int, int, int]:
@@ -158,6 +163,10 @@ def _asked_well(spec: ActionSpec, request: ActionRequest) -> None:
         raise Invalid("vary_strength", value=request.strength)
     if request.mask is not None and "mask" not in spec.takes:
         raise Invalid("action_takes_no_mask", action=spec.name)
+    if request.region.strip() and "region" not in spec.takes:
+        raise Invalid("action_takes_no_region", action=spec.name)
+    if len(request.region) > MAX_REGION:
+        raise Invalid("region_too_long", chars=len(request.region), max=MAX_REGION)
     if (any(request.margins) or request.aspect) and "margins" not in spec.takes:
         raise Invalid("action_takes_no_margins", action=spec.name)
     if not all(0 <= m <= MAX_MARGIN for m in request.margins):
@@ -202,6 +211,8 @@ def _meta(request: ActionRequest, ask: Ask, who: Who, batch: Batch) -> dict[str,
         meta["instruction"] = ask.instruction
     if ask.mask:
         meta["mask"] = ask.mask
+    if ask.region:
+        meta["region"] = ask.region
     if any(ask.margins) or ask.aspect:
         meta["canvas"] = ask.aspect or dict(zip(actions.SIDES, ask.margins, strict=True))
     if "sheet" in batch.meta:
@@ -320,14 +331,22 @@ def _with_model(app: App, spec: ActionSpec, ask: Ask) -> Ask:
 
 def _fill_model(app: App, parent: BoundJob, ask: Ask) -> Ask:
     """A repaint's or an extend's model: the one asked, else [templates] fill_model, else
-    the model that made the image where it inpaints, else the first that does."""
+    the model that made the image where it inpaints, else the first that does; and for a
+    region in words, [templates] segmentation_model."""
     own = actions.made_by(parent).get("model")
     model = ask.model or app.fill_model(own if isinstance(own, str) else None)
     if model is None:
         raise Invalid("fill_no_model")
     if not app.has_model(model):
         raise Invalid("fill_model_unknown", model=model)
-    return replace(ask, model=model)
+    segmenter = None
+    if ask.region:  # a region in words: the segmentation model that finds it
+        segmenter = app.segmentation_model()
+        if segmenter is None:
+            raise Invalid("region_no_model")
+        if not app.has_model(segmenter):
+            raise Invalid("region_model_unknown", model=segmenter)
+    return replace(ask, model=model, segmenter=segmenter)
 
 
 async def _stored_mask(app: App, data: bytes, image: str) -> str:
@@ -407,7 +426,7 @@ def _window_key(app: App, who: Who, parent: Job, request: ActionRequest, back: i
     mask = hashlib.sha256(request.mask).hexdigest() if request.mask is not None else None
     asked = json.dumps([request.action, request.count, request.values, request.factor,
                         request.strength, request.instruction.strip(), request.model, mask,
-                        request.margins, request.aspect],
+                        request.margins, request.aspect, request.region.strip()],
                        sort_keys=True, default=str)
     digest = hashlib.sha256(asked.encode()).hexdigest()[:16]
     window = int(app.clock() // DEDUPE_SECONDS) - back

@@ -353,6 +353,15 @@ def margin_word(raw: str, now: datetime) -> tuple[str, Any] | None:
         return None
 
 
+REGION = re.compile(r"(?:region|区域)\s*[=＝:：]\s*(.+)", re.I | re.S)
+
+
+def region_word(raw: str, now: datetime) -> tuple[str, Any] | None:
+    """A word of a repaint: where to repaint, in words ("region=瓶子", "区域=瓶子",
+    "region='the bottle'" quoted as one word); None: a word of what to paint."""
+    return ("region", m[1].strip()) if (m := REGION.fullmatch(raw.strip())) else None
+
+
 def mask_word(raw: str, now: datetime) -> tuple[str, Any] | None:
     """A word of a repaint: the name of the mask picture sent ("mask.png"); None: a word
     of what to paint."""
@@ -423,6 +432,7 @@ TAKES: dict[str, tuple[str, Arg | None, tuple[str, Option] | None]] = {  # usage
 WORDS: dict[str, tuple[str, Callable[[str, datetime], tuple[str, Any] | None] | None]] = {
     "values": ("KEY=VALUE …", lambda raw, now: pair(raw, now) if PAIR.match(raw) else None),
     "mask": ("MASK.png", mask_word),
+    "region": ("region=WORDS", region_word),
     "margins": ("W:H|left=PX …", margin_word),
     "instruction": ("INSTRUCTION", None),
 }
@@ -467,7 +477,8 @@ def _image_action(spec: ActionSpec) -> None:
             await _values_now(turn, cmd, spec)
             return
         mask = None
-        if "mask" in spec.takes:
+        region = given.pop("region", "") if "region" in spec.takes else ""
+        if "mask" in spec.takes and (not region or "mask" in given):
             kind, n = cmd.args["image"]
             if kind == "batch":  # (before asking for a picture it could not use)
                 raise Invalid("mask_one_image")
@@ -482,7 +493,7 @@ def _image_action(spec: ActionSpec) -> None:
             spec.name, count=got.get("count") or 1,
             values=given if "values" in spec.takes else {}, instruction=instruction,
             factor=got.get("factor") or 2.0, strength=got.get("strength"), mask=mask,
-            aspect=aspect, **margins))
+            region=region, aspect=aspect, **margins))
 
 
 for _spec in ACTIONS.values():

@@ -9,6 +9,7 @@ what its spec takes:
   genbot job edit 12 prompt="a red jar" steps=30
   genbot job edit 12 -i "把背景换成海滩"         the image itself changed by a sentence
   genbot job repaint 12 --mask mask.png -i "a red scarf"
+  genbot job repaint 12 --region "the bottle" -i "a gold bottle"
   genbot job extend 12 --aspect 9:16     the canvas grown, the image kept exactly
   genbot job keep 12  /  reject 12  /  unkeep 12
   genbot job lineage 12                  what it was made from, and what from it
@@ -61,9 +62,13 @@ TAKES: dict[str, Callable[[argparse.ArgumentParser], Any]] = {  # what an action
         p.add_argument("--model", help="the model ([models] name; default: [templates] "
                        "edit_model or fill_model, else the image's own or the first that can)")),
     "mask": lambda p: p.add_argument(
-        "--mask", metavar="FILE", required=True, type=argparse.FileType("rb"),
+        "--mask", metavar="FILE", type=argparse.FileType("rb"),
         help="a picture of the image's proportions: white where to repaint, black where to "
-        "keep"),
+        "keep (this, --region or both)"),
+    "region": lambda p: p.add_argument(
+        "--region", metavar="WORDS", default="",
+        help="where to repaint, in words (\"the bottle\", \"瓶子\"): [templates] "
+        "segmentation_model finds it"),
     "margins": lambda p: (
         p.add_argument("--aspect", metavar="W:H",
                        help="grow the canvas to this shape around the image (9:16)"),
@@ -135,9 +140,15 @@ def cmd_act(args: argparse.Namespace) -> int:
         body["instruction"] = args.instruction
     if getattr(args, "model", None):
         body["model"] = args.model
+    if "mask" in ACTIONS[args.action].takes and args.mask is None and not args.region:
+        print("genbot: give --mask FILE (white where to repaint) or --region WORDS",
+              file=sys.stderr)
+        return 2
     if getattr(args, "mask", None) is not None:
         with args.mask:
             body["mask"] = base64.b64encode(args.mask.read()).decode()
+    if getattr(args, "region", ""):
+        body["region"] = args.region
     if "margins" in ACTIONS[args.action].takes:
         body.update({side: getattr(args, side) for side in SIDES if getattr(args, side)})
         if args.aspect:

@@ -13,7 +13,7 @@ from aiohttp import web
 from msgspec import Meta, Struct
 
 from bot.app.application import App
-from bot.app.iterate import MAX_COUNT, RATINGS, ActionRequest
+from bot.app.iterate import MAX_COUNT, MAX_REGION, RATINGS, ActionRequest
 from bot.app.permissions import Action, Who, needs
 from bot.app.results import XLSX, write_picks
 from bot.settings import IntakeConfig
@@ -80,6 +80,10 @@ class ActionBody(Struct, kw_only=True):
     mask: Annotated[bytes | None, Meta(description=(
         f"{_taking('mask')}: a PNG, JPEG or WebP, base64: white where to repaint, black "
         "(or transparent) where to keep; the image's proportions (resized to it)"))] = None
+    region: Annotated[str, Meta(description=(
+        f"{_taking('region')}: where to repaint, in words ('the bottle', '瓶子'), found by "
+        "[templates] segmentation_model (a CLIPSeg); with a mask, both are repainted"),
+        max_length=MAX_REGION)] = ""
     left: Annotated[int, Meta(description=f"{_taking('margins')}: px added on the left",
                               ge=0, le=MAX_MARGIN)] = 0
     right: Annotated[int, Meta(ge=0, le=MAX_MARGIN)] = 0
@@ -236,7 +240,7 @@ class IterateRoutes:
         return who, ActionRequest(
             body.action, count=body.count, values=body.values, factor=body.factor,
             strength=body.strength, instruction=body.instruction, model=body.model,
-            mask=body.mask, left=body.left, right=body.right, top=body.top,
+            mask=body.mask, region=body.region, left=body.left, right=body.right, top=body.top,
             bottom=body.bottom, aspect=body.aspect, wait_for_executor=body.wait_for_executor,
             key=f"api:{who.user}:{on}:{in_path(request, 'id')}:{key}" if key else None)
 

@@ -53,7 +53,7 @@ class ModelError(Exception):
 class ModelInfo:
     name: str
     path: Path
-    kind: str  # checkpoint | controlnet | lora | upscaler | matting | ip_adapter
+    kind: str  # checkpoint | controlnet | lora | upscaler | matting | ip_adapter | segmentation
     family: str | None  # sd15 | sd2 | sdxl | flux | None when unknown (some LoRAs)
     single_file: bool
     entry: ModelEntry
@@ -200,12 +200,14 @@ class Registry:
                 family = "sdxl" if config.get("addition_embed_type") == "text_time" else \
                     TEXT_WIDTH.get(config.get("cross_attention_dim"), "sd15")
                 return "controlnet", family, path
+            if config.get("model_type") == "clipseg":  # (executor.models.segmentation)
+                return "segmentation", None, path
         if (path / LORA_FILE).is_file():
             return "lora", Registry._single_file(path / LORA_FILE, where)[1], path / LORA_FILE
         if (path / "image_encoder" / "config.json").is_file():
             return ("ip_adapter", *_ip_adapter(path, where))
-        raise ModelError(f"{where}: not a diffusers pipeline, ControlNet, LoRA or IP-Adapter "
-                         "folder")
+        raise ModelError(f"{where}: not a diffusers pipeline, ControlNet, LoRA, IP-Adapter or "
+                         "CLIPSeg folder")
 
     @staticmethod
     def _single_file(path: Path, where: str) -> tuple[str, str | None, str | None, str | None]:

@@ -67,9 +67,10 @@ class Harness:
             return np.asarray(im.convert("RGB"), dtype=np.int16)
 
 
-def demo_context(folder, demo_models):
+def demo_context(folder, demo_models, models: dict | None = None):
     """An op context on the demo models, on the CPU at float32, memory unbounded: what the
-    op-level tests call ops with (a store and a data folder under `folder`)."""
+    op-level tests call ops with (a store and a data folder under `folder`; `models`:
+    [models] entries beside the demos)."""
     import torch
 
     from executor.diffusers.cache import ModelCache
@@ -77,7 +78,7 @@ def demo_context(folder, demo_models):
     from executor.models.registry import Registry
     from storage.files import FileStore
     from tests.conftest import executor_config
-    config = executor_config(folder / "data", demo_models)
+    config = executor_config(folder / "data", demo_models, models=models)
     return Context(FileStore(folder / "store"), ModelCache(
         Registry(config), "cpu", torch.float32, vram_budget=float("inf"),
         ram_budget=float("inf")))

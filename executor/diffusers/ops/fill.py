@@ -9,6 +9,9 @@ the right and at the bottom, which is cropped off again. What it made is then co
 over the picture by the region faded inward (`feather` px), so outside the region every
 pixel is copied from the picture rather than decoded again by the VAE: a product outside
 the mask, and the whole original of an extend, come back unchanged.
+
+A region may also be named in words ("the bottle", "瓶子"): the segmentation model the
+step names (`segmenter`, a CLIPSeg: executor.models.segmentation) finds it in the picture.
 """
 
 from __future__ import annotations
@@ -31,17 +34,22 @@ MODE = OPS["fill"].mode_of({})
 
 @op(device=True)
 def fill(ctx: Context, image: ImageInput, model: str, seed: int, prompt: str = "",
-         mask: ImageInput | None = None, left: int = 0, right: int = 0, top: int = 0,
-         bottom: int = 0, aspect: str | None = None, negative: str = "",
-         steps: int | None = None, guidance: float | None = None, strength: float = 1.0,
-         feather: int = 8, loras: list[dict[str, Any]] | None = None) -> Image.Image:
+         mask: ImageInput | None = None, region: str = "", segmenter: str | None = None,
+         left: int = 0, right: int = 0, top: int = 0, bottom: int = 0,
+         aspect: str | None = None, negative: str = "", steps: int | None = None,
+         guidance: float | None = None, strength: float = 1.0, feather: int = 8,
+         loras: list[dict[str, Any]] | None = None) -> Image.Image:
     import torch
     picture = ctx.image(image).convert("RGB")
-    region = _region(ctx, mask, picture.size)
+    painted = _painted(ctx, mask, picture.size)
+    found = _found(ctx, picture, region, segmenter) if region.strip() else None
+    where = painted if found is None else found if painted is None else \
+        Image.fromarray(np.maximum(np.asarray(painted), np.asarray(found)))
     margins = grown(picture.size, (left, right, top, bottom), aspect)
-    if region is None and not any(margins):
-        raise OpError("nothing to repaint: give a mask, or margins or an aspect to extend by")
-    canvas, paint, new = extended(picture, region, margins)
+    if where is None and not any(margins):
+        raise OpError("nothing to repaint: give a mask or a region in words, or margins or an "
+                      "aspect to extend by")
+    canvas, paint, new = extended(picture, where, margins)
     cache = ctx.models
     pipe = cache.pipeline(model, MODE)
     info = cache.units[model].info
@@ -65,7 +73,23 @@ def fill(ctx: Context, image: ImageInput, model: str, seed: int, prompt: str = "
     return kept_outside(canvas, made.crop((0, 0, *canvas.size)), paint, new, feather)
 
 
-def _region(ctx: Context, mask: ImageInput | None, size: tuple[int, int]) -> Image.Image | None:
+def _found(ctx: Context, picture: Image.Image, words: str,
+           segmenter: str | None) -> Image.Image:
+    """The region `words` name in the picture (0/255), found by the step's segmenter."""
+    from executor.models import segmentation
+    if not segmenter:
+        raise OpError("a region in words needs a segmentation model: set [templates] "
+                      "segmentation_model (a CLIPSeg folder in [models])")
+    info = ctx.models.registry.get(segmenter, "segmentation")
+    try:
+        found = segmentation.region(info.path, picture, words.strip())
+    except segmentation.SegmentationError as e:
+        raise OpError(str(e)) from None
+    ctx.used_models.append(segmenter)
+    return found
+
+
+def _painted(ctx: Context, mask: ImageInput | None, size: tuple[int, int]) -> Image.Image | None:
     """The mask as 0/255 at the picture's size (one of its proportions resampled to it);
     None: no mask."""
     if mask is None:
