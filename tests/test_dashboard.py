@@ -451,7 +451,8 @@ async def test_a_region_painted_on_the_image_is_repainted_and_a_shape_extends_it
                                      ".width === 64")
         await page.click('dialog.painter [data-send-mask="1"]')  # nothing painted yet
         assert await page.text_content("[data-painter-says]") == \
-            "Paint the region to repaint first."
+            "Paint the region to repaint first, or name it in words."
+        assert await page.locator("dialog.painter [data-region]").count() == 0  # no segmenter
         box = await layer.bounding_box()
         assert box is not None
         px = box["width"] / 64  # screen px per image px
@@ -523,3 +524,15 @@ async def test_a_region_painted_on_the_image_is_repainted_and_a_shape_extends_it
         assert wide.action == "extend"
         step_in = decode(wide.workflow).nodes[0].inputs
         assert [step_in.get(k) for k in ("left", "right", "top", "bottom")] == [6, 10, 8, 8]
+
+        # Where a segmentation model is configured, the region may be named in words.
+        w.app.segmentation_model = lambda: "walnut"  # (the executor tells a CLIPSeg apart)
+        worded = await signed_in(browser, w, ALICE, "#/batches/1")
+        await worded.click('#thumbs figure[data-job="1"] [data-paint="1"]')
+        await worded.fill('dialog.painter input[data-region="1"]', "the bottle")
+        await worded.screenshot(path=str(tmp_path / "painter-words.png"))
+        await worded.click('dialog.painter [data-send-mask="1"]')
+        await worded.wait_for_function("() => location.hash === '#/batches/4'")
+        (found,) = await w.queue.batch_jobs(4)
+        step_in = decode(found.workflow).nodes[0].inputs
+        assert (step_in["region"], "mask" in step_in) == ("the bottle", False)

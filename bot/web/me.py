@@ -21,6 +21,7 @@ class Caller(Struct, kw_only=True):
     priorities: list[Label]  # those they may submit with, the most urgent first
     max_priority: Label | None  # the most urgent of those; null: they may not submit
     edit_model: str | None = None  # what an image is changed by a sentence with; null: none
+    segmentation_model: str | None = None  # what finds a region named in words; null: none
 
 
 async def caller(app: App, who: Who) -> Caller:
@@ -28,7 +29,7 @@ async def caller(app: App, who: Who) -> Caller:
     return Caller(user=who.id, role=role.value, may=allowed_actions(role),
                   priorities=[p.label for p in priorities],
                   max_priority=priorities[0].label if priorities else None,
-                  edit_model=app.edit_model())
+                  edit_model=app.edit_model(), segmentation_model=app.segmentation_model())
 
 
 class MeRoutes:

@@ -441,16 +441,21 @@ function painter(j, action) {
         b.setAttribute("aria-pressed", String(b === e.currentTarget));
       }
     }}, t(name)));
+  // Where a segmentation model is configured, the region may be named in words instead.
+  const where = me.segmentation_model ? h("input", {type: "text", name: "region",
+    maxlength: 200, "data-region": j.id, placeholder: t("region_words"),
+    "aria-label": t("region_words")}) : null;
   const send = h("button", {type: "submit", "data-send-mask": j.id}, verb(action));
   const said = h("p", {class: "error", role: "alert", "data-painter-says": j.id});
   const dialog = h("dialog", {class: "painter", "aria-label": t("paint_title")},
     h("form", {method: "dialog", onsubmit: async (e) => {
       e.preventDefault();
       const mask = maskPng();
-      if (!mask) { said.textContent = t("paint_nothing"); return; }
+      const region = where ? where.value.trim() : "";
+      if (!mask && !region) { said.textContent = t("paint_nothing"); return; }
       said.textContent = "";
       send.disabled = true;
-      const ok = await actWithMask(await mask);
+      const ok = await actWithMask(mask && await mask, region);
       send.disabled = false;
       if (ok) { dialog.close(); dialog.remove(); }
     }},
@@ -459,6 +464,7 @@ function painter(j, action) {
     h("div", {class: "tools"}, ...tools, h("label", {}, t("brush_size"), " ", size),
       h("button", {type: "button", class: "small link", onclick: () => {
         layer.getContext("2d").clearRect(0, 0, layer.width, layer.height); }}, t("clear"))),
+    ...(where ? [h("div", {class: "tools"}, where)] : []),
     h("div", {class: "tools"}, words, send,
       h("button", {type: "button", class: "link", onclick: () => { dialog.close(); dialog.remove(); }},
         t("cancel"))), said));
@@ -532,8 +538,10 @@ function painter(j, action) {
       reader.readAsDataURL(blob);
     }, "image/png"));
   }
-  async function actWithMask(mask) {
-    const body = {action, mask};
+  async function actWithMask(mask, region) {
+    const body = {action};
+    if (mask) body.mask = mask;
+    if (region) body.region = region;
     if (words.value.trim()) body.instruction = words.value;
     return actWith(j, body, said);
   }
