@@ -850,7 +850,7 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_clear", "Clear"),
     N_("dash_paint_what", "What to paint there (optional)"),
     N_("dash_paint_nothing", "Paint the region to repaint first, or name it in words."),
-    N_("dash_region_words", "…or name the region in words (the bottle, 瓶子)"),
+    N_("dash_region_words", "Or name the region in words (the bottle)"),
     N_("dash_extend_to", "Extend the canvas"),
     N_("dash_grow_nothing", "Drag a side out, or pick a shape, first."),
     N_("dash_ancestors", "Made from"),
