@@ -369,3 +369,29 @@ def test_an_ip_adapter_is_pulled_file_by_file_into_one_folder(hub, tmp_path, cap
                             "models": {"ip": str(tmp_path / "ip_sd15" / "models")}})
     info = Registry(config).get("ip", "ip_adapter")
     assert info.path.name == "ip-adapter_sd15.safetensors"
+
+
+def test_a_segmentation_model_repo_is_pulled_whole_and_finds_a_region(hub, tmp_path, capsys):
+    """CIDAS/clipseg-rd64-refined's layout (transformers: config.json, weights, processor
+    and tokenizer files at the root, .bin beside .safetensors): pulled as a folder the
+    registry tells as a segmentation model, which then finds a region named in words."""
+    import numpy as np
+    from PIL import Image
+
+    from executor.models import segmentation
+    from executor.models.registry import Registry
+    from tests.fakes.segmentation import write_clipseg
+    picture = Image.fromarray(np.random.default_rng(5).integers(0, 256, (40, 40, 3), np.uint8))
+    built = write_clipseg(tmp_path / "built", tuned=(picture, "the bottle"))
+    files = {p.name: p.read_bytes() for p in built.iterdir()}
+    hub.add_repo("CIDAS/clipseg-rd64-refined",
+                 {**files, "pytorch_model.bin": b"the same weights, pickled", "README.md": b"#"})
+    code, out, err = pull(capsys, "CIDAS/clipseg-rd64-refined", "--name", "clipseg",
+                          "--write")
+    assert code == 0, err
+    folder = tmp_path / "data" / "models" / "clipseg"
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*files, "README.md"])  # (no .bin)
+    config = cfg.load("config.toml", env={})
+    info = Registry(config).get("clipseg", "segmentation")
+    found = np.asarray(segmentation.region(info.path, picture, "the bottle")) == 255
+    assert 0 < found.mean() < 1

@@ -186,11 +186,12 @@ def _diffusers_files(names: list[str], variant: str | None, depth: int = 2) -> l
         if variant and path.suffix in WEIGHTS and not has_variant and \
                 path.with_name(f"{parts[0]}.{variant}{path.suffix}").as_posix() in present:
             continue  # the variant stands in for it
-        if path.suffix == ".bin" and \
-                path.with_name(path.name[:-4] + ".safetensors").as_posix() in present:
-            continue  # the same weights, as a pickle
         chosen.append(name)
-    return chosen
+    # A folder's pickled weights where it has safetensors ones: the same weights (diffusers
+    # names both alike; transformers writes pytorch_model.bin beside model.safetensors).
+    safe = {PurePosixPath(n).parent for n in chosen if n.endswith(".safetensors")}
+    return [n for n in chosen if PurePosixPath(n).parent not in safe
+            or not (n.endswith(".bin") or n.endswith(".bin.index.json"))]
 
 
 def plan_url(url: str, sha256: str | None) -> list[Remote]:
