@@ -429,8 +429,6 @@ function painter(j, action) {
   const layer = h("canvas", {class: "mask-layer", "data-mask-layer": j.id});
   const size = h("input", {type: "range", min: 2, max: 200, value: 40, name: "brush",
     "aria-label": t("brush_size")});
-  const words = h("input", {type: "text", name: "paint", maxlength: 2000,
-    placeholder: t("paint_what"), "aria-label": t("paint_what")});
   let tool = "brush";
   const tools = ["brush", "eraser", "rectangle"].map((name) => h("button", {
     type: "button", class: `small${name === tool ? " on" : ""}`, "data-tool": name,
@@ -445,37 +443,26 @@ function painter(j, action) {
   const where = me.segmentation_model ? h("input", {type: "text", name: "region",
     maxlength: 200, "data-region": j.id, placeholder: t("region_words"),
     "aria-label": t("region_words")}) : null;
-  const send = h("button", {type: "submit", "data-send-mask": j.id}, verb(action));
-  const said = h("p", {class: "error", role: "alert", "data-painter-says": j.id});
-  const dialog = h("dialog", {class: "painter", "aria-label": t("paint_title")},
-    h("form", {method: "dialog", onsubmit: async (e) => {
-      e.preventDefault();
+  const said = actionDialog(j, action, {
+    cls: "painter", title: t("paint_title"), send: {"data-send-mask": j.id},
+    says: {"data-painter-says": j.id},
+    parts: [h("div", {class: "canvas-box"}, img, layer),
+      h("div", {class: "tools"}, ...tools, h("label", {}, t("brush_size"), " ", size),
+        h("button", {type: "button", class: "small link", onclick: () => {
+          layer.getContext("2d").clearRect(0, 0, layer.width, layer.height); }}, t("clear"))),
+      ...(where ? [h("div", {class: "tools"}, where)] : [])],
+    ask: async () => {  // the mask painted and/or the region named
       const mask = maskPng();
       const region = where ? where.value.trim() : "";
-      if (!mask && !region) { said.textContent = t("paint_nothing"); return; }
-      said.textContent = "";
-      send.disabled = true;
-      const ok = await actWithMask(mask && await mask, region);
-      send.disabled = false;
-      if (ok) { dialog.close(); dialog.remove(); }
-    }},
-    h("h2", {text: t("paint_title")}),
-    h("div", {class: "canvas-box"}, img, layer),
-    h("div", {class: "tools"}, ...tools, h("label", {}, t("brush_size"), " ", size),
-      h("button", {type: "button", class: "small link", onclick: () => {
-        layer.getContext("2d").clearRect(0, 0, layer.width, layer.height); }}, t("clear"))),
-    ...(where ? [h("div", {class: "tools"}, where)] : []),
-    h("div", {class: "tools"}, words, send,
-      h("button", {type: "button", class: "link", onclick: () => { dialog.close(); dialog.remove(); }},
-        t("cancel"))), said));
-  document.body.appendChild(dialog);
+      if (!mask && !region) return t("paint_nothing");
+      return {...(mask ? {mask: await mask} : {}), ...(region ? {region} : {})};
+    }});
   img.addEventListener("load", () => {  // the layer at the image's pixels; shown large enough to paint on
     const [w, h_] = [img.naturalWidth, img.naturalHeight];
     layer.width = w; layer.height = h_;
     const fit = Math.min(Math.min(820, innerWidth * 0.85) / w, innerHeight * 0.6 / h_);
     img.style.width = `${Math.round(w * fit)}px`;
   });
-  dialog.showModal();
 
   const ink = layer.getContext("2d");
   let from = null, start = null, before = null;
@@ -538,13 +525,6 @@ function painter(j, action) {
       reader.readAsDataURL(blob);
     }, "image/png"));
   }
-  async function actWithMask(mask, region) {
-    const body = {action};
-    if (mask) body.mask = mask;
-    if (region) body.region = region;
-    if (words.value.trim()) body.instruction = words.value;
-    return actWith(j, body, said);
-  }
 }
 
 const SHAPES = ["9:16", "3:4", "4:5", "1:1", "16:9", "2:1"];
@@ -557,9 +537,6 @@ function grower(j, action) {
   const img = h("img", {src: j.outputs[0], alt: rowName(j), draggable: "false"});
   const frame = h("div", {class: "grow-frame", "data-grow-frame": j.id}, img);
   const size = h("p", {class: "muted", "data-grow-size": j.id});
-  const words = h("input", {type: "text", name: "paint", maxlength: 2000,
-    placeholder: t("paint_what"), "aria-label": t("paint_what")});
-  const said = h("p", {class: "error", role: "alert"});
   let scale = 1;  // screen px per image px
   const sides = ["left", "right", "top", "bottom"];
   const handles = sides.map((side) => h("span", {class: `handle ${side}`, "data-handle": side,
@@ -601,29 +578,43 @@ function grower(j, action) {
     else { const extra = Math.round(w * b / a) - h_; m.top = Math.floor(extra / 2); m.bottom = extra - m.top; }
     draw();
   }
-  const send = h("button", {type: "submit", "data-send-grow": j.id}, verb(action));
-  const dialog = h("dialog", {class: "painter grower", "aria-label": t("extend_to")},
+  const said = actionDialog(j, action, {
+    cls: "painter grower", title: t("extend_to"), send: {"data-send-grow": j.id},
+    parts: [h("div", {class: "tools"}, ...SHAPES.map((shape) => h("button", {type: "button",
+      class: "small", "data-shape": shape, onclick: () => toShape(shape)}, shape))),
+      frame, size],
+    ask: () => sides.some((side) => m[side] > 0) ? {...m} : t("grow_nothing")});
+  img.addEventListener("load", draw);
+}
+
+function actionDialog(j, action, {cls, title, send: sendData, says = {}, parts, ask}) {
+  // What the painter and the grower share: their title and own parts, a box for what to
+  // paint, the send button (the action's verb), Cancel, and errors said in the dialog.
+  // `ask()` gives the action's fields, or the words saying what is missing yet. Returns
+  // where errors are said.
+  const words = h("input", {type: "text", name: "paint", maxlength: 2000,
+    placeholder: t("paint_what"), "aria-label": t("paint_what")});
+  const send = h("button", {type: "submit", ...sendData}, verb(action));
+  const said = h("p", {class: "error", role: "alert", ...says});
+  const close = () => { dialog.close(); dialog.remove(); };
+  const dialog = h("dialog", {class: cls, "aria-label": title},
     h("form", {method: "dialog", onsubmit: async (e) => {
       e.preventDefault();
-      if (!sides.some((side) => m[side] > 0)) { said.textContent = t("grow_nothing"); return; }
+      const fields = await ask();
+      if (typeof fields === "string") { said.textContent = fields; return; }
       said.textContent = "";
-      const body = {action, ...m};
-      if (words.value.trim()) body.instruction = words.value;
+      if (words.value.trim()) fields.instruction = words.value;
       send.disabled = true;
-      const ok = await actWith(j, body, said);
+      const ok = await actWith(j, {action, ...fields}, said);
       send.disabled = false;
-      if (ok) { dialog.close(); dialog.remove(); }
+      if (ok) close();
     }},
-    h("h2", {text: t("extend_to")}),
-    h("div", {class: "tools"}, ...SHAPES.map((shape) => h("button", {type: "button",
-      class: "small", "data-shape": shape, onclick: () => toShape(shape)}, shape))),
-    frame, size,
+    h("h2", {text: title}), ...parts,
     h("div", {class: "tools"}, words, send,
-      h("button", {type: "button", class: "link", onclick: () => { dialog.close(); dialog.remove(); }},
-        t("cancel"))), said));
+      h("button", {type: "button", class: "link", onclick: close}, t("cancel"))), said));
   document.body.appendChild(dialog);
-  img.addEventListener("load", draw);
   dialog.showModal();
+  return said;
 }
 
 async function actWith(j, body, where = null) {  // an action on j's image; then its batch
