@@ -536,3 +536,33 @@ async def test_a_region_painted_on_the_image_is_repainted_and_a_shape_extends_it
         (found,) = await w.queue.batch_jobs(4)
         step_in = decode(found.workflow).nodes[0].inputs
         assert (step_in["region"], "mask" in step_in) == ("the bottle", False)
+
+
+async def test_each_card_of_a_sweep_says_what_tells_it_apart(tmp_path, demo_models, browser):
+    """A sweep's cards of one row all read "BTL-1 · Row 2": each also says its swept value
+    (GET /jobs' `axes`), and an action's card what made it."""
+    from bot.app.application import Accepted, SubmitOptions
+    from bot.app.iterate import ActionRequest
+    from bot.app.permissions import Who
+    from bot.intake.check import SheetFile
+
+    async def pictures(name: str) -> bytes | None:
+        return BOTTLE
+
+    alice = Who("api", "alice", "api")
+    async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
+        done = await w.app.submit(alice, "product_main", SheetFile(
+            "p.csv", b"sku,product_image,prompt\nBTL-1,bottle.png,a bottle\n"), pictures,
+            SubmitOptions(wait_for_executor=True, vary=("steps=2,3",)))
+        assert isinstance(done, Accepted)
+        jobs = await finish_all(w.app, done.batch_id)
+        await w.app.act(alice, jobs[0].id, ActionRequest("vary", wait_for_executor=True))
+        page = await signed_in(browser, w, ALICE, "#/batches/1")
+        await page.wait_for_selector('#thumbs figure[data-job="2"] [data-distinct="2"]')
+        said = await page.eval_on_selector_all(
+            "#thumbs figure", "fs => fs.map(f => f.querySelector('figcaption').textContent)")
+        assert said == ["BTL-1 · Row 2 steps=2 succeeded", "BTL-1 · Row 2 steps=3 succeeded"]
+        await page.screenshot(path=str(tmp_path / "sweep.png"))
+        await page.goto(f"{w.url}/dashboard/#/batches/2")
+        await page.wait_for_selector('#thumbs figure [data-distinct]')
+        assert "Vary" in await page.text_content("#thumbs figure [data-distinct]")

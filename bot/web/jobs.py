@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
-from typing import Annotated, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
 from aiohttp import web
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -64,6 +64,10 @@ class Job(Struct):
     actions: Annotated[list[ActionName], Meta(description=(
         "what its template can make from its image once it has succeeded (POST "
         "/jobs/{id}/actions), in the order to offer them; GET /vocabulary names them"))]
+    axes: Annotated[dict[str, Any], Meta(description=(
+        "what tells it from its row's other jobs in a sweep or a comparison: each swept "
+        "parameter's value, and `variant` (A, B …) for a compare run's side; {} for a "
+        "plain row"))] = {}
 
     @classmethod
     def of(cls, j: records.Job, templates: dict[str, Template]) -> Job:
@@ -76,7 +80,8 @@ class Job(Struct):
                    rating=RATINGS.get(j.rating), rated_by=j.rated_by, rated_at=j.rated_at,
                    template=j.template, template_version=j.workflow.get("revision") or None,
                    template_hash=j.workflow.get("version") or None,
-                   actions=offered(templates.get(j.template or "")))
+                   actions=offered(templates.get(j.template or "")),
+                   axes=dict(j.workflow.get("axes") or {}))
 
 
 class JobPage(Struct):

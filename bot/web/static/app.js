@@ -27,6 +27,13 @@ function rowName(j) {  // "BTL-001 · Row 2": the row as its sheet names it (the
   return j.key ? `${j.key} · ${t("row")} ${j.row}` : `${t("row")} ${j.row}`;
 }
 
+function distinction(j) {  // what tells a card from its row's others: "steps=30 · B", "✨ Vary"
+  const axes = Object.entries(j.axes || {}).map(([k, v]) => k === "variant" ? String(v)
+    : `${k}=${Array.isArray(v) ? v.join("x") : v}`);
+  if (j.action) axes.push(verb(j.action));
+  return axes.join(" · ");
+}
+
 async function loadVocabulary() {
   const r = await call("GET", `${API}/vocabulary${lang ? `?lang=${encodeURIComponent(lang)}` : ""}`);
   if (!r.ok) { if (!vocabulary) throw new Error(`GET /vocabulary: ${r.status}`); return; }
@@ -643,7 +650,9 @@ async function batchPage(main, id, params) {
       j.outputs.length
         ? h("a", {href: j.outputs[0], target: "_blank"}, h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: rowName(j)}))
         : h("div", {class: "empty"}, badge(j.status)),
-      h("figcaption", {}, `${rowName(j)} `, badge(j.status), j.rating ? badge(j.rating) : null),
+      h("figcaption", {}, `${rowName(j)} `,
+        distinction(j) ? h("span", {class: "distinct", "data-distinct": j.id}, `${distinction(j)} `) : null,
+        badge(j.status), j.rating ? badge(j.rating) : null),
       stateIs(j.status, "working") ? progressBar(j.id) : null,
       j.error ? h("p", {class: "error", title: j.error, text: j.error}) : null,
       imageActions(j, lineage), lineage);
