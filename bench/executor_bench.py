@@ -366,9 +366,9 @@ async def main() -> None:
                                         progress_interval=1.0)) as one, \
                 Executor(make_config(tmp / "b4", models, args.device, max_batch=4,
                                      progress_interval=1.0)) as four:
-            per_round = 8 if args.smoke else 16
+            per_round = 4 if args.smoke else 16
             for ex in (one, four):
-                await ex.run(gen_jobs(range(1, 5), steps, size))  # loads the model
+                await ex.run(gen_jobs(range(1, 2 if args.smoke else 5), steps, size))  # loads it
             for r in range(batch_rounds):
                 rows = range(100 + r * per_round, 100 + (r + 1) * per_round)
                 seconds[1] += await one.run(gen_jobs(rows, steps, size))
