@@ -5,6 +5,8 @@ asked, whatever multiple the model needs. What cannot be painted is refused plai
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -82,6 +84,9 @@ def test_a_region_named_in_words_is_found_and_only_it_is_repainted(ctx):
     assert np.array_equal(after[~found], before[~found])
     assert np.abs(after[found].astype(int) - before[found]).mean() > 10
     assert "finder" in ctx.used_models
+    with contextlib.suppress(segmentation.SegmentationError):  # (nothing found: an answer)
+        segmentation.region(ctx.models.registry.get("finder", "segmentation").path,
+                            picture(), "the bottle on the left " * 40)  # past 77 tokens
     both = np.asarray(fill(ctx, picture(), "sd15", seed=1, mask=region(), region="the bottle",
                            segmenter="finder", steps=2, feather=0))
     outside = ~found & (np.asarray(region()) == 0)

@@ -31,7 +31,7 @@ def region(folder: Path, picture: Image.Image, words: str) -> Image.Image:
     import torch
     model, processor = _model(folder)
     inputs = processor(text=[words], images=[picture.convert("RGB")], padding=True,
-                       return_tensors="pt")
+                       truncation=True, return_tensors="pt")  # (CLIP reads 77 tokens)
     with torch.inference_mode():
         logits = model(**inputs).logits
     found = torch.sigmoid(logits.float()).reshape(logits.shape[-2:]).numpy()
