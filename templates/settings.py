@@ -277,8 +277,10 @@ def prompt_tokens(config: Config, name: str) -> Callable[[str], int] | None:
     Chat-templated encoders (Qwen, Mistral) add their template's tokens on top, which
     their pipelines allow for."""
     entry = models(config).get(name)
+    if entry is None or entry.path.startswith("demo:"):
+        return None
     family = family_of(config, name)
-    if entry is None or entry.path.startswith("demo:") or family not in PROFILES:
+    if family not in PROFILES:
         return None
     file = model_path(config, entry) / PROFILES[family].tokenizer / "tokenizer.json"
     try:
