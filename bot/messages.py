@@ -11,11 +11,12 @@ A new message is one `N_(code, english)` line below (words that follow a number:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bot import i18n
 from bot.i18n import N_, NP_, han
+from storage.reviews import Review
 from templates.actions import ACTIONS
 
 __all__ = ["CATALOG", "N_", "NP_", "PLURALS", "han", "say"]
@@ -311,12 +312,13 @@ CATALOG: dict[str, str] = catalog(
     N_("col_instruction", "instruction"),
     N_("col_mask", "mask"),
     N_("col_canvas", "extended by"),
-    N_("col_rating", "rating"),
+    N_("col_rating", "review"),
+    N_("col_review_note", "review note"),
+    N_("col_stars", "stars"),
+    N_("col_signed_off", "Signed off by {by} at {at}"),
     N_("col_model", "model"),
     N_("col_version", "template version"),
     N_("col_swept", "swept values"),
-    N_("rating_kept", "kept"),
-    N_("rating_rejected", "rejected"),
     NP_("picks", "Picks of batch {batch}: {count} kept image, with its values to run it again "
                  "exactly.",
         "Picks of batch {batch}: {count} kept images, with their values to run them again "
@@ -527,6 +529,44 @@ CATALOG: dict[str, str] = catalog(
     N_("kept", "⭐ Kept row {row} (job {job})."),
     N_("rejected", "👎 Rejected row {row} (job {job})."),
     N_("unkept", "Row {row} (job {job}) is no longer kept or rejected."),
+    N_("kept_because", "⭐ Kept row {row} (job {job}): {note}"),
+    N_("rejected_because", "👎 Rejected row {row} (job {job}): {note}"),
+    N_("changes_queued", "✏️ Changes requested on row {row} (job {job}): {note}\n{action} "
+                         "queued as batch {batch}; it comes into this thread."),
+    N_("changes_need_note", "Say what should change: /changes ROW what to change (e.g. "
+                            "/changes 3 把背景换成海滩)."),
+    N_("changes_cannot", "Job {job}'s template {template} can neither be edited by a sentence "
+                         "(no edit model is configured) nor tried again (it has no seed): "
+                         "reject it with the reason instead."),
+    N_("review_note_too_long", "A note is at most {most} characters; this one has {chars}."),
+    N_("stars_range", '"{stars}" is not a grade: 1 to {most} stars, or none.'),
+    N_("batch_signed_off", "Batch {batch} was signed off by {by}: its reviews are final. An "
+                           "admin may reopen it (/reopen {batch})."),
+    NP_("signoff_unreviewed", "Batch {batch} cannot be signed off yet: {count} of its {total} "
+                              "images is not reviewed.",
+        "Batch {batch} cannot be signed off yet: {count} of its {total} images are not "
+        "reviewed."),
+    NP_("signoff_unfinished", "Batch {batch} cannot be signed off yet: {count} job is still "
+                              "to run.",
+        "Batch {batch} cannot be signed off yet: {count} jobs are still to run."),
+    N_("signoff_nothing", "Batch {batch} made no image: there is nothing to sign off."),
+    N_("starred", "Row {row} (job {job}): {stars}"),
+    N_("help_stars", "grade an image 1 to 5 stars (none takes the grade back)"),
+    N_("signed_off", "✅ Batch {batch} signed off by {by}: {summary}."),
+    N_("reopened", "🔓 Batch {batch} is open for review again."),
+    N_("reopen_not_signed", "Batch {batch} is not signed off: there is nothing to reopen."),
+    # each review state (storage.reviews), as a results sheet, a summary and the dashboard say it
+    N_("review_approved", "approved"),
+    N_("review_rejected", "rejected"),
+    N_("review_changes_requested", "changes requested"),
+    N_("review_unreviewed", "unreviewed"),
+    N_("review_count", "{count} {state}"),
+    # reasons offered for a rejection (the dashboard's list; any words may be typed instead)
+    N_("reason_product", "Product changed"),
+    N_("reason_text", "Text wrong or misspelt"),
+    N_("reason_artifacts", "Artifacts (hands, edges, noise)"),
+    N_("reason_brand", "Off brand (colour, style)"),
+    N_("reason_composition", "Composition or crop"),
     # each image action's verb (templates.actions.ACTIONS; on a button after its icon)
     N_("verb_again", "Again"),
     N_("verb_vary", "Vary"),
@@ -684,9 +724,14 @@ CATALOG: dict[str, str] = catalog(
     N_("help_extend", "extend the canvas to a shape (9:16) or by pixels on each side "
                       "(left=256 right=256), the new area painted; the image itself stays "
                       "exactly as it is"),
-    N_("help_keep", "keep an image (⭐): picks are the kept images"),
-    N_("help_reject", "reject an image (👎)"),
-    N_("help_unkeep", "take an image's keep or reject back"),
+    N_("help_keep", "approve (keep) an image (⭐), with a remark if you like: picks are the "
+                    "approved images"),
+    N_("help_reject", "reject an image (👎), with the reason if you like"),
+    N_("help_unkeep", "take an image's review back"),
+    N_("help_changes", "request changes to an image: the words become an edit of it (or a new "
+                       "try), queued as its owner's"),
+    N_("help_signoff", "sign a batch off once every image of it is reviewed"),
+    N_("help_reopen", "take a batch's sign-off back (admins)"),
     N_("help_retry", "run a batch's failed jobs again"),
     N_("help_pause", "stop starting new jobs (admins); running jobs finish"),
     N_("help_resume", "start jobs again (admins)"),
@@ -706,6 +751,7 @@ CATALOG: dict[str, str] = catalog(
     N_("list_separator", ", "),
     N_("role_admin", "admin"),
     N_("role_submitter", "submitter"),
+    N_("role_reviewer", "reviewer"),
     N_("role_viewer", "viewer"),
     N_("role_none", "none"),
     N_("need_comfy", "ComfyUI template {name}"),
@@ -987,6 +1033,12 @@ def took(lang: str, seconds: float) -> str:
     if seconds < 120:
         return say("took_seconds", lang, seconds=max(seconds, 1 if seconds > 0 else 0))
     return say("took_minutes", lang, minutes=seconds / 60)
+
+
+def review_summary(counts: Mapping[Review, int], lang: str = "en") -> str:
+    """A batch's images by review, in the table's order: "3 approved, 1 rejected"."""
+    return ", ".join(say("review_count", lang, count=counts[r], state=say(f"review_{r}", lang))
+                     for r in Review if counts.get(r))
 
 
 def action_label(name: str, lang: str = "en") -> str:

@@ -83,10 +83,12 @@ class ChatConfig:
                                   "later /gen to name it, in hours.", min=0.1, max=8760)
     default_role: str = key("submitter", "Role of everyone not listed below and not given one by "
                             "/grant; none: they may only ask for /help.",
-                            choices=("submitter", "viewer", "none"))
+                            choices=("submitter", "reviewer", "viewer", "none"))
     admins: list[str] = key((), "Admins, as platform:user id, e.g. [\"slack:U024BE7LH\", "
                             "\"dingtalk:manager4220\"]. Always admins; /revoke cannot demote them.")
     submitters: list[str] = key((), "Submitters (platform:user id), when default_role is lower.")
+    reviewers: list[str] = key((), "Reviewers (platform:user id): review images (approve, "
+                               "reject, request changes) and sign batches off; no submitting.")
     viewers: list[str] = key((), "Viewers (platform:user id): status only.")
     conversations: list[str] = key((), "Conversations the bot serves, as platform:conversation "
                                    "id. Empty: every conversation it is in.")
@@ -252,7 +254,8 @@ def kept_secret(path: Path, make: Callable[[], str]) -> str:
 
 
 # --- outgoing webhooks (bot.webhooks) ------------------------------------------------------
-EVENTS = ("batch.queued", "batch.finished", "batch.canceled", "job.succeeded", "job.failed")
+EVENTS = ("batch.queued", "batch.finished", "batch.canceled", "batch.approved", "job.succeeded",
+          "job.failed")
 ENDPOINT_KEYS = ("url", "secret", "events", "description", "name")
 SECRET_PREFIX = "whsec_"
 
@@ -333,8 +336,8 @@ class WebhooksConfig:
         return [
             "# Endpoints told of events by signed POSTs (Standard Webhooks: webhook-id,",
             "# webhook-timestamp, webhook-signature; docs/webhooks.md), one [[webhooks]] table",
-            "# each. events: any of " + ", ".join(EVENTS[:3]) + ",",
-            "# " + ", ".join(EVENTS[3:]) + " (default: all).",
+            "# each. events: any of " + ", ".join(EVENTS[:4]) + ",",
+            "# " + ", ".join(EVENTS[4:]) + " (default: all).",
             "# The secret may come from env GENBOT_WEBHOOKS_SECRET_<NAME> instead. Example:",
             "#   [[webhooks]]",
             "#   name = \"dam\"",

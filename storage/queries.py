@@ -558,10 +558,37 @@ ORDER BY priority DESC, fair_rank DESC, id DESC LIMIT 1"""
 
 BATCH_JOBS = "SELECT * FROM jobs WHERE batch_id = :batch ORDER BY row, id"
 
-# Iteration: a finished image's rating; the jobs made from images; kept images.
+# Iteration: a finished image's review (storage.reviews); the jobs made from images.
+# An image of a signed-off batch keeps its review (the sign-off was of these).
 RATE = """
-UPDATE jobs SET rating = :rating, rated_by = :by, rated_at = :now
-WHERE id = :job AND status = {succeeded} RETURNING id"""
+UPDATE jobs SET rating = :rating, review_note = :note, rated_by = :by, rated_at = :now
+WHERE id = :job AND status = {succeeded}
+  AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = jobs.batch_id
+                  AND b.signed_off_at IS NOT NULL)
+RETURNING id"""
+STAR = """
+UPDATE jobs SET stars = :stars, rated_by = :by, rated_at = :now
+WHERE id = :job AND status = {succeeded}
+  AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = jobs.batch_id
+                  AND b.signed_off_at IS NOT NULL)
+RETURNING id"""
+# A batch's images by review (rating codes; NULL: unreviewed), and its jobs not ended.
+REVIEW_COUNTS = """
+SELECT rating, COUNT(*) AS n FROM jobs WHERE batch_id = :batch AND status = {succeeded}
+GROUP BY rating"""
+BATCH_ACTIVE = "SELECT COUNT(*) AS n FROM jobs WHERE batch_id = :batch AND status IN {active}"
+# Signed off only while every image it made is reviewed and nothing of it still runs:
+# checked in the statement itself, so a review racing the sign-off cannot slip between.
+SIGN_OFF = """
+UPDATE batches SET signed_off_by = :by, signed_off_at = :now
+WHERE id = :batch AND signed_off_at IS NULL
+  AND EXISTS (SELECT 1 FROM jobs WHERE batch_id = :batch AND status = {succeeded})
+  AND NOT EXISTS (SELECT 1 FROM jobs WHERE batch_id = :batch
+                  AND (status IN {active} OR (status = {succeeded} AND rating IS NULL)))
+RETURNING id"""
+REOPEN = """
+UPDATE batches SET signed_off_by = NULL, signed_off_at = NULL
+WHERE id = :batch AND signed_off_at IS NOT NULL RETURNING id"""
 CHILDREN = "SELECT * FROM jobs WHERE parent_job_id = :job ORDER BY id"
 # Everything made from a batch's images, and from those, in one statement (the parent index).
 DESCENDANTS = """
@@ -589,7 +616,7 @@ LATEST_BATCH = "SELECT id FROM batches WHERE submitter = :submitter ORDER BY id 
 BATCHES_OF = "SELECT id FROM batches WHERE submitter = :submitter AND id > :after ORDER BY id"
 
 # The API's job list: newest first, a page after the cursor, each filter optional.
-# A rating filter is KEPT, REJECTED or 0 (unrated: NULL in the table).
+# A rating filter is a review's code, or 0 (unreviewed: NULL in the table); stars: at least.
 PAGE_JOBS = """
 SELECT * FROM jobs
 WHERE (CAST(:before AS BIGINT) IS NULL OR id < :before)
@@ -597,6 +624,7 @@ WHERE (CAST(:before AS BIGINT) IS NULL OR id < :before)
   AND (CAST(:status AS TEXT) IS NULL OR status = :status)
   AND (CAST(:submitter AS TEXT) IS NULL OR submitter = :submitter)
   AND (CAST(:rating AS INTEGER) IS NULL OR COALESCE(rating, 0) = :rating)
+  AND (CAST(:stars AS INTEGER) IS NULL OR COALESCE(stars, 0) >= :stars)
 ORDER BY id DESC LIMIT :limit OFFSET :offset"""
 
 COUNT_JOBS = """
@@ -604,7 +632,8 @@ SELECT COUNT(*) AS n FROM jobs
 WHERE (CAST(:batch AS BIGINT) IS NULL OR batch_id = :batch)
   AND (CAST(:status AS TEXT) IS NULL OR status = :status)
   AND (CAST(:submitter AS TEXT) IS NULL OR submitter = :submitter)
-  AND (CAST(:rating AS INTEGER) IS NULL OR COALESCE(rating, 0) = :rating)"""
+  AND (CAST(:rating AS INTEGER) IS NULL OR COALESCE(rating, 0) = :rating)
+  AND (CAST(:stars AS INTEGER) IS NULL OR COALESCE(stars, 0) >= :stars)"""
 
 # The dashboard's and the API's batch list: newest first, then their jobs counted.
 PAGE_BATCHES = """

@@ -24,14 +24,13 @@ from storage.db import Database
 from storage.reads import BatchProgress, QueueReads
 from storage.records import (
     ACTIVE,
-    KEPT,
-    REJECTED,
     TERMINAL,
     Priority,
     Status,
     decoded,
     encoded,
 )
+from storage.reviews import BY_CODE, MAX_STARS, REOPENED, SIGNED_OFF
 from storage.wakeup import EventBell, PostgresWaker, SocketWaker, Waker
 
 __all__ = ["ACTIVE", "TERMINAL", "BatchProgress", "CancelResult", "Claim", "Enqueued", "Lease",
@@ -582,13 +581,48 @@ class Queue(QueueReads):
             await self.cancel_bell.notify()
         return result
 
-    async def rate(self, job_id: int, rating: int | None, by: str) -> bool:
-        """Set (or, with None, clear) a finished image's rating. False: no such job
-        succeeded (nothing else has an image to rate)."""
-        if rating not in (None, KEPT, REJECTED):
-            raise ValueError(f"a rating is {KEPT}, {REJECTED} or None, not {rating!r}")
+    async def rate(self, job_id: int, rating: int | None, by: str, note: str | None = None) -> bool:
+        """Set (or, with None, clear) a finished image's review (a code of
+        storage.reviews) and its reason or note. False: no such job succeeded (nothing
+        else has an image to review), or its batch is signed off."""
+        if rating not in BY_CODE:
+            raise ValueError(f"a rating is one of {sorted(BY_CODE, key=str)}, not {rating!r}")
         return await self.db.fetchrow(q.RATE, {"job": job_id, "rating": rating, "by": by,
+                                               "note": note or None,
                                                "now": self.clock()}) is not None
+
+    async def star(self, job_id: int, stars: int | None, by: str) -> bool:
+        """Grade a finished image 1-5 (None: no grade). False as `rate`."""
+        if stars is not None and not 1 <= stars <= MAX_STARS:
+            raise ValueError(f"stars are 1 to {MAX_STARS} or None, not {stars!r}")
+        return await self.db.fetchrow(q.STAR, {"job": job_id, "stars": stars, "by": by,
+                                               "now": self.clock()}) is not None
+
+    async def sign_off(self, batch_id: int, by: str) -> bool:
+        """Record that `by` approved the batch, with an event ("signed_off"), if every
+        image it made is reviewed and none of its jobs is still to run. False: it is
+        not (storage.reads.review_counts says why), or it was signed off already."""
+        now = self.clock()
+        async with self.db.transaction() as tx:
+            if await self.db.fetchrow(q.SIGN_OFF, {"batch": batch_id, "by": by, "now": now},
+                                      client=tx) is None:
+                return False
+            await self.db.execute(q.INSERT_EVENT, {
+                "at": now, "kind": SIGNED_OFF, "batch": batch_id, "job": None,
+                "data": encoded({"by": by})}, client=tx)
+        return True
+
+    async def reopen(self, batch_id: int, by: str) -> bool:
+        """Take a batch's sign-off back (its images may be reviewed again), with an event
+        ("reopened"). False: it was not signed off."""
+        now = self.clock()
+        async with self.db.transaction() as tx:
+            if await self.db.fetchrow(q.REOPEN, {"batch": batch_id}, client=tx) is None:
+                return False
+            await self.db.execute(q.INSERT_EVENT, {
+                "at": now, "kind": REOPENED, "batch": batch_id, "job": None,
+                "data": encoded({"by": by})}, client=tx)
+        return True
 
     async def forget_finished(self, before: float, limit: int = 500,
                               ids: Sequence[int] | None = None) -> list[int]:

@@ -15,7 +15,6 @@ from storage import queries as q
 from storage.db import Database
 from storage.records import (
     KEPT,
-    REJECTED,
     TERMINAL,
     ActiveCounts,
     Batch,
@@ -30,10 +29,14 @@ from storage.records import (
     RunningJob,
     Status,
 )
+from storage.reviews import REVIEWS, Review, review_of
 from storage.states import NEXT
 
-Rating = Literal["kept", "rejected", "unrated"]  # a job list's rating filter
-RATING_FILTERS: dict[str, int] = {"kept": KEPT, "rejected": REJECTED, "unrated": 0}
+# A job list's review filter: a review state (storage.reviews), or "kept" and "unrated",
+# the names approved and unreviewed had before there were reviews.
+Rating = Literal["approved", "rejected", "changes_requested", "unreviewed", "kept", "unrated"]
+RATING_FILTERS: dict[str, int] = {
+    **{r.value: s.code or 0 for r, s in REVIEWS.items()}, "kept": KEPT, "unrated": 0}
 
 
 def _rating(rating: Rating | None) -> int | None:
@@ -44,6 +47,24 @@ def _rating(rating: Rating | None) -> int | None:
         raise ValueError(f"a rating filter is one of {', '.join(RATING_FILTERS)}, "
                          f"not {rating!r}")
     return RATING_FILTERS[rating]
+
+
+@dataclass(frozen=True)
+class ReviewCounts:
+    images: dict[Review, int]  # finished images by review state (absent: none)
+    unfinished: int  # jobs queued or running
+
+    @property
+    def unreviewed(self) -> int:
+        return sum(n for r, n in self.images.items() if not REVIEWS[r].reviewed)
+
+    @property
+    def total(self) -> int:
+        return sum(self.images.values())
+
+    @property
+    def reviewed(self) -> int:
+        return self.total - self.unreviewed
 
 
 @dataclass(frozen=True)
@@ -126,23 +147,30 @@ class QueueReads:
 
     async def page_jobs(self, *, before: int | None = None, batch: int | None = None,
                         status: str | None = None, submitter: str | None = None,
-                        rating: Rating | None = None, limit: int = 100,
-                        offset: int = 0) -> list[Job]:
+                        rating: Rating | None = None, stars: int | None = None,
+                        limit: int = 100, offset: int = 0) -> list[Job]:
         """Jobs newest first, filtered: those with an id below `before` (a cursor, for
         scripts walking everything), or from `offset` on (for a view that jumps about).
-        `rating`: only images kept, rejected, or not rated."""
+        `rating`: only images in that review state; `stars`: graded at least that."""
         rows = await self.db.fetch(q.PAGE_JOBS, {"before": before, "batch": batch,
                                                  "status": status, "submitter": submitter,
-                                                 "rating": _rating(rating), "limit": limit,
-                                                 "offset": offset})
+                                                 "rating": _rating(rating), "stars": stars,
+                                                 "limit": limit, "offset": offset})
         return [Job.from_row(r) for r in rows]
 
     async def count_jobs(self, *, batch: int | None = None, status: str | None = None,
-                         submitter: str | None = None, rating: Rating | None = None) -> int:
+                         submitter: str | None = None, rating: Rating | None = None,
+                         stars: int | None = None) -> int:
         """How many jobs page_jobs would walk through, with the same filters."""
         return await self.db.fetchval(q.COUNT_JOBS, {"batch": batch, "status": status,
                                                      "submitter": submitter,
-                                                     "rating": _rating(rating)})
+                                                     "rating": _rating(rating), "stars": stars})
+
+    async def review_counts(self, batch_id: int) -> ReviewCounts:
+        """A batch's images by review, and how many of its jobs have not ended."""
+        rows = await self.db.fetch(q.REVIEW_COUNTS, {"batch": batch_id})
+        return ReviewCounts({review_of(r["rating"]): r["n"] for r in rows},
+                            await self.db.fetchval(q.BATCH_ACTIVE, {"batch": batch_id}))
 
     async def page_batches(self, *, before: int | None = None, submitter: str | None = None,
                            limit: int = 50) -> list[BatchCounts]:

@@ -14,6 +14,7 @@ from enum import IntEnum
 from typing import Any
 
 # A job's states live in storage.states; records hand them out with the rows.
+from storage.reviews import Review, code_of, review_of
 from storage.states import ACTIVE as ACTIVE
 from storage.states import TERMINAL as TERMINAL
 from storage.states import Status as Status
@@ -31,7 +32,7 @@ class Priority(IntEnum):
         return self.name.lower()
 
 
-KEPT, REJECTED = 1, -1  # a finished image's rating
+KEPT, REJECTED = code_of(Review.APPROVED), code_of(Review.REJECTED)  # the common two
 
 
 def decoded(value: Any) -> Any:
@@ -58,6 +59,8 @@ class Batch:
     total_jobs: int
     meta: dict[str, Any]  # what the submitting side wants remembered (language, sheet name …)
     created_at: float
+    signed_off_by: str | None = None  # who approved it, once every image was reviewed
+    signed_off_at: float | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Batch:
@@ -65,7 +68,9 @@ class Batch:
                    platform=row["platform"], conversation=row["conversation"],
                    thread=row["thread"], priority=Priority(row["priority"]),
                    idempotency_key=row["idempotency_key"], total_jobs=row["total_jobs"],
-                   meta=decoded(row["meta"]) or {}, created_at=row["created_at"])
+                   meta=decoded(row["meta"]) or {}, created_at=row["created_at"],
+                   signed_off_by=row.get("signed_off_by"),
+                   signed_off_at=row.get("signed_off_at"))
 
 
 @dataclass(frozen=True)
@@ -90,13 +95,19 @@ class Job:
     finished_at: float | None
     parent_job_id: int | None = None  # the image it was made from (keep, again, vary …)
     action: str | None = None  # how: again | vary | upscale | edit
-    rating: int | None = None  # its image's: 1 kept, -1 rejected, None unrated
+    rating: int | None = None  # its image's review, by code (storage.reviews)
     rated_by: str | None = None
     rated_at: float | None = None
+    review_note: str | None = None  # a rejection's reason, a change's note
+    stars: int | None = None  # 1-5
 
     @property
     def kept(self) -> bool:
         return self.rating == KEPT
+
+    @property
+    def review(self) -> Review:
+        return review_of(self.rating)
 
     @property
     def values(self) -> dict[str, Any]:
@@ -121,7 +132,8 @@ class Job:
                    enqueued_at=row["enqueued_at"], started_at=row["started_at"],
                    finished_at=row["finished_at"], parent_job_id=row.get("parent_job_id"),
                    action=row.get("action"), rating=row.get("rating"),
-                   rated_by=row.get("rated_by"), rated_at=row.get("rated_at"))
+                   rated_by=row.get("rated_by"), rated_at=row.get("rated_at"),
+                   review_note=row.get("review_note"), stars=row.get("stars"))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ class Batch(Model):
     total_jobs = fields.IntField()
     meta = fields.JSONField(default=dict)
     created_at = fields.FloatField()
+    signed_off_by = fields.CharField(max_length=200, null=True, description="who approved it")
+    signed_off_at = fields.FloatField(null=True)
 
     class Meta:
         table = "batches"
@@ -58,9 +60,13 @@ class Job(Model):
     # the rating people gave its image. No foreign key: retention may forget the parent.
     parent_job_id = fields.BigIntField(null=True)
     action = fields.CharField(max_length=16, null=True)
+    # Its review, by storage.reviews' codes: 1 approved (kept), -1 rejected, 2 changes
+    # requested, null unreviewed (the description is as migration 0014 wrote it).
     rating = fields.SmallIntField(null=True, description="1 kept, -1 rejected, null unrated")
     rated_by = fields.CharField(max_length=200, null=True)
     rated_at = fields.FloatField(null=True)
+    review_note = fields.TextField(null=True, description="a rejection's reason, a change's note")
+    stars = fields.SmallIntField(null=True, description="1-5, a reviewer's grade")
 
     class Meta:
         table = "jobs"

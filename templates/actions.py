@@ -197,6 +197,11 @@ ACTIONS: dict[str, ActionSpec] = {s.name: s for s in [
 ]}
 
 
+# What a review's "changes requested" becomes, the first that can: an edit by the note
+# (where an edit model is configured), else a new try of the row.
+CHANGES = ("edit", "again")
+
+
 def offered(template: Template | None) -> list[str]:
     """The actions a template's images offer, in the table's order."""
     return [s.name for s in ACTIONS.values() if s.offered(template)]

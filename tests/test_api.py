@@ -14,7 +14,7 @@ from PIL import Image
 from bot.settings import IntakeConfig, assets_dir
 from tests.conftest import ROOT, executor_config
 from tests.fakes import media
-from tests.fakes.api import ADMIN, ALICE, BOB, BOTTLE, VIEWER, ApiWorld, api_config
+from tests.fakes.api import ADMIN, ALICE, BOB, BOTTLE, REVIEWER, VIEWER, ApiWorld, api_config
 
 
 @pytest.fixture
@@ -383,9 +383,9 @@ async def test_schedules_through_the_api(api):
 
 # --- every route against every role -------------------------------------------------------
 NOBODY = "nobody-token-00001"
-ROLES = {"anonymous": None, "none": NOBODY, "viewer": VIEWER, "other": BOB, "owner": ALICE,
-         "admin": ADMIN}
-NO, ANY, V, S, OWNER, A = range(6)  # who gets past the permission check: anyone, signed in
+ROLES = {"anonymous": None, "none": NOBODY, "viewer": VIEWER, "reviewer": REVIEWER,
+         "other": BOB, "owner": ALICE, "admin": ADMIN}
+NO, ANY, V, R, S, OWNER, A = range(7)  # who gets past the permission check: anyone, signed in
 # or not (a public route) … only admins
 ROUTES = [  # method, path, who passes, the answer once past the check
     ("GET", "/queue", V, 200), ("GET", "/workers", V, 200), ("GET", "/templates", V, 200),
@@ -400,7 +400,9 @@ ROUTES = [  # method, path, who passes, the answer once past the check
     ("POST", "/schedules", A, 415), ("DELETE", "/schedules/9", A, 404),
     ("GET", "/jobs/1/lineage", V, 200), ("GET", "/batches/1/picks", V, 200),
     ("GET", "/batches/1/picks.xlsx", V, 200), ("GET", "/batches/1/picks.png", V, 404),
-    ("POST", "/jobs/1/actions", S, 400), ("PUT", "/jobs/1/rating", V, 400),  # (no body)
+    ("POST", "/jobs/1/actions", S, 400), ("PUT", "/jobs/1/rating", R, 400),  # (no body)
+    ("PUT", "/jobs/1/review", R, 400), ("PUT", "/jobs/1/stars", R, 400),
+    ("POST", "/batches/1/signoff", R, 409), ("DELETE", "/batches/1/signoff", A, 409),
 ]
 
 
@@ -411,8 +413,8 @@ async def test_every_route_answers_each_role_as_the_rules_say(tmp_path, demo_mod
                         submitters=["api:alice", "api:bob"])
     async with ApiWorld(config) as w:
         await w.submit(3, token=ALICE)
-        rank = {"anonymous": NO, "none": ANY, "viewer": V, "other": S, "owner": OWNER,
-                "admin": A}
+        rank = {"anonymous": NO, "none": ANY, "viewer": V, "reviewer": R, "other": S,
+                "owner": OWNER, "admin": A}
         for method, path, needs, answer in ROUTES:
             for role, token in ROLES.items():
                 await w.queue.resume()  # each call starts from the same state

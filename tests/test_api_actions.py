@@ -12,7 +12,7 @@ import pytest
 from openpyxl import load_workbook
 from PIL import Image
 
-from tests.fakes.api import ALICE, BOB, BOTTLE, VIEWER, ApiWorld, api_config
+from tests.fakes.api import ALICE, BOB, BOTTLE, REVIEWER, VIEWER, ApiWorld, api_config
 from tests.fakes.jobs import finish_all
 
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
@@ -88,8 +88,8 @@ async def test_actions_ratings_lineage_and_picks_through_the_api(api):
             (ALICE, f"/jobs/{child}/actions", {"action": "again"},
              (409, "action_not_finished")),
             (ALICE, f"/jobs/{child}/rating", {"rating": "keep"}, (409, "action_no_image")),
-            (VIEWER, f"/jobs/{first.id}/rating", {"rating": "love"}, (422, "rating_unknown")),
-            (VIEWER, "/jobs/999/rating", {"rating": "keep"}, (404, "no_job"))):
+            (REVIEWER, f"/jobs/{first.id}/rating", {"rating": "love"}, (422, "rating_unknown")),
+            (REVIEWER, "/jobs/999/rating", {"rating": "keep"}, (404, "no_job"))):
         method = "PUT" if path.endswith("rating") else "POST"
         status, answer = await api.call(method, path, token, json=body)
         assert (status, answer["error"]["code"]) == expected, (path, body, answer)
@@ -109,10 +109,10 @@ async def test_actions_ratings_lineage_and_picks_through_the_api(api):
     assert (status, answer["error"]["code"]) == (400, "bad_idempotency_key")
 
     # Ratings: who and when, on the job record; null takes it back.
-    status, kept = await api.call("PUT", f"/jobs/{first.id}/rating", VIEWER,
+    status, kept = await api.call("PUT", f"/jobs/{first.id}/rating", REVIEWER,
                                   json={"rating": "keep"})
     assert status == 200 and (kept["id"], kept["rating"], kept["rated_by"]) == \
-        (first.id, "kept", "api:vic") and kept["rated_at"] > 0
+        (first.id, "kept", "api:rex") and kept["rated_at"] > 0
     status, rejected = await api.call("PUT", f"/jobs/{second.id}/rating", json={
         "rating": "reject"})
     assert rejected["rating"] == "rejected"
@@ -173,7 +173,8 @@ async def test_actions_ratings_lineage_and_picks_through_the_api(api):
             "/api/v1/batches/{id}/picks.png"} <= set(doc["paths"])
     (rating,) = [p for p in doc["paths"]["/api/v1/jobs"]["get"]["parameters"]
                  if p["name"] == "rating"]
-    assert rating["in"] == "query" and rating["schema"]["enum"] == ["kept", "rejected", "unrated"]
+    assert rating["in"] == "query" and set(rating["schema"]["enum"]) == {
+        "approved", "rejected", "changes_requested", "unreviewed", "kept", "unrated"}
     job = doc["components"]["schemas"]["Job"]["properties"]
     assert {"parent_job_id", "action", "rating", "rated_by", "rated_at"} <= set(job)
 
@@ -239,3 +240,55 @@ async def test_repaint_with_a_mask_and_extend_to_a_shape_through_the_api(api):
     assert status == 201, found
     status, made = await api.call("GET", f"/batches/{found['batch']}", VIEWER)
     assert made["meta"]["region"] == "the bottle"
+
+
+async def test_reviews_stars_and_sign_off_through_the_api(api):
+    """A reviewer rejects with a reason, asks for changes (an edit queued as alice's),
+    grades; the job list filters by review and stars; the batch is signed off once every
+    image is reviewed (409 before, naming how many are left) and its results sheet says
+    so; a viewer may do none of it."""
+    first, second = await products(api)
+    review = f"/jobs/{first.id}/review"
+    status, body = await api.call("PUT", review, VIEWER, json={"state": "approved"})
+    assert (status, body["error"]["code"]) == (403, "refused_role")
+    status, body = await api.call("PUT", review, REVIEWER, json={"state": "nice"})
+    assert status == 422 and "state" in body["error"]["message"]
+    status, body = await api.call("PUT", review, REVIEWER, json={"state": "changes_requested"})
+    assert (status, body["error"]["code"]) == (422, "changes_need_note")
+    status, done = await api.call("PUT", review, REVIEWER, json={
+        "state": "changes_requested", "note": "把背景换成海滩"})
+    assert status == 200, done
+    assert (done["job"]["review"], done["job"]["review_note"]) == (
+        "changes_requested", "把背景换成海滩")
+    assert done["change"]["parent"] == first.id and done["change"]["action"] == "edit"
+    assert done["change"]["jobs"][0]["submitter"] == "api:alice"
+    status, signoff = await api.call("POST", f"/batches/{first.batch_id}/signoff", REVIEWER)
+    assert (status, signoff["error"]["code"]) == (409, "signoff_unreviewed")
+    assert "1 of its 2 images is not reviewed" in signoff["error"]["message"]
+    status, graded = await api.call("PUT", f"/jobs/{second.id}/stars", REVIEWER,
+                                    json={"stars": 5})
+    assert (status, graded["stars"]) == (200, 5)
+    status, body = await api.call("PUT", f"/jobs/{second.id}/stars", REVIEWER,
+                                  json={"stars": 9})
+    assert status == 422
+    status, done = await api.call("PUT", f"/jobs/{second.id}/review", REVIEWER,
+                                  json={"state": "approved"})
+    assert (status, done["job"]["review"], done["change"]) == (200, "approved", None)
+    status, page = await api.call("GET", f"/jobs?batch={first.batch_id}&rating=approved&stars=4")
+    assert [j["id"] for j in page["jobs"]] == [second.id]
+    status, page = await api.call("GET", f"/jobs?batch={first.batch_id}&rating=changes_requested")
+    assert [j["id"] for j in page["jobs"]] == [first.id]
+    status, signoff = await api.call("POST", f"/batches/{first.batch_id}/signoff", REVIEWER)
+    assert status == 200, signoff
+    assert signoff["signed_off"]["by"] == "api:rex"
+    assert signoff["reviews"] == {"approved": 1, "changes_requested": 1}
+    status, batch = await api.call("GET", f"/batches/{first.batch_id}", VIEWER)
+    assert batch["signed_off"]["by"] == "api:rex" and batch["reviews"]["approved"] == 1
+    status, body = await api.call("PUT", review, REVIEWER, json={"state": "approved"})
+    assert (status, body["error"]["code"]) == (409, "batch_signed_off")
+    async with api.http.get(f"/api/v1/batches/{first.batch_id}/files/results.xlsx",
+                            headers={"Authorization": f"Bearer {VIEWER}"}) as r:
+        rows = list(load_workbook(io.BytesIO(await r.read())).active.iter_rows(values_only=True))
+    assert rows[-1][0].startswith("Signed off by api:rex at ")
+    status, body = await api.call("DELETE", f"/batches/{first.batch_id}/signoff", REVIEWER)
+    assert (status, body["error"]["code"]) == (403, "refused_role")

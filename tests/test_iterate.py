@@ -17,7 +17,7 @@ from storage.files import open_store
 from storage.queue import open_queue
 from storage.records import KEPT, REJECTED, Priority, Status
 from templates.jobs import decode
-from tests.fakes.apps import ALICE, BOB, BOSS, PRODUCTS, VIC, app_on, pictures
+from tests.fakes.apps import ALICE, BOB, BOSS, PRODUCTS, REX, VIC, app_on, pictures
 from tests.fakes.jobs import finish_all
 
 
@@ -88,9 +88,9 @@ async def test_again_vary_upscale_and_edit_queue_children_linked_to_their_image(
     path, _ = write_results(app.store, await app.batch(edit.batch_id), done,
                             app.templates["product_main"])
     head, row = list(load_workbook(app.store.path(path)).active.iter_rows(values_only=True))
-    assert head[-6:] == ("job", "made from job", "action", "rating", "model",
+    assert head[-6:] == ("job", "made from job", "action", "review", "model",
                          "template version")
-    assert row[-6:] == (changed.id, second.id, "edit", "kept", "sdxl",
+    assert row[-6:] == (changed.id, second.id, "edit", "approved", "sdxl",
                         app.templates["product_main"].version)
     assert len(row[-1]) == 12 and decode(second.workflow).version == row[-1]
     log = [(a.action, a.allowed) for a in await app.access.audit_log()]
@@ -127,14 +127,15 @@ async def test_an_image_action_keeps_its_batchs_priority_only_as_far_as_the_acto
 
 async def test_ratings_are_stored_with_who_and_when_and_can_be_taken_back(app):
     first, second = await finished(app)
-    kept = await app.rate(VIC, first.id, "keep")  # a viewer may rate, not queue
-    assert (kept.rating, kept.rated_by, kept.kept) == (KEPT, "test:VIC", True)
+    kept = await app.rate(REX, first.id, "keep")  # a reviewer may rate, not queue
+    assert (kept.rating, kept.rated_by, kept.kept) == (KEPT, "test:REX", True)
     assert kept.rated_at == app.clock()
     assert (await app.rate(ALICE, second.id, "reject")).rating == REJECTED
     assert (await app.rate(ALICE, first.id, "unkeep")).rating is None
-    with pytest.raises(Refused) as e:
-        await app.act(VIC, first.id, ask("again"))
-    assert e.value.code == "refused_role"
+    for refused in (app.act(REX, first.id, ask("again")), app.rate(VIC, first.id, "keep")):
+        with pytest.raises(Refused) as e:  # a reviewer may not queue, a viewer not rate
+            await refused
+        assert e.value.code == "refused_role"
     with pytest.raises(Invalid):
         await app.rate(ALICE, first.id, "love")
 

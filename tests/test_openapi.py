@@ -34,7 +34,7 @@ from bot.settings import IntakeConfig
 from bot.webhooks.payloads import EVENTS
 from storage.config import QueueConfig
 from templates.settings import TemplatesConfig, shipped_dir
-from tests.fakes.api import ADMIN, ALICE, BOB, BOTTLE, VIEWER, ApiWorld, api_config
+from tests.fakes.api import ADMIN, ALICE, BOB, BOTTLE, REVIEWER, VIEWER, ApiWorld, api_config
 from tests.fakes.jobs import finish_all
 from tests.fakes.webhooks import Receiver
 from tests.fakes.workflows import TXT2IMG
@@ -82,6 +82,13 @@ async def world(tmp_path_factory, demo_models):
         for job in await finish_all(w.app, 3):
             await w.call("PUT", f"/jobs/{job.id}/rating", token=ADMIN, json={
                 "rating": "keep" if job.values["width"] == 512 else "reject"})
+        clock = w.queue.clock  # batch 4 (job 8): alice's, made an hour ago (outside her one
+        w.queue.clock = lambda: clock() - 3600  # a minute) and finished: a change asked of
+        try:  # its image is queued as hers, refused while she is at her limit
+            assert (await w.submit(1, token=ALICE))[0] == 201
+        finally:
+            w.queue.clock = clock
+        await finish_all(w.app, 4)
         status, w.doc = await w.call("GET", "/openapi.json", token=None)
         assert status == 200
         w.schema = schemathesis.openapi.from_dict(w.doc)
@@ -205,11 +212,11 @@ def tour(world) -> set[tuple[str, str, int]]:
     call(ADMIN, "POST", f"{batches}/{{id}}/retry", 409)  # batch 1: nothing failed
     for template in ("/batches/{id}/cancel", "/batches/{id}/retry", "/jobs/{id}/cancel"):
         call(ADMIN, "POST", v + template, 404, path=v + template.replace("{id}", "99"))
-    call(ADMIN, "POST", f"{batches}/{{id}}/cancel", 200, path=f"{batches}/4/cancel")
+    call(ADMIN, "POST", f"{batches}/{{id}}/cancel", 200, path=f"{batches}/5/cancel")
     call(ADMIN, "POST", f"{v}/jobs/{{id}}/cancel", 200)
 
     # Iterating on job 1's image (batch 1 ran); job 3 failed (no image); job 8 is alice's,
-    # canceled above, and she submitted a moment ago (one a minute).
+    # and she submitted a moment ago (one a minute).
     jobs, big = f"{v}/jobs", b" " * 70_000
     bigger = b" " * int(IMAGE_MB * 1.4 * 2**20)  # an action's body holds a mask picture
     act, rating = f"{jobs}/{{id}}/actions", f"{jobs}/{{id}}/rating"
@@ -222,7 +229,7 @@ def tour(world) -> set[tuple[str, str, int]]:
     call(ADMIN, "POST", act, 422, json={"action": "dance"})
     call(ALICE, "POST", act, 429, path=f"{jobs}/8/actions",
          json={"action": "edit", "values": {"title": "again"}})
-    call(VIEWER, "PUT", rating, 200, json={"rating": "keep"})
+    call(REVIEWER, "PUT", rating, 200, json={"rating": "keep"})
     kept = f"{batches}/{{id}}/kept/actions"  # every kept image of batch 1 (job 1)
     call(ADMIN, "POST", kept, 201, json={"action": "upscale"}, headers={"Idempotency-Key": "k"})
     call(ADMIN, "POST", kept, 200, json={"action": "upscale"}, headers={"Idempotency-Key": "k"})
@@ -232,16 +239,40 @@ def tour(world) -> set[tuple[str, str, int]]:
     call(ADMIN, "POST", kept, 413, data=bigger)
     call(ADMIN, "POST", kept, 422, json={"action": "edit", "instruction": "x", "model": "no"})
     call(ALICE, "POST", kept, 429, json={"action": "upscale"})  # (one a minute)
-    call(VIEWER, "PUT", rating, 400, data=b"[")
-    call(VIEWER, "PUT", rating, 404, path=f"{jobs}/99/rating", json={"rating": "keep"})
-    call(VIEWER, "PUT", rating, 409, path=f"{jobs}/3/rating", json={"rating": "keep"})
-    call(VIEWER, "PUT", rating, 413, data=big)
-    call(VIEWER, "PUT", rating, 422, json={"rating": "love"})
+    call(REVIEWER, "PUT", rating, 400, data=b"[")
+    call(REVIEWER, "PUT", rating, 404, path=f"{jobs}/99/rating", json={"rating": "keep"})
+    call(REVIEWER, "PUT", rating, 409, path=f"{jobs}/3/rating", json={"rating": "keep"})
+    call(REVIEWER, "PUT", rating, 413, data=big)
+    call(REVIEWER, "PUT", rating, 422, json={"rating": "love"})
+    review, stars = f"{jobs}/{{id}}/review", f"{jobs}/{{id}}/stars"
+    call(REVIEWER, "PUT", review, 400, data=b"[")
+    call(REVIEWER, "PUT", review, 422, json={"state": "liked"})
+    call(REVIEWER, "PUT", review, 404, path=f"{jobs}/99/review", json={"state": "approved"})
+    call(REVIEWER, "PUT", review, 409, path=f"{jobs}/3/review", json={"state": "approved"})
+    call(REVIEWER, "PUT", review, 413, data=big)
+    call(REVIEWER, "PUT", review, 422, json={"state": "changes_requested"})  # (no note)
+    call(REVIEWER, "PUT", review, 429, path=f"{jobs}/8/review",
+         json={"state": "changes_requested", "note": "warmer light"})
+    call(REVIEWER, "PUT", stars, 200, json={"stars": 4})
+    call(REVIEWER, "PUT", stars, 400, data=b"[")
+    call(REVIEWER, "PUT", stars, 422, json={"stars": 6})
+    call(REVIEWER, "PUT", stars, 404, path=f"{jobs}/99/stars", json={"stars": 4})
+    call(REVIEWER, "PUT", stars, 409, path=f"{jobs}/3/stars", json={"stars": 4})
+    call(REVIEWER, "PUT", stars, 413, data=big)
+
     for template in ("/jobs/{id}/lineage", "/batches/{id}/picks", "/batches/{id}/picks.xlsx",
                      "/batches/{id}/picks.png"):
         call(VIEWER, "GET", v + template, 200)
         call(VIEWER, "GET", v + template, 404, path=v + template.replace("{id}", "99"))
-    call(VIEWER, "PUT", rating, 200, json={"rating": None})
+    call(REVIEWER, "PUT", rating, 200, json={"rating": None})
+    signoff = f"{batches}/{{id}}/signoff"
+    call(REVIEWER, "POST", signoff, 409, path=f"{batches}/4/signoff")  # job 8: unreviewed
+    call(REVIEWER, "POST", signoff, 404, path=f"{batches}/99/signoff")
+    call(ADMIN, "DELETE", signoff, 409, path=f"{batches}/4/signoff")  # not signed off
+    call(ADMIN, "DELETE", signoff, 404, path=f"{batches}/99/signoff")
+    call(REVIEWER, "PUT", review, 200, path=f"{jobs}/8/review", json={"state": "approved"})
+    call(REVIEWER, "POST", signoff, 200, path=f"{batches}/4/signoff")
+    call(ADMIN, "DELETE", signoff, 200, path=f"{batches}/4/signoff")
     refine = f"{batches}/{{id}}/refine"
     call(VIEWER, "GET", refine, 200, path=f"{batches}/3/refine")  # the sweep, rated
     call(VIEWER, "GET", refine, 409)  # batch 1: no sweep
@@ -304,8 +335,8 @@ async def test_a_tour_reaches_every_documented_answer_and_each_is_as_documented(
 
 async def test_the_webhooks_section_documents_each_events_body_and_its_signature(world):
     hooks = world.doc["webhooks"]
-    assert set(hooks) == {"batch.queued", "batch.finished", "batch.canceled", "job.succeeded",
-                          "job.failed", "webhook.test"}
+    assert set(hooks) == {"batch.queued", "batch.finished", "batch.canceled", "batch.approved",
+                          "job.succeeded", "job.failed", "webhook.test"}
     for name, op in hooks.items():
         post = op["post"]
         assert {p["name"] for p in post["parameters"]} == \

@@ -72,7 +72,7 @@ def test_an_image_changed_by_a_sentence_says_the_sentence():
         {"id": "save", "op": "save", "inputs": {}}]
     sheet = load_workbook(io.BytesIO(results_xlsx([plain, told], ["title"], "zh"))).active
     head = [c.value for c in sheet[1]]
-    assert head[6:10] == ["来源任务", "操作", "修改指令", "评价"]
+    assert head[6:10] == ["来源任务", "操作", "修改指令", "审核"]
     assert [c.value for c in sheet[3]][6:9] == [2, "edit", "=把背景换成海滩"]  # text, not a formula
     assert "修改指令" not in [c.value for c in load_workbook(io.BytesIO(
         results_xlsx([plain], ["title"], "zh"))).active[1]]

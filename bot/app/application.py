@@ -28,6 +28,7 @@ from aiohttp.abc import AbstractResolver
 
 from bot import i18n
 from bot.app import importer, iterate, values
+from bot.app import review as reviews
 from bot.app.importer import Imported
 from bot.app.iterate import Acted, ActionRequest
 from bot.app.leases import Lease, leases
@@ -46,6 +47,7 @@ from storage.files import FileStore
 from storage.outbox import Outbox
 from storage.queue import CancelResult, Enqueued, NewJob, Queue, QueueFull, Submission
 from storage.records import Batch, Job, Priority, Schedule
+from storage.reviews import Review
 from storage.schedules import Schedules
 from storage.versions import TemplateVersions
 from storage.workers import Workers
@@ -528,8 +530,27 @@ class App:
         return await iterate.act_on_kept(self, who, batch_id, request)
 
     async def rate(self, who: Who, job_id: int, rating: str) -> Job:
-        """keep, reject or unkeep the image of job `job_id`."""
-        return await iterate.rate(self, who, job_id, rating)
+        """keep, reject or unkeep the image of job `job_id` (a review without a note)."""
+        if rating not in reviews.RATINGS:
+            raise Invalid("rating_unknown", rating=str(rating)[:40])
+        return (await reviews.review(self, who, job_id, reviews.RATINGS[rating])).job
+
+    async def review(self, who: Who, job_id: int, state: Review,
+                     note: str = "") -> reviews.Reviewed:
+        """Review the image of job `job_id` (bot.app.review)."""
+        return await reviews.review(self, who, job_id, state, note)
+
+    async def stars(self, who: Who, job_id: int, grade: int | None) -> Job:
+        """Grade the image of job `job_id` 1-5 (None: no grade)."""
+        return await reviews.stars(self, who, job_id, grade)
+
+    async def sign_off(self, who: Who, batch_id: int) -> reviews.SignedOff:
+        """Approve batch `batch_id` once every image of it is reviewed."""
+        return await reviews.sign_off(self, who, batch_id)
+
+    async def reopen(self, who: Who, batch_id: int) -> Batch:
+        """Take batch `batch_id`'s sign-off back."""
+        return await reviews.reopen(self, who, batch_id)
 
     async def picks(self, who: Who, batch_id: int) -> tuple[Batch, list[Job]]:
         """The kept images of batch `batch_id` and of all made from it; its first batch."""

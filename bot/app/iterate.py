@@ -1,7 +1,8 @@
-"""Iterating on a batch's images: rate (keep, reject), and again, vary, upscale, edit.
+"""Iterating on a batch's images: again, vary, upscale, edit, repaint, extend (their
+review is bot.app.review).
 
 Written once, for chat, the REST API, the dashboard and the command line (App.act,
-App.rate and App.find_image call here). An action is a new batch in the parent batch's
+App.find_image call here). An action is a new batch in the parent batch's
 place — the same conversation and thread — whose jobs record the image they came from
 (`parent_job_id`) and how (`action`); the notifier posts their images into that thread
 without a new acceptance, progress or summary (bot.chat.notifier).
@@ -34,7 +35,7 @@ from bot.conventions import thread_of
 from bot.errors import Conflict, Invalid, NotFound
 from storage.files import FileStore
 from storage.queue import Enqueued, NewJob, Queue, Submission
-from storage.records import KEPT, REJECTED, TERMINAL, Batch, Job, Status
+from storage.records import TERMINAL, Batch, Job, Status
 from templates import actions
 from templates.actions import ACTIONS, ActionSpec, Ask
 from templates.families import row_refusal
@@ -49,7 +50,6 @@ DEDUPE_SECONDS = 10.0
 MAX_COUNT = 16  # images one action makes
 MAX_REGION = 200  # characters of a region named in words (a segmentation model reads 77 tokens)
 MAX_CHOICES = 12  # of a row's several images, listed to pick one from
-RATINGS = {"keep": KEPT, "reject": REJECTED, "unkeep": None}
 
 
 class App(Protocol):
@@ -464,19 +464,6 @@ async def _image_of(app: App, job: Job) -> str:
     if not exists:
         raise Conflict("action_outputs_gone", job=job.id, batch=job.batch_id)
     return path
-
-
-async def rate(app: App, who: Who, job_id: int, rating: str) -> Job:
-    """keep, reject or unkeep a finished image; the job as rated."""
-    if rating not in RATINGS:
-        raise Invalid("rating_unknown", rating=str(rating)[:40])
-    what = Action(rating)
-    await app.permissions.require(who, what)  # anyone who sees an image may rate it
-    job = await app.job(job_id)
-    if not await app.queue.rate(job.id, RATINGS[rating], who.id):
-        raise Conflict("action_no_image", job=job.id, status=job.status.value)
-    await app.permissions.allowed(who, what, job=job.id, rating=rating)
-    return await app.job(job_id)
 
 
 class SeveralImages(Conflict):

@@ -1,12 +1,14 @@
 """Who may do what: roles, ownership and per-person limits, the same on every front.
 
 A person's role: admin if the config lists them (a grant cannot demote them), else a
-role given by /grant, else the config's submitters/viewers lists, else default_role.
-Admins do everything; submitters submit, and cancel or retry their own batches;
-viewers read; "none" may only ask for help. Priority is a privilege too: a submitter may
-ask for [chat] submitter_max_priority and below, an admin for admin_max_priority and
-below, and a grant may raise one person's. Every refusal and every admin action is
-written to the audit log (who, what, when, where), under the action's name.
+role given by /grant, else the config's submitters/reviewers/viewers lists, else
+default_role. Admins do everything; submitters submit, and cancel or retry their own
+batches; reviewers review images and sign batches off (a change they request is queued
+as the image's owner's), and read; viewers read; "none" may only ask for help.
+Priority is a privilege too: a submitter may ask for [chat] submitter_max_priority and
+below, an admin for admin_max_priority and below, and a grant may raise one person's.
+Every refusal and every admin action is written to the audit log (who, what, when,
+where), under the action's name.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from templates.actions import ACTIONS
 class Role(StrEnum):
     NONE = "none"
     VIEWER = "viewer"
+    REVIEWER = "reviewer"
     SUBMITTER = "submitter"
     ADMIN = "admin"
 
@@ -56,9 +59,13 @@ class Action(StrEnum):
     REVOKE = "revoke"
     SCHEDULE = "schedule"
     UNSCHEDULE = "unschedule"
-    KEEP = "keep"
+    KEEP = "keep"  # approve (storage.reviews): the batch's picks
     REJECT = "reject"
-    UNKEEP = "unkeep"
+    UNKEEP = "unkeep"  # back to unreviewed
+    CHANGES = "changes"  # request changes: queued as an edit (or again) of the owner's
+    STARS = "stars"
+    SIGN_OFF = "signoff"
+    REOPEN = "reopen"
     PICKS = "picks"
     REFINE = "refine"
     AB = "ab"
@@ -75,10 +82,12 @@ NEEDS: dict[Action, Role] = {
     Action.PAUSE: Role.ADMIN, Action.RESUME: Role.ADMIN, Action.DOCTOR: Role.ADMIN,
     Action.GRANT: Role.ADMIN,
     Action.REVOKE: Role.ADMIN, Action.SCHEDULE: Role.ADMIN, Action.UNSCHEDULE: Role.ADMIN,
-    # Iterating: a rating costs nothing (a new image costs the GPU: its spec's role).
-    Action.KEEP: Role.VIEWER, Action.REJECT: Role.VIEWER,
-    Action.UNKEEP: Role.VIEWER, Action.PICKS: Role.VIEWER, Action.REFINE: Role.VIEWER,
-    Action.AB: Role.VIEWER,
+    # Review: a reviewer's (a new image costs the GPU: its spec's role; a change a
+    # reviewer requests is queued as the owner's). Reopening a signed-off batch: admins.
+    Action.KEEP: Role.REVIEWER, Action.REJECT: Role.REVIEWER, Action.UNKEEP: Role.REVIEWER,
+    Action.CHANGES: Role.REVIEWER, Action.STARS: Role.REVIEWER, Action.SIGN_OFF: Role.REVIEWER,
+    Action.REOPEN: Role.ADMIN,
+    Action.PICKS: Role.VIEWER, Action.REFINE: Role.VIEWER, Action.AB: Role.VIEWER,
     # Endpoints' addresses and every event they were sent: for admins.
     Action.WEBHOOKS: Role.ADMIN,
 }
@@ -124,6 +133,8 @@ class Permissions:
             return Role(granted.role)
         if who.id in s.submitters:
             return Role.SUBMITTER
+        if who.id in s.reviewers:
+            return Role.REVIEWER
         if who.id in s.viewers:
             return Role.VIEWER
         return Role(s.default_role)

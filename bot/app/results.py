@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,7 @@ def write_results(store: FileStore, batch: Batch, jobs: list[Job], template: Tem
     folder in the store; their paths there. Reads every image: run it off the loop."""
     from bot.app.contact import contact_sheet
     folder = batch_folder(batch.id)
-    results = store.write(f"{folder}/{RESULTS}", results_xlsx(
-        jobs, columns_of(template, jobs), batch.meta.get("lang", "en"), swept_axes(batch)))
+    results = write_results_sheet(store, batch, jobs, template)
     lang = batch.meta.get("lang", "en")
     images = [(path, label(j, template, lang)) for j in jobs if j.status == Status.SUCCEEDED
               for o in j.outputs if (path := _output_file(store, o)) is not None]
@@ -42,6 +42,15 @@ def write_results(store: FileStore, batch: Batch, jobs: list[Job], template: Tem
     contact = store.write(f"{folder}/{CONTACT}", contact_sheet(images, font=font)) \
         if images else None
     return results, contact
+
+
+def write_results_sheet(store: FileStore, batch: Batch, jobs: list[Job],
+                        template: Template | None) -> str:
+    """The batch's results sheet alone (its reviews change after the batch ends: made
+    again then, without the contact sheet's images); its path in the store."""
+    return store.write(f"{batch_folder(batch.id)}/{RESULTS}", results_xlsx(
+        jobs, columns_of(template, jobs), batch.meta.get("lang", "en"), swept_axes(batch),
+        signed_off=batch))
 
 
 def write_picks(store: FileStore, batch: Batch, picks: list[Job], template: Template | None,
@@ -100,15 +109,18 @@ def swept_axes(batch: Batch) -> list[str]:
 
 
 def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
-                 order: list[str] | tuple[str, ...] = ()) -> bytes:
+                 order: list[str] | tuple[str, ...] = (), signed_off: Batch | None = None) -> bytes:
     """The batch's rows as the sheet had them (columns `names`), plus status, output
-    file and error (and a sweep's values, its axes in `order`)."""
+    file and error (and a sweep's values, its axes in `order`), each image's review, and
+    under the rows who signed the batch off and when (`signed_off`, where it was)."""
     from openpyxl import Workbook
     book = Workbook()
     swept = any(j.workflow.get("axes") for j in jobs)  # a sweep: each image's axis values
     told = any(_instruction(j) for j in jobs)  # an image changed by a sentence
     masked = any(_fill(j).get("mask") for j in jobs)  # a region repainted
     grown = any(_canvas(j) for j in jobs)  # a canvas extended
+    noted = any(j.review_note for j in jobs)  # a reason, a change asked for
+    graded = any(j.stars for j in jobs)
     sheet = book.active
     sheet.title = "results"
     sheet.append([say("col_row", lang), *names, say("col_status", lang),
@@ -117,21 +129,28 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
                   *([say("col_instruction", lang)] if told else []),
                   *([say("col_mask", lang)] if masked else []),
                   *([say("col_canvas", lang)] if grown else []), say("col_rating", lang),
-                  say("col_model", lang), say("col_version", lang),
+                  *([say("col_review_note", lang)] if noted else []),
+                  *([say("col_stars", lang)] if graded else []), say("col_model", lang),
+                  say("col_version", lang),
                   *([say("col_swept", lang)] if swept else [])])
     for job in jobs:
         values = {**job.values, **job.workflow.get("named", {})}  # pictures as the sheet named them
-        rating = {1: say("rating_kept", lang), -1: say("rating_rejected", lang)}.get(
-            job.rating or 0, "")
+        review = say(f"review_{job.review}", lang) if job.status == Status.SUCCEEDED else ""
         sheet.append([writable(_cell(v)) for v in (
             job.row, *[values.get(n) for n in names], str(job.status), ", ".join(job.outputs),
             job.error or "", job.id, job.parent_job_id, job.action or "",
             *([_instruction(job)] if told else []),
             *([_fill(job).get("mask") or ""] if masked else []),
-            *([_canvas(job)] if grown else []), rating,
+            *([_canvas(job)] if grown else []), review,
+            *([job.review_note or ""] if noted else []), *([job.stars] if graded else []),
             job.affinity or "", _version(job.workflow),
             *([swept_label(job.workflow.get("axes") or {}, order)] if swept else []))])
     text_cells(sheet)
+    if signed_off is not None and signed_off.signed_off_at is not None:
+        at = datetime.fromtimestamp(signed_off.signed_off_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        sheet.append([])
+        sheet.append([writable(say("col_signed_off", lang, by=signed_off.signed_off_by or "",
+                                   at=at))])
     buf = io.BytesIO()
     book.save(buf)
     return buf.getvalue()

@@ -32,10 +32,11 @@ from bot.intake.check import IntakeReport
 from bot.intake.examples import example_pictures
 from bot.intake.sheets import header_for
 from bot.intake.writer import write_example
-from bot.messages import Phrase, action_label, bar, canceled, say
+from bot.messages import Phrase, action_label, bar, canceled, review_summary, say
 from bot.settings import ChatConfig, IntakeConfig, assets_dir
 from storage.config import QueueConfig
 from storage.records import Job, Priority, Status
+from storage.reviews import MAX_STARS, Review
 from storage.workers import Workers
 from templates.actions import ACTIONS, PARAMETERS, SIDES, ActionSpec
 from templates.binding import as_text
@@ -544,27 +545,80 @@ async def _edit_form(turn: Turn, parent: Job, spec: ActionSpec) -> bool:
     return True
 
 
-async def _rate(turn: Turn, cmd: Command, rating: str, code: str) -> None:
-    job = await turn.app.rate(turn.who, (await _image(turn, cmd)).id, rating)
-    turn.say(code, row=job.row, job=job.id)
+def _note(cmd: Command) -> str:
+    return " ".join(cmd.args.get("note") or ())
 
 
-@command("keep", "ROW|jJOB [--batch BATCH]", aliases=("保留", "收藏", "⭐"), args=(IMAGE,),
-         options=IN_BATCH)
+async def _review(turn: Turn, cmd: Command, state: Review, code: str) -> None:
+    done = await turn.app.review(turn.who, (await _image(turn, cmd)).id, state, _note(cmd))
+    job, change = done.job, done.change
+    if change is not None:
+        turn.say("changes_queued", row=job.row, job=job.id, note=job.review_note or "",
+                 batch=change.batch_id, action=action_label(change.action, turn.lang))
+    elif job.review_note:
+        turn.say(f"{code}_because", row=job.row, job=job.id, note=job.review_note)
+    else:
+        turn.say(code, row=job.row, job=job.id)
+
+
+NOTE = Arg("note", True, rest=True)
+
+
+@command("keep", "ROW|jJOB [REMARK] [--batch BATCH]",
+         aliases=("approve", "保留", "收藏", "⭐", "通过"), args=(IMAGE, NOTE), options=IN_BATCH)
 async def keep(turn: Turn, cmd: Command) -> None:
-    await _rate(turn, cmd, "keep", "kept")
+    await _review(turn, cmd, Review.APPROVED, "kept")
 
 
-@command("reject", "ROW|jJOB [--batch BATCH]", aliases=("淘汰", "不要"), args=(IMAGE,),
-         options=IN_BATCH)
+@command("reject", "ROW|jJOB [REASON] [--batch BATCH]", aliases=("淘汰", "不要", "驳回"),
+         args=(IMAGE, NOTE), options=IN_BATCH)
 async def reject(turn: Turn, cmd: Command) -> None:
-    await _rate(turn, cmd, "reject", "rejected")
+    await _review(turn, cmd, Review.REJECTED, "rejected")
 
 
-@command("unkeep", "ROW|jJOB [--batch BATCH]", aliases=("取消保留",), args=(IMAGE,),
+@command("changes", "ROW|jJOB WHAT TO CHANGE [--batch BATCH]", aliases=("返工", "修改意见"),
+         args=(IMAGE, NOTE), options=IN_BATCH)
+async def changes(turn: Turn, cmd: Command) -> None:
+    await _review(turn, cmd, Review.CHANGES, "changes")
+
+
+@command("unkeep", "ROW|jJOB [--batch BATCH]", aliases=("取消保留", "取消审核"), args=(IMAGE,),
          options=IN_BATCH)
 async def unkeep(turn: Turn, cmd: Command) -> None:
-    await _rate(turn, cmd, "unkeep", "unkept")
+    await _review(turn, cmd, Review.UNREVIEWED, "unkept")
+
+
+def grade(raw: str, now: datetime) -> int | None:
+    if raw.lower() in ("none", "0", "无"):
+        return None
+    stars = raw.count("⭐") or (int(raw) if raw.isdigit() else -1)
+    if not 1 <= stars <= MAX_STARS:
+        raise Invalid("stars_range", most=MAX_STARS, stars=raw[:10])
+    return stars
+
+
+@command("stars", "ROW|jJOB 1-5|none [--batch BATCH]", aliases=("评分", "星级"),
+         args=(IMAGE, Arg("stars", read=grade)), options=IN_BATCH)
+async def stars(turn: Turn, cmd: Command) -> None:
+    job = await turn.app.stars(turn.who, (await _image(turn, cmd)).id, cmd.args["stars"])
+    turn.say("starred", row=job.row, job=job.id, stars="⭐" * (job.stars or 0) or "—")
+
+
+@command("signoff", "[BATCH]", aliases=("sign-off", "定稿", "签收"),
+         args=(Arg("batch", True, number("batch")),))
+async def signoff(turn: Turn, cmd: Command) -> None:
+    msg = turn.msg
+    batch_id = cmd.args["batch"] or await turn.app.find_batch(
+        platform=msg.platform, conversation=msg.conversation, thread=msg.thread)
+    done = await turn.app.sign_off(turn.who, batch_id)
+    turn.say("signed_off", batch=done.batch.id, by=done.batch.signed_off_by or "",
+             summary=review_summary(done.counts.images, turn.lang))
+
+
+@command("reopen", "BATCH", aliases=("重新审核",), args=(Arg("batch", read=number("batch")),))
+async def reopen(turn: Turn, cmd: Command) -> None:
+    batch = await turn.app.reopen(turn.who, cmd.args["batch"])
+    turn.say("reopened", batch=batch.id)
 
 
 @command("picks", "[BATCH]", aliases=("精选",), args=(Arg("batch", True, number("batch")),))
@@ -765,7 +819,7 @@ async def import_template(turn: Turn, name: str, file: str | None, replace: bool
              file=upload.name, columns="\n".join(f"  {line}" for line in done.columns))
 
 
-@command("grant", "USER admin|submitter|viewer [--priority urgent|high|normal|low]",
+@command("grant", "USER admin|submitter|reviewer|viewer [--priority urgent|high|normal|low]",
          aliases=("授权",), args=(Arg("user"), Arg("role", read=role_name)),
          options={"--priority": Option(_priority, None)})
 async def grant(turn: Turn, cmd: Command) -> None:

@@ -30,6 +30,7 @@ from bot.web.jobs import JobRoutes
 from bot.web.me import MeRoutes
 from bot.web.openapi import OpenApi
 from bot.web.queue import QueueRoutes
+from bot.web.review import ReviewRoutes
 from bot.web.routes import Resource, serve
 from bot.web.schedules import ScheduleRoutes
 from bot.web.templates import TemplateRoutes
@@ -110,7 +111,8 @@ class Api:
         self.resources: list[Resource] = [
             self.queue, WorkerRoutes(app, self.callers), TemplateRoutes(app, self.callers),
             BatchRoutes(app, self.callers), JobRoutes(app, self.callers),
-            IterateRoutes(app, self.callers), self.events, ScheduleRoutes(app, self.callers),
+            IterateRoutes(app, self.callers), ReviewRoutes(app, self.callers), self.events,
+            ScheduleRoutes(app, self.callers),
             WebhookRoutes(self.hooks, self.callers), VocabularyRoutes(),
             MeRoutes(app, self.callers)]
 

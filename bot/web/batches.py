@@ -19,7 +19,7 @@ from bot.app import values
 from bot.app.application import Accepted, App, CancelTarget, SubmitOptions
 from bot.app.estimates import Held, held_by
 from bot.app.permissions import Action
-from bot.app.results import CONTACT, RESULTS, XLSX, write_results
+from bot.app.results import CONTACT, RESULTS, XLSX, write_results, write_results_sheet
 from bot.intake import workers
 from bot.intake.check import IntakeReport
 from bot.settings import IntakeConfig
@@ -47,6 +47,7 @@ from bot.web.uploads import (
 from storage.files import batch_folder
 from storage.queue import ACTIVE
 from storage.records import BatchCounts
+from storage.reviews import Review
 from templates.settings import ModelsConfig, TemplatesConfig
 
 MAX_BATCHES_PAGE = 500
@@ -84,7 +85,17 @@ class Batch(Struct):
     unplaced: Annotated[list[Waiting], Meta(description=(
         "what its queued jobs need that no running executor can run, and why: it waits "
         "until an executor that can is started"))]
+    reviews: Annotated[dict[Review, int], Meta(description=(
+        "its finished images by review state (PUT /jobs/{id}/review)"))] = {}
+    signed_off: Annotated[SignOff | None, Meta(description=(
+        "who approved it once every image was reviewed (POST /batches/{id}/signoff); "
+        "null: not signed off"))] = None
     problems: list[Problem] | UnsetType = UNSET  # on submitting: the rows left out
+
+
+class SignOff(Struct):
+    by: str
+    at: float
 
 
 class Waiting(Struct):
@@ -232,7 +243,10 @@ class BatchRoutes:
                              if progress.succeeded else None,
                              f"{PREFIX}/batches/{batch_id}/files/{RESULTS}"),
             unplaced=[Waiting(u.need, str(u.what), list(u.why))
-                      for u in await self.app.batch_unplaced(batch_id)])
+                      for u in await self.app.batch_unplaced(batch_id)],
+            reviews=(await self.queue.review_counts(batch_id)).images,
+            signed_off=SignOff(batch.signed_off_by or "", batch.signed_off_at)
+            if batch.signed_off_at is not None else None)
 
     async def page(self, request: web.Request) -> web.Response:
         await self.callers.allowed(request, Action.STATUS)
@@ -258,6 +272,12 @@ class BatchRoutes:
             await asyncio.to_thread(write_results, self.store, batch, jobs,
                                     self.templates.get(batch.template),
                                     self.config[TemplatesConfig].font)
+        elif name == RESULTS and (await self.queue.review_counts(batch_id)).reviewed:
+            # reviewed since it was written (or signed off): its reviews as they are now
+            batch = await self.app.batch(batch_id)
+            await asyncio.to_thread(write_results_sheet, self.store, batch,
+                                    await self.queue.batch_jobs(batch_id),
+                                    self.templates.get(batch.template))
         return await stored_file(self.store, relative, f"batch-{batch_id}-{name}")
 
     # --- changing: each a call to the application layer --------------------------------

@@ -13,9 +13,10 @@ from aiohttp import web
 from msgspec import Meta, Struct
 
 from bot.app.application import App
-from bot.app.iterate import MAX_COUNT, MAX_REGION, RATINGS, ActionRequest
+from bot.app.iterate import MAX_COUNT, MAX_REGION, ActionRequest
 from bot.app.permissions import Action, Who, needs
 from bot.app.results import XLSX, write_picks
+from bot.app.review import RATINGS
 from bot.settings import IntakeConfig
 from bot.web.batches import BATCH_ID, IDEMPOTENCY_KEY
 from bot.web.callers import Callers

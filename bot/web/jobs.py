@@ -20,6 +20,7 @@ from storage import records
 from storage.media import OUTPUTS
 from storage.reads import RATING_FILTERS, Rating
 from storage.records import KEPT, REJECTED, Status
+from storage.reviews import MAX_STARS, Review
 from templates.actions import ACTIONS, offered
 from templates.graph import Template
 
@@ -68,6 +69,14 @@ class Job(Struct):
         "what tells it from its row's other jobs in a sweep or a comparison: each swept "
         "parameter's value, and `variant` (A, B …) for a compare run's side; {} for a "
         "plain row"))] = {}
+    review: Annotated[Review, Meta(description=(
+        "its image's review (PUT /jobs/{id}/review; GET /vocabulary names the states): "
+        "`rating`'s kept is approved; rated_by and rated_at say who and when"))] = \
+        Review.UNREVIEWED
+    review_note: Annotated[str | None, Meta(description=(
+        "a rejection's reason or the changes requested"))] = None
+    stars: Annotated[int, Meta(ge=1, le=MAX_STARS, description=(
+        "a reviewer's grade (PUT /jobs/{id}/stars)"))] | None = None
 
     @classmethod
     def of(cls, j: records.Job, templates: dict[str, Template]) -> Job:
@@ -81,7 +90,8 @@ class Job(Struct):
                    template=j.template, template_version=j.workflow.get("revision") or None,
                    template_hash=j.workflow.get("version") or None,
                    actions=offered(templates.get(j.template or "")),
-                   axes=dict(j.workflow.get("axes") or {}))
+                   axes=dict(j.workflow.get("axes") or {}), review=j.review,
+                   review_note=j.review_note, stars=j.stars)
 
 
 class JobPage(Struct):
@@ -108,8 +118,10 @@ class JobRoutes:
                       Param("status", "query", Status),
                       Param("submitter", "query", str),
                       Param("rating", "query", Rating,
-                            "only images kept, rejected, or not rated (unfinished jobs "
-                            "included)"))),
+                            "only images in this review state (unreviewed: unfinished jobs "
+                            "too; kept and unrated: approved and unreviewed's older names)"),
+                      Param("stars", "query", Annotated[int, Meta(ge=1, le=MAX_STARS)],
+                            "only images graded at least this"))),
             Route("GET", "/jobs/{id}", self.one, "One job", {200: Answer("OK", Job)},
                   errors=(404,), params=(JOB_ID,)),
             Route("POST", "/jobs/{id}/cancel", self.cancel, "Cancel one job",
@@ -135,9 +147,12 @@ class JobRoutes:
             cursor = number(q["cursor"]) if q.get("cursor") else None
             batch = number(q["batch"]) if q.get("batch") else None
             offset = number(q["offset"]) if q.get("offset") else None
+            stars = number(q["stars"]) if q.get("stars") else None
         except ValueError:
-            raise ApiError(400, "bad_query", "limit, cursor, offset and batch are whole numbers") \
-                from None
+            raise ApiError(400, "bad_query",
+                           "limit, cursor, offset, batch and stars are whole numbers") from None
+        if stars is not None and not 1 <= stars <= MAX_STARS:
+            raise ApiError(400, "bad_query", f"stars is 1 to {MAX_STARS}")
         status = q.get("status")
         if status is not None and status not in Status.__members__.values():
             raise ApiError(400, "bad_query",
@@ -151,13 +166,13 @@ class JobRoutes:
             raise ApiError(400, "bad_query", f"rating is one of {', '.join(RATING_FILTERS)}")
         rows = await self.queue.page_jobs(
             before=cursor, limit=limit, offset=min(offset or 0, BIGGEST_OFFSET), batch=batch,
-            status=status, submitter=submitter, rating=cast(Rating | None, rating))
+            status=status, submitter=submitter, rating=cast(Rating | None, rating), stars=stars)
         page = JobPage([Job.of(j, self.templates) for j in rows],
                        rows[-1].id if len(rows) == limit else None)
         if offset is not None:
             page.total = await self.queue.count_jobs(
                 batch=batch, status=status, submitter=submitter,
-                rating=cast(Rating | None, rating))
+                rating=cast(Rating | None, rating), stars=stars)
         return respond(page)
 
     async def one(self, request: web.Request) -> web.Response:

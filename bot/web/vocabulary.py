@@ -7,8 +7,9 @@ gettext catalogs as every other front), the job states in their order with which
 active and which terminal (storage.records: Status, ACTIVE, TERMINAL), the priorities
 (Priority), a webhook delivery's states (bot.web.webhooks.State), an executor's states and
 what may keep it from its jobs (storage.workers.STATES, storage.records.DOINGS), the roles
-(bot.app.permissions.Role), the image actions (templates.actions.ACTIONS), and the
-languages offered, each in its own name.
+(bot.app.permissions.Role), the image actions (templates.actions.ACTIONS), the review
+states (storage.reviews) and the reasons offered for a rejection, and the languages
+offered, each in its own name.
 
 Public: the sign-in page needs its words before anyone has signed in, and nothing here
 is a secret — every word and state is the shipped catalog's or the registries', the same
@@ -29,11 +30,13 @@ from bot.web.http import respond
 from bot.web.routes import Answer, Param, Route
 from bot.web.webhooks import State
 from storage.records import ACTIVE, DOINGS, TERMINAL, Priority, Status
+from storage.reviews import REVIEWS
 from storage.states import STATES as JOB_STATES
 from storage.workers import STATES
 from templates.actions import ACTIONS
 
 WORDS = "dash_"  # the dashboard's own labels: dash_overview -> words["overview"]
+REASONS = "reason_"  # a rejection's offered reasons
 
 
 class ActionWords(Struct):
@@ -61,6 +64,16 @@ class StateWords(Struct):
     produced: bool  # it ended with its images: they may be kept and acted on
 
 
+class ReviewWords(Struct):
+    """An image's review state (PUT /jobs/{id}/review)."""
+    name: str
+    label: str
+    reviewed: bool  # counts towards a batch's sign-off
+    pick: bool  # among the batch's picks
+    note: bool  # takes words: a reason, a note
+    note_required: bool
+
+
 class LanguageWords(Struct):
     code: str  # what ?lang= and the other fronts take
     name: str  # in itself: "English", "中文"
@@ -82,6 +95,10 @@ class Vocabulary(Struct):
     doings: list[Named]  # what keeps an executor from its jobs ({models}: which)
     roles: list[Named]  # a person's role, the least first
     actions: list[ActionWords]  # in the order to offer them
+    reviews: list[ReviewWords] = []  # in the order to offer them
+    reasons: Annotated[list[str], Meta(description=(
+        "reasons offered for a rejection, in the language asked for (any words may be "
+        "sent instead)"))] = []
 
 
 def vocabulary(lang: str) -> Vocabulary:
@@ -101,7 +118,10 @@ def vocabulary(lang: str) -> Vocabulary:
         [Named(d, unfilled(f"doing_{d}", lang)) for d in DOINGS],
         [Named(r.value, say(f"role_{r.value}", lang)) for r in Role],
         [ActionWords(s.name, say(s.verb, lang), s.icon, needs(s.name).value, list(s.takes),
-                     s.button) for s in ACTIONS.values()])
+                     s.button) for s in ACTIONS.values()],
+        [ReviewWords(r.value, say(f"review_{r.value}", lang), k.reviewed, k.pick, k.note,
+                     k.note_required) for r, k in REVIEWS.items()],
+        [say(code, lang) for code in CATALOG if code.startswith(REASONS)])
 
 
 class VocabularyRoutes:

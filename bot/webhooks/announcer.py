@@ -10,6 +10,8 @@ dedupe. Sending is bot.webhooks.delivery's job.
   submitted                        batch.queued
   a job succeeded / failed         job.succeeded / job.failed
   the batch's last job ended       batch.finished, or batch.canceled if any was canceled
+  the batch was signed off          batch.approved (once per sign-off: reopened and signed
+                                    off again is another)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from bot.webhooks.payloads import Links
 from storage.outbox import Outbox
 from storage.queue import TERMINAL, Queue
 from storage.records import Batch, Event, Status
+from storage.reviews import SIGNED_OFF
 from storage.webhooks import PLATFORM, Webhooks
 
 CURSOR = "webhooks"
@@ -67,13 +70,20 @@ class Announcer:
         return len(events)
 
     async def handle(self, event: Event) -> None:
-        if event.batch_id is None or (event.kind != "submitted" and event.kind not in TERMINAL):
+        if event.batch_id is None or (event.kind not in ("submitted", SIGNED_OFF)
+                                      and event.kind not in TERMINAL):
             return
         batch = await self.queue.batch(event.batch_id)
         if batch is None:
             return
         callback = batch.meta.get("callback")
         if not self.endpoints.configured and not callback:
+            return
+        if event.kind == SIGNED_OFF:
+            if batch.signed_off_at == event.at:  # (not reopened, or signed off again, since)
+                await self.owe(batch, "batch.approved", f"b{batch.id}:{event.seq}", event.at,
+                               payloads.approved(batch, await self.queue.batch_jobs(batch.id),
+                                                 self.links))
             return
         if event.kind == "submitted":
             progress = await self.queue.batch_progress(batch.id)

@@ -19,9 +19,10 @@ from msgspec import Meta, Struct
 
 from bot.app.results import CONTACT, RESULTS
 from bot.conventions import API_PREFIX
-from bot.messages import say, took
+from bot.messages import review_summary, say, took
 from storage.reads import BatchProgress
 from storage.records import Batch, Job, Status
+from storage.reviews import Review
 from storage.states import Outcome
 
 
@@ -93,6 +94,30 @@ class JobEnded(Struct):
         "the sentence an edit changed that image by; null otherwise"))] = None
 
 
+class Reviewed(Struct):
+    """One image of an approved batch, with its review."""
+    job: int
+    row: int
+    review: Review
+    note: str | None
+    stars: int | None
+    outputs: Annotated[list[str], Meta(description="links to its images")]
+
+
+class BatchApproved(Struct):
+    """A batch signed off: every image it made was reviewed, and someone with the right
+    to review said it is done. The approved images are what ships."""
+    batch: int
+    template: str
+    submitter: str
+    signed_off_by: str
+    reviews: Annotated[dict[Review, int], Meta(description="its images by review state")]
+    images: Annotated[list[Reviewed], Meta(description="each image and its review, approved "
+                                                       "first")]
+    summary: Annotated[str, Meta(description="one sentence, in the batch's language")]
+    links: BatchLinks
+
+
 class Test(Struct):
     endpoint: str
     message: str
@@ -114,6 +139,12 @@ class BatchCanceledEvent(Struct):
     type: Literal["batch.canceled"]
     timestamp: str
     data: BatchEnded
+
+
+class BatchApprovedEvent(Struct):
+    type: Literal["batch.approved"]
+    timestamp: str
+    data: BatchApproved
 
 
 class JobSucceededEvent(Struct):
@@ -138,13 +169,16 @@ class TestEvent(Struct):
 # `webhooks` section. (webhook.test goes only where `genbot webhooks test` sends it.)
 EVENTS: dict[str, type[Struct]] = {
     "batch.queued": BatchQueuedEvent, "batch.finished": BatchFinishedEvent,
-    "batch.canceled": BatchCanceledEvent, "job.succeeded": JobSucceededEvent,
+    "batch.canceled": BatchCanceledEvent, "batch.approved": BatchApprovedEvent,
+    "job.succeeded": JobSucceededEvent,
     "job.failed": JobFailedEvent, "webhook.test": TestEvent}
 DESCRIPTIONS = {
     "batch.queued": "A batch was accepted: its jobs are in the queue.",
     "batch.finished": "Every job of a batch has ended and none was canceled: counts, a "
                       "summary, every output and the results sheet.",
     "batch.canceled": "Every job of a batch has ended and some were canceled.",
+    "batch.approved": "A batch was signed off once every image of it was reviewed: who, "
+                      "and each image's review (the approved ones ship).",
     "job.succeeded": "A job's images are ready.",
     "job.failed": "A job failed for good (its retries used up, or an error no retry mends).",
     "webhook.test": "Sent by `genbot webhooks test` (or the API or /webhooks test) to check "
@@ -197,6 +231,19 @@ def ended(batch: Batch, jobs: list[Job], links: Links) -> BatchEnded:
                       {s.value: n for s, n in count.items()}, count[Status.SUCCEEDED],
                       count[Status.FAILED], count[Status.CANCELED],
                       seconds, summary, outputs, links.batch(batch.id))
+
+
+def approved(batch: Batch, jobs: list[Job], links: Links) -> BatchApproved:
+    images = sorted((j for j in jobs if j.status == Status.SUCCEEDED),
+                    key=lambda j: (list(Review).index(j.review), j.row, j.id))
+    counts = {r: n for r in Review if (n := sum(j.review is r for j in images))}
+    lang = batch.meta.get("lang", "en")
+    summary = say("signed_off", lang, batch=batch.id, by=batch.signed_off_by or "",
+                  summary=review_summary(counts, lang))
+    return BatchApproved(batch.id, batch.template, batch.submitter, batch.signed_off_by or "",
+                         counts, [Reviewed(j.id, j.row, j.review, j.review_note, j.stars,
+                                           links.outputs(j)) for j in images],
+                         summary, links.batch(batch.id))
 
 
 def job_ended(batch: Batch, job: Job, links: Links) -> JobEnded:

@@ -9,8 +9,9 @@ import aiohttp
 from tests.conftest import ROOT, executor_config
 from tests.fakes.chat import ServiceWorld
 
-ADMIN, ALICE, BOB, VIEWER = ("admin-token-0000001", "alice-token-000001", "bob-token-00000001",
-                             "viewer-token-00001")
+ADMIN, ALICE, BOB, VIEWER, REVIEWER = (
+    "admin-token-0000001", "alice-token-000001", "bob-token-00000001", "viewer-token-00001",
+    "reviewer-token-0001")
 BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
 
 
@@ -20,8 +21,8 @@ def api_config(tmp_path, demo_models, tokens: tuple[str, ...] = (),
     return executor_config(
         tmp_path / "data", demo_models, service={"port": 0}, i18n=i18n or {},
         api={"tokens": [f"{ADMIN}=ops", f"{ALICE}=alice", f"{BOB}=bob", f"{VIEWER}=vic",
-                        *tokens]},
-        chat={"admins": ["api:ops"], "viewers": ["api:vic"], **chat},
+                        f"{REVIEWER}=rex", *tokens]},
+        chat={"admins": ["api:ops"], "viewers": ["api:vic"], "reviewers": ["api:rex"], **chat},
         # the test's own assets folder, not the working directory's
         intake={"assets_dir": str(tmp_path / "assets"), **(intake or {})},
         **({"webhooks": webhooks} if webhooks else {}))

@@ -15,7 +15,8 @@ from storage.queue import open_queue
 from tests.conftest import ROOT, FakeClock
 
 BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
-ALICE, BOB, BOSS, VIC = (Who("test", u, "C1") for u in ("ALICE", "BOB", "BOSS", "VIC"))
+ALICE, BOB, BOSS, VIC, REX = (Who("test", u, "C1")
+                              for u in ("ALICE", "BOB", "BOSS", "VIC", "REX"))
 PRODUCTS = SheetFile("p.csv", b"sku,product_image,prompt,steps\n"
                               b"A1,bottle.png,a bottle,4\nA2,bottle.png,a jar,4\n")
 
@@ -27,10 +28,12 @@ async def pictures(name: str) -> bytes | None:
 
 @asynccontextmanager
 async def app_on(tmp_path, db_url):
-    """BOSS an admin, VIC a viewer, ALICE and BOB submitters (100 submissions a minute)."""
+    """BOSS an admin, VIC a viewer, REX a reviewer, ALICE and BOB submitters (100
+    submissions a minute)."""
     config = cfg.from_dict({"service": {"data_dir": str(tmp_path / "data")},
                             "database": {"url": db_url},
                             "chat": {"admins": ["test:BOSS"], "viewers": ["test:VIC"],
+                                     "reviewers": ["test:REX"],
                                      "submitters": ["test:ALICE", "test:BOB"],
                                      "submitter_per_minute": 100}})
     clock = FakeClock(datetime(2026, 12, 5, 8, 0, tzinfo=UTC).timestamp())

@@ -1286,13 +1286,71 @@ SELECT * FROM jobs WHERE batch_id = ?1 ORDER BY row, id;
 -- BATCH_JOBS (postgres): 1 :batch
 SELECT * FROM jobs WHERE batch_id = $1 ORDER BY row, id;
 
--- RATE (sqlite): 1 :rating, 2 :by, 3 :now, 4 :job
-UPDATE jobs SET rating = ?1, rated_by = ?2, rated_at = ?3
-WHERE id = ?4 AND status = 'succeeded' RETURNING id;
+-- RATE (sqlite): 1 :rating, 2 :note, 3 :by, 4 :now, 5 :job
+UPDATE jobs SET rating = ?1, review_note = ?2, rated_by = ?3, rated_at = ?4
+WHERE id = ?5 AND status = 'succeeded'
+  AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = jobs.batch_id
+                  AND b.signed_off_at IS NOT NULL)
+RETURNING id;
 
--- RATE (postgres): 1 :rating, 2 :by, 3 :now, 4 :job
-UPDATE jobs SET rating = $1, rated_by = $2, rated_at = $3
-WHERE id = $4 AND status = 'succeeded' RETURNING id;
+-- RATE (postgres): 1 :rating, 2 :note, 3 :by, 4 :now, 5 :job
+UPDATE jobs SET rating = $1, review_note = $2, rated_by = $3, rated_at = $4
+WHERE id = $5 AND status = 'succeeded'
+  AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = jobs.batch_id
+                  AND b.signed_off_at IS NOT NULL)
+RETURNING id;
+
+-- STAR (sqlite): 1 :stars, 2 :by, 3 :now, 4 :job
+UPDATE jobs SET stars = ?1, rated_by = ?2, rated_at = ?3
+WHERE id = ?4 AND status = 'succeeded'
+  AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = jobs.batch_id
+                  AND b.signed_off_at IS NOT NULL)
+RETURNING id;
+
+-- STAR (postgres): 1 :stars, 2 :by, 3 :now, 4 :job
+UPDATE jobs SET stars = $1, rated_by = $2, rated_at = $3
+WHERE id = $4 AND status = 'succeeded'
+  AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = jobs.batch_id
+                  AND b.signed_off_at IS NOT NULL)
+RETURNING id;
+
+-- REVIEW_COUNTS (sqlite): 1 :batch
+SELECT rating, COUNT(*) AS n FROM jobs WHERE batch_id = ?1 AND status = 'succeeded'
+GROUP BY rating;
+
+-- REVIEW_COUNTS (postgres): 1 :batch
+SELECT rating, COUNT(*) AS n FROM jobs WHERE batch_id = $1 AND status = 'succeeded'
+GROUP BY rating;
+
+-- BATCH_ACTIVE (sqlite): 1 :batch
+SELECT COUNT(*) AS n FROM jobs WHERE batch_id = ?1 AND status IN ('queued', 'running');
+
+-- BATCH_ACTIVE (postgres): 1 :batch
+SELECT COUNT(*) AS n FROM jobs WHERE batch_id = $1 AND status IN ('queued', 'running');
+
+-- SIGN_OFF (sqlite): 1 :by, 2 :now, 3 :batch
+UPDATE batches SET signed_off_by = ?1, signed_off_at = ?2
+WHERE id = ?3 AND signed_off_at IS NULL
+  AND EXISTS (SELECT 1 FROM jobs WHERE batch_id = ?3 AND status = 'succeeded')
+  AND NOT EXISTS (SELECT 1 FROM jobs WHERE batch_id = ?3
+                  AND (status IN ('queued', 'running') OR (status = 'succeeded' AND rating IS NULL)))
+RETURNING id;
+
+-- SIGN_OFF (postgres): 1 :by, 2 :now, 3 :batch
+UPDATE batches SET signed_off_by = $1, signed_off_at = $2
+WHERE id = $3 AND signed_off_at IS NULL
+  AND EXISTS (SELECT 1 FROM jobs WHERE batch_id = $3 AND status = 'succeeded')
+  AND NOT EXISTS (SELECT 1 FROM jobs WHERE batch_id = $3
+                  AND (status IN ('queued', 'running') OR (status = 'succeeded' AND rating IS NULL)))
+RETURNING id;
+
+-- REOPEN (sqlite): 1 :batch
+UPDATE batches SET signed_off_by = NULL, signed_off_at = NULL
+WHERE id = ?1 AND signed_off_at IS NOT NULL RETURNING id;
+
+-- REOPEN (postgres): 1 :batch
+UPDATE batches SET signed_off_by = NULL, signed_off_at = NULL
+WHERE id = $1 AND signed_off_at IS NOT NULL RETURNING id;
 
 -- CHILDREN (sqlite): 1 :job
 SELECT * FROM jobs WHERE parent_job_id = ?1 ORDER BY id;
@@ -1352,37 +1410,41 @@ SELECT id FROM batches WHERE submitter = ?1 AND id > ?2 ORDER BY id;
 -- BATCHES_OF (postgres): 1 :submitter, 2 :after
 SELECT id FROM batches WHERE submitter = $1 AND id > $2 ORDER BY id;
 
--- PAGE_JOBS (sqlite): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :limit, 7 :offset
+-- PAGE_JOBS (sqlite): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :stars, 7 :limit, 8 :offset
 SELECT * FROM jobs
 WHERE (CAST(?1 AS BIGINT) IS NULL OR id < ?1)
   AND (CAST(?2 AS BIGINT) IS NULL OR batch_id = ?2)
   AND (CAST(?3 AS TEXT) IS NULL OR status = ?3)
   AND (CAST(?4 AS TEXT) IS NULL OR submitter = ?4)
   AND (CAST(?5 AS INTEGER) IS NULL OR COALESCE(rating, 0) = ?5)
-ORDER BY id DESC LIMIT ?6 OFFSET ?7;
+  AND (CAST(?6 AS INTEGER) IS NULL OR COALESCE(stars, 0) >= ?6)
+ORDER BY id DESC LIMIT ?7 OFFSET ?8;
 
--- PAGE_JOBS (postgres): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :limit, 7 :offset
+-- PAGE_JOBS (postgres): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :stars, 7 :limit, 8 :offset
 SELECT * FROM jobs
 WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1)
   AND (CAST($2 AS BIGINT) IS NULL OR batch_id = $2)
   AND (CAST($3 AS TEXT) IS NULL OR status = $3)
   AND (CAST($4 AS TEXT) IS NULL OR submitter = $4)
   AND (CAST($5 AS INTEGER) IS NULL OR COALESCE(rating, 0) = $5)
-ORDER BY id DESC LIMIT $6 OFFSET $7;
+  AND (CAST($6 AS INTEGER) IS NULL OR COALESCE(stars, 0) >= $6)
+ORDER BY id DESC LIMIT $7 OFFSET $8;
 
--- COUNT_JOBS (sqlite): 1 :batch, 2 :status, 3 :submitter, 4 :rating
+-- COUNT_JOBS (sqlite): 1 :batch, 2 :status, 3 :submitter, 4 :rating, 5 :stars
 SELECT COUNT(*) AS n FROM jobs
 WHERE (CAST(?1 AS BIGINT) IS NULL OR batch_id = ?1)
   AND (CAST(?2 AS TEXT) IS NULL OR status = ?2)
   AND (CAST(?3 AS TEXT) IS NULL OR submitter = ?3)
-  AND (CAST(?4 AS INTEGER) IS NULL OR COALESCE(rating, 0) = ?4);
+  AND (CAST(?4 AS INTEGER) IS NULL OR COALESCE(rating, 0) = ?4)
+  AND (CAST(?5 AS INTEGER) IS NULL OR COALESCE(stars, 0) >= ?5);
 
--- COUNT_JOBS (postgres): 1 :batch, 2 :status, 3 :submitter, 4 :rating
+-- COUNT_JOBS (postgres): 1 :batch, 2 :status, 3 :submitter, 4 :rating, 5 :stars
 SELECT COUNT(*) AS n FROM jobs
 WHERE (CAST($1 AS BIGINT) IS NULL OR batch_id = $1)
   AND (CAST($2 AS TEXT) IS NULL OR status = $2)
   AND (CAST($3 AS TEXT) IS NULL OR submitter = $3)
-  AND (CAST($4 AS INTEGER) IS NULL OR COALESCE(rating, 0) = $4);
+  AND (CAST($4 AS INTEGER) IS NULL OR COALESCE(rating, 0) = $4)
+  AND (CAST($5 AS INTEGER) IS NULL OR COALESCE(stars, 0) >= $5);
 
 -- PAGE_BATCHES (sqlite): 1 :before, 2 :submitter, 3 :limit
 SELECT * FROM batches
