@@ -754,3 +754,31 @@ async def test_repaint_takes_a_mask_picture_and_extend_a_shape(world):
     (bulk, *_) = await world.send("/repaint b1 沙滩")
     assert bulk.text.startswith("A mask belongs to one image")
 
+
+
+async def test_review_in_chat_reasons_changes_stars_and_sign_off(tmp_path, demo_models):
+    """/reject 2 with a reason, /changes 3 queues the edit (as the image's owner's, into
+    the thread), /stars, then /signoff — refused while an image is unreviewed, in the
+    asker's language; a viewer is refused; a reviewer may review and sign off."""
+    from tests.fakes.jobs import finish_all
+    async with World(config(tmp_path, demo_models, reviewers=["test:R"])) as world:
+        await upload(world, rows=2)
+        await world.send("/gen social_thumb sheet.csv")  # batch 1: rows 2 and 3
+        await finish_all(world.app, 1)
+        posts = await world.send("/reject 2 标题被截断", user="R")  # (with the images)
+        assert "👎 Rejected row 2 (job 1): 标题被截断" in [p.text for p in posts]
+        (refused,) = await world.send("/keep 3", user="V")
+        assert "needs the reviewer role" in refused.text
+        (early,) = await world.send("/定稿", user="R", lang="zh")
+        assert early.text == "批次 1 还不能定稿：2 张图片中有 1 张尚未审核。"
+        (stars,) = await world.send("/stars 3 4", user="R")
+        assert stars.text == "Row 3 (job 2): ⭐⭐⭐⭐"
+        changed = await world.send("/changes 3 make the title gold", user="R")
+        assert changed[0].text.startswith("✏️ Changes requested on row 3 (job 2): make the "
+                                          "title gold\n✏️ Edit queued as batch 2;")
+        assert (await world.app.batch(2)).submitter == "test:U1"  # the owner's work
+        (signed,) = await world.send("/signoff 1", user="R")
+        assert signed.text == ("✅ Batch 1 signed off by test:R: 1 rejected, 1 changes "
+                               "requested.")
+        (late,) = await world.send("/keep 2", user="R")
+        assert late.text.startswith("Batch 1 was signed off by test:R: its reviews are final.")

@@ -10,8 +10,8 @@ import pytest
 from openpyxl import load_workbook
 
 from bot.app.application import Accepted, App, CancelTarget, SubmitOptions
-from bot.app.results import write_results_sheet
 from bot.app.permissions import Role
+from bot.app.results import write_results_sheet
 from bot.conventions import thread_of
 from bot.errors import Conflict, Invalid, Refused
 from storage.reviews import SIGNED_OFF, Review

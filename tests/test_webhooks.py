@@ -479,3 +479,39 @@ async def test_an_allow_listed_callback_host_may_resolve_to_a_private_address(tm
             assert [b["type"] for b in cb.events()] == ["batch.queued"]
     finally:
         await cb.stop()
+
+
+async def test_a_sign_off_is_announced_once_as_batch_approved(tmp_path):
+    """batch.approved: who signed off and each image's review, approved first; a replay
+    owes nothing twice; reopened and signed off again is a new event."""
+    from storage.reviews import Review
+    every = await receiver()
+    try:
+        async with world(tmp_path, {"every": every}) as (app, hooks):
+            batch = await submit(app)
+            await run_batch(app)
+            first, second = await app.queue.batch_jobs(batch)
+            await app.review(BOSS, second.id, Review.APPROVED)
+            await app.review(BOSS, first.id, Review.REJECTED, "label misspelt")
+            await app.stars(BOSS, second.id, 5)
+            await app.sign_off(BOSS, batch)
+            await hooks.pump()
+            (approved,) = every.events("batch.approved")
+            data = msgspec.convert(approved, EVENTS["batch.approved"]).data
+            assert (data.batch, data.signed_off_by) == (batch, "test:BOSS")
+            assert data.reviews == {Review.APPROVED: 1, Review.REJECTED: 1}
+            assert [(i.job, i.review, i.note, i.stars) for i in data.images] == [
+                (second.id, Review.APPROVED, None, 5),
+                (first.id, Review.REJECTED, "label misspelt", None)]
+            assert data.images[0].outputs == [f"/api/v1/jobs/{second.id}/outputs/0"]
+            assert data.summary == (f"✅ Batch {batch} signed off by test:BOSS: 1 approved, "
+                                    "1 rejected.")
+            await hooks.outbox.advance("webhooks", 0)  # a replay: nothing owed twice
+            await hooks.pump()
+            assert len(every.events("batch.approved")) == 1
+            await app.reopen(BOSS, batch)
+            await app.sign_off(BOSS, batch)
+            await hooks.pump()
+            assert len(every.events("batch.approved")) == 2
+    finally:
+        await every.stop()
