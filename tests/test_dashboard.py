@@ -299,8 +299,9 @@ async def test_keep_again_and_the_lineage_of_an_image_from_its_batch_page(tmp_pa
         (job,) = await finish_all(w.app, done.batch_id)  # finished, as an executor would
 
         viewer = await signed_in(browser, w, VIEWER, "#/batches/1")
-        await viewer.wait_for_selector('#thumbs figure[data-job="1"] [data-keep="1"]')
-        assert await viewer.locator("[data-act]").count() == 0  # a viewer rates, never queues
+        await viewer.wait_for_selector('#thumbs figure[data-job="1"] img')
+        assert await viewer.locator("[data-act], [data-keep], [data-reject]").count() == 0  # a
+        # viewer neither reviews nor queues
 
         page = await signed_in(browser, w, ALICE, "#/batches/1")
         await page.click('#thumbs figure[data-job="1"] [data-keep="1"]')
@@ -440,7 +441,7 @@ async def test_a_region_painted_on_the_image_is_repainted_and_a_shape_extends_it
         assert isinstance(done, Accepted)
         await finish_all(w.app, done.batch_id)  # job 1: a 64x48 image
         viewer = await signed_in(browser, w, VIEWER, "#/batches/1")
-        await viewer.wait_for_selector('#thumbs figure[data-job="1"] [data-keep="1"]')
+        await viewer.wait_for_selector('#thumbs figure[data-job="1"] img')
         assert await viewer.locator("[data-paint], [data-grow]").count() == 0
 
         page = await signed_in(browser, w, ALICE, "#/batches/1")
@@ -566,3 +567,71 @@ async def test_each_card_of_a_sweep_says_what_tells_it_apart(tmp_path, demo_mode
         await page.goto(f"{w.url}/dashboard/#/batches/2")
         await page.wait_for_selector('#thumbs figure [data-distinct]')
         assert "Vary" in await page.text_content("#thumbs figure [data-distinct]")
+
+
+async def test_fifty_images_reviewed_by_keys_alone_then_signed_off(tmp_path, demo_models,
+                                                                   browser):
+    """A reviewer culls a 50-image batch by keys: P approves and X rejects, each moving to
+    the next image; Shift+X asks the reason (a preset), R the changes (queued as an
+    edit); 4 grades; Ctrl+Z takes the last back; every decision is in the database. Sign
+    off waits for the last image, then says who; a viewer sees no review at all."""
+    from bot.app.application import Accepted, SubmitOptions
+    from bot.app.permissions import Who
+    from bot.intake.check import SheetFile
+    from storage.reviews import Review
+
+    async def pictures(name: str) -> bytes | None:
+        return BOTTLE
+
+    rows = "".join(f"BTL-{i},bottle.png,a bottle,4\n" for i in range(50)).encode()
+    async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
+        done = await w.app.submit(Who("api", "alice", "api"), "product_main", SheetFile(
+            "p.csv", b"sku,product_image,prompt,steps\n" + rows), pictures,
+            SubmitOptions(wait_for_executor=True))
+        assert isinstance(done, Accepted)
+        jobs = await finish_all(w.app, done.batch_id)
+        page = await signed_in(browser, w, ALICE, "#/batches/1")
+        await page.wait_for_selector(f'#thumbs figure[data-job="{jobs[-1].id}"]')
+        assert "0 of 50 images reviewed" in await page.text_content("#reviewed-of")
+        assert await page.is_disabled("#sign-off")
+        await page.focus("#thumbs figure.thumb")  # (the first image; no click from here on)
+        for i in range(47):
+            await page.keyboard.press("p" if i % 2 == 0 else "x")
+            await page.wait_for_function(  # the next image has the focus
+                f"() => document.activeElement.dataset.job === '{jobs[i + 1].id}'")
+        await page.keyboard.press("Shift+X")  # image 48: rejected for a reason picked
+        await page.click("dialog.words [data-preset] >> nth=0")
+        await page.wait_for_selector(f'figure[data-job="{jobs[47].id}"] .review-note')
+        await page.keyboard.press("4")
+        await page.keyboard.press("ArrowRight")
+        await page.keyboard.press("r")  # image 49: changes asked for, typed
+        await page.fill("dialog.words input", "把背景换成海滩")
+        await page.keyboard.press("Enter")
+        await page.wait_for_selector(f'figure[data-job="{jobs[48].id}"][data-review='
+                                     '"changes_requested"]')
+        await page.keyboard.press("ArrowRight")
+        await page.keyboard.press("p")  # image 50 …
+        await page.wait_for_selector(f'figure[data-job="{jobs[49].id}"][data-review="approved"]')
+        await page.keyboard.press("Control+z")  # … taken back
+        await page.wait_for_selector(f'figure[data-job="{jobs[49].id}"]'
+                                     '[data-review="unreviewed"]')
+        assert await page.is_disabled("#sign-off")
+        reviews = [j.review for j in await w.queue.batch_jobs(1)]
+        assert reviews[:47] == [Review.APPROVED, Review.REJECTED] * 23 + [Review.APPROVED]
+        assert reviews[47:] == [Review.REJECTED, Review.CHANGES, Review.UNREVIEWED]
+        graded = await w.queue.job(jobs[47].id)
+        assert (graded.stars, graded.review_note) == (4, "Product changed")
+        (change,) = await w.queue.children(jobs[48].id)  # the edit, queued as alice's
+        assert change.submitter == "api:alice"
+        await page.focus(f'figure[data-job="{jobs[49].id}"]')
+        await page.keyboard.press("p")
+        await page.wait_for_selector("#sign-off:not([disabled])")
+        await page.click("#sign-off")
+        await page.wait_for_selector("#signed-off")
+        assert "Signed off by api:alice" in await page.text_content("#signed-off")
+        assert (await w.app.batch(1)).signed_off_by == "api:alice"
+        assert await page.locator("[data-reject]").count() == 0  # final now
+        await page.screenshot(path=str(tmp_path / "reviewed.png"))
+        viewer = await signed_in(browser, w, VIEWER, "#/batches/1")
+        await viewer.wait_for_selector("#signed-off")
+        assert await viewer.locator("[data-reject], [data-changes], #sign-off").count() == 0

@@ -640,19 +640,27 @@ async function batchPage(main, id, params) {
   main.replaceChildren(head, grid, more);
   const cards = new Map();   // job id -> [state, card]: a card is rebuilt only when it changes
   let shown = 0;             // rows 1..shown are on the page
+  let signedOff = false;     // reviews are final once the batch is signed off
+  let focused = null;        // the card a reviewer is on (kept across rebuilds)
+  const undo = [];           // jobs as they were before each review here: Ctrl+Z takes one back
 
   function card(j) {
-    const state = `${j.status} ${j.rating}`;
+    const state = `${j.status} ${j.review} ${j.stars} ${j.review_note} ${signedOff}`;
     const known = cards.get(j.id);
     if (known && known[0] === state && !stateIs(j.status, "working")) return known[1];
     const lineage = h("div", {class: "lineage"});
-    const made = h("figure", {class: `thumb ${j.status}`, "data-job": j.id, "data-rating": j.rating || ""},
+    const made = h("figure", {class: `thumb ${j.status} review-${j.review}`, "data-job": j.id,
+      "data-rating": j.rating || "", "data-review": j.review, tabindex: reviewing(j) ? 0 : -1,
+      onkeydown: (e) => reviewKey(e, j), onfocus: () => { focused = j.id; }},
       j.outputs.length
         ? h("a", {href: j.outputs[0], target: "_blank"}, h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: rowName(j)}))
         : h("div", {class: "empty"}, badge(j.status)),
       h("figcaption", {}, `${rowName(j)} `,
         distinction(j) ? h("span", {class: "distinct", "data-distinct": j.id}, `${distinction(j)} `) : null,
-        badge(j.status), j.rating ? badge(j.rating) : null),
+        badge(j.status), reviewed(j) ? badge(j.review, "reviews") : null,
+        j.stars ? h("span", {class: "stars", "data-stars": j.id, "aria-label": t("stars", {count: j.stars}),
+          text: " " + "★".repeat(j.stars)}) : null),
+      j.review_note ? h("p", {class: "review-note", "data-note": j.id, text: j.review_note}) : null,
       stateIs(j.status, "working") ? progressBar(j.id) : null,
       j.error ? h("p", {class: "error", title: j.error, text: j.error}) : null,
       imageActions(j, lineage), lineage);
@@ -662,9 +670,14 @@ async function batchPage(main, id, params) {
   function imageActions(j, lineage) {
     const finished = stateIs(j.status, "produced") && j.outputs.length;
     const keep = j.rating === "kept";
+    const review = reviewing(j);
     return h("div", {class: "image-actions"},
-      finished && me.may.includes("keep") ? h("button", {class: `small${keep ? " on" : ""}`, "data-keep": j.id,
-        onclick: () => rate(j, keep ? null : "keep")}, t(keep ? "unkeep" : "keep")) : null,
+      finished && me.may.includes("keep") && !signedOff ? h("button", {class: `small${keep ? " on" : ""}`, "data-keep": j.id,
+        onclick: () => review_(j, keep ? "unreviewed" : "approved")}, t(keep ? "unkeep" : "keep")) : null,
+      review ? h("button", {class: `small${j.review === "rejected" ? " on" : ""}`, "data-reject": j.id,
+        onclick: () => askReason(j)}, t("reject")) : null,
+      review ? h("button", {class: `small${j.review === "changes_requested" ? " on" : ""}`,
+        "data-changes": j.id, onclick: () => askChanges(j)}, t("request_changes")) : null,
       ...(finished ? j.actions : []).filter((a) => oneClick(a) && mayTouch(a, j.submitter)).map((a) =>
         h("button", {class: "small", "data-act": a, onclick: (e) => act(j, a, e.currentTarget)}, verb(a))),
       finished ? instructionBox(j) : null,
@@ -705,8 +718,109 @@ async function batchPage(main, id, params) {
     return h("button", {class: "small", "data-grow": j.id, onclick: () => grower(j, action)},
       verb(action));
   }
-  async function rate(j, rating) {
-    const r = await call("PUT", `${API}/jobs/${j.id}/rating`, {rating});
+  // --- review: buttons, and keys on the focused card (P X U R 1-5, arrows, Ctrl+Z) ------
+  function reviewing(j) {  // may this person review j now?
+    return !signedOff && me.may.includes("keep") && stateIs(j.status, "produced") && j.outputs.length > 0;
+  }
+  function reviewed(j) {
+    const known = vocabulary.reviews.find((r) => r.name === j.review);
+    return known && known.reviewed;
+  }
+  async function review_(j, state, note = "", {undoable = true, where = null} = {}) {
+    const r = await call("PUT", `${API}/jobs/${j.id}/review`, {state, note});
+    if (!r.ok) { failure(r, where); return false; }
+    if (undoable) undo.push(j);  // (as it was before)
+    if (r.data.change) toast(t("acted", {id: r.data.change.batch, count: r.data.change.jobs.length}), "ok");
+    await refresh();
+    return true;
+  }
+  async function grade(j, stars, undoable = true) {
+    const r = await call("PUT", `${API}/jobs/${j.id}/stars`, {stars});
+    if (!r.ok) return failure(r);
+    if (undoable) undo.push(j);
+    await refresh();
+  }
+  async function undoLast() {
+    const was = undo.pop();
+    if (!was) return;
+    const state = was.review === "changes_requested" ? "unreviewed" : was.review;  // (a queued change stays queued)
+    await review_(was, state, was.review_note || "", {undoable: false});
+    await grade(was, was.stars, false);
+    focused = was.id;
+    toast(t("undone"), "ok");
+    refocus();
+  }
+  function words(title, {presets = [], required = false, send: label, data}) {
+    // A small dialog asking for words (a reason, the changes): presets to pick, or typed.
+    return new Promise((resolve) => {
+      const input = h("input", {type: "text", name: "note", maxlength: 500, "aria-label": title,
+        required, placeholder: title});
+      const close = (value) => { dialog.close(); dialog.remove(); resolve(value); refocus(); };
+      const dialog = h("dialog", {class: "words", "aria-label": title, ...data},
+        h("form", {method: "dialog", onsubmit: (e) => { e.preventDefault(); close(input.value.trim()); }},
+          h("h2", {text: title}),
+          presets.length ? h("div", {class: "tools presets"}, ...presets.map((p) =>
+            h("button", {type: "button", class: "small", "data-preset": p, onclick: () => close(p)}, p))) : null,
+          h("div", {class: "tools"}, input, h("button", {type: "submit"}, label),
+            h("button", {type: "button", class: "link", onclick: () => close(null)}, t("cancel")))));
+      dialog.addEventListener("cancel", () => close(null));
+      document.body.appendChild(dialog);
+      dialog.showModal();
+      input.focus();
+    });
+  }
+  async function askReason(j) {
+    const reason = await words(t("reject_why"), {presets: vocabulary.reasons, send: t("reject"),
+      data: {"data-reason-for": j.id}});
+    if (reason !== null) await review_(j, "rejected", reason);
+  }
+  async function askChanges(j) {
+    const note = await words(t("changes_what"), {required: true, send: t("request_changes"),
+      data: {"data-changes-for": j.id}});
+    if (note) await review_(j, "changes_requested", note);
+  }
+  function reviewKey(e, j) {
+    if (e.target !== e.currentTarget || e.altKey || e.metaKey) return;  // (typing in a box on the card)
+    const key = e.key.toLowerCase();
+    if ((e.ctrlKey && key === "z") || key === "backspace") { e.preventDefault(); undoLast(); return; }
+    if (e.ctrlKey) return;
+    const move = {arrowright: 1, arrowleft: -1, arrowdown: columns(), arrowup: -columns()}[key];
+    if (move) { e.preventDefault(); step(j, move); return; }
+    if (!reviewing(j)) return;
+    const next = () => { step(j, 1); };  // (at once: the next key is for the next image)
+    if (key === "p") { e.preventDefault(); next(); review_(j, "approved"); }
+    else if (key === "x" && e.shiftKey) { e.preventDefault(); askReason(j); }
+    else if (key === "x") { e.preventDefault(); next(); review_(j, "rejected"); }
+    else if (key === "u") { e.preventDefault(); review_(j, "unreviewed"); }
+    else if (key === "r") { e.preventDefault(); askChanges(j); }
+    else if (/^[0-5]$/.test(key)) { e.preventDefault(); grade(j, Number(key) || null); }
+  }
+  function columns() {  // cards per row in the grid as laid out now
+    const tops = [...grid.children].slice(0, 12).map((c) => c.offsetTop);
+    return Math.max(1, tops.filter((top) => top === tops[0]).length);
+  }
+  function step(j, by, now = true) {  // focus the card `by` places on (now, or once refreshed)
+    const all = [...grid.querySelectorAll("figure.thumb")];
+    const at = all.findIndex((c) => Number(c.dataset.job) === j.id);
+    const to = all[Math.min(all.length - 1, Math.max(0, at + by))];
+    if (!to) return;
+    focused = Number(to.dataset.job);
+    if (now) to.focus();
+  }
+  function refocus() {  // cards are rebuilt when they change: give the reviewer's place back
+    const now = document.activeElement;
+    if (focused === null || (now && now !== document.body && !grid.contains(now))) return;
+    const card = grid.querySelector(`figure.thumb[data-job="${focused}"]`);
+    if (card && !document.querySelector("dialog[open]")) card.focus({preventScroll: false});
+  }
+  async function signOff() {
+    const r = await call("POST", `${API}/batches/${id}/signoff`);
+    if (!r.ok) return failure(r);
+    toast(t("signed_off", {by: r.data.signed_off.by, when: when(r.data.signed_off.at)}), "ok");
+    refresh();
+  }
+  async function reopen() {
+    const r = await call("DELETE", `${API}/batches/${id}/signoff`);
     if (!r.ok) return failure(r);
     refresh();
   }
@@ -753,6 +867,18 @@ async function batchPage(main, id, params) {
     const active = states().filter(isActive).reduce((a, s) => a + (b.counts[s] || 0), 0);
     const pickFiles = keptOnly ? h("span", {id: "pick-files"}) : null;
     const tallied = b.meta.compare ? h("ul", {id: "ab-tally", class: "muted"}) : null;
+    signedOff = Boolean(b.signed_off);
+    const images = Object.values(b.reviews).reduce((a, n) => a + n, 0);
+    const done = vocabulary.reviews.filter((r) => r.reviewed).reduce((a, r) => a + (b.reviews[r.name] || 0), 0);
+    const review = images ? h("p", {class: "review", id: "batch-review"},
+      h("span", {id: "reviewed-of", text: t("reviewed_of", {reviewed: done, total: images})}),
+      ...vocabulary.reviews.filter((r) => r.reviewed && b.reviews[r.name]).map((r) =>
+        h("span", {class: "pair"}, badge(r.name, "reviews"), ` ${b.reviews[r.name]}`)),
+      b.signed_off ? h("strong", {id: "signed-off", text: ` ✅ ${t("signed_off", {by: b.signed_off.by, when: when(b.signed_off.at)})}`}) : null,
+      !b.signed_off && me.may.includes("signoff") ? h("button", {id: "sign-off", class: "small",
+        disabled: done < images || active > 0, onclick: signOff}, t("sign_off")) : null,
+      b.signed_off && me.may.includes("reopen") ? h("button", {id: "reopen", class: "small link", onclick: reopen}, t("reopen")) : null,
+      me.may.includes("keep") && !b.signed_off ? h("span", {class: "muted keys", text: ` ${t("review_keys")}`}) : null) : null;
     head.replaceChildren(...[  // (null leaves a part out; replaceChildren would write "null")
       h("h2", {text: t("batch", {id})}),
       h("p", {}, h("strong", {text: b.template + (b.meta.version ? `@${b.meta.version}` : "")}), h("span", {class: "muted", text: ` · ${b.submitter} · ${named("priorities", b.priority)} · ${when(b.created_at)}${b.meta.sheet ? " · " + b.meta.sheet : ""}${b.meta.compare ? " · A/B: " + b.meta.compare.join(" / ") : ""}`})),
@@ -776,9 +902,9 @@ async function batchPage(main, id, params) {
           onchange: (e) => { location.hash = `#/batches/${id}${e.target.checked ? "?kept=1" : ""}`; }}),
           ` ${t("kept_only")}`),
         pickFiles),
-      tallied].filter((part) => part));
+      review, tallied].filter((part) => part));
     if (tallied) await tally(tallied);
-    if (!keptOnly) return loadRows(b.total);
+    if (!keptOnly) { await loadRows(b.total); refocus(); return; }
     const picks = await loadPicks();
     if (picks && picks.jobs.length && pickFiles) {
       pickFiles.replaceChildren(
