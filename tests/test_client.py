@@ -11,7 +11,7 @@ import pytest
 
 from bot.client import AsyncClient, Client, GenbotError
 from tests.conftest import PYTHON, ROOT, python_env
-from tests.fakes.api import ADMIN, ALICE, BOTTLE, VIEWER, ApiWorld, api_config
+from tests.fakes.api import ADMIN, ALICE, BOTTLE, REVIEWER, VIEWER, ApiWorld, api_config
 
 
 async def test_submit_wait_download_and_refusals(tmp_path, demo_models):
@@ -51,7 +51,8 @@ async def test_submit_wait_download_and_refusals(tmp_path, demo_models):
             with pytest.raises(GenbotError) as e:
                 await viewer.submit("social_thumb", sheet)
             assert (e.value.status, e.value.code) == (403, "refused_role")
-            kept = await viewer.rate(jobs[0].id, "keep")
+        async with AsyncClient(w.url, REVIEWER) as reviewer:
+            kept = await reviewer.rate(jobs[0].id, "keep")
             assert kept.rating == "kept"
         from bot.cli import main  # genbot submit --download: through the client
         code = await asyncio.to_thread(main, [

@@ -92,7 +92,7 @@ async def test_a_batch_from_acceptance_to_summary(env, clock):
     rows = [list(r) for r in sheet.iter_rows(values_only=True)]
     assert rows[0] == ["行号", "image", "title", "aspect", "width", "position", "text_color",
                        "band_color", "watermark", "状态", "输出文件", "错误", "任务", "来源任务",
-                       "操作", "评价", "模型", "模板版本"]
+                       "操作", "审核", "模型", "模板版本"]
     assert rows[1][:5] == [2, "inputs/abc.png", "新品 SKU2", "1:1", 1080]
     assert rows[2][0] == 3 and rows[2][9] == "failed" and "out of memory" in rows[2][11]
     assert Image.open(store.path(contact_path)).size[0] > 0

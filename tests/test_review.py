@@ -17,13 +17,21 @@ from bot.errors import Conflict, Invalid, Refused
 from storage.reviews import SIGNED_OFF, Review
 from templates.jobs import decode
 from tests.fakes.apps import ALICE, BOB, BOSS, PRODUCTS, REX, VIC, app_on, pictures
-from tests.test_iterate import finished
+from tests.fakes.jobs import finish_all
 
 
 @pytest.fixture
 async def app(tmp_path, db_url):
     async with app_on(tmp_path, db_url) as a:
         yield a
+
+
+async def finished(app: App, who=ALICE) -> list:
+    """A product_main batch of two rows whose jobs have finished, each with an image."""
+    done = await app.submit(who, "product_main", PRODUCTS, pictures,
+                            SubmitOptions(wait_for_executor=True))
+    assert isinstance(done, Accepted)
+    return await finish_all(app, done.batch_id)
 
 
 async def code_of(call, error=Conflict) -> str:

@@ -662,11 +662,11 @@ async def test_buttons_and_reactions_under_each_image_iterate_in_the_thread(
         await w.until(lambda: rated(1))
         await w.slack.react(rows[1], "star", removed=True)
         await w.until(lambda: rated(None))
-        await w.slack.react(rows[1], "-1", user="V")  # a viewer may rate
+        await w.slack.react(rows[1], "-1", user="BOSS")  # anyone who may review (not a viewer)
         await w.until(lambda: rated(-1))
         await w.slack.react(rows[1], "+1")
         await w.until(lambda: rated(1))
-        await w.slack.react(rows[1], "thumbsdown", user="V")
+        await w.slack.react(rows[1], "thumbsdown", user="BOSS")
         await w.until(lambda: rated(-1))
         await w.slack.react(accepted, "star")  # not an image: nothing, and no reply
 
