@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import aiohttp
 import pytest
 
 from storage.queue import NewJob, Submission
@@ -635,3 +636,72 @@ async def test_fifty_images_reviewed_by_keys_alone_then_signed_off(tmp_path, dem
         viewer = await signed_in(browser, w, VIEWER, "#/batches/1")
         await viewer.wait_for_selector("#signed-off")
         assert await viewer.locator("[data-reject], [data-changes], #sign-off").count() == 0
+
+
+async def test_the_lightbox_shows_an_image_its_recipe_and_the_call_that_makes_it_again(
+        tmp_path, demo_models, browser):
+    """A card opens the image large (Enter, or a click) beside its recipe: the row's values,
+    the model, template@version, timings and the exact API call that makes it again — which
+    does (201); arrows step through the batch, Z shows 100 %, P approves and moves on,
+    Escape gives the focus back to the card it ended on."""
+    import json
+    import re
+
+    from bot.app.application import Accepted, SubmitOptions
+    from bot.app.permissions import Who
+    from bot.intake.check import SheetFile
+    from storage.reviews import Review
+
+    async def pictures(name: str) -> bytes | None:
+        return BOTTLE
+
+    from bot.settings import IntakeConfig
+    (tmp_path / "assets").mkdir()  # the pictures a remake names: kept in the assets folder
+    (tmp_path / "assets" / "bottle.png").write_bytes(BOTTLE)
+    config = dashboard_config(tmp_path, demo_models).replaced(
+        IntakeConfig, assets_dir=str(tmp_path / "assets"))
+    async with DashWorld(config) as w:
+        done = await w.app.submit(Who("api", "alice", "api"), "product_main", SheetFile(
+            "p.csv", b"sku,product_image,prompt,steps\nBTL-1,bottle.png,a bottle,4\n"
+                     b"BTL-2,bottle.png,a jar,4\nBTL-3,bottle.png,a vase,4\n"), pictures,
+            SubmitOptions(wait_for_executor=True))
+        assert isinstance(done, Accepted)
+        jobs = await finish_all(w.app, done.batch_id)
+        page = await signed_in(browser, w, ALICE, "#/batches/1")
+        await page.focus(f'#thumbs figure[data-job="{jobs[0].id}"]')
+        await page.keyboard.press("Enter")
+        box = page.locator("dialog.lightbox[open]")
+        await box.wait_for()
+        assert await box.get_attribute("data-lightbox") == str(jobs[0].id)
+        assert await box.locator('[data-value="prompt"]').text_content() == "a bottle"
+        assert await box.locator('[data-value="product_image"]').text_content() == "bottle.png"
+        assert await box.locator("[data-model]").text_content() == jobs[0].affinity
+        version = jobs[0].workflow["revision"]
+        assert await box.locator("[data-template]").text_content() == f"product_main@{version}"
+        await box.locator('.lineage-links a, .lineage-links:has-text("none")').first.wait_for()
+        call = await box.locator("[data-remake]").text_content()
+        body = json.loads(re.search(r"-d '(.*)'$", call, re.S).group(1))
+        assert body == {"template": f"product_main@{version}",
+                        "rows": [{**jobs[0].values, "product_image": "bottle.png"}]}
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{w.url}/api/v1/batches", json=body,
+                headers={"Authorization": f"Bearer {ALICE}"}) as r:
+            assert r.status == 201, await r.text()  # the call as shown makes it again
+
+        await page.keyboard.press("ArrowRight")
+        await page.wait_for_function(
+            f"() => document.querySelector('dialog.lightbox').dataset.lightbox === '{jobs[1].id}'")
+        await page.keyboard.press("z")
+        await page.wait_for_selector(".lightbox .stage.zoomed")
+        sizes = await page.eval_on_selector(
+            ".lightbox .stage img", "i => [i.naturalWidth, i.getBoundingClientRect().width]")
+        assert sizes[0] == sizes[1]  # 100 %: one image pixel, one CSS pixel
+        await page.keyboard.press("p")  # approves job 2, shows job 3
+        await page.wait_for_function(
+            f"() => document.querySelector('dialog.lightbox').dataset.lightbox === '{jobs[2].id}'")
+        await page.wait_for_selector(f'figure[data-job="{jobs[1].id}"][data-review="approved"]')
+        assert (await w.queue.job(jobs[1].id)).review is Review.APPROVED
+        await page.screenshot(path=str(tmp_path / "lightbox.png"))
+        await page.keyboard.press("Escape")
+        await page.wait_for_function(
+            f"() => document.activeElement.dataset.job === '{jobs[2].id}'")

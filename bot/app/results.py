@@ -116,7 +116,7 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
     from openpyxl import Workbook
     book = Workbook()
     swept = any(j.workflow.get("axes") for j in jobs)  # a sweep: each image's axis values
-    told = any(_instruction(j) for j in jobs)  # an image changed by a sentence
+    told = any(instruction_of(j) for j in jobs)  # an image changed by a sentence
     masked = any(_fill(j).get("mask") for j in jobs)  # a region repainted
     grown = any(_canvas(j) for j in jobs)  # a canvas extended
     noted = any(j.review_note for j in jobs)  # a reason, a change asked for
@@ -139,7 +139,7 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
         sheet.append([writable(_cell(v)) for v in (
             job.row, *[values.get(n) for n in names], str(job.status), ", ".join(job.outputs),
             job.error or "", job.id, job.parent_job_id, job.action or "",
-            *([_instruction(job)] if told else []),
+            *([instruction_of(job)] if told else []),
             *([_fill(job).get("mask") or ""] if masked else []),
             *([_canvas(job)] if grown else []), review,
             *([job.review_note or ""] if noted else []), *([job.stars] if graded else []),
@@ -156,7 +156,7 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
     return buf.getvalue()
 
 
-def _instruction(job: Job) -> str:
+def instruction_of(job: Job) -> str:
     """The sentence an action changed its parent's image by, or (a repaint, an extend)
     what it painted (a row's own instruction, a column of the template's, is among its
     values)."""

@@ -11,7 +11,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from bot.app.application import App, CancelTarget
 from bot.app.permissions import Action
-from bot.app.results import key_value
+from bot.app.results import instruction_of, key_value
 from bot.web.batches import Canceled
 from bot.web.callers import Callers
 from bot.web.http import PREFIX, ApiError, in_path, number, respond, stored_file
@@ -77,6 +77,14 @@ class Job(Struct):
         "a rejection's reason or the changes requested"))] = None
     stars: Annotated[int, Meta(ge=1, le=MAX_STARS, description=(
         "a reviewer's grade (PUT /jobs/{id}/stars)"))] | None = None
+    values: Annotated[dict[str, Any], Meta(description=(
+        "its row's values by column, pictures as the sheet named them: with `template` "
+        "and `template_version`, what POST /batches takes to make it again"))] = {}
+    model: Annotated[str | None, Meta(description="the model it ran on; null: none named "
+                                                  "(a ComfyUI template's own)")] = None
+    instruction: Annotated[str | None, Meta(description=(
+        "what an action changed its parent's image by or painted (an edit's sentence, a "
+        "repaint's words); null otherwise"))] = None
 
     @classmethod
     def of(cls, j: records.Job, templates: dict[str, Template]) -> Job:
@@ -91,7 +99,9 @@ class Job(Struct):
                    template_hash=j.workflow.get("version") or None,
                    actions=offered(templates.get(j.template or "")),
                    axes=dict(j.workflow.get("axes") or {}), review=j.review,
-                   review_note=j.review_note, stars=j.stars)
+                   review_note=j.review_note, stars=j.stars,
+                   values={**j.values, **j.workflow.get("named", {})}, model=j.affinity,
+                   instruction=instruction_of(j) or None)
 
 
 class JobPage(Struct):

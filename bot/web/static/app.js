@@ -643,9 +643,12 @@ async function batchPage(main, id, params) {
   let signedOff = false;     // reviews are final once the batch is signed off
   let focused = null;        // the card a reviewer is on (kept across rebuilds)
   const undo = [];           // jobs as they were before each review here: Ctrl+Z takes one back
+  const latest = new Map();  // job id -> the job as last read (what the lightbox shows)
+  const lightbox = lightboxOf();
 
   function card(j) {
     const state = `${j.status} ${j.review} ${j.stars} ${j.review_note} ${signedOff}`;
+    latest.set(j.id, j);
     const known = cards.get(j.id);
     if (known && known[0] === state && !stateIs(j.status, "working")) return known[1];
     const lineage = h("div", {class: "lineage"});
@@ -653,7 +656,8 @@ async function batchPage(main, id, params) {
       "data-rating": j.rating || "", "data-review": j.review, tabindex: reviewing(j) ? 0 : -1,
       onkeydown: (e) => reviewKey(e, j), onfocus: () => { focused = j.id; }},
       j.outputs.length
-        ? h("a", {href: j.outputs[0], target: "_blank"}, h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: rowName(j)}))
+        ? h("a", {href: j.outputs[0], "data-open": j.id, onclick: (e) => { e.preventDefault(); lightbox.show(j.id); }},
+            h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: rowName(j)}))
         : h("div", {class: "empty"}, badge(j.status)),
       h("figcaption", {}, `${rowName(j)} `,
         distinction(j) ? h("span", {class: "distinct", "data-distinct": j.id}, `${distinction(j)} `) : null,
@@ -732,6 +736,7 @@ async function batchPage(main, id, params) {
     if (undoable) undo.push(j);  // (as it was before)
     if (r.data.change) toast(t("acted", {id: r.data.change.batch, count: r.data.change.jobs.length}), "ok");
     await refresh();
+    lightbox.again();
     return true;
   }
   async function grade(j, stars, undoable = true) {
@@ -739,6 +744,7 @@ async function batchPage(main, id, params) {
     if (!r.ok) return failure(r);
     if (undoable) undo.push(j);
     await refresh();
+    lightbox.again();
   }
   async function undoLast() {
     const was = undo.pop();
@@ -781,6 +787,7 @@ async function batchPage(main, id, params) {
   }
   function reviewKey(e, j) {
     if (e.target !== e.currentTarget || e.altKey || e.metaKey) return;  // (typing in a box on the card)
+    if (e.key === "Enter" || e.key === " ") { e.preventDefault(); if (j.outputs.length) lightbox.show(j.id); return; }
     const key = e.key.toLowerCase();
     if ((e.ctrlKey && key === "z") || key === "backspace") { e.preventDefault(); undoLast(); return; }
     if (e.ctrlKey) return;
@@ -812,6 +819,124 @@ async function batchPage(main, id, params) {
     if (focused === null || (now && now !== document.body && !grid.contains(now))) return;
     const card = grid.querySelector(`figure.thumb[data-job="${focused}"]`);
     if (card && !document.querySelector("dialog[open]")) card.focus({preventScroll: false});
+  }
+  // --- the lightbox: one image large, its recipe beside it; arrows, Z zoom, review keys --
+  function lightboxOf() {
+    let current = null, zoomed = false, drag = null;
+    const img = h("img", {class: "full", alt: ""});
+    const stage = h("div", {class: "stage", "data-stage": ""}, img);
+    const info = h("aside", {class: "info", "aria-live": "polite"});
+    const title = h("h2", {class: "title"});
+    const button = (label, attrs, onclick) => h("button", {type: "button", class: "small", ...attrs, onclick}, label);
+    const download = h("a", {class: "small", download: "", "data-download": "", text: t("download")});
+    const dialog = h("dialog", {class: "lightbox", "aria-label": t("image")},
+      h("div", {class: "lightbox-bar"}, title,
+        button("←", {"aria-label": t("previous"), "data-prev": ""}, () => go(-1)),
+        button("→", {"aria-label": t("next_image"), "data-next": ""}, () => go(1)),
+        button(t("zoom"), {"data-zoom": ""}, () => zoom()), download,
+        button("✕", {"aria-label": t("close"), "data-close": "", class: "link"}, () => dialog.close())),
+      h("div", {class: "body"}, stage, info));
+    dialog.addEventListener("close", () => { if (current) { focused = current.id; refocus(); } });
+    dialog.addEventListener("keydown", (e) => {
+      if (e.target.closest("input, textarea") || e.altKey || e.metaKey) return;
+      const key = e.key.toLowerCase();
+      if (key === "arrowright" || key === "arrowleft") { e.preventDefault(); go(key === "arrowright" ? 1 : -1); return; }
+      if (key === "z" && !e.ctrlKey) { e.preventDefault(); zoom(); return; }
+      if (e.ctrlKey && key === "z") { e.preventDefault(); undoLast(); return; }
+      if (!current || !reviewing(current) || e.ctrlKey) return;
+      const j = current;
+      if (key === "p") { e.preventDefault(); go(1); review_(j, "approved"); }
+      else if (key === "x" && e.shiftKey) { e.preventDefault(); askReason(j); }
+      else if (key === "x") { e.preventDefault(); go(1); review_(j, "rejected"); }
+      else if (key === "u") { e.preventDefault(); review_(j, "unreviewed"); }
+      else if (key === "r") { e.preventDefault(); askChanges(j); }
+      else if (/^[0-5]$/.test(key)) { e.preventDefault(); grade(j, Number(key) || null); }
+    });
+    stage.addEventListener("pointerdown", (e) => {  // pan a zoomed image by dragging it
+      if (!zoomed) return;
+      drag = {x: e.clientX, y: e.clientY, left: stage.scrollLeft, top: stage.scrollTop};
+      stage.setPointerCapture(e.pointerId);
+    });
+    stage.addEventListener("pointermove", (e) => {
+      if (!drag) return;
+      stage.scrollLeft = drag.left - (e.clientX - drag.x);
+      stage.scrollTop = drag.top - (e.clientY - drag.y);
+    });
+    const lift = () => { drag = null; };
+    stage.addEventListener("pointerup", lift);
+    stage.addEventListener("pointercancel", lift);
+    function zoom(on = !zoomed) {  // 100 %: the image's own pixels, panned by dragging
+      zoomed = on;
+      stage.classList.toggle("zoomed", zoomed);
+      dialog.querySelector("[data-zoom]").setAttribute("aria-pressed", String(zoomed));
+    }
+    function neighbours() {  // the images in the grid's order
+      return [...grid.querySelectorAll("figure.thumb")].map((c) => latest.get(Number(c.dataset.job)))
+        .filter((j) => j && j.outputs.length);
+    }
+    function go(by) {
+      const all = neighbours();
+      const at = all.findIndex((j) => current && j.id === current.id);
+      const to = all[at + by];
+      if (to) show(to.id);
+    }
+    function show(id) {
+      current = latest.get(id);
+      if (!current) return;
+      focused = id;
+      zoom(false);
+      img.src = current.outputs[0];
+      img.alt = rowName(current);
+      download.href = current.outputs[0];
+      title.textContent = `#${current.id} · ${rowName(current)}${distinction(current) ? " · " + distinction(current) : ""}`;
+      dialog.dataset.lightbox = String(id);
+      info.replaceChildren(...recipe(current));
+      if (!dialog.open) { document.body.appendChild(dialog); dialog.showModal(); }
+    }
+    function again() { if (dialog.open && current) show(current.id); }  // (the job read afresh)
+    return {show, again};
+  }
+  function recipe(j) {  // what made it: values, model, version, lineage, timings, the call
+    const row = (label, value, attrs = {}) => value === null || value === undefined || value === "" ? null
+      : [h("dt", {text: label}), h("dd", {...attrs, text: String(value)})];
+    const values = Object.entries(j.values || {}).flatMap(([k, v]) =>  // (null: the template's default)
+      row(k, v === null ? "—" : typeof v === "object" ? JSON.stringify(v) : v, {"data-value": k}) || []);
+    const waited = j.started_at ? j.started_at - j.enqueued_at : null;
+    const ran = j.started_at && j.finished_at ? j.finished_at - j.started_at : null;
+    const call_ = remake(j);
+    const lineage = h("p", {class: "muted lineage-links"});
+    call("GET", `${API}/jobs/${j.id}/lineage`).then((r) => {
+      if (!r.ok) return;
+      const link = (x) => h("a", {href: `#/batches/${x.batch}`, "data-lineage-job": x.id,
+        text: `#${x.id}${x.action ? " " + verb(x.action) : ""}`});
+      const list = (jobs) => jobs.length ? jobs.flatMap((x, i) => [i ? ", " : "", link(x)]) : [t("none")];
+      lineage.replaceChildren(`${t("ancestors")}: `, ...list(r.data.ancestors), h("br"),
+        `${t("children")}: `, ...list(r.data.children));
+    });
+    return [  // (null leaves a part out: filtered below, as replaceChildren would write "null")
+      h("p", {}, badge(j.status), " ", reviewed(j) ? badge(j.review, "reviews") : "",
+        j.stars ? h("span", {class: "stars", text: " " + "★".repeat(j.stars)}) : ""),
+      j.review_note ? h("p", {class: "review-note", text: j.review_note}) : null,
+      j.rated_by ? h("p", {class: "muted", text: `${j.rated_by} · ${when(j.rated_at)}`}) : null,
+      h("dl", {class: "values"}, ...values,
+        ...(row(t("instruction_label"), j.instruction) || []),
+        ...(row(t("model"), j.model, {"data-model": ""}) || []),
+        ...(row(t("template"), j.template ? `${j.template}${j.template_version ? "@" + j.template_version : ""}` : null, {"data-template": ""}) || []),
+        ...(row(t("waited"), waited === null ? null : span(waited)) || []),
+        ...(row(t("ran"), ran === null ? null : span(ran)) || [])),
+      lineage,
+      h("h3", {text: t("remake")}),
+      h("pre", {class: "remake", "data-remake": j.id, text: call_}),
+      h("button", {type: "button", class: "small", "data-copy": "", onclick: async (e) => {
+        try { await navigator.clipboard.writeText(call_); toast(t("copied"), "ok"); }
+        catch { const range = document.createRange(); range.selectNodeContents(e.currentTarget.previousSibling);
+          getSelection().removeAllRanges(); getSelection().addRange(range); }
+      }}, t("copy"))].filter((part) => part);
+  }
+  function remake(j) {  // the API call that makes this image again: its template version and values
+    const body = JSON.stringify({template: j.template_version ? `${j.template}@${j.template_version}` : j.template,
+      rows: [j.values]});
+    return `curl -X POST ${location.origin}${API}/batches \\\n  -H "Authorization: Bearer $GENBOT_TOKEN" -H "Content-Type: application/json" \\\n  -d '${body.replaceAll("'", "'\\''")}'`;
   }
   async function signOff() {
     const r = await call("POST", `${API}/batches/${id}/signoff`);
