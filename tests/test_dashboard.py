@@ -705,3 +705,81 @@ async def test_the_lightbox_shows_an_image_its_recipe_and_the_call_that_makes_it
         await page.keyboard.press("Escape")
         await page.wait_for_function(
             f"() => document.activeElement.dataset.job === '{jobs[2].id}'")
+
+
+WIDER_THAN_THE_SCREEN = """() => {
+  const width = document.documentElement.clientWidth, wide = [];
+  for (const el of document.querySelectorAll("body *")) {
+    const box = el.getBoundingClientRect();
+    if (box.width && box.right > width + 0.5)
+      wide.push(`${el.tagName}.${el.className} ${Math.round(box.right)}`);
+  }
+  return [document.documentElement.scrollWidth - width, wide.slice(0, 8)];
+}"""
+
+
+async def test_every_page_fits_a_phone_and_the_lightbox_reviews_by_swipe(tmp_path, demo_models,
+                                                                        browser):
+    """At 390 x 844 no page scrolls sideways and no element reaches past the screen's
+    edge — the header wraps, tables become cards, the lightbox stacks its recipe under the
+    image; there a swipe up approves, down rejects, sideways steps."""
+    from bot.app.application import Accepted, SubmitOptions
+    from bot.app.permissions import Who
+    from bot.intake.check import SheetFile
+    from storage.reviews import Review
+
+    async def pictures(name: str) -> bytes | None:
+        return BOTTLE
+
+    async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
+        done = await w.app.submit(Who("api", "ops", "api"), "product_main", SheetFile(
+            "p.csv", b"sku,product_image,prompt,steps\nBTL-1,bottle.png,a bottle with a long "
+                     b"name that wraps,4\nBTL-2,bottle.png,a jar,4\nBTL-3,bottle.png,a vase,4\n"),
+            pictures, SubmitOptions(wait_for_executor=True))
+        assert isinstance(done, Accepted)
+        jobs = await finish_all(w.app, done.batch_id)
+        context = await browser.new_context(viewport={"width": 390, "height": 844},
+                                            has_touch=True, is_mobile=True)
+        page = await context.new_page()
+        page.on("pageerror", lambda e: w.page_errors.append(str(e)))
+        await page.goto(f"{w.url}/dashboard/")
+        await page.wait_for_selector("#token")
+        assert await page.evaluate(WIDER_THAN_THE_SCREEN) == [0, []], "sign-in"
+        await page.fill("#token", ADMIN)
+        await page.click("#sign-in button[type=submit]")
+        await page.wait_for_selector("#me:not([hidden])")
+        for view, ready in (("#/", ".counts"), ("#/jobs", ".scroller .jobrow[data-job]"),
+                            ("#/batches/1", "#thumbs figure img"), ("#/submit", "form"),
+                            ("#/webhooks", "main h2")):
+            await page.goto(f"{w.url}/dashboard/{view}")
+            await page.wait_for_selector(ready)
+            assert await page.evaluate(WIDER_THAN_THE_SCREEN) == [0, []], view
+            assert await page.is_visible("#sign-out"), view  # (it was off-screen)
+        await page.goto(f"{w.url}/dashboard/#/batches/1")
+        await page.click(f'#thumbs figure[data-job="{jobs[0].id}"] a[data-open]')
+        stage = page.locator("dialog.lightbox[open] .stage")
+        await stage.wait_for()
+        assert await page.evaluate(WIDER_THAN_THE_SCREEN) == [0, []], "lightbox"
+        box = await stage.bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+
+        async def swipe(dx: float, dy: float) -> None:
+            await page.mouse.move(x, y)
+            await page.mouse.down()
+            await page.mouse.move(x + dx, y + dy, steps=5)
+            await page.mouse.up()
+
+        await swipe(0, -150)  # up: approved, on to the next
+        await page.wait_for_function(
+            f"() => document.querySelector('dialog.lightbox').dataset.lightbox === '{jobs[1].id}'")
+        await swipe(0, 150)  # down: rejected
+        await page.wait_for_function(
+            f"() => document.querySelector('dialog.lightbox').dataset.lightbox === '{jobs[2].id}'")
+        await swipe(150, 0)  # right: back to the one before
+        await page.wait_for_function(
+            f"() => document.querySelector('dialog.lightbox').dataset.lightbox === '{jobs[1].id}'")
+        await page.wait_for_selector(f'figure[data-job="{jobs[1].id}"][data-review="rejected"]')
+        assert [(await w.queue.job(j.id)).review for j in jobs] == [
+            Review.APPROVED, Review.REJECTED, Review.UNREVIEWED]
+        await page.screenshot(path=str(tmp_path / "phone-lightbox.png"))
+        await context.close()

@@ -5,6 +5,7 @@
 
 const API = "/api/v1";
 const ROW = 34;        // px per row of the job list (fixed, so the list can be virtual)
+const SWIPE = 60;      // px a finger travels for a swipe in the lightbox (less: a tap)
 const PAGE = 100;      // jobs fetched per page of the list
 const REFRESH_MS = 400; // at most this often after queue events
 
@@ -823,7 +824,7 @@ async function batchPage(main, id, params) {
   // --- the lightbox: one image large, its recipe beside it; arrows, Z zoom, review keys --
   function lightboxOf() {
     let current = null, zoomed = false, drag = null;
-    const img = h("img", {class: "full", alt: ""});
+    const img = h("img", {class: "full", alt: "", draggable: "false"});  // (a drag pans or swipes)
     const stage = h("div", {class: "stage", "data-stage": ""}, img);
     const info = h("aside", {class: "info", "aria-live": "polite"});
     const title = h("h2", {class: "title"});
@@ -852,19 +853,28 @@ async function batchPage(main, id, params) {
       else if (key === "r") { e.preventDefault(); askChanges(j); }
       else if (/^[0-5]$/.test(key)) { e.preventDefault(); grade(j, Number(key) || null); }
     });
-    stage.addEventListener("pointerdown", (e) => {  // pan a zoomed image by dragging it
-      if (!zoomed) return;
+    // Dragging a zoomed image pans it; on the whole image, a swipe reviews (a phone's way):
+    // left or right steps to the next or the previous, up approves, down rejects.
+    stage.addEventListener("pointerdown", (e) => {
       drag = {x: e.clientX, y: e.clientY, left: stage.scrollLeft, top: stage.scrollTop};
       stage.setPointerCapture(e.pointerId);
     });
     stage.addEventListener("pointermove", (e) => {
-      if (!drag) return;
+      if (!drag || !zoomed) return;
       stage.scrollLeft = drag.left - (e.clientX - drag.x);
       stage.scrollTop = drag.top - (e.clientY - drag.y);
     });
-    const lift = () => { drag = null; };
-    stage.addEventListener("pointerup", lift);
-    stage.addEventListener("pointercancel", lift);
+    stage.addEventListener("pointerup", (e) => {
+      const from = drag;
+      drag = null;
+      if (!from || zoomed || !current) return;
+      const dx = e.clientX - from.x, dy = e.clientY - from.y;
+      if (Math.max(Math.abs(dx), Math.abs(dy)) < SWIPE) return;
+      const j = current;
+      if (Math.abs(dx) > Math.abs(dy)) go(dx < 0 ? 1 : -1);
+      else if (reviewing(j)) { go(1); review_(j, dy < 0 ? "approved" : "rejected"); }
+    });
+    stage.addEventListener("pointercancel", () => { drag = null; });
     function zoom(on = !zoomed) {  // 100 %: the image's own pixels, panned by dragging
       zoomed = on;
       stage.classList.toggle("zoomed", zoomed);
