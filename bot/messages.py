@@ -900,6 +900,8 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_remake", "Make it again (the API call)"),
     N_("dash_copy", "Copy"),
     N_("dash_copied", "Copied"),
+    N_("dash_zip", "Images (.zip)"),
+    N_("dash_zip_approved", "Approved images (.zip)"),
     N_("dash_request_changes", "Request changes"),
     N_("dash_reject_why", "Why is it rejected? (optional)"),
     N_("dash_changes_what", "What should change? (queued as an edit of the image)"),

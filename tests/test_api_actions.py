@@ -6,6 +6,7 @@ ways, and a batch's picks come as JSON, a results sheet and a contact sheet."""
 from __future__ import annotations
 
 import io
+import zipfile
 
 import aiohttp
 import pytest
@@ -292,3 +293,12 @@ async def test_reviews_stars_and_sign_off_through_the_api(api):
     assert rows[-1][0].startswith("Signed off by api:rex at ")
     status, body = await api.call("DELETE", f"/batches/{first.batch_id}/signoff", REVIEWER)
     assert (status, body["error"]["code"]) == (403, "refused_role")
+    for query, names in (("", 2), ("?review=approved", 1)):  # the ones that ship, zipped
+        async with api.http.get(f"/api/v1/batches/{first.batch_id}/images.zip{query}",
+                                headers={"Authorization": f"Bearer {VIEWER}"}) as r:
+            assert r.status == 200 and r.headers["Content-Type"] == "application/zip"
+            zipped = zipfile.ZipFile(io.BytesIO(await r.read()))
+        assert len(zipped.namelist()) == names and all(
+            n.endswith(".png") and not n.startswith("outputs/") for n in zipped.namelist())
+    status, body = await api.call("GET", f"/batches/{first.batch_id}/images.zip?review=rejected")
+    assert (status, body["error"]["code"]) == (404, "no_images")

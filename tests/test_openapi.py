@@ -166,6 +166,10 @@ def tour(world) -> set[tuple[str, str, int]]:
     call(VIEWER, "GET", f"{v}/jobs/{{id}}/outputs/{{index}}", 200,
          path=f"{v}/jobs/1/outputs/0?size=128")
     call(VIEWER, "GET", f"{v}/jobs", 200, path=f"{v}/jobs?offset=1&limit=1")
+    zipped = f"{v}/batches/{{id}}/images.zip"
+    call(VIEWER, "GET", zipped, 200)
+    call(VIEWER, "GET", zipped, 400, path=f"{v}/batches/1/images.zip?review=liked")
+    call(VIEWER, "GET", zipped, 404, path=f"{v}/batches/2/images.zip")  # (its job failed)
     for template in ("/templates/{name}", "/batches/{id}", "/jobs/{id}",
                      "/jobs/{id}/outputs/{index}", "/batches/{id}/files/{name}"):
         call(VIEWER, "GET", v + template, 404, path=v + template.replace(

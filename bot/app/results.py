@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,31 @@ def _output_file(store: FileStore, output: str) -> Path | None:
     except ValueError as e:
         log.warning("results: output %s left off the contact sheet: %s", shown(output), e)
         return None
+
+
+def write_zip(store: FileStore, batch: Batch, jobs: list[Job], name: str) -> Path:
+    """The jobs' images in one zip on this host, each under its name in the batch's folder
+    (the names the template gave them: the SKU's folder, the row); stored as they are
+    (PNG, JPEG and WebP are compressed already). Made afresh each time — which images
+    are approved changes — beside the batch's files, swapped in whole."""
+    import tempfile
+    import zipfile
+    folder = batch_folder(batch.id)
+    target = store.local(f"{folder}/{name}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".zip")
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
+            for job in jobs:
+                for output in job.outputs:
+                    path = _output_file(store, output)
+                    if path is not None and path.is_file():
+                        z.write(path, output.removeprefix(f"{folder}/"))
+        Path(tmp).replace(target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return target
 
 
 def label(job: Job, template: Template | None, lang: str = "en") -> str:

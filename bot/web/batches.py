@@ -19,15 +19,24 @@ from bot.app import values
 from bot.app.application import Accepted, App, CancelTarget, SubmitOptions
 from bot.app.estimates import Held, held_by
 from bot.app.permissions import Action
-from bot.app.results import CONTACT, RESULTS, XLSX, write_results, write_results_sheet
+from bot.app.results import (
+    CONTACT,
+    RESULTS,
+    XLSX,
+    write_results,
+    write_results_sheet,
+    write_zip,
+)
 from bot.intake import workers
 from bot.intake.check import IntakeReport
 from bot.settings import IntakeConfig
 from bot.web.callers import Callers
 from bot.web.http import (
     PREFIX,
+    SERVED_FILE,
     ApiError,
     Problem,
+    attachment,
     flag,
     in_path,
     page_of,
@@ -46,7 +55,7 @@ from bot.web.uploads import (
 )
 from storage.files import batch_folder
 from storage.queue import ACTIVE
-from storage.records import BatchCounts
+from storage.records import BatchCounts, Status
 from storage.reviews import Review
 from templates.settings import ModelsConfig, TemplatesConfig
 
@@ -216,6 +225,12 @@ class BatchRoutes:
                   "Queue a batch's failed jobs again, as a new batch",
                   {201: Answer("queued", Retried), 200: Answer("retried before", Retried)},
                   errors=(404, 409), params=(BATCH_ID,)),
+            Route("GET", "/batches/{id}/images.zip", self.images_zip,
+                  "A batch's images in one zip, each under its name in the batch's folder; "
+                  "?review=approved: only those (the ones that ship)",
+                  {200: Answer("the zip", files=("application/zip",))}, errors=(400, 404),
+                  params=(BATCH_ID, Param("review", "query", Review,
+                                          "only the images in this review state"))),
             Route("GET", "/batches/{id}/files/{name}", self.file,
                   "The batch's contact sheet or results sheet, once it is done",
                   {200: Answer("the file", files=("image/png", XLSX))}, errors=(404,),
@@ -279,6 +294,23 @@ class BatchRoutes:
                                     await self.queue.batch_jobs(batch_id),
                                     self.templates.get(batch.template))
         return await stored_file(self.store, relative, f"batch-{batch_id}-{name}")
+
+    async def images_zip(self, request: web.Request) -> web.StreamResponse:
+        await self.callers.allowed(request, Action.STATUS)
+        batch = await self.app.batch(in_path(request, "id"))
+        asked = request.query.get("review")
+        if asked is not None and asked not in Review.__members__.values():
+            raise ApiError(400, "bad_query", f"review is one of {', '.join(Review)}")
+        jobs = [j for j in await self.queue.batch_jobs(batch.id)
+                if j.status == Status.SUCCEEDED and j.outputs and asked in (None, j.review)]
+        if not jobs:
+            raise ApiError(404, "no_images", f"batch {batch.id} has no image"
+                           + (f" {asked}" if asked else ""))
+        name = f"images-{asked}.zip" if asked else "images.zip"
+        path = await asyncio.to_thread(write_zip, self.store, batch, jobs, name)
+        return web.FileResponse(path, headers={
+            **SERVED_FILE, "Content-Type": "application/zip",
+            "Content-Disposition": attachment(f"batch-{batch.id}-{name}")})
 
     # --- changing: each a call to the application layer --------------------------------
     async def submit(self, request: web.Request) -> web.Response:

@@ -1033,6 +1033,8 @@ async function batchPage(main, id, params) {
         b.counts.failed && !active && mayTouch("retry", b.submitter) ? h("button", {id: "retry-batch", onclick: retry}, t("retry")) : null,
         b.done >= b.total && b.files.contact ? h("a", {href: b.files.contact, target: "_blank", text: t("contact")}) : null,
         b.done >= b.total ? h("a", {href: b.files.results, text: t("results")}) : null,
+        b.counts.succeeded ? h("a", {href: `${API}/batches/${id}/images.zip`, "data-zip": "", text: t("zip")}) : null,
+        b.reviews.approved ? h("a", {href: `${API}/batches/${id}/images.zip?review=approved`, "data-zip": "approved", text: t("zip_approved")}) : null,
         h("label", {}, h("input", {type: "checkbox", id: "kept-only", checked: keptOnly,
           onchange: (e) => { location.hash = `#/batches/${id}${e.target.checked ? "?kept=1" : ""}`; }}),
           ` ${t("kept_only")}`),
