@@ -901,6 +901,12 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_copy", "Copy"),
     N_("dash_copied", "Copied"),
     N_("dash_zip", "Images (.zip)"),
+    N_("dash_compare", "Compare ({count})"),
+    N_("dash_compare_title", "Side by side"),
+    N_("dash_compare_pick", "Pick two to four images to compare: C on each (Shift+C opens them)"),
+    N_("dash_before_after", "Before / after"),
+    N_("dash_before", "before"),
+    N_("dash_after", "after"),
     N_("dash_zip_approved", "Approved images (.zip)"),
     N_("dash_request_changes", "Request changes"),
     N_("dash_reject_why", "Why is it rejected? (optional)"),
@@ -912,7 +918,8 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_sign_off", "Sign off"),
     N_("dash_reopen", "Reopen"),
     N_("dash_review_keys", "Keys: P approve · X reject (Shift+X with a reason) · R request "
-                           "changes · U unreviewed · 1-5 stars · arrows move · Ctrl+Z undo"),
+                           "changes · U unreviewed · 1-5 stars · arrows move · Ctrl+Z undo · "
+                           "Enter large · C pick to compare (Shift+C compare) · B before/after"),
     N_("dash_made_from", "{action} of #{id}"),
     N_("dash_instruction", "Change it in a sentence…"),
     N_("dash_paint_title", "Paint where to repaint"),

@@ -6,10 +6,12 @@ an admin tests, re-enables and redelivers from."""
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 
 import aiohttp
 import pytest
+from PIL import Image
 
 from storage.queue import NewJob, Submission
 from templates.jobs import decode
@@ -667,6 +669,10 @@ async def test_the_lightbox_shows_an_image_its_recipe_and_the_call_that_makes_it
             SubmitOptions(wait_for_executor=True))
         assert isinstance(done, Accepted)
         jobs = await finish_all(w.app, done.batch_id)
+        for job in (jobs[0], jobs[2]):  # big enough to scroll at 100 % (compared below)
+            big = io.BytesIO()
+            Image.new("RGB", (1600, 1200), "blue").save(big, "PNG")
+            w.app.store.path(job.outputs[0]).write_bytes(big.getvalue())
         page = await signed_in(browser, w, ALICE, "#/batches/1")
         await page.focus(f'#thumbs figure[data-job="{jobs[0].id}"]')
         await page.keyboard.press("Enter")
@@ -705,6 +711,50 @@ async def test_the_lightbox_shows_an_image_its_recipe_and_the_call_that_makes_it
         await page.keyboard.press("Escape")
         await page.wait_for_function(
             f"() => document.activeElement.dataset.job === '{jobs[2].id}'")
+
+        # Compare: C picks (jobs 1 and 3), Shift+C shows them side by side; Z zooms both to
+        # 100 % and scrolling one scrolls the other to the same place.
+        await page.keyboard.press("c")  # (on job 3, focused)
+        await page.focus(f'#thumbs figure[data-job="{jobs[0].id}"]')
+        await page.keyboard.press("c")
+        await page.wait_for_selector("#compare:not([hidden])")
+        assert await page.text_content("#compare") == "Compare (2)"
+        await page.keyboard.press("Shift+C")
+        panes = page.locator("dialog.compare[open] .pane")
+        await panes.first.wait_for()
+        assert await panes.count() == 2
+        await page.keyboard.press("z")
+        await page.wait_for_function(
+            "() => document.querySelectorAll('dialog.compare .stage.zoomed').length === 2")
+        await page.wait_for_function("() => [...document.querySelectorAll("
+                                     "'dialog.compare .stage img')].every(i => i.complete)")
+        await page.eval_on_selector("dialog.compare .stage",
+                                    "s => { s.scrollLeft = 300; s.scrollTop = 200; }")
+        await page.wait_for_function(
+            "() => document.querySelectorAll('dialog.compare .stage')[1].scrollLeft === 300")
+        await page.keyboard.press("z")
+        await page.screenshot(path=str(tmp_path / "compare.png"))
+        await page.keyboard.press("Escape")
+
+        # Before / after: an image made from another (Again of job 1), B in its lightbox.
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{w.url}/api/v1/jobs/{jobs[0].id}/actions", json={"action": "again"},
+                headers={"Authorization": f"Bearer {ALICE}"}) as r:
+            child = (await r.json())["jobs"][0]["id"]
+        await finish_all(w.app, (await w.queue.job(child)).batch_id)
+        await page.goto(f"{w.url}/dashboard/#/batches/{(await w.queue.job(child)).batch_id}")
+        await page.click(f'#thumbs figure[data-job="{child}"] a[data-open]')
+        await page.wait_for_selector("dialog.lightbox[open] [data-before-after]:not([hidden])")
+        await page.keyboard.press("b")
+        slider = page.locator("dialog.before-after[open] [data-slider]")
+        await slider.wait_for()
+        assert await page.locator("dialog.before-after img.before").get_attribute("src") == \
+            f"/api/v1/jobs/{jobs[0].id}/outputs/0"  # the image it was made from, under it
+        await page.keyboard.press("ArrowRight")
+        assert await slider.input_value() == "55"
+        assert "55%" in await page.eval_on_selector("dialog.before-after img.after",
+                                                    "i => i.style.clipPath")
+        await page.screenshot(path=str(tmp_path / "before-after.png"))
 
 
 WIDER_THAN_THE_SCREEN = """() => {

@@ -6,6 +6,7 @@
 const API = "/api/v1";
 const ROW = 34;        // px per row of the job list (fixed, so the list can be virtual)
 const SWIPE = 60;      // px a finger travels for a swipe in the lightbox (less: a tap)
+const COMPARE_MOST = 4; // images side by side (a fifth picked drops the first)
 const PAGE = 100;      // jobs fetched per page of the list
 const REFRESH_MS = 400; // at most this often after queue events
 
@@ -646,14 +647,15 @@ async function batchPage(main, id, params) {
   const undo = [];           // jobs as they were before each review here: Ctrl+Z takes one back
   const latest = new Map();  // job id -> the job as last read (what the lightbox shows)
   const lightbox = lightboxOf();
+  const compare = compareOf();
 
   function card(j) {
-    const state = `${j.status} ${j.review} ${j.stars} ${j.review_note} ${signedOff}`;
+    const state = `${j.status} ${j.review} ${j.stars} ${j.review_note} ${signedOff} ${compare.has(j.id)}`;
     latest.set(j.id, j);
     const known = cards.get(j.id);
     if (known && known[0] === state && !stateIs(j.status, "working")) return known[1];
     const lineage = h("div", {class: "lineage"});
-    const made = h("figure", {class: `thumb ${j.status} review-${j.review}`, "data-job": j.id,
+    const made = h("figure", {class: `thumb ${j.status} review-${j.review}${compare.has(j.id) ? " compared" : ""}`, "data-job": j.id,
       "data-rating": j.rating || "", "data-review": j.review, tabindex: reviewing(j) ? 0 : -1,
       onkeydown: (e) => reviewKey(e, j), onfocus: () => { focused = j.id; }},
       j.outputs.length
@@ -794,6 +796,7 @@ async function batchPage(main, id, params) {
     if (e.ctrlKey) return;
     const move = {arrowright: 1, arrowleft: -1, arrowdown: columns(), arrowup: -columns()}[key];
     if (move) { e.preventDefault(); step(j, move); return; }
+    if (key === "c" && j.outputs.length) { e.preventDefault(); if (e.shiftKey) compare.open(); else compare.toggle(j); return; }
     if (!reviewing(j)) return;
     const next = () => { step(j, 1); };  // (at once: the next key is for the next image)
     if (key === "p") { e.preventDefault(); next(); review_(j, "approved"); }
@@ -834,7 +837,9 @@ async function batchPage(main, id, params) {
       h("div", {class: "lightbox-bar"}, title,
         button("←", {"aria-label": t("previous"), "data-prev": ""}, () => go(-1)),
         button("→", {"aria-label": t("next_image"), "data-next": ""}, () => go(1)),
-        button(t("zoom"), {"data-zoom": ""}, () => zoom()), download,
+        button(t("zoom"), {"data-zoom": ""}, () => zoom()),
+        button(t("before_after"), {"data-before-after": ""}, () => { dialog.close(); compare.beforeAfter(current); }),
+        download,
         button("✕", {"aria-label": t("close"), "data-close": "", class: "link"}, () => dialog.close())),
       h("div", {class: "body"}, stage, info));
     dialog.addEventListener("close", () => { if (current) { focused = current.id; refocus(); } });
@@ -843,6 +848,8 @@ async function batchPage(main, id, params) {
       const key = e.key.toLowerCase();
       if (key === "arrowright" || key === "arrowleft") { e.preventDefault(); go(key === "arrowright" ? 1 : -1); return; }
       if (key === "z" && !e.ctrlKey) { e.preventDefault(); zoom(); return; }
+      if (key === "c" && current && !e.ctrlKey) { e.preventDefault(); if (e.shiftKey) { dialog.close(); compare.open(); } else compare.toggle(current); return; }
+      if (key === "b" && current && current.parent_job_id && !e.ctrlKey) { e.preventDefault(); dialog.close(); compare.beforeAfter(current); return; }
       if (e.ctrlKey && key === "z") { e.preventDefault(); undoLast(); return; }
       if (!current || !reviewing(current) || e.ctrlKey) return;
       const j = current;
@@ -900,6 +907,7 @@ async function batchPage(main, id, params) {
       download.href = current.outputs[0];
       title.textContent = `#${current.id} · ${rowName(current)}${distinction(current) ? " · " + distinction(current) : ""}`;
       dialog.dataset.lightbox = String(id);
+      dialog.querySelector("[data-before-after]").hidden = !current.parent_job_id;
       info.replaceChildren(...recipe(current));
       if (!dialog.open) { document.body.appendChild(dialog); dialog.showModal(); }
     }
@@ -947,6 +955,86 @@ async function batchPage(main, id, params) {
     const body = JSON.stringify({template: j.template_version ? `${j.template}@${j.template_version}` : j.template,
       rows: [j.values]});
     return `curl -X POST ${location.origin}${API}/batches \\\n  -H "Authorization: Bearer $GENBOT_TOKEN" -H "Content-Type: application/json" \\\n  -d '${body.replaceAll("'", "'\\''")}'`;
+  }
+  // --- compare: two to four images side by side, zoom and pan locked; before/after ------
+  function compareOf() {
+    const picked = [];  // job ids, in the order picked
+    const button = h("button", {type: "button", class: "small", id: "compare", hidden: true, onclick: () => open()});
+    function has(id) { return picked.includes(id); }
+    function toggle(j) {
+      const at = picked.indexOf(j.id);
+      if (at >= 0) picked.splice(at, 1);
+      else { if (picked.length >= COMPARE_MOST) picked.shift(); picked.push(j.id); }
+      button.hidden = picked.length < 2;
+      button.textContent = t("compare", {count: picked.length});
+      refresh();
+    }
+    function open() {
+      const jobs = picked.map((id) => latest.get(id)).filter((j) => j && j.outputs.length);
+      if (jobs.length < 2) { toast(t("compare_pick")); return; }
+      side(jobs.map((j) => ({src: j.outputs[0], label: `#${j.id} · ${rowName(j)}${distinction(j) ? " · " + distinction(j) : ""}`})));
+    }
+    function side(images) {  // panes side by side; zoom (Z) and scrolling move them all
+      let zoomed = false, syncing = false, drag = null;
+      const panes = images.map((x) => h("figure", {class: "pane"},
+        h("div", {class: "stage"}, h("img", {src: x.src, alt: x.label, draggable: "false"})),
+        h("figcaption", {text: x.label})));
+      const stages = panes.map((p) => p.querySelector(".stage"));
+      for (const stage of stages) {
+        stage.addEventListener("scroll", () => {
+          if (syncing) return;
+          syncing = true;
+          for (const other of stages) if (other !== stage) { other.scrollLeft = stage.scrollLeft; other.scrollTop = stage.scrollTop; }
+          syncing = false;
+        });
+        stage.addEventListener("pointerdown", (e) => {
+          if (!zoomed) return;
+          drag = {x: e.clientX, y: e.clientY, left: stage.scrollLeft, top: stage.scrollTop, stage};
+          stage.setPointerCapture(e.pointerId);
+        });
+        stage.addEventListener("pointermove", (e) => {
+          if (!drag || drag.stage !== stage) return;
+          stage.scrollLeft = drag.left - (e.clientX - drag.x);
+          stage.scrollTop = drag.top - (e.clientY - drag.y);
+        });
+        stage.addEventListener("pointerup", () => { drag = null; });
+      }
+      const zoom = () => { zoomed = !zoomed; for (const stage of stages) stage.classList.toggle("zoomed", zoomed); };
+      dialogOf("compare", t("compare_title"), [
+        h("button", {type: "button", class: "small", "data-zoom": "", onclick: zoom}, t("zoom"))],
+        h("div", {class: `panes n${panes.length}`}, ...panes), (e) => {
+          if (e.key.toLowerCase() === "z" && !e.ctrlKey) { e.preventDefault(); zoom(); }
+        });
+    }
+    async function beforeAfter(j) {  // the image it was made from under it, a slider between
+      const r = await call("GET", `${API}/jobs/${j.parent_job_id}`);
+      if (!r.ok) return failure(r);
+      const parent = r.data;
+      if (!parent.outputs.length) { toast(t("compare_pick")); return; }
+      const after = h("img", {class: "after", src: j.outputs[0], alt: `#${j.id}`, draggable: "false"});
+      const slider = h("input", {type: "range", min: 0, max: 100, value: 50, "aria-label": t("before_after"),
+        "data-slider": "", oninput: () => { after.style.clipPath = `inset(0 0 0 ${slider.value}%)`; }});
+      after.style.clipPath = "inset(0 0 0 50%)";
+      dialogOf("before-after", t("before_after"), [],
+        h("div", {class: "swipe-stack"},
+          h("img", {class: "before", src: parent.outputs[0], alt: `#${parent.id}`, draggable: "false"}), after),
+        (e) => {
+          const by = {arrowleft: -5, arrowright: 5}[e.key.toLowerCase()];
+          if (by) { e.preventDefault(); slider.value = String(Number(slider.value) + by); slider.dispatchEvent(new Event("input")); }
+        }, [h("p", {class: "muted", text: `${t("before")} #${parent.id} · ${t("after")} #${j.id} (${verb(j.action)})`}), slider]);
+    }
+    return {has, toggle, open, beforeAfter, button};
+  }
+  function dialogOf(kind, title, tools, body, onKey, below = []) {
+    const dialog = h("dialog", {class: `viewer ${kind}`, "aria-label": title, "data-viewer": kind},
+      h("div", {class: "lightbox-bar"}, h("h2", {class: "title", text: title}), ...tools,
+        h("button", {type: "button", class: "link", "aria-label": t("close"), onclick: () => dialog.close()}, "✕")),
+      body, ...below);
+    dialog.addEventListener("keydown", onKey);
+    dialog.addEventListener("close", () => { dialog.remove(); refocus(); });
+    document.body.appendChild(dialog);
+    dialog.showModal();
+    return dialog;
   }
   async function signOff() {
     const r = await call("POST", `${API}/batches/${id}/signoff`);
@@ -1034,6 +1122,7 @@ async function batchPage(main, id, params) {
         b.done >= b.total && b.files.contact ? h("a", {href: b.files.contact, target: "_blank", text: t("contact")}) : null,
         b.done >= b.total ? h("a", {href: b.files.results, text: t("results")}) : null,
         b.counts.succeeded ? h("a", {href: `${API}/batches/${id}/images.zip`, "data-zip": "", text: t("zip")}) : null,
+        compare.button,
         b.reviews.approved ? h("a", {href: `${API}/batches/${id}/images.zip?review=approved`, "data-zip": "approved", text: t("zip_approved")}) : null,
         h("label", {}, h("input", {type: "checkbox", id: "kept-only", checked: keptOnly,
           onchange: (e) => { location.hash = `#/batches/${id}${e.target.checked ? "?kept=1" : ""}`; }}),
