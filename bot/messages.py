@@ -582,6 +582,9 @@ CATALOG: dict[str, str] = catalog(
     N_("about_repaint", "a region of the image repainted, the rest kept exactly"),
     N_("about_extend", "the canvas grown to a shape or by margins, the image kept exactly"),
     N_("button_keep_image", "⭐ Keep"),
+    N_("button_reject_image", "👎 Reject"),
+    N_("reject_form_title", "Reject row {row}"),
+    N_("reject_form_reason", "Why? (optional: e.g. the label is misspelt)"),
     # Sweeps: --vary and --seeds.
     N_("sweep_value", "--vary {key}: {problem}"),
     N_("sweep_syntax", '"{value}" is not KEY=V1,V2,… or KEY=START..STOP:STEP (e.g. steps=20,30 '

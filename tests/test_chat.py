@@ -782,3 +782,13 @@ async def test_review_in_chat_reasons_changes_stars_and_sign_off(tmp_path, demo_
                                "requested.")
         (late,) = await world.send("/keep 2", user="R")
         assert late.text.startswith("Batch 1 was signed off by test:R: its reviews are final.")
+        (reopened,) = await world.send("/reopen 1", user="BOSS")
+        assert reopened.text == "🔓 Batch 1 is open for review again."
+        from bot.app.permissions import Who
+        await world.app.sign_off(Who("api", "ops"), 1)  # from the dashboard: said in the thread
+        before = len(world.platform.posts)
+        await world.core.pump()
+        (said,) = world.platform.posts[before:]
+        assert said.text == ("✅ Batch 1 signed off by api:ops: 1 rejected, 1 changes "
+                             "requested.")
+        assert said.thread == next(p.thread for p in world.platform.posts if p.image)  # batch's

@@ -413,7 +413,8 @@ async def test_actions_typed_in_the_conversation_name_rows_as_captioned(tmp_path
                  and "](@" in m["param"]["text"]]
         row2 = links(shown[0])
         # (social_thumb has no seed and no model: Again and Vary are not offered)
-        assert row2 == {"⭐ 保留": "/keep j1", "🔍 放大": "/upscale j1", "✏️ 修改": "/edit j1"}
+        assert row2 == {"⭐ 保留": "/keep j1", "👎 淘汰": "/reject j1 --ask",
+                        "🔍 放大": "/upscale j1", "✏️ 修改": "/edit j1"}
 
         async def answer(text: str) -> str:
             before = len(fake.session_replies)

@@ -272,7 +272,7 @@ async def test_a_six_row_batch_is_three_messages_and_one_per_image_with_its_butt
             assert image["slack_file"] == {"id": m["file"]["id"]} and image["alt_text"]
             assert Image.open(io.BytesIO(m["file"]["data"])).format == "PNG"
             assert actions["elements"][0]["action_id"] == "image_keep"
-            jobs = {b["value"].split()[-1] for b in actions["elements"]}
+            jobs = {b["value"].split()[1] for b in actions["elements"]}
             assert len(jobs) == 1, jobs  # every button acts on this image's job
         assert [f["channel"] for f in fake.files if f["name"].startswith("thumb_")] == [None] * 6
         assert sorted(fake.not_ready) == sorted(m["file"]["id"] for m in images)  # each retried
@@ -641,7 +641,7 @@ async def test_buttons_and_reactions_under_each_image_iterate_in_the_thread(
         assert [m["text"].split(" · ")[:2] for m in rows] == [["row 2", "BTL-001"],
                                                             ["row 3", "BTL-002"]]
         assert [b["value"] for b in rows[0]["blocks"][-1]["elements"]] == \
-            ["/keep j1", "/again j1", "/vary j1", "/upscale j1", "/edit j1"]
+            ["/keep j1", "/reject j1 --ask", "/again j1", "/vary j1", "/upscale j1", "/edit j1"]
 
         first = await w.slack.click(rows[0], action="image_again", action_ts="1.000001")
         assert first.status == 200
@@ -701,3 +701,14 @@ async def test_buttons_and_reactions_under_each_image_iterate_in_the_thread(
         assert len(fake.top("C1")) == 1  # no acceptance of their own
         assert [f["name"] for f in fake.files].count("results.xlsx") == 1  # no summary
         assert (await w.queue.job(2)).rating == -1 and len(fake.responses) == 3
+
+        # Reject asks why in a modal; what is typed is the review's reason.
+        await w.slack.click(rows[0], action="image_reject", user="BOSS")
+        asked = (await w.until(lambda: fake.views[2:]))[0]
+        assert [b["element"]["action_id"] for b in asked["view"]["blocks"]] == ["reason"]
+        await w.slack.submit(asked, {"reason": "标签拼错了"}, user="BOSS")
+
+        async def reasoned():
+            job = await w.queue.job(1)
+            return (job.rating, job.review_note) == (-1, "标签拼错了")
+        await w.until(reasoned)

@@ -21,7 +21,7 @@ from bot.app import values
 from bot.app.application import CancelTarget, Scheduled, SubmitOptions, Unconfirmed
 from bot.app.estimates import eta, held_by
 from bot.app.iterate import ActionRequest, SeveralImages
-from bot.app.permissions import Role, Who
+from bot.app.permissions import Action, Role, Who
 from bot.app.results import write_picks
 from bot.chat.grammar import Arg, Command, CommandError, Option, Registry
 from bot.chat.platform import DeliveryError, DownloadError, Field, Form
@@ -570,10 +570,31 @@ async def keep(turn: Turn, cmd: Command) -> None:
     await _review(turn, cmd, Review.APPROVED, "kept")
 
 
-@command("reject", "ROW|jJOB [REASON] [--batch BATCH]", aliases=("淘汰", "不要", "驳回"),
-         args=(IMAGE, NOTE), options=IN_BATCH)
+@command("reject", "ROW|jJOB [REASON] [--ask] [--batch BATCH]", aliases=("淘汰", "不要", "驳回"),
+         args=(IMAGE, NOTE), options={**IN_BATCH, "--ask": Option()})
 async def reject(turn: Turn, cmd: Command) -> None:
+    """--ask (the image's Reject button): where a form can open (Slack's modal), it asks
+    why first — left empty, the image is rejected without one."""
+    if cmd.options["ask"] and not _note(cmd) and await _reason_form(turn, await _image(turn, cmd)):
+        return
     await _review(turn, cmd, Review.REJECTED, "rejected")
+
+
+async def _reason_form(turn: Turn, job: Job) -> bool:
+    msg = turn.msg
+    platform = turn.platforms.get(msg.platform)
+    if platform is None or not platform.has_forms or not msg.context.get("trigger_id"):
+        return False
+    await turn.app.permit(turn.who, Action.REJECT)  # (who may not is told so, not asked why)
+    form = Form(say("reject_form_title", turn.lang, row=job.row)[:24], f"/reject j{job.id}",
+                (Field("reason", say("reject_form_reason", turn.lang), multiline=True,
+                       words=True),), say("button_reject_image", turn.lang),
+                msg.conversation, msg.thread)
+    try:
+        await platform.open_form(msg.context, form)
+    except DeliveryError:
+        return False
+    return True
 
 
 @command("changes", "ROW|jJOB WHAT TO CHANGE [--batch BATCH]", aliases=("返工", "修改意见"),

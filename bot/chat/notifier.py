@@ -29,12 +29,13 @@ from bot.app.grids import write_grids
 from bot.app.placement import unplaced
 from bot.app.results import columns_of, job_label, swept_axes, write_results
 from bot.conventions import batch_key, job_key, thread_of
-from bot.messages import action_label, bar, canceled, say, took
+from bot.messages import action_label, bar, canceled, review_summary, say, took
 from storage.files import FileStore
 from storage.media import is_image_name
 from storage.outbox import Outbox
 from storage.queue import TERMINAL, BatchProgress, Queue
 from storage.records import Batch, Event, Job, Status
+from storage.reviews import REOPENED, SIGNED_OFF
 from storage.workers import Workers
 from templates.actions import ACTIONS
 from templates.graph import Template
@@ -118,6 +119,10 @@ class Notifier:
         if batch is None or batch.platform not in self.platforms:
             return
         kind = event.kind
+        if kind in (SIGNED_OFF, REOPENED):
+            if kind == SIGNED_OFF:
+                await self.signed_off(batch, event)
+            return
         job = await self.queue.job(event.job_id) if event.job_id else None
         if job and kind == Status.SUCCEEDED:
             await self.images(batch, job)
@@ -266,7 +271,9 @@ class Notifier:
             caption = say("image_caption", lang, row=job.row, job=job.id, values=values)
         caption = caption.rstrip(" ·")
         buttons = [{"label": say("button_keep_image", lang), "command": f"/keep j{job.id}",
-                    "id": "image_keep"}]
+                    "id": "image_keep"},
+                   {"label": say("button_reject_image", lang),  # (a form asks why, where one can)
+                    "command": f"/reject j{job.id} --ask", "id": "image_reject"}]
         buttons += [{"label": action_label(spec.name, lang), "command": f"/{spec.name} j{job.id}",
                      "id": f"image_{spec.name}"} for spec in ACTIONS.values()
                     if spec.button and spec.offered(self.templates.get(batch.template))]
@@ -276,6 +283,17 @@ class Notifier:
                             {"path": path, "text": caption, "row": job.row,
                              **({"buttons": buttons} if image and i == 0
                                 and batch.platform in self.inline else {})})
+
+    async def signed_off(self, batch: Batch, event: Event) -> None:
+        """A sign-off made elsewhere (the dashboard, the API, another platform), said in
+        the batch's thread; one made in this platform's chat was answered there."""
+        by = str(event.data.get("by") or "")
+        if by.startswith(f"{batch.platform}:"):
+            return
+        counts = await self.queue.review_counts(batch.id)
+        await self._owe(batch_key(batch.id, f"signed_off:{event.seq}"), batch, "text", {
+            "text": say("signed_off", self._lang(batch), batch=batch.id, by=by,
+                        summary=review_summary(counts.images, self._lang(batch)))})
 
     async def failure(self, batch: Batch, job: Job) -> None:
         text = say("job_failed", self._lang(batch), row=job.row, error=job.error)
