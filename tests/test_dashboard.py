@@ -833,3 +833,46 @@ async def test_every_page_fits_a_phone_and_the_lightbox_reviews_by_swipe(tmp_pat
             Review.APPROVED, Review.REJECTED, Review.UNREVIEWED]
         await page.screenshot(path=str(tmp_path / "phone-lightbox.png"))
         await context.close()
+
+
+async def test_rows_typed_in_the_form_with_a_sweep_queue_without_a_sheet(tmp_path, demo_models,
+                                                                         browser):
+    """No spreadsheet: the form gives a field per column (a picture per row uploaded, a
+    choice as a list), two rows typed, a sweep of two values and two seeds: 2 x 2 x 2 = 8
+    jobs, each with what was typed; a row left empty is left out; a bad value comes back
+    by row and column as a sheet's would."""
+    async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
+        page = await signed_in(browser, w, ALICE, "#/submit")
+        await page.wait_for_selector("#submit-form")
+        await page.select_option("#template", "product_main")
+        await page.check("#by-rows")
+        assert await page.is_hidden("#sheet")
+        row = '#rows fieldset[data-row="{n}"] [data-param="{p}"]'
+        await page.fill(row.format(n=1, p="sku"), "BTL-1")
+        await page.set_input_files(row.format(n=1, p="product_image"), files=[{
+            "name": "bottle.png", "mimeType": "image/png", "buffer": BOTTLE}])
+        await page.fill(row.format(n=1, p="prompt"), 'a "glass" bottle, on oak')
+        await page.click("#add-row")
+        await page.fill(row.format(n=2, p="sku"), "BTL-2")
+        await page.fill(row.format(n=2, p="prompt"), "a jar")  # (no picture yet: refused)
+        await page.click("#add-row")  # (left empty: not a row)
+        await page.fill("#axes input.vary", "guidance=5,7")
+        await page.fill("#seeds", "2")
+        await page.screenshot(path=str(tmp_path / "rows.png"), full_page=True)
+        await page.click("#send")
+        await page.wait_for_selector("#report ul.problems li")
+        report = (await page.text_content("#report")).lower()
+        assert "row 3" in report and "product_image" in report  # (the sheet's row 3)
+        assert (await w.queue.active_counts()).total == 0
+        await page.set_input_files(row.format(n=2, p="product_image"), files=[{
+            "name": "bottle.png", "mimeType": "image/png", "buffer": BOTTLE}])
+        await page.click("#send")
+        await page.wait_for_function("() => location.hash === '#/batches/1'")
+        jobs = await w.queue.batch_jobs(1)
+        assert len(jobs) == 8
+        assert sorted({(j.values["sku"], j.values["prompt"]) for j in jobs}) == [
+            ("BTL-1", 'a "glass" bottle, on oak'), ("BTL-2", "a jar")]
+        assert sorted({j.values["guidance"] for j in jobs}) == [5, 7]
+        assert len({j.values["seed"] for j in jobs if j.values["sku"] == "BTL-1"}) == 2
+        assert {j.workflow["named"]["product_image"] for j in jobs} == {
+            "row1-bottle.png", "row2-bottle.png"}

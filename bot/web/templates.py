@@ -27,6 +27,10 @@ class TemplateParam(Struct):
     allowed: str  # its choices or range, for people: "1:1, 4:5" or "1..100" (or "")
     aliases: list[str]
     help: str
+    choices: list[str] = []  # the values it takes, where it takes only these
+    minimum: float | None = None
+    maximum: float | None = None
+    picture: bool = False  # a cell names a picture (sent with the sheet, or in assets)
 
 
 class Template(Struct):
@@ -38,7 +42,8 @@ class Template(Struct):
     def of(cls, t: graph.Template) -> Template:
         return cls(t.name, t.description, [
             TemplateParam(p.name, p.type, p.required and p.default is None, p.default,
-                          p.allowed, list(p.aliases), p.help) for p in t.params.values()])
+                          p.allowed, list(p.aliases), p.help, list(p.choices), p.min, p.max,
+                          p.picture) for p in t.params.values()])
 
 
 class TemplateList(Struct):

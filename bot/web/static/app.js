@@ -1159,37 +1159,71 @@ async function batchPage(main, id, params) {
 }
 
 async function submitForm(main) {
+  // A sheet, or rows typed here (a form from the template's columns, pictures uploaded
+  // per row: sent as a CSV sheet with them, so every check a sheet gets, these get);
+  // either may sweep (vary, seeds, grid) and compare with other versions (A/B).
   const r = await call("GET", `${API}/templates`);
   if (!r.ok) { failure(r); return {refresh() {}}; }
   const templates = r.data.templates;
   let key = randomKey();  // one key per filled-in form: a double click queues one batch
   const choice = h("select", {name: "template", id: "template", required: true},
     ...templates.map((tp) => h("option", {value: tp.name, text: `${tp.name} — ${tp.description || ""}`})));
+  const template = () => templates.find((x) => x.name === choice.value);
   const help = h("div", {class: "params"});
   const showParams = () => {
-    const tp = templates.find((x) => x.name === choice.value);
+    const tp = template();
     help.replaceChildren(h("h3", {text: t("params")}), h("table", {},
       ...(tp ? tp.params : []).map((p) => h("tr", {},
         h("td", {}, h("code", {text: p.name})),
         h("td", {class: "muted", text: p.type}),
         h("td", {text: p.required ? t("required") : (p.default !== null ? t("default", {v: JSON.stringify(p.default)}) : t("optional"))}),
         h("td", {class: "muted", text: [p.help, p.allowed].filter(Boolean).join(" · ")})))));
+    rows.replaceChildren();
+    addRow();
   };
-  choice.addEventListener("change", showParams);
+  const bySheet = h("input", {type: "radio", name: "source", id: "by-sheet", value: "sheet", checked: true});
+  const byRows = h("input", {type: "radio", name: "source", id: "by-rows", value: "rows"});
   const sheet = h("input", {type: "file", name: "sheet", id: "sheet", required: true, accept: ".xlsx,.xlsm,.xls,.ods,.csv"});
   const pictures = h("input", {type: "file", name: "pictures", id: "pictures", multiple: true, accept: "image/*"});
+  const sheetPart = h("div", {class: "sheet-part"}, h("label", {}, t("sheet"), sheet),
+    h("label", {}, t("pictures"), pictures));
+  const rows = h("div", {class: "rows", id: "rows"});
+  const addRow = () => rows.append(rowFields(template(), rows.childElementCount + 1));
+  const rowsPart = h("div", {class: "rows-part", hidden: true}, rows,
+    h("button", {type: "button", class: "small", id: "add-row", onclick: addRow}, t("add_row")));
+  const switchSource = () => {
+    sheetPart.hidden = byRows.checked;
+    rowsPart.hidden = !byRows.checked;
+    sheet.required = !byRows.checked;
+  };
+  bySheet.addEventListener("change", switchSource);
+  byRows.addEventListener("change", switchSource);
+  choice.addEventListener("change", showParams);
   // Only the priorities this person may use (GET /me): the API refuses the others anyway.
   const priority = h("select", {name: "priority", id: "priority"},
     ...vocabulary.priorities.filter((p) => me.priorities.includes(p.name)).map((p) =>
       h("option", {value: p.name, selected: p.name === "normal", text: p.label})));
   const notBefore = h("input", {type: "text", name: "not_before", id: "not_before", autocomplete: "off"});
   const skip = h("input", {type: "checkbox", name: "skip_invalid", id: "skip_invalid"});
+  const axes = h("div", {class: "axes", id: "axes"});
+  const addAxis = () => axes.append(h("input", {type: "text", name: "vary", class: "vary",
+    placeholder: "steps=20,30,40", "aria-label": t("vary")}));
+  addAxis();
+  const seeds = h("input", {type: "number", name: "seeds", id: "seeds", min: 1, max: 100, value: 1});
+  const grid = h("input", {type: "text", name: "grid", id: "grid", placeholder: "steps,guidance"});
+  const compare = h("input", {type: "text", name: "compare", id: "compare-with", placeholder: "product_main@2"});
   const send = h("button", {type: "submit", id: "send", text: t("send")});
   const report = h("div", {id: "report"});
   const form = h("form", {class: "card submit", id: "submit-form"},
     h("label", {}, t("template"), choice), help,
-    h("label", {}, t("sheet"), sheet),
-    h("label", {}, t("pictures"), pictures),
+    h("p", {class: "source"}, h("label", {class: "inline"}, bySheet, ` ${t("by_sheet")}`), " ",
+      h("label", {class: "inline"}, byRows, ` ${t("by_rows")}`)),
+    sheetPart, rowsPart,
+    h("fieldset", {class: "sweep"}, h("legend", {text: t("sweep")}),
+      h("label", {}, t("vary"), axes),
+      h("button", {type: "button", class: "small", id: "add-axis", onclick: addAxis}, t("add_axis")),
+      h("label", {}, t("seeds"), seeds), h("label", {}, t("grid"), grid),
+      h("label", {}, t("compare_with"), compare)),
     h("label", {}, t("priority"), priority),
     h("label", {}, t("not_before"), notBefore),
     h("label", {class: "inline"}, skip, ` ${t("skip_invalid")}`),
@@ -1201,8 +1235,19 @@ async function submitForm(main) {
     body.append("priority", priority.value);
     if (notBefore.value.trim()) body.append("not_before", notBefore.value.trim());
     if (skip.checked) body.append("skip_invalid", "1");
-    body.append("sheet", sheet.files[0], sheet.files[0].name);
-    for (const f of pictures.files) body.append("picture", f, f.name);
+    for (const axis of axes.querySelectorAll("input")) if (axis.value.trim()) body.append("vary", axis.value.trim());
+    if (Number(seeds.value) > 1) body.append("seeds", seeds.value);
+    if (grid.value.trim()) body.append("grid", grid.value.trim());
+    for (const other of compare.value.split(",").map((x) => x.trim()).filter(Boolean)) body.append("compare", other);
+    if (byRows.checked) {
+      const typed = typedRows(template(), rows);
+      if (!typed.count) { report.replaceChildren(h("p", {class: "error", text: t("no_rows")})); return; }
+      body.append("sheet", new Blob([typed.csv], {type: "text/csv"}), "rows.csv");
+      for (const f of typed.pictures) body.append("picture", f, f.name);
+    } else {
+      body.append("sheet", sheet.files[0], sheet.files[0].name);
+      for (const f of pictures.files) body.append("picture", f, f.name);
+    }
     send.disabled = true;
     send.textContent = t("sending");
     const res = await submitWith(body, key);
@@ -1221,6 +1266,49 @@ async function submitForm(main) {
   main.replaceChildren(form);
   showParams();
   return {refresh() {}};
+}
+
+function rowFields(tp, n) {  // one row's fields, from the template's columns
+  const field = (p) => {
+    const attrs = {name: p.name, "data-param": p.name, "aria-label": `${p.name} (${n})`,
+      "data-required": p.required};  // (said by the server, by row and column, as for a sheet)
+    let input;
+    if (p.picture) input = h("input", {...attrs, type: "file", accept: "image/*"});
+    else if (p.choices.length) input = h("select", attrs, h("option", {value: "", text: p.default !== null ? `— ${p.default}` : "—"}),
+      ...p.choices.map((c) => h("option", {value: c, text: c})));
+    else if (["int", "float", "seed"].includes(p.type)) input = h("input", {...attrs, type: "number",
+      step: p.type === "float" ? "any" : 1, min: p.minimum ?? "", max: p.maximum ?? "",
+      placeholder: p.default !== null ? String(p.default) : ""});
+    else if (p.type === "text") input = h("textarea", {...attrs, rows: 2, placeholder: p.default !== null ? String(p.default) : ""});
+    else input = h("input", {...attrs, type: "text", placeholder: p.default !== null ? String(p.default) : ""});
+    return h("label", {class: "cell"}, h("code", {text: p.name}), input);
+  };
+  return h("fieldset", {class: "row", "data-row": n}, h("legend", {text: t("row_n", {n})}),
+    ...(tp ? tp.params : []).map(field));
+}
+
+function typedRows(tp, rows) {
+  // The rows typed as a CSV sheet (its header the columns' names), each picture renamed
+  // after its row so that two rows' "photo.png" stay two pictures.
+  const quote = (v) => /[",\n\r]/.test(v) ? `"${v.replaceAll('"', '""')}"` : v;
+  const names = tp.params.map((p) => p.name);
+  const lines = [names.map(quote).join(",")], pictures = [];
+  let count = 0;
+  rows.querySelectorAll("fieldset.row").forEach((row, i) => {
+    const cells = names.map((name) => {
+      const input = row.querySelector(`[data-param="${CSS.escape(name)}"]`);
+      if (input.type === "file") {
+        const f = input.files[0];
+        if (!f) return "";
+        const renamed = new File([f], `row${i + 1}-${f.name}`, {type: f.type});
+        pictures.push(renamed);
+        return renamed.name;
+      }
+      return input.value.trim();
+    });
+    if (cells.some((c) => c !== "")) { count += 1; lines.push(cells.map(quote).join(",")); }
+  });
+  return {csv: lines.join("\r\n") + "\r\n", pictures, count};
 }
 
 async function submitWith(body, key) {
