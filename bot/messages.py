@@ -554,6 +554,15 @@ CATALOG: dict[str, str] = catalog(
     N_("help_stars", "grade an image 1 to 5 stars (none takes the grade back)"),
     N_("signed_off", "✅ Batch {batch} signed off by {by}: {summary}."),
     N_("reopened", "🔓 Batch {batch} is open for review again."),
+    NP_("moved", "{what}: {count} waiting job moved to the {where} of its submitter's queue; "
+                 "other people's turns are as they were.",
+        "{what}: {count} waiting jobs moved to the {where} of its submitter's queue; other "
+        "people's turns are as they were."),
+    N_("move_front", "front"),
+    N_("move_back", "back"),
+    N_("move_where", '"{to}" is not a place to move to: front or back.'),
+    N_("move_nothing", "Nothing of {what} is waiting (claimed ahead, running or done): there "
+                       "is nothing to move."),
     N_("reopen_not_signed", "Batch {batch} is not signed off: there is nothing to reopen."),
     # each review state (storage.reviews), as a results sheet, a summary and the dashboard say it
     N_("review_approved", "approved"),
@@ -735,6 +744,8 @@ CATALOG: dict[str, str] = catalog(
                        "try), queued as its owner's"),
     N_("help_signoff", "sign a batch off once every image of it is reviewed"),
     N_("help_reopen", "take a batch's sign-off back (admins)"),
+    N_("help_move", "move a batch's waiting jobs (or one job) to the front or the back of its "
+                    "submitter's waiting jobs (admins); other people's turns stay as they were"),
     N_("help_retry", "run a batch's failed jobs again"),
     N_("help_pause", "stop starting new jobs (admins); running jobs finish"),
     N_("help_resume", "start jobs again (admins)"),
@@ -904,6 +915,9 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_copy", "Copy"),
     N_("dash_copied", "Copied"),
     N_("dash_zip", "Images (.zip)"),
+    N_("dash_move_front", "To the front of its submitter's queue"),
+    N_("dash_move_back", "To the back"),
+    N_("dash_moved", "{count} waiting jobs moved; other people's turns are as they were"),
     N_("dash_by_sheet", "A sheet"),
     N_("dash_by_rows", "Rows typed here"),
     N_("dash_add_row", "Add a row"),

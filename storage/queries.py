@@ -86,8 +86,15 @@ _PROGRESS_ROWS = {
     "postgres": r"SELECT n, (r->>'id')::bigint AS id, r->>'token' AS token, "
                 r"(r->>'at')::double precision AS at, r->'data' AS data "
                 r"FROM jsonb_array_elements(CAST(\1 AS jsonb)) WITH ORDINALITY AS x(r, n)"}
+# {rank_rows(:name)}: the JSON list of {"id", "rank"} in :name (new turns), as rows.
+_RANK_ROWS = {
+    "sqlite": r"SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.rank') AS rank "
+              r"FROM json_each(\1)",
+    "postgres": r"SELECT (r->>'id')::bigint AS id, (r->>'rank')::bigint AS rank "
+                r"FROM jsonb_array_elements(CAST(\1 AS jsonb)) AS x(r)"}
 _MACROS = {"json_list": _JSON_LIST, "id_list": _ID_LIST, "done_rows": _DONE_ROWS,
-           "job_rows": _JOB_ROWS, "lease_rows": _LEASE_ROWS, "progress_rows": _PROGRESS_ROWS}
+           "job_rows": _JOB_ROWS, "lease_rows": _LEASE_ROWS, "progress_rows": _PROGRESS_ROWS,
+           "rank_rows": _RANK_ROWS}
 
 # Placement. An affinity "ENGINE:NAME" (e.g. "comfyui:portrait") is another engine's job:
 # only a claim for that engine takes it, and only if NAME's whole affinity is in its
@@ -298,6 +305,22 @@ WITH picked AS MATERIALIZED (
   ORDER BY priority, fair_rank, id LIMIT :limit {skip_locked})
 """
 CLAIM_MANY = _MANY + _CLAIM_SET + "WHERE id IN (SELECT id FROM picked)" + _NOT_PAUSED_RETURNING
+
+# Reordering (an admin moves a batch or a job within its submitter's waiting jobs): the
+# submitter's queued jobs of a class not claimed ahead, in turn order; then their turns
+# dealt out again in the new order — the same turns, so no one else's share changes.
+SUBMITTER_WAITING = """
+SELECT id, batch_id, fair_rank FROM jobs
+WHERE status = {queued} AND priority = :priority AND submitter = :submitter
+  AND lease_token IS NULL
+ORDER BY fair_rank, id"""
+SET_TURNS = """
+UPDATE jobs SET fair_rank = (SELECT r.rank FROM ({rank_rows(:ranks)}) r WHERE r.id = jobs.id)
+WHERE id IN (SELECT r.id FROM ({rank_rows(:ranks)}) r)
+  AND status = {queued} AND lease_token IS NULL"""
+QUEUED_OF_BATCH = """
+SELECT priority, submitter FROM jobs WHERE batch_id = :batch AND status = {queued}
+  AND lease_token IS NULL LIMIT 1"""
 
 # After a preferred job was taken out of its turn: the submitter's job whose turn it
 # used takes the claimed job's place (:rank), so a preference never grants an extra turn.

@@ -624,6 +624,37 @@ class Queue(QueueReads):
                 "data": encoded({"by": by})}, client=tx)
         return True
 
+    async def move(self, *, batch: int | None = None, job: int | None = None,
+                   to: str = "front") -> int:
+        """Move a batch's waiting jobs (or one job) to the front or the back of its
+        submitter's waiting jobs in its priority class: those jobs' turns (fair_rank) are
+        dealt out again in the new order, so round-robin between submitters is untouched —
+        no one else waits longer or shorter — and only this submitter's own order changes.
+        Jobs claimed ahead stay where they are. Returns how many were moved (0: nothing of
+        it waits)."""
+        if (batch is None) == (job is None) or to not in ("front", "back"):
+            raise ValueError("move a batch or a job, to the front or the back")
+        async with self.db.transaction() as tx:
+            if self.db.dialect == "postgres":
+                await self.db.fetch(q.LOCK_QUEUE_STATE, client=tx)
+            which = await self.db.fetchrow(q.QUEUED_OF_BATCH, {"batch": batch}, client=tx) \
+                if batch is not None else await self.db.fetchrow(q.JOB, {"job": job}, client=tx)
+            if which is None or (job is not None and (which["status"] != Status.QUEUED
+                                                      or which["lease_token"])):
+                return 0
+            waiting = await self.db.fetch(q.SUBMITTER_WAITING, {
+                "priority": which["priority"], "submitter": which["submitter"]}, client=tx)
+            chosen = [r for r in waiting if (r["batch_id"] == batch if job is None
+                                             else r["id"] == job)]
+            rest = [r for r in waiting if r not in chosen]
+            order = chosen + rest if to == "front" else rest + chosen
+            turns = sorted(r["fair_rank"] for r in waiting)
+            await self.db.execute(self._sql(q.SET_TURNS), {"ranks": encoded(
+                [{"id": r["id"], "rank": t} for r, t in zip(order, turns, strict=True)])},
+                client=tx)
+        await self.waker.notify()
+        return len(chosen)
+
     async def forget_finished(self, before: float, limit: int = 500,
                               ids: Sequence[int] | None = None) -> list[int]:
         """Delete batches wholly finished before `before`, with their jobs and events

@@ -403,6 +403,7 @@ ROUTES = [  # method, path, who passes, the answer once past the check
     ("POST", "/jobs/1/actions", S, 400), ("PUT", "/jobs/1/rating", R, 400),  # (no body)
     ("PUT", "/jobs/1/review", R, 400), ("PUT", "/jobs/1/stars", R, 400),
     ("POST", "/batches/1/signoff", R, 409), ("DELETE", "/batches/1/signoff", A, 409),
+    ("POST", "/batches/1/move", A, 400), ("POST", "/jobs/1/move", A, 400),  # (no body)
 ]
 
 

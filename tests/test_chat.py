@@ -792,3 +792,28 @@ async def test_review_in_chat_reasons_changes_stars_and_sign_off(tmp_path, demo_
         assert said.text == ("✅ Batch 1 signed off by api:ops: 1 rejected, 1 changes "
                              "requested.")
         assert said.thread == next(p.thread for p in world.platform.posts if p.image)  # batch's
+
+
+async def test_an_admin_moves_a_waiting_batch_to_the_front_of_its_submitters_queue(world):
+    await upload(world, rows=2)
+    await world.app.queue.pause(by="test")  # (nothing starts meanwhile)
+    await world.send("/gen social_thumb sheet.csv")  # batch 1
+    await world.send("/gen social_thumb sheet.csv --priority low")  # batch 2: another class
+    await world.send("/gen social_thumb sheet.csv")  # batch 3
+    (refused,) = await world.send("/move 3 front")
+    assert "needs the admin role" in refused.text
+    (moved,) = await world.send("/move 3 front", user="BOSS")
+    assert moved.text == ("b3: 2 waiting jobs moved to the front of its submitter's queue; "
+                          "other people's turns are as they were.")
+    (zh,) = await world.send("/移动 j1 最后", user="BOSS", lang="zh")
+    assert zh.text == "j1：1 个等待中的任务已移到其提交者队列的最后；其他人的顺序不变。"
+    (where,) = await world.send("/move 3 up", user="BOSS")
+    assert where.text.startswith('"up" is not a place to move to: front or back.')
+    await world.app.queue.resume(by="test")
+    order = []
+    while (lease := await world.app.queue.claim("w")) is not None:
+        order.append(lease.job_id)
+        await world.app.queue.complete(lease, [])
+    assert order == [5, 6, 2, 1, 3, 4]  # batch 3, then batch 1 (job 1 last), then the low
+    posts = await world.send("/move 3 back", user="BOSS")  # (with the batches' summaries)
+    assert any(p.text.startswith("Nothing of b3 is waiting") for p in posts)

@@ -216,6 +216,19 @@ def tour(world) -> set[tuple[str, str, int]]:
     call(ADMIN, "POST", f"{batches}/{{id}}/retry", 409)  # batch 1: nothing failed
     for template in ("/batches/{id}/cancel", "/batches/{id}/retry", "/jobs/{id}/cancel"):
         call(ADMIN, "POST", v + template, 404, path=v + template.replace("{id}", "99"))
+    move, move_job = f"{batches}/{{id}}/move", f"{v}/jobs/{{id}}/move"  # batch 5: waiting
+    call(ADMIN, "POST", move, 200, path=f"{batches}/5/move", json={"to": "front"})
+    call(ADMIN, "POST", move, 400, data=b"{", headers={"Content-Type": "application/json"})
+    call(ADMIN, "POST", move, 404, path=f"{batches}/99/move", json={"to": "front"})
+    call(ADMIN, "POST", move, 409, json={"to": "back"})  # batch 1: nothing waits
+    call(ADMIN, "POST", move, 413, data=b" " * 70_000)
+    call(ADMIN, "POST", move, 422, json={"to": "sideways"})
+    call(ADMIN, "POST", move_job, 200, path=f"{v}/jobs/9/move", json={"to": "back"})
+    call(ADMIN, "POST", move_job, 400, data=b"[")
+    call(ADMIN, "POST", move_job, 404, path=f"{v}/jobs/99/move", json={"to": "back"})
+    call(ADMIN, "POST", move_job, 409, json={"to": "back"})  # job 1 ran
+    call(ADMIN, "POST", move_job, 413, data=b" " * 70_000)
+    call(ADMIN, "POST", move_job, 422, json={"to": 3})
     call(ADMIN, "POST", f"{batches}/{{id}}/cancel", 200, path=f"{batches}/5/cancel")
     call(ADMIN, "POST", f"{v}/jobs/{{id}}/cancel", 200)
 

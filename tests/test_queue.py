@@ -123,6 +123,35 @@ async def test_round_robin_between_submitters_fifo_within(queue):
         lease.batch_id for lease in leases if lease.submitter == "alice")
 
 
+async def test_a_batch_moved_to_the_front_goes_first_among_its_submitters_own_only(queue):
+    """An admin moves alice's second batch ahead of her first: it takes her first turns,
+    but the round-robin between submitters is exactly as before (bob's turns do not move);
+    a job claimed ahead stays where it is; moving it back restores her FIFO."""
+    first = (await queue.enqueue(sub("alice", 4))).batch_id
+    await queue.enqueue(sub("bob", 2))
+    second = (await queue.enqueue(sub("alice", 2))).batch_id
+    await queue.enqueue(sub("carol", 1))
+    assert await queue.move(batch=second, to="front") == 2
+    assert await queue.move(batch=999, to="front") == 0
+    with pytest.raises(ValueError):
+        await queue.move(batch=second, to="sideways")
+    leases = await drain(queue)
+    # Each turn still holds one job of each submitter waiting (within a turn, the oldest
+    # job first: alice's moved ones are newer than bob's).
+    assert [lease.submitter for lease in leases] == ["bob", "alice", "carol", "bob", "alice",
+                                                     "alice", "alice", "alice", "alice"]
+    assert [lease.batch_id for lease in leases if lease.submitter == "alice"] == [
+        second, second, first, first, first, first]
+
+
+async def test_a_job_moved_to_the_back_waits_for_its_submitters_others(queue):
+    batch = (await queue.enqueue(sub("alice", 3))).batch_id
+    jobs = [j.id for j in await queue.batch_jobs(batch)]
+    assert await queue.move(job=jobs[0], to="back") == 1
+    assert [lease.job_id for lease in await drain(queue)] == [jobs[1], jobs[2], jobs[0]]
+    assert await queue.move(job=jobs[0], to="front") == 0  # (not waiting any more)
+
+
 async def test_newcomer_behind_a_big_batch_starts_within_a_few_claims(db_url, clock):
     db = await Database(db_url).open()
     queue = Queue(db, queue_settings(max_queue_size=2000), clock=clock)

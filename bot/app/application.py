@@ -110,6 +110,9 @@ class Unconfirmed:
     eta_seconds: float | None
 
 
+MOVES = ("front", "back")  # where an admin may move waiting jobs among their submitter's
+
+
 @dataclass(frozen=True)
 class CancelTarget:
     """What a cancel is about: a batch, a job, the asker's own jobs, one person's
@@ -422,6 +425,24 @@ class App:
         if target.kind == "all":
             return await self.queue.cancel(everything=True, by=who.id)
         return await self.queue.cancel(submitter=target.submitter or who.id, by=who.id)
+
+    async def move(self, who: Who, to: str, *, batch: int | None = None,
+                   job: int | None = None) -> int:
+        """Admins: a batch's waiting jobs (or one job) to the front or the back of its
+        submitter's waiting jobs (storage.queue.Queue.move: round-robin between
+        submitters stays as it was). How many moved; Conflict when none waits."""
+        await self.permissions.require(who, Action.MOVE)
+        if to not in MOVES:
+            raise Invalid("move_where", to=str(to)[:20])
+        subject = (await self.batch(batch)).id if batch is not None else \
+            (await self.job(job or 0)).id
+        moved = await self.queue.move(batch=batch, job=job, to=to)
+        if not moved:
+            raise Conflict("move_nothing", what=f"b{subject}" if batch is not None
+                           else f"j{subject}")
+        await self.permissions.allowed(who, Action.MOVE, to=to, count=moved,
+                                       **({"batch": batch} if batch is not None else {"job": job}))
+        return moved
 
     async def retry(self, who: Who, batch_id: int) -> Enqueued:
         """A batch's failed jobs again, as a new batch in the same place (conversation and

@@ -70,6 +70,7 @@ class Action(StrEnum):
     REFINE = "refine"
     AB = "ab"
     WEBHOOKS = "webhooks"
+    MOVE = "move"  # waiting jobs to the front or the back of their submitter's
 
 
 
@@ -82,6 +83,7 @@ NEEDS: dict[Action, Role] = {
     Action.PAUSE: Role.ADMIN, Action.RESUME: Role.ADMIN, Action.DOCTOR: Role.ADMIN,
     Action.GRANT: Role.ADMIN,
     Action.REVOKE: Role.ADMIN, Action.SCHEDULE: Role.ADMIN, Action.UNSCHEDULE: Role.ADMIN,
+    Action.MOVE: Role.ADMIN,
     # Review: a reviewer's (a new image costs the GPU: its spec's role; a change a
     # reviewer requests is queued as the owner's). Reopening a signed-off batch: admins.
     Action.KEEP: Role.REVIEWER, Action.REJECT: Role.REVIEWER, Action.UNKEEP: Role.REVIEWER,

@@ -298,6 +298,31 @@ async def retry(turn: Turn, cmd: Command) -> None:
         turn.say("retried_already", batch=batch_id, new=again.batch_id)
 
 
+def image_ref_or_batch(raw: str, now: datetime) -> tuple[str, int]:
+    """A bare number names a batch here (jN a job, bN a batch too)."""
+    kind, n = image_ref(raw, now)
+    if kind == "message" or not isinstance(n, int):
+        raise Invalid("not_an_id", what=Phrase("id_batch"), value=raw[:40])
+    return ("job" if kind == "job" else "batch"), n
+
+
+def where_to(raw: str, now: datetime) -> str:
+    where = {"front": "front", "back": "back", "前": "front", "最前": "front", "后": "back",
+             "最后": "back"}.get(raw.lower())
+    if where is None:
+        raise Invalid("move_where", to=raw[:20])
+    return where
+
+
+@command("move", "BATCH|jJOB front|back", aliases=("移动", "调整顺序"),
+         args=(Arg("what", read=image_ref_or_batch), Arg("to", read=where_to)))
+async def move(turn: Turn, cmd: Command) -> None:
+    kind, n = cmd.args["what"]
+    moved = await turn.app.move(turn.who, cmd.args["to"], **{kind: n})
+    turn.say("moved", what=f"{'b' if kind == 'batch' else 'j'}{n}", count=moved,
+             where=say(f"move_{cmd.args['to']}", turn.lang))
+
+
 # --- iterating on images: ROW as captioned in this thread, or job N ---------------------
 
 def image_ref(raw: str, now: datetime) -> tuple[str, int | str]:

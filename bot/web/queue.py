@@ -10,7 +10,7 @@ connection of any part of the service failed to reach it), saying since when.
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Literal
 
 from aiohttp import web
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -20,8 +20,8 @@ from bot.app.estimates import Held, held_by
 from bot.app.leases import Lease
 from bot.app.permissions import Action
 from bot.web.callers import Callers
-from bot.web.http import ApiError, json_body, respond
-from bot.web.routes import Answer, Route, Whole
+from bot.web.http import ApiError, in_path, json_body, respond
+from bot.web.routes import Answer, Param, Route, Whole
 from bot.web.shared import Shared
 from bot.web.workers import Worker
 from storage.config import QueueConfig
@@ -113,6 +113,14 @@ class Leases(Struct):
     jobs: list[LeasedJob]
 
 
+class MoveBody(Struct):
+    to: Literal["front", "back"]  # of the submitter's waiting jobs, in its priority class
+
+
+class Moved(Struct):
+    moved: int  # jobs that took new turns
+
+
 class HandBack(Struct, forbid_unknown_fields=True):
     """Which jobs to hand back: these, or (stuck) every one that looks stuck."""
     jobs: Annotated[list[Whole], Meta(max_length=1000)] = []
@@ -159,7 +167,18 @@ class QueueRoutes:
                   "Put leased jobs back in the queue, no attempt used: their holders stop "
                   "them at their next heartbeat (admins)",
                   {200: Answer("OK", HandedBack)}, errors=(400, 413, 422),
-                  body={"application/json": HandBack})]
+                  body={"application/json": HandBack}),
+            Route("POST", "/batches/{id}/move", self.move_batch,
+                  "Move a batch's waiting jobs to the front or the back of its submitter's "
+                  "waiting jobs (admins): round-robin between submitters stays as it was",
+                  {200: Answer("OK", Moved)}, errors=(400, 404, 409, 413, 422),
+                  params=(Param("id", "path", Whole, "batch id"),),
+                  body={"application/json": MoveBody}),
+            Route("POST", "/jobs/{id}/move", self.move_job,
+                  "Move one waiting job to the front or the back of its submitter's waiting "
+                  "jobs (admins)", {200: Answer("OK", Moved)}, errors=(400, 404, 409, 413, 422),
+                  params=(Param("id", "path", Whole, "job id"),),
+                  body={"application/json": MoveBody})]
 
     async def status(self, request: web.Request) -> web.Response:
         await self.callers.allowed(request, Action.QUEUE)
@@ -208,6 +227,22 @@ class QueueRoutes:
         return respond(Leases(stuck_after=self.app.config[QueueConfig].stuck_after,
                               stuck=sum(lease.stuck for lease in found),
                               jobs=[LeasedJob.of(lease) for lease in found]))
+
+    async def move_batch(self, request: web.Request) -> web.Response:
+        return await self._move(request, "batch")
+
+    async def move_job(self, request: web.Request) -> web.Response:
+        return await self._move(request, "job")
+
+    async def _move(self, request: web.Request, what: str) -> web.Response:
+        who = await self.callers.who(request)
+        try:
+            body = await json_body(request, MoveBody)
+        except ApiError:
+            await self.app.permit(who, Action.MOVE)
+            raise
+        moved = await self.app.move(who, body.to, **{what: in_path(request, "id")})
+        return respond(Moved(moved))
 
     async def hand_back(self, request: web.Request) -> web.Response:
         who = await self.callers.who(request)

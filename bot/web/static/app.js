@@ -1036,6 +1036,12 @@ async function batchPage(main, id, params) {
     dialog.showModal();
     return dialog;
   }
+  async function move(to) {  // admins: its waiting jobs first (or last) among its submitter's
+    const r = await call("POST", `${API}/batches/${id}/move`, {to});
+    if (!r.ok) return failure(r);
+    toast(t("moved", {count: r.data.moved}), "ok");
+    refresh();
+  }
   async function signOff() {
     const r = await call("POST", `${API}/batches/${id}/signoff`);
     if (!r.ok) return failure(r);
@@ -1119,6 +1125,8 @@ async function batchPage(main, id, params) {
       h("p", {class: "actions"},
         active && mayTouch("cancel", b.submitter) ? h("button", {id: "cancel-batch", onclick: () => cancel(`${API}/batches/${id}/cancel`)}, t("cancel_batch")) : null,
         b.counts.failed && !active && mayTouch("retry", b.submitter) ? h("button", {id: "retry-batch", onclick: retry}, t("retry")) : null,
+        b.counts.queued && me.may.includes("move") ? h("button", {id: "move-front", class: "small", onclick: () => move("front")}, t("move_front")) : null,
+        b.counts.queued && me.may.includes("move") ? h("button", {id: "move-back", class: "small", onclick: () => move("back")}, t("move_back")) : null,
         b.done >= b.total && b.files.contact ? h("a", {href: b.files.contact, target: "_blank", text: t("contact")}) : null,
         b.done >= b.total ? h("a", {href: b.files.results, text: t("results")}) : null,
         b.counts.succeeded ? h("a", {href: `${API}/batches/${id}/images.zip`, "data-zip": "", text: t("zip")}) : null,
