@@ -780,6 +780,36 @@ RETURNING id, batch_id, row, workflow, attempts, priority, submitter, affinity, 
   OR EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND lease_expires_at IS NOT NULL
              AND lease_expires_at < $1)) AS expired_seen;
 
+-- SUBMITTER_WAITING (sqlite): 1 :priority, 2 :submitter
+SELECT id, batch_id, fair_rank FROM jobs
+WHERE status = 'queued' AND priority = ?1 AND submitter = ?2
+  AND lease_token IS NULL
+ORDER BY fair_rank, id;
+
+-- SUBMITTER_WAITING (postgres): 1 :priority, 2 :submitter
+SELECT id, batch_id, fair_rank FROM jobs
+WHERE status = 'queued' AND priority = $1 AND submitter = $2
+  AND lease_token IS NULL
+ORDER BY fair_rank, id;
+
+-- SET_TURNS (sqlite): 1 :ranks
+UPDATE jobs SET fair_rank = (SELECT r.rank FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.rank') AS rank FROM json_each(?1)) r WHERE r.id = jobs.id)
+WHERE id IN (SELECT r.id FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.rank') AS rank FROM json_each(?1)) r)
+  AND status = 'queued' AND lease_token IS NULL;
+
+-- SET_TURNS (postgres): 1 :ranks
+UPDATE jobs SET fair_rank = (SELECT r.rank FROM (SELECT (r->>'id')::bigint AS id, (r->>'rank')::bigint AS rank FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) r WHERE r.id = jobs.id)
+WHERE id IN (SELECT r.id FROM (SELECT (r->>'id')::bigint AS id, (r->>'rank')::bigint AS rank FROM jsonb_array_elements(CAST($1 AS jsonb)) AS x(r)) r)
+  AND status = 'queued' AND lease_token IS NULL;
+
+-- QUEUED_OF_BATCH (sqlite): 1 :batch
+SELECT priority, submitter FROM jobs WHERE batch_id = ?1 AND status = 'queued'
+  AND lease_token IS NULL LIMIT 1;
+
+-- QUEUED_OF_BATCH (postgres): 1 :batch
+SELECT priority, submitter FROM jobs WHERE batch_id = $1 AND status = 'queued'
+  AND lease_token IS NULL LIMIT 1;
+
 -- GIVE_BACK_TURN (sqlite): 1 :rank, 2 :priority, 3 :submitter, 4 :now
 UPDATE jobs SET fair_rank = ?1
 WHERE id = (SELECT id FROM jobs WHERE status = 'queued' AND priority = ?2
