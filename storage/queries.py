@@ -648,6 +648,9 @@ WHERE (CAST(:before AS BIGINT) IS NULL OR id < :before)
   AND (CAST(:submitter AS TEXT) IS NULL OR submitter = :submitter)
   AND (CAST(:rating AS INTEGER) IS NULL OR COALESCE(rating, 0) = :rating)
   AND (CAST(:stars AS INTEGER) IS NULL OR COALESCE(stars, 0) >= :stars)
+  AND (CAST(:model AS TEXT) IS NULL OR affinity = :model)
+  AND (CAST(:template AS TEXT) IS NULL
+       OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = :template))
 ORDER BY id DESC LIMIT :limit OFFSET :offset"""
 
 COUNT_JOBS = """
@@ -656,7 +659,10 @@ WHERE (CAST(:batch AS BIGINT) IS NULL OR batch_id = :batch)
   AND (CAST(:status AS TEXT) IS NULL OR status = :status)
   AND (CAST(:submitter AS TEXT) IS NULL OR submitter = :submitter)
   AND (CAST(:rating AS INTEGER) IS NULL OR COALESCE(rating, 0) = :rating)
-  AND (CAST(:stars AS INTEGER) IS NULL OR COALESCE(stars, 0) >= :stars)"""
+  AND (CAST(:stars AS INTEGER) IS NULL OR COALESCE(stars, 0) >= :stars)
+  AND (CAST(:model AS TEXT) IS NULL OR affinity = :model)
+  AND (CAST(:template AS TEXT) IS NULL
+       OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = :template))"""
 
 # The dashboard's and the API's batch list: newest first, then their jobs counted.
 PAGE_BATCHES = """

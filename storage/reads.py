@@ -148,23 +148,28 @@ class QueueReads:
     async def page_jobs(self, *, before: int | None = None, batch: int | None = None,
                         status: str | None = None, submitter: str | None = None,
                         rating: Rating | None = None, stars: int | None = None,
+                        model: str | None = None, template: str | None = None,
                         limit: int = 100, offset: int = 0) -> list[Job]:
         """Jobs newest first, filtered: those with an id below `before` (a cursor, for
         scripts walking everything), or from `offset` on (for a view that jumps about).
-        `rating`: only images in that review state; `stars`: graded at least that."""
+        `rating`: only images in that review state; `stars`: graded at least that;
+        `model`: run on it; `template`: its batch's."""
         rows = await self.db.fetch(q.PAGE_JOBS, {"before": before, "batch": batch,
                                                  "status": status, "submitter": submitter,
                                                  "rating": _rating(rating), "stars": stars,
+                                                 "model": model, "template": template,
                                                  "limit": limit, "offset": offset})
         return [Job.from_row(r) for r in rows]
 
     async def count_jobs(self, *, batch: int | None = None, status: str | None = None,
                          submitter: str | None = None, rating: Rating | None = None,
-                         stars: int | None = None) -> int:
+                         stars: int | None = None, model: str | None = None,
+                         template: str | None = None) -> int:
         """How many jobs page_jobs would walk through, with the same filters."""
         return await self.db.fetchval(q.COUNT_JOBS, {"batch": batch, "status": status,
                                                      "submitter": submitter,
-                                                     "rating": _rating(rating), "stars": stars})
+                                                     "rating": _rating(rating), "stars": stars,
+                                                     "model": model, "template": template})
 
     async def review_counts(self, batch_id: int) -> ReviewCounts:
         """A batch's images by review, and how many of its jobs have not ended."""

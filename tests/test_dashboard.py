@@ -799,6 +799,7 @@ async def test_every_page_fits_a_phone_and_the_lightbox_reviews_by_swipe(tmp_pat
         await page.click("#sign-in button[type=submit]")
         await page.wait_for_selector("#me:not([hidden])")
         for view, ready in (("#/", ".counts"), ("#/jobs", ".scroller .jobrow[data-job]"),
+                            ("#/gallery", "#gallery figure.tile"),
                             ("#/batches/1", "#thumbs figure img"), ("#/submit", "form"),
                             ("#/webhooks", "main h2")):
             await page.goto(f"{w.url}/dashboard/{view}")
@@ -876,3 +877,56 @@ async def test_rows_typed_in_the_form_with_a_sweep_queue_without_a_sheet(tmp_pat
         assert len({j.values["seed"] for j in jobs if j.values["sku"] == "BTL-1"}) == 2
         assert {j.workflow["named"]["product_image"] for j in jobs} == {
             "row1-bottle.png", "row2-bottle.png"}
+
+
+async def test_the_gallery_spans_batches_filters_and_reviews_by_keys(tmp_path, demo_models,
+                                                                    browser):
+    """Every finished image across batches in a virtual grid (only the rows in view
+    exist), filtered by template, review and stars; P and X review the focused image and
+    move on; the filters then find what was reviewed."""
+    from bot.app.application import Accepted, SubmitOptions
+    from bot.app.permissions import Who
+    from bot.intake.check import SheetFile
+    from storage.reviews import Review
+
+    async def pictures(name: str) -> bytes | None:
+        return BOTTLE
+
+    alice = Who("api", "alice", "api")
+    async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
+        rows = "".join(f"BTL-{i},bottle.png,a bottle,4\n" for i in range(200)).encode()
+        for template, sheet in (
+                ("product_main", b"sku,product_image,prompt,steps\n" + rows),
+                ("social_thumb", b"image,title\nbottle.png,One\nbottle.png,Two\n")):
+            done = await w.app.submit(alice, template, SheetFile("s.csv", sheet), pictures,
+                                      SubmitOptions(wait_for_executor=True))
+            assert isinstance(done, Accepted)
+            await finish_all(w.app, done.batch_id)
+        page = await signed_in(browser, w, ALICE, "#/gallery")
+        await page.wait_for_selector("#gallery figure.tile")
+        assert await page.text_content("#gallery-count") == "202 images"
+        assert await page.locator("#gallery figure.tile").count() < 100  # only those in view
+        await page.select_option("#gallery-template", "social_thumb")
+        await page.wait_for_function(
+            "() => document.querySelector('#gallery-count').textContent === '2 images'")
+        newest, older = await page.eval_on_selector_all(
+            "#gallery figure.tile", "fs => fs.map(f => Number(f.dataset.job))")
+        await page.focus(f'#gallery figure[data-job="{newest}"]')
+        await page.keyboard.press("p")
+        await page.wait_for_function(
+            f"() => document.activeElement.dataset.job === '{older}'")
+        await page.keyboard.press("x")
+        await page.keyboard.press("4")
+        await page.wait_for_selector(f'#gallery figure[data-job="{older}"] .stars')
+        assert [(await w.queue.job(j)).review for j in (newest, older)] == [
+            Review.APPROVED, Review.REJECTED]
+        assert (await w.queue.job(older)).stars == 4
+        await page.select_option("#gallery-rating", "approved")
+        await page.wait_for_function(
+            "() => document.querySelector('#gallery-count').textContent === '1 image'")
+        assert await page.get_attribute("#gallery figure.tile", "data-job") == str(newest)
+        await page.goto(f"{w.url}/dashboard/#/gallery?stars=4")
+        await page.wait_for_function(
+            "() => document.querySelector('#gallery-count').textContent === '1 image'")
+        assert await page.get_attribute("#gallery figure.tile", "data-job") == str(older)
+        await page.screenshot(path=str(tmp_path / "gallery.png"))

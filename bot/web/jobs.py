@@ -131,7 +131,9 @@ class JobRoutes:
                             "only images in this review state (unreviewed: unfinished jobs "
                             "too; kept and unrated: approved and unreviewed's older names)"),
                       Param("stars", "query", Annotated[int, Meta(ge=1, le=MAX_STARS)],
-                            "only images graded at least this"))),
+                            "only images graded at least this"),
+                      Param("model", "query", str, "only jobs run on this model"),
+                      Param("template", "query", str, "only jobs of this template's batches"))),
             Route("GET", "/jobs/{id}", self.one, "One job", {200: Answer("OK", Job)},
                   errors=(404,), params=(JOB_ID,)),
             Route("POST", "/jobs/{id}/cancel", self.cancel, "Cancel one job",
@@ -176,13 +178,15 @@ class JobRoutes:
             raise ApiError(400, "bad_query", f"rating is one of {', '.join(RATING_FILTERS)}")
         rows = await self.queue.page_jobs(
             before=cursor, limit=limit, offset=min(offset or 0, BIGGEST_OFFSET), batch=batch,
-            status=status, submitter=submitter, rating=cast(Rating | None, rating), stars=stars)
+            status=status, submitter=submitter, rating=cast(Rating | None, rating), stars=stars,
+            model=q.get("model"), template=q.get("template"))
         page = JobPage([Job.of(j, self.templates) for j in rows],
                        rows[-1].id if len(rows) == limit else None)
         if offset is not None:
             page.total = await self.queue.count_jobs(
                 batch=batch, status=status, submitter=submitter,
-                rating=cast(Rating | None, rating), stars=stars)
+                rating=cast(Rating | None, rating), stars=stars, model=q.get("model"),
+                template=q.get("template"))
         return respond(page)
 
     async def one(self, request: web.Request) -> web.Response:

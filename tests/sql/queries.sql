@@ -1440,7 +1440,7 @@ SELECT id FROM batches WHERE submitter = ?1 AND id > ?2 ORDER BY id;
 -- BATCHES_OF (postgres): 1 :submitter, 2 :after
 SELECT id FROM batches WHERE submitter = $1 AND id > $2 ORDER BY id;
 
--- PAGE_JOBS (sqlite): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :stars, 7 :limit, 8 :offset
+-- PAGE_JOBS (sqlite): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :stars, 7 :model, 8 :template, 9 :limit, 10 :offset
 SELECT * FROM jobs
 WHERE (CAST(?1 AS BIGINT) IS NULL OR id < ?1)
   AND (CAST(?2 AS BIGINT) IS NULL OR batch_id = ?2)
@@ -1448,9 +1448,12 @@ WHERE (CAST(?1 AS BIGINT) IS NULL OR id < ?1)
   AND (CAST(?4 AS TEXT) IS NULL OR submitter = ?4)
   AND (CAST(?5 AS INTEGER) IS NULL OR COALESCE(rating, 0) = ?5)
   AND (CAST(?6 AS INTEGER) IS NULL OR COALESCE(stars, 0) >= ?6)
-ORDER BY id DESC LIMIT ?7 OFFSET ?8;
+  AND (CAST(?7 AS TEXT) IS NULL OR affinity = ?7)
+  AND (CAST(?8 AS TEXT) IS NULL
+       OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = ?8))
+ORDER BY id DESC LIMIT ?9 OFFSET ?10;
 
--- PAGE_JOBS (postgres): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :stars, 7 :limit, 8 :offset
+-- PAGE_JOBS (postgres): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :stars, 7 :model, 8 :template, 9 :limit, 10 :offset
 SELECT * FROM jobs
 WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1)
   AND (CAST($2 AS BIGINT) IS NULL OR batch_id = $2)
@@ -1458,23 +1461,32 @@ WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1)
   AND (CAST($4 AS TEXT) IS NULL OR submitter = $4)
   AND (CAST($5 AS INTEGER) IS NULL OR COALESCE(rating, 0) = $5)
   AND (CAST($6 AS INTEGER) IS NULL OR COALESCE(stars, 0) >= $6)
-ORDER BY id DESC LIMIT $7 OFFSET $8;
+  AND (CAST($7 AS TEXT) IS NULL OR affinity = $7)
+  AND (CAST($8 AS TEXT) IS NULL
+       OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = $8))
+ORDER BY id DESC LIMIT $9 OFFSET $10;
 
--- COUNT_JOBS (sqlite): 1 :batch, 2 :status, 3 :submitter, 4 :rating, 5 :stars
+-- COUNT_JOBS (sqlite): 1 :batch, 2 :status, 3 :submitter, 4 :rating, 5 :stars, 6 :model, 7 :template
 SELECT COUNT(*) AS n FROM jobs
 WHERE (CAST(?1 AS BIGINT) IS NULL OR batch_id = ?1)
   AND (CAST(?2 AS TEXT) IS NULL OR status = ?2)
   AND (CAST(?3 AS TEXT) IS NULL OR submitter = ?3)
   AND (CAST(?4 AS INTEGER) IS NULL OR COALESCE(rating, 0) = ?4)
-  AND (CAST(?5 AS INTEGER) IS NULL OR COALESCE(stars, 0) >= ?5);
+  AND (CAST(?5 AS INTEGER) IS NULL OR COALESCE(stars, 0) >= ?5)
+  AND (CAST(?6 AS TEXT) IS NULL OR affinity = ?6)
+  AND (CAST(?7 AS TEXT) IS NULL
+       OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = ?7));
 
--- COUNT_JOBS (postgres): 1 :batch, 2 :status, 3 :submitter, 4 :rating, 5 :stars
+-- COUNT_JOBS (postgres): 1 :batch, 2 :status, 3 :submitter, 4 :rating, 5 :stars, 6 :model, 7 :template
 SELECT COUNT(*) AS n FROM jobs
 WHERE (CAST($1 AS BIGINT) IS NULL OR batch_id = $1)
   AND (CAST($2 AS TEXT) IS NULL OR status = $2)
   AND (CAST($3 AS TEXT) IS NULL OR submitter = $3)
   AND (CAST($4 AS INTEGER) IS NULL OR COALESCE(rating, 0) = $4)
-  AND (CAST($5 AS INTEGER) IS NULL OR COALESCE(stars, 0) >= $5);
+  AND (CAST($5 AS INTEGER) IS NULL OR COALESCE(stars, 0) >= $5)
+  AND (CAST($6 AS TEXT) IS NULL OR affinity = $6)
+  AND (CAST($7 AS TEXT) IS NULL
+       OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = $7));
 
 -- PAGE_BATCHES (sqlite): 1 :before, 2 :submitter, 3 :limit
 SELECT * FROM batches

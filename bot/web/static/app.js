@@ -7,6 +7,7 @@ const API = "/api/v1";
 const ROW = 34;        // px per row of the job list (fixed, so the list can be virtual)
 const SWIPE = 60;      // px a finger travels for a swipe in the lightbox (less: a tap)
 const COMPARE_MOST = 4; // images side by side (a fifth picked drops the first)
+const TILE = 190, TILE_HEIGHT = 250;  // px of a gallery card (fixed, so the grid can be virtual)
 const PAGE = 100;      // jobs fetched per page of the list
 const REFRESH_MS = 400; // at most this often after queue events
 
@@ -400,6 +401,141 @@ async function jobList(main, params) {
       if (r.ok) { fresh.set(p, r.data.jobs); total = r.data.total; }
     }));
     pages = fresh;
+    paint();
+  }
+  await load(0);
+  return {refresh};
+}
+
+async function gallery(main, params) {
+  // Every finished image across batches, newest first, filtered (template, person, model,
+  // review, stars), in a virtual grid: rows of cards exist only in view, fetched a page
+  // at a time by offset. P / X / U and 1-5 review the focused card; Enter opens its batch.
+  const r = await call("GET", `${API}/templates`);
+  const names = r.ok ? r.data.templates.map((tp) => tp.name) : [];
+  const asked = Object.fromEntries(["template", "submitter", "model", "rating", "stars"]
+    .map((k) => [k, params.get(k) || ""]));
+  const go = () => {
+    const q = new URLSearchParams();
+    for (const [k, el] of Object.entries(inputs)) if (el.value) q.set(k, el.value);
+    location.hash = q.toString() ? `#/gallery?${q}` : "#/gallery";
+  };
+  const label = (name) => t({rating: "review", stars: "stars_at_least"}[name] || name);
+  const select = (name, options) => h("select", {name, id: `gallery-${name}`, onchange: go,
+    "aria-label": label(name)},
+    h("option", {value: "", text: `${label(name)}: ${t("all")}`}),
+    ...options.map(([value, label]) => h("option", {value, selected: value === asked[name], text: label})));
+  const inputs = {
+    template: select("template", names.map((n) => [n, n])),
+    rating: select("rating", vocabulary.reviews.map((x) => [x.name, x.label])),
+    stars: select("stars", [1, 2, 3, 4, 5].map((n) => [String(n), "★".repeat(n) + "+"])),
+    submitter: h("input", {type: "text", name: "submitter", id: "gallery-submitter", value: asked.submitter,
+      placeholder: t("submitter"), "aria-label": t("submitter"), onchange: go}),
+    model: h("input", {type: "text", name: "model", id: "gallery-model", value: asked.model,
+      placeholder: t("model"), "aria-label": t("model"), onchange: go}),
+  };
+  const count = h("span", {class: "muted", id: "gallery-count", text: t("loading")});
+  const scroller = h("div", {class: "scroller gallery", id: "gallery", tabindex: -1});
+  const spacer = h("div", {class: "spacer-y"});
+  scroller.append(spacer);
+  main.replaceChildren(h("div", {class: "toolbar"}, ...Object.values(inputs), count), scroller);
+  const filter = Object.entries(asked).filter(([, v]) => v).map(([k, v]) => `&${k}=${encodeURIComponent(v)}`).join("");
+  const query = (p) => `${API}/jobs?status=succeeded&offset=${p * PAGE}&limit=${PAGE}${filter}`;
+  let total = 0, pages = new Map(), focused = null;
+  const loading = new Set();
+  const columns = () => Math.max(1, Math.floor((scroller.clientWidth - 12) / (TILE + 12)));
+  async function load(p) {
+    if (pages.has(p) || loading.has(p)) return;
+    loading.add(p);
+    const res = await call("GET", query(p));
+    loading.delete(p);
+    if (!res.ok) return failure(res);
+    pages.set(p, res.data.jobs);
+    total = res.data.total;
+    paint();
+  }
+  function at(i) { const page = pages.get(Math.floor(i / PAGE)); return page ? page[i % PAGE] : undefined; }
+  let painting = false;
+  function paint() {
+    painting = false;
+    const cols = columns();
+    spacer.style.height = `${Math.ceil(total / cols) * (TILE_HEIGHT + 12)}px`;
+    count.textContent = t("n_images", {count: total});
+    const firstRow = Math.max(0, Math.floor(scroller.scrollTop / (TILE_HEIGHT + 12)) - 2);
+    const lastRow = Math.ceil((scroller.scrollTop + scroller.clientHeight) / (TILE_HEIGHT + 12)) + 2;
+    const tiles = [];
+    for (let i = firstRow * cols; i < Math.min(total, lastRow * cols); i++) {
+      const job = at(i);
+      if (!job) { load(Math.floor(i / PAGE)); continue; }
+      tiles.push(tile(job, i, cols));
+    }
+    const keep = document.activeElement && scroller.contains(document.activeElement) ? focused : null;
+    scroller.replaceChildren(spacer, ...tiles);
+    if (keep !== null) { const el = scroller.querySelector(`[data-job="${keep}"]`); if (el) el.focus({preventScroll: true}); }
+  }
+  function tile(j, i, cols) {
+    const el = h("figure", {class: `thumb tile review-${j.review}`, "data-job": j.id, "data-index": i,
+      "data-review": j.review, tabindex: 0, onfocus: () => { focused = j.id; },
+      onkeydown: (e) => key(e, j, i)},
+      h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: rowName(j)}),
+      h("figcaption", {}, h("a", {href: `#/batches/${j.batch}`, text: `#${j.batch}`}), ` ${rowName(j)} `,
+        distinction(j) ? h("span", {class: "distinct", text: `${distinction(j)} `}) : null,
+        j.review !== "unreviewed" ? badge(j.review, "reviews") : null,
+        j.stars ? h("span", {class: "stars", text: " " + "★".repeat(j.stars)}) : null));
+    el.style.left = `${6 + (i % cols) * (TILE + 12)}px`;
+    el.style.top = `${Math.floor(i / cols) * (TILE_HEIGHT + 12)}px`;
+    return el;
+  }
+  async function key(e, j, i) {
+    const k = e.key.toLowerCase();
+    const cols = columns();
+    const move = {arrowright: 1, arrowleft: -1, arrowdown: cols, arrowup: -cols}[k];
+    if (move) { e.preventDefault(); step(i + move); return; }
+    if (k === "enter") { location.hash = `#/batches/${j.batch}`; return; }
+    if (!me.may.includes("keep") || e.ctrlKey || e.metaKey) return;
+    const state = {p: "approved", x: "rejected", u: "unreviewed"}[k];
+    if (state) {
+      e.preventDefault();
+      if (state !== "unreviewed") step(i + 1);
+      const res = await call("PUT", `${API}/jobs/${j.id}/review`, {state});
+      if (!res.ok) return failure(res);
+      replace(i, res.data.job);
+    } else if (/^[0-5]$/.test(k)) {
+      e.preventDefault();
+      const res = await call("PUT", `${API}/jobs/${j.id}/stars`, {stars: Number(k) || null});
+      if (!res.ok) return failure(res);
+      replace(i, res.data);
+    }
+  }
+  function replace(i, job) {
+    const page = pages.get(Math.floor(i / PAGE));
+    if (page) page[i % PAGE] = job;
+    paint();
+  }
+  function step(i) {
+    if (i < 0 || i >= total) return;
+    const job = at(i);
+    if (!job) return;
+    focused = job.id;
+    const top = Math.floor(i / columns()) * (TILE_HEIGHT + 12);
+    if (top < scroller.scrollTop || top + TILE_HEIGHT > scroller.scrollTop + scroller.clientHeight)
+      scroller.scrollTop = top - (scroller.clientHeight - TILE_HEIGHT) / 2;
+    paint();
+    const el = scroller.querySelector(`[data-job="${job.id}"]`);
+    if (el) el.focus({preventScroll: true});
+  }
+  scroller.addEventListener("scroll", () => {
+    if (!painting) { painting = true; requestAnimationFrame(paint); }
+  });
+  window.addEventListener("resize", () => { if (document.body.contains(scroller)) paint(); });
+  async function refresh() {
+    const fresh = new Map();
+    const rowsAt = Math.floor(scroller.scrollTop / (TILE_HEIGHT + 12)) * columns();
+    await Promise.all([Math.floor(rowsAt / PAGE)].map(async (p) => {
+      const res = await call("GET", query(p));
+      if (res.ok) { fresh.set(p, res.data.jobs); total = res.data.total; }
+    }));
+    pages = new Map([...pages, ...fresh]);
     paint();
   }
   await load(0);
@@ -1497,6 +1633,7 @@ async function route() {
   view = null;
   if (batch) view = await batchPage(main, batch[1], params);
   else if (path === "/jobs") view = await jobList(main, params);
+  else if (path === "/gallery") view = await gallery(main, params);
   else if (path === "/submit") view = await submitForm(main);
   else if (path === "/webhooks") view = await webhooksPage(main, params);
   else view = await overview(main);
