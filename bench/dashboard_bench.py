@@ -1,5 +1,5 @@
-"""Does the dashboard's job list cost the same with 20,000 jobs as with 200? Asserts
-nothing; record results in docs/benchmarks.md.
+"""Does the dashboard's job list — and its gallery, and review by keys — cost the same
+with 20,000 jobs as with 200? Asserts nothing; record results in docs/benchmarks.md.
 
   python bench/dashboard_bench.py [--big 20000] [--small 200] [--rounds 5]
 
@@ -8,8 +8,13 @@ and one headless Chromium (Debian's, driven by playwright) opens each service's 
 list in turn, round after round, so drift on a noisy machine hits both alike. Measured
 per service: the time from opening the list to its first row on screen, the time to
 jump to the very last job, the rows in the DOM, and the API's page time at offset 0
-and at the end. Prints medians and the big/small ratios: near 1 means the list's cost
-does not grow with the queue.
+and at the end. A quarter of each service's jobs have finished with an image (5,000 of
+20,000): the gallery's first card on screen, the longest task the page ran while the
+gallery scrolled from top to bottom a screen at a time (Chromium's long-task entries:
+over 50 ms is a frame dropped), and 100 images reviewed by keys (P, X alternately, each
+waiting for the focus to move on) with each decision's round trip — the PUT answered
+once its review is committed — at p50 and p99. Prints medians and the big/small ratios:
+near 1 means the cost does not grow with the queue.
 """
 
 from __future__ import annotations
@@ -33,6 +38,16 @@ from tests.fakes.browser import launched  # noqa: E402
 
 TOKEN = "bench-token-000000001"
 ROW = 34  # px per row, as bot/web/app.js draws them
+REVIEWS = 100  # images reviewed by keys per round (fewer where fewer exist)
+
+
+def small_png() -> bytes:
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 48), "red").save(buf, "PNG")
+    return buf.getvalue()
 
 
 async def start(folder: Path, jobs: int) -> Service:
@@ -45,7 +60,53 @@ async def start(folder: Path, jobs: int) -> Service:
         n = min(5000, jobs - start_row)
         await service.queue.enqueue(Submission("social_thumb", "api:bench", [
             NewJob(row=i + 2, workflow={"title": f"t{i}"}) for i in range(n)], platform="api"))
+    png = small_png()
+    for _ in range(jobs // 4):  # a quarter finished, each with its image, as an executor would
+        lease = await service.queue.claim("bench")
+        assert lease is not None
+        path = service.app.store.write(f"outputs/batch_{lease.batch_id}/{lease.job_id}.png", png)
+        await service.queue.complete(lease, [path])
     return service
+
+
+LONG_TASKS = """() => { window.longTasks = [];
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) window.longTasks.push(e.duration);
+  }).observe({type: "longtask"}); }"""
+SCROLL_THROUGH = """async () => {
+  const s = document.querySelector("#gallery");
+  for (let y = 0; y <= s.scrollHeight; y += s.clientHeight) {
+    s.scrollTop = y;
+    await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  }
+  return Math.max(0, ...window.longTasks); }"""
+REVIEW_TIMES = """() => performance.getEntriesByType("resource")
+  .filter((e) => e.name.includes("/review")).map((e) => e.duration)"""
+
+
+async def measure_gallery(page, url: str, images: int) -> dict[str, float]:
+    await page.goto(f"{url}/dashboard/#/")
+    await page.wait_for_selector("#queue-state")
+    await page.evaluate(LONG_TASKS)
+    t0 = time.perf_counter()
+    await page.evaluate("location.hash = '#/gallery'")
+    await page.wait_for_selector("#gallery figure.tile img")
+    first = time.perf_counter() - t0
+    longest = await page.evaluate(SCROLL_THROUGH) / 1000
+    await page.eval_on_selector("#gallery", "s => { s.scrollTop = 0; }")
+    await page.wait_for_selector("#gallery figure.tile")
+    await page.evaluate("performance.clearResourceTimings()")
+    n = min(REVIEWS, images - 1)
+    await page.focus("#gallery figure.tile")
+    for i in range(n):
+        was = await page.evaluate("document.activeElement.dataset.job")
+        await page.keyboard.press("p" if i % 2 == 0 else "x")
+        await page.wait_for_function(f"() => document.activeElement.dataset.job !== '{was}'")
+    await page.wait_for_function(f"() => ({REVIEW_TIMES})().length >= {n}")
+    times = sorted(t / 1000 for t in await page.evaluate(REVIEW_TIMES))
+    return {"gallery_first_card": first, "longest_task_scrolling": longest,
+            "review_p50": times[len(times) // 2],
+            "review_p99": times[min(len(times) - 1, int(len(times) * 0.99))]}
 
 
 async def measure(page, url: str, jobs: int) -> dict[str, float]:
@@ -91,18 +152,21 @@ async def main(args) -> None:
             for _ in range(args.rounds):
                 for k in sizes:
                     page, url = pages[k]
-                    results[k].append(await measure(page, url, sizes[k]))
+                    results[k].append({**await measure(page, url, sizes[k]),
+                                       **await measure_gallery(page, url, sizes[k] // 4)})
     finally:
         for s in services.values():
             await s.stop()
     print(f"machine: {platform.node()} {platform.machine()} Python {platform.python_version()}")
-    print(f"{'':14}{'small (' + str(args.small) + ')':>16}{'big (' + str(args.big) + ')':>16}"
+    print(f"{'':24}{'small (' + str(args.small) + ')':>16}{'big (' + str(args.big) + ')':>16}"
           f"{'big/small':>12}")
-    for metric in ("first_row", "jump_to_end", "api_first", "api_last", "dom_rows"):
+    for metric in ("first_row", "jump_to_end", "api_first", "api_last", "dom_rows",
+                   "gallery_first_card", "longest_task_scrolling", "review_p50", "review_p99"):
         small = statistics.median(r[metric] for r in results["small"])
         big = statistics.median(r[metric] for r in results["big"])
         unit = 1 if metric == "dom_rows" else 1000
-        print(f"{metric:14}{small * unit:>16.1f}{big * unit:>16.1f}{big / small:>12.2f}")
+        ratio = f"{big / small:>12.2f}" if small else f"{'-':>12}"
+        print(f"{metric:24}{small * unit:>16.1f}{big * unit:>16.1f}{ratio}")
     print("(times in ms, medians of", args.rounds, "rounds)")
 
 
