@@ -464,10 +464,16 @@ async def test_listing_batches_paging_by_offset_thumbnails_and_pause_events(api)
     assert [(x["id"], x["state"]) for x in body["workers"]] == [("test-executor", "stopped")]
     status, thumb = await api.call("GET", "/jobs/1/outputs/0?size=128", VIEWER)
     image = Image.open(io.BytesIO(thumb))
-    assert status == 200 and image.format == "JPEG" and max(image.size) == 128
+    assert status == 200 and image.format == "WEBP" and max(image.size) == 128
     assert api.service.core.store.path("outputs/batch_1").is_dir()
     status, again = await api.call("GET", "/jobs/1/outputs/0?size=128", VIEWER)
     assert again == thumb  # made once, then served
+    headers = {"Authorization": f"Bearer {VIEWER}"}
+    async with api.http.get("/api/v1/jobs/1/outputs/0?size=128", headers=headers) as r:
+        etag = r.headers["ETag"]
+    async with api.http.get("/api/v1/jobs/1/outputs/0?size=128",
+                            headers={**headers, "If-None-Match": etag}) as r:
+        assert r.status == 304  # a browser's cached copy is still right: no bytes sent
     for size in ("5000", "129", "16", "-1", "abc"):  # a few fixed sizes, each made once
         status, body = await api.call("GET", f"/jobs/1/outputs/0?size={size}", VIEWER)
         assert (status, body["error"]["code"]) == (400, "bad_query")
