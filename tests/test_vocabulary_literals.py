@@ -93,7 +93,13 @@ def test_the_check_finds_a_state_spelled_out(tmp_path, monkeypatch):
 
 
 
+# Words app.js spells that only look like a state or an action, with why.
+JS_HOMONYMS = {"vary": "a sweep's axes: the submit form's field (POST /batches `vary`)"}
+
+
 def test_the_dashboard_names_no_state_or_action():
     script = (ROOT / "bot" / "web" / "static" / "app.js").read_text(encoding="utf-8")
     spelled = sorted({w for w in words() if f'"{w}"' in script or f"'{w}'" in script})
-    assert spelled == [], f"app.js spells out {spelled}: read them from GET /vocabulary"
+    assert [w for w in spelled if w not in JS_HOMONYMS] == [], \
+        f"app.js spells out {spelled}: read them from GET /vocabulary"
+    assert set(JS_HOMONYMS) <= set(spelled), "a homonym no longer spelled: drop it"
