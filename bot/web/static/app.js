@@ -440,7 +440,8 @@ async function gallery(main, params) {
   scroller.append(spacer);
   main.replaceChildren(h("div", {class: "toolbar"}, ...Object.values(inputs), count), scroller);
   const filter = Object.entries(asked).filter(([, v]) => v).map(([k, v]) => `&${k}=${encodeURIComponent(v)}`).join("");
-  const query = (p) => `${API}/jobs?status=succeeded&offset=${p * PAGE}&limit=${PAGE}${filter}`;
+  const made = states().find((st) => stateIs(st, "produced"));  // (the state with images)
+  const query = (p) => `${API}/jobs?status=${made}&offset=${p * PAGE}&limit=${PAGE}${filter}`;
   let total = 0, pages = new Map(), focused = null;
   const loading = new Set();
   const columns = () => Math.max(1, Math.floor((scroller.clientWidth - 12) / (TILE + 12)));
