@@ -1,7 +1,7 @@
 """How fast genbot acknowledges Slack while the executor is busy generating. Asserts nothing;
 record results in docs/benchmarks.md.
 
-  python bench/ack_bench.py [--requests 100] [--rounds 3] [--rows 200]
+  python bench/ack_bench.py [--requests 100] [--rounds 3] [--rows 200] [--settle 1]
 
 The real service (HTTP app, chat core, Slack adapter, a supervised executor process)
 runs here against a fake Slack Web API on loopback. Signed slash commands
@@ -115,7 +115,7 @@ async def main(args) -> None:
                     raise SystemExit(f"the batch ended before the measurement: {progress.counts}"
                                      f" {jobs[0].error}")
                 await asyncio.sleep(0.1)
-            await asyncio.sleep(1.0)  # into the denoising loop
+            await asyncio.sleep(args.settle)  # into the denoising loop
             busy += await measure(slack, args.requests)
             clicks_busy += await measure(slack, args.requests, buttons)
         done = (await queue.batch_progress(1)).done
@@ -143,6 +143,8 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rows", type=int, default=200)
+    parser.add_argument("--settle", type=float, default=1.0, help="seconds the executor is "
+                        "busy before the busy phase is measured (the suite's smoke: less)")
     parser.add_argument("--demo-models", type=Path, help="demo models built before (a data "
                         "folder's models/demo): linked, not built again")
     asyncio.run(main(parser.parse_args()))
