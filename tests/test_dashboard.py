@@ -908,7 +908,8 @@ async def test_the_gallery_spans_batches_filters_and_reviews_by_keys(tmp_path, d
         assert await page.locator("#gallery figure.tile").count() < 100  # only those in view
         await page.select_option("#gallery-template", "social_thumb")
         await page.wait_for_function(
-            "() => document.querySelector('#gallery-count').textContent === '2 images'")
+            "() => document.querySelector('#gallery-template').value === 'social_thumb'"
+            " && document.querySelector('#gallery-count').textContent === '2 images'")
         newest, older = await page.eval_on_selector_all(
             "#gallery figure.tile", "fs => fs.map(f => Number(f.dataset.job))")
         await page.focus(f'#gallery figure[data-job="{newest}"]')
@@ -923,10 +924,12 @@ async def test_the_gallery_spans_batches_filters_and_reviews_by_keys(tmp_path, d
         assert (await w.queue.job(older)).stars == 4
         await page.select_option("#gallery-rating", "approved")
         await page.wait_for_function(
-            "() => document.querySelector('#gallery-count').textContent === '1 image'")
+            "() => document.querySelector('#gallery-rating').value === 'approved'"
+            " && document.querySelector('#gallery-count').textContent === '1 image'")
         assert await page.get_attribute("#gallery figure.tile", "data-job") == str(newest)
         await page.goto(f"{w.url}/dashboard/#/gallery?stars=4")
-        await page.wait_for_function(
-            "() => document.querySelector('#gallery-count').textContent === '1 image'")
+        await page.wait_for_function(  # (the new view's, not the one it replaces)
+            "() => document.querySelector('#gallery-stars').value === '4'"
+            " && document.querySelector('#gallery-count').textContent === '1 image'")
         assert await page.get_attribute("#gallery figure.tile", "data-job") == str(older)
         await page.screenshot(path=str(tmp_path / "gallery.png"))
