@@ -800,8 +800,8 @@ async def test_every_page_fits_a_phone_and_the_lightbox_reviews_by_swipe(tmp_pat
         await page.wait_for_selector("#me:not([hidden])")
         for view, ready in (("#/", ".counts"), ("#/jobs", ".scroller .jobrow[data-job]"),
                             ("#/gallery", "#gallery figure.tile"),
-                            ("#/batches/1", "#thumbs figure img"), ("#/submit", "form"),
-                            ("#/webhooks", "main h2")):
+                            ("#/batches/1", "#thumbs figure img"), ("#/submit", "#submit-form"),
+                            ("#/webhooks", "#deliveries")):  # (each its view's own)
             await page.goto(f"{w.url}/dashboard/{view}")
             await page.wait_for_selector(ready)
             assert await page.evaluate(WIDER_THAN_THE_SCREEN) == [0, []], view
