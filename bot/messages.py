@@ -915,6 +915,12 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_copy", "Copy"),
     N_("dash_copied", "Copied"),
     N_("dash_zip", "Images (.zip)"),
+    N_("dash_sign_in_slack", "Sign in with Slack"),
+    N_("dash_signin_denied", "Slack said you did not allow the sign-in."),
+    N_("dash_signin_state", "That sign-in had expired or was not started here: try again."),
+    N_("dash_signin_team", "That Slack workspace is not this service's."),
+    N_("dash_signin_slack", "Slack did not confirm who you are: try again, or sign in with a "
+                            "token."),
     N_("dash_gallery", "Gallery"),
     N_("dash_review", "Review"),
     N_("dash_stars_at_least", "Stars"),

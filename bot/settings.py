@@ -201,12 +201,28 @@ class SlackConfig:
                        "server).")
     channels: list[str] = key((), "Channel ids the bot serves, e.g. [\"C0123ABCD\"]; direct "
                               "messages always. Empty: every channel it is invited to.")
+    client_id: str = key("", "Client ID of the Slack app (Basic Information): with "
+                         "client_secret, the dashboard offers \"Sign in with Slack\" (OpenID "
+                         "Connect): people act as slack:USER with their chat role, no token "
+                         "pasted. Add <public_url>/dashboard/signin/slack/callback to the app's "
+                         "redirect URLs.")
+    client_secret: str = key("", "Client Secret of the Slack app, for sign-in; env "
+                             "GENBOT_SLACK_CLIENT_SECRET.", secret=True)
+    team_id: str = key("", "Only people of this workspace (T…) may sign in; empty: whoever "
+                       "Slack vouches for (roles still decide what they may do).")
     image_buttons: bool = key(True, "Under each posted image, in its message, a row of "
                               "buttons (Keep, Again, Vary, Upscale, Edit); reactions "
                               "(⭐ 👍 👎) on it rate the image. false: images alone; the same "
                               "actions are typed in the thread (/again 3).")
 
+    @property
+    def signs_in(self) -> bool:
+        return bool(self.client_id and self.client_secret)
+
     def check(self, source: str) -> None:
+        if bool(self.client_id) != bool(self.client_secret):
+            raise ConfigError(f"{source}: [slack] client_id and client_secret go together "
+                              "(sign in with Slack): expected both, or neither")
         if self.bot_token and not (self.signing_secret or self.app_token):
             raise ConfigError(f"{source}: [slack] bot_token is set: expected signing_secret "
                               "(for /slack/events) or app_token (for Socket Mode) too")

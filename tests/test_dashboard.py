@@ -933,3 +933,45 @@ async def test_the_gallery_spans_batches_filters_and_reviews_by_keys(tmp_path, d
             " && document.querySelector('#gallery-count').textContent === '1 image'")
         assert await page.get_attribute("#gallery figure.tile", "data-job") == str(older)
         await page.screenshot(path=str(tmp_path / "gallery.png"))
+
+
+async def test_sign_in_with_slack_is_the_same_person_and_role_as_in_chat(tmp_path, demo_models,
+                                                                        browser):
+    """Sign in with Slack (OpenID Connect against the Slack fake's authorize page, token
+    and userInfo methods): no token pasted, the dashboard acts as slack:U1 with U1's chat
+    role; Cancel on Slack's page, or a callback the service did not start, is said on
+    the sign-in page, and nobody is signed in."""
+    from tests.fakes.slack import CLIENT_ID, CLIENT_SECRET, FakeSlack
+    fake = await FakeSlack().start()
+    try:
+        config = executor_config(
+            tmp_path / "data", demo_models, service={"port": 0},
+            api={"tokens": [f"{ADMIN}=ops"]}, chat={"reviewers": ["slack:U1"]},
+            slack={"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
+                   "api_url": fake.api_url})
+        async with DashWorld(config) as w:
+            page = await (await browser.new_context()).new_page()
+            page.on("pageerror", lambda e: w.page_errors.append(str(e)))
+            await page.goto(f"{w.url}/dashboard/")
+            await page.click("[data-signin=slack]")
+            await page.wait_for_selector("#me:not([hidden])")
+            assert await page.text_content("#me") == "slack:U1 (reviewer)"
+            me = await page.evaluate("fetch('/api/v1/me').then(r => r.json())")
+            assert (me["user"], me["role"]) == ("slack:U1", "reviewer")
+            assert fake.calls["openid.connect.token"] == 1 and not fake.codes  # used once
+
+            fake.signin = None  # Cancel on Slack's page
+            other = await (await browser.new_context()).new_page()
+            await other.goto(f"{w.url}/dashboard/")
+            await other.click("[data-signin=slack]")
+            await other.wait_for_selector("#sign-in-error:not(:empty)")
+            assert await other.text_content("#sign-in-error") == \
+                "Slack said you did not allow the sign-in."
+            assert await other.is_hidden("#me")
+            await other.goto(f"{w.url}/dashboard/signin/slack/callback?code=x&state=forged")
+            await other.wait_for_selector("#sign-in-error:not(:empty)")
+            assert "expired or was not started here" in await other.text_content(
+                "#sign-in-error")
+            assert await other.is_hidden("#me")
+    finally:
+        await fake.stop()

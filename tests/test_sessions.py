@@ -20,12 +20,27 @@ def test_a_cookie_carries_its_user_until_it_expires():
     sessions = Sessions({"tok-a": "alice"}, b"k" * 32, hours=1, clock=clock)
     cookie = sessions.issue("tok-a")
     session = sessions.read(cookie)
-    assert session.user == "alice" and session.expires == clock.now + 3600
+    assert session.user == "api:alice" and session.expires == clock.now + 3600
     assert sessions.issue("tok-b") is None
     clock.now += 3599
     assert sessions.read(cookie) is not None
     clock.now += 2
     assert sessions.read(cookie) is None
+
+
+def test_a_person_slack_vouched_for_keeps_a_session_while_that_sign_in_is_configured():
+    slack = Sessions({}, b"k" * 32, signins={"slack": "1111.2222"})
+    cookie = slack.issue_signed_in("slack", "U1")
+    assert slack.read(cookie).user == "slack:U1"
+    again = Sessions({}, b"k" * 32, signins={"slack": "9999.0000"})  # another Slack app
+    gone = Sessions({}, b"k" * 32)  # sign-in taken out of the config
+    assert again.read(cookie) is None and gone.read(cookie) is None
+    tokens = Sessions({"tok-a": "U1"}, b"k" * 32)  # a token's api:U1 is not slack:U1
+    assert tokens.read(cookie) is None
+    assert slack.unsigned(slack.signed("state nonce 12")) == "state nonce 12"
+    body, _, signature = slack.signed("state nonce 12").partition(".")
+    assert slack.unsigned(body + "." + signature[::-1]) is None
+    assert slack.unsigned("") is None
 
 
 def test_forged_or_altered_cookies_are_nothing():

@@ -493,6 +493,10 @@ def test_the_committed_manifest_asks_for_what_the_adapter_uses():
         set(manifest["oauth_config"]["scopes"]["bot"])
     assert {"reaction_added", "reaction_removed"} <= set(settings["event_subscriptions"][
         "bot_events"])
+    # Sign in with Slack (bot/web/signin.py): the scopes it asks for, where it comes back
+    assert {"openid", "profile"} <= set(manifest["oauth_config"]["scopes"]["user"])
+    assert [u.endswith("/dashboard/signin/slack/callback")
+            for u in manifest["oauth_config"]["redirect_urls"]] == [True]
 
 
 async def test_downloads_and_answers_each_keep_their_own_time_limit(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """Who is asking: api:USER, from a Bearer token of [api] tokens or the dashboard's
-session cookie, settled before anything else is looked at (401, never a 404 that would
-say what exists); then the application layer says whether they may."""
+session cookie (or slack:U…, signed in with Slack), settled before anything else is
+looked at (401, never a 404 that would say what exists); then the application layer says
+whether they may."""
 
 from __future__ import annotations
 
@@ -8,11 +9,18 @@ from aiohttp import web
 
 from bot.app.application import App
 from bot.app.permissions import Who
-from bot.settings import ApiConfig
+from bot.settings import ApiConfig, SlackConfig
 from bot.web.http import PREFIX, ApiError
-from bot.web.sessions import Sessions, session_secret
+from bot.web.sessions import API, Sessions, session_secret
 
 EVENTS = f"{PREFIX}/events"  # scripts' WebSockets may not set headers: a token in the query
+
+
+def who_of(principal: str) -> Who:
+    """platform:user as the application layer knows them: the same person, role and
+    limits as in that platform's chat (asking from the API, not a conversation)."""
+    platform, _, user = principal.partition(":")
+    return Who(platform, user, API)
 
 
 class Callers:
@@ -20,10 +28,12 @@ class Callers:
         self.app = app
         config = app.config
         self.tokens = {t: u for t, _, u in (e.partition("=") for e in config[ApiConfig].tokens)}
+        slack = config[SlackConfig]
         self.sessions = Sessions(self.tokens, session_secret(config[ApiConfig].session_secret,
                                                              config.data_dir),
                                  hours=config[ApiConfig].session_hours, clock=app.clock,
-                                 ended=app.access.session_ended)
+                                 ended=app.access.session_ended,
+                                 signins={"slack": slack.client_id} if slack.signs_in else {})
 
     async def who(self, request: web.Request) -> Who:
         auth = request.headers.get("Authorization", "")
@@ -32,16 +42,17 @@ class Callers:
             token = request.query.get("token", "")
         if token:
             user = self.sessions.user_of(token)
+            principal = None if user is None else f"{API}:{user}"
         elif (session := await self.sessions.of(request)) is not None:
             if (why := self.sessions.forged(request, session)) is not None:
                 raise ApiError(403, "csrf", why)
-            user = session.user
+            principal = session.user
         else:
-            user = None
-        if user is None:
+            principal = None
+        if principal is None:
             raise ApiError(401, "unauthorized", "a valid Bearer token is required",
                            headers_hint="Authorization: Bearer TOKEN")
-        return Who("api", user, "api")
+        return who_of(principal)
 
     async def allowed(self, request: web.Request, action: str) -> Who:
         """Who asks, if they may take `action` (a read, or before reading a body)."""

@@ -16,11 +16,13 @@ from pathlib import Path
 from aiohttp import web
 from msgspec import Struct, structs
 
-from bot.app.permissions import Who
+from bot.settings import SlackConfig
 from bot.web.api import Api
+from bot.web.callers import who_of
 from bot.web.http import ApiError, respond
 from bot.web.me import Caller, caller
 from bot.web.sessions import foreign
+from bot.web.signin import SlackSignIn
 
 WEB = Path(__file__).parent / "static"
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
@@ -47,10 +49,17 @@ class SignedOut(Struct):
     signed_out: bool
 
 
+class SignIns(Struct):
+    slack: bool  # "Sign in with Slack" ([slack] client_id and client_secret)
+
+
 class Dashboard:
     def __init__(self, api: Api):
         self.api, self.sessions = api, api.sessions
         self.failures: dict[str, deque[float]] = {}
+        config = api.app.config
+        self.slack = SlackSignIn(config, self.sessions) if config[SlackConfig].signs_in \
+            else None
 
     def routes(self, app: web.Application) -> None:
         r = app.router
@@ -62,6 +71,13 @@ class Dashboard:
         r.add_get("/dashboard/session", self.session)
         r.add_post("/dashboard/session", self.sign_in)
         r.add_delete("/dashboard/session", self.sign_out)
+        r.add_get("/dashboard/signins", self.signins)
+        if self.slack is not None:
+            self.slack.routes(app)
+
+    async def signins(self, request: web.Request) -> web.Response:
+        """How one may sign in besides a token (the sign-in page's buttons): public."""
+        return respond(SignIns(slack=self.slack is not None))
 
     async def home(self, request: web.Request) -> web.Response:
         raise web.HTTPFound("/dashboard/")
@@ -130,5 +146,5 @@ class Dashboard:
         return response
 
     async def _describe(self, user: str, csrf: str) -> Me:
-        found = await caller(self.api.app, Who("api", user, "api"))
+        found = await caller(self.api.app, who_of(user))
         return Me(**structs.asdict(found), csrf=csrf)

@@ -1,12 +1,15 @@
-"""Dashboard sessions: an API token traded once for a signed cookie, and CSRF checks.
+"""Dashboard sessions: an API token — or a sign-in with Slack — traded once for a signed
+cookie, and CSRF checks.
 
-The cookie holds the user, a fingerprint of the token it came from, an expiry and a
-nonce, signed with HMAC. Taking a token out of [api] tokens ends its sessions at once
-(the fingerprint no longer matches); signing out records the nonce as ended, so a copy
-of the cookie is refused too (the only thing stored server-side). It is HttpOnly and
-SameSite=Strict; on top of that, anything sent with the cookie that changes state must
-carry the session's CSRF token in X-CSRF-Token and come from this origin. A Bearer
-token needs neither: a browser never attaches one on its own.
+The cookie holds who (api:USER for a token, slack:U… for a person Slack vouched for), a
+fingerprint of what they signed in with (the token, or the Slack app's client id), an
+expiry and a nonce, signed with HMAC. Taking a token out of [api] tokens (or the
+sign-in's client id out of the config) ends its sessions at once (the fingerprint no
+longer matches); signing out records the nonce as ended, so a copy of the cookie is
+refused too (the only thing stored server-side). It is HttpOnly and SameSite=Strict; on
+top of that, anything sent with the cookie that changes state must carry the session's
+CSRF token in X-CSRF-Token and come from this origin. A Bearer token needs neither: a
+browser never attaches one on its own.
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ from aiohttp import web
 from bot.settings import kept_secret
 
 COOKIE = "genbot_session"
+API = "api"  # a token's people: api:USER
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 @dataclass(frozen=True)
 class Session:
-    user: str
+    user: str  # platform:user — api:alice (a token's), slack:U024BE7LH (signed in with Slack)
     csrf: str
     expires: float
     nonce: str
@@ -46,9 +50,11 @@ async def _never_ended(nonce: str) -> bool:
 class Sessions:
     def __init__(self, tokens: dict[str, str], secret: bytes, *, hours: float = 12.0,
                  clock: Callable[[], float] = time.time,
-                 ended: Callable[[str], Awaitable[bool]] = _never_ended):
+                 ended: Callable[[str], Awaitable[bool]] = _never_ended,
+                 signins: dict[str, str] | None = None):
         self.tokens, self.secret, self.hours, self.clock = tokens, secret, hours, clock
         self.ended = ended
+        self.signins = signins or {}  # platform -> the client id people sign in through
 
     # --- tokens ------------------------------------------------------------------------
     def user_of(self, token: str) -> str | None:
@@ -63,16 +69,44 @@ class Sessions:
     def _print(self, token: str) -> str:
         return hmac.new(self.secret, b"token:" + _bytes(token), hashlib.sha256).hexdigest()[:16]
 
+    def _signin_print(self, platform: str) -> str | None:
+        client = self.signins.get(platform)
+        return self._print(f"signin:{platform}:{client}") if client else None
+
     # --- cookies -----------------------------------------------------------------------
     def issue(self, token: str) -> str | None:
         """A cookie value for a valid token, else None."""
         user = self.user_of(token)
         if user is None:
             return None
-        body = _b64(json.dumps({"u": user, "t": self._print(token),
+        return self._cookie(f"{API}:{user}", self._print(token))
+
+    def issue_signed_in(self, platform: str, user: str) -> str:
+        """A cookie value for a person `platform` vouched for (its sign-in is configured)."""
+        fingerprint = self._signin_print(platform)
+        if fingerprint is None:
+            raise ValueError(f"no sign-in with {platform} is configured")
+        return self._cookie(f"{platform}:{user}", fingerprint)
+
+    def _cookie(self, who: str, fingerprint: str) -> str:
+        body = _b64(json.dumps({"u": who, "t": fingerprint,
                                 "e": int(self.clock() + self.hours * 3600),
                                 "n": secrets.token_hex(8)}, separators=(",", ":")).encode())
         return f"{body}.{self._sign(body)}"
+
+    def signed(self, value: str) -> str:
+        """`value` with its HMAC: what a sign-in's state cookie carries."""
+        body = _b64(value.encode())
+        return f"{body}.{self._sign(body)}"
+
+    def unsigned(self, signed: str) -> str | None:
+        body, _, signature = signed.partition(".")
+        if not body or not hmac.compare_digest(_bytes(signature), _bytes(self._sign(body))):
+            return None
+        try:
+            return _unb64(body).decode()
+        except (ValueError, UnicodeDecodeError):
+            return None
 
     def read(self, cookie: str) -> Session | None:
         """The session a cookie carries, if it is signed by us, unexpired and its token
@@ -88,8 +122,12 @@ class Sessions:
             return None
         if expires < self.clock():
             return None
-        if not any(u == user and hmac.compare_digest(self._print(t), fingerprint)
-                   for t, u in self.tokens.items()):
+        platform, _, name = user.partition(":")
+        if platform == API:
+            if not any(u == name and hmac.compare_digest(self._print(t), fingerprint)
+                       for t, u in self.tokens.items()):
+                return None
+        elif not hmac.compare_digest(self._signin_print(platform) or "", fingerprint):
             return None
         return Session(user, self._sign("csrf:" + cookie), expires, nonce)
 

@@ -4,6 +4,7 @@ and helpers that sign requests as Slack does and post them to the service's /sla
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import time
@@ -20,6 +21,7 @@ from tests.fakes.chat import ServiceWorld
 TOKEN = "xoxb-test-token"
 APP_TOKEN = "xapp-test-token"
 SECRET = "test-signing-secret"
+CLIENT_ID, CLIENT_SECRET = "1111.2222", "test-client-secret"  # Sign in with Slack
 BOT = "UBOT"
 LOGIN_PAGE = "<!DOCTYPE html><html><body>Sign in to Slack</body></html>"
 
@@ -58,6 +60,11 @@ class FakeSlack:
         self.stall_after: int | None = None
         self.stalled = asyncio.Event()
         self.release = asyncio.Event()
+        # Sign in with Slack (OpenID Connect): who consents on the authorize page (None:
+        # they press Cancel), the codes given and the access tokens they were traded for.
+        self.signin: tuple[str, str] | None = ("U1", "T1")  # user, team
+        self.codes: dict[str, dict] = {}
+        self.access: dict[str, tuple[str, str]] = {}
 
     async def start(self) -> FakeSlack:
         app = web.Application(client_max_size=64 * 2**20)
@@ -67,6 +74,7 @@ class FakeSlack:
         app.router.add_post("/upload/{id}", self.upload)
         app.router.add_post("/respond/{id}", self.respond)
         app.router.add_get("/socket", self.socket)
+        app.router.add_get("/openid/connect/authorize", self.authorize)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -137,6 +145,10 @@ class FakeSlack:
             args.update(await request.json())
         elif request.can_read_body:
             args.update(await request.post())
+        if method == "openid.connect.token":
+            return web.json_response(self.oidc_token(request, args))
+        if method == "openid.connect.userInfo":
+            return web.json_response(self.oidc_user(request, args))
         token = (request.headers.get("Authorization", "").removeprefix("Bearer ")
                  or args.get("token"))
         if token != (APP_TOKEN if method == "apps.connections.open" else TOKEN):
@@ -158,6 +170,48 @@ class FakeSlack:
         if handler is None:
             return web.json_response({"ok": False, "error": "unknown_method"})
         return web.json_response({"ok": True, **handler(args)})
+
+    # --- Sign in with Slack: as docs.slack.dev describes openid/connect/authorize,
+    # openid.connect.token (client id and secret by HTTP Basic or in the form, one use per
+    # code, the same redirect_uri) and openid.connect.userInfo (the access token) -----------
+    async def authorize(self, request: web.Request) -> web.StreamResponse:
+        q = request.query
+        scopes = set(q.get("scope", "").replace(",", " ").split())
+        if q.get("response_type") != "code" or q.get("client_id") != CLIENT_ID or \
+                "openid" not in scopes or not q.get("redirect_uri") or not q.get("state"):
+            return web.Response(status=400, text="bad authorize request")
+        target = q["redirect_uri"]
+        if self.signin is None:
+            raise web.HTTPFound(f"{target}?error=access_denied&state={q['state']}")
+        code = f"code-{next(self._ids)}"
+        self.codes[code] = {"redirect_uri": target, "who": self.signin, "nonce": q.get("nonce")}
+        raise web.HTTPFound(f"{target}?code={code}&state={q['state']}")
+
+    def oidc_token(self, request: web.Request, args: dict) -> dict:
+        auth = request.headers.get("Authorization", "")
+        if auth.startswith("Basic "):
+            client, _, secret = base64.b64decode(auth[6:]).decode().partition(":")
+        else:
+            client, secret = args.get("client_id", ""), args.get("client_secret", "")
+        if (client, secret) != (CLIENT_ID, CLIENT_SECRET):
+            return {"ok": False, "error": "invalid_client_id"}
+        given = self.codes.pop(args.get("code", ""), None)
+        if given is None:
+            return {"ok": False, "error": "invalid_code"}
+        if given["redirect_uri"] != args.get("redirect_uri"):
+            return {"ok": False, "error": "bad_redirect_uri"}
+        token = f"xoxp-signin-{next(self._ids)}"
+        self.access[token] = given["who"]
+        return {"ok": True, "access_token": token, "token_type": "Bearer", "id_token": "x.y.z"}
+
+    def oidc_user(self, request: web.Request, args: dict) -> dict:
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ") \
+            or args.get("token", "")
+        if token not in self.access:
+            return {"ok": False, "error": "invalid_auth"}
+        user, team = self.access[token]
+        return {"ok": True, "sub": user, "https://slack.com/user_id": user,
+                "https://slack.com/team_id": team, "name": f"person {user}"}
 
     def m_auth_test(self, a):
         return {"url": "https://fake.slack.com/", "team": "Fake", "user": "genbot",

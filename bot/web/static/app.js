@@ -1598,6 +1598,13 @@ function signInForm() {  // (drawn again in a new language: what was typed stays
   });
   document.getElementById("main").replaceChildren(form);
   input.focus();
+  const failed = new URLSearchParams(location.search).get("signin_error");  // (back from Slack)
+  if (failed && ["denied", "state", "team", "slack"].includes(failed)) note.textContent = t(`signin_${failed}`);
+  call("GET", "/dashboard/signins").then((r) => {  // a person's own sign-in, where one is set up
+    if (!r.ok || !r.data.slack || form.querySelector("[data-signin]")) return;
+    form.insertBefore(h("p", {}, h("a", {class: "button", href: "/dashboard/signin/slack",
+      "data-signin": "slack", text: t("sign_in_slack")})), form.querySelector("label"));
+  });
 }
 
 function signedOut() {
