@@ -70,6 +70,7 @@ async def start(folder: Path, jobs: int) -> Service:
 
 
 LONG_TASKS = """() => { window.longTasks = [];
+  performance.setResourceTimingBufferSize(1000000);  // (thumbnails would fill the 250)
   new PerformanceObserver((list) => {
     for (const e of list.getEntries()) window.longTasks.push(e.duration);
   }).observe({type: "longtask"}); }"""
@@ -94,14 +95,23 @@ async def measure_gallery(page, url: str, images: int) -> dict[str, float]:
     first = time.perf_counter() - t0
     longest = await page.evaluate(SCROLL_THROUGH) / 1000
     await page.eval_on_selector("#gallery", "s => { s.scrollTop = 0; }")
-    await page.wait_for_selector("#gallery figure.tile")
+    first_card = '#gallery figure.tile[data-index="0"]'  # (drawn on the next frame)
+    await page.wait_for_selector(first_card)
     await page.evaluate("performance.clearResourceTimings()")
     n = min(REVIEWS, images - 1)
-    await page.focus("#gallery figure.tile")
+    await page.focus(first_card)
     for i in range(n):
         was = await page.evaluate("document.activeElement.dataset.job")
         await page.keyboard.press("p" if i % 2 == 0 else "x")
-        await page.wait_for_function(f"() => document.activeElement.dataset.job !== '{was}'")
+        try:
+            await page.wait_for_function(
+                f"() => document.activeElement.dataset.job !== '{was}'", timeout=5000)
+        except Exception:
+            state = await page.evaluate("""() => [document.activeElement.tagName,
+                document.activeElement.dataset.job, document.activeElement.dataset.index,
+                document.querySelector('#gallery').scrollTop,
+                document.querySelectorAll('#gallery figure.tile').length]""")
+            raise SystemExit(f"stuck at review {i}: was {was}, now {state}") from None
     await page.wait_for_function(f"() => ({REVIEW_TIMES})().length >= {n}")
     times = sorted(t / 1000 for t in await page.evaluate(REVIEW_TIMES))
     return {"gallery_first_card": first, "longest_task_scrolling": longest,

@@ -443,17 +443,19 @@ async function gallery(main, params) {
   const made = states().find((st) => stateIs(st, "produced"));  // (the state with images)
   const query = (p) => `${API}/jobs?status=${made}&offset=${p * PAGE}&limit=${PAGE}${filter}`;
   let total = 0, pages = new Map(), focused = null;
-  const loading = new Set();
+  const loading = new Map();  // page -> its fetch, awaited by whoever needs it
   const columns = () => Math.max(1, Math.floor((scroller.clientWidth - 12) / (TILE + 12)));
-  async function load(p) {
-    if (pages.has(p) || loading.has(p)) return;
-    loading.add(p);
-    const res = await call("GET", query(p));
-    loading.delete(p);
-    if (!res.ok) return failure(res);
-    pages.set(p, res.data.jobs);
-    total = res.data.total;
-    paint();
+  function load(p) {
+    if (pages.has(p)) return Promise.resolve();
+    if (!loading.has(p)) loading.set(p, (async () => {
+      const res = await call("GET", query(p));
+      loading.delete(p);
+      if (!res.ok) return failure(res);
+      pages.set(p, res.data.jobs);
+      total = res.data.total;
+      paint();
+    })());
+    return loading.get(p);
   }
   function at(i) { const page = pages.get(Math.floor(i / PAGE)); return page ? page[i % PAGE] : undefined; }
   let painting = false;
@@ -471,21 +473,32 @@ async function gallery(main, params) {
       tiles.push(tile(job, i, cols));
     }
     const keep = document.activeElement && scroller.contains(document.activeElement) ? focused : null;
-    scroller.replaceChildren(spacer, ...tiles);
-    if (keep !== null) { const el = scroller.querySelector(`[data-job="${keep}"]`); if (el) el.focus({preventScroll: true}); }
+    // Cards still in view are the same elements, moved (no new image to decode): a frame
+    // of scrolling builds only the cards that come into view.
+    const now = new Set(tiles);
+    scroller.replaceChildren(spacer, ...tiles);  // (in the grid's order, for Tab)
+    for (const [k, el] of built) if (!now.has(el)) built.delete(k);
+    if (keep !== null) { const el = scroller.querySelector(`[data-job="${keep}"]`); if (el && document.activeElement !== el) el.focus({preventScroll: true}); }
   }
+  const built = new Map();  // "id review stars" -> its card, while it is in view
   function tile(j, i, cols) {
-    const el = h("figure", {class: `thumb tile review-${j.review}`, "data-job": j.id, "data-index": i,
+    const k = `${j.id} ${j.review} ${j.stars}`;
+    const el = built.get(k) || card(j, i);
+    built.set(k, el);
+    el.dataset.index = i;
+    el.style.left = `${6 + (i % cols) * (TILE + 12)}px`;
+    el.style.top = `${Math.floor(i / cols) * (TILE_HEIGHT + 12)}px`;
+    return el;
+  }
+  function card(j, i) {
+    return h("figure", {class: `thumb tile review-${j.review}`, "data-job": j.id, "data-index": i,
       "data-review": j.review, tabindex: 0, onfocus: () => { focused = j.id; },
-      onkeydown: (e) => key(e, j, i)},
+      onkeydown: (e) => key(e, j, Number(e.currentTarget.dataset.index))},
       h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: rowName(j)}),
       h("figcaption", {}, h("a", {href: `#/batches/${j.batch}`, text: `#${j.batch}`}), ` ${rowName(j)} `,
         distinction(j) ? h("span", {class: "distinct", text: `${distinction(j)} `}) : null,
         j.review !== "unreviewed" ? badge(j.review, "reviews") : null,
         j.stars ? h("span", {class: "stars", text: " " + "★".repeat(j.stars)}) : null));
-    el.style.left = `${6 + (i % cols) * (TILE + 12)}px`;
-    el.style.top = `${Math.floor(i / cols) * (TILE_HEIGHT + 12)}px`;
-    return el;
   }
   async function key(e, j, i) {
     const k = e.key.toLowerCase();
@@ -513,8 +526,9 @@ async function gallery(main, params) {
     if (page) page[i % PAGE] = job;
     paint();
   }
-  function step(i) {
+  async function step(i) {
     if (i < 0 || i >= total) return;
+    if (!at(i)) await load(Math.floor(i / PAGE));  // (the next image may be on the next page)
     const job = at(i);
     if (!job) return;
     focused = job.id;
