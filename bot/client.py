@@ -52,12 +52,17 @@ class Job:
     action: str | None = None
     rating: str | None = None
     template_version: int | None = None
+    review: str = "unreviewed"  # approved, rejected, changes_requested, unreviewed
+    review_note: str | None = None
+    stars: int | None = None
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Job:
         return cls(data["id"], data["batch"], data["row"], data["status"], data.get("error"),
                    list(data.get("outputs") or []), data.get("parent_job_id"),
-                   data.get("action"), data.get("rating"), data.get("template_version"))
+                   data.get("action"), data.get("rating"), data.get("template_version"),
+                   data.get("review", "unreviewed"), data.get("review_note"),
+                   data.get("stars"))
 
 
 @dataclass
@@ -289,6 +294,25 @@ class AsyncClient:
         """keep, reject, or None to take the rating back."""
         return Job.of(await self.call("PUT", f"/jobs/{job_id}/rating", json={"rating": rating}))
 
+    async def review(self, job_id: int, state: str, note: str = "") -> Job:
+        """approved, rejected (note: the reason), changes_requested (note: what to change,
+        queued as an edit of the image, as its owner's) or unreviewed."""
+        body = await self.call("PUT", f"/jobs/{job_id}/review", json={"state": state,
+                                                                      "note": note})
+        return Job.of(body["job"])
+
+    async def stars(self, job_id: int, stars: int | None) -> Job:
+        return Job.of(await self.call("PUT", f"/jobs/{job_id}/stars", json={"stars": stars}))
+
+    async def sign_off(self, batch_id: int) -> dict[str, Any]:
+        """Once every image of the batch is reviewed: who signed off, and its reviews."""
+        return dict(await self.call("POST", f"/batches/{batch_id}/signoff"))
+
+    async def move(self, batch_id: int, to: str = "front") -> int:
+        """Admins: the batch's waiting jobs to the front or the back of its submitter's."""
+        return int((await self.call("POST", f"/batches/{batch_id}/move", json={"to": to}))
+                   ["moved"])
+
 
 def beside(sheet: Path, template_info: dict) -> list[tuple[str, bytes]]:
     """The files beside the sheet that its image cells name."""
@@ -383,6 +407,18 @@ class Client:
 
     def rate(self, job_id: int, rating: str | None) -> Job:
         return self._run(self._async.rate(job_id, rating))
+
+    def review(self, job_id: int, state: str, note: str = "") -> Job:
+        return self._run(self._async.review(job_id, state, note))
+
+    def stars(self, job_id: int, stars: int | None) -> Job:
+        return self._run(self._async.stars(job_id, stars))
+
+    def sign_off(self, batch_id: int) -> dict[str, Any]:
+        return self._run(self._async.sign_off(batch_id))
+
+    def move(self, batch_id: int, to: str = "front") -> int:
+        return self._run(self._async.move(batch_id, to))
 
 
 def _shut(loop: asyncio.AbstractEventLoop, client: AsyncClient) -> None:

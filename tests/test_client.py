@@ -53,7 +53,18 @@ async def test_submit_wait_download_and_refusals(tmp_path, demo_models):
             assert (e.value.status, e.value.code) == (403, "refused_role")
         async with AsyncClient(w.url, REVIEWER) as reviewer:
             kept = await reviewer.rate(jobs[0].id, "keep")
-            assert kept.rating == "kept"
+            assert (kept.rating, kept.review) == ("kept", "approved")
+            with pytest.raises(GenbotError) as e:
+                await reviewer.sign_off(batch.id)
+            assert (e.value.status, e.value.code) == (409, "signoff_unreviewed")
+            rejected = await reviewer.review(jobs[1].id, "rejected", "title cut off")
+            assert (rejected.review, rejected.review_note) == ("rejected", "title cut off")
+            assert (await reviewer.stars(jobs[2].id, 5)).stars == 5
+            for job in jobs[2:]:
+                await reviewer.review(job.id, "approved")
+            signed = await reviewer.sign_off(batch.id)
+            assert signed["signed_off"]["by"] == "api:rex"
+            assert signed["reviews"] == {"approved": 3, "rejected": 1}
         from bot.cli import main  # genbot submit --download: through the client
         code = await asyncio.to_thread(main, [
             "submit", "social_thumb", str(sheet), "--download", str(tmp_path / "cli"),
