@@ -435,6 +435,14 @@ async def test_genbot_job_again_keep_and_lineage_talk_to_the_api(tmp_path, demo_
         assert out.splitlines()[1:] == ["made from: -", "children: job 2 (again, batch 2, "
                                         "queued), job 3 (again, batch 2, queued)"]
         assert (await genbot("unkeep", str(parent)))[1] == f"job {parent}: not rated\n"
+        code, out, err = await genbot("review", str(parent), "rejected", "--note", "cut off")
+        assert (code, out) == (0, f"job {parent}: rejected: cut off\n"), err
+        assert (await genbot("stars", str(parent), "4"))[1] == f"job {parent}: ★★★★\n"
+        assert (await genbot("signoff", "1"))[1] == "batch 1: signed off by api:alice " \
+            "(1 rejected)\n"
+        code, out, err = await genbot("review", str(parent), "approved")
+        assert code == 1 and "was signed off by api:alice" in err
+        await w.app.reopen(Who("api", "ops", "api"), 1)  # (an admin: on with the rest)
         # Refused: one line, as chat words it, and exit 1.
         for argv, token, says in ((("again", "99"), ALICE, "There is no job 99."),
                                   (("again", str(parent)), BOB, "submitted by api:alice"),

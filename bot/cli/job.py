@@ -36,6 +36,7 @@ from bot.cli.client import (
     unreachable,
 )
 from bot.messages import say
+from storage.reviews import MAX_STARS, Review
 from templates.actions import ACTIONS, SIDES
 
 if TYPE_CHECKING:
@@ -108,6 +109,16 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         sub(name, help_).set_defaults(func=cmd_rate, rating=name)
     sub("lineage", "what the image was made from, and what was made from it").set_defaults(
         func=cmd_lineage)
+    review = sub("review", "review the image: approved, rejected (--note: why), "
+                 "changes_requested (--note: what to change, queued as an edit), unreviewed")
+    review.add_argument("state", choices=[str(r) for r in Review])
+    review.add_argument("--note", default="", help="the reason, or the changes asked for")
+    review.set_defaults(func=cmd_review)
+    stars = sub("stars", "grade the image 1 to 5 (0: no grade)")
+    stars.add_argument("stars", type=int, choices=range(MAX_STARS + 1))
+    stars.set_defaults(func=cmd_stars)
+    sub("signoff", "sign a batch off once every image of it is reviewed", metavar="BATCH",
+        about="the batch").set_defaults(func=cmd_signoff)
 
 
 def job_or_batch(text: str) -> tuple[str, int]:
@@ -185,6 +196,51 @@ def cmd_rate(args: argparse.Namespace) -> int:
         print(f"job {job['id']}: {SHOWN.get(job['rating'], job['rating'])}")
         return 0
     return _run(args, rate)
+
+
+async def _asked(http: aiohttp.ClientSession, method: str, path: str,
+                 body: Any = None) -> tuple[dict[str, Any], int | None]:
+    """The API's answer, and the exit code where it refused (said on stderr)."""
+    async with http.request(method, f"/api/v1{path}", json=body) as r:
+        found = await answer(r)
+        return found, None if r.status == 200 else error(found, r.status)
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    async def review(http: aiohttp.ClientSession) -> int:
+        done, failed = await _asked(http, "PUT", f"/jobs/{args.id}/review",
+                                    {"state": args.state, "note": args.note})
+        if failed is not None:
+            return failed
+        job, change = done["job"], done.get("change")
+        note = f": {job['review_note']}" if job.get("review_note") else ""
+        print(f"job {job['id']}: {job['review'].replace('_', ' ')}{note}"
+              + (f" (batch {change['batch']} makes the change)" if change else ""))
+        return 0
+    return _run(args, review)
+
+
+def cmd_stars(args: argparse.Namespace) -> int:
+    async def stars(http: aiohttp.ClientSession) -> int:
+        job, failed = await _asked(http, "PUT", f"/jobs/{args.id}/stars",
+                                   {"stars": args.stars or None})
+        if failed is not None:
+            return failed
+        print(f"job {job['id']}: {'★' * (job['stars'] or 0) or 'no grade'}")
+        return 0
+    return _run(args, stars)
+
+
+def cmd_signoff(args: argparse.Namespace) -> int:
+    async def signoff(http: aiohttp.ClientSession) -> int:
+        done, failed = await _asked(http, "POST", f"/batches/{args.id}/signoff")
+        if failed is not None:
+            return failed
+        counts = ", ".join(f"{n} {state.replace('_', ' ')}" for state, n in
+                           done["reviews"].items())
+        print(f"batch {done['batch']}: signed off by {done['signed_off']['by']} ({counts})")
+        return 0
+    return _run(args, signoff)
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
