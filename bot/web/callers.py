@@ -5,14 +5,18 @@ whether they may."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from aiohttp import web
+from msgspec import Struct
 
 from bot.app.application import App
 from bot.app.permissions import Who
 from bot.settings import ApiConfig, SlackConfig
-from bot.web.http import PREFIX, ApiError
+from bot.web.http import PREFIX, SMALL_BODY, ApiError, json_body
 from bot.web.sessions import API, Sessions, session_secret
 
+R = TypeVar("R", bound=Struct)
 EVENTS = f"{PREFIX}/events"  # scripts' WebSockets may not set headers: a token in the query
 
 
@@ -53,6 +57,18 @@ class Callers:
             raise ApiError(401, "unauthorized", "a valid Bearer token is required",
                            headers_hint="Authorization: Bearer TOKEN")
         return who_of(principal)
+
+    async def asking(self, request: web.Request, record: type[R], action: str,
+                     most: int = SMALL_BODY) -> tuple[Who, R]:
+        """Who asks, and the JSON body read as `record`. A body that cannot be read is
+        refused to one who may not take `action` as that first: a 403, not a 400 that
+        tells them how to get past it."""
+        who = await self.who(request)
+        try:
+            return who, await json_body(request, record, most)
+        except ApiError:
+            await self.app.permit(who, action)
+            raise
 
     async def allowed(self, request: web.Request, action: str) -> Who:
         """Who asks, if they may take `action` (a read, or before reading a body)."""

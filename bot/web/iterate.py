@@ -260,12 +260,7 @@ class IterateRoutes:
                        status=201 if on.created else 200)
 
     async def rate(self, request: web.Request) -> web.Response:
-        who = await self.callers.who(request)
-        try:
-            body = await json_body(request, RatingBody)
-        except ApiError:
-            await self.app.permit(who, Action.KEEP)
-            raise
+        who, body = await self.callers.asking(request, RatingBody, Action.KEEP)
         job = await self.app.rate(who, in_path(request, "id"),
                                   "unkeep" if body.rating is None else body.rating)
         return respond(Job.of(job, self.templates))

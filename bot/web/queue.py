@@ -20,7 +20,7 @@ from bot.app.estimates import Held, held_by
 from bot.app.leases import Lease
 from bot.app.permissions import Action
 from bot.web.callers import Callers
-from bot.web.http import ApiError, in_path, json_body, respond
+from bot.web.http import ApiError, in_path, respond
 from bot.web.routes import Answer, Param, Route, Whole
 from bot.web.shared import Shared
 from bot.web.workers import Worker
@@ -235,22 +235,12 @@ class QueueRoutes:
         return await self._move(request, "job")
 
     async def _move(self, request: web.Request, what: str) -> web.Response:
-        who = await self.callers.who(request)
-        try:
-            body = await json_body(request, MoveBody)
-        except ApiError:
-            await self.app.permit(who, Action.MOVE)
-            raise
+        who, body = await self.callers.asking(request, MoveBody, Action.MOVE)
         moved = await self.app.move(who, body.to, **{what: in_path(request, "id")})
         return respond(Moved(moved))
 
     async def hand_back(self, request: web.Request) -> web.Response:
-        who = await self.callers.who(request)
-        try:
-            body = await json_body(request, HandBack)
-        except ApiError:
-            await self.app.permit(who, Action.DOCTOR)  # who may not hears that first
-            raise
+        who, body = await self.callers.asking(request, HandBack, Action.DOCTOR)
         if not body.stuck and not body.jobs:
             await self.app.permit(who, Action.DOCTOR)
             raise ApiError(422, "nothing_to_hand_back", "name the jobs, or send stuck: true")

@@ -13,7 +13,7 @@ from bot.app.application import App
 from bot.app.permissions import Action
 from bot.web.batches import BATCH_ID, SignOff
 from bot.web.callers import Callers
-from bot.web.http import ApiError, in_path, json_body, respond
+from bot.web.http import in_path, respond
 from bot.web.iterate import Acted
 from bot.web.jobs import JOB_ID, Job
 from bot.web.routes import Answer, Route
@@ -70,12 +70,7 @@ class ReviewRoutes:
                   params=(BATCH_ID,))]
 
     async def review(self, request: web.Request) -> web.Response:
-        who = await self.callers.who(request)
-        try:
-            body = await json_body(request, ReviewBody)
-        except ApiError:
-            await self.app.permit(who, Action.KEEP)  # (who may not review hears that first)
-            raise
+        who, body = await self.callers.asking(request, ReviewBody, Action.KEEP)
         done = await self.app.review(who, in_path(request, "id"), body.state, body.note)
         c = done.change
         return respond(Reviewed(Job.of(done.job, self.templates), None if c is None else Acted(
@@ -83,12 +78,7 @@ class ReviewRoutes:
             [Job.of(j, self.templates) for j in c.jobs])))
 
     async def stars(self, request: web.Request) -> web.Response:
-        who = await self.callers.who(request)
-        try:
-            body = await json_body(request, StarsBody)
-        except ApiError:
-            await self.app.permit(who, Action.STARS)
-            raise
+        who, body = await self.callers.asking(request, StarsBody, Action.STARS)
         job = await self.app.stars(who, in_path(request, "id"), body.stars)
         return respond(Job.of(job, self.templates))
 
