@@ -546,8 +546,7 @@ async def _edit_form(turn: Turn, parent: Job, spec: ActionSpec) -> bool:
     """Where a button press can open a form (Slack's modal), the row's values in one,
     each field the template lets a person change; True if it opened."""
     msg = turn.msg
-    platform = turn.platforms.get(msg.platform)
-    if platform is None or not platform.has_forms or not msg.context.get("trigger_id"):
+    if not _can_ask(turn):
         return False
     batch = await turn.app.batch(parent.batch_id)
     template = turn.app.templates.get(batch.template)
@@ -560,13 +559,26 @@ async def _edit_form(turn: Turn, parent: Job, spec: ActionSpec) -> bool:
     if turn.app.edit_model() is not None:  # the image itself, by a sentence, comes first
         fields = (Field(INSTRUCTION_FIELD, say("edit_form_instruction", turn.lang),
                         multiline=True, words=True), *fields)
-    form = Form(say("edit_form_title", turn.lang, row=parent.row)[:24],
-                f"/{spec.name} j{parent.id}",
-                fields, say("edit_form_submit", turn.lang), msg.conversation, msg.thread)
+    return await _ask(turn, Form(say("edit_form_title", turn.lang, row=parent.row)[:24],
+                                 f"/{spec.name} j{parent.id}", fields,
+                                 say("edit_form_submit", turn.lang), msg.conversation,
+                                 msg.thread))
+
+
+def _can_ask(turn: Turn) -> bool:
+    """Can a form open here: a platform with forms, and a button press's trigger?"""
+    platform = turn.platforms.get(turn.msg.platform)
+    return platform is not None and platform.has_forms and \
+        bool(turn.msg.context.get("trigger_id"))
+
+
+async def _ask(turn: Turn, form: Form) -> bool:
+    """Open `form` where the press came from; False when its trigger expired meanwhile
+    (the caller answers in text instead)."""
     try:
-        await platform.open_form(msg.context, form)
+        await turn.platforms[turn.msg.platform].open_form(turn.msg.context, form)
     except DeliveryError:
-        return False  # (the trigger expired): the row's values in text instead
+        return False
     return True
 
 
@@ -606,20 +618,13 @@ async def reject(turn: Turn, cmd: Command) -> None:
 
 
 async def _reason_form(turn: Turn, job: Job) -> bool:
-    msg = turn.msg
-    platform = turn.platforms.get(msg.platform)
-    if platform is None or not platform.has_forms or not msg.context.get("trigger_id"):
+    if not _can_ask(turn):
         return False
     await turn.app.permit(turn.who, Action.REJECT)  # (who may not is told so, not asked why)
-    form = Form(say("reject_form_title", turn.lang, row=job.row)[:24], f"/reject j{job.id}",
-                (Field("reason", say("reject_form_reason", turn.lang), multiline=True,
-                       words=True),), say("button_reject_image", turn.lang),
-                msg.conversation, msg.thread)
-    try:
-        await platform.open_form(msg.context, form)
-    except DeliveryError:
-        return False
-    return True
+    return await _ask(turn, Form(
+        say("reject_form_title", turn.lang, row=job.row)[:24], f"/reject j{job.id}",
+        (Field("reason", say("reject_form_reason", turn.lang), multiline=True, words=True),),
+        say("button_reject_image", turn.lang), turn.msg.conversation, turn.msg.thread))
 
 
 @command("changes", "ROW|jJOB WHAT TO CHANGE [--batch BATCH]", aliases=("返工", "修改意见"),
