@@ -934,7 +934,7 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_row_n", "Row {n}"),
     N_("dash_no_rows", "Fill in at least one row."),
     N_("dash_sweep", "Sweep and A/B (optional)"),
-    N_("dash_vary", "Vary (KEY=V1,V2 or KEY=START..STOP:STEP, one axis a box)"),
+    N_("dash_axes", "Vary (KEY=V1,V2 or KEY=START..STOP:STEP, one axis a box)"),
     N_("dash_add_axis", "Add an axis"),
     N_("dash_seeds", "Seeds per row"),
     N_("dash_grid", "Grid axes (across, down)"),

@@ -80,7 +80,7 @@ TAKES: dict[str, Callable[[argparse.ArgumentParser], Any]] = {  # what an action
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     job = subparsers.add_parser("job", help="act on a finished image over the API: "
-                                + ", ".join([*ACTIONS, "keep", "lineage"]))
+                                + ", ".join([*ACTIONS, "keep", "lineage", "review", "signoff"]))
     actions = job.add_subparsers(dest="job", required=True, metavar="ACTION")
 
     def sub(name: str, help_: str, ident: Callable[[str], Any] = int, metavar: str = "ID",

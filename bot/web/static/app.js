@@ -1365,8 +1365,8 @@ async function submitForm(main) {
   const notBefore = h("input", {type: "text", name: "not_before", id: "not_before", autocomplete: "off"});
   const skip = h("input", {type: "checkbox", name: "skip_invalid", id: "skip_invalid"});
   const axes = h("div", {class: "axes", id: "axes"});
-  const addAxis = () => axes.append(h("input", {type: "text", name: "vary", class: "vary",
-    placeholder: "steps=20,30,40", "aria-label": t("vary")}));
+  const addAxis = () => axes.append(h("input", {type: "text", class: "axis",
+    placeholder: "steps=20,30,40", "aria-label": t("axes")}));
   addAxis();
   const seeds = h("input", {type: "number", name: "seeds", id: "seeds", min: 1, max: 100, value: 1});
   const grid = h("input", {type: "text", name: "grid", id: "grid", placeholder: "steps,guidance"});
@@ -1379,7 +1379,7 @@ async function submitForm(main) {
       h("label", {class: "inline"}, byRows, ` ${t("by_rows")}`)),
     sheetPart, rowsPart,
     h("fieldset", {class: "sweep"}, h("legend", {text: t("sweep")}),
-      h("label", {}, t("vary"), axes),
+      h("label", {}, t("axes"), axes),
       h("button", {type: "button", class: "small", id: "add-axis", onclick: addAxis}, t("add_axis")),
       h("label", {}, t("seeds"), seeds), h("label", {}, t("grid"), grid),
       h("label", {}, t("compare_with"), compare)),
