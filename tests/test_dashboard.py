@@ -36,6 +36,27 @@ def dashboard_config(tmp_path, demo_models, webhooks: list[dict] | None = None, 
         **({"webhooks": webhooks} if webhooks else {}))
 
 
+PRODUCTS = "sku,product_image,prompt,steps\n"  # product_main's columns, a sheet's header
+
+
+async def finished(w: ServiceWorld, sheet: str, template: str = "product_main",
+                   user: str = "alice") -> list:
+    """A batch of `sheet` submitted as api:USER (its pictures: the bottle) and finished
+    as an executor would (no GPU): its jobs."""
+    from bot.app.application import Accepted, SubmitOptions
+    from bot.app.permissions import Who
+    from bot.intake.check import SheetFile
+
+    async def pictures(name: str) -> bytes | None:
+        return BOTTLE
+
+    done = await w.app.submit(Who("api", user, "api"), template,
+                              SheetFile("s.csv", sheet.encode()), pictures,
+                              SubmitOptions(wait_for_executor=True))
+    assert isinstance(done, Accepted)
+    return await finish_all(w.app, done.batch_id)
+
+
 class DashWorld(ServiceWorld):
     """The service, and no script error on any page it served by the end of the test."""
 
@@ -578,21 +599,11 @@ async def test_fifty_images_reviewed_by_keys_alone_then_signed_off(tmp_path, dem
     the next image; Shift+X asks the reason (a preset), R the changes (queued as an
     edit); 4 grades; Ctrl+Z takes the last back; every decision is in the database. Sign
     off waits for the last image, then says who; a viewer sees no review at all."""
-    from bot.app.application import Accepted, SubmitOptions
-    from bot.app.permissions import Who
-    from bot.intake.check import SheetFile
     from storage.reviews import Review
 
-    async def pictures(name: str) -> bytes | None:
-        return BOTTLE
-
-    rows = "".join(f"BTL-{i},bottle.png,a bottle,4\n" for i in range(50)).encode()
     async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
-        done = await w.app.submit(Who("api", "alice", "api"), "product_main", SheetFile(
-            "p.csv", b"sku,product_image,prompt,steps\n" + rows), pictures,
-            SubmitOptions(wait_for_executor=True))
-        assert isinstance(done, Accepted)
-        jobs = await finish_all(w.app, done.batch_id)
+        jobs = await finished(w, PRODUCTS + "".join(f"BTL-{i},bottle.png,a bottle,4\n"
+                                                    for i in range(50)))
         page = await signed_in(browser, w, ALICE, "#/batches/1")
         await page.wait_for_selector(f'#thumbs figure[data-job="{jobs[-1].id}"]')
         assert "0 of 50 images reviewed" in await page.text_content("#reviewed-of")
@@ -649,26 +660,15 @@ async def test_the_lightbox_shows_an_image_its_recipe_and_the_call_that_makes_it
     import json
     import re
 
-    from bot.app.application import Accepted, SubmitOptions
-    from bot.app.permissions import Who
-    from bot.intake.check import SheetFile
-    from storage.reviews import Review
-
-    async def pictures(name: str) -> bytes | None:
-        return BOTTLE
-
     from bot.settings import IntakeConfig
+    from storage.reviews import Review
     (tmp_path / "assets").mkdir()  # the pictures a remake names: kept in the assets folder
     (tmp_path / "assets" / "bottle.png").write_bytes(BOTTLE)
     config = dashboard_config(tmp_path, demo_models).replaced(
         IntakeConfig, assets_dir=str(tmp_path / "assets"))
     async with DashWorld(config) as w:
-        done = await w.app.submit(Who("api", "alice", "api"), "product_main", SheetFile(
-            "p.csv", b"sku,product_image,prompt,steps\nBTL-1,bottle.png,a bottle,4\n"
-                     b"BTL-2,bottle.png,a jar,4\nBTL-3,bottle.png,a vase,4\n"), pictures,
-            SubmitOptions(wait_for_executor=True))
-        assert isinstance(done, Accepted)
-        jobs = await finish_all(w.app, done.batch_id)
+        jobs = await finished(w, PRODUCTS + "BTL-1,bottle.png,a bottle,4\n"
+                              "BTL-2,bottle.png,a jar,4\nBTL-3,bottle.png,a vase,4\n")
         for job in (jobs[0], jobs[2]):  # big enough to scroll at 100 % (compared below)
             big = io.BytesIO()
             Image.new("RGB", (1600, 1200), "blue").save(big, "PNG")
@@ -773,21 +773,12 @@ async def test_every_page_fits_a_phone_and_the_lightbox_reviews_by_swipe(tmp_pat
     """At 390 x 844 no page scrolls sideways and no element reaches past the screen's
     edge — the header wraps, tables become cards, the lightbox stacks its recipe under the
     image; there a swipe up approves, down rejects, sideways steps."""
-    from bot.app.application import Accepted, SubmitOptions
-    from bot.app.permissions import Who
-    from bot.intake.check import SheetFile
     from storage.reviews import Review
 
-    async def pictures(name: str) -> bytes | None:
-        return BOTTLE
-
     async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
-        done = await w.app.submit(Who("api", "ops", "api"), "product_main", SheetFile(
-            "p.csv", b"sku,product_image,prompt,steps\nBTL-1,bottle.png,a bottle with a long "
-                     b"name that wraps,4\nBTL-2,bottle.png,a jar,4\nBTL-3,bottle.png,a vase,4\n"),
-            pictures, SubmitOptions(wait_for_executor=True))
-        assert isinstance(done, Accepted)
-        jobs = await finish_all(w.app, done.batch_id)
+        jobs = await finished(w, PRODUCTS + "BTL-1,bottle.png,a bottle with a long name that "
+                              "wraps,4\nBTL-2,bottle.png,a jar,4\nBTL-3,bottle.png,a vase,4\n",
+                              user="ops")
         context = await browser.new_context(viewport={"width": 390, "height": 844},
                                             has_touch=True, is_mobile=True)
         page = await context.new_page()
@@ -857,7 +848,7 @@ async def test_rows_typed_in_the_form_with_a_sweep_queue_without_a_sheet(tmp_pat
         await page.fill(row.format(n=2, p="sku"), "BTL-2")
         await page.fill(row.format(n=2, p="prompt"), "a jar")  # (no picture yet: refused)
         await page.click("#add-row")  # (left empty: not a row)
-        await page.fill("#axes input.vary", "guidance=5,7")
+        await page.fill("#axes input.axis", "guidance=5,7")
         await page.fill("#seeds", "2")
         await page.screenshot(path=str(tmp_path / "rows.png"), full_page=True)
         await page.click("#send")
@@ -884,24 +875,12 @@ async def test_the_gallery_spans_batches_filters_and_reviews_by_keys(tmp_path, d
     """Every finished image across batches in a virtual grid (only the rows in view
     exist), filtered by template, review and stars; P and X review the focused image and
     move on; the filters then find what was reviewed."""
-    from bot.app.application import Accepted, SubmitOptions
-    from bot.app.permissions import Who
-    from bot.intake.check import SheetFile
     from storage.reviews import Review
 
-    async def pictures(name: str) -> bytes | None:
-        return BOTTLE
-
-    alice = Who("api", "alice", "api")
     async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
-        rows = "".join(f"BTL-{i},bottle.png,a bottle,4\n" for i in range(200)).encode()
-        for template, sheet in (
-                ("product_main", b"sku,product_image,prompt,steps\n" + rows),
-                ("social_thumb", b"image,title\nbottle.png,One\nbottle.png,Two\n")):
-            done = await w.app.submit(alice, template, SheetFile("s.csv", sheet), pictures,
-                                      SubmitOptions(wait_for_executor=True))
-            assert isinstance(done, Accepted)
-            await finish_all(w.app, done.batch_id)
+        await finished(w, PRODUCTS + "".join(f"BTL-{i},bottle.png,a bottle,4\n"
+                                             for i in range(200)))
+        await finished(w, "image,title\nbottle.png,One\nbottle.png,Two\n", "social_thumb")
         page = await signed_in(browser, w, ALICE, "#/gallery")
         await page.wait_for_selector("#gallery figure.tile")
         assert await page.text_content("#gallery-count") == "202 images"
