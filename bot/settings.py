@@ -121,6 +121,10 @@ class ChatConfig:
     delivery_attempts: int = key(12, "Tries to post one message (backing off, honouring "
                                  "Retry-After) before it is recorded as failed and reported.",
                                  min=1, max=1000)
+    send_claim_seconds: float = key(30.0, "How long a message being posted belongs to the "
+                                    "service posting it (renewed while the call runs): a "
+                                    "service that dies mid-post leaves it to another this long "
+                                    "after.", min=1, max=3600)
     digest: str = key("", "Where a daily digest of the last 24 hours goes, as "
                       "platform:conversation (e.g. \"slack:C0123\"); empty: no digest.")
     digest_at: str = key("09:00", "When the digest is posted: HH:MM in [chat] timezone.")

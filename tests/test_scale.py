@@ -320,6 +320,7 @@ signing_secret = "{SECRET}"
 api_url = "{fake.api_url}"
 [chat]
 progress_every = 0.5
+send_claim_seconds = 3  # a's upload falls due again soon after it dies
 """
     ports = free_port(), free_port()
     (a_file, _), (b_file, _) = (scale_config(tmp_path, demo_models, pg_url, extra=slack, port=p,

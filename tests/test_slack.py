@@ -441,6 +441,7 @@ port = {port}
 poll_interval = 0.1
 [chat]
 progress_every = 0.5
+send_claim_seconds = 3  # the killed service's upload falls due again soon
 [slack]
 bot_token = "{TOKEN}"
 signing_secret = "{SECRET}"

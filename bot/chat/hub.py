@@ -44,7 +44,9 @@ class ChatCore:
         self.access = app.access
         self.senders = {name: Sender(self.outbox, p, self.store,
                                      attempts=config[ChatConfig].delivery_attempts,
-                                     progress_every=config[ChatConfig].progress_every, clock=clock)
+                                     progress_every=config[ChatConfig].progress_every,
+                                     claim_seconds=config[ChatConfig].send_claim_seconds,
+                                     clock=clock)
                         for name, p in self.platforms.items()}
         self.notifier = Notifier(app.queue, self.outbox, self.store, platforms=self.platforms,
                                  editable=[n for n, p in self.platforms.items() if p.can_edit],
