@@ -252,10 +252,23 @@ class DingTalkConfig:
                                 "progress is one card updated in place. Empty: milestone "
                                 "messages at 25/50/75%.")
     platform_admins: bool = key(False, "DingTalk's own admins (isAdmin) are genbot admins.")
+    sign_in: bool = key(False, "The dashboard offers \"Sign in with DingTalk\" (scan to sign in, "
+                        "OAuth 2): people open it as the same person and role as in chat. Add "
+                        "<public_url>/dashboard/signin/dingtalk/callback to the app's redirect "
+                        "URLs (docs/dingtalk.md).")
+    login_url: str = key("https://login.dingtalk.com", "DingTalk's login page's base URL (a "
+                         "test server).")
+
+    @property
+    def signs_in(self) -> bool:
+        return self.sign_in and bool(self.app_key and self.app_secret)
 
     def check(self, source: str) -> None:
         if self.app_key and not self.app_secret:
             raise ConfigError(f"{source}: [dingtalk] app_key is set: expected app_secret too")
+        if self.sign_in and not self.app_key:
+            raise ConfigError(f"{source}: [dingtalk] sign_in = true: expected app_key and "
+                              "app_secret (the app people sign in through)")
 
 
 def kept_secret(path: Path, make: Callable[[], str]) -> str:

@@ -9,8 +9,9 @@ once, for every engine. An engine only runs jobs:
   finish(run)     what comes after and can overlap the next generation: the pillow ops
                   and saving, or fetching and storing the server's images
 
-While it runs, it tells the loop each step (`Control.step`) and asks between steps
-whether a run must stop (`Control.stop_reason`); it never waits for the database. The
+While it runs, it tells the loop each step (`Control.step`), asks between steps
+whether a run must stop (`Control.stop_reason`), and shows the image forming when a
+preview is due (`Control.preview_due`, `Control.preview`); it never waits for the database. The
 loop knows each run by its lease (`Run.key`: the job and its lease token), not by the
 job: after an outage longer than a lease the same job may come back to the same
 executor while its stale run is still finishing, and the two must not be confused. How a
@@ -27,10 +28,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from storage.names import one_line
 from storage.queue import Lease, LeaseKey
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 
 class Stop(StrEnum):
@@ -91,6 +95,15 @@ class Control(Protocol):
 
     def stop_reason(self, run: Run) -> Stop | None:
         """Why this run must stop now, or None."""
+
+    def preview_due(self, run: Run) -> bool:
+        """Whether a picture of this run forming is wanted now ([executor]
+        preview_interval; never once it is stopping). True reserves the turn: make the
+        picture and hand it to `preview`."""
+
+    def preview(self, run: Run, picture: Image.Image, step: int, total: int) -> None:
+        """A picture of this run forming, at this step: made small on the calling thread,
+        then sent to the service (never stored)."""
 
     def doing(self, what: dict[str, Any] | None) -> None:
         """What keeps the executor from its jobs now (building, loading, a server down),

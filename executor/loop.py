@@ -37,17 +37,21 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from executor.engine import Engine, Run, Stop
 from executor.prefetch import Prefetch
 from executor.presence import Presence
 from executor.settings import ExecutorConfig
 from executor.told import Told
+from storage import previews
 from storage.config import Config, QueueConfig
 from storage.db import connection_lost
 from storage.queue import TERMINAL, Claim, Lease, LeaseKey, Queue, Status
 from storage.workers import owner_name
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 log = logging.getLogger("genbot.executor")
 
@@ -75,6 +79,8 @@ class Held:
     recorded: bool = False  # its end is written (e.g. canceled mid-run)
     ending: bool = False  # its end is being written
     last_progress: float = 0.0
+    last_preview: float = 0.0  # (monotonic) when its last preview was made
+    showing: bool = False  # a preview of it is on its way to the service
     step: int = 0
     total: int = 0
 
@@ -103,6 +109,7 @@ class Loop:
                                  wanted=self.wanted, may_hold=self.may_hold_ahead,
                                  taking=self.taking, landed=self.landed)
         self.finishing: set[asyncio.Task] = set()
+        self.showing: set[asyncio.Task] = set()  # previews on their way
         self.last_end: asyncio.Future | None = None  # set when the last job handed on ended
         self.finish_room = asyncio.Semaphore(2 * self.engine.max_batch)  # back-pressure
         self.progress: list[tuple[Lease, dict[str, Any], float]] = []  # to write, in order
@@ -435,6 +442,8 @@ class Loop:
         holds a lease on goes back too, so nothing waits out a lease for it."""
         await self.prefetch.hand_back()
         await self.finished()
+        for task in self.showing:  # a preview matters no more
+            task.cancel()
         try:
             async with self.prefetch.gate:
                 renewal = await self.queue.heartbeat_all([], owner=self.owner)
@@ -593,6 +602,41 @@ class Loop:
     def stop_reason(self, run: Run) -> Stop | None:
         job = self.runs.get(run.key)
         return job.stop if job else None
+
+    def preview_due(self, run: Run) -> bool:
+        every = self.settings.preview_interval
+        job = self.runs.get(run.key)
+        if not every or job is None or job.stop or job.recorded or job.showing:
+            return False
+        now = time.monotonic()
+        if now - job.last_preview < every:
+            return False
+        job.last_preview = now  # (a float set from the engine's thread: atomic)
+        return True
+
+    def preview(self, run: Run, picture: Image.Image, step: int, total: int) -> None:
+        assert self.loop is not None  # set by run(), which starts every job
+        small = previews.picture_of(picture)  # on the engine's thread, not the loop's
+        self.loop.call_soon_threadsafe(self.glimpsed, run.key, small, step, total, time.time())
+
+    def glimpsed(self, key: LeaseKey, picture: bytes, step: int, total: int, at: float) -> None:
+        """On the event loop: the picture on its way, one per job at a time (a slow
+        database drops pictures, never delays a job)."""
+        job = self.runs.get(key)
+        if job is None or job.stop or job.recorded or job.showing:
+            return
+        job.showing = True
+        lease = job.lease
+
+        async def send() -> None:
+            try:
+                await self.queue.previews.send(lease.job_id, lease.batch_id, step, total, at,
+                                               picture)
+            finally:
+                job.showing = False
+        task = asyncio.ensure_future(send())
+        self.showing.add(task)
+        task.add_done_callback(self.showing.discard)
 
     def doing(self, what: dict[str, Any] | None) -> None:
         self.presence.doing = what

@@ -38,6 +38,10 @@ class ExecutorConfig:
                              min=1, max=86_400)
     progress_interval: float = key(1.0, "Least seconds between two progress events of a job "
                                    "(the first and last step always go out).", min=0, max=600)
+    preview_interval: float = key(0.5, "Least seconds between two previews of a running job (the "
+                                  "image forming, decoded from its latents or a ComfyUI "
+                                  "server's own previews), shown live in the dashboard and "
+                                  "never stored. 0: no previews.", min=0, max=600)
     memory_drift_mb: float = key(2048.0, "Growth of memory in use between jobs, beyond what it was "
                                  "after the models loaded, that drops and rebuilds the model "
                                  "cache (a leak guard). 0: off.", min=0, max=1_000_000)

@@ -175,7 +175,7 @@ FROM ({job_rows(:jobs)}) j ORDER BY j.n"""
 INSERT_EVENT = """
 INSERT INTO events (at, kind, batch_id, job_id, data) VALUES (:at, :kind, :batch, :job, :data)"""
 
-NOTIFY = "SELECT pg_notify(:channel, '')"
+NOTIFY = "SELECT pg_notify(:channel, :payload)"
 
 ANALYZE_JOBS = "ANALYZE jobs"  # PostgreSQL, after a burst (Queue.enqueue)
 

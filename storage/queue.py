@@ -21,6 +21,7 @@ from typing import Any
 from storage import queries as q
 from storage.config import Config, DatabaseConfig, QueueConfig
 from storage.db import Database
+from storage.previews import Previews
 from storage.reads import BatchProgress, QueueReads
 from storage.records import (
     ACTIVE,
@@ -154,19 +155,23 @@ class Queue(QueueReads):
         self.cancel_bell = self._default_waker(db, "cancel")
         # Readers of the event log (the notifier, the API's stream) wait on this.
         self.bell = EventBell(None if db.dialect == "sqlite" else db.url)
+        # Pictures of running jobs, executors to the service (never stored).
+        self.previews = Previews(db)
 
     @staticmethod
     def _default_waker(db: Database, topic: str = "wake") -> Waker:
         if db.dialect == "sqlite":
             assert db.path is not None  # a SQLite database is a file
             return SocketWaker(db.path, topic)
-        return PostgresWaker(db.url, lambda channel: db.execute(q.NOTIFY, {"channel": channel}),
-                             prefix="genbot_queue" if topic == "wake" else f"genbot_{topic}")
+        return PostgresWaker(db.url, lambda channel, payload: db.execute(
+            q.NOTIFY, {"channel": channel, "payload": payload}),
+            prefix="genbot_queue" if topic == "wake" else f"genbot_{topic}")
 
     async def close(self) -> None:
         await self.waker.close()
         await self.cancel_bell.close()
         await self.bell.close()
+        await self.previews.close()
         await self.db.close()
 
     def _sql(self, text: str) -> str:

@@ -12,6 +12,9 @@ cancel" to busy executors (`Queue.cancel_bell`), so they need not ask after ever
 0009), so the service hears state changes and progress from workers on any host at
 once; on SQLite readers poll.
 
+A waker made with `on_message` carries a payload instead of a bare signal (a datagram's
+bytes, a NOTIFY's text): storage.previews sends pictures of running jobs so.
+
 A LISTEN connection that PostgreSQL drops (a restart, a failover) wakes its waiters at
 once (a signal may have been lost with it: they look again) and is made again at the
 next wait; while the server is away, waits are cut into short turns that try again, so
@@ -44,6 +47,7 @@ log = logging.getLogger(__name__)
 
 LISTEN_RETRY_FIRST, LISTEN_RETRY_MAX = 0.1, 1.0  # seconds between tries to LISTEN again
 CLOSE_TIMEOUT = 5.0  # seconds a LISTEN connection's graceful close may take
+MAX_DATAGRAM = 65_536  # the most one SocketWaker message carries
 
 
 class Waker:
@@ -84,8 +88,10 @@ class Waker:
 class SocketWaker(Waker):
     """Unix datagram sockets in a per-database folder: wakes processes on this host."""
 
-    def __init__(self, db_path: Path, topic: str = "wake") -> None:
+    def __init__(self, db_path: Path, topic: str = "wake", *,
+                 on_message: Callable[[bytes], None] | None = None) -> None:
         super().__init__()
+        self._on_message = on_message
         digest = hashlib.sha1(str(Path(db_path).resolve()).encode()).hexdigest()[:16]
         # Under the temp dir, not beside the database: socket paths must stay under 108 bytes.
         self.folder = Path(tempfile.gettempdir()) / f"genbot-{topic}-{digest}"
@@ -107,10 +113,12 @@ class SocketWaker(Waker):
     def _drain(self) -> None:
         with contextlib.suppress(BlockingIOError, InterruptedError):
             while self._sock is not None:
-                self._sock.recv(64)
+                data = self._sock.recv(MAX_DATAGRAM)
+                if self._on_message is not None:
+                    self._on_message(data)
         self._event.set()
 
-    async def notify(self) -> None:
+    async def notify(self, payload: bytes = b"!") -> None:
         self._event.set()
         try:
             entries = list(os.scandir(self.folder))
@@ -122,7 +130,7 @@ class SocketWaker(Waker):
                 if not entry.name.endswith(".sock"):
                     continue
                 try:
-                    out.sendto(b"!", entry.path)
+                    out.sendto(payload, entry.path)
                 except (ConnectionRefusedError, FileNotFoundError):
                     # A listener that died without cleaning up.
                     with contextlib.suppress(FileNotFoundError):
@@ -147,10 +155,11 @@ class SocketWaker(Waker):
 class PostgresWaker(Waker):
     """LISTEN/NOTIFY: wakes executors on every host sharing the database."""
 
-    def __init__(self, url: str, run_notify: Callable[[str], Awaitable[Any]] | None, *,
-                 prefix: str = "genbot_queue", on_notify: Callable[[], None] | None = None
-                 ) -> None:
+    def __init__(self, url: str, run_notify: Callable[[str, str], Awaitable[Any]] | None, *,
+                 prefix: str = "genbot_queue", on_notify: Callable[[], None] | None = None,
+                 on_message: Callable[[bytes], None] | None = None) -> None:
         super().__init__()
+        self._on_message = on_message
         parts = urlsplit(url.replace("postgresql://", "postgres://", 1))
         query = parse_qs(parts.query)
         schema = query.pop("schema", ["public"])[-1]
@@ -220,15 +229,17 @@ class PostgresWaker(Waker):
         log.debug("the LISTEN connection on %s was dropped", self.channel)
         self._on_signal()
 
-    def _on_notify(self, *_args: Any) -> None:
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        if self._on_message is not None:
+            self._on_message(payload.encode())
         self._on_signal()
 
-    async def notify(self) -> None:
+    async def notify(self, payload: str = "") -> None:
         self._event.set()
         if self._run_notify is None:  # a listener only (EventBell's): it signals nothing
             return
         try:
-            await self._run_notify(self.channel)
+            await self._run_notify(self.channel, payload)
         except Exception as e:
             if not connection_lost(e):
                 raise

@@ -127,12 +127,15 @@ class ModelEntry:
     # "fp8" (torchao's float8 weight-only; half a bf16 transformer's memory, any device) or
     # "nf4" (bitsandbytes' 4-bit NormalFloat; about a quarter, CUDA GPUs). None: as stored.
     quantize: str | None = None
+    # Another [models] entry: a tiny VAE (TAESD, TAESDXL, TAEF1, TAESD3) the executor draws
+    # this model's live previews with. None: colours fitted from its own VAE (blurrier).
+    preview: str | None = None
 
 
 # The demo models `genbot models demo` builds (tiny, random weights; images are noise).
 # The shipped templates name these, so a fresh install runs every template on a CPU.
 DEMO_MODELS = {
-    "sd15": ModelEntry("demo:sd15", family="sd15"),
+    "sd15": ModelEntry("demo:sd15", family="sd15", preview="taesd"),
     "sdxl": ModelEntry("demo:sdxl", family="sdxl"),
     "canny_sd15": ModelEntry("demo:canny_sd15"),
     "canny_sdxl": ModelEntry("demo:canny_sdxl"),
@@ -148,8 +151,10 @@ DEMO_MODELS = {
     "qwen_image_edit": ModelEntry("demo:qwen_image_edit", family="qwen_image_edit"),
     "zimage": ModelEntry("demo:zimage", family="zimage"),  # Z-Image-Turbo's design
     "sd3": ModelEntry("demo:sd3", family="sd3"),  # Stable Diffusion 3.5's design
+    "taesd": ModelEntry("demo:taesd"),  # a tiny VAE: sd15's live previews
 }
-MODEL_KEYS = ("path", "steps", "guidance", "size", "config", "family", "offload", "quantize")
+MODEL_KEYS = ("path", "steps", "guidance", "size", "config", "family", "offload", "quantize",
+              "preview")
 OFFLOADS = ("auto", "none", "model", "sequential")
 QUANTIZE = ("fp8", "nf4")
 
@@ -172,6 +177,11 @@ class ModelsConfig:
             if var.startswith(cls.env_prefix()):
                 model = var.removeprefix(cls.env_prefix()).lower()
                 entries[model] = _model_entry(model, raw, f"environment {var}")
+        for name, entry in entries.items():
+            if entry.preview is not None and entry.preview not in entries:
+                raise ConfigError(f'{source}: [models] {name}: preview = "{entry.preview}" names '
+                                  "no model in [models] (a tiny VAE such as TAESD: `genbot "
+                                  "models pull madebyollin/taesd`, then [models] taesd = …)")
         return cls(entries)
 
     @classmethod
@@ -253,8 +263,11 @@ def _model_entry(name: str, value: Any, where: str) -> ModelEntry:
     if quantize is not None and quantize not in QUANTIZE:
         raise ConfigError(f"{where}: quantize = {quantize!r}: expected {' or '.join(QUANTIZE)} "
                           "(a GGUF file is quantized already: give its path)")
+    preview = value.get("preview")
+    if preview is not None and (not isinstance(preview, str) or not preview.strip()):
+        raise ConfigError(f"{where}: preview: expected the name of a tiny VAE in [models]")
     return ModelEntry(path, value.get("steps"), None if guidance is None else float(guidance),
-                      value.get("size"), config, family, offload, quantize)
+                      value.get("size"), config, family, offload, quantize, preview)
 
 
 def family_of(config: Config, name: str) -> str | None:

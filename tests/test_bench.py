@@ -40,13 +40,14 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     "loader_bench.py": (["--smoke"], "load genbot GGUF:"),
     "keep_bench.py": (["--smoke"], "keep cost: per megapixel"),
     "fill_bench.py": (["--smoke", "--steps", "2"], "fill cost: ratios above"),
+    "preview_bench.py": (["--smoke", "--models", "flux"], "preview cost: ratios above"),
     # the GPU script for the newer families, on the demo models and the CPU
     "gpu_families.py": (["--tiny", "--families", "flux,qwen_image,zimage,sd3"],
                         "sd3: load"),
 }
 
 DEMO_MODELS = {"ack_bench.py", "executor_bench.py", "outage_bench.py", "gpu_families.py",
-               "fill_bench.py"}
+               "fill_bench.py", "preview_bench.py"}
 
 
 @pytest.mark.slow

@@ -29,12 +29,13 @@ BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
 class Rig:
     """A queue on a SQLite file, and the ComfyUI executor for one server, in this process."""
 
-    def __init__(self, tmp_path: Path, demo_models: Path, comfy: FakeComfy, **comfyui):
+    def __init__(self, tmp_path: Path, demo_models: Path, comfy: FakeComfy, *,
+                 executor: dict | None = None, **comfyui):
         self.comfy = comfy
         self.config = executor_config(
             tmp_path / "data", demo_models, templates={"dir": str(templates(tmp_path / "t"))},
             comfyui={"servers": [comfy.url], "backoff_max": 0.2, **comfyui},
-            queue={"heartbeat_seconds": 0.5})
+            queue={"heartbeat_seconds": 0.5}, executor=executor)
         self.task: asyncio.Task | None = None
 
     async def __aenter__(self) -> Rig:

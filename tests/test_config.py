@@ -54,6 +54,11 @@ def error_of(tmp_path: Path, text: str, env: dict | None = None) -> str:
     ("[database]\nurl = \"mysql://x\"\n",
      "config.toml: [database] url: expected sqlite:///path or postgres://user@host:port/db"),
     ("queue = 5\n", "config.toml: queue must be a [queue] table"),
+    ('[models]\nflux = { path = "x", preview = "taef1" }\n',
+     'config.toml: [models] flux: preview = "taef1" names no model in [models] (a tiny VAE '
+     'such as TAESD: `genbot models pull madebyollin/taesd`, then [models] taesd = …)'),
+    ('[models]\nflux = { path = "x", preview = 3 }\n',
+     "config.toml: [models] flux: preview: expected the name of a tiny VAE in [models]"),
 ])
 def test_each_mistake_gets_one_line_naming_file_key_and_expectation(tmp_path, text, expected):
     message = error_of(tmp_path, text)

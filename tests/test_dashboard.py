@@ -209,6 +209,37 @@ async def test_running_job_step_progress_and_executors_are_live(tmp_path, demo_m
         assert "sdxl · takes sdxl, sd15" in row
         assert await page.locator("#no-workers").count() == 0
 
+        # The image forming, as the executor sends it (storage.previews; never stored): on
+        # the running row at once, then large in the lightbox, which follows it live.
+        from PIL import Image
+
+        from storage.previews import picture_of
+        batch = await signed_in(browser, w, VIEWER, f"#/batches/{lease.batch_id}")
+        await batch.wait_for_selector(f'figure.thumb[data-job="{lease.job_id}"] .step')
+        await batch.wait_for_selector(".live.on")
+        for step, colour in ((7, "red"), (8, "blue")):
+            picture = picture_of(Image.new("RGB", (64, 64), colour))
+            await w.queue.previews.send(lease.job_id, lease.batch_id, step, 8, 0.0, picture)
+            if step == 7:
+                shown = f'ul.now-running img[data-preview="{lease.job_id}"]:not([hidden])'
+                await page.wait_for_selector(shown)
+                card = f'figure.thumb[data-job="{lease.job_id}"] img[data-preview]:not([hidden])'
+                await batch.click(card)
+        big = ".lightbox img.full"
+        await batch.wait_for_function(
+            "b => document.querySelector(b).src.startsWith('data:image/webp')", arg=big)
+        await batch.wait_for_function(  # the blue of step 8 replaced the red of step 7
+            """b => { const img = document.querySelector(b);
+                      if (!img.complete || !img.naturalWidth) return false;
+                      const c = document.createElement("canvas"); c.width = c.height = 1;
+                      const g = c.getContext("2d"); g.drawImage(img, 0, 0, 1, 1);
+                      const [r, , bl] = g.getImageData(0, 0, 1, 1).data;
+                      return bl > 150 && r < 80; }""",
+            arg=big)
+        assert await batch.get_attribute(big, "alt") and \
+            await batch.is_hidden(".lightbox [data-download]")  # nothing to download yet
+        await batch.screenshot(path=str(tmp_path / "forming.png"))
+
 
 async def test_submit_a_sheet_through_the_form_and_watch_it_finish(tmp_path, demo_models,
                                                                   browser):
@@ -914,6 +945,15 @@ async def test_the_gallery_spans_batches_filters_and_reviews_by_keys(tmp_path, d
         await page.screenshot(path=str(tmp_path / "gallery.png"))
 
 
+async def through(browser, world, platform: str, lang: str = "en-US"):
+    """A fresh browser that clicks "Sign in with PLATFORM" on the sign-in page."""
+    page = await (await browser.new_context(locale=lang)).new_page()
+    page.on("pageerror", lambda e: world.page_errors.append(str(e)))
+    await page.goto(f"{world.url}/dashboard/")
+    await page.click(f"[data-signin={platform}]")
+    return page
+
+
 async def test_sign_in_with_slack_is_the_same_person_and_role_as_in_chat(tmp_path, demo_models,
                                                                         browser):
     """Sign in with Slack (OpenID Connect against the Slack fake's authorize page, token
@@ -929,10 +969,7 @@ async def test_sign_in_with_slack_is_the_same_person_and_role_as_in_chat(tmp_pat
             slack={"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
                    "api_url": fake.api_url})
         async with DashWorld(config) as w:
-            page = await (await browser.new_context()).new_page()
-            page.on("pageerror", lambda e: w.page_errors.append(str(e)))
-            await page.goto(f"{w.url}/dashboard/")
-            await page.click("[data-signin=slack]")
+            page = await through(browser, w, "slack")
             await page.wait_for_selector("#me:not([hidden])")
             assert await page.text_content("#me") == "slack:U1 (reviewer)"
             me = await page.evaluate("fetch('/api/v1/me').then(r => r.json())")
@@ -940,17 +977,58 @@ async def test_sign_in_with_slack_is_the_same_person_and_role_as_in_chat(tmp_pat
             assert fake.calls["openid.connect.token"] == 1 and not fake.codes  # used once
 
             fake.signin = None  # Cancel on Slack's page
-            other = await (await browser.new_context()).new_page()
-            await other.goto(f"{w.url}/dashboard/")
-            await other.click("[data-signin=slack]")
+            other = await through(browser, w, "slack")
             await other.wait_for_selector("#sign-in-error:not(:empty)")
             assert await other.text_content("#sign-in-error") == \
-                "Slack said you did not allow the sign-in."
+                "The sign-in was not allowed on the platform's page."
             assert await other.is_hidden("#me")
             await other.goto(f"{w.url}/dashboard/signin/slack/callback?code=x&state=forged")
             await other.wait_for_selector("#sign-in-error:not(:empty)")
             assert "expired or was not started here" in await other.text_content(
                 "#sign-in-error")
             assert await other.is_hidden("#me")
+    finally:
+        await fake.stop()
+
+
+async def test_sign_in_with_dingtalk_is_the_staff_member_chat_knows(tmp_path, demo_models,
+                                                                     browser):
+    """Sign in with DingTalk (the fake's login page, userAccessToken, users/me and
+    getbyunionid): the dashboard acts as dingtalk:S1 — the staff id chat knows them by —
+    with S1's chat role. Someone of another organisation, a closed login page and a
+    callback the service did not start are each said on the sign-in page, in Chinese to a
+    Chinese browser, and nobody is signed in."""
+    from tests.fakes.dingtalk import APP_KEY, APP_SECRET, FakeDingTalk
+    fake = await FakeDingTalk().start()
+    try:
+        config = executor_config(
+            tmp_path / "data", demo_models, service={"port": 0},
+            api={"tokens": [f"{ADMIN}=ops"]}, chat={"reviewers": ["dingtalk:S1"]},
+            dingtalk={"app_key": APP_KEY, "app_secret": APP_SECRET, "sign_in": True,
+                      "api_url": fake.base, "oapi_url": fake.base, "login_url": fake.base})
+        async with DashWorld(config) as w:
+            page = await through(browser, w, "dingtalk")
+            await page.wait_for_selector("#me:not([hidden])")
+            assert await page.text_content("#me") == "dingtalk:S1 (reviewer)"
+            me = await page.evaluate("fetch('/api/v1/me').then(r => r.json())")
+            assert (me["user"], me["role"]) == ("dingtalk:S1", "reviewer")
+            assert fake.calls["userAccessToken"] == 1 and not fake.codes  # the code used once
+            assert await page.locator("[data-signin=slack]").count() == 0  # not set up
+
+            async def refused(set_to, lang="en-US") -> str:
+                fake.signin = set_to
+                other = await through(browser, w, "dingtalk", lang)
+                await other.wait_for_selector("#sign-in-error:not(:empty)")
+                assert await other.is_hidden("#me")
+                return await other.text_content("#sign-in-error")
+            assert await refused(("union-9", None)) == \
+                "You are not in this service's DingTalk organisation."
+            assert await refused(("union-9", None), "zh-CN") == "你不在本服务的钉钉组织中。"
+            assert await refused(None) == "The sign-in was not allowed on the platform's page."
+            forged = await (await browser.new_context()).new_page()
+            await forged.goto(f"{w.url}/dashboard/signin/dingtalk/callback?authCode=x&state=y")
+            await forged.wait_for_selector("#sign-in-error:not(:empty)")
+            assert "expired or was not started here" in await forged.text_content(
+                "#sign-in-error")
     finally:
         await fake.stop()

@@ -20,6 +20,7 @@ def test_demo_models_are_what_the_registry_says(tmp_path, demo_models):
                      "canny_sd15": ("controlnet", "sd15"), "canny_sdxl": ("controlnet", "sdxl"),
                      "walnut": ("lora", "sd15"), "brushed_steel": ("lora", "sd15"),
                      "upscaler": ("upscaler", "sd15"), "ip_sd15": ("ip_adapter", "sd15"),
+                     "taesd": ("preview", "sd15"),  # the tiny VAE of sd15's live previews
                      **{name: ("checkpoint", name) for name in (
                          "flux", "flux_kontext", "flux_fill", "flux2", "qwen_image",
                          "qwen_image_edit", "zimage", "sd3")}}
@@ -77,8 +78,9 @@ def test_unknown_missing_and_wrong_kind_are_named(tmp_path, demo_models):
         registry.get("nope")
     with pytest.raises(ModelError, match=r'\[models\] gone = ".*nowhere": .* does not exist$'):
         registry.get("gone")
-    with pytest.raises(ModelError, match="not a diffusers pipeline, ControlNet, LoRA, "
-                                         "IP-Adapter or CLIPSeg folder"):
+    with pytest.raises(ModelError, match=r"not a diffusers pipeline, ControlNet, LoRA, "
+                                         r"IP-Adapter, CLIPSeg or tiny VAE \(AutoencoderTiny\) "
+                                         "folder"):
         registry.get("junk")
     with pytest.raises(ModelError, match="not a readable .safetensors file"):
         registry.get("bad")

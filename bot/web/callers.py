@@ -12,7 +12,7 @@ from msgspec import Struct
 
 from bot.app.application import App
 from bot.app.permissions import Who
-from bot.settings import ApiConfig, SlackConfig
+from bot.settings import ApiConfig, DingTalkConfig, SlackConfig
 from bot.web.http import PREFIX, SMALL_BODY, ApiError, json_body
 from bot.web.sessions import API, Sessions, session_secret
 
@@ -32,12 +32,14 @@ class Callers:
         self.app = app
         config = app.config
         self.tokens = {t: u for t, _, u in (e.partition("=") for e in config[ApiConfig].tokens)}
-        slack = config[SlackConfig]
+        slack, dingtalk = config[SlackConfig], config[DingTalkConfig]
+        signins = {**({"slack": slack.client_id} if slack.signs_in else {}),
+                   **({"dingtalk": dingtalk.app_key} if dingtalk.signs_in else {})}
         self.sessions = Sessions(self.tokens, session_secret(config[ApiConfig].session_secret,
                                                              config.data_dir),
                                  hours=config[ApiConfig].session_hours, clock=app.clock,
                                  ended=app.access.session_ended,
-                                 signins={"slack": slack.client_id} if slack.signs_in else {})
+                                 signins=signins)
 
     async def who(self, request: web.Request) -> Who:
         auth = request.headers.get("Authorization", "")

@@ -16,13 +16,13 @@ from pathlib import Path
 from aiohttp import web
 from msgspec import Struct, structs
 
-from bot.settings import SlackConfig
+from bot.settings import DingTalkConfig, SlackConfig
 from bot.web.api import Api
 from bot.web.callers import who_of
 from bot.web.http import ApiError, respond
 from bot.web.me import Caller, caller
 from bot.web.sessions import foreign
-from bot.web.signin import SlackSignIn
+from bot.web.signin import DingTalkSignIn, SignIn, SlackSignIn
 
 WEB = Path(__file__).parent / "static"
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
@@ -51,6 +51,7 @@ class SignedOut(Struct):
 
 class SignIns(Struct):
     slack: bool  # "Sign in with Slack" ([slack] client_id and client_secret)
+    dingtalk: bool  # "Sign in with DingTalk" ([dingtalk] sign_in)
 
 
 class Dashboard:
@@ -58,8 +59,10 @@ class Dashboard:
         self.api, self.sessions = api, api.sessions
         self.failures: dict[str, deque[float]] = {}
         config = api.app.config
-        self.slack = SlackSignIn(config, self.sessions) if config[SlackConfig].signs_in \
-            else None
+        self.own_signins: list[SignIn] = [
+            *([SlackSignIn(config, self.sessions)] if config[SlackConfig].signs_in else []),
+            *([DingTalkSignIn(config, self.sessions)] if config[DingTalkConfig].signs_in
+              else [])]
 
     def routes(self, app: web.Application) -> None:
         r = app.router
@@ -72,12 +75,14 @@ class Dashboard:
         r.add_post("/dashboard/session", self.sign_in)
         r.add_delete("/dashboard/session", self.sign_out)
         r.add_get("/dashboard/signins", self.signins)
-        if self.slack is not None:
-            self.slack.routes(app)
+        for signin in self.own_signins:
+            signin.routes(app)
+            app.on_cleanup.append(signin.close)
 
     async def signins(self, request: web.Request) -> web.Response:
         """How one may sign in besides a token (the sign-in page's buttons): public."""
-        return respond(SignIns(slack=self.slack is not None))
+        offered = {s.platform for s in self.own_signins}
+        return respond(SignIns(slack="slack" in offered, dingtalk="dingtalk" in offered))
 
     async def home(self, request: web.Request) -> web.Response:
         raise web.HTTPFound("/dashboard/")

@@ -1,15 +1,20 @@
-"""Sign in with Slack: OpenID Connect, so a designer opens the dashboard as the same
-person — the same role, limits and audit trail — they are in the Slack chat, with no
-token pasted (docs/dashboard.md, "Signing in").
+"""Sign in as yourself: a designer opens the dashboard as the same person — the same
+role, limits and audit trail — they are in the Slack or DingTalk chat, with no token
+pasted (docs/dashboard.md, "Signing in").
 
-  GET /dashboard/signin/slack            -> Slack's authorize page (state and nonce in a
-                                            signed cookie, 10 minutes)
-  GET /dashboard/signin/slack/callback   -> the code traded for a token (openid.connect.token),
-                                            the person read (openid.connect.userInfo), the
-                                            workspace checked, a session cookie, the dashboard
+  GET /dashboard/signin/<platform>            -> the platform's own sign-in page (state
+                                                 and nonce in a signed cookie, 10 minutes)
+  GET /dashboard/signin/<platform>/callback   -> the code traded for who the person is on
+                                                 that platform, a session cookie, the
+                                                 dashboard
 
-slack_sdk makes the authorize URL and calls the two Web API methods; a failure says why
-on the sign-in page (?signin_error=…), never with a traceback.
+Slack: OpenID Connect (slack_sdk makes the authorize URL and calls openid.connect.token
+and openid.connect.userInfo); only the configured workspace, where one is set. DingTalk:
+its OAuth 2 login page (scan to sign in), the code traded for the person's token
+(oauth2/userAccessToken), their unionId (contact/users/me) looked up in the app's
+organisation (topapi/user/getbyunionid): the staff id chat knows them by; someone of
+another organisation is refused. A failure says why on the sign-in page
+(?signin_error=…), never with a traceback.
 """
 
 from __future__ import annotations
@@ -18,86 +23,156 @@ import logging
 import secrets
 import time
 from typing import NoReturn
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
-from aiohttp import web
+from aiohttp import ClientError, web
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.oauth import OpenIDConnectAuthorizeUrlGenerator
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.settings import ApiConfig, SlackConfig
+from bot.chat.dingtalk.api import DingTalkAPI, SignInRefused
+from bot.chat.platform import DeliveryError
+from bot.settings import ApiConfig, DingTalkConfig, SlackConfig
 from bot.web.sessions import Sessions
 from storage.config import Config
 
 log = logging.getLogger("genbot.signin")
-STATE = "genbot_signin"  # the cookie that carries state and nonce across Slack's page
+STATE = "genbot_signin"  # the cookie that carries state and nonce across the platform's page
 STATE_SECONDS = 600
-CALLBACK = "/dashboard/signin/slack/callback"
 USER_ID = "https://slack.com/user_id"  # userInfo's claims (Slack's OpenID Connect)
 TEAM_ID = "https://slack.com/team_id"
 
 
-class SlackSignIn:
+class SignIn:
+    """What every platform's sign-in shares: its two routes, the state cookie, the session."""
+    platform: str
+
     def __init__(self, config: Config, sessions: Sessions):
-        self.settings, self.sessions = config[SlackConfig], sessions
+        self.sessions = sessions
         self.public_url = config[ApiConfig].public_url.rstrip("/")
-        self.client = AsyncWebClient(base_url=self.settings.api_url)
+
+    @property
+    def path(self) -> str:
+        return f"/dashboard/signin/{self.platform}"
 
     def routes(self, app: web.Application) -> None:
-        app.router.add_get("/dashboard/signin/slack", self.start)
-        app.router.add_get(CALLBACK, self.callback)
+        app.router.add_get(self.path, self.start)
+        app.router.add_get(f"{self.path}/callback", self.callback)
 
-    def _redirect_uri(self, request: web.Request) -> str:
-        return f"{self.public_url or str(request.url.origin())}{CALLBACK}"
-
-    def _authorize_url(self) -> str:
-        """Slack's page beside its Web API: https://slack.com/openid/connect/authorize."""
-        api = urlsplit(self.settings.api_url)
-        return f"{api.scheme}://{api.netloc}/openid/connect/authorize"
+    def redirect_uri(self, request: web.Request) -> str:
+        return f"{self.public_url or str(request.url.origin())}{self.path}/callback"
 
     async def start(self, request: web.Request) -> NoReturn:
         state, nonce = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
-        url = OpenIDConnectAuthorizeUrlGenerator(
-            client_id=self.settings.client_id, redirect_uri=self._redirect_uri(request),
-            scopes=["openid", "profile"], authorization_url=self._authorize_url(),
-        ).generate(state=state, nonce=nonce, team=self.settings.team_id or None)
-        response = web.HTTPFound(url)
-        # Lax, not Strict: it must come back on the top-level redirect from Slack's page.
-        response.set_cookie(STATE, self.sessions.signed(f"{state} {nonce} {int(time.time())}"),
-                            max_age=STATE_SECONDS, path="/dashboard/signin/",
-                            httponly=True, samesite="Lax", secure=request.secure)
+        response = web.HTTPFound(self.page(request, state, nonce))
+        # Lax, not Strict: it must come back on the top-level redirect from their page.
+        response.set_cookie(STATE, self.sessions.signed(
+            f"{self.platform} {state} {nonce} {int(time.time())}"), max_age=STATE_SECONDS,
+            path="/dashboard/signin/", httponly=True, samesite="Lax", secure=request.secure)
         raise response
 
-    async def callback(self, request: web.Request) -> NoReturn:
-        q = request.query
+    def page(self, request: web.Request, state: str, nonce: str) -> str:
+        """The platform's sign-in page to send the person to."""
+        raise NotImplementedError
+
+    def checked(self, request: web.Request) -> None:
+        """The callback answers the sign-in this browser started here, in time."""
         saved = self.sessions.unsigned(request.cookies.get(STATE, ""))
-        if q.get("error"):  # the person said no on Slack's page
-            self._failed("denied")
-        if saved is None or len(saved.split()) != 3:
-            self._failed("state")
-        state, _, made = saved.split()
-        if not secrets.compare_digest(state, q.get("state", "")) or \
-                time.time() - int(made) > STATE_SECONDS or not q.get("code"):
-            self._failed("state")
-        try:
-            token = await self.client.openid_connect_token(
-                client_id=self.settings.client_id, client_secret=self.settings.client_secret,
-                code=q["code"], redirect_uri=self._redirect_uri(request))
-            info = await self.client.openid_connect_userInfo(token=token["access_token"])
-        except (SlackApiError, SlackClientError, KeyError, OSError) as e:
-            log.warning("sign in with Slack: %s", e)
-            self._failed("slack")
-        user, team = info.get(USER_ID), info.get(TEAM_ID)
-        if not user:
-            self._failed("slack")
-        if self.settings.team_id and team != self.settings.team_id:
-            self._failed("team")
+        if saved is None or len(saved.split()) != 4:
+            self.failed("state")
+        platform, state, _, made = saved.split()
+        if platform != self.platform or \
+                not secrets.compare_digest(state, request.query.get("state", "")) or \
+                time.time() - int(made) > STATE_SECONDS:
+            self.failed("state")
+
+    def signed_in(self, request: web.Request, user: str) -> NoReturn:
         response = web.HTTPFound("/dashboard/")
-        self.sessions.set_cookie(response, self.sessions.issue_signed_in("slack", str(user)),
+        self.sessions.set_cookie(response, self.sessions.issue_signed_in(self.platform, user),
                                  request)
         response.del_cookie(STATE, path="/dashboard/signin/")
         raise response
 
     @staticmethod
-    def _failed(why: str) -> NoReturn:
+    def failed(why: str) -> NoReturn:
         raise web.HTTPFound(f"/dashboard/?signin_error={why}")
+
+    async def callback(self, request: web.Request) -> NoReturn:
+        raise NotImplementedError
+
+    async def close(self, app: web.Application) -> None:
+        """Whatever it holds open (an HTTP session), at shutdown."""
+
+
+class SlackSignIn(SignIn):
+    platform = "slack"
+
+    def __init__(self, config: Config, sessions: Sessions):
+        super().__init__(config, sessions)
+        self.settings = config[SlackConfig]
+        self.client = AsyncWebClient(base_url=self.settings.api_url)
+
+    def page(self, request: web.Request, state: str, nonce: str) -> str:
+        api = urlsplit(self.settings.api_url)  # the page beside the Web API: slack.com/openid/…
+        return OpenIDConnectAuthorizeUrlGenerator(
+            client_id=self.settings.client_id, redirect_uri=self.redirect_uri(request),
+            scopes=["openid", "profile"],
+            authorization_url=f"{api.scheme}://{api.netloc}/openid/connect/authorize",
+        ).generate(state=state, nonce=nonce, team=self.settings.team_id or None)
+
+    async def callback(self, request: web.Request) -> NoReturn:
+        q = request.query
+        if q.get("error"):  # the person said no on Slack's page
+            self.failed("denied")
+        self.checked(request)
+        if not q.get("code"):
+            self.failed("state")
+        try:
+            token = await self.client.openid_connect_token(
+                client_id=self.settings.client_id, client_secret=self.settings.client_secret,
+                code=q["code"], redirect_uri=self.redirect_uri(request))
+            info = await self.client.openid_connect_userInfo(token=token["access_token"])
+        except (SlackApiError, SlackClientError, KeyError, OSError) as e:
+            log.warning("sign in with Slack: %s", e)
+            self.failed("slack")
+        user, team = info.get(USER_ID), info.get(TEAM_ID)
+        if not user:
+            self.failed("slack")
+        if self.settings.team_id and team != self.settings.team_id:
+            self.failed("team")
+        self.signed_in(request, str(user))
+
+
+class DingTalkSignIn(SignIn):
+    platform = "dingtalk"
+
+    def __init__(self, config: Config, sessions: Sessions):
+        super().__init__(config, sessions)
+        self.settings = d = config[DingTalkConfig]
+        self.api = DingTalkAPI(app_key=d.app_key, app_secret=d.app_secret,
+                               robot_code=d.robot_code or d.app_key, api_url=d.api_url,
+                               oapi_url=d.oapi_url)
+
+    def page(self, request: web.Request, state: str, nonce: str) -> str:
+        return f"{self.settings.login_url.rstrip('/')}/oauth2/auth?" + urlencode({
+            "redirect_uri": self.redirect_uri(request), "response_type": "code",
+            "client_id": self.settings.app_key, "scope": "openid", "state": state,
+            "prompt": "consent"})
+
+    async def callback(self, request: web.Request) -> NoReturn:
+        self.checked(request)
+        code = request.query.get("authCode") or request.query.get("code")
+        if not code:  # the person closed or refused DingTalk's page
+            self.failed("denied")
+        try:
+            staff, _ = await self.api.person(code)
+        except SignInRefused as e:
+            log.warning("sign in with DingTalk: %s", e)
+            self.failed(e.why)
+        except (DeliveryError, ClientError, TimeoutError, ValueError, KeyError) as e:
+            log.warning("sign in with DingTalk: %s", e)
+            self.failed("dingtalk")
+        self.signed_in(request, staff)
+
+    async def close(self, app: web.Application) -> None:
+        await self.api.close()

@@ -39,7 +39,7 @@ from typing import Any
 
 import aiohttp
 
-from executor.comfyui import outputs
+from executor.comfyui import outputs, previews
 from executor.comfyui.client import ComfyClient, OddAnswer, PromptRefused, ServerDown
 from executor.comfyui.placement import missing
 from executor.engine import Control, Run, Wanted
@@ -83,6 +83,7 @@ class Prompt:
     step_node: str = ""  # whose steps `step` counts
     heard: float = field(default_factory=time.monotonic)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    run: Run | None = None  # the job it runs (its previews are the job's)
 
 
 @dataclass
@@ -115,6 +116,7 @@ class ComfyEngine:
         self.lost: Counter = Counter()  # job id -> times the server lost its prompt
         self.session: aiohttp.ClientSession | None = None
         self.control: Control | None = None
+        self.showing: set[asyncio.Future] = set()  # previews being decoded
 
     # --- the server ----------------------------------------------------------------------
     async def start(self, control: Control) -> None:
@@ -137,6 +139,10 @@ class ComfyEngine:
             return False
         self.placement(info)
         self.uploaded.clear()  # a new server (or a restarted one) may not have them
+        with contextlib.suppress(aiohttp.ClientError, ConnectionError, RuntimeError):
+            # previews that name their prompt, not only "whatever runs now"
+            await ws.send_json({"type": "feature_flags",
+                                "data": {"supports_preview_metadata": True}})
         self.reader = asyncio.create_task(self.read(ws))
         if self.down is not None:
             log.info("ComfyUI server connected", extra={
@@ -189,13 +195,38 @@ class ComfyEngine:
         try:
             async with ws:
                 async for msg in ws:
+                    if msg.type == aiohttp.WSMsgType.BINARY:
+                        self.glimpsed(msg.data)
+                        continue
                     if msg.type != aiohttp.WSMsgType.TEXT:
-                        continue  # binary previews
+                        continue
                     with contextlib.suppress(ValueError, AttributeError, TypeError,
                                              OverflowError, RecursionError):
                         self.heard(json.loads(msg.data))
         except (aiohttp.ClientError, OSError) as e:
             log.info("ComfyUI socket closed: %s", e, extra={"server": self.url})
+
+    def glimpsed(self, data: bytes) -> None:
+        """A binary message: a preview of a prompt's image forming goes to its job's
+        watchers (decoded and made small off the event loop), when one is due."""
+        found = previews.frame(data)
+        if found is None or self.control is None:
+            return
+        if found.prompt_id is not None:
+            prompt = self.prompts.get(found.prompt_id)
+        else:  # an older server: the prompt executing now (one at a time here)
+            prompt = next((p for p in self.prompts.values() if p.node), None)
+        if prompt is None or prompt.run is None or not self.control.preview_due(prompt.run):
+            return
+        run, control, step, total = prompt.run, self.control, prompt.step, prompt.total
+
+        def show() -> None:
+            pictured = previews.picture(found.picture)
+            if pictured is not None:
+                control.preview(run, pictured, step, total)
+        task = asyncio.get_running_loop().run_in_executor(None, show)
+        self.showing.add(task)
+        task.add_done_callback(self.showing.discard)
 
     def heard(self, message: dict[str, Any]) -> None:
         """(A message of the wrong shape raises, and is dropped by `read`.)"""
@@ -272,7 +303,7 @@ class ComfyEngine:
                 raise RowFailed(f"the ComfyUI server refused the picture for {up.node}."
                                 f"{up.input}: {e}", retry=True) from None
         pid = str(uuid.uuid4())
-        state = self.prompts[pid] = Prompt(pid)
+        state = self.prompts[pid] = Prompt(pid, run=run)
         try:
             given = await self.client.post_prompt(prompt, pid, {"genbot": {
                 "job": run.id, "batch": run.batch_id, "row": run.lease.row}})

@@ -107,6 +107,7 @@ class ModelCache:
         # model -> how it waits in CPU RAM while it runs (the engine's memory plan): "model"
         # or "sequential" pipelines are offloaded by diffusers' hooks and stay so.
         self.offloads: dict[str, str] = {}
+        self.unusable: set[str] = set()  # tiny VAEs that failed to load (told once)
         import diffusers
         import transformers
         diffusers.utils.logging.disable_progress_bar()
@@ -190,6 +191,8 @@ class ModelCache:
         try:
             if info.model_type == "transformer":  # a transformer file: the rest from config
                 return self._with_transformer(info, common)
+            if info.kind == "preview":  # a tiny VAE: folders only (as TAESD is published)
+                return diffusers.AutoencoderTiny.from_pretrained(str(info.path), **common)
             if info.kind == "controlnet":
                 cls = diffusers.ControlNetModel
                 return (cls.from_single_file(str(info.path), **common, **single)
@@ -353,6 +356,19 @@ class ModelCache:
 
     def upscaler(self, name: str) -> Any:
         return self._get(name, "upscaler", {name}).obj
+
+    def preview_vae(self, model: str) -> Any:
+        """The tiny VAE that draws this checkpoint's live previews ([models] preview), or
+        None: none named, or it cannot be loaded (told once; the colours stand in)."""
+        name = self.units[model].info.entry.preview
+        if not name or name in self.unusable:
+            return None
+        try:
+            return self._get(name, "preview", {name, model}).obj
+        except ModelError as e:
+            self.unusable.add(name)
+            log.warning("live previews of %s without its tiny VAE: %s", model, e)
+            return None
 
     def use_loras(self, model: str, loras: list[dict]) -> None:
         """Switch the checkpoint's active LoRAs (loading each the first time)."""

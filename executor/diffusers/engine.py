@@ -55,7 +55,8 @@ class DiffusersEngine:
                                upscaler=s.upscaler, matting=s.matting)
         self.runner: Runner | None = None  # made by start(), with the loop's control
         self.make_runner = lambda control: Runner(self.context, control, max_batch=s.max_batch,
-                                                  on_oom=self.cache.clear)
+                                                  on_oom=self.cache.clear,
+                                                  previews=s.preview_interval > 0)
         # One thread owns the GPU; finishes run beside it (0 threads: on the GPU's own,
         # in line, as a bare loop would).
         self.gpu = ThreadPoolExecutor(1, thread_name_prefix="genbot-gpu")

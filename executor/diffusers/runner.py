@@ -106,8 +106,9 @@ def _resolve(value: Any, values: dict[str, Any]) -> Any:
 
 class Runner:
     def __init__(self, base: Context, control: Control, max_batch: int = 1,
-                 on_oom: Callable[[], None] | None = None):
+                 on_oom: Callable[[], None] | None = None, previews: bool = False):
         self.base = base
+        self.previews = previews  # [executor] preview_interval > 0: pictures while it runs
         self.control = control
         self.max_batch = max_batch
         self.on_oom = on_oom or (lambda: None)  # frees memory (the worker clears the cache)
@@ -172,7 +173,8 @@ class Runner:
         # call's list is copied to each of its jobs below.
         used = [] if batched else chunk[0].used_models
         ctx = replace(self.base, used_models=used, batch_id=chunk[0].batch_id,
-                      job=chunk[0].job, on_step=self._on_step(chunk, node.id))
+                      job=chunk[0].job, on_step=self._on_step(chunk, node.id),
+                      preview=self._on_preview(chunk) if spec.device else None)
         started = time.perf_counter()
         extra = {"batch": chunk[0].batch_id, "jobs": ids, "node": node.id, "op": node.op}
         log.info("node start", extra=extra)
@@ -239,6 +241,26 @@ class Runner:
                                                  ArithmeticError))
         log.error("job failed: %s; cause: %s: %s", r.error, type(error).__name__, error,
                   extra={**extra, "traceback": "".join(traceback.format_exception(error))})
+
+    def _on_preview(self, runs: list[JobRun]) -> Callable[[Any, Any, int, int], None] | None:
+        """Pictures of these runs forming, for those due one (none at all when the
+        executor makes no previews: nothing is decoded then)."""
+        if not self.previews:
+            return None
+
+        def preview(decode: Any, latents: Any, step: int, total: int) -> None:
+            due = [i for i, r in enumerate(runs) if self.control.preview_due(r)]
+            if not due:
+                return
+            try:
+                pictures = decode(latents)
+            except Exception as e:  # noqa: BLE001 - a preview never fails a job
+                log.info("a preview could not be made: %s: %s", type(e).__name__, e)
+                return
+            for i in due:
+                if i < len(pictures):
+                    self.control.preview(runs[i], pictures[i], step, total)
+        return preview
 
     def _on_step(self, runs: list[JobRun], node: str) -> Callable[[int, int], bool]:
         def on_step(step: int, total: int) -> bool:

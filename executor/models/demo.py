@@ -30,7 +30,8 @@ CONTROLNETS = {"canny_sd15": "sd15", "canny_sdxl": "sdxl"}
 LORAS = {"walnut": ("sd15", 1), "brushed_steel": ("sd15", 2)}  # name -> (family, seed)
 UPSCALERS = ("upscaler",)
 IP_ADAPTERS = {"ip_sd15": "sd15"}  # name -> the family whose UNet it conditions
-ALL = (*CHECKPOINTS, *CONTROLNETS, *LORAS, *UPSCALERS, *IP_ADAPTERS)
+PREVIEWS = {"taesd": "sd15"}  # tiny VAEs (live previews) -> the family whose latents they decode
+ALL = (*CHECKPOINTS, *CONTROLNETS, *LORAS, *UPSCALERS, *IP_ADAPTERS, *PREVIEWS)
 
 
 def _unet_kwargs(family: str) -> dict[str, Any]:
@@ -91,6 +92,17 @@ def build_controlnet(family: str, out: Path) -> None:
     kwargs = _unet_kwargs(family)
     ControlNetModel(in_channels=4, conditioning_embedding_out_channels=(16, 32),
                     **kwargs).save_pretrained(out)
+
+
+def build_preview_vae(out: Path) -> None:
+    """A tiny VAE (TAESD's design, diffusers' AutoencoderTiny) for the demo SD 1.5's latents:
+    4 channels, one latent per 2 px as its VAE."""
+    import torch
+    from diffusers import AutoencoderTiny
+    torch.manual_seed(16)
+    AutoencoderTiny(encoder_block_out_channels=(16, 16), decoder_block_out_channels=(16, 16),
+                    num_encoder_blocks=(1, 1), num_decoder_blocks=(1, 1),
+                    latent_channels=4).save_pretrained(out)
 
 
 def build_upscaler(out: Path) -> None:
@@ -207,6 +219,9 @@ def build(folder: Path, names: list[str] | None = None, *, force: bool = False) 
             elif name in IP_ADAPTERS:
                 family = IP_ADAPTERS[name]
                 build_ip_adapter(folder / family, tmp)
+            elif name in PREVIEWS:
+                family = PREVIEWS[name]
+                build_preview_vae(tmp)
             else:
                 family, seed = LORAS[name]
                 build_lora(folder / family, seed, tmp)

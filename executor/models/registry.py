@@ -53,7 +53,8 @@ class ModelError(Exception):
 class ModelInfo:
     name: str
     path: Path
-    kind: str  # checkpoint | controlnet | lora | upscaler | matting | ip_adapter | segmentation
+    kind: str  # checkpoint | controlnet | lora | upscaler | matting | ip_adapter |
+    #            segmentation | preview (a tiny VAE)
     family: str | None  # sd15 | sd2 | sdxl | flux | None when unknown (some LoRAs)
     single_file: bool
     entry: ModelEntry
@@ -202,12 +203,14 @@ class Registry:
                 return "controlnet", family, path
             if config.get("model_type") == "clipseg":  # (executor.models.segmentation)
                 return "segmentation", None, path
+            if config.get("_class_name") == "AutoencoderTiny":  # TAESD: live previews
+                return "preview", None, path
         if (path / LORA_FILE).is_file():
             return "lora", Registry._single_file(path / LORA_FILE, where)[1], path / LORA_FILE
         if (path / "image_encoder" / "config.json").is_file():
             return ("ip_adapter", *_ip_adapter(path, where))
-        raise ModelError(f"{where}: not a diffusers pipeline, ControlNet, LoRA, IP-Adapter or "
-                         "CLIPSeg folder")
+        raise ModelError(f"{where}: not a diffusers pipeline, ControlNet, LoRA, IP-Adapter, "
+                         "CLIPSeg or tiny VAE (AutoencoderTiny) folder")
 
     @staticmethod
     def _single_file(path: Path, where: str) -> tuple[str, str | None, str | None, str | None]:

@@ -53,6 +53,7 @@ import json
 import os
 import random
 import shutil
+import struct
 import sys
 import tempfile
 import time
@@ -420,7 +421,9 @@ class FakeComfy:
     message, exception_type, after_steps}), oom_once, drop_socket_after_steps, restart_mid_job,
     history_delay, reject_uploads (True → 400, or a status), cache, progress_state (send
     newer ComfyUI's progress_state messages), error_style ("current" or "classic"), hostile
-    (None, or one of HOSTILE: a hostile or broken server).
+    (None, or one of HOSTILE: a hostile or broken server), previews (as `--preview-method
+    auto`: a JPEG after each sampler step, as binary message 4 with its prompt to a client
+    whose feature_flags support preview metadata, else as message 1).
     Recorders: prompts, rejected, uploads, interrupts, frees, requests, sockets, messages.
     """
 
@@ -430,7 +433,7 @@ class FakeComfy:
                  drop_socket_after_steps: int | None = None, restart_mid_job: bool = False,
                  history_delay: float = 0.0, reject_uploads: bool | int = False,
                  cache: bool = True, progress_state: bool = True, error_style: str = "current",
-                 hostile: str | None = None, root: Path | None = None):
+                 hostile: str | None = None, root: Path | None = None, previews: bool = False):
         if hostile is not None and hostile not in HOSTILE:
             raise ValueError(f"hostile is one of {', '.join(HOSTILE)}")
         self.hostile = hostile
@@ -443,6 +446,9 @@ class FakeComfy:
         self.restart_mid_job = restart_mid_job
         self.history_delay, self.reject_uploads, self.cache = history_delay, reject_uploads, cache
         self.progress_state, self.error_style = progress_state, error_style
+        self.previews = previews
+        self.flags: dict[str, dict] = {}  # client id -> the feature_flags it sent
+        self.previewed = 0  # preview frames sent
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="comfyfake-")) if root is None else Path(root)
         self.dirs = {k: self.root / k for k in ("input", "output", "temp")}
@@ -582,6 +588,8 @@ class FakeComfy:
                     except ValueError:
                         data = None  # ComfyUI logs it and goes on
                     if isinstance(data, dict) and data.get("type") == "feature_flags":
+                        if isinstance(data.get("data"), dict):
+                            self.flags[sid] = data["data"]
                         await self._send("feature_flags", {"supports_preview_metadata": False,
                                                            "max_upload_size": 100 * 2**20}, sid)
                     first = False
@@ -1235,6 +1243,8 @@ class FakeComfy:
                 await self._send("progress", {"value": i, "max": count, "prompt_id": pid,
                                               "node": nid}, self._client_id)
                 await self._state(states, nid, "running", i, count, pid)
+                if self.previews:
+                    await self._preview(pid, nid, i, count)
                 await self._after_progress()
             if failure is not None:
                 raise failure
@@ -1244,6 +1254,28 @@ class FakeComfy:
         if cls in ("SaveImage", "PreviewImage"):
             return (vals["images"],), self._save(nid, cls, vals, prompt, extra)
         return self._evaluate(cls, vals), None
+
+    async def _preview(self, pid: str, nid: str, step: int, count: int) -> None:
+        """ComfyUI's previewer after a step: a JPEG (512 px at most; here 64 px, darker to
+        lighter as the steps go), with its prompt where the client said it reads that."""
+        shade = 255 * step // max(count, 1)
+        out = io.BytesIO()
+        Image.new("RGB", (64, 64), (shade, 64, 255 - shade)).save(out, "JPEG")
+        target = self._conns.get(self._client_id or "")
+        if target is None:
+            return
+        if self.flags.get(self._client_id or "", {}).get("supports_preview_metadata"):
+            meta = json.dumps({"node_id": nid, "prompt_id": pid, "display_node_id": nid,
+                               "parent_node_id": None, "real_node_id": nid,
+                               "image_type": "image/jpeg"}).encode()
+            frame = struct.pack(">II", 4, len(meta)) + meta + out.getvalue()
+        else:
+            frame = struct.pack(">II", 1, 1) + out.getvalue()
+        try:
+            await target[0].send_bytes(frame)
+            self.previewed += 1
+        except (ConnectionError, RuntimeError):
+            pass
 
     async def _after_progress(self) -> None:
         n = self.drop_socket_after_steps

@@ -54,6 +54,11 @@ class FakeDingTalk:
         self.connections = 0
         self.calls: Counter = Counter()
         self._n = itertools.count(1)
+        # Sign in with DingTalk: who scans the login page's code next (unionId, staff id in
+        # this organisation or None for someone of another one), or None: they refuse
+        self.signin: tuple[str, str | None] | None = ("union-1", "S1")
+        self.codes: dict[str, tuple[str, str | None]] = {}  # authCode -> the person, once
+        self.people: dict[str, tuple[str, str | None]] = {}  # user access token -> person
 
     async def start(self) -> FakeDingTalk:
         app = web.Application(client_max_size=64 * 2**20)
@@ -68,6 +73,10 @@ class FakeDingTalk:
         r.add_post("/v1.0/im/v1.0/robot/interactiveCards/send", self.card_send)
         r.add_put("/v1.0/im/robots/interactiveCards", self.card_update)
         r.add_post("/v1.0/gateway/connections/open", self.open_connection)
+        r.add_get("/oauth2/auth", self.login_page)
+        r.add_post("/v1.0/oauth2/userAccessToken", self.user_access_token)
+        r.add_get("/v1.0/contact/users/me", self.users_me)
+        r.add_post("/topapi/user/getbyunionid", self.by_union_id)
         r.add_get("/stream", self.stream)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
@@ -97,6 +106,56 @@ class FakeDingTalk:
         token = (request.headers.get("x-acs-dingtalk-access-token")
                  or request.query.get("access_token"))
         return token in self.tokens
+
+    # --- Sign in with DingTalk, as open.dingtalk.com documents it: the login page
+    # (login.dingtalk.com/oauth2/auth: redirect_uri, response_type=code, client_id, scope
+    # openid, state; back with authCode and state), oauth2/userAccessToken (clientId,
+    # clientSecret, code once, grantType authorization_code), contact/users/me (the user's
+    # token in x-acs-dingtalk-access-token) and topapi/user/getbyunionid (the app's token;
+    # errcode 60121 for someone not in the organisation) -------------------------------------
+    async def login_page(self, request: web.Request) -> web.StreamResponse:
+        q = request.query
+        if q.get("response_type") != "code" or q.get("client_id") != APP_KEY or \
+                "openid" not in q.get("scope", "").split() or not q.get("redirect_uri"):
+            return web.Response(status=400, text="bad oauth2/auth request")
+        target = q["redirect_uri"]
+        state = f"&state={q['state']}" if q.get("state") else ""
+        if self.signin is None:  # closed the page: DingTalk sends nobody back with a code
+            raise web.HTTPFound(f"{target}?{state.lstrip('&')}")
+        code = f"auth-{next(self._n)}"
+        self.codes[code] = self.signin
+        raise web.HTTPFound(f"{target}?authCode={code}{state}")
+
+    async def user_access_token(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.calls["userAccessToken"] += 1
+        if (body.get("clientId"), body.get("clientSecret")) != (APP_KEY, APP_SECRET):
+            return web.json_response({"code": "invalidClientIdOrSecret"}, status=400)
+        person = self.codes.pop(body.get("code", ""), None)
+        if body.get("grantType") != "authorization_code" or person is None:
+            return web.json_response({"code": "invalidParameter.authCode.notFound",
+                                      "message": "不合法的临时授权码"}, status=400)
+        token = f"user-{next(self._n)}"
+        self.people[token] = person
+        return web.json_response({"accessToken": token, "refreshToken": f"r{token}",
+                                  "expireIn": 7200})
+
+    async def users_me(self, request: web.Request) -> web.Response:
+        person = self.people.get(request.headers.get("x-acs-dingtalk-access-token", ""))
+        if person is None:
+            return web.json_response({"code": "InvalidAuthentication"}, status=401)
+        return web.json_response({"nick": f"person {person[0]}", "unionId": person[0],
+                                  "openId": f"open-{person[0]}", "stateCode": "86"})
+
+    async def by_union_id(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.json_response({"errcode": 40014, "errmsg": "不合法的access_token"})
+        union = (await request.json()).get("unionid")
+        staff = next((s for u, s in self.people.values() if u == union), None)
+        if staff is None:
+            return web.json_response({"errcode": 60121, "errmsg": "找不到该用户"})
+        return web.json_response({"errcode": 0, "errmsg": "ok",
+                                  "result": {"contact_type": 0, "userid": staff}})
 
     # --- files ----------------------------------------------------------------------------
     def give(self, name: str, data: bytes) -> str:

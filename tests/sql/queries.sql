@@ -80,11 +80,11 @@ INSERT INTO events (at, kind, batch_id, job_id, data) VALUES (?1, ?2, ?3, ?4, ?5
 -- INSERT_EVENT (postgres): 1 :at, 2 :kind, 3 :batch, 4 :job, 5 :data
 INSERT INTO events (at, kind, batch_id, job_id, data) VALUES ($1, $2, $3, $4, $5);
 
--- NOTIFY (sqlite): 1 :channel
-SELECT pg_notify(?1, '');
+-- NOTIFY (sqlite): 1 :channel, 2 :payload
+SELECT pg_notify(?1, ?2);
 
--- NOTIFY (postgres): 1 :channel
-SELECT pg_notify($1, '');
+-- NOTIFY (postgres): 1 :channel, 2 :payload
+SELECT pg_notify($1, $2);
 
 -- ANALYZE_JOBS (sqlite)
 ANALYZE jobs;

@@ -24,6 +24,7 @@ let socket = null;
 let view = null;               // the view on screen: {refresh()}
 let refreshTimer = null;
 const steps = new Map();       // job id -> {node, step, total}, from progress events
+const previews = new Map();    // job id -> its latest picture forming (a data: URL)
 
 // --- small helpers -------------------------------------------------------------------
 function rowName(j) {  // "BTL-001 · Row 2": the row as its sheet names it (the key column)
@@ -200,11 +201,21 @@ function randomKey() {
   return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-function progressBar(jobId) {
+function progressBar(jobId, onOpen) {
   const s = steps.get(jobId);
   return h("div", {class: "step", "data-progress": jobId},
+    h("img", {class: "preview", "data-preview": jobId, alt: t("forming"), src: previews.get(jobId) || null,
+      hidden: !previews.has(jobId), onclick: onOpen || null}),
     h("progress", {max: s ? s.total : 1, value: s ? s.step : 0}),
     h("span", {class: "muted", text: s ? `${t("step", s)} ${s.node || ""}` : ""}));
+}
+
+function paintPreview(jobId, picture) {  // (the lightbox's image too, while it shows a running job)
+  previews.set(jobId, picture);
+  for (const img of document.querySelectorAll(`img[data-preview="${jobId}"]`)) {
+    img.src = picture;
+    img.hidden = false;
+  }
 }
 
 function paintProgress(jobId) {
@@ -219,18 +230,25 @@ function paintProgress(jobId) {
 // --- live events ---------------------------------------------------------------------
 function connect() {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
-  const ws = new WebSocket(`${scheme}://${location.host}${API}/events?after=${seq}`);
+  const ws = new WebSocket(`${scheme}://${location.host}${API}/events?after=${seq}&previews=1`);
   socket = ws;
   ws.onopen = () => setLive(true);
   ws.onmessage = (m) => {
     const event = JSON.parse(m.data);
+    if (event.seq === 0) {  // a picture of a running job forming: not in the log
+      paintPreview(event.job_id, event.data.picture);
+      return;
+    }
     seq = Math.max(seq, event.seq);
     if (event.kind === "progress") {
       steps.set(event.job_id, event.data);
       paintProgress(event.job_id);
       return;
     }
-    if (event.job_id && !stateIs(event.kind, "working")) steps.delete(event.job_id);
+    if (event.job_id && !stateIs(event.kind, "working")) {
+      steps.delete(event.job_id);
+      previews.delete(event.job_id);
+    }
     soon();
   };
   ws.onclose = () => {
@@ -819,7 +837,7 @@ async function batchPage(main, id, params) {
         j.stars ? h("span", {class: "stars", "data-stars": j.id, "aria-label": t("stars", {count: j.stars}),
           text: " " + "★".repeat(j.stars)}) : null),
       j.review_note ? h("p", {class: "review-note", "data-note": j.id, text: j.review_note}) : null,
-      stateIs(j.status, "working") ? progressBar(j.id) : null,
+      stateIs(j.status, "working") ? progressBar(j.id, () => lightbox.show(j.id)) : null,
       j.error ? h("p", {class: "error", title: j.error, text: j.error}) : null,
       imageActions(j, lineage), lineage);
     cards.set(j.id, [state, made]);
@@ -1053,9 +1071,12 @@ async function batchPage(main, id, params) {
       if (!current) return;
       focused = id;
       zoom(false);
-      img.src = current.outputs[0];
+      img.src = current.outputs[0] || previews.get(id) || "";  // running: the picture forming
+      if (current.outputs.length) delete img.dataset.preview;
+      else img.dataset.preview = String(id);
       img.alt = rowName(current);
-      download.href = current.outputs[0];
+      download.hidden = !current.outputs.length;
+      download.href = current.outputs[0] || "";
       title.textContent = `#${current.id} · ${rowName(current)}${distinction(current) ? " · " + distinction(current) : ""}`;
       dialog.dataset.lightbox = String(id);
       dialog.querySelector("[data-before-after]").hidden = !current.parent_job_id;
@@ -1612,12 +1633,14 @@ function signInForm() {  // (drawn again in a new language: what was typed stays
   });
   document.getElementById("main").replaceChildren(form);
   input.focus();
-  const failed = new URLSearchParams(location.search).get("signin_error");  // (back from Slack)
-  if (failed && ["denied", "state", "team", "slack"].includes(failed)) note.textContent = t(`signin_${failed}`);
+  const failed = new URLSearchParams(location.search).get("signin_error");  // (back from Slack or DingTalk)
+  if (failed && ["denied", "state", "team", "slack", "dingtalk", "org"].includes(failed)) note.textContent = t(`signin_${failed}`);
   call("GET", "/dashboard/signins").then((r) => {  // a person's own sign-in, where one is set up
-    if (!r.ok || !r.data.slack || form.querySelector("[data-signin]")) return;
-    form.insertBefore(h("p", {}, h("a", {class: "button", href: "/dashboard/signin/slack",
-      "data-signin": "slack", text: t("sign_in_slack")})), form.querySelector("label"));
+    if (!r.ok || form.querySelector("[data-signin]")) return;
+    const offered = ["slack", "dingtalk"].filter((p) => r.data[p]);
+    if (!offered.length) return;
+    form.insertBefore(h("p", {class: "signins"}, ...offered.map((p) => h("a", {class: "button",
+      href: `/dashboard/signin/${p}`, "data-signin": p, text: t(`sign_in_${p}`)}))), form.querySelector("label"));
   });
 }
 

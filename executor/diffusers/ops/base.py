@@ -45,6 +45,8 @@ class Context:
     job: DiffusersJob | None = None
     used_models: list[str] = field(default_factory=list)
     on_step: Callable[[int, int], bool] | None = None  # (step, total) -> stop?
+    # (decode, latents, step, total): a picture of the image forming, where one is due
+    preview: Callable[[Callable[[Any], list[Image.Image]], Any, int, int], None] | None = None
 
     def image(self, value: Any) -> Image.Image:
         """An image input: another node's output, or a file-store path from the sheet."""

@@ -17,13 +17,16 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PIL import Image
 
 from executor.diffusers.ops.base import Context, ImageInput, OpError, op
 from templates.families import REFERENCE_FAMILIES, Profile, profile
 from templates.signatures import OPS
+
+if TYPE_CHECKING:
+    from executor.diffusers.previews import Decode
 
 SCHEDULERS = {  # sampler name -> (diffusers scheduler class, config overrides)
     "euler": ("EulerDiscreteScheduler", {}),
@@ -137,7 +140,8 @@ def generate_batch(ctx: Context, batch: list[dict[str, Any]]) -> list[Image.Imag
         # CPU generators: the same seed gives the same noise on any device.
         "generator": [torch.Generator("cpu").manual_seed(int(i["seed"])) for i in batch],
         "num_images_per_prompt": 1,
-        "callback_on_step_end": step_callback(ctx),
+        "callback_on_step_end": step_callback(ctx, preview_decoder(ctx, model, pipe, width,
+                                                                   height)),
     }
     kwargs.update(negative_prompt(runs, model, [i.get("negative") or "" for i in batch]))
 
@@ -210,7 +214,8 @@ def edit(ctx: Context, image: ImageInput, instruction: str, model: str, seed: in
         "num_inference_steps": model_steps(steps or info.steps, cache.units[model]),
         runs.cfg: guidance if guidance is not None else info.guidance,
         "generator": torch.Generator("cpu").manual_seed(int(seed)),
-        "callback_on_step_end": step_callback(ctx)}
+        "callback_on_step_end": step_callback(ctx, preview_decoder(ctx, model, pipe, width,
+                                                                   height))}
     kwargs.update({k: v[0] for k, v in negative_prompt(runs, model, [negative]).items()})
     kwargs.update(_sized(pipe, width, height))
     with _pictures_at(pipe, native):
@@ -315,15 +320,28 @@ def _transformer(pipe: Any) -> bool:
     return getattr(pipe, "transformer", None) is not None
 
 
-def step_callback(ctx: Context) -> Callable[[Any, int, Any, dict[str, Any]], dict[str, Any]]:
-    """The pipeline's step callback (callback_on_step_end): tells the job's progress, and
-    interrupts the pipeline when the job is to stop."""
+def step_callback(ctx: Context, decode: Decode | None = None
+                  ) -> Callable[[Any, int, Any, dict[str, Any]], dict[str, Any]]:
+    """The pipeline's step callback (callback_on_step_end): tells the job's progress,
+    interrupts the pipeline when the job is to stop, and pictures the latents when a
+    preview is due (`decode`: executor.diffusers.previews)."""
     def callback(pipe: Any, step: int, timestep: Any,
                  tensors: dict[str, Any]) -> dict[str, Any]:
         if ctx.on_step is not None and ctx.on_step(step + 1, pipe.num_timesteps):
             pipe._interrupt = True
+        elif ctx.preview is not None and decode is not None and "latents" in tensors:
+            ctx.preview(decode, tensors["latents"], step + 1, pipe.num_timesteps)
         return tensors
     return callback
+
+
+def preview_decoder(ctx: Context, model: str, pipe: Any, width: int, height: int
+                    ) -> Decode | None:
+    """How this call's latents become previews; None when none are wanted or possible."""
+    if ctx.preview is None:
+        return None
+    from executor.diffusers import previews
+    return previews.decoder(pipe, model, width, height, ctx.models.preview_vae(model))
 
 
 class Interrupted(Exception):

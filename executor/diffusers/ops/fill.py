@@ -23,7 +23,13 @@ import numpy as np
 from PIL import Image
 
 from executor.diffusers.ops.base import Context, ImageInput, OpError, op
-from executor.diffusers.ops.diffusion import model_steps, multiple, negative_prompt, step_callback
+from executor.diffusers.ops.diffusion import (
+    model_steps,
+    multiple,
+    negative_prompt,
+    preview_decoder,
+    step_callback,
+)
 from executor.diffusers.ops.image import inward
 from templates.families import profile
 from templates.signatures import OPS
@@ -65,7 +71,8 @@ def fill(ctx: Context, image: ImageInput, model: str, seed: int, prompt: str = "
         "num_inference_steps": model_steps(steps or info.steps, cache.units[model]),
         runs.cfg: guidance if guidance is not None else info.guidance,
         "generator": torch.Generator("cpu").manual_seed(int(seed)),
-        "callback_on_step_end": step_callback(ctx)}
+        "callback_on_step_end": step_callback(ctx, preview_decoder(ctx, model, pipe, width,
+                                                                   height))}
     kwargs.update({k: v[0] for k, v in negative_prompt(runs, model, [negative]).items()})
     made = pipe(**kwargs).images[0]
     if made.size != (width, height):  # (a pipeline that keeps its own size: resampled)
