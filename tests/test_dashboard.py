@@ -1032,3 +1032,47 @@ async def test_sign_in_with_dingtalk_is_the_staff_member_chat_knows(tmp_path, de
                 "#sign-in-error")
     finally:
         await fake.stop()
+
+
+SERIOUS = ("serious", "critical")  # axe-core's impacts a page may not have
+
+
+async def test_no_page_has_a_serious_accessibility_violation(tmp_path, demo_models, browser):
+    """axe-core (the copy axe-playwright-python bundles) on every page as a person meets
+    it — the sign-in page, then signed in as an admin: overview, jobs, gallery, a finished
+    batch, its lightbox, the submit form, webhooks — wide and at a phone's 390 px: no
+    violation of serious or critical impact (contrast, names, labels, roles)."""
+    from axe_playwright_python.base import AXE_SCRIPT
+    found: dict[str, list[str]] = {}
+
+    async def check(page, where: str) -> None:
+        results = await page.evaluate("axe.run({resultTypes: ['violations']})")
+        bad = [v for v in results["violations"] if v["impact"] in SERIOUS]
+        if bad:
+            found[where] = [f"{v['id']} ({v['impact']}): "
+                            f"{', '.join(str(n['target']) for n in v['nodes'][:3])}"
+                            for v in bad]
+    async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
+        await finished(w, PRODUCTS + "BTL-1,bottle.png,a bottle,2\nBTL-2,bottle.png,a cup,2\n")
+        for width in (1280, 390):
+            context = await browser.new_context(viewport={"width": width, "height": 844})
+            await context.add_init_script(script=AXE_SCRIPT)  # (once per page load: the app is one)
+            page = await context.new_page()
+            page.on("pageerror", lambda e: w.page_errors.append(str(e)))
+            await page.goto(f"{w.url}/dashboard/")
+            await page.wait_for_selector("#token")
+            await check(page, f"sign-in @{width}")
+            await page.fill("#token", ADMIN)
+            await page.click("#sign-in button[type=submit]")
+            await page.wait_for_selector("body[data-view]")
+            for path in ("/", "/jobs", "/gallery", "/batches/1", "/submit", "/webhooks"):
+                await page.evaluate("h => { location.hash = h; }", f"#{path}")
+                await page.wait_for_selector(f'body[data-view="{path}"]')
+                await check(page, f"{path} @{width}")
+            await page.evaluate("h => { location.hash = h; }", "#/batches/1")
+            await page.wait_for_selector('body[data-view="/batches/1"] figure.thumb a[data-open]')
+            await page.click("figure.thumb a[data-open]")
+            await page.wait_for_selector("dialog.lightbox[open]")
+            await check(page, f"lightbox @{width}")
+            await context.close()
+    assert not found, "\n".join(f"{k}: {v}" for k, v in found.items())

@@ -70,7 +70,7 @@ function isActive(status) { return vocabulary.states.some((s) => s.name === stat
 function outcomeBar(counts, total, attrs = {}) {
   const done = ended().reduce((a, s) => a + (counts[s] || 0), 0);
   return h("span", {class: "bar", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": total,
-    "aria-valuenow": done, ...attrs},
+    "aria-valuenow": done, "aria-label": `${t("progress")} ${done}/${total}`, ...attrs},
     ...ended().filter((s) => counts[s]).map((s) => {
       const segment = h("span", {class: `segment ${s}`, "data-state": s, title: `${named("states", s)} ${counts[s]}`});
       segment.style.width = `${(100 * counts[s]) / (total || 1)}%`;  // (CSSOM: the CSP allows no style attribute)
@@ -355,7 +355,7 @@ async function jobList(main, params) {
   // A virtual list: the scroller is as tall as every row, but only the rows in view exist,
   // fetched a page at a time by offset; 20,000 jobs cost what 40 rows do.
   const status = params.get("status") || "";
-  const filter = h("select", {id: "status-filter", onchange: () => {
+  const filter = h("select", {id: "status-filter", "aria-label": t("status"), onchange: () => {
     location.hash = filter.value ? `#/jobs?status=${filter.value}` : "#/jobs";
   }}, h("option", {value: "", text: t("all")}),
   ...states().map((s) => h("option", {value: s, selected: s === status, text: named("states", s)})));
@@ -1505,10 +1505,10 @@ async function webhooksPage(main, params) {
   const status = params.get("status") || "";
   const only = params.get("endpoint") || "";
   const endpoints = h("section", {class: "card", id: "endpoints"});
-  const byStatus = h("select", {id: "delivery-status", onchange: filtered},
+  const byStatus = h("select", {id: "delivery-status", "aria-label": t("status"), onchange: filtered},
     h("option", {value: "", text: t("all")}),
     ...vocabulary.deliveries.map((s) => h("option", {value: s.name, selected: s.name === status, text: s.label})));
-  const byEndpoint = h("select", {id: "delivery-endpoint", onchange: filtered});
+  const byEndpoint = h("select", {id: "delivery-endpoint", "aria-label": t("endpoint"), onchange: filtered});
   const list = h("table", {id: "deliveries"});
   const more = h("button", {id: "more-deliveries", class: "link", hidden: true, text: t("more")});
   main.replaceChildren(endpoints, h("section", {class: "card"},
