@@ -981,6 +981,7 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_none", "none"),
     N_("dash_batch_from", "{action} of job {job}, from"),
     N_("dash_kept_only", "Kept only (with all made from this batch)"),
+    N_("dash_as_grid", "As a grid (the swept values labelled)"),
     NP_("dash_ab_won", "{variant}: kept in {count} row where the other was not",
         "{variant}: kept in {count} rows where the other was not"),
     N_("dash_ab_ties", "tie (both or neither kept): {ties}"),

@@ -595,8 +595,10 @@ async def test_a_region_painted_on_the_image_is_repainted_and_a_shape_extends_it
 
 
 async def test_each_card_of_a_sweep_says_what_tells_it_apart(tmp_path, demo_models, browser):
-    """A sweep's cards of one row all read "BTL-1 · Row 2": each also says its swept value
-    (GET /jobs' `axes`), and an action's card what made it."""
+    """A sweep's cards of one row all read "BTL-1 · Row 2": each also says its swept values
+    (GET /jobs' `axes`), and an action's card what made it. "As a grid" lays the sweep out
+    as its contact sheet does — steps across, guidance down, each header a swept value —
+    and a cell's image opens in the lightbox."""
     from bot.app.application import Accepted, SubmitOptions
     from bot.app.iterate import ActionRequest
     from bot.app.permissions import Who
@@ -609,16 +611,29 @@ async def test_each_card_of_a_sweep_says_what_tells_it_apart(tmp_path, demo_mode
     async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
         done = await w.app.submit(alice, "product_main", SheetFile(
             "p.csv", b"sku,product_image,prompt\nBTL-1,bottle.png,a bottle\n"), pictures,
-            SubmitOptions(wait_for_executor=True, vary=("steps=2,3",)))
+            SubmitOptions(wait_for_executor=True, vary=("steps=2,3", "guidance=4,6")))
         assert isinstance(done, Accepted)
         jobs = await finish_all(w.app, done.batch_id)
         await w.app.act(alice, jobs[0].id, ActionRequest("vary", wait_for_executor=True))
         page = await signed_in(browser, w, ALICE, "#/batches/1")
-        await page.wait_for_selector('#thumbs figure[data-job="2"] [data-distinct="2"]')
+        await page.wait_for_selector('#thumbs figure[data-job="4"] [data-distinct="4"]')
         said = await page.eval_on_selector_all(
             "#thumbs figure", "fs => fs.map(f => f.querySelector('figcaption').textContent)")
-        assert said == ["BTL-1 · Row 2 steps=2 succeeded", "BTL-1 · Row 2 steps=3 succeeded"]
+        assert said == [f"BTL-1 · Row 2 steps={s} · guidance={g} succeeded"
+                        for s, g in ((2, 4), (2, 6), (3, 4), (3, 6))], said
+        await page.click("#sweep-grid")
+        await page.wait_for_selector("#thumbs .sweep-grid table")
+        heads = await page.eval_on_selector_all(".sweep-grid th",
+                                                "ts => ts.map(t => t.textContent)")
+        assert heads == ["", "steps=2", "steps=3", "guidance=4", "guidance=6"]
+        cell = await page.eval_on_selector(  # down guidance=6, across steps=3: job 4
+            ".sweep-grid tbody tr:nth-child(2) td:nth-child(3) figure", "f => f.dataset.job")
+        assert cell == "4" and await page.text_content(".sweep-grid h3") == "BTL-1 · Row 2"
         await page.screenshot(path=str(tmp_path / "sweep.png"))
+        await page.click(".sweep-grid tbody tr:nth-child(2) td:nth-child(3) a[data-open]")
+        await page.wait_for_selector('dialog.lightbox[data-lightbox="4"]')
+        assert "steps=3 · guidance=6" in await page.text_content("dialog.lightbox .title")
+        await page.keyboard.press("Escape")
         await page.goto(f"{w.url}/dashboard/#/batches/2")
         await page.wait_for_selector('#thumbs figure [data-distinct]')
         assert "Vary" in await page.text_content("#thumbs figure [data-distinct]")

@@ -31,9 +31,10 @@ function rowName(j) {  // "BTL-001 · Row 2": the row as its sheet names it (the
   return j.key ? `${j.key} · ${t("row")} ${j.row}` : `${t("row")} ${j.row}`;
 }
 
+function axisLabel(k, v) { return k === "variant" ? String(v) : `${k}=${Array.isArray(v) ? v.join("x") : v}`; }
+
 function distinction(j) {  // what tells a card from its row's others: "steps=30 · B", "✨ Vary"
-  const axes = Object.entries(j.axes || {}).map(([k, v]) => k === "variant" ? String(v)
-    : `${k}=${Array.isArray(v) ? v.join("x") : v}`);
+  const axes = Object.entries(j.axes || {}).map(([k, v]) => axisLabel(k, v));
   if (j.action) axes.push(verb(j.action));
   return axes.join(" · ");
 }
@@ -805,6 +806,8 @@ async function actWith(j, body, where = null) {  // an action on j's image; then
 
 async function batchPage(main, id, params) {
   const keptOnly = params.get("kept") === "1";  // the picks: kept images of it and all made from it
+  const gridView = params.get("grid") === "1";  // a sweep as its labelled grids (bot/app/grids.py)
+  let sweep = null;                              // the batch's sweep: {axes, grid, seeds}
   const head = h("div", {class: "card batch-head"});
   const grid = h("div", {class: "grid", id: "thumbs"});
   const more = h("button", {class: "link", hidden: true, text: t("load_more")});
@@ -1258,13 +1261,45 @@ async function batchPage(main, id, params) {
       if (!r.ok) return failure(r);
       jobs.push(...r.data.jobs);
     }
-    grid.replaceChildren(...jobs.reverse().map(card));  // unchanged cards move, not reload
+    jobs.reverse();
+    if (gridView && sweep) grid.replaceChildren(...sweepGrids(jobs));
+    else grid.replaceChildren(...jobs.map(card));  // unchanged cards move, not reload
     more.hidden = shown >= total;
+  }
+  // A sweep's grids, as the contact sheet lays them out: one per row (and per value of any
+  // axis beyond two), the grid's first axis across and its second down, each header the
+  // swept value; each cell the image's card (review keys, the lightbox, its buttons).
+  function sweepGrids(jobs) {
+    const chosen = (sweep.grid && sweep.grid.length ? sweep.grid : sweep.axes) || [];
+    const [across, down] = chosen.length ? [chosen[0], chosen[1] || null]
+      : (sweep.seeds || 1) > 1 ? ["seed", null] : [null, null];
+    const grids = new Map();
+    for (const j of jobs) {
+      const axes = j.axes || {};
+      const rest = Object.entries(axes).filter(([k]) => k !== across && k !== down);
+      const key = `${j.row} ${JSON.stringify(rest)}`;
+      if (!grids.has(key)) grids.set(key, {j, rest, xs: [], ys: [], cells: new Map()});
+      const g = grids.get(key);
+      const at = (list, v) => { const s = JSON.stringify(v); if (!list.includes(s)) list.push(s); return list.indexOf(s); };
+      g.cells.set(`${across ? at(g.xs, axes[across]) : 0} ${down ? at(g.ys, axes[down]) : 0}`, j);
+    }
+    return [...grids.values()].map((g) => h("section", {class: "sweep-grid", "data-grid-row": g.j.row},
+      h("h3", {text: [rowName(g.j), ...g.rest.map(([k, v]) => axisLabel(k, v))].join(" · ")}),
+      h("table", {},
+        h("thead", {}, h("tr", {}, h("th", {}), ...(g.xs.length ? g.xs : ["null"]).map((x) =>
+          h("th", {scope: "col", text: across ? axisLabel(across, JSON.parse(x)) : ""})))),
+        h("tbody", {}, ...(g.ys.length ? g.ys : ["null"]).map((y, yi) => h("tr", {},
+          h("th", {scope: "row", text: down ? axisLabel(down, JSON.parse(y)) : ""}),
+          ...(g.xs.length ? g.xs : ["null"]).map((_, xi) => {
+            const j = g.cells.get(`${xi} ${yi}`);
+            return h("td", {}, j ? card(j) : null);
+          })))))));
   }
   async function refresh() {
     const r = await call("GET", `${API}/batches/${id}`);
     if (!r.ok) return failure(r);
     const b = r.data;
+    sweep = b.meta.sweep || null;
     const active = states().filter(isActive).reduce((a, s) => a + (b.counts[s] || 0), 0);
     const pickFiles = keptOnly ? h("span", {id: "pick-files"}) : null;
     const tallied = b.meta.compare ? h("ul", {id: "ab-tally", class: "muted"}) : null;
@@ -1307,6 +1342,9 @@ async function batchPage(main, id, params) {
         h("label", {}, h("input", {type: "checkbox", id: "kept-only", checked: keptOnly,
           onchange: (e) => { location.hash = `#/batches/${id}${e.target.checked ? "?kept=1" : ""}`; }}),
           ` ${t("kept_only")}`),
+        sweep && !keptOnly ? h("label", {}, h("input", {type: "checkbox", id: "sweep-grid", checked: gridView,
+          onchange: (e) => { location.hash = `#/batches/${id}${e.target.checked ? "?grid=1" : ""}`; }}),
+          ` ${t("as_grid")}`) : null,
         pickFiles),
       review, tallied].filter((part) => part));
     if (tallied) await tally(tallied);
