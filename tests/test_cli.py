@@ -409,7 +409,7 @@ async def finished_row(w) -> int:
 
 async def test_genbot_job_again_keep_and_lineage_talk_to_the_api(tmp_path, demo_models, capsys):
     from bot.app.permissions import Who
-    from tests.fakes.api import ALICE, BOB, ApiWorld, api_config
+    from tests.fakes.api import ADMIN, ALICE, BOB, ApiWorld, api_config
 
     async with ApiWorld(api_config(tmp_path, demo_models)) as w:
         parent = await finished_row(w)
@@ -464,6 +464,13 @@ async def test_genbot_job_again_keep_and_lineage_talk_to_the_api(tmp_path, demo_
             "--token", ALICE])
         out, err = capsys.readouterr()
         assert code == 0 and out.startswith("batch 3: 12 product_main@1 jobs"), out + err
+        # admins reorder what waits: a batch's jobs, one job; others are refused
+        assert (await genbot("move", "b3", "back", token=ADMIN))[1] == \
+            "batch 3: 12 waiting jobs moved to the back\n"
+        assert (await genbot("move", "5", "front", token=ADMIN))[1] == \
+            "job 5: 1 waiting job moved to the front\n"
+        code, out, err = await genbot("move", "b3", "front")
+        assert code == 1 and not out and "admin" in err, err
         # an instruction: the image itself changed on an edit model
         code, out, err = await genbot("edit", str(parent), "--instruction", "把背景换成海滩",
                                       "--model", "flux_kontext")

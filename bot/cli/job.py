@@ -26,6 +26,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from bot.app.application import MOVES
 from bot.cli.client import (
     TOKEN_EXIT,
     add_server_options,
@@ -80,7 +81,8 @@ TAKES: dict[str, Callable[[argparse.ArgumentParser], Any]] = {  # what an action
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     job = subparsers.add_parser("job", help="act on a finished image over the API: "
-                                + ", ".join([*ACTIONS, "keep", "lineage", "review", "signoff"]))
+                                + ", ".join([*ACTIONS, "keep", "lineage", "review", "signoff",
+                                             "move"]))
     actions = job.add_subparsers(dest="job", required=True, metavar="ACTION")
 
     def sub(name: str, help_: str, ident: Callable[[str], Any] = int, metavar: str = "ID",
@@ -119,6 +121,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     stars.set_defaults(func=cmd_stars)
     sub("signoff", "sign a batch off once every image of it is reviewed", metavar="BATCH",
         about="the batch").set_defaults(func=cmd_signoff)
+    move = sub("move", "admins: a waiting job, or a batch's waiting jobs, to the front or the "
+               "back of their submitter's turns (docs/queue.md, fairness)", job_or_batch,
+               "ID|bBATCH", "the job, or bBATCH: every waiting job of that batch")
+    move.add_argument("to", choices=MOVES)
+    move.set_defaults(func=cmd_move)
 
 
 def job_or_batch(text: str) -> tuple[str, int]:
@@ -229,6 +236,22 @@ def cmd_stars(args: argparse.Namespace) -> int:
         print(f"job {job['id']}: {'★' * (job['stars'] or 0) or 'no grade'}")
         return 0
     return _run(args, stars)
+
+
+def cmd_move(args: argparse.Namespace) -> int:
+    kind, ident = args.id
+    noun = "batch" if kind == "kept" else "job"  # (bBATCH here: the batch itself)
+
+    async def move(http: aiohttp.ClientSession) -> int:
+        where = f"/batches/{ident}" if noun == "batch" else f"/jobs/{ident}"
+        done, failed = await _asked(http, "POST", f"{where}/move", {"to": args.to})
+        if failed is not None:
+            return failed
+        n = done["moved"]
+        print(f"{noun} {ident}: {n} waiting "
+              f"job{'' if n == 1 else 's'} moved to the {args.to}")
+        return 0
+    return _run(args, move)
 
 
 def cmd_signoff(args: argparse.Namespace) -> int:
