@@ -4,7 +4,7 @@ on the demo models; a service listens to every preview (storage.previews), as a
 dashboard's would. Prints figures and ratios; asserts nothing. Record results in
 docs/benchmarks.md.
 
-  python bench/preview_bench.py [--steps 40] [--size 128] [--rounds 3] [--interval 0.5]
+  python bench/preview_bench.py [--steps 30] [--size 64] [--rounds 3] [--interval 0.5]
                                 [--demo-models DIR] [--smoke]
 
 Per model (sd15 draws its previews with its tiny VAE, the demo TAESD; flux with colours
@@ -86,8 +86,8 @@ async def one_round(data: Path, model: str, interval: float, steps: int, size: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--size", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument("--models", default="sd15,flux")

@@ -268,7 +268,7 @@ async def test_a_comfyui_servers_own_previews_reach_the_watchers_of_its_job(
     pictures of that job, throttled; a malformed frame is dropped, not a failure."""
     from executor.comfyui import previews as comfy_previews
     from tests.fakes.comfyui import FakeComfy
-    from tests.test_comfy_worker import Rig
+    from tests.fakes.executor import Rig
     heard: list[Glimpse] = []
     async with FakeComfy(previews=True, step_delay=0.05) as comfy:
         if not metadata:  # an older server: it does not read the client's feature flags

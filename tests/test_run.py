@@ -65,7 +65,8 @@ def test_a_newcomers_first_run_from_any_folder_says_what_the_executor_is_doing(t
     assert lines[1] == "注意：演示模型（sdxl）——生成的图是噪点；真实模型见 genbot docs models"
     assert "[------------------------------] 0/2 · 正在生成演示模型：sd15, sdxl, " \
         "canny_sd15, canny_sdxl, walnut, brushed_steel, upscaler, ip_sd15, flux, " \
-        "flux_kontext, flux_fill, flux2, qwen_image, qwen_image_edit, zimage, sd3" in lines
+        "flux_kontext, flux_fill, flux2, qwen_image, qwen_image_edit, zimage, sd3, " \
+        "taesd" in lines
     assert lines[-3].startswith("由本命令的执行器在本机生成（")
     assert lines[-2] == f"2 张图片，位于 {tmp_path / 'data' / 'outputs' / 'batch_1'}"
 

@@ -25,13 +25,12 @@ import time
 from typing import NoReturn
 from urllib.parse import urlencode, urlsplit
 
-from aiohttp import ClientError, web
+import aiohttp
+from aiohttp import web
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.oauth import OpenIDConnectAuthorizeUrlGenerator
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.chat.dingtalk.api import DingTalkAPI, SignInRefused
-from bot.chat.platform import DeliveryError
 from bot.settings import ApiConfig, DingTalkConfig, SlackConfig
 from bot.web.sessions import Sessions
 from storage.config import Config
@@ -143,15 +142,21 @@ class SlackSignIn(SignIn):
         self.signed_in(request, str(user))
 
 
+class Refused(Exception):
+    """A sign-in the platform did not confirm: `why` is the sign-in page's word for it."""
+
+    def __init__(self, why: str, detail: str):
+        super().__init__(detail)
+        self.why = why
+
+
 class DingTalkSignIn(SignIn):
     platform = "dingtalk"
 
     def __init__(self, config: Config, sessions: Sessions):
         super().__init__(config, sessions)
-        self.settings = d = config[DingTalkConfig]
-        self.api = DingTalkAPI(app_key=d.app_key, app_secret=d.app_secret,
-                               robot_code=d.robot_code or d.app_key, api_url=d.api_url,
-                               oapi_url=d.oapi_url)
+        self.settings = config[DingTalkConfig]
+        self.http: aiohttp.ClientSession | None = None
 
     def page(self, request: web.Request, state: str, nonce: str) -> str:
         return f"{self.settings.login_url.rstrip('/')}/oauth2/auth?" + urlencode({
@@ -165,14 +170,52 @@ class DingTalkSignIn(SignIn):
         if not code:  # the person closed or refused DingTalk's page
             self.failed("denied")
         try:
-            staff, _ = await self.api.person(code)
-        except SignInRefused as e:
+            staff = await self.staff_id(code)
+        except Refused as e:
             log.warning("sign in with DingTalk: %s", e)
             self.failed(e.why)
-        except (DeliveryError, ClientError, TimeoutError, ValueError, KeyError) as e:
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             log.warning("sign in with DingTalk: %s", e)
             self.failed("dingtalk")
         self.signed_in(request, staff)
 
+    async def staff_id(self, auth_code: str) -> str:
+        """Who signed in on DingTalk's login page, as chat knows them: the code traded for
+        their token (oauth2/userAccessToken), their unionId read (contact/users/me) and
+        looked up with the app's own token (oauth2/accessToken) in its organisation
+        (topapi/user/getbyunionid). (Sign-ins are rare: nothing is cached.)"""
+        d = self.settings
+        if self.http is None:
+            self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        api, oapi = d.api_url.rstrip("/"), d.oapi_url.rstrip("/")
+
+        async def answer(r: aiohttp.ClientResponse, step: str, wanted: str) -> dict:
+            body = await r.json(content_type=None)
+            if r.status != 200 or not isinstance(body, dict) or not body.get(wanted):
+                raise Refused("dingtalk", f"{step}: HTTP {r.status} "
+                              f"{body.get('code', '') if isinstance(body, dict) else ''}")
+            return body
+        async with self.http.post(f"{api}/v1.0/oauth2/userAccessToken", json={
+                "clientId": d.app_key, "clientSecret": d.app_secret, "code": auth_code,
+                "grantType": "authorization_code"}) as r:
+            user_token = (await answer(r, "userAccessToken", "accessToken"))["accessToken"]
+        async with self.http.get(f"{api}/v1.0/contact/users/me", headers={
+                "x-acs-dingtalk-access-token": user_token}) as r:
+            union = (await answer(r, "contact/users/me", "unionId"))["unionId"]
+        async with self.http.post(f"{api}/v1.0/oauth2/accessToken", json={
+                "appKey": d.app_key, "appSecret": d.app_secret}) as r:
+            app_token = (await answer(r, "oauth2/accessToken", "accessToken"))["accessToken"]
+        async with self.http.post(f"{oapi}/topapi/user/getbyunionid",
+                                  params={"access_token": app_token},
+                                  json={"unionid": union}) as r:
+            found = await r.json(content_type=None)
+        found = found if isinstance(found, dict) else {}
+        result = found.get("result") if found.get("errcode") == 0 else None
+        staff = result.get("userid") if isinstance(result, dict) else None
+        if not staff:  # 60121: nobody of that unionId in this app's organisation
+            raise Refused("org", f"getbyunionid: {found.get('errcode')} {found.get('errmsg')}")
+        return str(staff)
+
     async def close(self, app: web.Application) -> None:
-        await self.api.close()
+        if self.http is not None:
+            await self.http.close()

@@ -78,33 +78,6 @@ class DingTalkAPI:
                                r.headers.get("Retry-After"))
         raise DeliveryError("the access token was refused twice")
 
-    # --- a person's sign-in (the dashboard's "Sign in with DingTalk") -----------------
-    async def person(self, auth_code: str) -> tuple[str, str]:
-        """(staff id, nick) of whoever signed in on DingTalk's login page: the code traded
-        for their token (oauth2/userAccessToken), their unionId read (contact/users/me)
-        and looked up in this app's organisation (topapi/user/getbyunionid) — the staff id
-        is who they are in chat. Raises SignInRefused saying why."""
-        async with self.session.post(f"{self.api_url}/v1.0/oauth2/userAccessToken", json={
-                "clientId": self.app_key, "clientSecret": self.app_secret, "code": auth_code,
-                "grantType": "authorization_code"}) as r:
-            body = await r.json(content_type=None) or {}
-            if r.status != 200 or not body.get("accessToken"):
-                raise SignInRefused("dingtalk", f"userAccessToken: HTTP {r.status} "
-                                    f"{body.get('code') or ''}")
-        async with self.session.get(f"{self.api_url}/v1.0/contact/users/me", headers={
-                "x-acs-dingtalk-access-token": body["accessToken"]}) as r:
-            me = await r.json(content_type=None) or {}
-            if r.status != 200 or not me.get("unionId"):
-                raise SignInRefused("dingtalk", f"contact/users/me: HTTP {r.status}")
-        async with self.session.post(f"{self.oapi_url}/topapi/user/getbyunionid", params={
-                "access_token": await self.token()}, json={"unionid": me["unionId"]}) as r:
-            found = await r.json(content_type=None) or {}
-        staff = (found.get("result") or {}).get("userid") if found.get("errcode") == 0 else None
-        if not staff:  # 60121: no such person in this app's organisation
-            raise SignInRefused("org", f"getbyunionid: {found.get('errcode')} "
-                                f"{found.get('errmsg') or ''}")
-        return str(staff), str(me.get("nick") or "")
-
     async def download(self, download_code: str, *, max_bytes: int) -> bytes:
         """A file someone sent the robot: downloadCode -> a temporary URL -> its bytes."""
         try:
@@ -182,14 +155,6 @@ class DingTalkAPI:
         await self.call("POST", "/v1.0/im/v1.0/robot/interactiveCards/send", {
             "cardTemplateId": template, "cardBizId": card_id, "robotCode": self.robot_code,
             "cardData": json.dumps(data), **where})
-
-
-class SignInRefused(Exception):
-    """A sign-in DingTalk did not confirm: `why` is the sign-in page's word for it."""
-
-    def __init__(self, why: str, detail: str):
-        super().__init__(detail)
-        self.why = why
 
 
 def _refusal(status: int, code: str | None, message: str | None, retry_after: str | None,
