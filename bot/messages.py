@@ -857,6 +857,8 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_created", "Created"),
     N_("dash_progress", "Progress"),
     N_("dash_row", "Row"),
+    N_("dash_version", "Version"),
+    N_("dash_axis", "Swept value (steps=30, variant=B)"),
     N_("dash_status", "Status"),
     N_("dash_job", "Job"),
     N_("dash_enqueued", "Queued at"),

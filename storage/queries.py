@@ -38,10 +38,16 @@ _DIALECT = {
         # Without statistics SQLite prefers the index that yields turn order and walks
         # the whole class; this one finds a submitter's jobs for a model directly.
         "{by_submitter}": "INDEXED BY jobs_queued_by_submitter",
+        # a swept value of a job (its workflow's axes), as text; the template version of
+        # a batch (its meta's)
+        "{axis_value}": "CAST(json_extract(workflow, '$.axes.' || json_quote(:axis)) AS TEXT)",
+        "{batch_version}": "CAST(json_extract(b.meta, '$.version') AS INTEGER)",
     },
     "postgres": {
         "{skip_locked}": "FOR UPDATE SKIP LOCKED",
         "{by_submitter}": "",
+        "{axis_value}": "(workflow -> 'axes' ->> CAST(:axis AS TEXT))",
+        "{batch_version}": "CAST(b.meta ->> 'version' AS INTEGER)",
     },
 }
 
@@ -651,6 +657,10 @@ WHERE (CAST(:before AS BIGINT) IS NULL OR id < :before)
   AND (CAST(:model AS TEXT) IS NULL OR affinity = :model)
   AND (CAST(:template AS TEXT) IS NULL
        OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = :template))
+  AND (CAST(:version AS BIGINT) IS NULL
+       OR batch_id IN (SELECT b.id FROM batches b WHERE {batch_version} = :version))
+  AND (CAST(:row AS BIGINT) IS NULL OR row = :row)
+  AND (CAST(:axis AS TEXT) IS NULL OR {axis_value} IN ({json_list(:axis_values)}))
 ORDER BY id DESC LIMIT :limit OFFSET :offset"""
 
 COUNT_JOBS = """
@@ -662,7 +672,11 @@ WHERE (CAST(:batch AS BIGINT) IS NULL OR batch_id = :batch)
   AND (CAST(:stars AS INTEGER) IS NULL OR COALESCE(stars, 0) >= :stars)
   AND (CAST(:model AS TEXT) IS NULL OR affinity = :model)
   AND (CAST(:template AS TEXT) IS NULL
-       OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = :template))"""
+       OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = :template))
+  AND (CAST(:version AS BIGINT) IS NULL
+       OR batch_id IN (SELECT b.id FROM batches b WHERE {batch_version} = :version))
+  AND (CAST(:row AS BIGINT) IS NULL OR row = :row)
+  AND (CAST(:axis AS TEXT) IS NULL OR {axis_value} IN ({json_list(:axis_values)}))"""
 
 # The dashboard's and the API's batch list: newest first, then their jobs counted.
 PAGE_BATCHES = """

@@ -7,6 +7,8 @@ storage.queue's, whose `Queue` reads through this base. The SQL is storage.queri
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -47,6 +49,37 @@ def _rating(rating: Rating | None) -> int | None:
         raise ValueError(f"a rating filter is one of {', '.join(RATING_FILTERS)}, "
                          f"not {rating!r}")
     return RATING_FILTERS[rating]
+
+
+def job_filters(*, batch: int | None = None, status: str | None = None,
+                submitter: str | None = None, rating: Rating | None = None,
+                stars: int | None = None, model: str | None = None,
+                template: str | None = None, version: int | None = None,
+                row: int | None = None, axis: tuple[str, str] | None = None) -> dict[str, Any]:
+    """What a job list may be narrowed to, as its SQL's parameters: `rating` images in that
+    review state; `stars` graded at least that; `model` run on it; `template` and `version`
+    its batch's; `row` the sheet's row; `axis` (key, value) a swept value (a sweep's
+    `steps`, an A/B comparison's `variant`), a number matching however it was written
+    (6, 6.0)."""
+    key, value = axis if axis is not None else (None, None)
+    return {"batch": batch, "status": status, "submitter": submitter,
+            "rating": _rating(rating), "stars": stars, "model": model, "template": template,
+            "version": version, "row": row, "axis": key,
+            "axis_values": json.dumps(_spellings(value) if value is not None else [])}
+
+
+def _spellings(value: str) -> list[str]:
+    """A value as a job's axes may hold it, as text: "6" is also 6.0, "6.0" also 6."""
+    found = [value]
+    try:
+        number = float(value)
+    except ValueError:
+        return found
+    if math.isfinite(number):
+        found.append(repr(number))
+        if number.is_integer():
+            found.append(str(int(number)))
+    return found
 
 
 @dataclass(frozen=True)
@@ -145,31 +178,19 @@ class QueueReads:
         return [r["id"] for r in await self.db.fetch(q.BATCHES_OF, {"submitter": submitter,
                                                                     "after": after})]
 
-    async def page_jobs(self, *, before: int | None = None, batch: int | None = None,
-                        status: str | None = None, submitter: str | None = None,
-                        rating: Rating | None = None, stars: int | None = None,
-                        model: str | None = None, template: str | None = None,
-                        limit: int = 100, offset: int = 0) -> list[Job]:
-        """Jobs newest first, filtered: those with an id below `before` (a cursor, for
-        scripts walking everything), or from `offset` on (for a view that jumps about).
-        `rating`: only images in that review state; `stars`: graded at least that;
-        `model`: run on it; `template`: its batch's."""
-        rows = await self.db.fetch(q.PAGE_JOBS, {"before": before, "batch": batch,
-                                                 "status": status, "submitter": submitter,
-                                                 "rating": _rating(rating), "stars": stars,
-                                                 "model": model, "template": template,
-                                                 "limit": limit, "offset": offset})
+    async def page_jobs(self, *, before: int | None = None, limit: int = 100,
+                        offset: int = 0, **filters: Any) -> list[Job]:
+        """Jobs newest first, filtered (`job_filters`): those with an id below `before` (a
+        cursor, for scripts walking everything), or from `offset` on (for a view that
+        jumps about)."""
+        rows = await self.db.fetch(q.for_dialect(q.PAGE_JOBS, self.db.dialect), {
+            "before": before, "limit": limit, "offset": offset, **job_filters(**filters)})
         return [Job.from_row(r) for r in rows]
 
-    async def count_jobs(self, *, batch: int | None = None, status: str | None = None,
-                         submitter: str | None = None, rating: Rating | None = None,
-                         stars: int | None = None, model: str | None = None,
-                         template: str | None = None) -> int:
+    async def count_jobs(self, **filters: Any) -> int:
         """How many jobs page_jobs would walk through, with the same filters."""
-        return await self.db.fetchval(q.COUNT_JOBS, {"batch": batch, "status": status,
-                                                     "submitter": submitter,
-                                                     "rating": _rating(rating), "stars": stars,
-                                                     "model": model, "template": template})
+        return await self.db.fetchval(q.for_dialect(q.COUNT_JOBS, self.db.dialect),
+                                      job_filters(**filters))
 
     async def review_counts(self, batch_id: int) -> ReviewCounts:
         """A batch's images by review, and how many of its jobs have not ended."""

@@ -129,6 +129,14 @@ async def test_actions_ratings_lineage_and_picks_through_the_api(api):
     assert (await api.call("GET", "/jobs?rating=rejected", VIEWER))[1]["jobs"] == []
     status, answer = await api.call("GET", "/jobs?rating=loved", VIEWER)
     assert (status, answer["error"]["code"]) == (400, "bad_query")
+    # … by the sheet's row and the template version (a swept value: tests/test_queue.py)
+    status, listed = await api.call("GET", f"/jobs?row={second.row}&version=1&offset=0", VIEWER)
+    assert second.id in [j["id"] for j in listed["jobs"]] and first.id not in \
+        [j["id"] for j in listed["jobs"]] and listed["total"] == len(listed["jobs"])
+    assert (await api.call("GET", "/jobs?version=99", VIEWER))[1]["jobs"] == []
+    for bad in ("axis=steps", "axis==3", "row=two"):
+        status, answer = await api.call("GET", f"/jobs?{bad}", VIEWER)
+        assert (status, answer["error"]["code"]) == (400, "bad_query"), bad
 
     # Lineage, both ways.
     (grandchild, _) = await finish_all(api.app, again["batch"])

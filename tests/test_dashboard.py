@@ -40,9 +40,9 @@ PRODUCTS = "sku,product_image,prompt,steps\n"  # product_main's columns, a sheet
 
 
 async def finished(w: ServiceWorld, sheet: str, template: str = "product_main",
-                   user: str = "alice") -> list:
-    """A batch of `sheet` submitted as api:USER (its pictures: the bottle) and finished
-    as an executor would (no GPU): its jobs."""
+                   user: str = "alice", **options) -> list:
+    """A batch of `sheet` submitted as api:USER (its pictures: the bottle; `options`: more
+    SubmitOptions, a sweep's `vary`) and finished as an executor would (no GPU): its jobs."""
     from bot.app.application import Accepted, SubmitOptions
     from bot.app.permissions import Who
     from bot.intake.check import SheetFile
@@ -52,7 +52,7 @@ async def finished(w: ServiceWorld, sheet: str, template: str = "product_main",
 
     done = await w.app.submit(Who("api", user, "api"), template,
                               SheetFile("s.csv", sheet.encode()), pictures,
-                              SubmitOptions(wait_for_executor=True))
+                              SubmitOptions(wait_for_executor=True, **options))
     assert isinstance(done, Accepted)
     return await finish_all(w.app, done.batch_id)
 
@@ -957,6 +957,22 @@ async def test_the_gallery_spans_batches_filters_and_reviews_by_keys(tmp_path, d
             "() => document.querySelector('#gallery-stars').value === '4'"
             " && document.querySelector('#gallery-count').textContent === '1 image'")
         assert await page.get_attribute("#gallery figure.tile", "data-job") == str(older)
+        # a swept value on a card shows its like across batches; the row and version too
+        swept = await finished(w, PRODUCTS + "BTL-X,bottle.png,a bottle,4\n",
+                               vary=("steps=2,3",))
+        await page.goto(f"{w.url}/dashboard/#/gallery?template=product_main")
+        await page.wait_for_function(
+            "() => document.querySelector('#gallery-count').textContent === '202 images'")
+        await page.click('#gallery a[data-axis="steps=3"]')
+        await page.wait_for_function(
+            "() => document.querySelector('#gallery-axis').value === 'steps=3'"
+            " && document.querySelector('#gallery-count').textContent === '1 image'")
+        assert await page.get_attribute("#gallery figure.tile", "data-job") == str(swept[1].id)
+        assert await page.input_value("#gallery-template") == "product_main"  # kept
+        await page.goto(f"{w.url}/dashboard/#/gallery?row=3&version=1")
+        await page.wait_for_function(
+            "() => document.querySelector('#gallery-row').value === '3'"
+            " && document.querySelector('#gallery-count').textContent === '2 images'")
         await page.screenshot(path=str(tmp_path / "gallery.png"))
 
 

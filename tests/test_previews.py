@@ -176,11 +176,14 @@ def slow_steps(monkeypatch):
 
 @pytest.mark.parametrize("model", ["sd15", "flux"])
 async def test_the_executor_previews_each_running_job_throttled_and_stores_none(
-        tmp_path, demo_models, slow_steps, model):
+        tmp_path, demo_models, slow_steps, model, monkeypatch):
     """Two jobs in one micro-batch, 12 steps of 0.1 s, previews at most every 0.3 s: each
     job's pictures arrive in step order, a few per job (not one per step), 64 px WebP
     pictures of it; the event log has its progress and no picture. sd15 draws them with its
-    tiny VAE, FLUX with the colours of its own VAE."""
+    tiny VAE, FLUX with the colours of its own VAE. (The share of a call's time previews
+    may take is lifted here: the interval is what is tested.)"""
+    from executor.diffusers import runner
+    monkeypatch.setattr(runner, "PREVIEW_SHARE", 1.0)
     config = executor_config(tmp_path / "data", demo_models,
                              executor={"preview_interval": 0.3, "max_batch": 2})
     heard: list[Glimpse] = []
@@ -205,6 +208,27 @@ async def test_the_executor_previews_each_running_job_throttled_and_stores_none(
             assert im.format == "WEBP" and im.size == (64, 64)
     assert {e.kind for e in events} >= {"progress", "succeeded"}
     assert not any("picture" in json.dumps(e.data) for e in events)
+
+
+async def test_previews_take_no_more_than_their_share_of_a_call(tmp_path, demo_models,
+                                                                 slow_steps, monkeypatch):
+    """Where decoding is dear next to a step, previews come less often than the interval
+    allows: past their share of the call's time, steps go without. At a share of nothing,
+    only the first step's picture is made."""
+    from executor.diffusers import runner
+    monkeypatch.setattr(runner, "PREVIEW_SHARE", 1e-9)
+    config = executor_config(tmp_path / "data", demo_models, executor={"preview_interval": 0.05})
+    heard: list[Glimpse] = []
+    service = await open_queue(config)
+    await service.previews.listen(heard.append)
+    try:
+        base = (await example_jobs(config, "product_main"))[0]
+        async with Harness(config) as h:
+            (done,) = await h.run("product_main", [with_generate(base, steps=8)])
+        await asyncio.sleep(0.2)
+    finally:
+        await service.close()
+    assert done.status == "succeeded" and [g.step for g in heard] == [1]
 
 
 async def test_no_previews_are_made_when_they_are_off(tmp_path, demo_models, monkeypatch):

@@ -467,6 +467,35 @@ async def test_positions_counts_eta_and_progress(queue, clock):
     assert await queue.batch_progress(999) is None
 
 
+async def test_jobs_are_found_by_row_swept_value_and_template_version(queue):
+    """A gallery's narrower filters: the sheet's row, a swept value (a number however it
+    was typed: 6, 6.0; a comparison's side), the template version the batch ran."""
+    def swept(row: int, steps: int, guidance: float, variant: str) -> NewJob:
+        return NewJob(row, {"axes": {"steps": steps, "guidance": guidance,
+                                     "variant": variant}})
+    v1 = await queue.enqueue(Submission("t", "alice", [swept(2, 20, 6.0, "A"),
+                                                       swept(3, 30, 7.5, "B")],
+                                        meta={"version": 1}))
+    v2 = await queue.enqueue(Submission("t", "alice", [swept(2, 20, 6.0, "B")],
+                                        meta={"version": 2}))
+    a, b = (j.id for j in await queue.batch_jobs(v1.batch_id))
+    (c,) = (j.id for j in await queue.batch_jobs(v2.batch_id))
+
+    async def found(**filters) -> list[int]:
+        jobs = sorted(j.id for j in await queue.page_jobs(**filters))
+        assert await queue.count_jobs(**filters) == len(jobs)
+        return jobs
+    assert await found(row=2) == [a, c]
+    assert await found(axis=("steps", "20")) == [a, c]
+    assert await found(axis=("guidance", "6")) == await found(axis=("guidance", "6.0")) == [a, c]
+    assert await found(axis=("guidance", "7.5")) == [b]
+    assert await found(axis=("variant", "B")) == [b, c]
+    assert await found(axis=("variant", "B"), version=2) == [c]
+    assert await found(version=1, row=3) == [b]
+    assert await found(axis=("seed", "1")) == [] and await found(axis=("steps", "x")) == []
+    assert await found(axis=("it's", "1")) == []  # a key is a parameter, never SQL
+
+
 async def test_pages_of_jobs_and_batches_by_cursor_and_offset(queue):
     a = await queue.enqueue(sub("alice", 3))
     b = await queue.enqueue(sub("bob", 2))

@@ -133,7 +133,13 @@ class JobRoutes:
                       Param("stars", "query", Annotated[int, Meta(ge=1, le=MAX_STARS)],
                             "only images graded at least this"),
                       Param("model", "query", str, "only jobs run on this model"),
-                      Param("template", "query", str, "only jobs of this template's batches"))),
+                      Param("template", "query", str, "only jobs of this template's batches"),
+                      Param("version", "query", Whole,
+                            "only jobs of batches that ran this version of their template"),
+                      Param("row", "query", Whole, "only jobs of this row of their sheet"),
+                      Param("axis", "query", str,
+                            "KEY=VALUE: only jobs with this swept value (steps=30; an A/B "
+                            "comparison's side: variant=B)"))),
             Route("GET", "/jobs/{id}", self.one, "One job", {200: Answer("OK", Job)},
                   errors=(404,), params=(JOB_ID,)),
             Route("POST", "/jobs/{id}/cancel", self.cancel, "Cancel one job",
@@ -161,9 +167,17 @@ class JobRoutes:
             batch = number(q["batch"]) if q.get("batch") else None
             offset = number(q["offset"]) if q.get("offset") else None
             stars = number(q["stars"]) if q.get("stars") else None
+            version = number(q["version"]) if q.get("version") else None
+            row = number(q["row"]) if q.get("row") else None
         except ValueError:
-            raise ApiError(400, "bad_query",
-                           "limit, cursor, offset, batch and stars are whole numbers") from None
+            raise ApiError(400, "bad_query", "limit, cursor, offset, batch, stars, version and "
+                           "row are whole numbers") from None
+        axis = None
+        if q.get("axis"):
+            key, sep, value = q["axis"].partition("=")
+            if not sep or not key.strip():
+                raise ApiError(400, "bad_query", "axis is KEY=VALUE, e.g. steps=30 or variant=B")
+            axis = (key.strip(), value.strip())
         if stars is not None and not 1 <= stars <= MAX_STARS:
             raise ApiError(400, "bad_query", f"stars is 1 to {MAX_STARS}")
         status = q.get("status")
@@ -177,17 +191,16 @@ class JobRoutes:
         submitter, rating = q.get("submitter"), q.get("rating")
         if rating is not None and rating not in RATING_FILTERS:
             raise ApiError(400, "bad_query", f"rating is one of {', '.join(RATING_FILTERS)}")
+        filters = {"batch": batch, "status": status, "submitter": submitter,
+                   "rating": cast(Rating | None, rating), "stars": stars,
+                   "model": q.get("model"), "template": q.get("template"), "version": version,
+                   "row": row, "axis": axis}
         rows = await self.queue.page_jobs(
-            before=cursor, limit=limit, offset=min(offset or 0, BIGGEST_OFFSET), batch=batch,
-            status=status, submitter=submitter, rating=cast(Rating | None, rating), stars=stars,
-            model=q.get("model"), template=q.get("template"))
+            before=cursor, limit=limit, offset=min(offset or 0, BIGGEST_OFFSET), **filters)
         page = JobPage([Job.of(j, self.templates) for j in rows],
                        rows[-1].id if len(rows) == limit else None)
         if offset is not None:
-            page.total = await self.queue.count_jobs(
-                batch=batch, status=status, submitter=submitter,
-                rating=cast(Rating | None, rating), stars=stars, model=q.get("model"),
-                template=q.get("template"))
+            page.total = await self.queue.count_jobs(**filters)
         return respond(page)
 
     async def one(self, request: web.Request) -> web.Response:

@@ -58,6 +58,10 @@ def split(job: DiffusersJob) -> int:
 
 UNEXPECTED = "an unexpected error inside the op; the executor's log has the details"
 MACHINE = "reading or writing a job's files"  # the kind of trouble executor.told counts
+# The most of a pipeline call's time its previews may take (decoding the latents, making
+# the pictures small): on a GPU a tiny VAE costs a fraction of this at the default interval;
+# where decoding is dear next to a step (a CPU, a toy model) previews come less often.
+PREVIEW_SHARE = 0.01
 
 
 def fed_by(job: DiffusersJob, node: Step, limit: int = 3) -> str:
@@ -247,19 +251,25 @@ class Runner:
         executor makes no previews: nothing is decoded then)."""
         if not self.previews:
             return None
+        started, spent = time.perf_counter(), 0.0
 
         def preview(decode: Any, latents: Any, step: int, total: int) -> None:
+            nonlocal spent
+            now = time.perf_counter()
+            if spent > PREVIEW_SHARE * (now - started):
+                return  # previews so far cost more than their share: this step has none
             due = [i for i, r in enumerate(runs) if self.control.preview_due(r)]
             if not due:
                 return
             try:
                 pictures = decode(latents)
+                for i in due:
+                    if i < len(pictures):
+                        self.control.preview(runs[i], pictures[i], step, total)
             except Exception as e:  # noqa: BLE001 - a preview never fails a job
                 log.info("a preview could not be made: %s: %s", type(e).__name__, e)
-                return
-            for i in due:
-                if i < len(pictures):
-                    self.control.preview(runs[i], pictures[i], step, total)
+            finally:
+                spent += time.perf_counter() - now
         return preview
 
     def _on_step(self, runs: list[JobRun], node: str) -> Callable[[int, int], bool]:

@@ -1440,7 +1440,7 @@ SELECT id FROM batches WHERE submitter = ?1 AND id > ?2 ORDER BY id;
 -- BATCHES_OF (postgres): 1 :submitter, 2 :after
 SELECT id FROM batches WHERE submitter = $1 AND id > $2 ORDER BY id;
 
--- PAGE_JOBS (sqlite): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :stars, 7 :model, 8 :template, 9 :limit, 10 :offset
+-- PAGE_JOBS (sqlite): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :stars, 7 :model, 8 :template, 9 :version, 10 :row, 11 :axis, 12 :axis_values, 13 :limit, 14 :offset
 SELECT * FROM jobs
 WHERE (CAST(?1 AS BIGINT) IS NULL OR id < ?1)
   AND (CAST(?2 AS BIGINT) IS NULL OR batch_id = ?2)
@@ -1451,9 +1451,13 @@ WHERE (CAST(?1 AS BIGINT) IS NULL OR id < ?1)
   AND (CAST(?7 AS TEXT) IS NULL OR affinity = ?7)
   AND (CAST(?8 AS TEXT) IS NULL
        OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = ?8))
-ORDER BY id DESC LIMIT ?9 OFFSET ?10;
+  AND (CAST(?9 AS BIGINT) IS NULL
+       OR batch_id IN (SELECT b.id FROM batches b WHERE CAST(json_extract(b.meta, '$.version') AS INTEGER) = ?9))
+  AND (CAST(?10 AS BIGINT) IS NULL OR row = ?10)
+  AND (CAST(?11 AS TEXT) IS NULL OR CAST(json_extract(workflow, '$.axes.' || json_quote(?11)) AS TEXT) IN (SELECT value FROM json_each(?12)))
+ORDER BY id DESC LIMIT ?13 OFFSET ?14;
 
--- PAGE_JOBS (postgres): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :stars, 7 :model, 8 :template, 9 :limit, 10 :offset
+-- PAGE_JOBS (postgres): 1 :before, 2 :batch, 3 :status, 4 :submitter, 5 :rating, 6 :stars, 7 :model, 8 :template, 9 :version, 10 :row, 11 :axis, 12 :axis_values, 13 :limit, 14 :offset
 SELECT * FROM jobs
 WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1)
   AND (CAST($2 AS BIGINT) IS NULL OR batch_id = $2)
@@ -1464,9 +1468,13 @@ WHERE (CAST($1 AS BIGINT) IS NULL OR id < $1)
   AND (CAST($7 AS TEXT) IS NULL OR affinity = $7)
   AND (CAST($8 AS TEXT) IS NULL
        OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = $8))
-ORDER BY id DESC LIMIT $9 OFFSET $10;
+  AND (CAST($9 AS BIGINT) IS NULL
+       OR batch_id IN (SELECT b.id FROM batches b WHERE CAST(b.meta ->> 'version' AS INTEGER) = $9))
+  AND (CAST($10 AS BIGINT) IS NULL OR row = $10)
+  AND (CAST($11 AS TEXT) IS NULL OR (workflow -> 'axes' ->> CAST($11 AS TEXT)) IN (SELECT jsonb_array_elements_text(CAST($12 AS jsonb))))
+ORDER BY id DESC LIMIT $13 OFFSET $14;
 
--- COUNT_JOBS (sqlite): 1 :batch, 2 :status, 3 :submitter, 4 :rating, 5 :stars, 6 :model, 7 :template
+-- COUNT_JOBS (sqlite): 1 :batch, 2 :status, 3 :submitter, 4 :rating, 5 :stars, 6 :model, 7 :template, 8 :version, 9 :row, 10 :axis, 11 :axis_values
 SELECT COUNT(*) AS n FROM jobs
 WHERE (CAST(?1 AS BIGINT) IS NULL OR batch_id = ?1)
   AND (CAST(?2 AS TEXT) IS NULL OR status = ?2)
@@ -1475,9 +1483,13 @@ WHERE (CAST(?1 AS BIGINT) IS NULL OR batch_id = ?1)
   AND (CAST(?5 AS INTEGER) IS NULL OR COALESCE(stars, 0) >= ?5)
   AND (CAST(?6 AS TEXT) IS NULL OR affinity = ?6)
   AND (CAST(?7 AS TEXT) IS NULL
-       OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = ?7));
+       OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = ?7))
+  AND (CAST(?8 AS BIGINT) IS NULL
+       OR batch_id IN (SELECT b.id FROM batches b WHERE CAST(json_extract(b.meta, '$.version') AS INTEGER) = ?8))
+  AND (CAST(?9 AS BIGINT) IS NULL OR row = ?9)
+  AND (CAST(?10 AS TEXT) IS NULL OR CAST(json_extract(workflow, '$.axes.' || json_quote(?10)) AS TEXT) IN (SELECT value FROM json_each(?11)));
 
--- COUNT_JOBS (postgres): 1 :batch, 2 :status, 3 :submitter, 4 :rating, 5 :stars, 6 :model, 7 :template
+-- COUNT_JOBS (postgres): 1 :batch, 2 :status, 3 :submitter, 4 :rating, 5 :stars, 6 :model, 7 :template, 8 :version, 9 :row, 10 :axis, 11 :axis_values
 SELECT COUNT(*) AS n FROM jobs
 WHERE (CAST($1 AS BIGINT) IS NULL OR batch_id = $1)
   AND (CAST($2 AS TEXT) IS NULL OR status = $2)
@@ -1486,7 +1498,11 @@ WHERE (CAST($1 AS BIGINT) IS NULL OR batch_id = $1)
   AND (CAST($5 AS INTEGER) IS NULL OR COALESCE(stars, 0) >= $5)
   AND (CAST($6 AS TEXT) IS NULL OR affinity = $6)
   AND (CAST($7 AS TEXT) IS NULL
-       OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = $7));
+       OR batch_id IN (SELECT b.id FROM batches b WHERE b.template = $7))
+  AND (CAST($8 AS BIGINT) IS NULL
+       OR batch_id IN (SELECT b.id FROM batches b WHERE CAST(b.meta ->> 'version' AS INTEGER) = $8))
+  AND (CAST($9 AS BIGINT) IS NULL OR row = $9)
+  AND (CAST($10 AS TEXT) IS NULL OR (workflow -> 'axes' ->> CAST($10 AS TEXT)) IN (SELECT jsonb_array_elements_text(CAST($11 AS jsonb))));
 
 -- PAGE_BATCHES (sqlite): 1 :before, 2 :submitter, 3 :limit
 SELECT * FROM batches

@@ -427,12 +427,13 @@ async function jobList(main, params) {
 }
 
 async function gallery(main, params) {
-  // Every finished image across batches, newest first, filtered (template, person, model,
-  // review, stars), in a virtual grid: rows of cards exist only in view, fetched a page
-  // at a time by offset. P / X / U and 1-5 review the focused card; Enter opens its batch.
+  // Every finished image across batches, newest first, filtered (template and its version,
+  // person, model, review, stars, the sheet's row, a swept value or A/B side), in a
+  // virtual grid: rows of cards exist only in view, fetched a page at a time by offset.
+  // P / X / U and 1-5 review the focused card; Enter opens its batch.
   const r = await call("GET", `${API}/templates`);
   const names = r.ok ? r.data.templates.map((tp) => tp.name) : [];
-  const asked = Object.fromEntries(["template", "submitter", "model", "rating", "stars"]
+  const asked = Object.fromEntries(["template", "version", "submitter", "model", "rating", "stars", "row", "axis"]
     .map((k) => [k, params.get(k) || ""]));
   const go = () => {
     const q = new URLSearchParams();
@@ -440,6 +441,10 @@ async function gallery(main, params) {
     location.hash = q.toString() ? `#/gallery?${q}` : "#/gallery";
   };
   const label = (name) => t({rating: "review", stars: "stars_at_least"}[name] || name);
+  const only = (more) => {  // these filters and `more`, as the gallery's address
+    const q = new URLSearchParams(Object.entries({...asked, ...more}).filter(([, v]) => v));
+    return `#/gallery?${q}`;
+  };
   const select = (name, options) => h("select", {name, id: `gallery-${name}`, onchange: go,
     "aria-label": label(name)},
     h("option", {value: "", text: `${label(name)}: ${t("all")}`}),
@@ -452,6 +457,12 @@ async function gallery(main, params) {
       placeholder: t("submitter"), "aria-label": t("submitter"), onchange: go}),
     model: h("input", {type: "text", name: "model", id: "gallery-model", value: asked.model,
       placeholder: t("model"), "aria-label": t("model"), onchange: go}),
+    version: h("input", {type: "number", min: 1, name: "version", id: "gallery-version", value: asked.version,
+      placeholder: t("version"), "aria-label": t("version"), class: "narrow", onchange: go}),
+    row: h("input", {type: "number", min: 1, name: "row", id: "gallery-row", value: asked.row,
+      placeholder: t("row"), "aria-label": t("row"), class: "narrow", onchange: go}),
+    axis: h("input", {type: "text", name: "axis", id: "gallery-axis", value: asked.axis,
+      placeholder: t("axis"), "aria-label": t("axis"), onchange: go}),
   };
   const count = h("span", {class: "muted", id: "gallery-count", text: t("loading")});
   const scroller = h("div", {class: "scroller gallery", id: "gallery", tabindex: -1});
@@ -515,7 +526,10 @@ async function gallery(main, params) {
       onkeydown: (e) => key(e, j, Number(e.currentTarget.dataset.index))},
       h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: rowName(j)}),
       h("figcaption", {}, h("a", {href: `#/batches/${j.batch}`, text: `#${j.batch}`}), ` ${rowName(j)} `,
-        distinction(j) ? h("span", {class: "distinct", text: `${distinction(j)} `}) : null,
+        ...Object.entries(j.axes || {}).map(([k, v]) => Array.isArray(v)  // a swept value: a click shows its like
+          ? h("span", {class: "distinct", text: `${axisLabel(k, v)} `})
+          : h("a", {class: "distinct", "data-axis": `${k}=${v}`, href: only({axis: `${k}=${v}`}), text: `${axisLabel(k, v)} `})),
+        j.action ? h("span", {class: "distinct", text: `${verb(j.action)} `}) : null,
         j.review !== "unreviewed" ? badge(j.review, "reviews") : null,
         j.stars ? h("span", {class: "stars", text: " " + "★".repeat(j.stars)}) : null));
   }
