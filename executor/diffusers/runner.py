@@ -113,6 +113,8 @@ class Runner:
                  on_oom: Callable[[], None] | None = None, previews: bool = False):
         self.base = base
         self.previews = previews  # [executor] preview_interval > 0: pictures while it runs
+        # seconds of the device's calls, and of the previews made during them (their share)
+        self.seconds: dict[str, float] = {"device": 0.0, "previews": 0.0}
         self.control = control
         self.max_batch = max_batch
         self.on_oom = on_oom or (lambda: None)  # frees memory (the worker clears the cache)
@@ -188,7 +190,10 @@ class Runner:
         except Exception as e:  # noqa: BLE001 - attributed to the job(s) below
             self._failed(chunk, index, e, extra, device)
             return
-        log.info("node end", extra={**extra, "seconds": round(time.perf_counter() - started, 4)})
+        took = time.perf_counter() - started
+        if device:
+            self.seconds["device"] += took
+        log.info("node end", extra={**extra, "seconds": round(took, 4)})
         for r, result in zip(chunk, results):
             if batched:
                 r.used_models += used
@@ -269,7 +274,9 @@ class Runner:
             except Exception as e:  # noqa: BLE001 - a preview never fails a job
                 log.info("a preview could not be made: %s: %s", type(e).__name__, e)
             finally:
-                spent += time.perf_counter() - now
+                took = time.perf_counter() - now
+                spent += took
+                self.seconds["previews"] += took
         return preview
 
     def _on_step(self, runs: list[JobRun], node: str) -> Callable[[int, int], bool]:
