@@ -973,6 +973,16 @@ async def test_the_gallery_spans_batches_filters_and_reviews_by_keys(tmp_path, d
         await page.wait_for_function(
             "() => document.querySelector('#gallery-row').value === '3'"
             " && document.querySelector('#gallery-count').textContent === '2 images'")
+        # another state: the jobs still waiting, as cards without an image
+        await enqueue_many(w.queue, 3)
+        await page.goto(f"{w.url}/dashboard/#/gallery")
+        await page.wait_for_function(
+            "() => document.querySelector('#gallery-count').textContent === '204 images'")
+        await page.select_option("#gallery-status", "queued")
+        await page.wait_for_function(
+            "() => document.querySelector('#gallery-count').textContent === '3 jobs'")
+        assert await page.locator("#gallery figure.tile img").count() == 0
+        assert await page.locator("#gallery figure.tile .empty .badge").count() == 3
         await page.screenshot(path=str(tmp_path / "gallery.png"))
 
 

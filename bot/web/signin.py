@@ -142,7 +142,7 @@ class SlackSignIn(SignIn):
         self.signed_in(request, str(user))
 
 
-class Refused(Exception):
+class NotConfirmed(Exception):
     """A sign-in the platform did not confirm: `why` is the sign-in page's word for it."""
 
     def __init__(self, why: str, detail: str):
@@ -171,7 +171,7 @@ class DingTalkSignIn(SignIn):
             self.failed("denied")
         try:
             staff = await self.staff_id(code)
-        except Refused as e:
+        except NotConfirmed as e:
             log.warning("sign in with DingTalk: %s", e)
             self.failed(e.why)
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
@@ -192,7 +192,7 @@ class DingTalkSignIn(SignIn):
         async def answer(r: aiohttp.ClientResponse, step: str, wanted: str) -> dict:
             body = await r.json(content_type=None)
             if r.status != 200 or not isinstance(body, dict) or not body.get(wanted):
-                raise Refused("dingtalk", f"{step}: HTTP {r.status} "
+                raise NotConfirmed("dingtalk", f"{step}: HTTP {r.status} "
                               f"{body.get('code', '') if isinstance(body, dict) else ''}")
             return body
         async with self.http.post(f"{api}/v1.0/oauth2/userAccessToken", json={
@@ -213,7 +213,7 @@ class DingTalkSignIn(SignIn):
         result = found.get("result") if found.get("errcode") == 0 else None
         staff = result.get("userid") if isinstance(result, dict) else None
         if not staff:  # 60121: nobody of that unionId in this app's organisation
-            raise Refused("org", f"getbyunionid: {found.get('errcode')} {found.get('errmsg')}")
+            raise NotConfirmed("org", f"getbyunionid: {found.get('errcode')} {found.get('errmsg')}")
         return str(staff)
 
     async def close(self, app: web.Application) -> None:

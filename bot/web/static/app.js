@@ -427,17 +427,19 @@ async function jobList(main, params) {
 }
 
 async function gallery(main, params) {
-  // Every finished image across batches, newest first, filtered (template and its version,
+  // Every finished image across batches, newest first — or the jobs of another state (the
+  // running ones forming live) — filtered (template and its version,
   // person, model, review, stars, the sheet's row, a swept value or A/B side), in a
   // virtual grid: rows of cards exist only in view, fetched a page at a time by offset.
   // P / X / U and 1-5 review the focused card; Enter opens its batch.
   const r = await call("GET", `${API}/templates`);
   const names = r.ok ? r.data.templates.map((tp) => tp.name) : [];
-  const asked = Object.fromEntries(["template", "version", "submitter", "model", "rating", "stars", "row", "axis"]
+  const asked = Object.fromEntries(["status", "template", "version", "submitter", "model", "rating", "stars", "row", "axis"]
     .map((k) => [k, params.get(k) || ""]));
+  const made = states().find((st) => stateIs(st, "produced"));  // (the state with images: the default)
   const go = () => {
     const q = new URLSearchParams();
-    for (const [k, el] of Object.entries(inputs)) if (el.value) q.set(k, el.value);
+    for (const [k, el] of Object.entries(inputs)) if (el.value && !(k === "status" && el.value === made)) q.set(k, el.value);
     location.hash = q.toString() ? `#/gallery?${q}` : "#/gallery";
   };
   const label = (name) => t({rating: "review", stars: "stars_at_least"}[name] || name);
@@ -450,6 +452,8 @@ async function gallery(main, params) {
     h("option", {value: "", text: `${label(name)}: ${t("all")}`}),
     ...options.map(([value, label]) => h("option", {value, selected: value === asked[name], text: label})));
   const inputs = {
+    status: h("select", {name: "status", id: "gallery-status", onchange: go, "aria-label": t("status")},
+      ...states().map((st) => h("option", {value: st, selected: st === (asked.status || made), text: named("states", st)}))),
     template: select("template", names.map((n) => [n, n])),
     rating: select("rating", vocabulary.reviews.map((x) => [x.name, x.label])),
     stars: select("stars", [1, 2, 3, 4, 5].map((n) => [String(n), "★".repeat(n) + "+"])),
@@ -469,9 +473,9 @@ async function gallery(main, params) {
   const spacer = h("div", {class: "spacer-y"});
   scroller.append(spacer);
   main.replaceChildren(h("div", {class: "toolbar"}, ...Object.values(inputs), count), scroller);
-  const filter = Object.entries(asked).filter(([, v]) => v).map(([k, v]) => `&${k}=${encodeURIComponent(v)}`).join("");
-  const made = states().find((st) => stateIs(st, "produced"));  // (the state with images)
-  const query = (p) => `${API}/jobs?status=${made}&offset=${p * PAGE}&limit=${PAGE}${filter}`;
+  const filter = Object.entries({...asked, status: asked.status || made}).filter(([, v]) => v)
+    .map(([k, v]) => `&${k}=${encodeURIComponent(v)}`).join("");
+  const query = (p) => `${API}/jobs?offset=${p * PAGE}&limit=${PAGE}${filter}`;
   let total = 0, pages = new Map(), focused = null;
   const loading = new Map();  // page -> its fetch, awaited by whoever needs it
   const columns = () => Math.max(1, Math.floor((scroller.clientWidth - 12) / (TILE + 12)));
@@ -493,7 +497,7 @@ async function gallery(main, params) {
     painting = false;
     const cols = columns();
     spacer.style.height = `${Math.ceil(total / cols) * (TILE_HEIGHT + 12)}px`;
-    count.textContent = t("n_images", {count: total});
+    count.textContent = t((asked.status || made) === made ? "n_images" : "n_jobs", {count: total});
     const firstRow = Math.max(0, Math.floor(scroller.scrollTop / (TILE_HEIGHT + 12)) - 2);
     const lastRow = Math.ceil((scroller.scrollTop + scroller.clientHeight) / (TILE_HEIGHT + 12)) + 2;
     const tiles = [];
@@ -524,7 +528,8 @@ async function gallery(main, params) {
     return h("figure", {class: `thumb tile review-${j.review}`, "data-job": j.id, "data-index": i,
       "data-review": j.review, tabindex: 0, onfocus: () => { focused = j.id; },
       onkeydown: (e) => key(e, j, Number(e.currentTarget.dataset.index))},
-      h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: rowName(j)}),
+      j.outputs.length ? h("img", {src: `${j.outputs[0]}?size=256`, loading: "lazy", alt: rowName(j)})
+        : h("div", {class: "empty"}, badge(j.status), stateIs(j.status, "working") ? progressBar(j.id) : null),
       h("figcaption", {}, h("a", {href: `#/batches/${j.batch}`, text: `#${j.batch}`}), ` ${rowName(j)} `,
         ...Object.entries(j.axes || {}).map(([k, v]) => Array.isArray(v)  // a swept value: a click shows its like
           ? h("span", {class: "distinct", text: `${axisLabel(k, v)} `})
@@ -539,7 +544,7 @@ async function gallery(main, params) {
     const move = {arrowright: 1, arrowleft: -1, arrowdown: cols, arrowup: -cols}[k];
     if (move) { e.preventDefault(); step(i + move); return; }
     if (k === "enter") { location.hash = `#/batches/${j.batch}`; return; }
-    if (!me.may.includes("keep") || e.ctrlKey || e.metaKey) return;
+    if (!me.may.includes("keep") || e.ctrlKey || e.metaKey || !j.outputs.length) return;  // (no image: nothing to review)
     const state = {p: "approved", x: "rejected", u: "unreviewed"}[k];
     if (state) {
       e.preventDefault();
