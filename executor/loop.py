@@ -110,6 +110,7 @@ class Loop:
                                  taking=self.taking, landed=self.landed)
         self.finishing: set[asyncio.Task] = set()
         self.showing: set[asyncio.Task] = set()  # previews on their way
+        self.watched_until = 0.0  # (monotonic) make previews until then: someone watches
         self.last_end: asyncio.Future | None = None  # set when the last job handed on ended
         self.finish_room = asyncio.Semaphore(2 * self.engine.max_batch)  # back-pressure
         self.progress: list[tuple[Lease, dict[str, Any], float]] = []  # to write, in order
@@ -140,6 +141,8 @@ class Loop:
     async def serve(self) -> int:
         await self.engine.start(self)
         await self.queue.cancel_bell.listen()
+        if self.settings.preview_interval:
+            await self.queue.previews.hear_watchers(self.watched)
         beating = asyncio.create_task(self.presence.beat_forever())
         watching = asyncio.create_task(self.watch())
         try:
@@ -603,12 +606,18 @@ class Loop:
         job = self.runs.get(run.key)
         return job.stop if job else None
 
+    def watched(self) -> None:
+        """A service says someone watches previews: make them for a while."""
+        self.watched_until = time.monotonic() + previews.WATCHED_FOR
+
     def preview_due(self, run: Run) -> bool:
         every = self.settings.preview_interval
         job = self.runs.get(run.key)
         if not every or job is None or job.stop or job.recorded or job.showing:
             return False
         now = time.monotonic()
+        if now > self.watched_until:  # nobody watches: nothing is decoded
+            return False
         if now - job.last_preview < every:
             return False
         job.last_preview = now  # (a float set from the engine's thread: atomic)

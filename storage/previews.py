@@ -9,7 +9,10 @@ on it without being stored: on PostgreSQL as a NOTIFY on `genbot_preview_<schema
 or the finished image, follows.
 
 The wire format is one JSON object (`Glimpse`), the picture a WebP small enough for the
-budget (`picture_of`), so the dashboard shows it as it comes.
+budget (`picture_of`), so the dashboard shows it as it comes. Pictures are made only while
+someone watches: a service with a dashboard asking for previews says so every
+WATCH_EVERY seconds the other way (a second line, the same kinds of wire), and executors
+make them for WATCHED_FOR seconds after they last heard it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ SIDE = 256  # px: the longest side of a preview (a card's thumbnail is 256 px)
 MAX_PICTURE = 5_600  # bytes of WebP: base64 and the JSON around it stay under NOTIFY's 8000
 QUALITY = 60  # WebP quality of a preview: forming images need no more
 KEEPALIVE = 30.0  # s: how often an idle listener makes sure it is still listening
+WATCH_EVERY = 5.0  # s: how often a service with someone watching previews says so
+WATCHED_FOR = 3 * WATCH_EVERY  # s: an executor makes previews this long after it last heard
+WATCHING = b"watching"
 
 
 class Glimpse(msgspec.Struct, frozen=True):
@@ -77,12 +83,14 @@ def decoded(data: bytes) -> Glimpse | None:
         return None
 
 
-class Previews:
-    """Send previews (an executor) or hear them (the service), on one database."""
+class _Line:
+    """One direction of messages over the database without storing them: a NOTIFY
+    channel (PostgreSQL) or a folder of datagram sockets (SQLite); listening kept alive
+    across a dropped LISTEN connection."""
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        self._listeners: list[Callable[[Glimpse], None]] = []
+    def __init__(self, db: Database, topic: str) -> None:
+        self.db, self.topic = db, topic
+        self._listeners: list[Callable[[bytes], None]] = []
         self._wire: Waker | None = None
         self._keeper: asyncio.Task | None = None
 
@@ -90,54 +98,37 @@ class Previews:
         hear = self._heard if listening else None
         if self.db.dialect == "sqlite":
             assert self.db.path is not None  # a SQLite database is a file
-            return SocketWaker(self.db.path, "preview", on_message=hear)
+            return SocketWaker(self.db.path, self.topic, on_message=hear)
         return PostgresWaker(self.db.url, lambda channel, payload: self.db.execute(
             q.NOTIFY, {"channel": channel, "payload": payload}),
-            prefix="genbot_preview", on_message=hear)
+            prefix=f"genbot_{self.topic}", on_message=hear)
 
-    async def send(self, job_id: int, batch_id: int, step: int, total: int, at: float,
-                   picture: bytes) -> None:
-        """To every listening service; never raises (a preview is not worth a failure)."""
-        if len(picture) > MAX_PICTURE:
-            raise ValueError(f"a preview is at most {MAX_PICTURE} bytes, not {len(picture)}")
+    async def send(self, payload: bytes) -> None:
         if self._wire is None:
             self._wire = self._make_wire(listening=False)
-        payload = encoded(Glimpse(job_id, batch_id, step, total, at,
-                                  base64.b64encode(picture).decode()))
-        try:
-            if isinstance(self._wire, SocketWaker):
-                await self._wire.notify(payload)
-            else:
-                assert isinstance(self._wire, PostgresWaker)
-                await self._wire.notify(payload.decode())
-        except Exception as e:  # noqa: BLE001 - the database away: this picture is lost
-            log.debug("preview of job %s not sent: %s", job_id, e)
+        if isinstance(self._wire, SocketWaker):
+            await self._wire.notify(payload)
+        else:
+            assert isinstance(self._wire, PostgresWaker)
+            await self._wire.notify(payload.decode())
 
-    async def listen(self, on_glimpse: Callable[[Glimpse], None]) -> None:
-        """Call `on_glimpse` with every preview from now on (on this event loop)."""
-        self._listeners.append(on_glimpse)
+    async def listen(self, on_message: Callable[[bytes], None]) -> None:
+        self._listeners.append(on_message)
         if self._keeper is None:
             self._wire = self._make_wire(listening=True)
             await self._wire.listen()
             self._keeper = asyncio.create_task(self._keep())
 
-    def unlisten(self, on_glimpse: Callable[[Glimpse], None]) -> None:
-        with contextlib.suppress(ValueError):
-            self._listeners.remove(on_glimpse)
-
     async def _keep(self) -> None:
         """Listening again after the database dropped the LISTEN connection (a wait makes
-        it again), however long the service runs."""
+        it again), however long the process runs."""
         assert self._wire is not None
         while True:
             await self._wire.wait(KEEPALIVE)
 
     def _heard(self, data: bytes) -> None:
-        glimpse = decoded(data)
-        if glimpse is None:
-            return
         for listener in list(self._listeners):
-            listener(glimpse)
+            listener(data)
 
     async def close(self) -> None:
         if self._keeper is not None:
@@ -148,3 +139,49 @@ class Previews:
         if self._wire is not None:
             await self._wire.close()
             self._wire = None
+
+
+class Previews:
+    """Previews on one database, both ways: executors send pictures to the services
+    (`send`, `listen`); a service with someone watching says so to the executors
+    (`watching`, `hear_watchers`), which make pictures only while it does — nobody
+    watching, nothing is decoded."""
+
+    def __init__(self, db: Database) -> None:
+        self.pictures = _Line(db, "preview")
+        self.watch = _Line(db, "preview_watch")
+
+    async def send(self, job_id: int, batch_id: int, step: int, total: int, at: float,
+                   picture: bytes) -> None:
+        """To every listening service; never raises (a preview is not worth a failure)."""
+        if len(picture) > MAX_PICTURE:
+            raise ValueError(f"a preview is at most {MAX_PICTURE} bytes, not {len(picture)}")
+        try:
+            await self.pictures.send(encoded(Glimpse(job_id, batch_id, step, total, at,
+                                                     base64.b64encode(picture).decode())))
+        except Exception as e:  # noqa: BLE001 - the database away: this picture is lost
+            log.debug("preview of job %s not sent: %s", job_id, e)
+
+    async def listen(self, on_glimpse: Callable[[Glimpse], None]) -> None:
+        """Call `on_glimpse` with every preview from now on (on this event loop)."""
+        def heard(data: bytes) -> None:
+            glimpse = decoded(data)
+            if glimpse is not None:
+                on_glimpse(glimpse)
+        await self.pictures.listen(heard)
+
+    async def watching(self) -> None:
+        """Someone watches previews here (a service says so every WATCH_EVERY seconds
+        while they do); never raises."""
+        try:
+            await self.watch.send(WATCHING)
+        except Exception as e:  # noqa: BLE001 - the database away: said again soon
+            log.debug("could not say previews are watched: %s", e)
+
+    async def hear_watchers(self, on_watch: Callable[[], None]) -> None:
+        """Call `on_watch` whenever a service says someone watches previews."""
+        await self.watch.listen(lambda data: on_watch() if data == WATCHING else None)
+
+    async def close(self) -> None:
+        await self.pictures.close()
+        await self.watch.close()

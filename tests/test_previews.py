@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import json
 
@@ -21,6 +22,22 @@ from tests.fakes.executor import Harness
 from tests.fakes.jobs import example_jobs, with_generate
 
 torch = pytest.importorskip("torch")
+
+
+@contextlib.asynccontextmanager
+async def watched(queue):
+    """As a service with a dashboard watching previews: says so ten times a second (a
+    service says it every WATCH_EVERY seconds; an executor that starts listening meanwhile
+    hears the next)."""
+    async def say():
+        while True:
+            await queue.previews.watching()
+            await asyncio.sleep(0.1)
+    saying = asyncio.create_task(say())
+    try:
+        yield
+    finally:
+        saying.cancel()
 
 
 def noisy(side: int) -> Image.Image:
@@ -194,7 +211,7 @@ async def test_the_executor_previews_each_running_job_throttled_and_stores_none(
         jobs = [with_generate(base, row=r, steps=12, model=model, controlnet=None,
                               control_image=None, negative="", guidance=None)
                 for r in (2, 3)]
-        async with Harness(config) as h:
+        async with Harness(config) as h, watched(service):
             done = await h.run("product_main", jobs)
             events = await h.queue.events_after(0)
     finally:
@@ -223,12 +240,32 @@ async def test_previews_take_no_more_than_their_share_of_a_call(tmp_path, demo_m
     await service.previews.listen(heard.append)
     try:
         base = (await example_jobs(config, "product_main"))[0]
-        async with Harness(config) as h:
+        async with Harness(config) as h, watched(service):
             (done,) = await h.run("product_main", [with_generate(base, steps=8)])
         await asyncio.sleep(0.2)
     finally:
         await service.close()
     assert done.status == "succeeded" and [g.step for g in heard] == [1]
+
+
+async def test_nobody_watching_nothing_is_decoded(tmp_path, demo_models, monkeypatch):
+    """Previews on, but no service says anyone watches: no tiny VAE loaded, no colours
+    fitted, no picture sent."""
+    from executor.diffusers import previews
+    made = []
+    monkeypatch.setattr(previews, "decoder", lambda *a, **k: made.append(a))
+    config = executor_config(tmp_path / "data", demo_models, executor={"preview_interval": 0.05})
+    heard: list[Glimpse] = []
+    service = await open_queue(config)
+    await service.previews.listen(heard.append)
+    try:
+        base = (await example_jobs(config, "product_main"))[0]
+        async with Harness(config) as h:
+            (done,) = await h.run("product_main", [with_generate(base, steps=6)])
+        await asyncio.sleep(0.2)
+    finally:
+        await service.close()
+    assert done.status == "succeeded" and made == [] and heard == []
 
 
 async def test_no_previews_are_made_when_they_are_off(tmp_path, demo_models, monkeypatch):
@@ -253,12 +290,17 @@ async def test_events_carry_previews_to_those_who_ask_and_only_to_them(tmp_path,
                              executor={"preview_interval": 0.05})
     async with ApiWorld(config) as w:
         headers = {"Authorization": f"Bearer {ALICE}"}
-        watching = await w.http.ws_connect("/api/v1/events?previews=1", headers=headers)
+        w.start_executor()
         plain = await w.http.ws_connect("/api/v1/events", headers=headers)
+        await asyncio.sleep(1)  # (nobody watches yet: the executor is told of nobody)
+        assert w.worker.watched_until == 0
+        watching = await w.http.ws_connect("/api/v1/events?previews=1", headers=headers)
+        async with asyncio.timeout(15):  # told at once (or, had it not listened yet, 5 s on)
+            while w.worker.watched_until == 0:
+                await asyncio.sleep(0.05)
         base = (await example_jobs(config, "product_main"))[0]
         await w.queue.enqueue(Submission("product_main", "api:alice",
                                          [with_generate(base, steps=30)]))
-        w.start_executor()
 
         async def read(ws, until: str) -> list[dict]:
             got: list[dict] = []
@@ -297,7 +339,8 @@ async def test_a_comfyui_servers_own_previews_reach_the_watchers_of_its_job(
     async with FakeComfy(previews=True, step_delay=0.05) as comfy:
         if not metadata:  # an older server: it does not read the client's feature flags
             monkeypatch.setattr(comfy, "flags", _Forgets())
-        async with Rig(tmp_path, demo_models, comfy, executor={"preview_interval": 0.1}) as rig:
+        async with Rig(tmp_path, demo_models, comfy, executor={"preview_interval": 0.1}) as rig, \
+                watched(rig.queue):
             await rig.queue.previews.listen(heard.append)
             rig.start()
             batch = await rig.submit("portrait", [{"prompt": "slow", "seed": 1, "steps": 20}])

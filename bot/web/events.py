@@ -19,7 +19,7 @@ from bot.app.permissions import Action
 from bot.web.callers import Callers
 from bot.web.http import ApiError, encoded, flag, number
 from bot.web.routes import Answer, Param, Route, Whole
-from storage.previews import Glimpse
+from storage.previews import WATCH_EVERY, Glimpse
 
 EVENTS_POLL = 0.3
 
@@ -62,6 +62,7 @@ class EventRoutes:
         self.streams: set[web.WebSocketResponse] = set()  # open ones, closed at shutdown
         self.watchers: set[Watcher] = set()  # streams that asked for previews
         self.listening = False
+        self.saying: asyncio.Task | None = None  # "someone watches", to the executors
 
     def routes(self) -> list[Route]:
         return [Route(
@@ -124,11 +125,21 @@ class EventRoutes:
 
     async def watch(self, watcher: Watcher) -> None:
         """Previews from now on to this stream (the service starts hearing them with the
-        first stream that asks)."""
+        first stream that asks), and the executors told someone watches — at once, then
+        every WATCH_EVERY seconds while any stream does."""
         self.watchers.add(watcher)
         if not self.listening:
             self.listening = True
             await self.queue.previews.listen(self.heard)
+        await self.queue.previews.watching()
+        if self.saying is None or self.saying.done():
+            self.saying = asyncio.create_task(self.say_watched())
+
+    async def say_watched(self) -> None:
+        while self.watchers:
+            await asyncio.sleep(WATCH_EVERY)
+            if self.watchers:
+                await self.queue.previews.watching()
 
     def heard(self, glimpse: Glimpse) -> None:
         for watcher in self.watchers:
@@ -137,5 +148,7 @@ class EventRoutes:
     async def close_streams(self, app: web.Application) -> None:
         """A stopping service says goodbye to event streams (a dashboard reconnects to the
         next one) rather than waiting for each to hang up."""
+        if self.saying is not None:
+            self.saying.cancel()
         for ws in list(self.streams):
             await ws.close(code=WSCloseCode.GOING_AWAY, message=b"service stopping")

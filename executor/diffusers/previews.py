@@ -24,6 +24,7 @@ once in the log: a preview never fails a job.
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +42,27 @@ Decode = Callable[[Any], list[Image.Image]]  # the step's latents -> one picture
 _colours: weakref.WeakKeyDictionary[Any, tuple[torch.Tensor, torch.Tensor] | None] = \
     weakref.WeakKeyDictionary()  # a VAE -> its fitted colours (None: it has none)
 _told: set[str] = set()  # models whose latents cannot be previewed, told once each
+
+
+class Lazy:
+    """A decoder made at its first use; what making it took (loading a tiny VAE, fitting
+    colours) is set apart (`setup`), so it is not counted as the previews' running cost."""
+
+    def __init__(self, make: Callable[[], Decode | None]):
+        self.make: Callable[[], Decode | None] = make
+        self.decode: Decode | None = None
+        self.made, self.setup = False, 0.0
+
+    def __call__(self, latents: Any) -> list[Image.Image]:
+        if not self.made:
+            started = time.perf_counter()
+            self.decode, self.made = self.make(), True
+            self.setup = time.perf_counter() - started
+        return self.decode(latents) if self.decode is not None else []
+
+    def take_setup(self) -> float:
+        taken, self.setup = self.setup, 0.0
+        return taken
 
 
 def decoder(pipe: Any, model: str, width: int, height: int, tiny: Any = None) -> Decode | None:

@@ -273,8 +273,8 @@ class Runner:
                         self.control.preview(runs[i], pictures[i], step, total)
             except Exception as e:  # noqa: BLE001 - a preview never fails a job
                 log.info("a preview could not be made: %s: %s", type(e).__name__, e)
-            finally:
-                took = time.perf_counter() - now
+            finally:  # (making the decoder, once, is not the previews' running cost)
+                took = time.perf_counter() - now - getattr(decode, "take_setup", float)()
                 spent += took
                 self.seconds["previews"] += took
         return preview

@@ -337,11 +337,14 @@ def step_callback(ctx: Context, decode: Decode | None = None
 
 def preview_decoder(ctx: Context, model: str, pipe: Any, width: int, height: int
                     ) -> Decode | None:
-    """How this call's latents become previews; None when none are wanted or possible."""
+    """How this call's latents become previews (None: the executor makes none). Made at
+    the first picture asked for (previews.Lazy): nobody watching, no tiny VAE is loaded
+    and no colours fitted."""
     if ctx.preview is None:
         return None
     from executor.diffusers import previews
-    return previews.decoder(pipe, model, width, height, ctx.models.preview_vae(model))
+    return previews.Lazy(lambda: previews.decoder(pipe, model, width, height,
+                                                  ctx.models.preview_vae(model)))
 
 
 class Interrupted(Exception):
