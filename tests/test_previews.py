@@ -234,18 +234,26 @@ async def test_previews_take_no_more_than_their_share_of_a_call(tmp_path, demo_m
     only the first step's picture is made."""
     from executor.diffusers import runner
     monkeypatch.setattr(runner, "PREVIEW_SHARE", 1e-9)
+    done, heard = await one_row_heard(tmp_path, demo_models, steps=8, watch=True)
+    assert done.status == "succeeded" and [g.step for g in heard] == [1]
+
+
+async def one_row_heard(tmp_path, demo_models, *, steps: int, watch: bool):
+    """A product_main row of `steps` through an executor making previews every 0.05 s,
+    watched or not: the job, and the previews a service heard."""
     config = executor_config(tmp_path / "data", demo_models, executor={"preview_interval": 0.05})
     heard: list[Glimpse] = []
     service = await open_queue(config)
     await service.previews.listen(heard.append)
     try:
         base = (await example_jobs(config, "product_main"))[0]
-        async with Harness(config) as h, watched(service):
-            (done,) = await h.run("product_main", [with_generate(base, steps=8)])
+        async with Harness(config) as h, watched(service) if watch \
+                else contextlib.nullcontext():
+            (done,) = await h.run("product_main", [with_generate(base, steps=steps)])
         await asyncio.sleep(0.2)
     finally:
         await service.close()
-    assert done.status == "succeeded" and [g.step for g in heard] == [1]
+    return done, heard
 
 
 async def test_nobody_watching_nothing_is_decoded(tmp_path, demo_models, monkeypatch):
@@ -254,17 +262,7 @@ async def test_nobody_watching_nothing_is_decoded(tmp_path, demo_models, monkeyp
     from executor.diffusers import previews
     made = []
     monkeypatch.setattr(previews, "decoder", lambda *a, **k: made.append(a))
-    config = executor_config(tmp_path / "data", demo_models, executor={"preview_interval": 0.05})
-    heard: list[Glimpse] = []
-    service = await open_queue(config)
-    await service.previews.listen(heard.append)
-    try:
-        base = (await example_jobs(config, "product_main"))[0]
-        async with Harness(config) as h:
-            (done,) = await h.run("product_main", [with_generate(base, steps=6)])
-        await asyncio.sleep(0.2)
-    finally:
-        await service.close()
+    done, heard = await one_row_heard(tmp_path, demo_models, steps=6, watch=False)
     assert done.status == "succeeded" and made == [] and heard == []
 
 
