@@ -95,6 +95,10 @@ async def nothing() -> None:
     pass
 
 
+async def ignored(*_: object) -> None:
+    pass
+
+
 async def close_bells(queue: Queue) -> None:
     """A queue's wakers and bells (not its database, which the examples share)."""
     for bell in (queue.waker, queue.cancel_bell, queue.bell):
@@ -136,6 +140,7 @@ class LoopMachine(RuleBasedStateMachine):
             return True
         self.queue.wait_for_work = wait_for_work
         self.queue.cancel_bell.listen = nothing  # (its bell rings the watch, replaced below)
+        self.queue.previews.hear_watchers = ignored  # (no one watches previews here)
         self.rival = Queue(self.db.db, CONFIG[QueueConfig], clock=self.clock)  # other hosts
         self.max_batch = max_batch
         self.jobs: set[int] = set()
