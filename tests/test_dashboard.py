@@ -383,7 +383,12 @@ async def test_keep_again_and_the_lineage_of_an_image_from_its_batch_page(tmp_pa
         box = '#thumbs figure[data-job="1"] form[data-instruct="1"]'
         await page.fill(f"{box} input", "把背景换成海滩")
         await page.screenshot(path=str(tmp_path / "instruction.png"))
-        await page.click(f"{box} button")
+        async with page.expect_response(lambda r: r.url.endswith("/jobs/1/actions")) as sent:
+            # typed and sent in one go: a refresh that rebuilt the card between a fill and
+            # a click would leave an empty box, which sends nothing (seen once under load)
+            await page.locator(box).evaluate(
+                "f => { f.querySelector('input').value = '把背景换成海滩'; f.requestSubmit(); }")
+        assert (await sent.value).status == 201
         await page.wait_for_function("() => location.hash === '#/batches/3'")
         (told,) = await w.queue.batch_jobs(3)
         assert told.parent_job_id == 1 and told.action == "edit"
