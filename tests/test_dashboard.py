@@ -1086,7 +1086,8 @@ SERIOUS = ("serious", "critical")  # axe-core's impacts a page may not have
 async def test_no_page_has_a_serious_accessibility_violation(tmp_path, demo_models, browser):
     """axe-core (the copy axe-playwright-python bundles) on every page as a person meets
     it — the sign-in page, then signed in as an admin: overview, jobs, gallery, a finished
-    batch, its lightbox, the submit form, webhooks — wide and at a phone's 390 px: no
+    batch, its lightbox, the submit form, webhooks — wide, and at a phone's 390 px those
+    whose layout changes there: no
     violation of serious or critical impact (contrast, names, labels, roles)."""
     from axe_playwright_python.base import AXE_SCRIPT
     found: dict[str, list[str]] = {}
@@ -1111,7 +1112,9 @@ async def test_no_page_has_a_serious_accessibility_violation(tmp_path, demo_mode
             await page.fill("#token", ADMIN)
             await page.click("#sign-in button[type=submit]")
             await page.wait_for_selector("body[data-view]")
-            for path in ("/", "/jobs", "/gallery", "/batches/1", "/submit", "/webhooks"):
+            # (at 390 px the pages whose layout changes there: tables become cards)
+            for path in ("/", "/jobs", "/gallery", "/batches/1", "/submit", "/webhooks") \
+                    if width > 390 else ("/jobs", "/batches/1", "/webhooks"):
                 await page.evaluate("h => { location.hash = h; }", f"#{path}")
                 await page.wait_for_selector(f'body[data-view="{path}"]')
                 await check(page, f"{path} @{width}")

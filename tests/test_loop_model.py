@@ -429,7 +429,7 @@ class LoopMachine(RuleBasedStateMachine):
 
 @pytest.mark.slow
 def test_the_executor_loop_keeps_its_leases_consistent_through_any_interleaving(db_url):
-    examples = int(os.environ.get("GENBOT_LOOP_MODEL_EXAMPLES", "50"))  # more: a longer hunt
+    examples = int(os.environ.get("GENBOT_LOOP_MODEL_EXAMPLES", "35"))  # more: a longer hunt
     runner = asyncio.Runner()
     clock = FakeClock()
     real = runner.run(Database(db_url).open())
