@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from storage import queries as q
-from storage.wakeup import PostgresWaker, SocketWaker, Waker
+from storage.wakeup import PostgresWaker, SocketWaker, Waker, waker_for
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -95,13 +94,8 @@ class _Line:
         self._keeper: asyncio.Task | None = None
 
     def _make_wire(self, listening: bool) -> Waker:
-        hear = self._heard if listening else None
-        if self.db.dialect == "sqlite":
-            assert self.db.path is not None  # a SQLite database is a file
-            return SocketWaker(self.db.path, self.topic, on_message=hear)
-        return PostgresWaker(self.db.url, lambda channel, payload: self.db.execute(
-            q.NOTIFY, {"channel": channel, "payload": payload}),
-            prefix=f"genbot_{self.topic}", on_message=hear)
+        return waker_for(self.db, self.topic, prefix=f"genbot_{self.topic}",
+                         on_message=self._heard if listening else None)
 
     async def send(self, payload: bytes) -> None:
         if self._wire is None:

@@ -32,7 +32,7 @@ from storage.records import (
     encoded,
 )
 from storage.reviews import BY_CODE, MAX_STARS, REOPENED, SIGNED_OFF
-from storage.wakeup import EventBell, PostgresWaker, SocketWaker, Waker
+from storage.wakeup import EventBell, Waker, waker_for
 
 __all__ = ["ACTIVE", "TERMINAL", "BatchProgress", "CancelResult", "Claim", "Enqueued", "Lease",
            "LeaseKey", "LeaseState", "NewJob", "Priority", "Queue", "QueueFull", "Renewal",
@@ -160,12 +160,8 @@ class Queue(QueueReads):
 
     @staticmethod
     def _default_waker(db: Database, topic: str = "wake") -> Waker:
-        if db.dialect == "sqlite":
-            assert db.path is not None  # a SQLite database is a file
-            return SocketWaker(db.path, topic)
-        return PostgresWaker(db.url, lambda channel, payload: db.execute(
-            q.NOTIFY, {"channel": channel, "payload": payload}),
-            prefix="genbot_queue" if topic == "wake" else f"genbot_{topic}")
+        return waker_for(db, topic, prefix="genbot_queue" if topic == "wake"
+                         else f"genbot_{topic}")
 
     async def close(self) -> None:
         await self.waker.close()

@@ -37,11 +37,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
+from storage import queries as q
 from storage.db import CONNECT_TIMEOUT, connection_lost, outage_of
 from storage.logs import Retrying
 
 if TYPE_CHECKING:
     import asyncpg
+
+    from storage.db import Database
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +285,18 @@ class PostgresWaker(Waker):
                 await asyncio.wait_for(conn.close(), CLOSE_TIMEOUT)
             except Exception:  # noqa: BLE001 - TimeoutError, or a connection already gone
                 conn.terminate()
+
+
+def waker_for(db: Database, topic: str, *, prefix: str,
+              on_message: Callable[[bytes], None] | None = None) -> Waker:
+    """The database's kind of waker for `topic`: sockets in a folder (SQLite, one host),
+    or a NOTIFY channel `<prefix>_<schema>` (PostgreSQL, many hosts)."""
+    if db.dialect == "sqlite":
+        assert db.path is not None  # a SQLite database is a file
+        return SocketWaker(db.path, topic, on_message=on_message)
+    return PostgresWaker(db.url, lambda channel, payload: db.execute(
+        q.NOTIFY, {"channel": channel, "payload": payload}), prefix=prefix,
+        on_message=on_message)
 
 
 class EventBell:

@@ -992,6 +992,14 @@ async def test_the_gallery_spans_batches_filters_and_reviews_by_keys(tmp_path, d
         await page.screenshot(path=str(tmp_path / "gallery.png"))
 
 
+async def signed_in_as(page, user: str, role: str) -> None:
+    """The page came back signed in as `user` (its own sign-in), with the chat's role."""
+    await page.wait_for_selector("#me:not([hidden])")
+    assert await page.text_content("#me") == f"{user} ({role})"
+    me = await page.evaluate("fetch('/api/v1/me').then(r => r.json())")
+    assert (me["user"], me["role"]) == (user, role)
+
+
 async def through(browser, world, platform: str, lang: str = "en-US"):
     """A fresh browser that clicks "Sign in with PLATFORM" on the sign-in page."""
     page = await (await browser.new_context(locale=lang)).new_page()
@@ -1017,10 +1025,7 @@ async def test_sign_in_with_slack_is_the_same_person_and_role_as_in_chat(tmp_pat
                    "api_url": fake.api_url})
         async with DashWorld(config) as w:
             page = await through(browser, w, "slack")
-            await page.wait_for_selector("#me:not([hidden])")
-            assert await page.text_content("#me") == "slack:U1 (reviewer)"
-            me = await page.evaluate("fetch('/api/v1/me').then(r => r.json())")
-            assert (me["user"], me["role"]) == ("slack:U1", "reviewer")
+            await signed_in_as(page, "slack:U1", "reviewer")
             assert fake.calls["openid.connect.token"] == 1 and not fake.codes  # used once
 
             fake.signin = None  # Cancel on Slack's page
@@ -1055,10 +1060,7 @@ async def test_sign_in_with_dingtalk_is_the_staff_member_chat_knows(tmp_path, de
                       "api_url": fake.base, "oapi_url": fake.base, "login_url": fake.base})
         async with DashWorld(config) as w:
             page = await through(browser, w, "dingtalk")
-            await page.wait_for_selector("#me:not([hidden])")
-            assert await page.text_content("#me") == "dingtalk:S1 (reviewer)"
-            me = await page.evaluate("fetch('/api/v1/me').then(r => r.json())")
-            assert (me["user"], me["role"]) == ("dingtalk:S1", "reviewer")
+            await signed_in_as(page, "dingtalk:S1", "reviewer")
             assert fake.calls["userAccessToken"] == 1 and not fake.codes  # the code used once
             assert await page.locator("[data-signin=slack]").count() == 0  # not set up
 
