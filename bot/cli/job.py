@@ -124,7 +124,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     move = sub("move", "admins: a waiting job, or a batch's waiting jobs, to the front or the "
                "back of their submitter's turns (docs/queue.md, fairness)", job_or_batch,
                "ID|bBATCH", "the job, or bBATCH: every waiting job of that batch")
-    move.add_argument("to", choices=MOVES)
+    move.add_argument("to", choices=MOVES, help="first or last among its submitter's waiting jobs")
     move.set_defaults(func=cmd_move)
 
 
