@@ -20,14 +20,14 @@ from __future__ import annotations
 import argparse
 import io
 import platform
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from timing import median_ms  # noqa: E402 - bench/ is the script's own folder
 
 
 def photo_png(side: int) -> bytes:
@@ -40,16 +40,6 @@ def photo_png(side: int) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(rgba, "RGBA").save(buf, "PNG")
     return buf.getvalue()
-
-
-def median_ms(run, repeat: int) -> float:
-    run()  # warm
-    times = []
-    for _ in range(repeat):
-        began = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - began)
-    return statistics.median(times) * 1000
 
 
 def main() -> None:

@@ -215,6 +215,12 @@ CATALOG: dict[str, str] = catalog(
     N_("webhook_summary", "Batch {batch} ({template}) ended in {took}: {succeeded:,} of "
                           "{total:,} images, {failed:,} failed, {canceled:,} canceled."),
     N_("summary_version", " Made with {template}@{version}."),
+    NP_("summary_deliver", "\nSales channels ({channels}): {count} file, {ships} ready to ship, "
+                           "{held} held.",
+        "\nSales channels ({channels}): {count} files, {ships} ready to ship, {held} held."),
+    NP_("summary_deliver_more", "and {count} more that needs review",
+        "and {count} more that need review"),
+    N_("summary_deliver_link", "\nEvery file, its checks and the zip: {url}"),
     # What really happened (issue 42, item 4): a canceled batch says so; estimates say
     # what they wait for; jobs claimed ahead are next, not running.
     N_("summary_canceled", "Batch {batch} canceled after {took}: {canceled:,} of {total:,} jobs "
@@ -660,6 +666,43 @@ CATALOG: dict[str, str] = catalog(
     N_("compare_too_many", "{count} versions to compare; at most 26 (A to Z)."),
     N_("compare_needs_two", "--compare runs each row through two templates or versions: /gen "
                             "NAME@3 NAME@4 FILE --compare."),
+    # Sales channels (templates.channels): a submission's channels, a row's renditions.
+    N_("channel_unknown", 'No sales channel "{name}". Channels: {names}.'),
+    N_("channel_unknown_close", 'No sales channel "{name}" — did you mean "{close}"? Channels: '
+                                "{names}."),
+    N_("channel_words", '{channel}\'s "{rendition}" file allows no words in the picture, and this '
+                        "template writes some ({ops}): choose another template or channel, or "
+                        "give the channel a rendition that allows words ([deliver] channels)."),
+    N_("channel_label_words", '{channel}\'s "{rendition}" file allows no words in the picture, '
+                              "and its visible AI label would be drawn on it: an admin may leave "
+                              "the label off {channel}'s files ([deliver] unlabelled) where the "
+                              "law allows."),
+    N_("channel_no_column", '{file}: channel {channel} names its files by "{{{field}}}", and the '
+                            'sheet has no "{field}" column: add one, or change the channel\'s '
+                            "file pattern ([deliver] channels)."),
+    N_("channel_empty_field", "channel {channel} names its files by this column, and it is "
+                              "empty here"),
+    NP_("channel_files_repeat", '{count} file name repeats one an earlier row gives (row {row}: '
+                                '"{file}", as row {first}): the later gets -2, -3 … before its '
+                                "extension",
+        '{count} file names repeat ones earlier rows give (first, row {row}: "{file}", as row '
+        "{first}): the later get -2, -3 … before their extension"),
+    # What a rendition's checks found (templates.deliver_checks): "needs review" and why.
+    N_("rendition_needs_review", "{name} — needs review: {why}"),
+    N_("check_size", "{width}×{height}, not {want_width}×{want_height}"),
+    N_("check_format", "saved as {found}, not {want}"),
+    N_("check_file_size", "{kib} KiB, over the channel's {max_kib} KiB even at the lowest "
+                          "quality"),
+    N_("check_profile", "no sRGB colour profile in the file"),
+    N_("check_background", "the background is not pure white: {percent}% of the edge is RGB "
+                           "255, and the channel asks for all of it"),
+    N_("check_fill", "the product spans {percent}% of the frame; the channel asks for {want}%"),
+    N_("check_no_product", "no product found on a plain background (the channel measures how "
+                           "much of the frame it fills)"),
+    N_("check_label_missing", "the visible AI label could not be drawn"),
+    N_("check_label_small", "the visible AI label is {percent}% of the short side high; the "
+                            "channel asks for {want}%"),
+    N_("check_implicit_label", "the AI-content label in the file's metadata is missing"),
     # Sweeps and A/B in chat: a typo's closest key, a version against itself, a row's images.
     N_("sweep_unknown_close", '--vary "{key}": this template has no such value — did you mean '
                               '"{name}"? It has: {names}.'),

@@ -9,8 +9,8 @@ top to bottom for the life of a job:
              group ahead, writes progress in batches, renews every held lease in one
              statement (handing back any it holds without knowing), and stops a run
              that is canceled (the cancel bell), timed out, or whose lease was lost
-  finish     the rest of each job (saving, uploading) beside the next generation; back
-             pressure past 2 x max_batch finishing jobs
+  finish     the rest of each job (saving, uploading, its sales channels' renditions)
+             beside the next generation; back pressure past 2 x max_batch finishing jobs
   record     each job's end, in the order the jobs started: completed (claiming the
              next group ahead in the same round trip), failed, canceled, timed out,
              handed back on shutdown, given back when the engine's server went down;
@@ -39,6 +39,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from executor.deliver import Packer
 from executor.engine import Engine, Run, Stop
 from executor.prefetch import Prefetch
 from executor.presence import Presence
@@ -109,6 +110,7 @@ class Loop:
                                  wanted=self.wanted, may_hold=self.may_hold_ahead,
                                  taking=self.taking, landed=self.landed)
         self.finishing: set[asyncio.Task] = set()
+        self.packer = Packer(config, queue.db)  # renditions for the channels a batch named
         self.showing: set[asyncio.Task] = set()  # previews on their way
         self.watched_until = 0.0  # (monotonic) make previews until then: someone watches
         self.last_end: asyncio.Future | None = None  # set when the last job handed on ended
@@ -343,6 +345,8 @@ class Loop:
             if run.live and not job.recorded and job.stop is None:
                 try:
                     await self.engine.finish(run)
+                    if run.live:
+                        await self.packer.run(run.lease, run.outputs)
                 except OSError as e:  # the machine's (a full disk, a store away): it runs again
                     self.told.failed(STORING, e, job=run.id, expected=True)
                     run.fail(f"could not store its images: {type(e).__name__}: {e}", retry=True)

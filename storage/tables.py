@@ -312,3 +312,28 @@ class WebhookEndpoint(Model):
 
     class Meta:
         table = "webhook_endpoints"
+
+
+class RenditionFile(Model):
+    """A file made from the image of a job for a sales channel, and what its checks found."""
+
+    id = fields.BigIntField(primary_key=True)
+    job_id = fields.BigIntField()
+    batch_id = fields.BigIntField()
+    channel = fields.CharField(max_length=40)
+    rendition = fields.CharField(max_length=40)
+    name = fields.CharField(max_length=200, description="its file name, as delivered")
+    path = fields.CharField(max_length=500, description="in the output store")
+    width = fields.IntField()
+    height = fields.IntField()
+    bytes = fields.BigIntField()
+    sha256 = fields.CharField(max_length=64)
+    findings = fields.JSONField(default=list,
+                                description="the rules it breaks, empty when it passes")
+    labels = fields.JSONField(default=dict, description="the AI-content labels it carries")
+    created_at = fields.FloatField()
+
+    class Meta:
+        table = "renditions"
+        unique_together = (("job_id", "channel", "rendition"),)
+        indexes = (("batch_id", "channel"),)

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from templates.channels import Deliverable
 from templates.signatures import OPS
 
 COMFY = "comfyui"
@@ -49,6 +50,7 @@ class DiffusersJob(msgspec.Struct, kw_only=True, tag_field="engine", tag="diffus
     version: str = ""  # the template's version that bound it (templates.loader.version_of)
     revision: int = 0  # that version's number (storage.versions); 0: not recorded
     axes: dict[str, Any] = {}  # a sweep's: the values it swept to, and its seed number
+    deliver: list[Deliverable] = []  # its sales channels' files (executor.deliver)
 
     @property
     def affinity(self) -> str | None:
@@ -71,6 +73,7 @@ class ComfyJob(msgspec.Struct, kw_only=True, tag_field="engine", tag=COMFY):
     version: str = ""
     revision: int = 0
     axes: dict[str, Any] = {}
+    deliver: list[Deliverable] = []
 
     @property
     def affinity(self) -> str:

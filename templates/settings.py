@@ -79,6 +79,38 @@ def templates_dir(config: Config) -> Path:
     return config.path(folder) if folder else shipped_dir()
 
 
+@section("deliver", order=55)
+@dataclass(frozen=True)
+class DeliverConfig:
+    """Sales channels: the files each takes from a row's image (docs/deliver.md)."""
+
+    channels: str = key("", "A TOML file of the team's own channels, added to the shipped "
+                        "presets (a channel of a preset's name replaces it). Empty: the "
+                        "presets only (GET /api/v1/channels lists them).")
+    unlabelled: list[str] = key((), "Channels whose renditions carry no visible AI label "
+                                "(\"AI生成\"): only channels whose preset makes the label "
+                                "optional (shops outside China that forbid words on the "
+                                "picture). The label in the file's metadata stays.")
+    producer: str = key("genbot", "Who made the content, as the implicit AI-content label "
+                        "(GB 45438-2025, ContentProducer) names it: the provider's name "
+                        "or code.")
+
+    def check(self, source: str) -> None:
+        from templates.channels import ChannelError, catalogue
+        try:
+            known = catalogue(self.channels)
+        except ChannelError as e:
+            raise ConfigError(f"{source}: [deliver] channels: {e}") from None
+        for name in self.unlabelled:
+            if name not in known:
+                raise ConfigError(f'{source}: [deliver] unlabelled: "{name}" is no channel '
+                                  f"(known: {', '.join(sorted(known))})")
+            if known[name].label != "optional":
+                raise ConfigError(f'{source}: [deliver] unlabelled: "{name}" requires its '
+                                  "visible AI label (its preset says label = \"required\"): "
+                                  "published in China, AI pictures must carry it")
+
+
 @section("comfyui", order=60)
 @dataclass(frozen=True)
 class ComfyUIConfig:

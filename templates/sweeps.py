@@ -109,7 +109,8 @@ def expand(t: Template, rows: list[BoundJob], sweep: Sweep) -> list[BoundJob]:
                 swept = dict(zip(names, combo, strict=True))
                 job = bind(t, {**row.params, **swept, **seeds}, row=row.row, extras=row.columns)
                 axes = {**swept, **({"seed": number} if sweep.seeds > 1 else {})}
-                jobs.append(msgspec.structs.replace(job, named=dict(row.named), axes=axes))
+                jobs.append(msgspec.structs.replace(job, named=dict(row.named), axes=axes,
+                                                   deliver=list(row.deliver)))
         out += siblings(jobs)
     return out
 
@@ -209,6 +210,6 @@ def compare(variants: list[Template], jobs: list[BoundJob],
             child = bind(t, {**row.params, **same}, row=job.row, extras=row.columns)
             child = renamed(child, chr(ord("A") + i), like=job.outputs)
             out.append(msgspec.structs.replace(
-                child, named=dict(row.named),
+                child, named=dict(row.named), deliver=list(job.deliver),
                 axes={**job.axes, VARIANT: variant_label(i, t)}))
     return out

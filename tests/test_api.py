@@ -404,6 +404,8 @@ ROUTES = [  # method, path, who passes, the answer once past the check
     ("PUT", "/jobs/1/review", R, 400), ("PUT", "/jobs/1/stars", R, 400),
     ("POST", "/batches/1/signoff", R, 409), ("DELETE", "/batches/1/signoff", A, 409),
     ("POST", "/batches/1/move", A, 400), ("POST", "/jobs/1/move", A, 400),  # (no body)
+    ("GET", "/channels", V, 200), ("GET", "/batches/1/renditions", V, 200),
+    ("GET", "/renditions/1", V, 404), ("GET", "/batches/1/deliverables.zip", V, 404),
 ]
 
 

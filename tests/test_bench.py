@@ -39,6 +39,7 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     "outage_bench.py": (["--quick"], "every job succeeded exactly once: yes"),
     "loader_bench.py": (["--smoke"], "load genbot GGUF:"),
     "keep_bench.py": (["--smoke"], "keep cost: per megapixel"),
+    "deliver_bench.py": (["--smoke"], "deliver cost: make/bare"),
     "fill_bench.py": (["--smoke", "--steps", "2"], "fill cost: ratios above"),
     "preview_bench.py": (["--smoke", "--models", "flux"], "preview cost: ratios above"),
     # the GPU script for the newer families, on the demo models and the CPU

@@ -34,10 +34,13 @@ async def insert_at_first_schema(db: Database) -> None:
             " '[]', 1.0, 1.0)", job_id, job_id + 1, status)
 
 
-# Every stopping point on SQLite; on PostgreSQL the first, one in the middle and the last
-# (each run replays the whole chain with rows in it, so every migration's PostgreSQL DDL
-# runs in each; what the other stopping points add is the stop, the same on both).
-STOPS = [("sqlite", start) for start in MIGRATIONS[:-1]] + [
+# Each run replays the whole chain with rows in it, so every migration's DDL runs in each
+# on both backends; what the stopping points add is the stop (the rows written at one
+# schema, read at the next). On SQLite the first, every third and the last two; on
+# PostgreSQL the first, one in the middle and the last (every stop costs the whole chain:
+# seconds of the suite's two cores each).
+STOPS = [("sqlite", start) for start in dict.fromkeys(
+    [*MIGRATIONS[:-1:3], *MIGRATIONS[-3:-1]])] + [
     pytest.param("postgres", start, marks=pytest.mark.postgres)
     for start in (MIGRATIONS[0], MIGRATIONS[len(MIGRATIONS) // 2], MIGRATIONS[-2])]
 

@@ -66,7 +66,8 @@ async def world(tmp_path_factory, demo_models):
     config = config.replaced(QueueConfig, max_queue_size=QUEUE_SIZE).replaced(
         IntakeConfig, max_image_mb=IMAGE_MB).replaced(TemplatesConfig, dir=str(folder))
     async with ApiWorld(config) as w:
-        assert (await w.submit(2, token=ADMIN))[0] == 201  # batch 1: run, so it has images
+        assert (await w.submit(2, token=ADMIN, sku=True, channels="douyin"))[0] == 201
+        # (batch 1: run, so it has images, and its files for Douyin)
         w.start_executor()
         await w.finish(timeout=60)
         await w.stop_executor()
@@ -170,6 +171,16 @@ def tour(world) -> set[tuple[str, str, int]]:
     call(VIEWER, "GET", zipped, 200)
     call(VIEWER, "GET", zipped, 400, path=f"{v}/batches/1/images.zip?review=liked")
     call(VIEWER, "GET", zipped, 404, path=f"{v}/batches/2/images.zip")  # (its job failed)
+    call(VIEWER, "GET", f"{v}/channels", 200, path=f"{v}/channels?lang=zh")
+    made = f"{v}/batches/{{id}}/renditions"
+    call(VIEWER, "GET", made, 200)
+    call(VIEWER, "GET", made, 404, path=f"{v}/batches/99/renditions")
+    call(VIEWER, "GET", f"{v}/renditions/{{id}}", 200)
+    call(VIEWER, "GET", f"{v}/renditions/{{id}}", 404, path=f"{v}/renditions/99")
+    shipped = f"{v}/batches/{{id}}/deliverables.zip"
+    call(VIEWER, "GET", shipped, 200, path=f"{v}/batches/1/deliverables.zip?channel=douyin")
+    call(VIEWER, "GET", shipped, 400, path=f"{v}/batches/1/deliverables.zip?channel=ebay")
+    call(VIEWER, "GET", shipped, 404, path=f"{v}/batches/2/deliverables.zip")
     for template in ("/templates/{name}", "/batches/{id}", "/jobs/{id}",
                      "/jobs/{id}/outputs/{index}", "/batches/{id}/files/{name}"):
         call(VIEWER, "GET", v + template, 404, path=v + template.replace(

@@ -51,12 +51,15 @@ from storage.reviews import Review
 from storage.schedules import Schedules
 from storage.versions import TemplateVersions
 from storage.workers import Workers
+from templates import channels as channel_plans
 from templates import sweeps
+from templates.channels import catalogue
 from templates.graph import Template
 from templates.jobs import decode, encode
 from templates.loader import template_from, version_content
 from templates.params import Problem
 from templates.settings import (
+    DeliverConfig,
     TemplatesConfig,
     edit_model,
     family_of,
@@ -91,6 +94,7 @@ class SubmitOptions:
     compare: tuple[str, ...] = ()  # other template versions each row also runs (A/B), same seeds
     ask_over: int | None = None  # a sweep of more jobs is not queued: Unconfirmed says its cost
     callback_url: str | None = None  # told of the batch's events by signed webhooks
+    channels: tuple[str, ...] = ()  # sales channels every row's renditions are made for
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,23 @@ def swept(template: Template, jobs: list[NewJob], sweep: Sweep) -> list[NewJob]:
     except Problem as e:
         raise values.problem(e, "sweep_value", own=SWEEP_SENTENCES) from None
     return [NewJob(c.row, encode(c), c.affinity) for c in children]
+
+
+def named_apart(jobs: list[NewJob]) -> list[NewJob]:
+    """Each rendition's file its own name across the batch: a row's sweep or A/B jobs
+    share their row's names, so the second gets -2, the third -3 (in job order)."""
+    files = [(d["channel"], d["file"]) for j in jobs for d in j.workflow.get("deliver", ())]
+    if len(set(files)) == len(files):
+        return jobs
+    names = iter(channel_plans.distinct(files))
+    out = []
+    for j in jobs:
+        if not j.workflow.get("deliver"):
+            out.append(j)
+            continue
+        deliver = [{**d, "file": next(names)} for d in j.workflow["deliver"]]
+        out.append(dataclasses.replace(j, workflow={**j.workflow, "deliver": deliver}))
+    return out
 
 
 def _differ(variants: list[Template]) -> None:
@@ -338,10 +359,12 @@ class App:
             return Accepted(found.id, found.total_jobs, created=False, report=None)
         chosen = await self.resolve(template)
         sweep = self.sweep(chosen, options)  # a bad --vary is said before the sheet is read
+        channels = self.channels(chosen, options.channels)  # and a channel no row can meet
         variants = [chosen, *[await self.resolve(spec) for spec in options.compare]]
         _differ(variants)
         report = await check_sheet(chosen, sheet, config=self.config, store=self.store,
-                                   attachments=attachments, skip_invalid=options.skip_invalid)
+                                   attachments=attachments, skip_invalid=options.skip_invalid,
+                                   channels=channels)
         if sweep and report.jobs:
             report = dataclasses.replace(report, jobs=swept(chosen, report.jobs, sweep))
         if len(variants) > 1 and report.jobs:  # each version reads the sheet its own way
@@ -349,13 +372,15 @@ class App:
             for other in variants[1:]:
                 read = await check_sheet(other, sheet, config=self.config, store=self.store,
                                          attachments=attachments,
-                                         skip_invalid=options.skip_invalid)
+                                         skip_invalid=options.skip_invalid,
+                                         channels=self.channels(other, options.channels))
                 if not read.jobs:
                     return read  # the sheet does not fit that version: its report says why
                 rows.append({j.row: decode(j.workflow) for j in read.jobs})
             report = dataclasses.replace(report, jobs=compared(variants, report.jobs, rows))
         if not report.jobs or options.dry_run:
             return report
+        report = dataclasses.replace(report, jobs=named_apart(report.jobs))
         if sweep and options.ask_over is not None and len(report.jobs) > options.ask_over:
             return Unconfirmed(len(report.jobs), len({j.row for j in report.jobs}),
                                sorted({j.affinity for j in report.jobs if j.affinity}),
@@ -385,6 +410,22 @@ class App:
             idempotency_key=options.key, meta=meta,
             not_before=options.at.timestamp() if options.at else 0.0))
         return Accepted(done.batch_id, done.jobs, done.created, report)
+
+    def channels(self, template: Template, names: Iterable[str]) -> channel_plans.Plan:
+        """What a submission asks of the sales channels, checked before its sheet is read:
+        every name known, and no rule a picture of this template cannot meet."""
+        settings = self.config[DeliverConfig]
+        known = catalogue(settings.channels)
+        try:
+            return channel_plans.plan(
+                known, names, unlabelled=settings.unlabelled,
+                word_ops=sorted({n.op for n in template.nodes.values()
+                                 if n.op in channel_plans.WORD_OPS}))
+        except channel_plans.Unknown as e:
+            raise Invalid("channel_unknown_close" if e.close else "channel_unknown",
+                          name=e.name[:60], close=e.close, names=", ".join(e.known)) from None
+        except channel_plans.Conflict as e:
+            raise Invalid(e.code, **e.details) from None
 
     @staticmethod
     def sweep(template: Template, options: SubmitOptions) -> Sweep:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from bot.messages import say
 from storage.files import FileStore, batch_folder, picks_folder
 from storage.names import shown
 from storage.records import Batch, Job, Status
+from storage.renditions import Rendition
 from templates.actions import SIDES
 from templates.binding import as_text
 from templates.graph import Template
@@ -29,12 +31,12 @@ log = logging.getLogger("genbot.results")
 
 
 def write_results(store: FileStore, batch: Batch, jobs: list[Job], template: Template | None,
-                  font: str = "") -> tuple[str, str | None]:
+                  font: str = "", renditions: Sequence[Rendition] = ()) -> tuple[str, str | None]:
     """Write the batch's results sheet and contact sheet (None: no image) into its
     folder in the store; their paths there. Reads every image: run it off the loop."""
     from bot.app.contact import contact_sheet
     folder = batch_folder(batch.id)
-    results = write_results_sheet(store, batch, jobs, template)
+    results = write_results_sheet(store, batch, jobs, template, renditions)
     lang = batch.meta.get("lang", "en")
     images = [(path, label(j, template, lang)) for j in jobs if j.status == Status.SUCCEEDED
               for o in j.outputs if (path := _output_file(store, o)) is not None]
@@ -46,12 +48,12 @@ def write_results(store: FileStore, batch: Batch, jobs: list[Job], template: Tem
 
 
 def write_results_sheet(store: FileStore, batch: Batch, jobs: list[Job],
-                        template: Template | None) -> str:
+                        template: Template | None, renditions: Sequence[Rendition] = ()) -> str:
     """The batch's results sheet alone (its reviews change after the batch ends: made
     again then, without the contact sheet's images); its path in the store."""
     return store.write(f"{batch_folder(batch.id)}/{RESULTS}", results_xlsx(
         jobs, columns_of(template, jobs), batch.meta.get("lang", "en"), swept_axes(batch),
-        signed_off=batch))
+        signed_off=batch, renditions=renditions))
 
 
 def write_picks(store: FileStore, batch: Batch, picks: list[Job], template: Template | None,
@@ -81,25 +83,29 @@ def _output_file(store: FileStore, output: str) -> Path | None:
         return None
 
 
-def write_zip(store: FileStore, batch: Batch, jobs: list[Job], name: str) -> Path:
-    """The jobs' images in one zip on this host, each under its name in the batch's folder
-    (the names the template gave them: the SKU's folder, the row); stored as they are
-    (PNG, JPEG and WebP are compressed already). Made afresh each time — which images
-    are approved changes — beside the batch's files, swapped in whole."""
+def image_entries(batch: Batch, jobs: list[Job]) -> list[tuple[str, str]]:
+    """The jobs' images as a zip holds them: each under its name in the batch's folder
+    (the names the template gave them: the SKU's folder, the row)."""
+    folder = batch_folder(batch.id)
+    return [(output, output.removeprefix(f"{folder}/")) for job in jobs for output in job.outputs]
+
+
+def write_zip(store: FileStore, batch: Batch, entries: list[tuple[str, str]], name: str) -> Path:
+    """Stored files (path in the store, name in the zip) in one zip on this host, stored
+    as they are (PNG, JPEG and WebP are compressed already). Made afresh each time —
+    which images are approved changes — beside the batch's files, swapped in whole."""
     import tempfile
     import zipfile
-    folder = batch_folder(batch.id)
-    target = store.local(f"{folder}/{name}")
+    target = store.local(f"{batch_folder(batch.id)}/{name}")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".zip")
     os.close(fd)
     try:
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
-            for job in jobs:
-                for output in job.outputs:
-                    path = _output_file(store, output)
-                    if path is not None and path.is_file():
-                        z.write(path, output.removeprefix(f"{folder}/"))
+            for stored, arcname in entries:
+                path = _output_file(store, stored)
+                if path is not None and path.is_file():
+                    z.write(path, arcname)
         Path(tmp).replace(target)
     finally:
         Path(tmp).unlink(missing_ok=True)
@@ -135,10 +141,12 @@ def swept_axes(batch: Batch) -> list[str]:
 
 
 def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
-                 order: list[str] | tuple[str, ...] = (), signed_off: Batch | None = None) -> bytes:
+                 order: list[str] | tuple[str, ...] = (), signed_off: Batch | None = None,
+                 renditions: Sequence[Rendition] = ()) -> bytes:
     """The batch's rows as the sheet had them (columns `names`), plus status, output
-    file and error (and a sweep's values, its axes in `order`), each image's review, and
-    under the rows who signed the batch off and when (`signed_off`, where it was)."""
+    file and error (and a sweep's values, its axes in `order`), each image's review, a
+    column per sales channel (each file's name, and why it needs review where it does),
+    and under the rows who signed the batch off and when (`signed_off`, where it was)."""
     from openpyxl import Workbook
     book = Workbook()
     swept = any(j.workflow.get("axes") for j in jobs)  # a sweep: each image's axis values
@@ -147,6 +155,10 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
     grown = any(_canvas(j) for j in jobs)  # a canvas extended
     noted = any(j.review_note for j in jobs)  # a reason, a change asked for
     graded = any(j.stars for j in jobs)
+    channels = list(dict.fromkeys(r.channel for r in renditions))
+    files: dict[tuple[int, str], list[str]] = {}
+    for r in renditions:
+        files.setdefault((r.job_id, r.channel), []).append(rendition_text(r, lang))
     sheet = book.active
     sheet.title = "results"
     sheet.append([say("col_row", lang), *names, say("col_status", lang),
@@ -158,7 +170,7 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
                   *([say("col_review_note", lang)] if noted else []),
                   *([say("col_stars", lang)] if graded else []), say("col_model", lang),
                   say("col_version", lang),
-                  *([say("col_swept", lang)] if swept else [])])
+                  *([say("col_swept", lang)] if swept else []), *channels])
     for job in jobs:
         values = {**job.values, **job.workflow.get("named", {})}  # pictures as the sheet named them
         review = say(f"review_{job.review}", lang) if job.status == Status.SUCCEEDED else ""
@@ -170,7 +182,8 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
             *([_canvas(job)] if grown else []), review,
             *([job.review_note or ""] if noted else []), *([job.stars] if graded else []),
             job.affinity or "", _version(job.workflow),
-            *([swept_label(job.workflow.get("axes") or {}, order)] if swept else []))])
+            *([swept_label(job.workflow.get("axes") or {}, order)] if swept else []),
+            *("\n".join(files.get((job.id, c), ())) for c in channels))])
     text_cells(sheet)
     if signed_off is not None and signed_off.signed_off_at is not None:
         at = datetime.fromtimestamp(signed_off.signed_off_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -180,6 +193,17 @@ def results_xlsx(jobs: list[Job], names: list[str], lang: str = "en",
     buf = io.BytesIO()
     book.save(buf)
     return buf.getvalue()
+
+
+def rendition_text(r: Rendition, lang: str = "en") -> str:
+    """A rendition as a person reads it: its file name, and why it needs review if it
+    does (its findings, templates.deliver_checks)."""
+    if r.passed:
+        return r.name
+    why = "; ".join(say(f"check_{f['check']}", lang, **{k: v for k, v in f.items()
+                                                         if k != "check"})
+                    for f in r.findings)
+    return say("rendition_needs_review", lang, name=r.name, why=why)
 
 
 def instruction_of(job: Job) -> str:

@@ -18,7 +18,7 @@ from bot.chat.notifier import Notifier
 from bot.chat.platform import Platform
 from bot.chat.receive import Chat
 from bot.chat.sender import Sender
-from bot.settings import ChatConfig
+from bot.settings import ApiConfig, ChatConfig
 from storage.config import QueueConfig
 from storage.inbox import Inbox
 from storage.logs import Retrying
@@ -56,7 +56,8 @@ class ChatCore:
                                          if p.inline_buttons],
                                  demo=config[ModelsConfig].demo(models(config)),
                                  templates=app.templates, font=config[TemplatesConfig].font,
-                                 auto_save=config[QueueConfig].auto_save, clock=clock)
+                                 auto_save=config[QueueConfig].auto_save, clock=clock,
+                                 public_url=config[ApiConfig].public_url)
         self.chat = Chat(app, inbox=self.inbox, outbox=self.outbox, platforms=self.platforms,
                          on_owed=self.wake)
         self.tasks: list[asyncio.Task] = []

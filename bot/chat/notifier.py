@@ -23,11 +23,12 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 
+from bot.app.deliveries import delivery
 from bot.app.estimates import eta as estimate
 from bot.app.estimates import held_by
 from bot.app.grids import write_grids
 from bot.app.placement import unplaced
-from bot.app.results import columns_of, job_label, swept_axes, write_results
+from bot.app.results import columns_of, job_label, rendition_text, swept_axes, write_results
 from bot.conventions import batch_key, job_key, thread_of
 from bot.messages import action_label, bar, canceled, review_summary, say, took
 from storage.files import FileStore
@@ -35,6 +36,7 @@ from storage.media import is_image_name
 from storage.outbox import Outbox
 from storage.queue import TERMINAL, BatchProgress, Queue
 from storage.records import Batch, Event, Job, Status
+from storage.renditions import Rendition, Renditions
 from storage.reviews import REOPENED, SIGNED_OFF
 from storage.workers import Workers
 from templates.actions import ACTIONS
@@ -44,6 +46,7 @@ CURSOR = "notifier"
 CAPTION_VALUES = 3  # key values of a row shown in an image caption
 MILESTONES = (25, 50, 75)  # percent, where progress cannot be edited in place
 BUNDLED_GRIDS = 8  # a sweep's grids in its summary message; more follow (Slack: 10 files)
+SHOWN_HELD = 5  # a summary's files that need review, each with why; the rest counted
 SMALL = 8  # rows: a smaller batch gets only the halfway milestone (each is a message)
 
 
@@ -61,8 +64,10 @@ class Notifier:
                  bundles: Iterable[str] = (),
                  inline: Iterable[str] = (), demo: Iterable[str] = (),
                  templates: dict[str, Template] | None = None, font: str = "",
-                 auto_save: bool = True, clock: Callable[[], float] = time.time):
+                 auto_save: bool = True, clock: Callable[[], float] = time.time,
+                 public_url: str = ""):
         self.queue, self.outbox, self.store = queue, outbox, store
+        self.public_url = public_url.rstrip("/")  # [api] public_url: the dashboard's links
         self.platforms = set(platforms)
         self.editable = set(editable)  # platforms that edit one progress message in place
         self.bundles = set(bundles)  # platforms whose one message carries text and files
@@ -318,9 +323,10 @@ class Notifier:
                 await self.images(batch, job)
             elif job.status == Status.FAILED:
                 await self.failure(batch, job)
+        made = await Renditions(self.queue.db).of_batch(batch.id)
         results, contact = await asyncio.to_thread(  # (reads every image: off the loop)
             write_results, self.store, batch, jobs, self.templates.get(batch.template),
-            self.font)
+            self.font, made)
         grids = await asyncio.to_thread(write_grids, self.store, batch, jobs, font=self.font) \
             if batch.meta.get("sweep") else []
         started = min((j.started_at for j in jobs if j.started_at), default=None)
@@ -335,6 +341,8 @@ class Notifier:
         if batch.meta.get("version"):  # which template version made it (genbot template history)
             text += say("summary_version", lang, template=batch.template,
                         version=batch.meta["version"])
+        if made:
+            text += self.deliver_summary(batch, jobs, made, lang)
         # Last in the thread: once it is sent, every image of the batch has been delivered.
         delete = [] if self.auto_save else [o for j in done for o in j.outputs]
         if batch.platform in self.bundles:  # a sweep's grids ride with it, as many as fit
@@ -354,6 +362,24 @@ class Notifier:
         await self._owe(batch_key(batch.id, "summary:results"), batch, "file",
                         {"path": results, "text": "", "delete_after": delete})
         await self.more_grids(batch, grids)
+
+    def deliver_summary(self, batch: Batch, jobs: list[Job], made: list[Rendition],
+                        lang: str) -> str:
+        """The sales channels' files in a line: how many ship, which need review and why
+        (the first few), and where the dashboard shows them all."""
+        found = delivery(batch, jobs, made)
+        review = [(r, why) for r, why in found.held if why == "needs_review"]
+        text = say("summary_deliver", lang, count=len(made), ships=len(found.ships),
+                   held=len(found.held), channels=", ".join(dict.fromkeys(
+                       r.channel for r in made)))
+        for r, _ in review[:SHOWN_HELD]:
+            text += "\n• " + rendition_text(r, lang)
+        if len(review) > SHOWN_HELD:
+            text += "\n• " + say("summary_deliver_more", lang, count=len(review) - SHOWN_HELD)
+        if self.public_url:
+            text += say("summary_deliver_link", lang,
+                        url=f"{self.public_url}/dashboard/#/batches/{batch.id}")
+        return text
 
     async def more_grids(self, batch: Batch, grids: list[str], first: int = 0) -> None:
         """A sweep's grids that did not ride with its summary, one image each, after it."""

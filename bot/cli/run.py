@@ -46,6 +46,7 @@ from bot.supervisor import Supervisor
 from storage.config import Config
 from storage.files import batch_folder, open_store
 from storage.queue import BatchProgress, Priority, Queue, Status, open_queue
+from storage.renditions import Renditions
 from storage.workers import Workers, owner_name
 from templates.settings import (
     ComfyUIConfig,
@@ -105,17 +106,19 @@ def cmd_run(args: argparse.Namespace) -> int:
                      vary=tuple(args.vary), seeds=args.seeds,
                      grid=tuple(k.strip() for k in args.grid.split(",") if k.strip()),
                      compare=tuple(args.compare),
+                     channels=tuple(c.strip() for c in args.channels.split(",") if c.strip()),
                      owning=Ownership(args.own_executor, args.timeout, args.keep_queued))
 
 
 def run_sheet(config: Config, template: str, sheet: Path, *, out: str | None = None,
               priority: Priority = Priority.NORMAL, lang: str = "en",
               vary: tuple[str, ...] = (), seeds: int = 1, grid: tuple[str, ...] = (),
-              compare: tuple[str, ...] = (), owning: Ownership = Ownership()) -> int:
+              compare: tuple[str, ...] = (), channels: tuple[str, ...] = (),
+              owning: Ownership = Ownership()) -> int:
     async def run() -> int:
         with Signals() as caught:
             return await _run(config, template, sheet, out, priority, lang, vary, seeds, grid,
-                              compare, owning, caught)
+                              compare, owning, caught, channels)
     return asyncio.run(run())
 
 
@@ -170,7 +173,8 @@ class Signals:
 async def _run(config: Config, name: str, sheet: Path, out: str | None, priority: Priority,
                lang: str, vary: tuple[str, ...] = (), seeds: int = 1,
                grid: tuple[str, ...] = (), compare: tuple[str, ...] = (),
-               owning: Ownership = Ownership(), signals: Signals | None = None) -> int:
+               owning: Ownership = Ownership(), signals: Signals | None = None,
+               channels: tuple[str, ...] = ()) -> int:
     signals = signals or Signals()
     from bot.app.application import Accepted, App, CancelTarget, SubmitOptions
     from bot.intake.check import IntakeReport, SheetFile, check_sheet
@@ -211,7 +215,8 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
         result = await app.submit(me, spec, SheetFile(sheet.name, data), pictures,
                                   SubmitOptions(priority=priority, lang=lang,
                                                 wait_for_executor=True, vary=vary,
-                                                seeds=seeds, grid=grid, compare=compare))
+                                                seeds=seeds, grid=grid, compare=compare,
+                                                channels=channels))
         if isinstance(result, IntakeReport):
             print(result.report(lang, config[IntakeConfig].max_problems_shown), file=sys.stderr)
             return 1
@@ -427,7 +432,8 @@ async def _summary(app: App, batch_id: int, out: str | None, log_file: Path,
         return 1
     _, contact = await asyncio.to_thread(write_results, store, batch, jobs,
                                          app.templates.get(batch.template),
-                                         app.config[TemplatesConfig].font)
+                                         app.config[TemplatesConfig].font,
+                                         await Renditions(app.queue.db).of_batch(batch.id))
     assert contact is not None
     grids = [store.path(g) for g in await asyncio.to_thread(
         write_grids, store, batch, jobs, font=app.config[TemplatesConfig].font)] \

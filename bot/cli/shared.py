@@ -70,7 +70,8 @@ async def local_app(config: cfg.Config) -> AsyncIterator[tuple[App, Who]]:
 
 
 def add_sweep_options(parser: argparse.ArgumentParser) -> None:
-    """--vary and --seeds, as genbot run and genbot submit take them (templates.sweeps)."""
+    """--vary, --seeds, --grid, --compare and --channels, as genbot run and genbot submit
+    take them (templates.sweeps, templates.channels)."""
     parser.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
                         help="sweep a value: KEY=V1,V2,… or KEY=START..STOP:STEP; again for "
                              "another axis (every row runs with every combination)")
@@ -81,6 +82,9 @@ def add_sweep_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", action="append", default=[], metavar="NAME@N",
                         help="A/B: run each row through this template version too, with the "
                              "same seeds (again for more)")
+    parser.add_argument("--channels", default="", metavar="A,B",
+                        help="sales channels (taobao,douyin,amazon …; genbot channels lists "
+                             "them): each row's image made into every file they take")
 
 
 GENBOT_ENGINE = ""  # live_executors' key for genbot's own engine (a ComfyUI one's: its server)

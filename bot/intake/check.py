@@ -27,6 +27,7 @@ from storage.config import Config
 from storage.files import FileStore, reserved
 from storage.queue import NewJob
 from templates.binding import bind
+from templates.channels import CHANNELS_COLUMNS, Conflict, Missing, Plan, Unknown, missing_fields
 from templates.expressions import ParamRef
 from templates.families import row_refusal
 from templates.graph import Template
@@ -163,12 +164,14 @@ def _closest(word: str, options: dict[str, str]) -> str | None:
 async def check_sheet(template: Template, sheet: SheetSource, *, config: Config,
                       store: FileStore, attachments: Attachments | None = None,
                       skip_invalid: bool = False,
-                      keep: dict[str, bytes] | None = None) -> IntakeReport:
+                      keep: dict[str, bytes] | None = None,
+                      channels: Plan | None = None) -> IntakeReport:
     """The report on `sheet` for `template`: its rows read, checked and bound, the
     pictures its cells name found (among `attachments`, then the assets folder, then
     allowed links; genbot's drawings only on its own example sheets, never in place of
     a person's missing picture) and stored. `keep` collects the attachments used, by
-    name (a schedule stores them, since chat uploads expire)."""
+    name (a schedule stores them, since chat uploads expire). `channels`: the sales
+    channels asked for (templates.channels.plan), bound into each row's job."""
     if keep is not None and attachments is not None:
         attachments = recording(attachments, keep)
     settings = config[IntakeConfig]
@@ -180,15 +183,16 @@ async def check_sheet(template: Template, sheet: SheetSource, *, config: Config,
         if isinstance(sheet, SheetRows):
             return await intake_sheet(template, sheet.grid(), settings=settings, images=images,
                                       skip_invalid=skip_invalid, family_of=families,
-                                      tokens_of=counters)
+                                      tokens_of=counters, channels=channels)
         return await intake(template, sheet.name, sheet.data, settings=settings,
                             images=images, skip_invalid=skip_invalid, family_of=families,
-                            tokens_of=counters)
+                            tokens_of=counters, channels=channels)
 
 
 async def intake(template: Template, filename: str, data: bytes, *, settings: IntakeConfig,
                  images: ImageResolver, skip_invalid: bool = False,
-                 family_of: FamilyOf = _unknown, tokens_of: TokensOf = _uncounted) -> IntakeReport:
+                 family_of: FamilyOf = _unknown, tokens_of: TokensOf = _uncounted,
+                 channels: Plan | None = None) -> IntakeReport:
     result = IntakeReport(template.name, filename)
     if len(data) > settings.max_file_mb * 2**20:
         result.file_issues.append(Issue("file_too_big", {"file": filename,
@@ -206,7 +210,7 @@ async def intake(template: Template, filename: str, data: bytes, *, settings: In
         images.examples = example_attachments(template)
     result = await intake_sheet(template, sheet, settings=settings, images=images,
                                 skip_invalid=skip_invalid, family_of=family_of,
-                                tokens_of=tokens_of)
+                                tokens_of=tokens_of, channels=channels)
     if sheet.note is not None:
         result.notes.append(Issue(*sheet.note))
     return result
@@ -215,7 +219,8 @@ async def intake(template: Template, filename: str, data: bytes, *, settings: In
 async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConfig,
                        images: ImageResolver, skip_invalid: bool = False,
                        family_of: FamilyOf = _unknown,
-                       tokens_of: TokensOf = _uncounted) -> IntakeReport:
+                       tokens_of: TokensOf = _uncounted,
+                       channels: Plan | None = None) -> IntakeReport:
     """The checks on rows already read: from a file, or given as JSON by the API.
     `family_of` tells a model's family where it can (a row naming a model that cannot run
     what the row asks is refused), `tokens_of` counts a prompt's tokens as the model
@@ -232,9 +237,14 @@ async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConf
         result.file_issues.append(Issue("no_rows", {"file": filename}))
         return result
     columns = _map_columns(template, sheet, result)
+    if channels is not None:
+        for channel, name in missing_fields(channels.every_row, sheet.headers):
+            result.file_issues.append(Issue("channel_no_column", {
+                "channel": channel, "field": name, "file": filename}))
     if result.file_issues:
         return result
-    await _rows(template, sheet, columns, images, result, settings, family_of, tokens_of)
+    await _rows(template, sheet, columns, images, result, settings, family_of, tokens_of,
+                channels)
     if images.used_examples:
         result.notes.append(Issue("example_pictures", {
             "names": ", ".join(dict.fromkeys(images.used_examples))}))
@@ -269,13 +279,14 @@ def _map_columns(template: Template, sheet: Sheet, result: IntakeReport) -> dict
     spelled = {normalize_header(h): h for p in template.params.values()
                for h in (p.name, *p.aliases)}
     wanted_extras = {normalize_header(c): c for c in template.columns}
+    own = {normalize_header(c) for c in CHANNELS_COLUMNS}  # (read by _channels, not a param)
     columns: dict[str, list[int]] = {}
     unused: list[int] = []
     for i, header in enumerate(sheet.headers):
         key = normalize_header(header)
         if key in names:
             columns.setdefault(names[key], []).append(i)
-        elif key not in wanted_extras and header:
+        elif key not in wanted_extras and key not in own and header:
             unused.append(i)
     for param, found in columns.items():
         if len(found) > 1:
@@ -298,8 +309,10 @@ def _map_columns(template: Template, sheet: Sheet, result: IntakeReport) -> dict
 
 async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
                 images: ImageResolver, result: IntakeReport, settings: IntakeConfig,
-                family_of: FamilyOf, tokens_of: TokensOf) -> None:
+                family_of: FamilyOf, tokens_of: TokensOf, channels: Plan | None = None) -> None:
     outputs: dict[str, int] = {}  # each output file name, and the first row that writes it
+    delivered: dict[tuple[str, str], int] = {}  # each rendition's file, and its first row
+    repeats: list[tuple[int, int, str]] = []
     for count, (number, cells) in enumerate(sheet.rows):
         if count % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)  # let the event loop serve others during a big sheet
@@ -316,11 +329,46 @@ async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
                 issues += _job_issues(job, number, outputs, settings)
                 issues += _model_issues(template, sheet, columns, job, number, family_of,
                                         tokens_of)
+                if channels is not None:
+                    issues += _channels(channels, job, sheet.headers, extras, number,
+                                        delivered, repeats)
         if issues:
             result.issues += issues
             result.bad_rows += 1
         else:
             result.jobs.append(NewJob(row=number, workflow=encode(job), affinity=job.affinity))
+    if repeats:
+        row, first, file = repeats[0]
+        result.notes.append(Issue("channel_files_repeat", {
+            "count": len(repeats), "row": row, "first": first, "file": file}))
+
+
+def _channels(plan: Plan, job: BoundJob, headers: list[str], cells: dict[str, Any],
+              number: int, delivered: dict[tuple[str, str], int],
+              repeats: list[tuple[int, int, str]]) -> list[Issue]:
+    """The row's sales channels bound into its job (every row's, and its channels cell's),
+    or what is wrong with them: an unknown channel, a rule its pictures cannot meet, a
+    file-name field with no value. A file name another row gives too is noted in
+    `repeats` (row, first row, file): the later gets -2 (bot.app.application.named_apart)."""
+    header = next((h for h in headers if normalize_header(h) in
+                   {normalize_header(c) for c in CHANNELS_COLUMNS}), None)
+    cell = cells.get(header) if header else None
+    try:
+        job.deliver = plan.bind(plan.for_row(cell), {**cells, **job.params})
+    except Unknown as e:
+        return [Issue("channel_unknown_close" if e.close else "channel_unknown",
+                      {"name": e.name, "close": e.close, "names": ", ".join(e.known)},
+                      number, header)]
+    except Conflict as e:
+        return [Issue(e.code, e.details, number, header)]
+    except Missing as e:
+        return [Issue("channel_empty_field", {"channel": e.channel, "field": e.field},
+                      number, e.field)]
+    for d in job.deliver:
+        first = delivered.setdefault((d.channel, d.file), number)
+        if first != number:
+            repeats.append((number, first, d.file))
+    return []
 
 
 async def _row_values(template: Template, sheet: Sheet, columns: dict[str, int],

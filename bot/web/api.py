@@ -23,6 +23,7 @@ from bot.app.application import App
 from bot.errors import Coded, Conflict, Invalid, NotFound, Refused
 from bot.web.batches import BatchRoutes
 from bot.web.callers import Callers
+from bot.web.deliveries import DeliveryRoutes
 from bot.web.events import EventRoutes
 from bot.web.http import PREFIX, ApiError
 from bot.web.iterate import IterateRoutes
@@ -114,7 +115,7 @@ class Api:
             IterateRoutes(app, self.callers), ReviewRoutes(app, self.callers), self.events,
             ScheduleRoutes(app, self.callers),
             WebhookRoutes(self.hooks, self.callers), VocabularyRoutes(),
-            MeRoutes(app, self.callers)]
+            MeRoutes(app, self.callers), DeliveryRoutes(app, self.callers)]
 
     def routes(self, app: web.Application) -> None:
         """Each resource's routes as declared, and the document generated from them."""

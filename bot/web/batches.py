@@ -23,6 +23,7 @@ from bot.app.results import (
     CONTACT,
     RESULTS,
     XLSX,
+    image_entries,
     write_results,
     write_results_sheet,
     write_zip,
@@ -48,7 +49,7 @@ from bot.web.routes import Answer, Binary, Label, Param, Route, Whole, page_size
 from bot.web.uploads import (
     form_files,
     form_sheet,
-    grid_axes,
+    names_list,
     read_form,
     sweep_axes,
     sweep_seeds,
@@ -56,6 +57,7 @@ from bot.web.uploads import (
 from storage.files import batch_folder
 from storage.queue import ACTIVE
 from storage.records import BatchCounts, Status
+from storage.renditions import Renditions
 from storage.reviews import Review
 from templates.settings import ModelsConfig, TemplatesConfig
 
@@ -174,6 +176,11 @@ class Fields(Struct, kw_only=True):
     grid: Annotated[list[str], Meta(description=(
         "a sweep's grid axes, across then down (default: the first two swept); "
         "multipart: KEY1,KEY2"))] = []
+    channels: Annotated[list[str], Meta(description=(
+        "sales channels (taobao, douyin, amazon …: GET /channels lists them): every row's "
+        "image is also made into each channel's files, checked against its rules and "
+        "labelled as AI-generated (a sheet column `channels` adds a row's own); multipart: "
+        "A,B"))] = []
     callback_url: Annotated[str, Meta(description=(
         "told of this batch's events (batch.queued, job.succeeded, job.failed, "
         "batch.finished, batch.canceled) by signed POSTs: see the webhooks section. A public "
@@ -196,6 +203,7 @@ class BatchRoutes:
     def __init__(self, app: App, callers: Callers):
         self.app, self.queue, self.callers = app, app.queue, callers
         self.config, self.store, self.templates = app.config, app.store, app.templates
+        self.renditions = Renditions(app.queue.db)
 
     def routes(self) -> list[Route]:
         batch = {200: Answer("OK", Batch)}
@@ -286,13 +294,15 @@ class BatchRoutes:
                 raise ApiError(404, "not_yet", f"batch {batch_id} is not finished")
             await asyncio.to_thread(write_results, self.store, batch, jobs,
                                     self.templates.get(batch.template),
-                                    self.config[TemplatesConfig].font)
+                                    self.config[TemplatesConfig].font,
+                                    await self.renditions.of_batch(batch_id))
         elif name == RESULTS and (await self.queue.review_counts(batch_id)).reviewed:
             # reviewed since it was written (or signed off): its reviews as they are now
             batch = await self.app.batch(batch_id)
             await asyncio.to_thread(write_results_sheet, self.store, batch,
                                     await self.queue.batch_jobs(batch_id),
-                                    self.templates.get(batch.template))
+                                    self.templates.get(batch.template),
+                                    await self.renditions.of_batch(batch_id))
         return await stored_file(self.store, relative, f"batch-{batch_id}-{name}")
 
     async def images_zip(self, request: web.Request) -> web.StreamResponse:
@@ -307,7 +317,8 @@ class BatchRoutes:
             raise ApiError(404, "no_images", f"batch {batch.id} has no image"
                            + (f" {asked}" if asked else ""))
         name = f"images-{asked}.zip" if asked else "images.zip"
-        path = await asyncio.to_thread(write_zip, self.store, batch, jobs, name)
+        path = await asyncio.to_thread(write_zip, self.store, batch,
+                                       image_entries(batch, jobs), name)
         return web.FileResponse(path, headers={
             **SERVED_FILE, "Content-Type": "application/zip",
             "Content-Disposition": attachment(f"batch-{batch.id}-{name}")})
@@ -331,7 +342,8 @@ class BatchRoutes:
             key=f"api:{who.user}:{key}" if key else None,
             wait_for_executor=flag(form.get("wait_for_executor")),
             vary=sweep_axes(form.get("vary")), seeds=sweep_seeds(form.get("seeds")),
-            grid=grid_axes(form.get("grid")),
+            grid=names_list(form.get("grid")),
+            channels=names_list(form.get("channels"), "channels"),
             compare=sweep_axes(form.get("compare"), "compare", "template names (NAME@N)"),
             callback_url=str(form.get("callback_url") or "") or None)
         async with workers.turn(self.config[IntakeConfig]):  # through the answer's reads

@@ -196,3 +196,14 @@ def flag(value: Any) -> bool:
 
 def iso(when: datetime | None) -> str | None:
     return when.isoformat() if when else None
+
+
+def reader_lang(request: web.Request) -> str:
+    """The language to answer in: ?lang= where it is offered, else the first
+    Accept-Language asks for that is, else the catalog's source (English)."""
+    from bot import i18n
+    offered = i18n.languages()
+    asked = request.query.get("lang")
+    language = offered.find(asked) if asked else \
+        offered.negotiate(request.headers.get("Accept-Language"))
+    return language.code if language else i18n.SOURCE

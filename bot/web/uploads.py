@@ -131,13 +131,13 @@ def sweep_axes(value: Any, field: str = "vary", what: str = "KEY=V1,V2 strings")
     return tuple(values)
 
 
-def grid_axes(value: Any) -> tuple[str, ...]:
-    """`grid`: "KEY1,KEY2", or a list of keys."""
+def names_list(value: Any, field: str = "grid") -> tuple[str, ...]:
+    """`grid` (or `channels`): "A,B", or a list of names."""
     if value is None or value == "":
         return ()
     keys = value.split(",") if isinstance(value, str) else value
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-        raise ApiError(422, "bad_field", "grid is KEY1,KEY2 or a list of keys")
+        raise ApiError(422, "bad_field", f"{field} is A,B or a list of names")
     return tuple(k.strip() for k in keys if k.strip())
 
 

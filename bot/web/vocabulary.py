@@ -26,7 +26,7 @@ from msgspec import Meta, Struct
 from bot import i18n
 from bot.app.permissions import Role, needs
 from bot.messages import CATALOG, PLURALS, say, unfilled, unfilled_forms
-from bot.web.http import respond
+from bot.web.http import reader_lang, respond
 from bot.web.routes import Answer, Param, Route
 from bot.web.webhooks import State
 from storage.records import ACTIVE, DOINGS, TERMINAL, Priority, Status
@@ -134,8 +134,4 @@ class VocabularyRoutes:
                       description=__doc__.split("\n\n")[1])]
 
     async def vocabulary(self, request: web.Request) -> web.Response:
-        offered = i18n.languages()
-        asked = request.query.get("lang")
-        language = offered.find(asked) if asked else \
-            offered.negotiate(request.headers.get("Accept-Language"))
-        return respond(vocabulary(language.code if language else i18n.SOURCE))
+        return respond(vocabulary(reader_lang(request)))

@@ -48,13 +48,19 @@ class ApiWorld(ServiceWorld):
             kind = r.content_type
             return r.status, (json.loads(body) if kind == "application/json" else body)
 
-    async def submit(self, rows: int = 2, token: str = ALICE, key: str | None = None, **fields):
+    async def submit(self, rows: int = 2, token: str = ALICE, key: str | None = None,
+                     sku: bool = False, **fields):
+        """`rows` of social_thumb's sheet (`sku`: with a sku column, which sales channels
+        name their files by)."""
         form = aiohttp.FormData()
         form.add_field("template", fields.pop("template", "social_thumb"))
         for name, value in fields.items():
             for one in value if isinstance(value, list) else [value]:  # (a repeated field)
                 form.add_field(name, str(one))
         sheet = "image,title\n" + "\n".join(f"bottle.png,Title {i}" for i in range(rows))
+        if sku:
+            sheet = "sku," + sheet.replace("\nbottle", "\nS{}" + ",bottle")
+            sheet = sheet.format(*range(1, rows + 1))
         form.add_field("sheet", sheet.encode(), filename="sheet.csv")
         form.add_field("bottle", BOTTLE, filename="bottle.png")
         return await self.call("POST", "/batches", token, data=form,

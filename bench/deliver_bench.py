@@ -1,0 +1,105 @@
+"""Deliverables benchmark: what a row's sales-channel pack costs on the CPU.
+
+  python bench/deliver_bench.py [--source 1024] [--images 4] [--repeat 3] [--smoke]
+
+A 4-channel pack (taobao's three files, douyin, xiaohongshu, jd: six renditions) made
+from --images generated-looking 1024² sources (a product on a studio background), median
+of --repeat each, side by side in one process, on one core (one thread):
+
+  bare      PIL only: resize to each rendition's size and save in its format and quality
+            (the least any pipeline pays for the files)
+  make      templates.renditions.make: find the product, whiten, fit, draw the visible
+            label, encode with the sRGB profile and the implicit label, meet max_kb
+  checks    templates.deliver_checks.check on each file made (read back, every rule)
+
+Printed: milliseconds per rendition and per pack, renditions per second per core, and
+the ratios make/bare and checks/make. The pack runs beside the next generation on the
+executor's CPU: what matters is its figure against one image's GPU time (docs/deliver.md).
+--smoke: one small source, one repeat (the test suite); figures mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from timing import median_ms  # noqa: E402 - bench/ is the script's own folder
+
+PACK = ("taobao", "douyin", "xiaohongshu", "jd")
+
+
+def source(side: int, n: int):
+    from PIL import Image, ImageDraw
+    im = Image.new("RGB", (side, side), (247 - n, 246, 244))
+    d = ImageDraw.Draw(im)
+    d.rounded_rectangle((int(side * (.3 + .05 * n)), int(side * .25), int(side * (.55 + .05 * n)),
+                         int(side * .82)), radius=side // 50, fill=(190, 30 + 20 * n, 40))
+    return im
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", type=int, default=1024)
+    parser.add_argument("--images", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args()
+    if args.smoke:
+        args.source, args.images, args.repeat = 256, 1, 1
+
+    from PIL import Image
+
+    from templates.channels import FORMATS, plan, presets
+    from templates.deliver_checks import check
+    from templates.renditions import Provenance, make
+
+    chosen = plan(presets(), PACK)
+    pack = chosen.bind(chosen.every_row, {"sku": "BENCH-1"})
+    sources = [source(args.source, n) for n in range(args.images)]
+    provenance = Provenance("genbot-bench", "genbot-bench-1")
+
+    def bare() -> None:
+        for im in sources:
+            for d in pack:
+                r = d.rendition
+                out = im.resize(r.size, Image.Resampling.LANCZOS)
+                out.save(io.BytesIO(), FORMATS[r.format],
+                         **({} if r.format == "png" else {"quality": r.quality}))
+
+    made = []
+
+    def genbot() -> None:
+        made.clear()
+        for im in sources:
+            made.extend((d, make(im, d, provenance)) for d in pack)
+
+    def checks() -> None:
+        for d, m in made:
+            check(d, m)
+
+    files = len(sources) * len(pack)
+    bare_ms = median_ms(bare, args.repeat) / files
+    make_ms = median_ms(genbot, args.repeat) / files
+    check_ms = median_ms(checks, args.repeat) / files
+    failing = sum(1 for d, m in made if check(d, m))
+    print(f"deliver bench: {platform.machine()} {platform.processor() or ''}, Python "
+          f"{platform.python_version()}, one thread; {args.images} source(s) of "
+          f"{args.source}² x {len(pack)} renditions ({', '.join(PACK)})")
+    print(f"{'':10} {'ms/file':>9} {'ms/pack':>9} {'files/s/core':>13}")
+    for name, ms in (("bare", bare_ms), ("make", make_ms), ("checks", check_ms),
+                     ("make+check", make_ms + check_ms)):
+        print(f"{name:10} {ms:9.1f} {ms * len(pack):9.1f} {1000 / ms:13.1f}")
+    print(f"deliver cost: make/bare {make_ms / bare_ms:.2f}, checks/make "
+          f"{check_ms / make_ms:.2f}; a pack of {len(pack)} files "
+          f"{(make_ms + check_ms) * len(pack) / 1000:.2f} s of one core; "
+          f"{failing} of {files} files need review")
+
+
+if __name__ == "__main__":
+    main()
