@@ -10,10 +10,13 @@ of --repeat each, side by side in one process, on one core (one thread):
             (the least any pipeline pays for the files)
   make      templates.renditions.make: find the product, whiten, fit, draw the visible
             label, encode with the sRGB profile and the implicit label, meet max_kb
-  checks    templates.deliver_checks.check on each file made (read back, every rule)
+  sign      templates.provenance.Signer.sign: the C2PA manifest (a local ES256 certificate,
+            the product photo as an ingredient), signed last
+  checks    templates.deliver_checks.check on each file made (read back, every rule,
+            the C2PA manifest validated by c2pa's own reader)
 
 Printed: milliseconds per rendition and per pack, renditions per second per core, and
-the ratios make/bare and checks/make. The pack runs beside the next generation on the
+the ratios make/bare, sign/make and checks/make. The pack runs beside the next generation on the
 executor's CPU: what matters is its figure against one image's GPU time (docs/deliver.md).
 --smoke: one small source, one repeat (the test suite); figures mean nothing.
 """
@@ -53,8 +56,12 @@ def main() -> None:
     if args.smoke:
         args.source, args.images, args.repeat = 256, 1, 1
 
+    import dataclasses
+    import tempfile
+
     from PIL import Image
 
+    from templates import provenance
     from templates.channels import FORMATS, plan, presets
     from templates.deliver_checks import check
     from templates.renditions import Provenance, make
@@ -62,7 +69,7 @@ def main() -> None:
     chosen = plan(presets(), PACK)
     pack = chosen.bind(chosen.every_row, {"sku": "BENCH-1"})
     sources = [source(args.source, n) for n in range(args.images)]
-    provenance = Provenance("genbot-bench", "genbot-bench-1")
+    about = Provenance("genbot-bench", "genbot-bench-1")
 
     def bare() -> None:
         for im in sources:
@@ -72,33 +79,46 @@ def main() -> None:
                 out.save(io.BytesIO(), FORMATS[r.format],
                          **({} if r.format == "png" else {"quality": r.quality}))
 
-    made = []
+    made, signed = [], []
+    signer = provenance.Signer(provenance.local_credentials(
+        Path(tempfile.mkdtemp(prefix="genbot-deliver-bench-")) / "c2pa"))
+    photo = io.BytesIO()
+    source(256, 0).save(photo, "PNG")
 
     def genbot() -> None:
         made.clear()
         for im in sources:
-            made.extend((d, make(im, d, provenance)) for d in pack)
+            made.extend((d, make(im, d, about)) for d in pack)
+
+    def sign() -> None:
+        signed.clear()
+        for d, m in made:
+            data = signer.sign(m.data, d.rendition.format, d.file, {"bench": True},
+                               [("product.png", photo.getvalue())], model="sdxl")
+            signed.append((d, dataclasses.replace(m, data=data, signed=True)))
 
     def checks() -> None:
-        for d, m in made:
+        for d, m in signed:
             check(d, m)
 
     files = len(sources) * len(pack)
     bare_ms = median_ms(bare, args.repeat) / files
     make_ms = median_ms(genbot, args.repeat) / files
+    sign_ms = median_ms(sign, args.repeat) / files
     check_ms = median_ms(checks, args.repeat) / files
-    failing = sum(1 for d, m in made if check(d, m))
+    failing = sum(1 for d, m in signed if check(d, m))
     print(f"deliver bench: {platform.machine()} {platform.processor() or ''}, Python "
           f"{platform.python_version()}, one thread; {args.images} source(s) of "
           f"{args.source}² x {len(pack)} renditions ({', '.join(PACK)})")
     print(f"{'':10} {'ms/file':>9} {'ms/pack':>9} {'files/s/core':>13}")
-    for name, ms in (("bare", bare_ms), ("make", make_ms), ("checks", check_ms),
-                     ("make+check", make_ms + check_ms)):
+    whole = make_ms + sign_ms + check_ms
+    for name, ms in (("bare", bare_ms), ("make", make_ms), ("sign", sign_ms),
+                     ("checks", check_ms), ("all three", whole)):
         print(f"{name:10} {ms:9.1f} {ms * len(pack):9.1f} {1000 / ms:13.1f}")
-    print(f"deliver cost: make/bare {make_ms / bare_ms:.2f}, checks/make "
-          f"{check_ms / make_ms:.2f}; a pack of {len(pack)} files "
-          f"{(make_ms + check_ms) * len(pack) / 1000:.2f} s of one core; "
-          f"{failing} of {files} files need review")
+    print(f"deliver cost: make/bare {make_ms / bare_ms:.2f}, sign/make {sign_ms / make_ms:.2f}, "
+          f"checks/make {check_ms / make_ms:.2f}; a pack of {len(pack)} files "
+          f"{whole * len(pack) / 1000:.2f} s of one core; {failing} of {files} files need "
+          "review")
 
 
 if __name__ == "__main__":

@@ -703,6 +703,8 @@ CATALOG: dict[str, str] = catalog(
     N_("check_label_small", "the visible AI label is {percent}% of the short side high; the "
                             "channel asks for {want}%"),
     N_("check_implicit_label", "the AI-content label in the file's metadata is missing"),
+    N_("check_c2pa", "its C2PA Content Credentials do not validate ({codes})"),
+    N_("check_unreadable", "the file cannot be read back as an image ({error})"),
     # Sweeps and A/B in chat: a typo's closest key, a version against itself, a row's images.
     N_("sweep_unknown_close", '--vary "{key}": this template has no such value — did you mean '
                               '"{name}"? It has: {names}.'),

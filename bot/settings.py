@@ -287,8 +287,8 @@ def kept_secret(path: Path, make: Callable[[], str]) -> str:
 
 
 # --- outgoing webhooks (bot.webhooks) ------------------------------------------------------
-EVENTS = ("batch.queued", "batch.finished", "batch.canceled", "batch.approved", "job.succeeded",
-          "job.failed")
+EVENTS = ("batch.queued", "batch.finished", "batch.canceled", "batch.approved",
+          "batch.delivered", "job.succeeded", "job.failed")
 ENDPOINT_KEYS = ("url", "secret", "events", "description", "name")
 SECRET_PREFIX = "whsec_"
 

@@ -16,6 +16,8 @@ and numpy work on the CPU, never the GPU's time.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import logging
 from collections.abc import Sequence
 
@@ -29,6 +31,7 @@ from storage.renditions import Rendition, Renditions
 from templates import deliver_checks
 from templates.channels import Deliverable
 from templates.jobs import BoundJob, decode
+from templates.provenance import Signer, credentials
 from templates.renditions import Provenance, make
 from templates.settings import DeliverConfig, TemplatesConfig
 
@@ -46,11 +49,31 @@ def produce_id(batch_id: int, job_id: int, d: Deliverable) -> str:
     return f"genbot-b{batch_id}-j{job_id}-{d.channel}-{d.rendition.name}"
 
 
+def placed(store: FileStore, job: BoundJob) -> list[tuple[str, bytes]]:
+    """The pictures the row named (a product photo …): each as the sheet named it, and its
+    bytes — a rendition's C2PA ingredients."""
+    out = []
+    for param, name in job.named.items():
+        stored = job.params.get(param)
+        if isinstance(stored, str):
+            try:
+                out.append((name, store.path(stored).read_bytes()))
+            except (OSError, ValueError):
+                continue  # (retention may have taken it: the manifest names what it has)
+    return out
+
+
+def model_of(job: BoundJob) -> str:
+    return (getattr(job, "affinity", None) or "").removeprefix("comfyui:")
+
+
 def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int, image: str, *,
-         producer: str, font: str = "") -> list[Rendition]:
-    """Every rendition of one job, made, checked and stored (in the calling thread)."""
+         producer: str, font: str = "", signer: Signer | None = None) -> list[Rendition]:
+    """Every rendition of one job, made, signed, checked and stored (in the calling
+    thread)."""
     with Image.open(store.path(image)) as opened:
         source = opened.convert("RGB")
+    ingredients = placed(store, job) if signer else []
     out = []
     for d in job.deliver:
         about = {"template": job.template, "version": job.revision, "row": job.row,
@@ -58,11 +81,19 @@ def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int, image: str
                  "rendition": d.rendition.name, "source": image}
         made = make(source, d, Provenance(producer, produce_id(batch_id, job_id, d), about),
                     font=font)
+        if signer is not None:  # last: the signature covers every byte before it
+            data = signer.sign(made.data, d.rendition.format, d.file, about, ingredients,
+                               model=model_of(job))
+            made = dataclasses.replace(made, data=data, signed=True,
+                                       sha256=hashlib.sha256(data).hexdigest())
         findings = [f.plain() for f in deliver_checks.check(d, made)]
         path = store.write(stored_name(batch_id, d.channel, d.file), made.data)
         labels = {"explicit": d.label.text if d.label else None,
                   "implicit": {"Label": "1", "ContentProducer": producer,
-                               "ProduceID": produce_id(batch_id, job_id, d)}}
+                               "ProduceID": produce_id(batch_id, job_id, d)},
+                  "c2pa": ({"signer": "team" if not signer.creds.local else "local",
+                            "ingredients": [n for n, _ in ingredients]}
+                           if signer else None)}
         out.append(Rendition(job_id, batch_id, d.channel, d.rendition.name, d.file, path,
                              made.size[0], made.size[1], len(made.data), made.sha256,
                              findings, labels))
@@ -78,6 +109,20 @@ class Packer:
         self.producer = config[DeliverConfig].producer
         self.font = config[TemplatesConfig].font
         self._store: FileStore | None = None
+        self._signer: Signer | None = None
+
+    @property
+    def signer(self) -> Signer:
+        """The C2PA signer: the team's certificate, or this data folder's own (made at the
+        first job that names a channel)."""
+        if self._signer is None:
+            settings = self.config[DeliverConfig]
+            self._signer = Signer(credentials(settings.c2pa_cert, settings.c2pa_key,
+                                              self.config.data_dir))
+            if self._signer.creds.local:
+                log.info("C2PA: signing with genbot's own certificate for this data folder; "
+                         "set [deliver] c2pa_cert and c2pa_key for the team's")
+        return self._signer
 
     @property
     def store(self) -> FileStore:
@@ -92,8 +137,10 @@ class Packer:
         if not wanted or not images:
             return []
         job = decode(lease.workflow)
+        signer = await asyncio.to_thread(lambda: self.signer)  # (may write its certificate)
         made = await asyncio.to_thread(pack, self.store, job, lease.job_id, lease.batch_id,
-                                       images[0], producer=self.producer, font=self.font)
+                                       images[0], producer=self.producer, font=self.font,
+                                       signer=signer)
         await self.renditions.record(lease.job_id, made)
         log.info("renditions made", extra={
             "job": lease.job_id, "batch": lease.batch_id, "renditions": len(made),

@@ -18,7 +18,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from storage.config import Config, StorageConfig
 
@@ -155,6 +155,19 @@ class StoreUnavailable(OSError):
     unrecorded (a job is retried, a delivery too)."""
 
 
+def s3_client(endpoint: str, region: str, access_key: str, secret_key: str,
+              attempts: int) -> Any:
+    """A client of an S3-compatible service (AWS, MinIO, OSS …): path-style addresses,
+    botocore retrying `attempts` times, backing off, while the service is away."""
+    import boto3
+    from botocore.config import Config as BotoConfig
+    return boto3.client(
+        "s3", endpoint_url=endpoint or None, region_name=region,
+        aws_access_key_id=access_key or None, aws_secret_access_key=secret_key or None,
+        config=BotoConfig(retries={"mode": "standard", "total_max_attempts": attempts},
+                          connect_timeout=5, read_timeout=60, s3={"addressing_style": "path"}))
+
+
 class ObjectStore(FileStore):
     """An S3-compatible bucket, with `root` as this host's cache of it.
 
@@ -167,15 +180,8 @@ class ObjectStore(FileStore):
                  region: str = "us-east-1", access_key: str = "", secret_key: str = "",
                  attempts: int = 10):
         super().__init__(root)
-        import boto3
-        from botocore.config import Config as BotoConfig
         self.bucket, self.prefix = bucket, prefix
-        self.s3 = boto3.client(
-            "s3", endpoint_url=endpoint or None, region_name=region,
-            aws_access_key_id=access_key or None, aws_secret_access_key=secret_key or None,
-            config=BotoConfig(retries={"mode": "standard", "total_max_attempts": attempts},
-                              connect_timeout=5, read_timeout=60,
-                              s3={"addressing_style": "path"}))
+        self.s3 = s3_client(endpoint, region, access_key, secret_key, attempts)
 
     def _key(self, relative: str) -> str:
         self.local(relative)  # refuses paths outside the store

@@ -26,6 +26,12 @@ VALUES (:job, :batch, :channel, :rendition, :name, :path, :width, :height, :byte
 OF_BATCH = "SELECT * FROM renditions WHERE batch_id = :batch ORDER BY job_id, id"
 OF_JOB = "SELECT * FROM renditions WHERE job_id = :job ORDER BY id"
 ONE = "SELECT * FROM renditions WHERE id = :id"
+NOTE = """
+INSERT INTO events (at, kind, batch_id, job_id, data) VALUES (:at, :kind, :batch, NULL, :data)"""
+
+# The event log's kind for a batch whose shipping files were put where they go (its data:
+# what triggered it, how many files, where): the announcer's batch.delivered.
+DELIVERED = "delivered"
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,11 @@ class Renditions:
 
     async def of_batch(self, batch_id: int) -> list[Rendition]:
         return [Rendition.from_row(r) for r in await self.db.fetch(OF_BATCH, {"batch": batch_id})]
+
+    async def delivered(self, batch_id: int, data: dict[str, Any]) -> None:
+        """Say in the event log that the batch's files that ship were delivered."""
+        await self.db.execute(NOTE, {"at": self.clock(), "kind": DELIVERED, "batch": batch_id,
+                                     "data": encoded(data)})
 
     async def get(self, rendition_id: int) -> Rendition | None:
         row = await self.db.fetchrow(ONE, {"id": rendition_id})

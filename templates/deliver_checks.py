@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageCms
 
+from templates import provenance
 from templates.channels import FORMATS, Deliverable
 from templates.renditions import WHITE, Made, edge_ring, read_implicit_label
 
@@ -102,13 +103,28 @@ def implicit_label(d: Deliverable, made: Made, im: Image.Image) -> Finding | Non
     return None if found and found.get("Label") == "1" else Finding("implicit_label", {})
 
 
+def credentials(d: Deliverable, made: Made, im: Image.Image) -> Finding | None:
+    """A signed file's C2PA manifest validates (its signer may be one the reader does not
+    trust: that is the reader's list, not the file's fault)."""
+    if not made.signed:
+        return None
+    found = provenance.read(made.data, d.rendition.format)
+    if found.state in ("Valid", "Trusted"):
+        return None
+    return Finding("c2pa", {"codes": ", ".join(found.failures) or "no manifest"})
+
+
 Check = Callable[[Deliverable, Made, Image.Image], "Finding | None"]
 CHECKS: tuple[Check, ...] = (size, file_format, file_size, colour_profile, background, fill,
-                             visible_label, implicit_label)
+                             visible_label, implicit_label, credentials)
 
 
 def check(d: Deliverable, made: Made) -> list[Finding]:
-    """Every rule the rendition breaks, read from its file; [] when it passes."""
-    with Image.open(io.BytesIO(made.data)) as im:
-        im.load()
-        return [f for c in CHECKS if (f := c(d, made, im)) is not None]
+    """Every rule the rendition breaks, read from its file; [] when it passes. A file no
+    reader can open breaks them all: that one finding says so."""
+    try:
+        with Image.open(io.BytesIO(made.data)) as im:
+            im.load()
+            return [f for c in CHECKS if (f := c(d, made, im)) is not None]
+    except (OSError, SyntaxError, ValueError) as e:  # (Pillow's words for a broken file)
+        return [Finding("unreadable", {"error": str(e)[:200]})]

@@ -63,6 +63,7 @@ class Made:
     product: Box | None  # the product's box in the rendition; None: no plain background
     label: Box | None  # the visible label's ink; None: none drawn
     sha256: str
+    signed: bool = False  # carries a C2PA manifest (templates.provenance)
 
     @property
     def kib(self) -> float:

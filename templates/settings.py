@@ -94,9 +94,22 @@ class DeliverConfig:
     producer: str = key("genbot", "Who made the content, as the implicit AI-content label "
                         "(GB 45438-2025, ContentProducer) names it: the provider's name "
                         "or code.")
+    folder: str = key("", "A shared folder the files that ship are put in, as "
+                      "batch_<id>/<channel>/<file name>. Empty: none.")
+    bucket: str = key("", "An S3-compatible bucket the files that ship are put in (its "
+                      "address and keys: [storage] endpoint, region, access_key, "
+                      "secret_key). Empty: none.")
+    prefix: str = key("", "Key prefix in that bucket, e.g. \"launch/\".")
+    c2pa_cert: str = key("", "The team's C2PA signing certificate: a PEM chain, the signing "
+                         "certificate first (ES256). Empty: genbot's own, made once in the "
+                         "data folder (c2pa/); readers then call the signer untrusted.")
+    c2pa_key: str = key("", "The private key of c2pa_cert (PEM).", secret=True)
 
     def check(self, source: str) -> None:
         from templates.channels import ChannelError, catalogue
+        if bool(self.c2pa_cert) != bool(self.c2pa_key):
+            raise ConfigError(f"{source}: [deliver] c2pa_cert and c2pa_key: set both (the "
+                              "certificate chain and its private key), or neither")
         try:
             known = catalogue(self.channels)
         except ChannelError as e:

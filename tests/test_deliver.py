@@ -4,6 +4,7 @@ checking and recording every rendition after the job's image."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 
 import msgspec
@@ -15,11 +16,13 @@ from bot.errors import Invalid
 from bot.intake.check import IntakeReport, SheetFile
 from storage.files import FileStore
 from storage.renditions import Renditions
+from templates import provenance
 from templates.jobs import decode
 from templates.renditions import read_implicit_label
-from tests.conftest import executor_config
+from tests.conftest import executor_config, migrated_sqlite
 from tests.fakes.apps import ALICE, PRODUCTS, app_on, pictures
 from tests.fakes.executor import Harness
+from tests.fakes.media import product_png
 
 
 @pytest.fixture
@@ -88,18 +91,9 @@ async def test_a_rule_no_picture_of_the_template_can_meet_is_refused_in_one_sent
 
 
 async def test_an_admin_may_leave_the_label_off_an_optional_channel(tmp_path, db_url):
-    from storage import config as cfg
-    from tests.fakes.apps import App, FakeClock, load_templates, open_queue, open_store
-    config = cfg.from_dict({"service": {"data_dir": str(tmp_path / "data")},
-                            "database": {"url": db_url}, "deliver": {"unlabelled": ["amazon"]},
-                            "chat": {"submitters": ["test:ALICE"]}})
-    queue = await open_queue(config, clock=FakeClock(1.8e9))
-    try:
-        app = App(config, queue, open_store(config), load_templates(config))
+    async with app_on(tmp_path, db_url, deliver={"unlabelled": ["amazon"]}) as app:
         jobs = await submitted(app, channels=("amazon",))
         assert [(d.file, d.label) for d in jobs[0].deliver] == [("A1.MAIN.jpg", None)]
-    finally:
-        await queue.close()
 
 
 async def test_a_sheet_whose_rows_cannot_name_their_files_says_which_row_and_column(app):
@@ -146,6 +140,7 @@ async def test_the_executor_makes_checks_and_records_every_rendition(tmp_path, d
         assert [j.status for j in done] == ["succeeded", "succeeded"]
         made = await Renditions(h.queue.db).of_batch(done[0].batch_id)
     store = FileStore(config.data_dir)
+    local = provenance.local_credentials(config.data_dir / "c2pa")  # made by the executor
     assert [(r.job_id, r.channel, r.name) for r in made] == [
         (job.id, ch, f"BTL-{job.row}_{ch}_{n}")
         for job in done for ch, n in (("taobao", "1.jpg"), ("taobao", "2.jpg"),
@@ -157,7 +152,176 @@ async def test_the_executor_makes_checks_and_records_every_rendition(tmp_path, d
             assert im.size == (r.width, r.height)
             assert read_implicit_label(im.info)["ProduceID"] == r.labels["implicit"]["ProduceID"]
         assert r.labels["explicit"] == "AI生成"
+        assert r.labels["c2pa"] == {"signer": "local", "ingredients": ["assets/bottle.png"]}
+        signed = provenance.read(data, r.name.rsplit(".", 1)[1], anchors=local.anchors)
+        assert (signed.state, signed.failures) == ("Trusted", []), r.name
         # the demo model's 64 px noise has no plain background: the white file says so
         assert r.passed == (r.rendition != "white"), (r.name, r.findings)
     white = next(r for r in made if r.rendition == "white")
     assert white.findings[0]["check"] == "background"
+
+
+TEAM = """
+[shop_a]
+title = "Shop A"
+title_zh = "甲店"
+[[shop_a.renditions]]
+name = "white"
+size = [160, 160]
+fit = "pad"
+background = "white"
+format = "png"
+fill = 0.5
+file = "{sku}_white.{ext}"
+
+[shop_b]
+title = "Shop B"
+title_zh = "乙店"
+[[shop_b.renditions]]
+name = "story"
+size = [90, 160]
+format = "webp"
+safe = [0.1, 0.05, 0.15, 0.05]
+
+[shop_c]
+title = "Shop C"
+title_zh = "丙店"
+[[shop_c.renditions]]
+name = "feed"
+size = [128, 160]
+max_kb = 40
+file = "{channel}-{sku}.{ext}"
+
+[shop_d]
+title = "Shop D"
+title_zh = "丁店"
+label = "optional"
+[[shop_d.renditions]]
+name = "main"
+size = [200, 200]
+fit = "pad"
+background = "white"
+text = false
+fill = 0.8
+file = "{sku}.MAIN.{ext}"
+"""
+
+
+async def finish_as_product_shots(app, batch_id: int) -> list:
+    """Every queued job completed with a product on an off-white studio background."""
+    while (lease := await app.queue.claim("test-executor")) is not None:
+        path = app.store.write(f"outputs/batch_{lease.batch_id}/{lease.job_id}.png",
+                               product_png())
+        await app.queue.complete(lease, [path])
+    return await app.queue.batch_jobs(batch_id)
+
+
+@pytest.fixture
+async def bucket():
+    from tests.fakes.s3 import S3Server
+    server = S3Server()
+    server.start()
+    import boto3
+    s3 = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
+                      aws_access_key_id="test", aws_secret_access_key="test")
+    s3.create_bucket(Bucket="launch")
+    try:
+        yield server, s3
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+async def test_fifty_rows_times_four_channels_ship_labelled_and_identical_everywhere(
+        tmp_path, bucket):
+    """A launch: 50 rows, 4 channels of a team's own file, one generation each. Every file
+    meets its channel's rules, is named by its pattern, carries both AI labels and valid
+    C2PA credentials; the zip, the shared folder and the bucket hold the same bytes; the
+    "delivered" event counts them. (One backend: what is proved here is not the queue's.)"""
+    db_url = migrated_sqlite(f"sqlite:///{tmp_path / 'genbot.sqlite3'}")
+    import zipfile
+
+    from bot.app.deliveries import Shipper, drops
+    from executor.deliver import pack
+    from storage.outbox import Outbox
+    from storage.renditions import DELIVERED
+    from templates.provenance import Signer, local_credentials
+    server, s3 = bucket
+    (tmp_path / "team.toml").write_text(TEAM, encoding="utf-8")
+    rows = "".join(f"SKU-{n:03},bottle.png,bottle {n}\n" for n in range(50))
+    sheet = SheetFile("launch.csv", f"sku,product_image,prompt\n{rows}".encode())
+    async with app_on(tmp_path, db_url, deliver={
+            "channels": str(tmp_path / "team.toml"), "unlabelled": ["shop_d"],
+            "folder": str(tmp_path / "share"), "bucket": "launch", "prefix": "genbot/"},
+            storage={"endpoint": server.endpoint, "access_key": "test",
+                     "secret_key": "test"}) as app:
+        done = await app.submit(ALICE, "product_main", sheet, pictures, SubmitOptions(
+            wait_for_executor=True, channels=("shop_a", "shop_b", "shop_c", "shop_d")))
+        assert isinstance(done, Accepted) and done.jobs == 50
+        shipper = Shipper(app.queue, app.store, Outbox(app.queue.db), drops(app.config))
+        await shipper.start()
+        jobs = await finish_as_product_shots(app, done.batch_id)
+        creds = local_credentials(tmp_path / "data" / "c2pa")
+        signer, renditions = Signer(creds), Renditions(app.queue.db)
+        for job in jobs:  # the executor's pack, on each job's image
+            await renditions.record(job.id, pack(app.store, decode(job.workflow), job.id,
+                                                 job.batch_id, job.outputs[0],
+                                                 producer="Acme", signer=signer))
+        await shipper.run_once()
+        made = await renditions.of_batch(done.batch_id)
+        delivered = [e for e in await app.queue.events_after(0) if e.kind == DELIVERED]
+    assert len(made) == 50 * 4 and [r.findings for r in made if r.findings] == []
+    by_job = {j.id: decode(j.workflow).params["sku"] for j in jobs}
+    assert {(r.channel, r.name) for r in made if by_job[r.job_id] == "SKU-007"} == {
+        ("shop_a", "SKU-007_white.png"),
+        ("shop_b", "SKU-007_shop_b_1.webp"), ("shop_c", "shop_c-SKU-007.jpg"),
+        ("shop_d", "SKU-007.MAIN.jpg")}
+    for r in made:  # (each file's labels and credentials were checked as it was made: no
+        assert r.labels["explicit"] == (None if r.channel == "shop_d" else "AI生成")  # finding)
+    for r in made[:4]:  # and read here again, trusting the data folder's own root
+        data = app.store.path(r.path).read_bytes()
+        fmt = r.name.rsplit(".", 1)[1]
+        assert provenance.read(data, fmt, anchors=creds.anchors).state == "Trusted", r.name
+        with Image.open(io.BytesIO(data)) as im:
+            assert read_implicit_label(im.info)["ContentProducer"] == "Acme"
+    # the zip, the folder and the bucket: the same files, byte for byte
+    async with app_on(tmp_path, db_url) as again:
+        from bot.app.deliveries import delivery, zip_entries
+        from bot.app.results import write_zip
+        batch = await again.batch(done.batch_id)
+        ships = delivery(batch, jobs, made).ships
+        path = write_zip(again.store, batch, zip_entries(ships), "deliverables.zip")
+    with zipfile.ZipFile(path) as z:
+        zipped = {n: z.read(n) for n in z.namelist()}
+    assert len(zipped) == 200
+    share = tmp_path / "share" / f"batch_{done.batch_id}"
+    folder = {str(p.relative_to(share)): p.read_bytes() for p in share.rglob("*")
+              if p.is_file()}
+    assert zipped == folder
+    listed = s3.list_objects_v2(Bucket="launch", Prefix=f"genbot/batch_{done.batch_id}/")
+    in_bucket = {o["Key"].split("/", 2)[2]: o["ETag"].strip('"') for o in listed["Contents"]}
+    assert in_bucket == {n: hashlib.md5(b).hexdigest() for n, b in zipped.items()}  # noqa: S324
+    assert [e.data["files"] for e in delivered] == [200]
+
+
+async def test_the_threads_summary_counts_the_files_and_says_why_some_need_review(app):
+    from bot.chat.notifier import Notifier
+    from storage.renditions import Rendition
+    from tests.fakes.jobs import finish_all
+    accepted = await app.submit(ALICE, "product_main", PRODUCTS, pictures, SubmitOptions(
+        wait_for_executor=True, channels=("jd",)))
+    done = await finish_all(app, accepted.batch_id)
+    batch = await app.batch(accepted.batch_id)
+    made = [Rendition(j.id, batch.id, "jd", "main", f"A{n}_jd_1.jpg", f"x/{n}.jpg", 800, 800,
+                      1000, "0" * 64, findings, {}, id=n)
+            for n, (j, findings) in enumerate(zip(done, ([], [{"check": "background",
+                                                               "percent": 62}])), 1)]
+    notifier = Notifier(app.queue, None, app.store, platforms=["test"],
+                        public_url="https://genbot.example/")
+    en = notifier.deliver_summary(batch, done, made, "en")
+    assert en == ("\nSales channels (jd): 2 files, 1 ready to ship, 1 held.\n• A2_jd_1.jpg — "
+                  "needs review: the background is not pure white: 62% of the edge is RGB 255, "
+                  "and the channel asks for all of it\nEvery file, its checks and the zip: "
+                  f"https://genbot.example/dashboard/#/batches/{batch.id}")
+    zh = notifier.deliver_summary(batch, done, made, "zh")
+    assert "2 个文件，1 个可交付，1 个暂缓" in zh and "需要审核：背景不是纯白" in zh

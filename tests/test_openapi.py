@@ -364,7 +364,7 @@ async def test_a_tour_reaches_every_documented_answer_and_each_is_as_documented(
 async def test_the_webhooks_section_documents_each_events_body_and_its_signature(world):
     hooks = world.doc["webhooks"]
     assert set(hooks) == {"batch.queued", "batch.finished", "batch.canceled", "batch.approved",
-                          "job.succeeded", "job.failed", "webhook.test"}
+                          "batch.delivered", "job.succeeded", "job.failed", "webhook.test"}
     for name, op in hooks.items():
         post = op["post"]
         assert {p["name"] for p in post["parameters"]} == \
@@ -378,7 +378,8 @@ async def test_the_webhooks_section_documents_each_events_body_and_its_signature
     # of a test, each read strictly as its documented record.
     status, _ = await world.call("POST", "/webhooks/endpoints/tour/test", token=ADMIN)
     assert status == 200
-    wanted = {"batch.queued", "job.succeeded", "batch.finished", "webhook.test"}
+    wanted = {"batch.queued", "job.succeeded", "batch.finished", "batch.delivered",
+              "webhook.test"}
     async with asyncio.timeout(20):  # the service delivers on its own loops
         while not wanted <= {b["type"] for b in world.hook_bodies()}:
             await asyncio.sleep(0.05)

@@ -4,6 +4,7 @@ Pillow, and the labels with readers of their own."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import subprocess
@@ -16,25 +17,9 @@ from templates.channels import Deliverable, Rendition, presets
 from templates.deliver_checks import check
 from templates.renditions import Provenance, make, plain_background, read_implicit_label
 from tests.fakes.debian import exiftool
+from tests.fakes.media import product_shot, scene
 
 PROVENANCE = Provenance("genbot-test", "genbot-b1-j1", {"template": "product_main", "row": 2})
-
-
-def product_shot(size=(1024, 1024), background=(247, 246, 244)) -> Image.Image:
-    """A red bottle on an off-white studio background, off centre (as models make them)."""
-    im = Image.new("RGB", size, background)
-    d = ImageDraw.Draw(im)
-    w, h = size
-    d.rounded_rectangle((int(w * .52), int(h * .25), int(w * .72), int(h * .82)), radius=20,
-                        fill=(190, 30, 40))
-    d.rectangle((int(w * .58), int(h * .18), int(w * .66), int(h * .26)), fill=(40, 40, 40))
-    return im
-
-
-def scene(size=(1024, 1024)) -> Image.Image:
-    """A picture with no plain background: noise everywhere."""
-    rng = np.random.default_rng(3)
-    return Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8))
 
 
 def deliverable(channel: str, i: int = 0, *, labelled: bool = True, **changes) -> Deliverable:
@@ -168,3 +153,38 @@ def test_a_rendition_of_a_size_it_does_not_have_is_found_by_the_check():
     assert [f.code for f in found] == ["size"]
     assert found[0].plain() == {"check": "size", "width": 800, "height": 800,
                                 "want_width": 700, "want_height": 700}
+
+
+def test_a_signed_file_carries_credentials_c2pas_own_reader_validates(tmp_path):
+    from templates import provenance
+    creds = provenance.local_credentials(tmp_path / "c2pa")
+    assert provenance.local_credentials(tmp_path / "c2pa") == creds  # made once, then read
+    signer = provenance.Signer(creds)
+    photo = io.BytesIO()
+    product_shot((256, 256)).save(photo, "PNG")
+    for fmt in ("jpg", "png", "webp"):
+        d = deliverable("taobao", format=fmt, file="{sku}.{ext}")
+        made = make(product_shot(), d, PROVENANCE)
+        data = signer.sign(made.data, fmt, f"A1.{fmt}", {"template": "product_main", "row": 2},
+                           [("bottle.png", photo.getvalue())], model="sdxl")
+        trusted = provenance.read(data, fmt, anchors=creds.anchors)
+        assert (trusted.state, trusted.failures) == ("Trusted", []), fmt
+        assert provenance.read(data, fmt).state == "Valid"  # a root it was not told of
+        actions = next(a for a in trusted.manifest["assertions"]
+                       if a["label"].startswith("c2pa.actions"))["data"]["actions"]
+        created = actions[0]
+        assert created["action"] == "c2pa.created"
+        assert created["digitalSourceType"] == provenance.TRAINED
+        assert created["softwareAgent"]["name"] == "genbot (sdxl)"
+        assert [i["title"] for i in trusted.manifest["ingredients"]] == ["bottle.png"]
+        about = next(a for a in trusted.manifest["assertions"] if a["label"] == "com.genbot.job")
+        assert about["data"] == {"template": "product_main", "row": 2}
+        with Image.open(io.BytesIO(data)) as im:  # the implicit label survives the signing
+            assert read_implicit_label(im.info)["Label"] == "1"
+        signed = dataclasses.replace(made, data=data, signed=True)
+        assert check(d, signed) == []
+        at = data.index(b"genbot-b1-j1")  # one byte of the implicit label changed
+        tampered = dataclasses.replace(signed, data=data[:at] + b"X" + data[at + 1:])
+        assert provenance.read(tampered.data, fmt).state == "Invalid", fmt
+        # (a PNG's chunk checksum gives it away before the signature does)
+        assert [f.code for f in check(d, tampered)] == ["unreadable" if fmt == "png" else "c2pa"]

@@ -109,7 +109,8 @@ class Pinned(AbstractResolver):
 
 @asynccontextmanager
 async def world(tmp_path, receivers: dict[str, Receiver], *, clock=None,
-                events: dict[str, list[str]] | None = None, **webhook):
+                events: dict[str, list[str]] | None = None, deliver: dict | None = None,
+                **webhook):
     """An app on a SQLite file with `receivers` as [[webhooks]] (name -> receiver; `events`:
     name -> the events it asks for, default all), and its webhook service (not started:
     tests pump it)."""
@@ -117,7 +118,7 @@ async def world(tmp_path, receivers: dict[str, Receiver], *, clock=None,
         "service": {"data_dir": str(tmp_path / "data")},
         "chat": {"admins": ["test:BOSS"], "submitters": ["test:ALICE"],
                  "submitter_per_minute": 100},
-        "webhook": {"timeout": 2.0, **webhook},
+        "webhook": {"timeout": 2.0, **webhook}, "deliver": deliver or {},
         "webhooks": [{"name": name, "url": r.url, "secret": r.secret,
                       **({"events": events[name]} if events and name in events else {})}
                      for name, r in receivers.items()]})
@@ -127,6 +128,7 @@ async def world(tmp_path, receivers: dict[str, Receiver], *, clock=None,
         app = App(config, queue, open_store(config), load_templates(config), clock=clock)
         hooks = WebhookService(app)
         await hooks.announcer.start()
+        await hooks.shipper.start()
         yield app, hooks
     finally:
         await queue.close()
@@ -513,5 +515,49 @@ async def test_a_sign_off_is_announced_once_as_batch_approved(tmp_path):
             await app.sign_off(BOSS, batch)
             await hooks.pump()
             assert len(every.events("batch.approved")) == 2
+    finally:
+        await every.stop()
+
+
+async def test_a_batchs_channel_files_are_put_in_its_drops_and_announced_once(tmp_path):
+    """batch.delivered: once the batch ends, unreviewed, its files that ship are in the
+    shared folder and the webhook lists each (checksum, labels, where it was put); a
+    replay of the event log puts the same bytes again and owes nothing twice."""
+    from executor.deliver import pack
+    from storage.renditions import Renditions
+    from templates.jobs import decode
+    from templates.provenance import Signer, local_credentials
+    from tests.fakes.media import product_png
+    every = await receiver()
+    share = tmp_path / "share"
+    try:
+        async with world(tmp_path, {"every": every}, deliver={"folder": str(share)}) \
+                as (app, hooks):
+            batch = await submit(app, channels=("jd", "douyin"))
+            signer = Signer(local_credentials(tmp_path / "c2pa"))
+            while (lease := await app.queue.claim("test-executor")) is not None:
+                path = app.store.write(f"outputs/batch_{batch}/{lease.job_id}.png",
+                                       product_png())
+                job = decode(lease.workflow)
+                await Renditions(app.queue.db).record(lease.job_id, pack(
+                    app.store, job, lease.job_id, batch, path, producer="genbot",
+                    signer=signer))
+                await app.queue.complete(lease, [path])
+            await hooks.pump()
+            (delivered,) = every.events("batch.delivered")
+            data = msgspec.convert(delivered, EVENTS["batch.delivered"]).data
+            assert (data.batch, data.trigger, data.held) == (batch, "end", 0)
+            assert sorted(f.name for f in data.files) == [
+                "A1_douyin_1.jpg", "A1_jd_1.jpg", "A2_douyin_1.jpg", "A2_jd_1.jpg"]
+            for f in data.files:
+                placed = share / f"batch_{batch}" / f.channel / f.name
+                assert f.placed == [str(placed)]
+                assert hashlib.sha256(placed.read_bytes()).hexdigest() == f.sha256
+                assert f.labels["explicit"] == "AI生成" and f.labels["c2pa"]["signer"] == "local"
+                assert f.url.endswith(f"/renditions/{f.url.rsplit('/', 1)[1]}")
+            await app.queue.db.execute("UPDATE cursors SET seq = 0 WHERE name = 'deliveries'")
+            hooks.shipper.ended.clear()  # a restart: the log read again from the start
+            await hooks.pump()
+            assert len(every.events("batch.delivered")) == 1
     finally:
         await every.stop()

@@ -9,12 +9,22 @@ every passing file. What does not ship says why (`held`), so a person can act on
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from storage.records import Batch, Job, Status
-from storage.renditions import Rendition
-from storage.reviews import Review
+from storage.config import Config, StorageConfig
+from storage.drops import BucketDrop, Drop, FolderDrop
+from storage.files import FileStore
+from storage.outbox import Outbox
+from storage.queue import TERMINAL, Queue
+from storage.records import Batch, Event, Job, Status
+from storage.renditions import Rendition, Renditions
+from storage.reviews import SIGNED_OFF, Review
+from templates.settings import DeliverConfig
+
+log = logging.getLogger("genbot.deliver")
 
 
 @dataclass(frozen=True)
@@ -49,3 +59,88 @@ def zip_entries(ships: Sequence[Rendition]) -> list[tuple[str, str]]:
     """(stored path, name in the zip): each file in its channel's folder, named for the
     channel's uploader."""
     return [(r.path, f"{r.channel}/{r.name}") for r in ships]
+
+
+# --- shipping ------------------------------------------------------------------------------
+
+CURSOR = "deliveries"
+
+
+def drops(config: Config) -> list[tuple[str, Drop]]:
+    """Where [deliver] puts the files that ship: (its name, the drop)."""
+    settings, store = config[DeliverConfig], config[StorageConfig]
+    out: list[tuple[str, Drop]] = []
+    if settings.folder:
+        out.append(("folder", FolderDrop(settings.folder)))
+    if settings.bucket:
+        out.append(("bucket", BucketDrop(
+            settings.bucket, prefix=settings.prefix, endpoint=store.endpoint,
+            region=store.region, access_key=store.access_key, secret_key=store.secret_key,
+            attempts=store.attempts)))
+    return out
+
+
+class Shipper:
+    """Follows the event log with a cursor of its own, as the notifier and the announcer
+    do: a batch with files for its channels ships once it has ended with nobody reviewing
+    it, or when it is signed off (its approved images' files). Each file that ships is put
+    in every drop ([deliver] folder, bucket), then a "delivered" event says so — which the
+    announcer turns into `batch.delivered`. A replayed event puts the same files again
+    (the same bytes under the same keys) and says so again; the webhook is owed once per
+    trigger (its key names it)."""
+
+    def __init__(self, queue: Queue, store: FileStore, outbox: Outbox,
+                 targets: Sequence[tuple[str, Drop]]):
+        self.queue, self.store, self.outbox, self.targets = queue, store, outbox, targets
+        self.renditions = Renditions(queue.db)
+        self.ended: set[int] = set()  # batches whose end this process shipped already
+
+    async def start(self) -> None:
+        """From now on: a new service does not ship the whole history."""
+        if await self.outbox.cursor(CURSOR, None) is None:
+            await self.outbox.advance(CURSOR, await self.queue.last_event_seq())
+
+    async def run_once(self, limit: int = 500) -> int:
+        events = await self.queue.events_after(await self.outbox.cursor(CURSOR), limit)
+        for event in events:
+            await self.handle(event)
+        if events:
+            await self.outbox.advance(CURSOR, events[-1].seq)
+        return len(events)
+
+    async def handle(self, event: Event) -> None:
+        if event.batch_id is None or (event.kind != SIGNED_OFF and event.kind not in TERMINAL):
+            return
+        batch = await self.queue.batch(event.batch_id)
+        if batch is None:
+            return
+        if event.kind == SIGNED_OFF:
+            if batch.signed_off_at == event.at:  # (not reopened since)
+                await self.ship(batch, f"signoff{event.seq}")
+            return
+        progress = await self.queue.batch_progress(batch.id)
+        if progress is None or progress.done < progress.total or batch.id in self.ended:
+            return
+        self.ended.add(batch.id)
+        if len(self.ended) > 10_000:
+            self.ended.pop()
+        jobs = await self.queue.batch_jobs(batch.id)
+        if not delivery(batch, jobs, []).reviewed:  # (under review: its sign-off ships it)
+            await self.ship(batch, "end", jobs)
+
+    async def ship(self, batch: Batch, trigger: str, jobs: Sequence[Job] | None = None) -> None:
+        made = await self.renditions.of_batch(batch.id)
+        if not made:
+            return
+        found = delivery(batch, jobs or await self.queue.batch_jobs(batch.id), made)
+        placed: dict[str, list[str]] = {}
+        for r in found.ships:
+            key = f"batch_{batch.id}/{r.channel}/{r.name}"
+            data = await asyncio.to_thread(self.store.path(r.path).read_bytes)
+            placed[str(r.id)] = [await asyncio.to_thread(drop.put, key, data)
+                                 for _, drop in self.targets]
+        await self.renditions.delivered(batch.id, {
+            "for": trigger, "files": len(found.ships), "held": len(found.held),
+            "drops": [name for name, _ in self.targets], "placed": placed})
+        log.info("batch delivered", extra={"batch": batch.id, "files": len(found.ships),
+                                           "held": len(found.held), "for": trigger})

@@ -12,6 +12,8 @@ dedupe. Sending is bot.webhooks.delivery's job.
   the batch's last job ended       batch.finished, or batch.canceled if any was canceled
   the batch was signed off          batch.approved (once per sign-off: reopened and signed
                                     off again is another)
+  its channels' files were put      batch.delivered (once per trigger: its end, or a
+  where they go                     sign-off; bot.app.deliveries.Shipper)
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from bot.webhooks.payloads import Links
 from storage.outbox import Outbox
 from storage.queue import TERMINAL, Queue
 from storage.records import Batch, Event, Status
+from storage.renditions import DELIVERED, Renditions
 from storage.reviews import SIGNED_OFF
 from storage.webhooks import PLATFORM, Webhooks
 
@@ -70,7 +73,7 @@ class Announcer:
         return len(events)
 
     async def handle(self, event: Event) -> None:
-        if event.batch_id is None or (event.kind not in ("submitted", SIGNED_OFF)
+        if event.batch_id is None or (event.kind not in ("submitted", SIGNED_OFF, DELIVERED)
                                       and event.kind not in TERMINAL):
             return
         batch = await self.queue.batch(event.batch_id)
@@ -84,6 +87,14 @@ class Announcer:
                 await self.owe(batch, "batch.approved", f"b{batch.id}:{event.seq}", event.at,
                                payloads.approved(batch, await self.queue.batch_jobs(batch.id),
                                                  self.links))
+            return
+        if event.kind == DELIVERED:
+            data = event.data or {}
+            await self.owe(batch, "batch.delivered", f"b{batch.id}:{data.get('for')}",
+                           event.at, payloads.delivered(
+                               batch, await self.queue.batch_jobs(batch.id),
+                               await Renditions(self.queue.db).of_batch(batch.id), data,
+                               self.links))
             return
         if event.kind == "submitted":
             progress = await self.queue.batch_progress(batch.id)

@@ -22,6 +22,7 @@ from bot.conventions import API_PREFIX
 from bot.messages import review_summary, say, took
 from storage.reads import BatchProgress
 from storage.records import Batch, Job, Status
+from storage.renditions import Rendition
 from storage.reviews import Review
 from storage.states import Outcome
 
@@ -118,6 +119,39 @@ class BatchApproved(Struct):
     links: BatchLinks
 
 
+class DeliveredFile(Struct):
+    """One file that ships: as its channel's uploader takes it."""
+    job: int
+    row: int
+    channel: str
+    rendition: str
+    name: str  # its file name for the channel
+    url: Annotated[str, Meta(description="the file, through the API")]
+    sha256: str
+    bytes: int
+    width: int
+    height: int
+    labels: Annotated[dict[str, Any], Meta(description=(
+        "its AI-content labels: explicit (the visible words, or null), implicit (GB "
+        "45438-2025's metadata fields), c2pa (who signed its Content Credentials)"))]
+    placed: Annotated[list[str], Meta(description="where it was put: a shared folder's "
+                                                  "path, an s3:// URL")]
+
+
+class BatchDelivered(Struct):
+    """A batch's files for its sales channels were delivered: those that ship (every
+    passing one, or once reviewed the approved images' ones), put in each drop."""
+    batch: int
+    template: str
+    submitter: str
+    trigger: Annotated[str, Meta(description="end: the batch ended with nobody reviewing "
+                                             "it; signoffN: its sign-off (event N)")]
+    files: list[DeliveredFile]
+    held: Annotated[int, Meta(description="files that do not ship (need review, not approved)")]
+    zip: Annotated[str, Meta(description="every file that ships, a folder per channel")]
+    links: BatchLinks
+
+
 class Test(Struct):
     endpoint: str
     message: str
@@ -147,6 +181,12 @@ class BatchApprovedEvent(Struct):
     data: BatchApproved
 
 
+class BatchDeliveredEvent(Struct):
+    type: Literal["batch.delivered"]
+    timestamp: str
+    data: BatchDelivered
+
+
 class JobSucceededEvent(Struct):
     type: Literal["job.succeeded"]
     timestamp: str
@@ -170,7 +210,7 @@ class TestEvent(Struct):
 EVENTS: dict[str, type[Struct]] = {
     "batch.queued": BatchQueuedEvent, "batch.finished": BatchFinishedEvent,
     "batch.canceled": BatchCanceledEvent, "batch.approved": BatchApprovedEvent,
-    "job.succeeded": JobSucceededEvent,
+    "batch.delivered": BatchDeliveredEvent, "job.succeeded": JobSucceededEvent,
     "job.failed": JobFailedEvent, "webhook.test": TestEvent}
 DESCRIPTIONS = {
     "batch.queued": "A batch was accepted: its jobs are in the queue.",
@@ -179,6 +219,9 @@ DESCRIPTIONS = {
     "batch.canceled": "Every job of a batch has ended and some were canceled.",
     "batch.approved": "A batch was signed off once every image of it was reviewed: who, "
                       "and each image's review (the approved ones ship).",
+    "batch.delivered": "A batch's files for its sales channels were delivered (docs/"
+                       "deliver.md): each file that ships, its checksum, labels and where "
+                       "it was put.",
     "job.succeeded": "A job's images are ready.",
     "job.failed": "A job failed for good (its retries used up, or an error no retry mends).",
     "webhook.test": "Sent by `genbot webhooks test` (or the API or /webhooks test) to check "
@@ -204,6 +247,9 @@ class Links:
     def batch(self, batch_id: int) -> BatchLinks:
         at = f"{self.base}/batches/{batch_id}"
         return BatchLinks(at, f"{at}/files/{RESULTS}", f"{at}/files/{CONTACT}")
+
+    def rendition(self, rendition_id: int) -> str:
+        return f"{self.base}/renditions/{rendition_id}"
 
     def outputs(self, job: Job) -> list[str]:
         return [f"{self.base}/jobs/{job.id}/outputs/{i}" for i in range(len(job.outputs))]
@@ -244,6 +290,21 @@ def approved(batch: Batch, jobs: list[Job], links: Links) -> BatchApproved:
                          counts, [Reviewed(j.id, j.row, j.review, j.review_note, j.stars,
                                            links.outputs(j)) for j in images],
                          summary, links.batch(batch.id))
+
+
+def delivered(batch: Batch, jobs: list[Job], made: list[Rendition], data: dict[str, Any],
+              links: Links) -> BatchDelivered:
+    """`data`: the "delivered" event's (bot.app.deliveries.Shipper)."""
+    rows = {j.id: j.row for j in jobs}
+    placed = data.get("placed") or {}
+    files = [DeliveredFile(r.job_id, rows.get(r.job_id, 0), r.channel, r.rendition, r.name,
+                           links.rendition(r.id), r.sha256, r.bytes, r.width, r.height,
+                           r.labels, placed[str(r.id)])
+             for r in made if str(r.id) in placed]
+    return BatchDelivered(batch.id, batch.template, batch.submitter, str(data.get("for", "")),
+                          files, int(data.get("held", 0)),
+                          f"{links.base}/batches/{batch.id}/deliverables.zip",
+                          links.batch(batch.id))
 
 
 def job_ended(batch: Batch, job: Job, links: Links) -> JobEnded:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from aiohttp.abc import AbstractResolver
 
 from bot.app.application import App
+from bot.app.deliveries import Shipper, drops
 from bot.app.permissions import Action, Who
 from bot.errors import Conflict, NotFound
 from bot.settings import EVENTS, ApiConfig, WebhookConfig
@@ -47,12 +48,16 @@ class WebhookService:
                                    payloads.Links(app.config[ApiConfig].public_url), clock=clock)
         self.deliverer = Deliverer(self.outbox, self.webhooks, self.endpoints, self.settings,
                                    dns=dns, clock=clock)
+        # (shipping a batch's channel files comes before the webhook that says so)
+        self.shipper = Shipper(app.queue, app.store, self.outbox, drops(app.config))
         self.tasks: list[asyncio.Task] = []
 
     # --- running -------------------------------------------------------------------------
     async def start(self) -> None:
         await self.announcer.start()
+        await self.shipper.start()
         self.tasks = [asyncio.create_task(self._announce(), name="webhook-announcer"),
+                      asyncio.create_task(self._ship(), name="channel-shipper"),
                       asyncio.create_task(self.deliverer.run(), name="webhook-deliverer")]
 
     async def stop(self) -> None:
@@ -63,6 +68,8 @@ class WebhookService:
 
     async def pump(self) -> None:
         """One round of everything, in the caller's task (tests, `genbot run`)."""
+        while await self.shipper.run_once():
+            pass
         while await self.announcer.run_once():
             pass
         await self.deliverer.run_once()
@@ -74,6 +81,12 @@ class WebhookService:
         await self.app.queue.bell.follow(self.announcer.run_once, self.deliverer.wake.set,
                                          ANNOUNCE_POLL,
                                          Retrying(log, "webhooks: following the event log"))
+
+    async def _ship(self) -> None:
+        """Follow the event log for batches whose channel files ship; a drop that is away
+        (a bucket, a folder's server) is tried again, the cursor not moved past it."""
+        await self.app.queue.bell.follow(self.shipper.run_once, lambda: None, ANNOUNCE_POLL,
+                                         Retrying(log, "deliveries: putting files that ship"))
 
     # --- for admins ----------------------------------------------------------------------
     async def endpoints_of(self, who: Who) -> list[EndpointState]:

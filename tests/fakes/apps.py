@@ -27,11 +27,11 @@ async def pictures(name: str) -> bytes | None:
 
 
 @asynccontextmanager
-async def app_on(tmp_path, db_url):
+async def app_on(tmp_path, db_url, **sections):
     """BOSS an admin, VIC a viewer, REX a reviewer, ALICE and BOB submitters (100
-    submissions a minute)."""
+    submissions a minute); `sections`: more of the config ({"deliver": {…}})."""
     config = cfg.from_dict({"service": {"data_dir": str(tmp_path / "data")},
-                            "database": {"url": db_url},
+                            "database": {"url": db_url}, **sections,
                             "chat": {"admins": ["test:BOSS"], "viewers": ["test:VIC"],
                                      "reviewers": ["test:REX"],
                                      "submitters": ["test:ALICE", "test:BOB"],

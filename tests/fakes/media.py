@@ -60,3 +60,30 @@ def bomb_webp(width: int = 16_383, height: int = 16_383) -> bytes:
     assert data[12:16] == b"VP8X"
     data[24:27], data[27:30] = (width - 1).to_bytes(3, "little"), (height - 1).to_bytes(3, "little")
     return bytes(data)
+
+
+def product_shot(size: tuple[int, int] = (1024, 1024), background=(247, 246, 244)):
+    """What a product template makes: a red bottle on an off-white studio background, off
+    centre."""
+    from PIL import Image, ImageDraw
+    im = Image.new("RGB", size, background)
+    d = ImageDraw.Draw(im)
+    w, h = size
+    d.rounded_rectangle((int(w * .52), int(h * .25), int(w * .72), int(h * .82)), radius=20,
+                        fill=(190, 30, 40))
+    d.rectangle((int(w * .58), int(h * .18), int(w * .66), int(h * .26)), fill=(40, 40, 40))
+    return im
+
+
+def scene(size: tuple[int, int] = (1024, 1024)):
+    """A picture with no plain background: noise everywhere."""
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(3)
+    return Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8))
+
+
+def product_png(size: tuple[int, int] = (256, 256)) -> bytes:
+    buf = io.BytesIO()
+    product_shot(size).save(buf, "PNG")
+    return buf.getvalue()
