@@ -712,6 +712,7 @@ FORGET_LOOSE_EVENTS = """
 DELETE FROM events WHERE seq IN (
   SELECT seq FROM events WHERE batch_id IS NULL AND at < :before ORDER BY seq LIMIT :limit)"""
 FORGET_JOBS = "DELETE FROM jobs WHERE batch_id = :batch"
+FORGET_RENDITIONS = "DELETE FROM renditions WHERE batch_id = :batch"
 FORGET_BATCH = "DELETE FROM batches WHERE id = :batch"
 
 # /queue, the dashboard, /metrics: what runs now and what is next. Running jobs say whether

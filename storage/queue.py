@@ -658,8 +658,8 @@ class Queue(QueueReads):
 
     async def forget_finished(self, before: float, limit: int = 500,
                               ids: Sequence[int] | None = None) -> list[int]:
-        """Delete batches wholly finished before `before`, with their jobs and events
-        (retention), each batch in a transaction of its own (no lock on the queue);
+        """Delete batches wholly finished before `before`, with their jobs, events and
+        renditions (retention), each batch in a transaction of its own (no lock on the queue);
         returns their ids, for their output files to go too. `ids`: these batches
         only (still only if wholly finished before `before`)."""
         old = await self.finished_before(before, limit)
@@ -667,7 +667,8 @@ class Queue(QueueReads):
         ids = old if ids is None else [i for i in ids if i in still]
         for batch_id in ids:
             async with self.db.transaction() as tx:
-                for sql in (q.FORGET_EVENTS, q.FORGET_JOBS, q.FORGET_BATCH):
+                for sql in (q.FORGET_EVENTS, q.FORGET_RENDITIONS, q.FORGET_JOBS,
+                            q.FORGET_BATCH):
                     await self.db.execute(sql, {"batch": batch_id}, client=tx)
         return ids
 

@@ -17,6 +17,7 @@ from storage.files import open_store
 from storage.outbox import Outbox
 from storage.queue import NewJob, Queue, Submission
 from storage.queue import open_queue as open_queue_at
+from storage.renditions import Rendition, Renditions
 
 DAY = 86400.0
 
@@ -41,6 +42,9 @@ async def history(config: cfg.Config) -> dict[str, int]:
             ids[name] = (await old.enqueue(Submission("t", "cli:me", [NewJob(2, {})]))).batch_id
             lease = await old.claim("exec")
             path = store.write(f"outputs/batch_{ids[name]}/2.png", b"png")
+            await Renditions(queue.db).record(lease.job_id, [Rendition(  # a channel's file
+                lease.job_id, ids[name], "jd", "main", "A1_jd_1.jpg",
+                f"outputs/batch_{ids[name]}/deliver/jd/A1_jd_1.jpg", 8, 8, 3, "0" * 64)])
             await old.complete(lease, [path])
         await old.pause("admin")
         await old.resume("admin")
@@ -81,11 +85,13 @@ def test_prune_forgets_what_finished_before_the_age_and_archives_it(tmp_path, mo
             batches = {name: await queue.batch(i) is not None for name, i in ids.items()}
             kinds = [e.kind for e in await queue.events_after(0) if e.batch_id is None]
             messages = await Outbox(queue.db).counts()
-            return batches, kinds, messages
+            made = [len(await Renditions(queue.db).of_batch(i)) for i in ids.values()]
+            return batches, kinds, messages, made
         finally:
             await queue.close()
-    batches, loose, messages = asyncio.run(left())
+    batches, loose, messages, made = asyncio.run(left())
     assert batches == {"old": False, "old2": False, "recent": True, "waiting": True}
+    assert made == [0, 0, 0, 0]  # (the old batches' channel files went with them)
     assert loose == [] and messages == {}
     assert not (tmp_path / "data" / "outputs" / f"batch_{ids['old']}").exists()
     assert main(["prune", "--finished-before", "7d"]) == 0  # nothing left to take

@@ -1586,6 +1586,12 @@ DELETE FROM jobs WHERE batch_id = ?1;
 -- FORGET_JOBS (postgres): 1 :batch
 DELETE FROM jobs WHERE batch_id = $1;
 
+-- FORGET_RENDITIONS (sqlite): 1 :batch
+DELETE FROM renditions WHERE batch_id = ?1;
+
+-- FORGET_RENDITIONS (postgres): 1 :batch
+DELETE FROM renditions WHERE batch_id = $1;
+
 -- FORGET_BATCH (sqlite): 1 :batch
 DELETE FROM batches WHERE id = ?1;
 
