@@ -323,7 +323,7 @@ def _beside(t: Template, parent: BoundJob, image: str, tag: str, steps: list[Ste
         made = f"{steps[-1].id}.image"
     return DiffusersJob(
         template=t.name, row=parent.row, params=dict(parent.params), named=dict(parent.named),
-        version=parent.version, revision=parent.revision,
+        version=parent.version, revision=parent.revision, deliver=list(parent.deliver),
         nodes=[*steps, Step("save", "save", {"image": {"@": made}, "name": out,
                                              "format": fmt})],
         outputs={"save": out})
@@ -363,5 +363,8 @@ def _param(t: Template, key: str) -> Param:
 
 
 def _rebind(t: Template, parent: BoundJob, values: dict[str, Any]) -> BoundJob:
+    """The template bound again for the parent's row: its pictures as the sheet named
+    them, and its sales channels' files (an image made again is delivered as the first)."""
     child = bind(t, values, row=parent.row, extras=parent.columns)
-    return msgspec.structs.replace(child, named=dict(parent.named))
+    return msgspec.structs.replace(child, named=dict(parent.named),
+                                   deliver=list(parent.deliver))

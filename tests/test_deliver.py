@@ -325,3 +325,16 @@ async def test_the_threads_summary_counts_the_files_and_says_why_some_need_revie
                   f"https://genbot.example/dashboard/#/batches/{batch.id}")
     zh = notifier.deliver_summary(batch, done, made, "zh")
     assert "2 个文件，1 个可交付，1 个暂缓" in zh and "需要审核：背景不是纯白" in zh
+
+
+async def test_an_image_made_again_or_upscaled_comes_with_its_rows_channel_files(app):
+    from bot.app.iterate import ActionRequest
+    from tests.fakes.jobs import finish_all
+    accepted = await app.submit(ALICE, "product_main", PRODUCTS, pictures, SubmitOptions(
+        wait_for_executor=True, channels=("jd",)))
+    first, _ = await finish_all(app, accepted.batch_id)
+    for action in ("again", "upscale"):
+        done = await app.act(ALICE, first.id, ActionRequest(action, wait_for_executor=True))
+        (child,) = done.jobs
+        assert [(d.channel, d.file) for d in decode(child.workflow).deliver] == \
+            [("jd", "A1_jd_1.jpg")], action
