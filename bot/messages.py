@@ -680,6 +680,8 @@ CATALOG: dict[str, str] = catalog(
     N_("channel_no_column", '{file}: channel {channel} names its files by "{{{field}}}", and the '
                             'sheet has no "{field}" column: add one, or change the channel\'s '
                             "file pattern ([deliver] channels)."),
+    N_("channel_file_broken", "The team's channels file cannot be used now: {error}. An admin "
+                              "can fix it ([deliver] channels)."),
     N_("channel_empty_field", "channel {channel} names its files by this column, and it is "
                               "empty here"),
     NP_("channel_files_repeat", '{count} file name repeats one an earlier row gives (row {row}: '

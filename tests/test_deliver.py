@@ -96,6 +96,22 @@ async def test_an_admin_may_leave_the_label_off_an_optional_channel(tmp_path, db
         assert [(d.file, d.label) for d in jobs[0].deliver] == [("A1.MAIN.jpg", None)]
 
 
+async def test_a_team_file_broken_after_start_is_said_not_thrown(tmp_path, db_url):
+    team = tmp_path / "team.toml"
+    team.write_text('[ours]\ntitle = "Ours"\ntitle_zh = "我们"\n[[ours.renditions]]\n'
+                    'name = "main"\nsize = [100, 100]\n', encoding="utf-8")
+    async with app_on(tmp_path, db_url, deliver={"channels": str(team)}) as app:
+        assert [d.channel for d in (await submitted(app, channels=("ours",)))[0].deliver] \
+            == ["ours"]
+        team.write_text("[ours\n", encoding="utf-8")
+        with pytest.raises(Invalid) as caught:
+            await app.submit(ALICE, "product_main", PRODUCTS, pictures,
+                             SubmitOptions(channels=("ours",)))
+        assert caught.value.render("en").startswith(
+            f"The team's channels file cannot be used now: {team}: -: is not TOML")
+        assert "团队的渠道文件" in caught.value.render("zh")
+
+
 async def test_a_sheet_whose_rows_cannot_name_their_files_says_which_row_and_column(app):
     no_sku = SheetFile("p.csv", b"product_image,prompt\nbottle.png,a bottle\n")
     report = await app.submit(ALICE, "product_main", no_sku, pictures,

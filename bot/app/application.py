@@ -415,7 +415,10 @@ class App:
         """What a submission asks of the sales channels, checked before its sheet is read:
         every name known, and no rule a picture of this template cannot meet."""
         settings = self.config[DeliverConfig]
-        known = catalogue(settings.channels)
+        try:
+            known = catalogue(settings.channels)
+        except channel_plans.ChannelError as e:  # (changed since the service started)
+            raise Invalid("channel_file_broken", error=str(e)) from None
         try:
             return channel_plans.plan(
                 known, names, unlabelled=settings.unlabelled,
