@@ -37,8 +37,8 @@ def error(text: str) -> CommandError:
 
 
 GEN_DEFAULTS = {"priority": Priority.NORMAL, "skip_invalid": False, "dry_run": False, "at": None,
-                "wait_for_executor": False, "vary": (), "seeds": 1, "grid": (), "yes": False,
-                "compare": False}
+                "wait_for_executor": False, "vary": (), "seeds": 1, "grid": (), "channels": (),
+                "yes": False, "compare": False}
 
 
 @pytest.mark.parametrize("text", [
@@ -63,6 +63,8 @@ def test_gen_options_quotes_and_phone_dashes():
     sweep = p("/gen product_main s.xlsx --vary steps=20,30 —vary=CFG=3..7:2 --seeds 4 --yes")
     assert (sweep.options["vary"], sweep.options["seeds"], sweep.options["yes"]) == \
         (("steps=20,30", "CFG=3..7:2"), 4, True)  # a repeated option keeps every value
+    assert p("/gen product_main s.xlsx —channels taobao,DOUYIN").options["channels"] == \
+        ("taobao", "DOUYIN")  # (as typed: the application reads the names)
     at = p("/gen social_thumb s.csv --at 21:30").options["at"]
     assert at == datetime(2026, 12, 2, 21, 30, tzinfo=SHANGHAI)
 
