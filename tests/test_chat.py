@@ -817,3 +817,14 @@ async def test_an_admin_moves_a_waiting_batch_to_the_front_of_its_submitters_que
     assert order == [5, 6, 2, 1, 3, 4]  # batch 3, then batch 1 (job 1 last), then the low
     posts = await world.send("/move 3 back", user="BOSS")  # (with the batches' summaries)
     assert any(p.text.startswith("Nothing of b3 is waiting") for p in posts)
+
+
+async def test_gen_with_channels_says_a_typo_and_a_rule_no_picture_meets_in_one_line(world):
+    """--channels in chat: an unknown channel gets its nearest name, social_thumb's title
+    on a channel that allows no words is refused — both before any job is queued."""
+    (reply,) = await upload(world, 2, text="/gen social_thumb sheet.csv --channels douyn")
+    assert reply.text.startswith('No sales channel "douyn" — did you mean "douyin"?')
+    (reply,) = await upload(world, 2, text="/gen social_thumb sheet.csv --channels taobao")
+    assert reply.text.startswith("taobao's \"white\" file allows no words in the picture, and "
+                                 "this template writes some (text, watermark)")
+    assert await world.queue.batches_of("test:U1") == []
