@@ -691,6 +691,7 @@ CATALOG: dict[str, str] = catalog(
         "{first}): the later get -2, -3 … before their extension"),
     # What a rendition's checks found (templates.deliver_checks): "needs review" and why.
     N_("rendition_needs_review", "{name} — needs review: {why}"),
+    N_("col_channel_files", "{channel} files"),
     N_("check_size", "{width}×{height}, not {want_width}×{want_height}"),
     N_("check_format", "saved as {found}, not {want}"),
     N_("check_file_size", "{kib} KiB, over the channel's {max_kib} KiB even at the lowest "
@@ -1000,6 +1001,10 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_before", "before"),
     N_("dash_after", "after"),
     N_("dash_zip_approved", "Approved images (.zip)"),
+    N_("dash_deliverables", "Channel files that ship (.zip)"),
+    N_("dash_filled_sheet", "Your sheet, filled in"),
+    N_("dash_ships", "ready to ship"),
+    N_("dash_held", "held until its image is approved"),
     N_("dash_request_changes", "Request changes"),
     N_("dash_reject_why", "Why is it rejected? (optional)"),
     N_("dash_changes_what", "What should change? (queued as an edit of the image)"),

@@ -406,6 +406,7 @@ ROUTES = [  # method, path, who passes, the answer once past the check
     ("POST", "/batches/1/move", A, 400), ("POST", "/jobs/1/move", A, 400),  # (no body)
     ("GET", "/channels", V, 200), ("GET", "/batches/1/renditions", V, 200),
     ("GET", "/renditions/1", V, 404), ("GET", "/batches/1/deliverables.zip", V, 404),
+    ("GET", "/batches/1/sheet", V, 200),
 ]
 
 

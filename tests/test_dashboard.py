@@ -1128,3 +1128,35 @@ async def test_no_page_has_a_serious_accessibility_violation(tmp_path, demo_mode
             await check(page, f"lightbox @{width}")
             await context.close()
     assert not found, "\n".join(f"{k}: {v}" for k, v in found.items())
+
+
+async def test_a_rows_channel_files_show_on_its_card_with_why_one_is_held(tmp_path, demo_models,
+                                                                         browser):
+    """Each card lists its row's files for the batch's channels: ✓ where one ships, ⚠ and
+    its checks' words where it needs review; the head links the zip of what ships and the
+    sheet sent, filled in."""
+    from executor.deliver import pack
+    from storage.renditions import Renditions
+    async with DashWorld(dashboard_config(tmp_path, demo_models)) as w:
+        jobs = await finished(w, PRODUCTS + "A1,bottle.png,a bottle,4\n",
+                              channels=("douyin", "jd"))
+        for job in jobs:  # the executor's pack on each image (a red 64x48: not on white)
+            await Renditions(w.queue.db).record(job.id, pack(
+                w.app.store, decode(job.workflow), job.id, job.batch_id, job.outputs[0],
+                producer="genbot"))
+        page = await signed_in(browser, w, ALICE, f"#/batches/{jobs[0].batch_id}")
+        await page.wait_for_selector("[data-renditions] li")
+        files = await page.eval_on_selector_all("[data-renditions] li", "ls => ls.map(l => "
+                                                "[l.dataset.file, l.dataset.state, l.textContent])")
+        assert files[0] == ["A1_douyin_1.jpg", "ships", "A1_douyin_1.jpg ✓"]
+        assert files[1][:2] == ["A1_jd_1.jpg", "needs_review"]
+        assert files[1][2].startswith("A1_jd_1.jpg ⚠ the background is not pure white")
+        zipped = await page.get_attribute('[data-zip="deliverables"]', "href")
+        sheet = await page.get_attribute("#filled-sheet", "href")
+        got = await page.evaluate("""async ([z, s]) => {
+            const a = await fetch(z), b = await fetch(s);
+            return [a.status, a.headers.get('content-type'), b.status, await b.text()]; }""",
+                                  [zipped, sheet])
+        assert got[:3] == [200, "application/zip", 200]
+        assert got[3].splitlines()[0] == \
+            "sku,product_image,prompt,steps,status,output,review,douyin files,jd files"

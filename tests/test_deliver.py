@@ -354,3 +354,56 @@ async def test_an_image_made_again_or_upscaled_comes_with_its_rows_channel_files
         (child,) = done.jobs
         assert [(d.channel, d.file) for d in decode(child.workflow).deliver] == \
             [("jd", "A1_jd_1.jpg")], action
+
+
+async def test_the_sheet_sent_comes_back_filled_in_their_columns_untouched(app):
+    """Their .xlsx — a title block above the header, a formula, a second sheet — comes
+    back with the results to the right of their header, on their rows; a ;-separated CSV
+    with a BOM in its own dialect and encoding."""
+    from openpyxl import Workbook, load_workbook
+    from openpyxl.styles import Font
+
+    from bot.app.filled import write_filled
+    from executor.deliver import pack
+    book = Workbook()
+    ws = book.active
+    ws.append(["Spring launch", None, None, None])
+    ws.append([])
+    ws.append(["sku", "product_image", "prompt", "price"])
+    ws["A3"].font = Font(bold=True)
+    ws.append(["A1", "bottle.png", "a bottle", 10])
+    ws.append(["A2", "bottle.png", "a jar", 12])
+    ws["E4"] = "=D4*2"
+    book.create_sheet("notes")["A1"] = "ours"
+    buf = io.BytesIO()
+    book.save(buf)
+    sheet = SheetFile("launch.xlsx", buf.getvalue())
+    accepted = await app.submit(ALICE, "product_main", sheet, pictures, SubmitOptions(
+        wait_for_executor=True, channels=("jd",)))
+    jobs = await finish_as_product_shots(app, accepted.batch_id)
+    made = []
+    for job in jobs:
+        made += pack(app.store, decode(job.workflow), job.id, job.batch_id, job.outputs[0],
+                     producer="genbot")
+    batch = await app.batch(accepted.batch_id)
+    path = write_filled(app.store, batch, jobs, made)
+    back = load_workbook(app.store.path(path))
+    ws = back.worksheets[0]
+    rows = [list(r) for r in ws.iter_rows(values_only=True)]
+    assert rows[0][:4] == ["Spring launch", None, None, None] and ws["A3"].font.bold
+    assert rows[2] == ["sku", "product_image", "prompt", "price", None, "status", "output",
+                       "review", "jd files"]
+    assert rows[3][:5] == ["A1", "bottle.png", "a bottle", 10, "=D4*2"]
+    assert rows[3][5:] == ["succeeded", jobs[0].outputs[0], "unreviewed", "A1_jd_1.jpg"]
+    assert rows[4][8] == "A2_jd_1.jpg" and back["notes"]["A1"].value == "ours"
+    # (the formula's column, unheaded, is theirs: the results start right of it)
+
+    csv_sheet = SheetFile("launch.csv", "\ufeffsku;product_image;prompt\nA1;bottle.png;"
+                          "瓶子\nA2;bottle.png;罐子\n".encode())
+    accepted = await app.submit(ALICE, "product_main", csv_sheet, pictures, SubmitOptions(
+        wait_for_executor=True, lang="zh"))
+    jobs = await finish_as_product_shots(app, accepted.batch_id)
+    path = write_filled(app.store, await app.batch(accepted.batch_id), jobs, [])
+    text = app.store.path(path).read_bytes().decode("utf-8-sig").splitlines()
+    assert text[0] == "sku;product_image;prompt;状态;输出文件;审核"
+    assert text[1].startswith("A1;bottle.png;瓶子;成功;outputs/batch_")

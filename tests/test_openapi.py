@@ -177,6 +177,8 @@ def tour(world) -> set[tuple[str, str, int]]:
     call(VIEWER, "GET", made, 404, path=f"{v}/batches/99/renditions")
     call(VIEWER, "GET", f"{v}/renditions/{{id}}", 200)
     call(VIEWER, "GET", f"{v}/renditions/{{id}}", 404, path=f"{v}/renditions/99")
+    call(VIEWER, "GET", f"{v}/batches/{{id}}/sheet", 200)  # (its sheet.csv, filled in)
+    call(VIEWER, "GET", f"{v}/batches/{{id}}/sheet", 404, path=f"{v}/batches/99/sheet")
     shipped = f"{v}/batches/{{id}}/deliverables.zip"
     call(VIEWER, "GET", shipped, 200, path=f"{v}/batches/1/deliverables.zip?channel=douyin")
     call(VIEWER, "GET", shipped, 400, path=f"{v}/batches/1/deliverables.zip?channel=ebay")

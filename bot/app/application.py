@@ -29,6 +29,7 @@ from aiohttp.abc import AbstractResolver
 from bot import i18n
 from bot.app import importer, iterate, values
 from bot.app import review as reviews
+from bot.app.filled import keep_source
 from bot.app.importer import Imported
 from bot.app.iterate import Acted, ActionRequest
 from bot.app.leases import Lease, leases
@@ -187,6 +188,28 @@ def swept(template: Template, jobs: list[NewJob], sweep: Sweep) -> list[NewJob]:
     except Problem as e:
         raise values.problem(e, "sweep_value", own=SWEEP_SENTENCES) from None
     return [NewJob(c.row, encode(c), c.affinity) for c in children]
+
+
+def batch_meta(report: IntakeReport, options: SubmitOptions, chosen: Template, sweep: Sweep,
+               variants: list[Template]) -> dict[str, Any]:
+    """What a batch remembers of its submission: its language, its sheet (and where its
+    header was), the template version, and a sweep's or a comparison's axes."""
+    meta: dict[str, Any] = {"lang": options.lang, "sheet": report.filename,
+                            "sheet_header_row": report.header_row, "version": chosen.number}
+    if options.context:
+        meta["context"] = options.context
+    if options.callback_url:
+        meta["callback"] = options.callback_url
+    if options.at is not None:
+        meta["at"] = f"{options.at:%Y-%m-%d %H:%M} ({options.at.tzinfo})"
+    if sweep or len(variants) > 1:
+        axes = [a.param for a in sweep.axes]
+        if len(variants) > 1:  # A/B: the variants across, the first swept value down
+            axes.insert(0, sweeps.VARIANT)
+            meta["compare"] = [sweeps.variant_label(i, t) for i, t in enumerate(variants)]
+        meta["sweep"] = {"vary": list(options.vary), "seeds": sweep.seeds,
+                         "axes": axes, "grid": list(sweep.grid)}
+    return meta
 
 
 def named_apart(jobs: list[NewJob]) -> list[NewJob]:
@@ -389,26 +412,15 @@ class App:
                 (missing := await self.unplaced(job.affinity for job in report.jobs)):
             raise NoExecutor(missing)
         await self.permissions.limits(who, role, len(report.jobs))
-        meta: dict[str, Any] = {"lang": options.lang, "sheet": report.filename,
-                                "version": chosen.number}
-        if options.context:
-            meta["context"] = options.context
-        if options.callback_url:
-            meta["callback"] = options.callback_url
-        if options.at is not None:
-            meta["at"] = f"{options.at:%Y-%m-%d %H:%M} ({options.at.tzinfo})"
-        if sweep or len(variants) > 1:
-            axes = [a.param for a in sweep.axes]
-            if len(variants) > 1:  # A/B: the variants across, the first swept value down
-                axes.insert(0, sweeps.VARIANT)
-                meta["compare"] = [sweeps.variant_label(i, t) for i, t in enumerate(variants)]
-            meta["sweep"] = {"vary": list(options.vary), "seeds": sweep.seeds,
-                             "axes": axes, "grid": list(sweep.grid)}
+        meta = batch_meta(report, options, chosen, sweep, variants)
         done = await self._enqueue(Submission(
             chosen.name, who.id, report.jobs, platform=who.platform,
             conversation=who.conversation, thread=options.thread, priority=options.priority,
             idempotency_key=options.key, meta=meta,
             not_before=options.at.timestamp() if options.at else 0.0))
+        if done.created and isinstance(sheet, SheetFile):  # (comes back filled: bot.app.filled)
+            await asyncio.to_thread(keep_source, self.store, done.batch_id, sheet.name,
+                                    sheet.data)
         return Accepted(done.batch_id, done.jobs, done.created, report)
 
     def channels(self, template: Template, names: Iterable[str]) -> channel_plans.Plan:

@@ -121,6 +121,7 @@ class IntakeReport:
     unused_columns: list[tuple[str, str | None]] = field(default_factory=list)
     rows: int = 0
     bad_rows: int = 0
+    header_row: int | None = None  # where the header was found (Excel's numbering)
 
     @property
     def ok(self) -> bool:
@@ -227,7 +228,7 @@ async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConf
     reads them where it can (one longer than the model reads is refused)."""
     filename = sheet.filename
     sheet = _find_header(template, sheet)
-    result = IntakeReport(template.name, filename)
+    result = IntakeReport(template.name, filename, header_row=sheet.header_row)
     result.rows = len(sheet.rows) + sheet.more_rows
     if result.rows > settings.max_rows:
         result.file_issues.append(Issue("too_many_rows", {"file": filename, "rows": result.rows,

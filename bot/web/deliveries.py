@@ -4,6 +4,7 @@ with what their checks found, each file, and the zip a channel's uploader takes.
 from __future__ import annotations
 
 import asyncio
+from pathlib import PurePosixPath
 from typing import Annotated, Any
 
 from aiohttp import web
@@ -11,8 +12,9 @@ from msgspec import Meta, Struct
 
 from bot.app.application import App
 from bot.app.deliveries import delivery, zip_entries
+from bot.app.filled import write_filled
 from bot.app.permissions import Action
-from bot.app.results import write_zip
+from bot.app.results import XLSX, write_zip
 from bot.messages import say
 from bot.web.callers import Callers
 from bot.web.http import (
@@ -106,6 +108,12 @@ class DeliveryRoutes:
             Route("GET", "/renditions/{id}", self.file, "One channel's file, as it ships",
                   {200: Answer("the file", files=("image/jpeg", "image/png", "image/webp"))},
                   errors=(404,), params=(Param("id", "path", int, "the rendition"),)),
+            Route("GET", "/batches/{id}/sheet", self.sheet,
+                  "The sheet as it was sent (.xlsx, .csv), the results appended to the right "
+                  "of its header on its own rows: status, images, review, each channel's "
+                  "files", {200: Answer("the file", files=(XLSX, "text/csv"))},
+                  errors=(404,),
+                  params=(BATCH_ID,)),
             Route("GET", "/batches/{id}/deliverables.zip", self.zip,
                   "The files that ship, one folder per channel, named for its uploader; "
                   "?channel=taobao: that channel's only",
@@ -145,6 +153,21 @@ class DeliveryRoutes:
         if r is None:
             raise ApiError(404, "no_rendition", f"no rendition {in_path(request, 'id')}")
         return await stored_file(self.app.store, r.path, r.name)
+
+    async def sheet(self, request: web.Request) -> web.StreamResponse:
+        await self.callers.allowed(request, Action.STATUS)
+        batch = await self.app.batch(in_path(request, "id"))
+        path = await asyncio.to_thread(
+            write_filled, self.app.store, batch, await self.queue.batch_jobs(batch.id),
+            await self.renditions.of_batch(batch.id))
+        if path is None:
+            raise ApiError(404, "no_sheet", f"batch {batch.id} kept no .xlsx or .csv sheet to "
+                           "fill (rows sent as JSON, or another kind of file): its results "
+                           "sheet has the same")
+        name = PurePosixPath(path).name
+        return web.FileResponse(self.app.store.local(path), headers={
+            **SERVED_FILE, "Content-Type": "text/csv" if name.endswith(".csv")
+            else XLSX, "Content-Disposition": attachment(f"batch-{batch.id}-{name}")})
 
     async def zip(self, request: web.Request) -> web.StreamResponse:
         await self.callers.allowed(request, Action.STATUS)

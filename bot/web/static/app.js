@@ -837,11 +837,13 @@ async function batchPage(main, id, params) {
   let focused = null;        // the card a reviewer is on (kept across rebuilds)
   const undo = [];           // jobs as they were before each review here: Ctrl+Z takes one back
   const latest = new Map();  // job id -> the job as last read (what the lightbox shows)
+  let files = new Map();     // job id -> its files for the batch's sales channels (renditions)
   const lightbox = lightboxOf();
   const compare = compareOf();
 
   function card(j) {
-    const state = `${j.status} ${j.review} ${j.stars} ${j.review_note} ${signedOff} ${compare.has(j.id)}`;
+    const mine = files.get(j.id) || [];
+    const state = `${j.status} ${j.review} ${j.stars} ${j.review_note} ${signedOff} ${compare.has(j.id)} ${mine.map((f) => f.state)}`;
     latest.set(j.id, j);
     const known = cards.get(j.id);
     if (known && known[0] === state && !stateIs(j.status, "working")) return known[1];
@@ -861,9 +863,29 @@ async function batchPage(main, id, params) {
       j.review_note ? h("p", {class: "review-note", "data-note": j.id, text: j.review_note}) : null,
       stateIs(j.status, "working") ? progressBar(j.id, () => lightbox.show(j.id)) : null,
       j.error ? h("p", {class: "error", title: j.error, text: j.error}) : null,
+      mine.length ? renditionList(j, mine) : null,
       imageActions(j, lineage), lineage);
     cards.set(j.id, [state, made]);
     return made;
+  }
+  // The row's files for its sales channels: each one's name (it opens the file), ✓ where it
+  // ships, ⚠ and why where it needs review (its checks' findings) or waits for approval.
+  function renditionList(j, mine) {
+    return h("ul", {class: "renditions", "data-renditions": j.id}, ...mine.map((f) =>
+      h("li", {"data-file": f.name, "data-state": f.state},
+        h("a", {href: f.url, target: "_blank", text: f.name}),
+        f.state === "ships"
+          ? h("span", {class: "ships", title: t("ships"), text: " ✓"})
+          : h("span", {class: "held", text: ` ⚠ ${f.findings.map((x) => x.message).join("; ") || t("held")}`}))));
+  }
+  async function loadFiles() {
+    const r = await call("GET", `${API}/batches/${id}/renditions?lang=${encodeURIComponent(vocabulary.language)}`);
+    const found = new Map();
+    for (const f of r.ok ? r.data.renditions : []) {
+      if (!found.has(f.job)) found.set(f.job, []);
+      found.get(f.job).push(f);
+    }
+    files = found;
   }
   function imageActions(j, lineage) {
     const finished = stateIs(j.status, "produced") && j.outputs.length;
@@ -1319,6 +1341,7 @@ async function batchPage(main, id, params) {
     if (!r.ok) return failure(r);
     const b = r.data;
     sweep = b.meta.sweep || null;
+    if (b.counts.succeeded) await loadFiles();  // (made as jobs finish: read with them)
     const active = states().filter(isActive).reduce((a, s) => a + (b.counts[s] || 0), 0);
     const pickFiles = keptOnly ? h("span", {id: "pick-files"}) : null;
     const tallied = b.meta.compare ? h("ul", {id: "ab-tally", class: "muted"}) : null;
@@ -1358,6 +1381,9 @@ async function batchPage(main, id, params) {
         b.counts.succeeded ? h("a", {href: `${API}/batches/${id}/images.zip`, "data-zip": "", text: t("zip")}) : null,
         compare.button,
         b.reviews.approved ? h("a", {href: `${API}/batches/${id}/images.zip?review=approved`, "data-zip": "approved", text: t("zip_approved")}) : null,
+        files.size ? h("a", {href: `${API}/batches/${id}/deliverables.zip`, "data-zip": "deliverables", text: t("deliverables")}) : null,
+        b.done >= b.total && /\.(xlsx|xlsm|csv)$/i.test(b.meta.sheet || "")
+          ? h("a", {href: `${API}/batches/${id}/sheet`, id: "filled-sheet", text: t("filled_sheet")}) : null,
         h("label", {}, h("input", {type: "checkbox", id: "kept-only", checked: keptOnly,
           onchange: (e) => { location.hash = `#/batches/${id}${e.target.checked ? "?kept=1" : ""}`; }}),
           ` ${t("kept_only")}`),
