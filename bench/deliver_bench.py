@@ -8,8 +8,9 @@ of --repeat each, side by side in one process, on one core (one thread):
 
   bare      PIL only: resize to each rendition's size and save in its format and quality
             (the least any pipeline pays for the files)
-  make      templates.renditions.make: find the product, whiten, fit, draw the visible
-            label, encode with the sRGB profile and the implicit label, meet max_kb
+  make      templates.renditions.prepare (the product found once a picture) and .make
+            for each rendition: whiten, fit, draw the visible label, encode with the sRGB
+            profile and the implicit label, meet max_kb
   sign      templates.provenance.Signer.sign: the C2PA manifest (a local ES256 certificate,
             the product photo as an ingredient), signed last
   checks    templates.deliver_checks.check on each file made (read back, every rule,
@@ -64,7 +65,7 @@ def main() -> None:
     from templates import provenance
     from templates.channels import FORMATS, plan, presets
     from templates.deliver_checks import check
-    from templates.renditions import Provenance, make
+    from templates.renditions import Provenance, make, prepare
 
     chosen = plan(presets(), PACK)
     pack = chosen.bind(chosen.every_row, {"sku": "BENCH-1"})
@@ -88,7 +89,8 @@ def main() -> None:
     def genbot() -> None:
         made.clear()
         for im in sources:
-            made.extend((d, make(im, d, about)) for d in pack)
+            prepared = prepare(im)  # as the executor's pack does: once per image
+            made.extend((d, make(prepared, d, about)) for d in pack)
 
     def sign() -> None:
         signed.clear()

@@ -32,7 +32,7 @@ from templates import deliver_checks
 from templates.channels import Deliverable
 from templates.jobs import BoundJob, decode
 from templates.provenance import Signer, credentials
-from templates.renditions import Provenance, make
+from templates.renditions import Provenance, make, prepare
 from templates.settings import DeliverConfig, TemplatesConfig
 
 log = logging.getLogger("genbot.executor")
@@ -72,7 +72,7 @@ def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int, image: str
     """Every rendition of one job, made, signed, checked and stored (in the calling
     thread)."""
     with Image.open(store.path(image)) as opened:
-        source = opened.convert("RGB")
+        source = prepare(opened)  # (its background and product found once, for every file)
     ingredients = placed(store, job) if signer else []
     out = []
     for d in job.deliver:

@@ -27,7 +27,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 import numpy as np
-from PIL import Image, ImageCms, ImageDraw, PngImagePlugin
+from PIL import Image, ImageChops, ImageCms, ImageDraw, PngImagePlugin
 
 from templates.channels import FORMATS, AiLabel, Deliverable, Rendition
 from templates.fonts import font_sizes
@@ -70,14 +70,39 @@ class Made:
         return len(self.data) / 1024
 
 
-def make(source: Image.Image, d: Deliverable, provenance: Provenance, *,
-         font: str = "") -> Made:
-    r = d.rendition
-    im = source.convert("RGB")
+@dataclass
+class Source:
+    """A generated picture read once for all its renditions: its plain background's colour
+    and the product's box (None for a scene), and its whitened copy when one asks."""
+    image: Image.Image
+    background: tuple[int, int, int] | None
+    product: Box | None
+    far: Image.Image | None  # per pixel, how far from the background (the widest channel)
+    _white: Image.Image | None = None
+
+    def white(self) -> Image.Image:
+        if self._white is None:
+            assert self.background is not None and self.far is not None
+            self._white = whitened(self.image, self.far)
+        return self._white
+
+
+def prepare(picture: Image.Image) -> Source:
+    im = picture.convert("RGB")
     background = plain_background(im)
-    product = product_box(im, background) if background else None
+    if background is None:
+        return Source(im, None, None, None)
+    far = distance(im, background)
+    return Source(im, background, product_box(far), far)
+
+
+def make(source: Image.Image | Source, d: Deliverable, provenance: Provenance, *,
+         font: str = "") -> Made:
+    src = source if isinstance(source, Source) else prepare(source)
+    r = d.rendition
+    im, background, product = src.image, src.background, src.product
     if r.background == "white" and background and min(background) >= LIGHT:
-        im, background = whitened(im, background), WHITE
+        im, background = src.white(), WHITE
     fill = WHITE if r.background == "white" else (background or WHITE)
     if r.fit == "crop":
         im, product = cropped(im, r.size, product)
@@ -107,24 +132,23 @@ def plain_background(im: Image.Image) -> tuple[int, int, int] | None:
     return tuple(int(c) for c in colour) if near >= PLAIN else None  # type: ignore[return-value]
 
 
-def product_box(im: Image.Image, background: tuple[int, int, int]) -> Box | None:
+def distance(im: Image.Image, background: tuple[int, int, int]) -> Image.Image:
+    """Per pixel, how far it is from the background: its widest channel's difference."""
+    r, g, b = ImageChops.difference(im, Image.new("RGB", im.size, background)).split()
+    return ImageChops.lighter(ImageChops.lighter(r, g), b)
+
+
+def product_box(far: Image.Image) -> Box | None:
     """The box around everything that differs from the background; None if nothing does."""
-    a = np.asarray(im, dtype=np.int16)
-    differs = np.abs(a - np.array(background, dtype=np.int16)).max(axis=2) > TOLERANCE
-    rows, cols = np.flatnonzero(differs.any(axis=1)), np.flatnonzero(differs.any(axis=0))
-    if not len(rows):
-        return None
-    return int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1
+    return far.point(lambda v: 255 if v > TOLERANCE else 0).getbbox()
 
 
-def whitened(im: Image.Image, background: tuple[int, int, int]) -> Image.Image:
+def whitened(im: Image.Image, far: Image.Image) -> Image.Image:
     """Pixels as close to a light background as it is to itself made pure white (what a
     "white background" prompt makes is rarely RGB 255)."""
-    a = np.asarray(im, dtype=np.int16)
-    near = np.abs(a - np.array(background, dtype=np.int16)).max(axis=2) <= TOLERANCE
-    out = np.asarray(im).copy()
-    out[near] = WHITE
-    return Image.fromarray(out, "RGB")
+    out = im.copy()
+    out.paste(WHITE, mask=far.point(lambda v: 255 if v <= TOLERANCE else 0))
+    return out
 
 
 # --- fitting -----------------------------------------------------------------------------
