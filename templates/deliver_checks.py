@@ -114,6 +114,12 @@ def credentials(d: Deliverable, made: Made, im: Image.Image) -> Finding | None:
     return Finding("c2pa", {"codes": ", ".join(found.failures) or "no manifest"})
 
 
+# Findings that are the picture's, which a new seed may mend (a scene where a product shot
+# was asked, a product too small in its frame): [deliver] max_rerolls makes the image again
+# for these. The rest are genbot's or the channel file's and would come back the same.
+MENDED_BY_A_NEW_SEED = frozenset({"background", "fill", "no_product"})
+
+
 Check = Callable[[Deliverable, Made, Image.Image], "Finding | None"]
 CHECKS: tuple[Check, ...] = (size, file_format, file_size, colour_profile, background, fill,
                              visible_label, implicit_label, credentials)

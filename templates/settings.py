@@ -94,6 +94,11 @@ class DeliverConfig:
     producer: str = key("genbot", "Who made the content, as the implicit AI-content label "
                         "(GB 45438-2025, ContentProducer) names it: the provider's name "
                         "or code.")
+    max_rerolls: int = key(0, "Make an image again with a new seed, this many times at most, "
+                           "when a channel's file of it breaks a rule a new picture may mend "
+                           "(a background not white, a product too small in its frame): "
+                           "counted in the submitter's limits. 0: the file is marked needs "
+                           "review instead.", min=0, max=5)
     folder: str = key("", "A shared folder the files that ship are put in, as "
                       "batch_<id>/<channel>/<file name>. Empty: none.")
     bucket: str = key("", "An S3-compatible bucket the files that ship are put in (its "

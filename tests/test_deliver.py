@@ -407,3 +407,43 @@ async def test_the_sheet_sent_comes_back_filled_in_their_columns_untouched(app):
     text = app.store.path(path).read_bytes().decode("utf-8-sig").splitlines()
     assert text[0] == "sku;product_image;prompt;状态;输出文件;审核"
     assert text[1].startswith("A1;bottle.png;瓶子;成功;outputs/batch_")
+
+
+async def test_a_file_a_new_picture_may_mend_has_its_image_made_again_once(tmp_path, db_url):
+    """[deliver] max_rerolls = 1: a JD file on a red picture (not on white) has its image
+    made again — an "again" in its thread, as its submitter — and the reroll's own file,
+    no better, is left for review: one line of rerolls, as long as the setting."""
+    from bot.app.deliveries import REROLL, Shipper
+    from executor.deliver import pack
+    from storage.outbox import Outbox
+    from tests.fakes.jobs import finish_all
+    async with app_on(tmp_path, db_url, deliver={"max_rerolls": 1}) as app:
+        shipper = Shipper(app.queue, app.store, Outbox(app.queue.db), [], app=app)
+        await shipper.start()
+        accepted = await app.submit(ALICE, "product_main", PRODUCTS, pictures, SubmitOptions(
+            wait_for_executor=True, channels=("jd",)))
+
+        async def run(batch_id: int) -> list:
+            done = await finish_all(app, batch_id)
+            for job in done:  # (a red 64x48 picture: JD's white background cannot hold)
+                await Renditions(app.queue.db).record(job.id, pack(
+                    app.store, decode(job.workflow), job.id, job.batch_id, job.outputs[0],
+                    producer="genbot"))
+            await shipper.run_once()
+            return done
+
+        async def rerolled() -> list:
+            batches = [await app.batch(i) for i in await app.queue.batches_of("test:ALICE")]
+            return [b for b in batches if (b.idempotency_key or "").startswith(REROLL)]
+
+        first = await run(accepted.batch_id)
+        rerolls = await rerolled()
+        assert sorted(b.idempotency_key for b in rerolls) == \
+            sorted(f"{REROLL}{j.id}" for j in first)
+        children = [j for b in rerolls for j in await app.queue.batch_jobs(b.id)]
+        assert {(j.parent_job_id, j.action) for j in children} == \
+            {(j.id, "again") for j in first}
+        assert all(decode(j.workflow).deliver for j in children)  # its files made again
+        for b in rerolls:
+            await run(b.id)
+        assert len(await rerolled()) == 2  # (one a row: a reroll's reroll would be a third)

@@ -13,7 +13,9 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from bot.app.permissions import Who
 from storage.config import Config, StorageConfig
 from storage.drops import BucketDrop, Drop, FolderDrop
 from storage.files import FileStore
@@ -22,7 +24,11 @@ from storage.queue import TERMINAL, Queue
 from storage.records import Batch, Event, Job, Status
 from storage.renditions import Rendition, Renditions
 from storage.reviews import SIGNED_OFF, Review
+from templates.deliver_checks import MENDED_BY_A_NEW_SEED
 from templates.settings import DeliverConfig
+
+if TYPE_CHECKING:
+    from bot.app.application import App
 
 log = logging.getLogger("genbot.deliver")
 
@@ -80,6 +86,9 @@ def drops(config: Config) -> list[tuple[str, Drop]]:
     return out
 
 
+REROLL = "reroll:"  # a reroll's idempotency key: "reroll:<the job it makes again>"
+
+
 class Shipper:
     """Follows the event log with a cursor of its own, as the notifier and the announcer
     do: a batch with files for its channels ships once it has ended with nobody reviewing
@@ -87,11 +96,17 @@ class Shipper:
     in every drop ([deliver] folder, bucket), then a "delivered" event says so — which the
     announcer turns into `batch.delivered`. A replayed event puts the same files again
     (the same bytes under the same keys) and says so again; the webhook is owed once per
-    trigger (its key names it)."""
+    trigger (its key names it).
+
+    With `app` and [deliver] max_rerolls, a job whose file breaks a rule a new picture may
+    mend is made again ("again": a new seed, in its thread, as its submitter — their
+    limits count it), at most that many times down a line of rerolls."""
 
     def __init__(self, queue: Queue, store: FileStore, outbox: Outbox,
-                 targets: Sequence[tuple[str, Drop]]):
+                 targets: Sequence[tuple[str, Drop]], *, app: App | None = None):
         self.queue, self.store, self.outbox, self.targets = queue, store, outbox, targets
+        self.app = app
+        self.max_rerolls = app.config[DeliverConfig].max_rerolls if app else 0
         self.renditions = Renditions(queue.db)
         self.ended: set[int] = set()  # batches whose end this process shipped already
 
@@ -111,6 +126,8 @@ class Shipper:
     async def handle(self, event: Event) -> None:
         if event.batch_id is None or (event.kind != SIGNED_OFF and event.kind not in TERMINAL):
             return
+        if event.kind == Status.SUCCEEDED and event.job_id is not None and self.max_rerolls:
+            await self.reroll(event.job_id)
         batch = await self.queue.batch(event.batch_id)
         if batch is None:
             return
@@ -127,6 +144,38 @@ class Shipper:
         jobs = await self.queue.batch_jobs(batch.id)
         if not delivery(batch, jobs, []).reviewed:  # (under review: its sign-off ships it)
             await self.ship(batch, "end", jobs)
+
+    async def reroll(self, job_id: int) -> None:
+        """The job made again where a file of it breaks a rule a new picture may mend, and
+        the line of rerolls it ends has room."""
+        assert self.app is not None
+        from bot.app.iterate import ActionRequest
+        from bot.errors import Coded
+        mendable = sorted({f["check"] for r in await self.renditions.of_job(job_id)
+                           for f in r.findings if f["check"] in MENDED_BY_A_NEW_SEED})
+        job = await self.queue.job(job_id)
+        if not mendable or job is None or await self.rerolls_behind(job) >= self.max_rerolls:
+            return
+        batch = await self.queue.batch(job.batch_id)
+        assert batch is not None
+        platform, _, user = batch.submitter.partition(":")
+        try:
+            done = await self.app.act(Who(platform, user, batch.conversation), job_id,
+                                      ActionRequest("again", key=f"{REROLL}{job_id}"))
+        except Coded as e:  # (their limit reached, no executor: the file stays in review)
+            log.info("no reroll", extra={"job": job_id, "why": e.code, "found": mendable})
+            return
+        log.info("rerolled", extra={"job": job_id, "batch": done.batch_id, "found": mendable})
+
+    async def rerolls_behind(self, job: Job) -> int:
+        """How many rerolls made this image: itself and its parents, while each was one."""
+        count = 0
+        for j in [job, *await self.queue.ancestors(job, limit=self.max_rerolls + 1)]:
+            batch = await self.queue.batch(j.batch_id)
+            if batch is None or not (batch.idempotency_key or "").startswith(REROLL):
+                break
+            count += 1
+        return count
 
     async def ship(self, batch: Batch, trigger: str, jobs: Sequence[Job] | None = None) -> None:
         made = await self.renditions.of_batch(batch.id)

@@ -49,7 +49,7 @@ class WebhookService:
         self.deliverer = Deliverer(self.outbox, self.webhooks, self.endpoints, self.settings,
                                    dns=dns, clock=clock)
         # (shipping a batch's channel files comes before the webhook that says so)
-        self.shipper = Shipper(app.queue, app.store, self.outbox, drops(app.config))
+        self.shipper = Shipper(app.queue, app.store, self.outbox, drops(app.config), app=app)
         self.tasks: list[asyncio.Task] = []
 
     # --- running -------------------------------------------------------------------------
