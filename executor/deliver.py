@@ -31,8 +31,8 @@ from storage.renditions import Rendition, Renditions
 from templates import deliver_checks
 from templates.channels import Deliverable
 from templates.jobs import BoundJob, decode
-from templates.provenance import Signer, credentials
-from templates.renditions import Provenance, make, prepare
+from templates.provenance import ProvenanceError, Signer, credentials
+from templates.renditions import Provenance, Source, make, prepare
 from templates.settings import DeliverConfig, TemplatesConfig
 
 log = logging.getLogger("genbot.executor")
@@ -67,12 +67,29 @@ def model_of(job: BoundJob) -> str:
     return (getattr(job, "affinity", None) or "").removeprefix("comfyui:")
 
 
-def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int, image: str, *,
-         producer: str, font: str = "", signer: Signer | None = None) -> list[Rendition]:
-    """Every rendition of one job, made, signed, checked and stored (in the calling
-    thread)."""
-    with Image.open(store.path(image)) as opened:
-        source = prepare(opened)  # (its background and product found once, for every file)
+def first_picture(store: FileStore, outputs: Sequence[str]) -> tuple[str, Source] | None:
+    """The job's first output that is a picture (a ComfyUI workflow may make a video too),
+    read once for all its renditions; None: it made none."""
+    for output in outputs:
+        try:
+            with Image.open(store.path(output)) as opened:
+                return output, prepare(opened)
+        except (OSError, ValueError, Image.DecompressionBombError):
+            continue
+    return None
+
+
+def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int,
+         outputs: Sequence[str], *, producer: str, font: str = "",
+         signer: Signer | None = None, unsigned: str = "") -> list[Rendition]:
+    """Every rendition of one job, made from its first picture, signed, checked and stored
+    (in the calling thread); [] where it made no picture. `unsigned`: why no signer could
+    be made (the team's certificate cannot sign): each file is made and marked for review
+    with that reason."""
+    found = first_picture(store, outputs)
+    if found is None:
+        return []
+    image, source = found
     ingredients = placed(store, job) if signer else []
     out = []
     for d in job.deliver:
@@ -81,12 +98,19 @@ def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int, image: str
                  "rendition": d.rendition.name, "source": image}
         made = make(source, d, Provenance(producer, produce_id(batch_id, job_id, d), about),
                     font=font)
+        why_unsigned = unsigned
         if signer is not None:  # last: the signature covers every byte before it
-            data = signer.sign(made.data, d.rendition.format, d.file, about, ingredients,
-                               model=model_of(job))
-            made = dataclasses.replace(made, data=data, signed=True,
-                                       sha256=hashlib.sha256(data).hexdigest())
+            try:
+                data = signer.sign(made.data, d.rendition.format, d.file, about, ingredients,
+                                   model=model_of(job))
+            except Exception as e:  # noqa: BLE001 - c2pa's refusal: the file, marked
+                why_unsigned = f"{type(e).__name__}: {e}"[:200]
+            else:
+                made = dataclasses.replace(made, data=data, signed=True,
+                                           sha256=hashlib.sha256(data).hexdigest())
         findings = [f.plain() for f in deliver_checks.check(d, made)]
+        if why_unsigned:
+            findings.append({"check": "c2pa", "codes": why_unsigned})
         path = store.write(stored_name(batch_id, d.channel, d.file), made.data)
         labels = {"explicit": d.label.text if d.label else None,
                   "implicit": {"Label": "1", "ContentProducer": producer,
@@ -137,10 +161,15 @@ class Packer:
         if not wanted or not images:
             return []
         job = decode(lease.workflow)
-        signer = await asyncio.to_thread(lambda: self.signer)  # (may write its certificate)
+        signer, unsigned = None, ""
+        try:
+            signer = await asyncio.to_thread(lambda: self.signer)  # (may write its certificate)
+        except ProvenanceError as e:  # the team's certificate: said on every file it left
+            unsigned = str(e)
+            log.error("C2PA: %s; files are made unsigned and marked for review", e)
         made = await asyncio.to_thread(pack, self.store, job, lease.job_id, lease.batch_id,
-                                       images[0], producer=self.producer, font=self.font,
-                                       signer=signer)
+                                       images, producer=self.producer, font=self.font,
+                                       signer=signer, unsigned=unsigned)
         await self.renditions.record(lease.job_id, made)
         log.info("renditions made", extra={
             "job": lease.job_id, "batch": lease.batch_id, "renditions": len(made),

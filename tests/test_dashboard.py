@@ -1142,7 +1142,7 @@ async def test_a_rows_channel_files_show_on_its_card_with_why_one_is_held(tmp_pa
                               channels=("douyin", "jd"))
         for job in jobs:  # the executor's pack on each image (a red 64x48: not on white)
             await Renditions(w.queue.db).record(job.id, pack(
-                w.app.store, decode(job.workflow), job.id, job.batch_id, job.outputs[0],
+                w.app.store, decode(job.workflow), job.id, job.batch_id, job.outputs,
                 producer="genbot"))
         page = await signed_in(browser, w, ALICE, f"#/batches/{jobs[0].batch_id}")
         await page.wait_for_selector("[data-renditions] li")

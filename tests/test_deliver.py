@@ -281,7 +281,7 @@ async def test_fifty_rows_times_four_channels_ship_labelled_and_identical_everyw
         signer, renditions = Signer(creds), Renditions(app.queue.db)
         for job in jobs:  # the executor's pack, on each job's image
             await renditions.record(job.id, pack(app.store, decode(job.workflow), job.id,
-                                                 job.batch_id, job.outputs[0],
+                                                 job.batch_id, job.outputs,
                                                  producer="Acme", signer=signer))
         await shipper.run_once()
         made = await renditions.of_batch(done.batch_id)
@@ -383,7 +383,7 @@ async def test_the_sheet_sent_comes_back_filled_in_their_columns_untouched(app):
     jobs = await finish_as_product_shots(app, accepted.batch_id)
     made = []
     for job in jobs:
-        made += pack(app.store, decode(job.workflow), job.id, job.batch_id, job.outputs[0],
+        made += pack(app.store, decode(job.workflow), job.id, job.batch_id, job.outputs,
                      producer="genbot")
     batch = await app.batch(accepted.batch_id)
     path = write_filled(app.store, batch, jobs, made)
@@ -427,7 +427,7 @@ async def test_a_file_a_new_picture_may_mend_has_its_image_made_again_once(tmp_p
             done = await finish_all(app, batch_id)
             for job in done:  # (a red 64x48 picture: JD's white background cannot hold)
                 await Renditions(app.queue.db).record(job.id, pack(
-                    app.store, decode(job.workflow), job.id, job.batch_id, job.outputs[0],
+                    app.store, decode(job.workflow), job.id, job.batch_id, job.outputs,
                     producer="genbot"))
             await shipper.run_once()
             return done
@@ -447,3 +447,27 @@ async def test_a_file_a_new_picture_may_mend_has_its_image_made_again_once(tmp_p
         for b in rerolls:
             await run(b.id)
         assert len(await rerolled()) == 2  # (one a row: a reroll's reroll would be a third)
+
+
+async def test_a_certificate_that_cannot_sign_leaves_files_made_and_marked(app, tmp_path):
+    """A team's certificate c2pa refuses: the executor says so and every file is still
+    made, marked for review with why; a job whose first output is no picture (a video)
+    has its files made from its first picture."""
+    from executor.deliver import pack
+    from templates.provenance import Credentials, ProvenanceError, Signer
+    from tests.fakes.jobs import finish_all
+    from tests.fakes.media import webm
+    with pytest.raises(ProvenanceError, match="cannot sign"):
+        Signer(Credentials(b"not a certificate", b"not a key", b"", local=False))
+    accepted = await app.submit(ALICE, "product_main", PRODUCTS, pictures, SubmitOptions(
+        wait_for_executor=True, channels=("douyin",)))
+    job = (await finish_all(app, accepted.batch_id))[0]
+    video = app.store.write(f"outputs/batch_{job.batch_id}/clip.webm", webm())
+    (made,) = pack(app.store, decode(job.workflow), job.id, job.batch_id,
+                   [video, *job.outputs], producer="genbot",
+                   unsigned="the C2PA certificate cannot sign: bad EKU")
+    assert made.findings == [{"check": "c2pa",
+                              "codes": "the C2PA certificate cannot sign: bad EKU"}]
+    assert made.labels["c2pa"] is None and made.name == "A1_douyin_1.jpg"
+    assert pack(app.store, decode(job.workflow), job.id, job.batch_id, [video],
+                producer="genbot") == []

@@ -540,7 +540,7 @@ async def test_a_batchs_channel_files_are_put_in_its_drops_and_announced_once(tm
                                        product_png())
                 job = decode(lease.workflow)
                 await Renditions(app.queue.db).record(lease.job_id, pack(
-                    app.store, job, lease.job_id, batch, path, producer="genbot",
+                    app.store, job, lease.job_id, batch, [path], producer="genbot",
                     signer=signer))
                 await app.queue.complete(lease, [path])
             await hooks.pump()
