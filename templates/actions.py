@@ -200,6 +200,8 @@ ACTIONS: dict[str, ActionSpec] = {s.name: s for s in [
 # What a review's "changes requested" becomes, the first that can: an edit by the note
 # (where an edit model is configured), else a new try of the row.
 CHANGES = ("edit", "again")
+# What a channel's file whose picture is at fault asks for (bot.app.deliveries): a new seed.
+REROLL = "again"
 
 
 def offered(template: Template | None) -> list[str]:

@@ -65,7 +65,8 @@ async def test_submit_queues_a_batch_or_reports_and_a_key_returns_the_first(app)
     batch = await app.batch(1)
     assert (batch.submitter, batch.platform, batch.conversation, batch.priority) == \
         ("test:ALICE", "test", "C1", Priority.LOW)
-    assert batch.meta == {"lang": "zh", "sheet": "sheet.csv", "context": {"reply": "here"},
+    assert batch.meta == {"lang": "zh", "sheet": "sheet.csv", "sheet_header_row": 1,
+                          "context": {"reply": "here"},
                           "version": 0}  # (this app recorded no versions)
     again = await app.submit(ALICE, "social_thumb", sheet(3), pictures, SubmitOptions(key="k1"))
     assert again == Accepted(1, 3, created=False, report=None)  # a retried request

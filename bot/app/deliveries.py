@@ -24,6 +24,7 @@ from storage.queue import TERMINAL, Queue
 from storage.records import Batch, Event, Job, Status
 from storage.renditions import Rendition, Renditions
 from storage.reviews import SIGNED_OFF, Review
+from templates import actions
 from templates.deliver_checks import MENDED_BY_A_NEW_SEED
 from templates.settings import DeliverConfig
 
@@ -161,7 +162,7 @@ class Shipper:
         platform, _, user = batch.submitter.partition(":")
         try:
             done = await self.app.act(Who(platform, user, batch.conversation), job_id,
-                                      ActionRequest("again", key=f"{REROLL}{job_id}"))
+                                      ActionRequest(actions.REROLL, key=f"{REROLL}{job_id}"))
         except Coded as e:  # (their limit reached, no executor: the file stays in review)
             log.info("no reroll", extra={"job": job_id, "why": e.code, "found": mendable})
             return
