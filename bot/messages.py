@@ -1002,6 +1002,7 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_after", "after"),
     N_("dash_zip_approved", "Approved images (.zip)"),
     N_("dash_deliverables", "Channel files that ship (.zip)"),
+    N_("dash_channels", "Sales channels (each row's image made into their files)"),
     N_("dash_filled_sheet", "Your sheet, filled in"),
     N_("dash_ships", "ready to ship"),
     N_("dash_held", "held until its image is approved"),

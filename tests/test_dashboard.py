@@ -256,6 +256,14 @@ async def test_submit_a_sheet_through_the_form_and_watch_it_finish(tmp_path, dem
         await page.wait_for_selector("#report ul.problems li")
         assert "row 2" in (await page.text_content("#report")).lower()
         assert (await w.queue.active_counts()).total == 0
+        # Sales channels go with it; a typo is said as the API says it, nothing queued.
+        await page.fill("#channels", "douyn")
+        await page.click("#send")
+        await page.wait_for_selector('#report p.error:has-text("douyin")')
+        assert (await page.text_content("#report p.error")).startswith(
+            'No sales channel "douyn" — did you mean "douyin"?')
+        assert (await w.queue.active_counts()).total == 0
+        await page.fill("#channels", "")
 
         # A good one, with the picture it names; the queue paused so we see it wait first.
         await w.queue.pause(by="test")

@@ -1475,6 +1475,7 @@ async function submitForm(main) {
   const seeds = h("input", {type: "number", name: "seeds", id: "seeds", min: 1, max: 100, value: 1});
   const grid = h("input", {type: "text", name: "grid", id: "grid", placeholder: "steps,guidance"});
   const compare = h("input", {type: "text", name: "compare", id: "compare-with", placeholder: "product_main@2"});
+  const channels = h("input", {type: "text", name: "channels", id: "channels", placeholder: "taobao,douyin"});
   const send = h("button", {type: "submit", id: "send", text: t("send")});
   const report = h("div", {id: "report"});
   const form = h("form", {class: "card submit", id: "submit-form"},
@@ -1487,6 +1488,7 @@ async function submitForm(main) {
       h("button", {type: "button", class: "small", id: "add-axis", onclick: addAxis}, t("add_axis")),
       h("label", {}, t("seeds"), seeds), h("label", {}, t("grid"), grid),
       h("label", {}, t("compare_with"), compare)),
+    h("label", {}, t("channels"), channels),
     h("label", {}, t("priority"), priority),
     h("label", {}, t("not_before"), notBefore),
     h("label", {class: "inline"}, skip, ` ${t("skip_invalid")}`),
@@ -1501,6 +1503,7 @@ async function submitForm(main) {
     for (const axis of axes.querySelectorAll("input")) if (axis.value.trim()) body.append("vary", axis.value.trim());
     if (Number(seeds.value) > 1) body.append("seeds", seeds.value);
     if (grid.value.trim()) body.append("grid", grid.value.trim());
+    if (channels.value.trim()) body.append("channels", channels.value.trim());
     for (const other of compare.value.split(",").map((x) => x.trim()).filter(Boolean)) body.append("compare", other);
     if (byRows.checked) {
       const typed = typedRows(template(), rows);
