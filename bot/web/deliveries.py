@@ -16,6 +16,7 @@ from bot.app.filled import write_filled
 from bot.app.permissions import Action
 from bot.app.results import XLSX, write_zip
 from bot.messages import say
+from bot.web.batches import BATCH_ID
 from bot.web.callers import Callers
 from bot.web.http import (
     PREFIX,
@@ -27,14 +28,16 @@ from bot.web.http import (
     respond,
     stored_file,
 )
-from bot.web.routes import Answer, Param, Route
+from bot.web.routes import Answer, Param, Route, Whole
 from storage.renditions import Renditions
+from storage.states import Status
 from templates.channels import catalogue
 from templates.settings import DeliverConfig
 
-STATES = ("ships", "needs_review", "not_approved", "job_failed", "job_canceled", "job_queued",
-          "job_running", "job_gone")
-BATCH_ID = Param("id", "path", int, "the batch")
+# A file's state (bot.app.deliveries.delivery): it ships, or why it is held — its job not
+# (yet) succeeded is "job_<its state>" (storage.states), or "job_gone".
+STATES = ("ships", "needs_review", "not_approved",
+          *(f"job_{s}" for s in Status if s != Status.SUCCEEDED), "job_gone")
 LANG = Param("lang", "query", str, "a language offered (en, zh …); default: Accept-Language's")
 
 
@@ -107,7 +110,7 @@ class DeliveryRoutes:
                   params=(BATCH_ID, LANG)),
             Route("GET", "/renditions/{id}", self.file, "One channel's file, as it ships",
                   {200: Answer("the file", files=("image/jpeg", "image/png", "image/webp"))},
-                  errors=(404,), params=(Param("id", "path", int, "the rendition"),)),
+                  errors=(404,), params=(Param("id", "path", Whole, "the rendition"),)),
             Route("GET", "/batches/{id}/sheet", self.sheet,
                   "The sheet as it was sent (.xlsx, .csv), the results appended to the right "
                   "of its header on its own rows: status, images, review, each channel's "
