@@ -167,19 +167,22 @@ class AsyncClient:
                      compare: Iterable[str] = (), priority: str = "normal",
                      not_before: str | None = None, skip_invalid: bool = False,
                      wait_for_executor: bool = False, key: str | None = None,
-                     callback_url: str | None = None, channels: Iterable[str] = ()) -> Batch:
+                     callback_url: str | None = None, channels: Iterable[str] = (),
+                     layout: str | None = None) -> Batch:
         """One batch of `template` (NAME, NAME@N) over the rows of `sheet`. `pictures`:
         the files its image cells name; None: those beside the sheet that it names.
         `key`: an idempotency key, so a retried call returns the first batch.
         `callback_url`: told of the batch's events by signed webhooks. `channels`: sales
-        channels each row's image is also made into files for (taobao, douyin …)."""
+        channels each row's image is also made into files for (taobao, douyin …);
+        `layout`: the headline, price, badge and logo drawn on them (launch …)."""
         path = Path(sheet)
         form = aiohttp.FormData()
         form.add_field("template", template)
         form.add_field("priority", priority)
         for name, value in (("not_before", not_before), ("seeds", seeds if seeds != 1 else None),
                             ("grid", ",".join(grid) or None), ("callback_url", callback_url),
-                            ("channels", ",".join(channels) or None)):
+                            ("channels", ",".join(channels) or None),
+                            ("layout", layout or None)):
             if value is not None:
                 form.add_field(name, str(value))
         for axis in vary:

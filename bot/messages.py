@@ -283,6 +283,8 @@ CATALOG: dict[str, str] = catalog(
     NP_("run_images_in", "{count} image in {folder}", "{count} images in {folder}"),
     N_("run_contact", "contact sheet: {path}"),
     N_("run_grid", "grid: {path}"),
+    NP_("run_channel_files", "{count} file for {channels} in {folder}",
+        "{count} files for {channels} in {folder}"),
     N_("run_copied", "copied to {folder}"),
     N_("contact_row", "row {row}"),
     N_("took_seconds", "{seconds:.0f} s"),
@@ -689,6 +691,23 @@ CATALOG: dict[str, str] = catalog(
                                 "extension",
         '{count} file names repeat ones earlier rows give (first, row {row}: "{file}", as row '
         "{first}): the later get -2, -3 … before their extension"),
+    # Layouts (templates.layouts): the words, price, badge and logo on a channel's files.
+    N_("layout_unknown", 'No layout "{name}". Layouts: {names}.'),
+    N_("layout_unknown_close", 'No layout "{name}" — did you mean "{close}"? Layouts: {names}.'),
+    N_("layout_broken", "The layout cannot be used: {error}. Whoever keeps the team's layouts "
+                        "can fix it (the assets folder's layouts/)."),
+    N_("layout_no_column", '{file}: layout {layout} reads the column "{field}", and the sheet has '
+                           "none: add it, or choose another layout."),
+    N_("layout_overflow", '"{words}" does not fit its box in {rendition} ({size}) even at '
+                          "{min} px: shorten it, or give the layout a larger box"),
+    N_("layout_empty_field", "layout {layout} puts this column in the picture, and it is empty "
+                             "here"),
+    N_("layout_price", '"{value}" is not a price: write a number, such as 129 or 129.90'),
+    N_("layout_locale_unknown", 'layout {layout} has no locale "{locale}": {known}'),
+    N_("layout_logo_missing", 'no logo "{name}" in the assets folder: add the file, or fix the '
+                              "name"),
+    N_("layout_logo_not_image", '"{name}" is not a picture a logo can be drawn from: use a PNG, '
+                                "JPEG or WebP file"),
     # What a rendition's checks found (templates.deliver_checks): "needs review" and why.
     N_("rendition_needs_review", "{name} — needs review: {why}"),
     N_("col_channel_files", "{channel} files"),
@@ -1003,6 +1022,7 @@ CATALOG: dict[str, str] = catalog(
     N_("dash_zip_approved", "Approved images (.zip)"),
     N_("dash_deliverables", "Channel files that ship (.zip)"),
     N_("dash_channels", "Sales channels (each row's image made into their files)"),
+    N_("dash_layout", "Layout on their files (headline, price, badge, logo: launch …)"),
     N_("dash_filled_sheet", "Your sheet, filled in"),
     N_("dash_ships", "ready to ship"),
     N_("dash_held", "held until its image is approved"),

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from storage.config import Config, ConfigError, key, section, table
 from storage.records import Priority
+from templates.settings import assets_folder
 
 # The most urgent priority a role may use: normal at least, so a plain submission goes.
 PRIORITY_CEILINGS = tuple(p.label for p in Priority if p <= Priority.NORMAL)
@@ -34,8 +35,9 @@ class IntakeConfig:
     max_rows: int = key(10_000, "Rows one submission may have.", min=1, max=1_000_000)
     max_problems_shown: int = key(20, "Problems listed in a validation report; the rest are "
                                   "counted (\"…and 23 more\").", min=1, max=1000)
-    assets_dir: str = key("./assets", "Image cells may name files under this folder (relative "
-                          "to the config file's folder).")
+    assets_dir: str = key("", "Image cells may name files under this folder (relative "
+                          "to the config file's folder) instead of [assets] dir. Empty: "
+                          "[assets] dir.")
     url_allowlist: list[str] = key((), "Hosts image cells may download from over http(s), e.g. "
                                    "[\"cdn.example.com\"]. Empty: no downloads.")
     allow_private_urls: bool = key(False, "Let allow-listed hosts resolve to private or "
@@ -57,8 +59,10 @@ class IntakeConfig:
 
 
 def assets_dir(config: Config) -> Path:
-    """The folder image cells may name files under."""
-    return config.path(config[IntakeConfig].assets_dir)
+    """The folder image cells may name files under: [intake] assets_dir (as configs
+    before [assets] named it), else [assets] dir."""
+    own = config[IntakeConfig].assets_dir
+    return config.path(own) if own else assets_folder(config)
 
 
 @section("i18n", order=85)

@@ -95,9 +95,11 @@ def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int,
     for d in job.deliver:
         about = {"template": job.template, "version": job.revision, "row": job.row,
                  "batch": batch_id, "job": job_id, "channel": d.channel,
-                 "rendition": d.rendition.name, "source": image}
+                 "rendition": d.rendition.name, "source": image,
+                 **({"layout": d.overlay.layout, "locale": d.overlay.locale}
+                    if d.overlay else {})}
         made = make(source, d, Provenance(producer, produce_id(batch_id, job_id, d), about),
-                    font=font)
+                    font=font, asset=store.path)
         why_unsigned = unsigned
         if signer is not None:  # last: the signature covers every byte before it
             try:

@@ -22,9 +22,7 @@ image, such as Amazon's).
 
 from __future__ import annotations
 
-import difflib
 import re
-import string
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,6 +32,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+
+from templates.layouts import Binder, Overlay
+from templates.patterns import Unknown, pattern_fields
 
 FITS = ("crop", "pad")  # crop around the product, or pad around it with the background
 BACKGROUNDS = ("any", "white")  # "white": pure RGB 255 wherever the product is not
@@ -96,6 +97,7 @@ class Deliverable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     rendition: Rendition
     file: str  # the file name, the pattern filled in for this row
     label: AiLabel | None  # the explicit label to draw; None: an admin turned it off
+    overlay: Overlay | None = None  # the layout's words, price, badge and logo for this row
 
 
 PRESETS = Path(str(files("templates") / "shipped" / "channels.toml"))
@@ -190,24 +192,6 @@ def _check_rendition(file: str, at: str, r: Rendition) -> None:
         raise ChannelError(file, f"{at} file", f'"{r.file}": a file name, no folders')
 
 
-def pattern_fields(pattern: str) -> list[str]:
-    """The names a file pattern fills in; ValueError for a pattern that cannot be filled."""
-    try:
-        parsed = list(string.Formatter().parse(pattern))
-    except ValueError as e:
-        raise ValueError(f"not a pattern ({e}); write names in braces, such as {{sku}}") \
-            from None
-    names = []
-    for _, field_name, spec, conversion in parsed:
-        if field_name is None:
-            continue
-        if not field_name or spec or conversion or not re.fullmatch(r"[^{}\[\].!:]+",
-                                                                     field_name):
-            raise ValueError(f"{{{field_name}}} is not a plain name in braces")
-        names.append(field_name)
-    return names
-
-
 @cache
 def presets() -> dict[str, Channel]:
     return load_file(PRESETS)
@@ -230,16 +214,6 @@ def catalogue(team_file: str = "") -> dict[str, Channel]:
 @lru_cache(maxsize=8)
 def _team(path: Path, stamp: int) -> dict[str, Channel]:
     return load_file(path)
-
-
-class Unknown(Exception):
-    """A channel name not in the catalogue; `close` the nearest one, if any."""
-
-    def __init__(self, name: str, known: Iterable[str]):
-        self.name, self.known = name, sorted(known)
-        close = difflib.get_close_matches(name.lower(), self.known, n=1, cutoff=0.6)
-        self.close = close[0] if close else None
-        super().__init__(name)
 
 
 def chosen(names: Iterable[str], known: Mapping[str, Channel]) -> list[Channel]:
@@ -325,6 +299,7 @@ class Plan:
     every_row: tuple[Channel, ...] = ()
     unlabelled: frozenset[str] = frozenset()
     word_ops: tuple[str, ...] = ()
+    layout: Binder | None = None  # the layout drawn on each rendition that allows words
 
     def conflicts(self, channels: Iterable[Channel]) -> None:
         """Conflict for the first rendition no picture can meet: one that allows no words,
@@ -341,6 +316,13 @@ class Plan:
                 if ch.label == "optional" and ch.name not in self.unlabelled:
                     raise Conflict("channel_label_words", ch.name, r.name)
 
+    def columns(self) -> list[str]:
+        """The sheet columns this plan reads besides the template's: its channels' file
+        names' and its layout's."""
+        names = [f for ch in self.every_row for r in ch.renditions
+                 for f in pattern_fields(r.file) if f not in PATTERN_WORDS]
+        return list(dict.fromkeys([*names, *(self.layout.columns() if self.layout else ())]))
+
     def for_row(self, cell: Any) -> list[Channel]:
         """The row's channels: every row's, then those its channels cell names (Unknown,
         Conflict)."""
@@ -349,19 +331,26 @@ class Plan:
         return list({c.name: c for c in [*self.every_row, *extra]}.values())
 
     def bind(self, channels: Iterable[Channel], values: Mapping[str, Any]) -> list[Deliverable]:
-        """The row's deliverables, file names filled from its cells (Missing)."""
+        """The row's deliverables, file names filled from its cells (Missing), the layout
+        bound on each that allows words (LayoutProblem: a cell it cannot use, words that
+        do not fit)."""
         out = []
         for ch in channels:
             label = None if ch.name in self.unlabelled else ch.ai_label
             for n, r in enumerate(ch.renditions, 1):
-                out.append(Deliverable(ch.name, r, file_name(r, ch.name, n, values), label))
+                overlay = None
+                if self.layout is not None and r.text:
+                    overlay = self.layout.bind(values, r.size, r.safe, f"{ch.name} {r.name}")
+                out.append(Deliverable(ch.name, r, file_name(r, ch.name, n, values), label,
+                                       overlay))
         return out
 
 
 def plan(known: Mapping[str, Channel], names: Iterable[str], *, unlabelled: Iterable[str] = (),
-         word_ops: Iterable[str] = ()) -> Plan:
+         word_ops: Iterable[str] = (), layout: Binder | None = None) -> Plan:
     """The submission's plan (Unknown, Conflict), before its sheet is read."""
-    p = Plan(known, tuple(chosen(names, known)), frozenset(unlabelled), tuple(word_ops))
+    p = Plan(known, tuple(chosen(names, known)), frozenset(unlabelled), tuple(word_ops),
+             layout)
     p.conflicts(p.every_row)
     return p
 

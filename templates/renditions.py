@@ -8,8 +8,10 @@ generation, for every rendition a job carries (templates.channels.Deliverable). 
   2. whiten a light background to pure white where the rendition asks for white
   3. fit: crop to the rendition's aspect around the product, or pad the picture (or, with
      a `fill` rule, the product's box) into the frame with the background
-  4. draw the visible AI-content label in a corner, inside the safe margins
-  5. encode with an sRGB profile, the implicit AI-content label (XMP, GB 45438-2025) and
+  4. draw the layout (templates.layouts): the picture in its box, then the words, price,
+     badge and logo, each in its box within the safe margins
+  5. draw the visible AI-content label in a corner, inside the safe margins, over all
+  6. encode with an sRGB profile, the implicit AI-content label (XMP, GB 45438-2025) and
      genbot's own metadata, lowering the quality until the file is within max_kb
 
 The channel's rules are then checked on the file itself (templates.deliver_checks).
@@ -21,16 +23,19 @@ import hashlib
 import io
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
+import msgspec
 import numpy as np
-from PIL import Image, ImageChops, ImageCms, ImageDraw, PngImagePlugin
+from PIL import Image, ImageChops, ImageCms, ImageDraw, ImageOps, PngImagePlugin
 
-from templates.channels import FORMATS, AiLabel, Deliverable, Rendition
+from templates.channels import CORNERS, FORMATS, AiLabel, Deliverable, Rendition
 from templates.fonts import font_sizes
+from templates.layouts import Drawn, Overlay, area, colour, inner, placed, set_words
 from templates.text import Block, lay_out
 from templates.text import draw as draw_block
 
@@ -96,19 +101,33 @@ def prepare(picture: Image.Image) -> Source:
     return Source(im, background, product_box(far), far)
 
 
+Asset = Callable[[str], Path]  # a font's or logo's name in the file store -> a file here
+
+
 def make(source: Image.Image | Source, d: Deliverable, provenance: Provenance, *,
-         font: str = "") -> Made:
+         font: str = "", asset: Asset | None = None) -> Made:
+    """`font`: the label's. `asset`: where the layout's fonts and logos are read."""
     src = source if isinstance(source, Source) else prepare(source)
     r = d.rendition
     im, background, product = src.image, src.background, src.product
     if r.background == "white" and background and min(background) >= LIGHT:
         im, background = src.white(), WHITE
     fill = WHITE if r.background == "white" else (background or WHITE)
+    frame = d.overlay.picture if d.overlay else None
+    box = placed(frame, (0, 0, *r.size)) if frame else (0, 0, *r.size)
+    inside = msgspec.structs.replace(r, size=(box[2] - box[0], box[3] - box[1]))
     if r.fit == "crop":
-        im, product = cropped(im, r.size, product)
+        im, product = cropped(im, inside.size, product)
     else:
-        im, product = padded(im, r, product, fill)
-    label = drawn_label(im, d.label, r, font) if d.label else None
+        im, product = padded(im, inside, product, fill)
+    if frame:
+        canvas = Image.new("RGB", r.size, WHITE if r.background == "white" else
+                           colour(d.overlay.background)[:3])  # type: ignore[union-attr]
+        canvas.paste(im, box[:2])
+        im = canvas
+        product = _moved(product, (-box[0], -box[1]), 1.0, r.size) if product else None
+    taken = drawn_layout(im, d.overlay, r, asset) if d.overlay else []
+    label = drawn_label(im, d.label, r, font, avoid=taken) if d.label else None
     data, quality = encoded(im, r, provenance)
     return Made(data, im.size, r.format, quality, product, label,
                 hashlib.sha256(data).hexdigest())
@@ -222,9 +241,12 @@ def label_block(text: str, size: tuple[int, int], height: float, font: str) -> B
     return block
 
 
-def drawn_label(im: Image.Image, label: AiLabel, r: Rendition, font: str) -> Box | None:
+def drawn_label(im: Image.Image, label: AiLabel, r: Rendition, font: str,
+                avoid: Sequence[Box] = ()) -> Box | None:
     """The label on a dark rounded plate in its corner, inside the rendition's safe
-    margins; the box of its words' ink (what the label check measures)."""
+    margins — or, where the layout put something there (`avoid`), the first other corner
+    left clear (else its own, over it: the law's label is never left out); the box of
+    its words' ink (what the label check measures)."""
     block = label_block(label.text, im.size, label.height, font)
     if not block.lines:
         return None
@@ -233,15 +255,94 @@ def drawn_label(im: Image.Image, label: AiLabel, r: Rendition, font: str) -> Box
     margin = round(min(W, H) * MARGIN)
     top_m, right_m, bottom_m, left_m = (round(s * d) for s, d in zip(r.safe, (H, W, H, W)))
     plate_w, plate_h = block.width + 2 * pad, block.ink_height + 2 * pad
-    vertical, horizontal = label.position.split("_")
-    x = left_m + margin if horizontal == "left" else W - right_m - margin - plate_w
-    y = top_m + margin if vertical == "top" else H - bottom_m - margin - plate_h
+
+    def corner(position: str) -> tuple[int, int]:
+        vertical, horizontal = position.split("_")
+        return (left_m + margin if horizontal == "left" else W - right_m - margin - plate_w,
+                top_m + margin if vertical == "top" else H - bottom_m - margin - plate_h)
+
+    def clear(xy: tuple[int, int]) -> bool:
+        x, y = xy
+        return not any(x < b[2] and b[0] < x + plate_w and y < b[3] and b[1] < y + plate_h
+                       for b in avoid)
+    corners = [corner(p) for p in (label.position, *(c for c in CORNERS
+                                                      if c != label.position))]
+    x, y = next((c for c in corners if clear(c)), corners[0])
     layer = Image.new("RGBA", im.size, (0, 0, 0, 0))
     ImageDraw.Draw(layer).rounded_rectangle((x, y, x + plate_w, y + plate_h), radius=pad,
                                             fill=(0, 0, 0, 150))
     im.paste(Image.alpha_composite(im.convert("RGBA"), layer).convert("RGB"))
     draw_block(im, block, (x + pad, y + pad - block.ink_top), WHITE)
     return (x + pad, y + pad, x + pad + block.width, y + pad + block.ink_height)
+
+
+# --- the layout ----------------------------------------------------------------------------
+
+BADGE = "#e4393c"  # a badge's fill where its layout names none
+
+
+def drawn_layout(im: Image.Image, overlay: Overlay, r: Rendition, asset: Asset | None
+                 ) -> list[Box]:
+    """The overlay's words, price, badge and logo, each in its box of the safe area, in the
+    layout's order (a later one over an earlier); the boxes drawn in."""
+    within = area(r.size, r.safe)
+    taken = []
+    for e in overlay.elements:
+        if e.kind == "picture":
+            continue
+        box = placed(e.box, within)
+        taken.append(box)
+        if e.kind == "logo":
+            drawn_logo(im, asset(e.logo) if asset else Path(e.logo), box)
+        else:
+            font = str(asset(e.font)) if e.font and asset else e.font
+            drawn_words(im, e, box, r, font)
+    return taken
+
+
+def drawn_words(im: Image.Image, e: Drawn, box: tuple[int, int, int, int], r: Rendition,
+                font: str) -> None:
+    """Words on their plate (or badge), set to fit (checked at submission: they do)."""
+    plate = e.plate or (BADGE if e.kind == "badge" else "")
+    if plate:
+        layer = Image.new("RGBA", im.size, (0, 0, 0, 0))
+        draw = ImageDraw.Draw(layer)
+        fill = colour(plate)
+        if e.kind == "badge" and e.shape == "circle":
+            side = min(box[2] - box[0], box[3] - box[1])
+            cx, cy = (box[0] + box[2]) // 2, (box[1] + box[3]) // 2
+            draw.ellipse((cx - side // 2, cy - side // 2, cx + side // 2, cy + side // 2),
+                         fill=fill)
+        elif e.shape == "rect":
+            draw.rectangle(box, fill=fill)
+        else:
+            draw.rounded_rectangle(box, radius=min(box[2] - box[0], box[3] - box[1]) // 4,
+                                   fill=fill)
+        im.paste(Image.alpha_composite(im.convert("RGBA"), layer).convert("RGB"))
+    block = set_words(e, r.size, r.safe, font)
+    room_w, _ = inner(e, box)
+    pad = ((box[2] - box[0]) - room_w) // 2
+    if e.align == "left":
+        x = box[0] + pad
+    elif e.align == "right":
+        x = box[2] - pad - block.width
+    else:
+        x = (box[0] + box[2] - block.width) // 2
+    y = (box[1] + box[3]) // 2 - (block.ink_top + block.ink_bottom) // 2
+    draw_block(im, block, (x, y), colour(e.colour))
+
+
+def drawn_logo(im: Image.Image, path: Path, box: tuple[int, int, int, int]) -> None:
+    """The logo as large as its box holds, its aspect kept, centred, its transparency
+    kept (checked at submission to be a picture)."""
+    with Image.open(path) as opened:
+        logo = ImageOps.exif_transpose(opened).convert("RGBA")
+    w, h = box[2] - box[0], box[3] - box[1]
+    scale = min(w / logo.width, h / logo.height)
+    logo = logo.resize((max(1, round(logo.width * scale)), max(1, round(logo.height * scale))),
+                       Image.Resampling.LANCZOS)
+    im.paste(logo, ((box[0] + box[2] - logo.width) // 2, (box[1] + box[3] - logo.height) // 2),
+             logo)
 
 
 # --- the file ----------------------------------------------------------------------------

@@ -79,6 +79,21 @@ def templates_dir(config: Config) -> Path:
     return config.path(folder) if folder else shipped_dir()
 
 
+@section("assets", order=54)
+@dataclass(frozen=True)
+class AssetsConfig:
+    """The team's own files: pictures, layouts, logos, fonts (docs/deliver.md)."""
+
+    dir: str = key("./assets", "Folder of the team's files (relative to the config file's "
+                   "folder): pictures image cells may name, layouts in layouts/*.json, and "
+                   "the logos and fonts layouts name.")
+
+
+def assets_folder(config: Config) -> Path:
+    """[assets] dir, where the team's layouts, logos and fonts are."""
+    return config.path(config[AssetsConfig].dir)
+
+
 @section("deliver", order=55)
 @dataclass(frozen=True)
 class DeliverConfig:

@@ -214,6 +214,17 @@ async def test_json_rows_and_problems_by_row_and_column(api):
                    "with the sheet"}]
     (assets_dir(api.config) / "assets").mkdir(parents=True)
     (assets_dir(api.config) / "assets" / "bottle.png").write_bytes(BOTTLE)
+    # A layout on the channels' files: a row it cannot use is said by row and column.
+    row = {"sku": "S1", "product_image": "assets/bottle.png", "prompt": "a", "headline": "新品"}
+    status, body = await api.call("POST", "/batches", json={
+        "template": "product_main", "rows": [{**row, "price": "九块九"}],
+        "channels": ["douyin"], "layout": "launch"})
+    assert status == 422 and [(p["row"], p["column"], p["code"])
+                              for p in body["error"]["problems"]] == [(2, "price", "layout_price")]
+    status, body = await api.call("POST", "/batches", json={
+        "template": "product_main", "rows": [{**row, "price": 9.9}], "channels": ["douyin"],
+        "layout": "launch", "dry_run": True})
+    assert (status, body["jobs"]) == (200, 1)
     # A sweep: JSON's list of axes, or a multipart field once per axis; refused whole.
     status, body = await api.call("POST", "/batches", json={
         "template": "social_thumb", "rows": [{"image": "assets/bottle.png", "title": "A"}],

@@ -827,4 +827,7 @@ async def test_gen_with_channels_says_a_typo_and_a_rule_no_picture_meets_in_one_
     (reply,) = await upload(world, 2, text="/gen social_thumb sheet.csv --channels taobao")
     assert reply.text.startswith("taobao's \"white\" file allows no words in the picture, and "
                                  "this template writes some (text, watermark)")
+    (reply,) = await upload(world, 2, text="/gen product_main sheet.csv --channels jd "
+                                           "--layout lunch")
+    assert reply.text.startswith('No layout "lunch" — did you mean "launch"?')
     assert await world.queue.batches_of("test:U1") == []

@@ -38,7 +38,7 @@ def error(text: str) -> CommandError:
 
 GEN_DEFAULTS = {"priority": Priority.NORMAL, "skip_invalid": False, "dry_run": False, "at": None,
                 "wait_for_executor": False, "vary": (), "seeds": 1, "grid": (), "channels": (),
-                "yes": False, "compare": False}
+                "layout": "", "yes": False, "compare": False}
 
 
 @pytest.mark.parametrize("text", [
@@ -65,6 +65,8 @@ def test_gen_options_quotes_and_phone_dashes():
         (("steps=20,30", "CFG=3..7:2"), 4, True)  # a repeated option keeps every value
     assert p("/gen product_main s.xlsx —channels taobao,DOUYIN").options["channels"] == \
         ("taobao", "DOUYIN")  # (as typed: the application reads the names)
+    assert p("/gen product_main s.xlsx --channels jd —layout launch").options["layout"] == \
+        "launch"
     at = p("/gen social_thumb s.csv --at 21:30").options["at"]
     assert at == datetime(2026, 12, 2, 21, 30, tzinfo=SHANGHAI)
 

@@ -263,7 +263,14 @@ async def test_submit_a_sheet_through_the_form_and_watch_it_finish(tmp_path, dem
         assert (await page.text_content("#report p.error")).startswith(
             'No sales channel "douyn" — did you mean "douyin"?')
         assert (await w.queue.active_counts()).total == 0
+        await page.fill("#channels", "jd")  # and the layout on their files
+        await page.fill("#layout", "lanch")
+        await page.click("#send")
+        await page.wait_for_selector('#report p.error:has-text("launch")')
+        assert (await page.text_content("#report p.error")).startswith(
+            'No layout "lanch" — did you mean "launch"?')
         await page.fill("#channels", "")
+        await page.fill("#layout", "")
 
         # A good one, with the picture it names; the queue paused so we see it wait first.
         await w.queue.pause(by="test")

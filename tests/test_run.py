@@ -30,24 +30,35 @@ def home(tmp_path, demo_models):
 
 @pytest.mark.slow
 def test_run_queues_the_sheet_runs_it_and_says_where_the_images_are(home):
-    """A sweep, too: each row at steps 2 and 3, side by side in its grid; and pinned to
-    the template's first version (the file as it is: a fresh install's version 1)."""
+    """A sweep, too: each row at steps 2 and 3, side by side in its grid; pinned to the
+    template's first version (the file as it is: a fresh install's version 1); and each
+    image made into JD's file, said and copied with the rest."""
     done = genbot("run", "product_main@1", str(ROOT / "examples" / "product_main.xlsx"),
-                  "--out", "results", "--vary", "steps=2,3", cwd=home)
+                  "--out", "results", "--vary", "steps=2,3", "--channels", "jd", cwd=home)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "batch 1: 4 jobs of product_main from product_main.xlsx"
     assert lines[2] == "[------------------------------] 0/4 · starting the executor"
-    assert lines[-7].startswith("[##############################] 4/4")
-    assert lines[-6].startswith("made here, by this command's executor (")
-    assert lines[-5] == f"4 images in {home / 'data' / 'outputs' / 'batch_1'}"
-    assert lines[-4] == f"contact sheet: {home / 'data' / 'outputs' / 'batch_1' / 'contact.png'}"
-    assert lines[-3:-1] == [f"grid: {home / 'data' / 'grids' / 'batch_1' / name}"
+    assert lines[-12].startswith("[##############################] 4/4")
+    assert lines[-11].startswith("made here, by this command's executor (")
+    assert lines[-10] == f"4 images in {home / 'data' / 'outputs' / 'batch_1'}"
+    assert lines[-9] == f"contact sheet: {home / 'data' / 'outputs' / 'batch_1' / 'contact.png'}"
+    assert lines[-8:-6] == [f"grid: {home / 'data' / 'grids' / 'batch_1' / name}"
                             for name in ("grid_1_row2.png", "grid_2_row3.png")]
+    assert lines[-6] == \
+        f"4 files for jd in {home / 'data' / 'outputs' / 'batch_1' / 'deliver'}"
+    # the demo models' noise is no product on white: each file says why it is held
+    assert sorted(lines[-5:-1]) == [
+        f"  jd/{name} — needs review: the background is not pure white: 0% of the edge is "
+        "RGB 255, and the channel asks for all of it"
+        for name in ("BTL-001_jd_1-2.jpg", "BTL-001_jd_1.jpg", "BTL-002_jd_1-2.jpg",
+                     "BTL-002_jd_1.jpg")]
     copied = sorted(p.relative_to(home / "results").as_posix()
-                    for p in (home / "results").rglob("*.png"))
+                    for p in (home / "results").rglob("*.*g"))
     assert copied == ["BTL-001/2.png", "BTL-001/2_2.png", "BTL-002/3.png", "BTL-002/3_2.png",
-                      "contact.png", "grids/grid_1_row2.png", "grids/grid_2_row3.png"]
+                      "contact.png", "deliver/jd/BTL-001_jd_1-2.jpg", "deliver/jd/BTL-001_jd_1.jpg",
+                      "deliver/jd/BTL-002_jd_1-2.jpg", "deliver/jd/BTL-002_jd_1.jpg",
+                      "grids/grid_1_row2.png", "grids/grid_2_row3.png"]
     assert Image.open(home / "results" / "BTL-001" / "2.png").size == (128, 128)
 
 

@@ -53,7 +53,7 @@ from storage.schedules import Schedules
 from storage.versions import TemplateVersions
 from storage.workers import Workers
 from templates import channels as channel_plans
-from templates import sweeps
+from templates import layouts, sweeps
 from templates.channels import catalogue
 from templates.graph import Template
 from templates.jobs import decode, encode
@@ -62,6 +62,7 @@ from templates.params import Problem
 from templates.settings import (
     DeliverConfig,
     TemplatesConfig,
+    assets_folder,
     edit_model,
     family_of,
     fill_model,
@@ -96,6 +97,7 @@ class SubmitOptions:
     ask_over: int | None = None  # a sweep of more jobs is not queued: Unconfirmed says its cost
     callback_url: str | None = None  # told of the batch's events by signed webhooks
     channels: tuple[str, ...] = ()  # sales channels every row's renditions are made for
+    layout: str = ""  # the layout drawn on the channels' files (templates.layouts)
 
 
 @dataclass(frozen=True)
@@ -382,7 +384,8 @@ class App:
             return Accepted(found.id, found.total_jobs, created=False, report=None)
         chosen = await self.resolve(template)
         sweep = self.sweep(chosen, options)  # a bad --vary is said before the sheet is read
-        channels = self.channels(chosen, options.channels)  # and a channel no row can meet
+        channels = self.channels(chosen, options.channels, options.layout)  # and a channel
+        # no row can meet, or a layout that cannot be used
         variants = [chosen, *[await self.resolve(spec) for spec in options.compare]]
         _differ(variants)
         report = await check_sheet(chosen, sheet, config=self.config, store=self.store,
@@ -396,7 +399,8 @@ class App:
                 read = await check_sheet(other, sheet, config=self.config, store=self.store,
                                          attachments=attachments,
                                          skip_invalid=options.skip_invalid,
-                                         channels=self.channels(other, options.channels))
+                                         channels=self.channels(other, options.channels,
+                                                                options.layout))
                 if not read.jobs:
                     return read  # the sheet does not fit that version: its report says why
                 rows.append({j.row: decode(j.workflow) for j in read.jobs})
@@ -423,10 +427,14 @@ class App:
                                     sheet.data)
         return Accepted(done.batch_id, done.jobs, done.created, report)
 
-    def channels(self, template: Template, names: Iterable[str]) -> channel_plans.Plan:
+    def channels(self, template: Template, names: Iterable[str], layout: str = ""
+                 ) -> channel_plans.Plan:
         """What a submission asks of the sales channels, checked before its sheet is read:
-        every name known, and no rule a picture of this template cannot meet."""
+        every name known, no rule a picture of this template cannot meet, and the layout
+        one that can be used (its fonts and logos kept in the file store as rows use
+        them, where every executor reads them)."""
         settings = self.config[DeliverConfig]
+        binder = self.layout(layout) if layout.strip() else None
         try:
             known = catalogue(settings.channels)
         except channel_plans.ChannelError as e:  # (changed since the service started)
@@ -435,12 +443,26 @@ class App:
             return channel_plans.plan(
                 known, names, unlabelled=settings.unlabelled,
                 word_ops=sorted({n.op for n in template.nodes.values()
-                                 if n.op in channel_plans.WORD_OPS}))
+                                 if n.op in channel_plans.WORD_OPS}), layout=binder)
         except channel_plans.Unknown as e:
             raise Invalid("channel_unknown_close" if e.close else "channel_unknown",
                           name=e.name[:60], close=e.close, names=", ".join(e.known)) from None
         except channel_plans.Conflict as e:
             raise Invalid(e.code, **e.details) from None
+
+    def layout(self, name: str) -> layouts.Binder:
+        """The layout named, read and checked (Invalid: unknown, or broken)."""
+        folder = assets_folder(self.config)
+        try:
+            chosen = layouts.chosen(name, folder)
+        except layouts.Unknown as e:
+            raise Invalid("layout_unknown_close" if e.close else "layout_unknown",
+                          name=e.name[:60], close=e.close, names=", ".join(e.known)) from None
+        except layouts.LayoutError as e:
+            raise Invalid("layout_broken", error=str(e)) from None
+        store = self.store
+        return layouts.Binder(chosen, folder, keep=lambda path: store.put_input(
+            path.read_bytes(), path.suffix.lower() or ".bin"))
 
     @staticmethod
     def sweep(template: Template, options: SubmitOptions) -> Sweep:

@@ -138,7 +138,7 @@ def keys_of(raw: str, now: datetime) -> tuple[str, ...]:
 
 @command("gen", "TEMPLATE [FILE] [--priority urgent|high|normal|low] [--at TIME] "
          "[--skip-invalid] [--dry-run] [--wait-for-executor] [--vary KEY=V1,V2 …] "
-         "[--seeds N] [--grid KEY1,KEY2] [--channels taobao,douyin] [--yes] | "
+         "[--seeds N] [--grid KEY1,KEY2] [--channels taobao,douyin] [--layout NAME] [--yes] | "
          "TEMPLATE@A TEMPLATE@B [FILE] --compare",
          aliases=("generate", "生成"),
          args=(Arg("template"), Arg("file", optional=True), Arg("more", optional=True)),
@@ -147,7 +147,8 @@ def keys_of(raw: str, now: datetime) -> tuple[str, ...]:
                   "--wait-for-executor": Option(),
                   "--vary": Option(text_value, (), repeat=True),
                   "--seeds": Option(seeds_of, 1), "--grid": Option(keys_of, ()),
-                  "--channels": Option(keys_of, ()), "--yes": Option(), "--compare": Option()})
+                  "--channels": Option(keys_of, ()), "--layout": Option(text_value, ""),
+                  "--yes": Option(), "--compare": Option()})
 async def gen(turn: Turn, cmd: Command) -> None:
     name, msg, o = cmd.args["template"], turn.msg, cmd.options
     file, others = cmd.args["file"], tuple[str, ...]()
@@ -163,7 +164,7 @@ async def gen(turn: Turn, cmd: Command) -> None:
         await turn.app.resolve(other)
     turn.app.sweep(template, SubmitOptions(vary=o["vary"], seeds=o["seeds"],
                                            grid=o["grid"]))  # (said first)
-    turn.app.channels(template, o["channels"])
+    turn.app.channels(template, o["channels"], o["layout"])
     found = await sheet_for(turn, name, file)
     if found is None:
         return
@@ -173,7 +174,7 @@ async def gen(turn: Turn, cmd: Command) -> None:
         key=f"chat:{msg.platform}:{msg.message}" if msg.message else None, thread=msg.thread,
         lang=turn.lang, context=msg.context, wait_for_executor=o["wait_for_executor"],
         vary=o["vary"], seeds=o["seeds"], grid=o["grid"], compare=others,
-        channels=o["channels"],
+        channels=o["channels"], layout=o["layout"],
         ask_over=None if o["yes"] else turn.app.config[ChatConfig].confirm_over)
     result = await turn.app.submit(turn.who, name, sheet, attachments(turn, upload), options)
     if isinstance(result, Unconfirmed):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from bot.app.grids import write_grids
 from bot.app.permissions import Who
 from bot.app.placement import Unplaced, unplaced
-from bot.app.results import write_results
+from bot.app.results import rendition_text, write_results
 from bot.cli.shared import (
     GENBOT_ENGINE,
     PRIORITIES,
@@ -107,6 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                      grid=tuple(k.strip() for k in args.grid.split(",") if k.strip()),
                      compare=tuple(args.compare),
                      channels=tuple(c.strip() for c in args.channels.split(",") if c.strip()),
+                     layout=args.layout,
                      owning=Ownership(args.own_executor, args.timeout, args.keep_queued))
 
 
@@ -114,11 +115,11 @@ def run_sheet(config: Config, template: str, sheet: Path, *, out: str | None = N
               priority: Priority = Priority.NORMAL, lang: str = "en",
               vary: tuple[str, ...] = (), seeds: int = 1, grid: tuple[str, ...] = (),
               compare: tuple[str, ...] = (), channels: tuple[str, ...] = (),
-              owning: Ownership = Ownership()) -> int:
+              layout: str = "", owning: Ownership = Ownership()) -> int:
     async def run() -> int:
         with Signals() as caught:
             return await _run(config, template, sheet, out, priority, lang, vary, seeds, grid,
-                              compare, owning, caught, channels)
+                              compare, owning, caught, channels, layout)
     return asyncio.run(run())
 
 
@@ -174,7 +175,7 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
                lang: str, vary: tuple[str, ...] = (), seeds: int = 1,
                grid: tuple[str, ...] = (), compare: tuple[str, ...] = (),
                owning: Ownership = Ownership(), signals: Signals | None = None,
-               channels: tuple[str, ...] = ()) -> int:
+               channels: tuple[str, ...] = (), layout: str = "") -> int:
     signals = signals or Signals()
     from bot.app.application import Accepted, App, CancelTarget, SubmitOptions
     from bot.intake.check import IntakeReport, SheetFile, check_sheet
@@ -216,7 +217,7 @@ async def _run(config: Config, name: str, sheet: Path, out: str | None, priority
                                   SubmitOptions(priority=priority, lang=lang,
                                                 wait_for_executor=True, vary=vary,
                                                 seeds=seeds, grid=grid, compare=compare,
-                                                channels=channels))
+                                                channels=channels, layout=layout))
         if isinstance(result, IntakeReport):
             print(result.report(lang, config[IntakeConfig].max_problems_shown), file=sys.stderr)
             return 1
@@ -430,10 +431,10 @@ async def _summary(app: App, batch_id: int, out: str | None, log_file: Path,
     if not done:
         print(say("run_no_images", lang, log=log_file), file=sys.stderr)
         return 1
+    renditions = await Renditions(app.queue.db).of_batch(batch.id)
     _, contact = await asyncio.to_thread(write_results, store, batch, jobs,
                                          app.templates.get(batch.template),
-                                         app.config[TemplatesConfig].font,
-                                         await Renditions(app.queue.db).of_batch(batch.id))
+                                         app.config[TemplatesConfig].font, renditions)
     assert contact is not None
     grids = [store.path(g) for g in await asyncio.to_thread(
         write_grids, store, batch, jobs, font=app.config[TemplatesConfig].font)] \
@@ -450,9 +451,17 @@ async def _summary(app: App, batch_id: int, out: str | None, log_file: Path,
     print(say("run_contact", lang, path=store.path(contact)))
     for grid in grids:
         print(say("run_grid", lang, path=grid))
+    files = [store.path(r.path) for r in renditions]
+    if renditions:
+        held = [r for r in renditions if not r.passed]
+        print(say("run_channel_files", lang, count=len(renditions),
+                  channels=", ".join(dict.fromkeys(r.channel for r in renditions)),
+                  folder=store.path(f"{batch_folder(batch_id)}/deliver")))
+        for r in held[:10]:
+            print("  " + rendition_text(r, lang).replace(r.name, f"{r.channel}/{r.name}", 1))
     if out:
         target = Path(out)
-        for path in [*done, store.path(contact)]:
+        for path in [*done, store.path(contact), *files]:
             dest = target / path.relative_to(folder)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest)

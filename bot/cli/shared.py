@@ -70,7 +70,7 @@ async def local_app(config: cfg.Config) -> AsyncIterator[tuple[App, Who]]:
 
 
 def add_sweep_options(parser: argparse.ArgumentParser) -> None:
-    """--vary, --seeds, --grid, --compare and --channels, as genbot run and genbot submit
+    """--vary, --seeds, --grid, --compare, --channels and --layout, as genbot run and genbot submit
     take them (templates.sweeps, templates.channels)."""
     parser.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
                         help="sweep a value: KEY=V1,V2,… or KEY=START..STOP:STEP; again for "
@@ -85,6 +85,9 @@ def add_sweep_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channels", default="", metavar="A,B",
                         help="sales channels (taobao,douyin,amazon …; genbot channels lists "
                              "them): each row's image made into every file they take")
+    parser.add_argument("--layout", default="", metavar="NAME",
+                        help="a layout drawn on the channels' files (launch, or the team's "
+                             "in the assets folder's layouts/): headline, price, badge, logo")
 
 
 GENBOT_ENGINE = ""  # live_executors' key for genbot's own engine (a ComfyUI one's: its server)

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
 # A sweep's and a comparison's options: vary, seeds, grid ("KEY1,KEY2"), compare; and the
 # sales channels ("A,B").
-SweepArgs = tuple[tuple[str, ...], int, str, tuple[str, ...], str]
-NO_SWEEP: SweepArgs = ((), 1, "", (), "")
+SweepArgs = tuple[tuple[str, ...], int, str, tuple[str, ...], str, str]
+NO_SWEEP: SweepArgs = ((), 1, "", (), "", "")
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -63,7 +63,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                   priority=args.priority, wait=args.wait, key=args.idempotency_key,
                   wait_for_executor=args.wait_for_executor,
                   sweep=(tuple(args.vary), args.seeds, args.grid, tuple(args.compare),
-                         args.channels),
+                         args.channels, args.layout),
                   download=args.download, callback=args.callback)
 
 
@@ -90,12 +90,13 @@ async def _submit(template: str, sheet: Path, server: str, token: str, priority:
                   callback: str | None = None) -> int:
     """Through the Python client (bot.client), as any script would."""
     from bot.client import AsyncClient, GenbotError
-    vary, seeds, grid, compare, channels = sweep
+    vary, seeds, grid, compare, channels, layout = sweep
     async with AsyncClient(server, token) as genbot:
         try:
             batch = await genbot.submit(
                 template, sheet, vary=vary, seeds=seeds, grid=[k for k in grid.split(",") if k],
                 compare=compare, channels=[c for c in channels.split(",") if c.strip()],
+                layout=layout,
                 priority=priority, wait_for_executor=wait_for_executor,
                 key=key, callback_url=callback)
         except GenbotError as e:

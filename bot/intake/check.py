@@ -32,6 +32,7 @@ from templates.expressions import ParamRef
 from templates.families import row_refusal
 from templates.graph import Template
 from templates.jobs import BoundJob, encode
+from templates.layouts import LOCALE_COLUMNS, LayoutProblem
 from templates.params import Problem, coerce, normalize_header
 from templates.settings import family_of, prompt_tokens
 from templates.sizes import largest_image
@@ -237,11 +238,15 @@ async def intake_sheet(template: Template, sheet: Sheet, *, settings: IntakeConf
     if not sheet.rows:
         result.file_issues.append(Issue("no_rows", {"file": filename}))
         return result
-    columns = _map_columns(template, sheet, result)
+    columns = _map_columns(template, sheet, result, channels)
     if channels is not None:
         for channel, name in missing_fields(channels.every_row, sheet.headers):
             result.file_issues.append(Issue("channel_no_column", {
                 "channel": channel, "field": name, "file": filename}))
+        if (binder := channels.layout) is not None:
+            for name in binder.missing(sheet.headers):
+                result.file_issues.append(Issue("layout_no_column", {
+                    "layout": binder.layout.name, "field": name, "file": filename}))
     if result.file_issues:
         return result
     await _rows(template, sheet, columns, images, result, settings, family_of, tokens_of,
@@ -273,14 +278,17 @@ def _find_header(template: Template, sheet: Sheet) -> Sheet:
     return sheet.headed_at(scores.index(max(scores)))
 
 
-def _map_columns(template: Template, sheet: Sheet, result: IntakeReport) -> dict[str, int]:
-    """Parameter -> column index; records missing, duplicate and unused columns."""
+def _map_columns(template: Template, sheet: Sheet, result: IntakeReport,
+                 channels: Plan | None = None) -> dict[str, int]:
+    """Parameter -> column index; records missing, duplicate and unused columns (one the
+    channels' file names or the layout read is used)."""
     names = {normalize_header(header): p.name
              for p in template.params.values() for header in (p.name, *p.aliases)}
     spelled = {normalize_header(h): h for p in template.params.values()
                for h in (p.name, *p.aliases)}
     wanted_extras = {normalize_header(c): c for c in template.columns}
-    own = {normalize_header(c) for c in CHANNELS_COLUMNS}  # (read by _channels, not a param)
+    own = {normalize_header(c) for c in (*CHANNELS_COLUMNS, *LOCALE_COLUMNS,
+                                         *(channels.columns() if channels else ()))}
     columns: dict[str, list[int]] = {}
     unused: list[int] = []
     for i, header in enumerate(sheet.headers):
@@ -330,7 +338,11 @@ async def _rows(template: Template, sheet: Sheet, columns: dict[str, int],
                 issues += _job_issues(job, number, outputs, settings)
                 issues += _model_issues(template, sheet, columns, job, number, family_of,
                                         tokens_of)
-                if channels is not None:
+                if channels is not None and channels.layout is not None:
+                    issues += await workers.run(  # (setting words: CPU work, off the loop)
+                        settings, _channels, channels, job, sheet.headers, extras, number,
+                        delivered, repeats)
+                elif channels is not None:
                     issues += _channels(channels, job, sheet.headers, extras, number,
                                         delivered, repeats)
         if issues:
@@ -365,6 +377,8 @@ def _channels(plan: Plan, job: BoundJob, headers: list[str], cells: dict[str, An
     except Missing as e:
         return [Issue("channel_empty_field", {"channel": e.channel, "field": e.field},
                       number, e.field)]
+    except LayoutProblem as e:
+        return [Issue(e.code, e.details, number, e.column)]
     for d in job.deliver:
         first = delivered.setdefault((d.channel, d.file), number)
         if first != number:

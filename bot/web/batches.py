@@ -181,6 +181,11 @@ class Fields(Struct, kw_only=True):
         "image is also made into each channel's files, checked against its rules and "
         "labelled as AI-generated (a sheet column `channels` adds a row's own); multipart: "
         "A,B"))] = []
+    layout: Annotated[str, Meta(description=(
+        "a layout drawn on the channels' files (launch …: GET /channels lists them): the "
+        "headline, price, badge and logo from the sheet's columns, per aspect and locale; "
+        "words that do not fit their box refuse the row, naming the column"),
+        max_length=40)] = ""
     callback_url: Annotated[str, Meta(description=(
         "told of this batch's events (batch.queued, job.succeeded, job.failed, "
         "batch.finished, batch.canceled) by signed POSTs: see the webhooks section. A public "
@@ -344,6 +349,7 @@ class BatchRoutes:
             vary=sweep_axes(form.get("vary")), seeds=sweep_seeds(form.get("seeds")),
             grid=names_list(form.get("grid")),
             channels=names_list(form.get("channels"), "channels"),
+            layout=str(form.get("layout") or ""),
             compare=sweep_axes(form.get("compare"), "compare", "template names (NAME@N)"),
             callback_url=str(form.get("callback_url") or "") or None)
         async with workers.turn(self.config[IntakeConfig]):  # through the answer's reads

@@ -31,8 +31,9 @@ from bot.web.http import (
 from bot.web.routes import Answer, Param, Route, Whole
 from storage.renditions import Renditions
 from storage.states import Status
+from templates import layouts
 from templates.channels import catalogue
-from templates.settings import DeliverConfig
+from templates.settings import DeliverConfig, assets_folder
 
 # A file's state (bot.app.deliveries.delivery): it ships, or why it is held — its job not
 # (yet) succeeded is "job_<its state>" (storage.states), or "job_gone".
@@ -63,8 +64,18 @@ class Channel(Struct):
     renditions: list[ChannelRendition]
 
 
+class LayoutInfo(Struct):
+    name: str
+    title: str  # in the reader's language
+    aspects: list[str]  # "1:1", "9:16" …: a rendition takes the nearest
+    locales: list[str]  # a row's `locale` cell picks one; the first is the default
+    columns: list[str]  # the sheet columns its words, prices and logos read
+    error: str | None = None  # why it cannot be used now (a broken file), else None
+
+
 class ChannelList(Struct):
     channels: list[Channel]
+    layouts: list[LayoutInfo]
 
 
 class Finding(Struct):
@@ -102,7 +113,8 @@ class DeliveryRoutes:
         return [
             Route("GET", "/channels", self.channels,
                   "Sales channels: the files each takes (size, fit, background, format, "
-                  "largest file, words allowed, file-name pattern) and its AI label rule",
+                  "largest file, words allowed, file-name pattern) and its AI label rule; and "
+                  "the layouts their files may carry",
                   {200: Answer("OK", ChannelList)}, params=(LANG,)),
             Route("GET", "/batches/{id}/renditions", self.listing,
                   "A batch's files for its sales channels: each one's name, checks, labels "
@@ -132,7 +144,21 @@ class DeliveryRoutes:
                     c.name in settings.unlabelled,
                     [ChannelRendition(r.name, *r.size, r.fit, r.background, r.format, r.max_kb,
                                       r.text, r.fill, r.file) for r in c.renditions])
-            for c in catalogue(settings.channels).values()]))
+            for c in catalogue(settings.channels).values()], self._layouts(lang)))
+
+    def _layouts(self, lang: str) -> list[LayoutInfo]:
+        folder = assets_folder(self.app.config)
+        out = []
+        for name in layouts.catalogue(folder):
+            try:
+                found = layouts.chosen(name, folder)
+            except layouts.LayoutError as e:
+                out.append(LayoutInfo(name, name, [], [], [], str(e)))
+                continue
+            out.append(LayoutInfo(name, found.title_zh if lang.startswith("zh") else found.title,
+                                  list(found.aspects), list(found.locales),
+                                  layouts.layout_columns(found)))
+        return out
 
     async def listing(self, request: web.Request) -> web.Response:
         await self.callers.allowed(request, Action.STATUS)

@@ -1476,6 +1476,7 @@ async function submitForm(main) {
   const grid = h("input", {type: "text", name: "grid", id: "grid", placeholder: "steps,guidance"});
   const compare = h("input", {type: "text", name: "compare", id: "compare-with", placeholder: "product_main@2"});
   const channels = h("input", {type: "text", name: "channels", id: "channels", placeholder: "taobao,douyin"});
+  const layout = h("input", {type: "text", name: "layout", id: "layout", placeholder: "launch"});
   const send = h("button", {type: "submit", id: "send", text: t("send")});
   const report = h("div", {id: "report"});
   const form = h("form", {class: "card submit", id: "submit-form"},
@@ -1489,6 +1490,7 @@ async function submitForm(main) {
       h("label", {}, t("seeds"), seeds), h("label", {}, t("grid"), grid),
       h("label", {}, t("compare_with"), compare)),
     h("label", {}, t("channels"), channels),
+    h("label", {}, t("layout"), layout),
     h("label", {}, t("priority"), priority),
     h("label", {}, t("not_before"), notBefore),
     h("label", {class: "inline"}, skip, ` ${t("skip_invalid")}`),
@@ -1504,6 +1506,7 @@ async function submitForm(main) {
     if (Number(seeds.value) > 1) body.append("seeds", seeds.value);
     if (grid.value.trim()) body.append("grid", grid.value.trim());
     if (channels.value.trim()) body.append("channels", channels.value.trim());
+    if (layout.value.trim()) body.append("layout", layout.value.trim());
     for (const other of compare.value.split(",").map((x) => x.trim()).filter(Boolean)) body.append("compare", other);
     if (byRows.checked) {
       const typed = typedRows(template(), rows);
