@@ -15,10 +15,17 @@ of --repeat each, side by side in one process, on one core (one thread):
             the product photo as an ingredient), signed last
   checks    templates.deliver_checks.check on each file made (read back, every rule,
             the C2PA manifest validated by c2pa's own reader)
+  layout    make again with the shipped `launch` layout on each file that allows words
+            (headline, NEW badge, price; set to fit, then drawn)
+  bind      at submission, per row: the layout bound to each rendition, its words checked
+            to fit (templates.layouts; the bot's CPU, not the executor's)
+  inspect   executor.inspection once per picture: NudeNet and RapidOCR (the words a
+            prompt quotes read back), the models loaded before timing
 
 Printed: milliseconds per rendition and per pack, renditions per second per core, and
-the ratios make/bare, sign/make and checks/make. The pack runs beside the next generation on the
-executor's CPU: what matters is its figure against one image's GPU time (docs/deliver.md).
+the ratios make/bare, sign/make, checks/make and layout/make. The pack runs beside the
+next generation on the executor's CPU: what matters is its figure against one image's
+GPU time (docs/deliver.md).
 --smoke: one small source, one repeat (the test suite); figures mean nothing.
 """
 
@@ -62,13 +69,20 @@ def main() -> None:
 
     from PIL import Image
 
-    from templates import provenance
+    from executor.inspection import Inspector
+    from templates import layouts, provenance
     from templates.channels import FORMATS, plan, presets
     from templates.deliver_checks import check
+    from templates.jobs import DiffusersJob, Step
     from templates.renditions import Provenance, make, prepare
 
     chosen = plan(presets(), PACK)
     pack = chosen.bind(chosen.every_row, {"sku": "BENCH-1"})
+    binder = layouts.Binder(layouts.chosen("launch", None), None, keep=str)
+    laid = plan(presets(), PACK, layout=binder)
+    rows = [{"sku": f"BENCH-{i}", "headline": f"夏季新款 冰丝凉感 第{i}号", "price": 100 + i}
+            for i in range(20)]
+    laid_pack = laid.bind(laid.every_row, rows[0])
     sources = [source(args.source, n) for n in range(args.images)]
     about = Provenance("genbot-bench", "genbot-bench-1")
 
@@ -103,11 +117,35 @@ def main() -> None:
         for d, m in signed:
             check(d, m)
 
+    def with_layout() -> None:
+        for im in sources:
+            prepared = prepare(im)
+            for d in laid_pack:
+                make(prepared, d, about)
+
+    bound = iter(range(10**9))
+
+    def bind() -> None:  # words never seen before each time (the fitting is cached)
+        for row in rows:
+            laid.bind(laid.every_row, {**row, "headline": f"{row['headline']} {next(bound)}"})
+
+    inspector = Inspector(frozenset({"nsfw", "text", "words"}))
+    job = DiffusersJob(template="bench", row=2, params={}, outputs={}, deliver=pack,
+                       nodes=[Step("p", "encode", {"prompt": "海报写着“夏季新款”"})])
+    inspector.inspect(sources[0], job)  # (the models load at the first picture)
+
+    def inspect() -> None:
+        for im in sources:
+            inspector.inspect(im, job)
+
     files = len(sources) * len(pack)
     bare_ms = median_ms(bare, args.repeat) / files
     make_ms = median_ms(genbot, args.repeat) / files
     sign_ms = median_ms(sign, args.repeat) / files
     check_ms = median_ms(checks, args.repeat) / files
+    layout_ms = median_ms(with_layout, args.repeat) / files
+    bind_ms = median_ms(bind, args.repeat) / len(rows)
+    inspect_ms = median_ms(inspect, args.repeat) / len(sources)
     failing = sum(1 for d, m in signed if check(d, m))
     print(f"deliver bench: {platform.machine()} {platform.processor() or ''}, Python "
           f"{platform.python_version()}, one thread; {args.images} source(s) of "
@@ -118,9 +156,13 @@ def main() -> None:
                      ("checks", check_ms), ("all three", whole)):
         print(f"{name:10} {ms:9.1f} {ms * len(pack):9.1f} {1000 / ms:13.1f}")
     print(f"deliver cost: make/bare {make_ms / bare_ms:.2f}, sign/make {sign_ms / make_ms:.2f}, "
-          f"checks/make {check_ms / make_ms:.2f}; a pack of {len(pack)} files "
-          f"{whole * len(pack) / 1000:.2f} s of one core; {failing} of {files} files need "
-          "review")
+          f"checks/make {check_ms / make_ms:.2f}, layout/make {layout_ms / make_ms:.2f}; a "
+          f"pack of {len(pack)} files {whole * len(pack) / 1000:.2f} s of one core; "
+          f"{failing} of {files} files need review")
+    print(f"layout: {layout_ms:.1f} ms/file made with it; at submission {bind_ms:.1f} ms a "
+          f"row to bind and fit ({len(laid_pack)} renditions)")
+    print(f"inspect: {inspect_ms:.1f} ms a picture (NudeNet + RapidOCR, all cores onnx "
+          "gives it)")
 
 
 if __name__ == "__main__":

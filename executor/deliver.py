@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from PIL import Image
 
+from executor.inspection import Inspector
 from storage.config import Config
 from storage.db import Database
 from storage.files import FileStore, batch_folder, open_store
@@ -81,18 +82,21 @@ def first_picture(store: FileStore, outputs: Sequence[str]) -> tuple[str, Source
 
 def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int,
          outputs: Sequence[str], *, producer: str, font: str = "",
-         signer: Signer | None = None, unsigned: str = "") -> list[Rendition]:
+         signer: Signer | None = None, unsigned: str = "",
+         inspector: Inspector | None = None) -> list[Rendition]:
     """Every rendition of one job, made from its first picture, signed, checked and stored
     (in the calling thread); [] where it made no picture. `unsigned`: why no signer could
     be made (the team's certificate cannot sign): each file is made and marked for review
-    with that reason."""
+    with that reason. `inspector`: what the picture itself is checked for (unsafe
+    content, words misspelt or not allowed), its findings on each file made from it."""
     found = first_picture(store, outputs)
     if found is None:
         return []
     image, source = found
     ingredients = placed(store, job) if signer else []
+    seen = inspector.inspect(source.image, job) if inspector else [[] for _ in job.deliver]
     out = []
-    for d in job.deliver:
+    for d, picture_findings in zip(job.deliver, seen):
         about = {"template": job.template, "version": job.revision, "row": job.row,
                  "batch": batch_id, "job": job_id, "channel": d.channel,
                  "rendition": d.rendition.name, "source": image,
@@ -110,7 +114,7 @@ def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int,
             else:
                 made = dataclasses.replace(made, data=data, signed=True,
                                            sha256=hashlib.sha256(data).hexdigest())
-        findings = [f.plain() for f in deliver_checks.check(d, made)]
+        findings = [f.plain() for f in [*picture_findings, *deliver_checks.check(d, made)]]
         if why_unsigned:
             findings.append({"check": "c2pa", "codes": why_unsigned})
         path = store.write(stored_name(batch_id, d.channel, d.file), made.data)
@@ -134,6 +138,7 @@ class Packer:
         self.config, self.renditions = config, Renditions(db)
         self.producer = config[DeliverConfig].producer
         self.font = config[TemplatesConfig].font
+        self.inspector = Inspector(frozenset(config[DeliverConfig].checks))
         self._store: FileStore | None = None
         self._signer: Signer | None = None
 
@@ -171,7 +176,8 @@ class Packer:
             log.error("C2PA: %s; files are made unsigned and marked for review", e)
         made = await asyncio.to_thread(pack, self.store, job, lease.job_id, lease.batch_id,
                                        images, producer=self.producer, font=self.font,
-                                       signer=signer, unsigned=unsigned)
+                                       signer=signer, unsigned=unsigned,
+                                       inspector=self.inspector)
         await self.renditions.record(lease.job_id, made)
         log.info("renditions made", extra={
             "job": lease.job_id, "batch": lease.batch_id, "renditions": len(made),

@@ -114,6 +114,12 @@ class DeliverConfig:
                            "(a background not white, a product too small in its frame): "
                            "counted in the submitter's limits. 0: the file is marked needs "
                            "review instead.", min=0, max=5)
+    checks: list[str] = key(("nsfw", "text", "words"), "Checks of each generated picture "
+                            "before its files are made, by models that ship in their "
+                            "packages: nsfw (NudeNet: exposed parts), text (RapidOCR: the "
+                            "words a prompt quotes are spelt right in the picture), words "
+                            "(none in a picture whose channel allows none). A file that "
+                            "fails one needs review. Empty: the channels' rules only.")
     folder: str = key("", "A shared folder the files that ship are put in, as "
                       "batch_<id>/<channel>/<file name>. Empty: none.")
     bucket: str = key("", "An S3-compatible bucket the files that ship are put in (its "
@@ -134,6 +140,11 @@ class DeliverConfig:
             known = catalogue(self.channels)
         except ChannelError as e:
             raise ConfigError(f"{source}: [deliver] channels: {e}") from None
+        from templates.deliver_checks import PICTURE_CHECKS
+        for check in self.checks:
+            if check not in PICTURE_CHECKS:
+                raise ConfigError(f'{source}: [deliver] checks: "{check}" is no check; '
+                                  f"expected some of {', '.join(PICTURE_CHECKS)}")
         for name in self.unlabelled:
             if name not in known:
                 raise ConfigError(f'{source}: [deliver] unlabelled: "{name}" is no channel '
