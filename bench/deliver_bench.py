@@ -11,8 +11,9 @@ of --repeat each, side by side in one process, on one core (one thread):
   make      templates.renditions.prepare (the product found once a picture) and .make
             for each rendition: whiten, fit, draw the visible label, encode with the sRGB
             profile and the implicit label, meet max_kb
-  sign      templates.provenance.Signer.sign: the C2PA manifest (a local ES256 certificate,
-            the product photo as an ingredient), signed last
+  sign      templates.provenance.Signer: the generated picture's C2PA manifest (a local
+            ES256 certificate, the product photo as an ingredient), then each file's,
+            naming the picture as its parent (its manifest carried); per file
   checks    templates.deliver_checks.check on each file made (read back, every rule,
             the C2PA manifest validated by c2pa's own reader)
   layout    make again with the shipped `launch` layout on each file that allows words
@@ -106,12 +107,23 @@ def main() -> None:
             prepared = prepare(im)  # as the executor's pack does: once per image
             made.extend((d, make(prepared, d, about)) for d in pack)
 
-    def sign() -> None:
+    pictures = []
+    for im in sources:  # each generated picture as the engine stored it: a PNG
+        buf = io.BytesIO()
+        im.save(buf, "PNG")
+        pictures.append(buf.getvalue())
+    per_picture = len(pack)
+
+    def sign() -> None:  # as the executor does: the picture, then each file naming it
         signed.clear()
-        for d, m in made:
-            data = signer.sign(m.data, d.rendition.format, d.file, {"bench": True},
-                               [("product.png", photo.getvalue())], model="sdxl")
-            signed.append((d, dataclasses.replace(m, data=data, signed=True)))
+        for n, picture in enumerate(pictures):
+            origin = ("picture.png", signer.sign(picture, "png", "picture.png", {"bench": True},
+                                                 [("product.png", photo.getvalue())],
+                                                 model="sdxl"))
+            for d, m in made[n * per_picture:(n + 1) * per_picture]:
+                data = signer.sign_rendition(m.data, d.rendition.format, d.file,
+                                             {"bench": True}, origin)
+                signed.append((d, dataclasses.replace(m, data=data, signed=True)))
 
     def checks() -> None:
         for d, m in signed:

@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import logging
 from collections.abc import Sequence
+from pathlib import PurePosixPath
 
 from PIL import Image
 
@@ -29,10 +30,10 @@ from storage.db import Database
 from storage.files import FileStore, batch_folder, open_store
 from storage.queue import Lease
 from storage.renditions import Rendition, Renditions
-from templates import deliver_checks
+from templates import deliver_checks, provenance
 from templates.channels import Deliverable
 from templates.jobs import BoundJob, decode
-from templates.provenance import ProvenanceError, Signer, credentials
+from templates.provenance import MIME, ProvenanceError, Signer, credentials
 from templates.renditions import Provenance, Source, make, prepare
 from templates.settings import DeliverConfig, TemplatesConfig
 
@@ -62,6 +63,31 @@ def placed(store: FileStore, job: BoundJob) -> list[tuple[str, bytes]]:
             except (OSError, ValueError):
                 continue  # (retention may have taken it: the manifest names what it has)
     return out
+
+
+def sign_picture(store: FileStore, job: BoundJob, image: str, job_id: int, batch_id: int,
+                 signer: Signer, ingredients: list[tuple[str, bytes]]) -> tuple[str, bytes]:
+    """The generated picture signed in place (made by its model from the row's product
+    photo; or, for an edit, a variation, an upscale, from the picture it changed, whose
+    own manifest it then carries): the name and bytes its files name as their source.
+    Signed once: a job run again, or packed again, finds its picture signed already."""
+    path = store.path(image)
+    data = path.read_bytes()
+    fmt = {"jpeg": "jpg"}.get(path.suffix[1:].lower(), path.suffix[1:].lower())
+    if fmt not in MIME or provenance.read(data, fmt).state:
+        return image, data  # (a format c2pa does not sign here, or signed already)
+    parent = None
+    if job.made_from:
+        try:
+            parent = (job.made_from, store.path(job.made_from).read_bytes())
+        except (OSError, ValueError):
+            parent = None  # (retention took it: the manifest says what it has)
+    signed = signer.sign(data, fmt, PurePosixPath(image).name,
+                         {"template": job.template, "version": job.revision, "row": job.row,
+                          "batch": batch_id, "job": job_id},
+                         ingredients, model=model_of(job), parent=parent)
+    store.write(image, signed)
+    return image, signed
 
 
 def model_of(job: BoundJob) -> str:
@@ -95,8 +121,15 @@ def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int,
     image, source = found
     ingredients = placed(store, job) if signer else []
     seen = inspector.inspect(source.image, job) if inspector else [[] for _ in job.deliver]
+    origin, unsigned_all = None, unsigned
+    if signer is not None:  # the picture first: each file's manifest names it as its source
+        try:
+            origin = sign_picture(store, job, image, job_id, batch_id, signer, ingredients)
+        except Exception as e:  # noqa: BLE001 - c2pa's refusal: the files, marked
+            unsigned_all = f"{type(e).__name__}: {e}"[:200]
     out = []
     for d, picture_findings in zip(job.deliver, seen):
+        why_unsigned = unsigned_all
         about = {"template": job.template, "version": job.revision, "row": job.row,
                  "batch": batch_id, "job": job_id, "channel": d.channel,
                  "rendition": d.rendition.name, "source": image,
@@ -104,11 +137,10 @@ def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int,
                     if d.overlay else {})}
         made = make(source, d, Provenance(producer, produce_id(batch_id, job_id, d), about),
                     font=font, asset=store.path)
-        why_unsigned = unsigned
-        if signer is not None:  # last: the signature covers every byte before it
+        if signer is not None and origin is not None:  # last: it covers every byte before
             try:
-                data = signer.sign(made.data, d.rendition.format, d.file, about, ingredients,
-                                   model=model_of(job))
+                data = signer.sign_rendition(made.data, d.rendition.format, d.file, about,
+                                             origin, drawn=bool(d.label or d.overlay))
             except Exception as e:  # noqa: BLE001 - c2pa's refusal: the file, marked
                 why_unsigned = f"{type(e).__name__}: {e}"[:200]
             else:
@@ -122,8 +154,9 @@ def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int,
                   "implicit": {"Label": "1", "ContentProducer": producer,
                                "ProduceID": produce_id(batch_id, job_id, d)},
                   "c2pa": ({"signer": "team" if not signer.creds.local else "local",
+                            "source": image, "made_from": job.made_from or None,
                             "ingredients": [n for n, _ in ingredients]}
-                           if signer else None)}
+                           if signer and made.signed else None)}
         out.append(Rendition(job_id, batch_id, d.channel, d.rendition.name, d.file, path,
                              made.size[0], made.size[1], len(made.data), made.sha256,
                              findings, labels))

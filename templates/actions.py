@@ -123,6 +123,12 @@ class ActionSpec:
     def offered(self, template: Template | None) -> bool:
         return template is not None and self.cannot(template) is None
 
+    def child(self, t: Template, parent: BoundJob, ask: Ask, image: str | None) -> BoundJob:
+        """The child job; one made from the parent's image names it (`made_from`): its
+        files' Content Credentials then name the parent's picture as where they came from."""
+        made = self.derive(t, parent, ask, image)
+        return msgspec.structs.replace(made, made_from=image) if image else made
+
     def needs_image(self, ask: Ask) -> bool:
         """It works on the parent's image file: always, or (edit) when given an
         instruction, which changes the image itself."""

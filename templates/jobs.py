@@ -51,6 +51,8 @@ class DiffusersJob(msgspec.Struct, kw_only=True, tag_field="engine", tag="diffus
     revision: int = 0  # that version's number (storage.versions); 0: not recorded
     axes: dict[str, Any] = {}  # a sweep's: the values it swept to, and its seed number
     deliver: list[Deliverable] = []  # its sales channels' files (executor.deliver)
+    made_from: str = ""  # the image it changes (an edit, a variation, an upscale), as the
+    #   file store keeps it: its Content Credentials name that one as their parent
 
     @property
     def affinity(self) -> str | None:
@@ -74,6 +76,7 @@ class ComfyJob(msgspec.Struct, kw_only=True, tag_field="engine", tag=COMFY):
     revision: int = 0
     axes: dict[str, Any] = {}
     deliver: list[Deliverable] = []
+    made_from: str = ""
 
     @property
     def affinity(self) -> str:

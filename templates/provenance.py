@@ -24,7 +24,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ except PackageNotFoundError:  # pragma: no cover - a checkout run without instal
     VERSION = "0+unknown"
 
 TRAINED = "http://cv.iptc.org/newscodes/digitalsourcetype/trainedAlgorithmicMedia"
+EDITED = "http://cv.iptc.org/newscodes/digitalsourcetype/compositeWithTrainedAlgorithmicMedia"
 MIME = {"jpg": "image/jpeg", "png": "image/png", "webp": "image/webp"}
 SETTINGS = {"builder": {"thumbnail": {"enabled": False}}}
 DOCUMENT_SIGNING = "1.3.6.1.5.5.7.3.36"  # id-kp-documentSigning
@@ -150,26 +151,55 @@ class Signer:
         self.context = c2pa.Context.from_dict(SETTINGS)
 
     def sign(self, data: bytes, fmt: str, title: str, about: dict[str, Any],
-             ingredients: Sequence[tuple[str, bytes]] = (), *, model: str = "") -> bytes:
-        """`data` with its manifest: made by a model, fitted to its channel; `about` is
-        genbot's own assertion; `ingredients` (name, bytes) the pictures placed in it."""
-        import c2pa
-        placed = [f"ingredient_{i}" for i in range(len(ingredients))]
-        actions: list[dict[str, Any]] = [
-            {"action": "c2pa.created", "digitalSourceType": TRAINED,
-             "softwareAgent": {"name": f"genbot ({model})" if model else "genbot",
-                               "version": VERSION}},
-            {"action": "c2pa.resized"}]
+             ingredients: Sequence[tuple[str, bytes]] = (), *, model: str = "",
+             parent: tuple[str, bytes] | None = None) -> bytes:
+        """A generated picture's manifest: made by a model (`c2pa.created`) — or, with a
+        `parent` (name, bytes: the picture it changed; an edit, a variation, an upscale),
+        that picture opened and edited by one (`c2pa.opened`, `c2pa.edited`), the parent
+        an ingredient whose own manifest the file carries. `ingredients` (name, bytes):
+        the pictures placed in it (the product photo); `about`: genbot's own assertion."""
+        agent = {"name": f"genbot ({model})" if model else "genbot", "version": VERSION}
+        links = [(f"ingredient_{i}", name, picture, "componentOf")
+                 for i, (name, picture) in enumerate(ingredients)]
+        if parent is not None:
+            links.insert(0, ("parent", parent[0], parent[1], "parentOf"))
+            actions: list[dict[str, Any]] = [
+                {"action": "c2pa.opened", "parameters": {"ingredientIds": ["parent"]}},
+                {"action": "c2pa.edited", "digitalSourceType": EDITED, "softwareAgent": agent}]
+        else:
+            actions = [{"action": "c2pa.created", "digitalSourceType": TRAINED,
+                        "softwareAgent": agent}]
+        placed = [label for label, *_, how in links if how == "componentOf"]
         if placed:
             actions.append({"action": "c2pa.placed", "parameters": {"ingredientIds": placed}})
+        return self._signed(data, fmt, title, about, actions, links)
+
+    def sign_rendition(self, data: bytes, fmt: str, title: str, about: dict[str, Any],
+                       source: tuple[str, bytes], *, drawn: bool = True) -> bytes:
+        """A channel's file: the generated picture it was made from opened (`source`:
+        name, bytes — signed itself, so the chain reaches the model and the product
+        photo), resized to the channel, and (`drawn`) the label or layout drawn on it."""
+        actions: list[dict[str, Any]] = [
+            {"action": "c2pa.opened", "parameters": {"ingredientIds": ["source"]}},
+            {"action": "c2pa.resized"}]
+        if drawn:
+            actions.append({"action": "c2pa.edited", "description":
+                            "the AI-content label and the layout drawn"})
+        return self._signed(data, fmt, title, about, actions,
+                            [("source", source[0], source[1], "parentOf")])
+
+    def _signed(self, data: bytes, fmt: str, title: str, about: dict[str, Any],
+                actions: list[dict[str, Any]], links: Sequence[tuple[str, str, bytes, str]]
+                ) -> bytes:
+        import c2pa
         manifest = {"claim_generator_info": [{"name": "genbot", "version": VERSION}],
                     "title": title, "format": MIME[fmt],
                     "assertions": [{"label": "c2pa.actions", "data": {"actions": actions}},
                                    {"label": "com.genbot.job", "data": about}]}
         out = io.BytesIO()
         with c2pa.Builder(manifest, self.context) as builder:
-            for label, (name, picture) in zip(placed, ingredients, strict=True):
-                builder.add_ingredient({"title": name, "relationship": "componentOf",
+            for label, name, picture, relationship in links:
+                builder.add_ingredient({"title": name, "relationship": relationship,
                                         "label": label}, _mime(picture), io.BytesIO(picture))
             builder.sign(self.signer, MIME[fmt], io.BytesIO(data), out)
         return out.getvalue()
@@ -186,6 +216,21 @@ class Read:
     state: str  # c2pa's: Trusted, Valid, Invalid; "" where the file has no manifest
     failures: list[str]  # the validation failures' codes
     manifest: dict[str, Any]  # the active manifest as c2pa reads it
+    manifests: dict[str, Any] = field(default_factory=dict)  # every one the file carries
+
+    def lineage(self) -> list[dict[str, Any]]:
+        """The active manifest, then its parent's, its parent's … (each `parentOf`
+        ingredient's own manifest, carried in the file): where the picture came from."""
+        out: list[dict[str, Any]] = []
+        seen: set[int] = set()
+        at: dict[str, Any] | None = self.manifest
+        while at and id(at) not in seen:
+            seen.add(id(at))
+            out.append(at)
+            parent = next((i for i in at.get("ingredients", [])
+                           if i.get("relationship") == "parentOf"), None)
+            at = self.manifests.get(parent.get("active_manifest", "")) if parent else None
+        return out
 
 
 def read(data: bytes, fmt: str, anchors: bytes = b"") -> Read:
@@ -202,4 +247,5 @@ def read(data: bytes, fmt: str, anchors: bytes = b"") -> Read:
     except Exception:  # noqa: BLE001 - c2pa raises on a file with no manifest
         return Read("", [], {})
     failures = [f["code"] for f in (results.get("activeManifest") or {}).get("failure", [])]
-    return Read(state, failures, store["manifests"][store["active_manifest"]])
+    return Read(state, failures, store["manifests"][store["active_manifest"]],
+                store["manifests"])

@@ -168,13 +168,65 @@ async def test_the_executor_makes_checks_and_records_every_rendition(tmp_path, d
             assert im.size == (r.width, r.height)
             assert read_implicit_label(im.info)["ProduceID"] == r.labels["implicit"]["ProduceID"]
         assert r.labels["explicit"] == "AI生成"
-        assert r.labels["c2pa"] == {"signer": "local", "ingredients": ["assets/bottle.png"]}
+        source = next(j for j in done if j.id == r.job_id).outputs[0]
+        assert r.labels["c2pa"] == {"signer": "local", "source": source, "made_from": None,
+                                    "ingredients": ["assets/bottle.png"]}
         signed = provenance.read(data, r.name.rsplit(".", 1)[1], anchors=local.anchors)
         assert (signed.state, signed.failures) == ("Trusted", []), r.name
+        # the chain: this file, opened from the generated picture, made by the model from
+        # the product photo — each manifest carried in the file, each validated
+        rendition, picture = signed.lineage()
+        assert [a["action"] for a in actions_of(rendition)] == \
+            ["c2pa.opened", "c2pa.resized", "c2pa.edited"]
+        assert [a["action"] for a in actions_of(picture)] == ["c2pa.created", "c2pa.placed"]
+        assert [i["title"] for i in picture["ingredients"]] == ["assets/bottle.png"]
         # the demo model's 64 px noise has no plain background: the white file says so
         assert r.passed == (r.rendition != "white"), (r.name, r.findings)
     white = next(r for r in made if r.rendition == "white")
     assert white.findings[0]["check"] == "background"
+    for job in done:  # the generated picture itself is signed, once, in place
+        picture = provenance.read(store.path(job.outputs[0]).read_bytes(), "png",
+                                  anchors=local.anchors)
+        assert (picture.state, picture.failures) == ("Trusted", [])
+
+
+def actions_of(manifest: dict) -> list[dict]:
+    return next(a for a in manifest["assertions"]
+                if a["label"].startswith("c2pa.actions"))["data"]["actions"]
+
+
+def test_an_edits_files_carry_the_chain_back_through_the_picture_it_changed(tmp_path):
+    """A rendition of an edit: the edit's picture opened and edited from its parent's,
+    which the model made from the product photo — c2pa's own reader validates each."""
+    from executor.deliver import pack
+    from templates.channels import plan, presets
+    from templates.jobs import DiffusersJob, Step
+    store = FileStore(tmp_path / "data")
+    creds = provenance.local_credentials(tmp_path / "data" / "c2pa")
+    signer = provenance.Signer(creds)
+    chosen = plan(presets(), ["jd"])
+    photo = store.put_input(product_png())
+    first = DiffusersJob(template="product_main", row=2, params={"product_image": photo},
+                         named={"product_image": "bottle.png"}, outputs={}, nodes=[
+                             Step("g", "generate", {"prompt": "a bottle"})],
+                         deliver=chosen.bind(chosen.every_row, {"sku": "A1"}))
+    made = store.write("outputs/batch_1/A1/2.png", product_png())
+    pack(store, first, 1, 1, [made], producer="genbot", signer=signer)
+    edit = msgspec.structs.replace(first, made_from=made)
+    edited = store.write("outputs/batch_2/A1/2_edit.png", product_png((300, 300)))
+    (r,) = pack(store, edit, 2, 2, [edited], producer="genbot", signer=signer)
+    assert r.labels["c2pa"]["made_from"] == made
+    found = provenance.read(store.path(r.path).read_bytes(), "jpg", anchors=creds.anchors)
+    assert (found.state, found.failures) == ("Trusted", [])
+    rendition, picture, parent = found.lineage()
+    assert [a["action"] for a in actions_of(picture)] == \
+        ["c2pa.opened", "c2pa.edited", "c2pa.placed"]
+    assert actions_of(picture)[1]["digitalSourceType"] == provenance.EDITED
+    assert [(i["title"], i["relationship"]) for i in picture["ingredients"]] == \
+        [("outputs/batch_1/A1/2.png", "parentOf"), ("bottle.png", "componentOf")]
+    assert actions_of(parent)[0]["action"] == "c2pa.created"
+    assert [i["title"] for i in parent["ingredients"]] == ["bottle.png"]
+    assert rendition["title"] == "A1_jd_1.jpg"
 
 
 TEAM = """

@@ -58,6 +58,9 @@ async def test_again_vary_upscale_and_edit_queue_children_linked_to_their_image(
     vary = await app.act(ALICE, first.id, ask("vary", count=2))
     gen = next(s for s in decode(vary.jobs[0].workflow).nodes if s.op == "generate")
     assert gen.inputs["init_image"] == first.outputs[0] and gen.inputs["strength"] == 0.35
+    # made from the picture (its files' credentials name it); again draws anew
+    assert decode(vary.jobs[0].workflow).made_from == first.outputs[0]
+    assert {decode(j.workflow).made_from for j in again.jobs} == {""}
 
     up = await app.act(ALICE, second.id, ask("upscale", factor=4))
     (job,) = up.jobs
@@ -66,6 +69,7 @@ async def test_again_vary_upscale_and_edit_queue_children_linked_to_their_image(
     assert [s.op for s in steps] == ["upscale", "keep_product", "save"]
     assert job.affinity is None and steps[1].inputs["product"] == second.values["product_image"]
     assert steps[0].inputs == {"image": second.outputs[0], "scale": 4.0, "model": None}
+    assert decode(job.workflow).made_from == second.outputs[0]
 
     edit = await app.act(ALICE, second.id, ask("edit", values={"提示词": "a red jar",
                                                                 "steps": "30"}))

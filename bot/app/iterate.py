@@ -192,7 +192,7 @@ async def _children(app: App, parent: Job, batch: Batch, spec: ActionSpec, ask: 
     if spec.fills:
         ask = _fill_model(app, bound, ask)
     try:
-        children = actions.siblings([spec.derive(template, bound, ask, image)
+        children = actions.siblings([spec.child(template, bound, ask, image)
                                      for _ in range(count)])
     except Problem as e:
         raise _invalid(e) from None
