@@ -715,6 +715,8 @@ CATALOG: dict[str, str] = catalog(
     N_("check_nsfw", "unsafe content found ({parts}, {percent}% sure): a person must look"),
     N_("check_text", 'the picture should read "{want}", and reads "{read}" ({percent}% alike)'),
     N_("check_words", 'words in a picture whose channel allows none: "{read}"'),
+    N_("check_product", "the product differs from its photo: {percent}% of its pixels kept, "
+                        "{want}% wanted"),
     N_("check_format", "saved as {found}, not {want}"),
     N_("check_file_size", "{kib} KiB, over the channel's {max_kib} KiB even at the lowest "
                           "quality"),

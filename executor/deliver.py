@@ -120,7 +120,8 @@ def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int,
         return []
     image, source = found
     ingredients = placed(store, job) if signer else []
-    seen = inspector.inspect(source.image, job) if inspector else [[] for _ in job.deliver]
+    seen = inspector.inspect(source.image, job, store, batch_id) if inspector \
+        else [[] for _ in job.deliver]
     origin, unsigned_all = None, unsigned
     if signer is not None:  # the picture first: each file's manifest names it as its source
         try:

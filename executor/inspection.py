@@ -14,6 +14,10 @@ names them; bot/messages.py says them, check_<code>):
   characters, ignoring spaces, punctuation and case)
 - `words`: a file of a channel that allows no words (Amazon's main image) is made from a
   picture in which words are read (the visible AI label is drawn later, and is the law's)
+- `product`: a template that keeps its product pixel-exact (its `keep`: the photo put back
+  inside its mask) made a picture whose product differs from the photo there — a mask
+  that missed, an edit or a repaint that reached it. No model: the photo, stretched to the
+  picture as the keep step stretches it, compared inside the mask (its edge left out)
 
 Which run is [deliver] checks. A model that cannot be loaded is said once and its check
 left out: a missing check never stops the files being made.
@@ -28,11 +32,13 @@ import threading
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageFilter
 
+from storage.files import FileStore, batch_folder
 from templates.channels import Deliverable
 from templates.deliver_checks import Finding
 from templates.jobs import BoundJob, ComfyJob
@@ -43,6 +49,8 @@ NSFW_SCORE = 0.5
 # NudeNet's labels for what is exposed (its others: faces, covered parts, feet, belly …).
 EXPOSED = frozenset({"FEMALE_BREAST_EXPOSED", "FEMALE_GENITALIA_EXPOSED",
                      "MALE_GENITALIA_EXPOSED", "BUTTOCKS_EXPOSED", "ANUS_EXPOSED"})
+KEPT = 0.98  # of the product's pixels that must match the photo's where it is kept
+MATCH = 12  # how far (per channel) a kept pixel may be from the photo's (encoding, rounding)
 READ_SCORE = 0.6  # a line RapidOCR reads with less confidence is not counted
 SPELT = 0.85  # how alike (difflib's ratio) a phrase and the best match read must be
 OCR_SIDE = 1280  # a larger picture is read at this long side: words drawn to be read survive
@@ -113,12 +121,16 @@ class Inspector:
     _broken: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def inspect(self, picture: Image.Image, job: BoundJob) -> list[list[Finding]]:
-        """Per deliverable of the job, in order: what its picture breaks."""
+    def inspect(self, picture: Image.Image, job: BoundJob, store: FileStore | None = None,
+                batch_id: int = 0) -> list[list[Finding]]:
+        """Per deliverable of the job, in order: what its picture breaks (`store`,
+        `batch_id`: where its product photo and mask are, for the product check)."""
         wanted = quoted(prompts(job)) if "text" in self.checks else []
         no_words = "words" in self.checks and any(not d.rendition.text for d in job.deliver)
         with self._lock:
             shared = self._unsafe(picture)
+            if "product" in self.checks and store is not None:
+                shared += product_drift(picture, job, store, batch_id)
             read = self._read(picture) if (wanted or no_words) else None
         if read is not None:
             for phrase in wanted:
@@ -179,3 +191,56 @@ def nsfw_findings(detections: Iterable[dict[str, Any]]) -> list[Finding]:
         return []
     return [Finding("nsfw", {"parts": ", ".join(dict.fromkeys(c.lower() for c, _ in exposed)),
                              "percent": round(exposed[0][1] * 100)})]
+
+
+def product_drift(picture: Image.Image, job: BoundJob, store: FileStore,
+                  batch_id: int) -> list[Finding]:
+    """The `product` finding where the job keeps its product and the picture's pixels
+    inside the product's mask are not the photo's."""
+    found = kept_product(job, store, batch_id)
+    if found is None:
+        return []
+    photo, alpha, blend = found
+    size = picture.size
+    photo = photo.convert("RGB").resize(size, Image.Resampling.LANCZOS) \
+        if photo.size != size else photo.convert("RGB")
+    alpha = alpha.resize(size, Image.Resampling.LANCZOS) if alpha.size != size else alpha
+    hard = alpha.point(lambda v: 255 if v >= 128 else 0)
+    # the mask's edge (blended into the scene, and resampled) is left out of the count
+    core = hard.filter(ImageFilter.MinFilter(2 * (blend + 2) + 1)) if blend >= 0 else hard
+    inside = np.asarray(core) == 255
+    if inside.sum() < 64:
+        return []
+    far = np.abs(np.asarray(picture.convert("RGB"), dtype=np.int16)
+                 - np.asarray(photo, dtype=np.int16)).max(axis=2)
+    share = float((far[inside] <= MATCH).mean())
+    return [] if share >= KEPT else [Finding("product", {"percent": round(share * 100, 1),
+                                                         "want": round(KEPT * 100)})]
+
+
+def kept_product(job: BoundJob, store: FileStore, batch_id: int
+                 ) -> tuple[Image.Image, Image.Image, int] | None:
+    """The photo a job's keep step puts back, its mask (the mask column's, the photo's own
+    transparency, or the one the background-removal model cut, saved beside the image)
+    and the blend; None where the job keeps no product or its mask is not to be had."""
+    if isinstance(job, ComfyJob):
+        return None
+    step = next((s for s in job.nodes if s.op == "keep_product"), None)
+    if step is None or not isinstance(step.inputs.get("product"), str):
+        return None
+    product, mask = step.inputs["product"], step.inputs.get("mask")
+    candidates = [mask] if isinstance(mask, str) else [store.mask_of(product)]
+    if not isinstance(mask, str) and isinstance(beside := step.inputs.get("beside"), str):
+        cut = PurePosixPath(f"{batch_folder(batch_id)}/{beside}")  # (the matting model's)
+        candidates.append(str(cut.with_name(f"{cut.stem}.mask.png")))
+    try:
+        with Image.open(store.path(product)) as opened:
+            photo = opened.convert("RGB")
+        for name in candidates:
+            path = store.path(name)
+            if path.exists():
+                with Image.open(path) as m:
+                    return photo, m.convert("L"), int(step.inputs.get("blend") or 0)
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
+    return None

@@ -117,11 +117,12 @@ def credentials(d: Deliverable, made: Made, im: Image.Image) -> Finding | None:
 # Findings that are the picture's, which a new seed may mend (a scene where a product shot
 # was asked, a product too small in its frame): [deliver] max_rerolls makes the image again
 # for these. The rest are genbot's or the channel file's and would come back the same.
-MENDED_BY_A_NEW_SEED = frozenset({"background", "fill", "no_product", "text", "words"})
+MENDED_BY_A_NEW_SEED = frozenset({"background", "fill", "no_product", "text", "words",
+                                  "product"})
 
 # Checks of the generated picture itself, by small models that ship in their packages
 # (executor.inspection): [deliver] checks names those that run.
-PICTURE_CHECKS = ("nsfw", "text", "words")
+PICTURE_CHECKS = ("nsfw", "text", "words", "product")
 
 
 Check = Callable[[Deliverable, Made, Image.Image], "Finding | None"]

@@ -114,12 +114,14 @@ class DeliverConfig:
                            "(a background not white, a product too small in its frame): "
                            "counted in the submitter's limits. 0: the file is marked needs "
                            "review instead.", min=0, max=5)
-    checks: list[str] = key(("nsfw", "text", "words"), "Checks of each generated picture "
-                            "before its files are made, by models that ship in their "
-                            "packages: nsfw (NudeNet: exposed parts), text (RapidOCR: the "
-                            "words a prompt quotes are spelt right in the picture), words "
-                            "(none in a picture whose channel allows none). A file that "
-                            "fails one needs review. Empty: the channels' rules only.")
+    checks: list[str] = key(("nsfw", "text", "words", "product"), "Checks of each "
+                            "generated picture before its files are made: nsfw (NudeNet: "
+                            "exposed parts), text (RapidOCR: the words a prompt quotes are "
+                            "spelt right in the picture), words (none in a picture whose "
+                            "channel allows none), product (a template that keeps its "
+                            "product: the photo's pixels are still there inside its mask). "
+                            "A file that fails one needs review. Empty: the channels' "
+                            "rules only.")
     folder: str = key("", "A shared folder the files that ship are put in, as "
                       "batch_<id>/<channel>/<file name>. Empty: none.")
     bucket: str = key("", "An S3-compatible bucket the files that ship are put in (its "

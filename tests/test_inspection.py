@@ -3,6 +3,8 @@ NudeNet and RapidOCR models that ship in their packages, on pictures drawn here.
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from PIL import Image, ImageDraw
 
@@ -91,7 +93,6 @@ def test_a_safe_picture_passes_the_real_detector_and_exposed_parts_are_a_finding
 
 def test_every_file_made_from_a_misspelt_picture_needs_review_and_says_why(tmp_path, inspector):
     store = FileStore(tmp_path)
-    import io
     buf = io.BytesIO()
     poster("夏日特惠").save(buf, "PNG")
     out = store.write("outputs/batch_1/1.png", buf.getvalue())
@@ -108,3 +109,50 @@ def test_the_checks_a_config_names_must_be_known(tmp_path):
     with pytest.raises(ConfigError, match=r'\[deliver\] checks: "ocr" is no check; expected '
                                           "some of nsfw, text, words"):
         config_from({"service": {"data_dir": str(tmp_path)}, "deliver": {"checks": ["ocr"]}})
+
+
+def keeping_job(product: str, mask: str | None = None) -> DiffusersJob:
+    return DiffusersJob(template="product_main", row=2, params={"product_image": product},
+                        outputs={"save": "A1/2.png"}, nodes=[
+                            Step("g", "generate", {"prompt": "a bottle"}),
+                            Step("keep_save", "keep_product", {
+                                "image": {"@": "g.image"}, "product": product, "mask": mask,
+                                "blend": 2, "shadow": 0.0, "beside": "A1/2.png"}),
+                            Step("save", "save", {"image": {"@": "keep_save.image"},
+                                                  "name": "A1/2.png", "format": "png"})],
+                        deliver=job("a bottle", ("jd",)).deliver)
+
+
+@pytest.mark.parametrize("mask_at", ["photo", "column", "matting"])
+def test_a_kept_product_that_is_not_the_photos_pixels_needs_review(tmp_path, mask_at):
+    """Wherever its mask comes from (the photo's transparency, a mask column, the mask the
+    background-removal model cut and saved beside the image)."""
+    store = FileStore(tmp_path)
+    photo = product_shot((256, 256))
+    mask = Image.new("L", (256, 256), 0)
+    ImageDraw.Draw(mask).rectangle((90, 60, 170, 220), fill=255)  # the bottle, roughly
+    buf, mbuf = io.BytesIO(), io.BytesIO()
+    photo.save(buf, "PNG")
+    mask.save(mbuf, "PNG")
+    product = store.put_input(buf.getvalue())
+    column = None
+    if mask_at == "photo":
+        store.write(store.mask_of(product), mbuf.getvalue())
+    elif mask_at == "column":
+        column = store.put_input(mbuf.getvalue(), ".mask.png")
+    else:
+        store.write("outputs/batch_7/A1/2.mask.png", mbuf.getvalue())
+    scene = Image.new("RGB", (512, 512), (30, 90, 60))  # made at twice the photo's size
+    kept = Image.composite(photo.resize((512, 512), Image.Resampling.LANCZOS), scene,
+                           mask.resize((512, 512), Image.Resampling.LANCZOS)
+                           .point(lambda v: 255 if v >= 128 else 0))
+    checks = Inspector(frozenset({"product"}))
+    assert checks.inspect(kept, keeping_job(product, column), store, 7) == [[]]
+    drifted = kept.copy()
+    ImageDraw.Draw(drifted).rectangle((190, 130, 330, 300), fill=(40, 40, 200))  # repainted
+    ((found,),) = checks.inspect(drifted, keeping_job(product, column), store, 7)
+    assert found.code == "product" and found.details["want"] == 98
+    assert 20 < found.details["percent"] < 90
+    plain = DiffusersJob(template="t", row=2, params={}, outputs={}, nodes=[],
+                         deliver=keeping_job(product).deliver)
+    assert checks.inspect(drifted, plain, store, 7) == [[]]  # it keeps no product
