@@ -291,6 +291,8 @@ CATALOG: dict[str, str] = catalog(
     N_("took_minutes", "{minutes:.1f} min"),
     N_("attached_both", "Contact sheet and results sheet attached."),
     N_("attached_results", "Results sheet attached."),
+    N_("attached_filled", " And {name} as you sent it, each row's files and status filled in "
+                          "on the right."),
     N_("digest", "genbot, the last 24 hours: {batches:,} batches submitted; {succeeded:,} images "
                  "made, {failed:,} failed, {canceled:,} canceled{mean}. Now: {queued:,} "
                  "queued{paused}."),

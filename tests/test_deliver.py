@@ -395,6 +395,41 @@ async def test_the_threads_summary_counts_the_files_and_says_why_some_need_revie
     assert "2 个文件，1 个可交付，1 个暂缓" in zh and "需要审核：背景不是纯白" in zh
 
 
+async def test_the_sheet_sent_comes_back_filled_in_in_the_thread_beside_the_results(app):
+    from openpyxl import load_workbook
+
+    from bot.chat.notifier import Notifier
+    from storage.outbox import Outbox
+    from storage.renditions import Rendition
+    from tests.fakes.jobs import finish_all
+    from tests.fakes.sheets import xlsx as xlsx_bytes
+    sheet = SheetFile("launch.xlsx", xlsx_bytes([["sku", "product_image", "prompt", "owner"],
+                                                 ["A1", "bottle.png", "a bottle", "Mei"]]))
+    accepted = await app.submit(ALICE, "product_main", sheet, pictures, SubmitOptions(
+        wait_for_executor=True, channels=("jd",)))
+    (job,) = await finish_all(app, accepted.batch_id)
+    await Renditions(app.queue.db).record(job.id, [Rendition(
+        job.id, accepted.batch_id, "jd", "main", "A1_jd_1.jpg", "x/1.jpg", 800, 800, 1000,
+        "0" * 64, [], {})])
+    outbox = Outbox(app.queue.db)
+    notifier = Notifier(app.queue, outbox, app.store, platforms=["test"], editable=["test"],
+                        templates=app.templates)
+    await notifier.summary(await app.batch(accepted.batch_id))
+    summary = await outbox.get(f"batch:{accepted.batch_id}:summary")
+    assert "results sheet attached. And launch.xlsx as you sent it, each row's files and " \
+        "status filled in on the right.\nSales channels (jd)" in summary.payload["text"]
+    filled = await outbox.get(f"batch:{accepted.batch_id}:summary:filled")
+    assert filled.kind == "file" and filled.payload["path"].endswith("launch.filled.xlsx")
+    rows = list(load_workbook(app.store.path(filled.payload["path"])).active.values)
+    assert rows[0][:4] == ("sku", "product_image", "prompt", "owner")  # theirs, untouched
+    assert "A1_jd_1.jpg" in rows[1] and rows[1][3] == "Mei"
+    plain = await app.submit(ALICE, "product_main", sheet, pictures, SubmitOptions(
+        wait_for_executor=True))  # no channels: the results sheet alone, as before
+    await finish_all(app, plain.batch_id)
+    await notifier.summary(await app.batch(plain.batch_id))
+    assert await outbox.get(f"batch:{plain.batch_id}:summary:filled") is None
+
+
 async def test_an_image_made_again_or_upscaled_comes_with_its_rows_channel_files(app):
     from bot.app.iterate import ActionRequest
     from tests.fakes.jobs import finish_all

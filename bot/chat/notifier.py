@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from bot.app.deliveries import delivery
 from bot.app.estimates import eta as estimate
 from bot.app.estimates import held_by
+from bot.app.filled import write_filled
 from bot.app.grids import write_grids
 from bot.app.placement import unplaced
 from bot.app.results import columns_of, job_label, rendition_text, swept_axes, write_results
@@ -329,6 +330,10 @@ class Notifier:
             self.font, made)
         grids = await asyncio.to_thread(write_grids, self.store, batch, jobs, font=self.font) \
             if batch.meta.get("sweep") else []
+        # A batch made into channels' files brings the sheet sent back, filled in: the
+        # team's own tracker, its columns untouched, each row's files and status appended.
+        filled = await asyncio.to_thread(write_filled, self.store, batch, jobs, made) \
+            if made else None
         started = min((j.started_at for j in jobs if j.started_at), default=None)
         finished = max((j.finished_at for j in jobs if j.finished_at), default=None)
         seconds = finished - started if started and finished else 0
@@ -338,6 +343,8 @@ class Notifier:
                    failed=sum(j.status == Status.FAILED for j in jobs), canceled=ended,
                    took=took(lang, seconds),
                    attached=say("attached_both" if contact else "attached_results", lang))
+        if filled:
+            text += say("attached_filled", lang, name=batch.meta.get("sheet", ""))
         if batch.meta.get("version"):  # which template version made it (genbot template history)
             text += say("summary_version", lang, template=batch.template,
                         version=batch.meta["version"])
@@ -348,7 +355,7 @@ class Notifier:
         if batch.platform in self.bundles:  # a sweep's grids ride with it, as many as fit
             await self._owe(key, batch, "file", {
                 "text": text, "mention": batch.submitter,
-                "paths": [p for p in (contact, results) if p] + grids[:BUNDLED_GRIDS],
+                "paths": [p for p in (contact, results, filled) if p] + grids[:BUNDLED_GRIDS],
                 "delete_after": delete}, answer=True)
             await self.more_grids(batch, grids[BUNDLED_GRIDS:], BUNDLED_GRIDS)
             return
@@ -356,12 +363,19 @@ class Notifier:
             await self._owe(key, batch, "file", {"text": text, "mention": batch.submitter,
                                                  "path": results, "delete_after": delete},
                             answer=True)
+            await self._filled(batch, filled)
             return
         await self._owe(key, batch, "image", {"text": text, "mention": batch.submitter,
                                               "path": contact}, answer=True)
         await self._owe(batch_key(batch.id, "summary:results"), batch, "file",
                         {"path": results, "text": "", "delete_after": delete})
+        await self._filled(batch, filled)
         await self.more_grids(batch, grids)
+
+    async def _filled(self, batch: Batch, filled: str | None) -> None:
+        if filled:
+            await self._owe(batch_key(batch.id, "summary:filled"), batch, "file",
+                            {"path": filled, "text": ""})
 
     def deliver_summary(self, batch: Batch, jobs: list[Job], made: list[Rendition],
                         lang: str) -> str:
