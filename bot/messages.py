@@ -681,6 +681,14 @@ CATALOG: dict[str, str] = catalog(
                               "and its visible AI label would be drawn on it: an admin may leave "
                               "the label off {channel}'s files ([deliver] unlabelled) where the "
                               "law allows."),
+    N_("channel_extend_comfy", '{channel}\'s "{rendition}" file grows the picture to its shape '
+                               "on the fill model, which genbot cannot add to a ComfyUI "
+                               "workflow: choose a channel file that crops or pads, or a "
+                               "genbot template."),
+    N_("channel_extend_no_model", '{channel}\'s "{rendition}" file grows the picture to its '
+                                  "shape on a fill model, and none is set up: an admin names "
+                                  "one in [templates] fill_model (or adds a model that "
+                                  "inpaints to [models])."),
     N_("channel_no_column", '{file}: channel {channel} names its files by "{{{field}}}", and the '
                             'sheet has no "{field}" column: add one, or change the channel\'s '
                             "file pattern ([deliver] channels)."),

@@ -65,19 +65,47 @@ def placed(store: FileStore, job: BoundJob) -> list[tuple[str, bytes]]:
     return out
 
 
+def grown(store: FileStore, outputs: Sequence[str], name: str,
+          pictures: dict[str, tuple[str, Source]]) -> bool:
+    """Whether the job stored the picture an extend grew (`name`, in its batch's folder),
+    read into `pictures` once; without it the file is made from the job's first picture,
+    cropped to its aspect, as a crop would be."""
+    if name in pictures:
+        return True
+    path = next((o for o in outputs if o == name or o.endswith("/" + name)), None)
+    if path is None:
+        return False
+    found = first_picture(store, [path])
+    if found is not None:
+        pictures[name] = found
+    return found is not None
+
+
+def grown_by(job: BoundJob, picture: str) -> str:
+    """The fill model that grew `picture` (its step's), for its manifest."""
+    for step in getattr(job, "nodes", []):
+        if step.op == "save" and str(picture).endswith(str(step.inputs.get("name"))):
+            ref = step.inputs.get("image")
+            fill = ref.get("@", "").split(".")[0] if isinstance(ref, dict) else ""
+            made = next((s for s in job.nodes if s.id == fill), None)  # type: ignore[union-attr]
+            return str(made.inputs.get("model", "")) if made else ""
+    return ""
+
+
 def sign_picture(store: FileStore, job: BoundJob, image: str, job_id: int, batch_id: int,
-                 signer: Signer, ingredients: list[tuple[str, bytes]]) -> tuple[str, bytes]:
+                 signer: Signer, ingredients: list[tuple[str, bytes]], *,
+                 parent: tuple[str, bytes] | None = None, model: str = "") -> tuple[str, bytes]:
     """The generated picture signed in place (made by its model from the row's product
-    photo; or, for an edit, a variation, an upscale, from the picture it changed, whose
-    own manifest it then carries): the name and bytes its files name as their source.
-    Signed once: a job run again, or packed again, finds its picture signed already."""
+    photo; or, for an edit, a variation, an upscale, from the picture it changed — or
+    `parent`, for a picture an extend grew from the job's own — whose manifest it then
+    carries): the name and bytes its files name as their source. Signed once: a job run
+    again, or packed again, finds its picture signed already."""
     path = store.path(image)
     data = path.read_bytes()
     fmt = {"jpeg": "jpg"}.get(path.suffix[1:].lower(), path.suffix[1:].lower())
     if fmt not in MIME or provenance.read(data, fmt).state:
         return image, data  # (a format c2pa does not sign here, or signed already)
-    parent = None
-    if job.made_from:
+    if parent is None and job.made_from:
         try:
             parent = (job.made_from, store.path(job.made_from).read_bytes())
         except (OSError, ValueError):
@@ -85,7 +113,7 @@ def sign_picture(store: FileStore, job: BoundJob, image: str, job_id: int, batch
     signed = signer.sign(data, fmt, PurePosixPath(image).name,
                          {"template": job.template, "version": job.revision, "row": job.row,
                           "batch": batch_id, "job": job_id},
-                         ingredients, model=model_of(job), parent=parent)
+                         ingredients, model=model or model_of(job), parent=parent)
     store.write(image, signed)
     return image, signed
 
@@ -122,18 +150,30 @@ def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int,
     ingredients = placed(store, job) if signer else []
     seen = inspector.inspect(source.image, job, store, batch_id) if inspector \
         else [[] for _ in job.deliver]
-    origin, unsigned_all = None, unsigned
+    pictures = {"": (image, source)}  # an extend's grown picture, by name, read once
+    origins: dict[str, tuple[str, bytes]] = {}  # each picture signed: what files name
+    unsigned_all = unsigned
     if signer is not None:  # the picture first: each file's manifest names it as its source
         try:
-            origin = sign_picture(store, job, image, job_id, batch_id, signer, ingredients)
+            origins[""] = sign_picture(store, job, image, job_id, batch_id, signer,
+                                       ingredients)
         except Exception as e:  # noqa: BLE001 - c2pa's refusal: the files, marked
             unsigned_all = f"{type(e).__name__}: {e}"[:200]
     out = []
     for d, picture_findings in zip(job.deliver, seen):
         why_unsigned = unsigned_all
+        key = d.picture if d.picture and grown(store, outputs, d.picture, pictures) else ""
+        name, source = pictures[key]
+        if key and signer is not None and "" in origins and key not in origins:
+            try:  # grown from the picture: opened from it, edited on the fill model
+                origins[key] = sign_picture(store, job, name, job_id, batch_id, signer, [],
+                                            parent=origins[""], model=grown_by(job, name))
+            except Exception as e:  # noqa: BLE001 - c2pa's refusal: the file, marked
+                why_unsigned = f"{type(e).__name__}: {e}"[:200]
+        origin = origins.get(key)
         about = {"template": job.template, "version": job.revision, "row": job.row,
                  "batch": batch_id, "job": job_id, "channel": d.channel,
-                 "rendition": d.rendition.name, "source": image,
+                 "rendition": d.rendition.name, "source": name,
                  **({"layout": d.overlay.layout, "locale": d.overlay.locale}
                     if d.overlay else {})}
         made = make(source, d, Provenance(producer, produce_id(batch_id, job_id, d), about),
@@ -155,7 +195,7 @@ def pack(store: FileStore, job: BoundJob, job_id: int, batch_id: int,
                   "implicit": {"Label": "1", "ContentProducer": producer,
                                "ProduceID": produce_id(batch_id, job_id, d)},
                   "c2pa": ({"signer": "team" if not signer.creds.local else "local",
-                            "source": image, "made_from": job.made_from or None,
+                            "source": name, "made_from": job.made_from or None,
                             "ingredients": [n for n, _ in ingredients]}
                            if signer and made.signed else None)}
         out.append(Rendition(job_id, batch_id, d.channel, d.rendition.name, d.file, path,

@@ -299,6 +299,35 @@ def fill(t: Template, parent: BoundJob, image: str, model: str, tag: str, prompt
                    keep=not grows)
 
 
+def channel_extends(job: BoundJob, model: str) -> BoundJob:
+    """The job with its picture grown, on the fill model, to each aspect its channels'
+    `extend` files take: a fill step and a save per aspect after the job's first save
+    ("A1/2.png" -> "A1/2_ext9x16.png"), growing what that save writes (a picture already
+    of the aspect is saved as it is). Each such deliverable names its grown picture. The
+    product stays where it was: an extend keeps every pixel it had."""
+    from templates.channels import aspect_of
+    wanted = sorted({aspect_of(d.rendition.size) for d in job.deliver
+                     if d.rendition.fit == "extend"})
+    save = next((s for s in getattr(job, "nodes", []) if s.op == "save"), None)
+    if not wanted or not isinstance(job, DiffusersJob) or save is None:
+        return job
+    source = made_by(job)
+    name = PurePosixPath(str(save.inputs["name"]))
+    nodes, outputs, grown_as = list(job.nodes), dict(job.outputs), {}
+    for w, h in wanted:
+        fid, sid = f"extend_{w}x{h}", f"save_extend_{w}x{h}"
+        out = safe_output_name(str(name.with_name(f"{name.stem}_ext{w}x{h}")), "png")
+        nodes += [Step(fid, "fill", {"image": save.inputs["image"], "model": model,
+                                     "seed": draw_seed(), "prompt": source.get("prompt", ""),
+                                     "aspect": f"{w}:{h}", "if_needed": True}),
+                  Step(sid, "save", {"image": {"@": f"{fid}.image"}, "name": out,
+                                     "format": "png"})]
+        outputs[sid] = grown_as[(w, h)] = out
+    deliver = [msgspec.structs.replace(d, picture=grown_as[aspect_of(d.rendition.size)])
+               if d.rendition.fit == "extend" else d for d in job.deliver]
+    return msgspec.structs.replace(job, nodes=nodes, outputs=outputs, deliver=deliver)
+
+
 def made_by(job: BoundJob) -> dict[str, Any]:
     """The inputs of the step that drew a job's image (its first generate or edit); {}:
     none (a ComfyUI job, a template without a model)."""

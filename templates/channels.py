@@ -36,7 +36,8 @@ import msgspec
 from templates.layouts import Binder, Overlay
 from templates.patterns import Unknown, pattern_fields
 
-FITS = ("crop", "pad")  # crop around the product, or pad around it with the background
+FITS = ("crop", "pad", "extend")  # crop around the product, pad around it with the
+# background, or extend: the canvas grown to the rendition's aspect by the fill model
 BACKGROUNDS = ("any", "white")  # "white": pure RGB 255 wherever the product is not
 FORMATS = {"jpg": "JPEG", "webp": "WEBP", "png": "PNG"}
 LABEL_RULES = ("required", "optional")
@@ -66,7 +67,7 @@ class Rendition(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One file a channel takes."""
     name: str  # "main", "white", "cover": unique within its channel
     size: tuple[int, int]  # width, height in pixels
-    fit: Literal["crop", "pad"] = "crop"
+    fit: Literal["crop", "pad", "extend"] = "crop"
     background: Literal["any", "white"] = "any"
     format: Literal["jpg", "webp", "png"] = "jpg"
     quality: int = 90  # JPEG/WebP; lowered, down to 60, to meet max_kb
@@ -98,6 +99,8 @@ class Deliverable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     file: str  # the file name, the pattern filled in for this row
     label: AiLabel | None  # the explicit label to draw; None: an admin turned it off
     overlay: Overlay | None = None  # the layout's words, price, badge and logo for this row
+    picture: str = ""  # an extend's: the job's picture grown to its aspect (its file name in
+    #   the batch's folder); "": the job's first picture
 
 
 PRESETS = Path(str(files("templates") / "shipped" / "channels.toml"))
@@ -300,6 +303,8 @@ class Plan:
     unlabelled: frozenset[str] = frozenset()
     word_ops: tuple[str, ...] = ()
     layout: Binder | None = None  # the layout drawn on each rendition that allows words
+    fill_model: str | None = None  # what an extend grows the canvas on; None: none to be had
+    engine: str = "diffusers"  # the template's: a ComfyUI workflow's steps are its own
 
     def conflicts(self, channels: Iterable[Channel]) -> None:
         """Conflict for the first rendition no picture can meet: one that allows no words,
@@ -308,6 +313,10 @@ class Plan:
         picture's words: a Chinese shop's no-words rule does not refuse it.)"""
         for ch in channels:
             for r in ch.renditions:
+                if r.fit == "extend" and self.engine != "diffusers":
+                    raise Conflict("channel_extend_comfy", ch.name, r.name)
+                if r.fit == "extend" and not self.fill_model:
+                    raise Conflict("channel_extend_no_model", ch.name, r.name)
                 if r.text:
                     continue
                 if self.word_ops:
@@ -347,12 +356,20 @@ class Plan:
 
 
 def plan(known: Mapping[str, Channel], names: Iterable[str], *, unlabelled: Iterable[str] = (),
-         word_ops: Iterable[str] = (), layout: Binder | None = None) -> Plan:
+         word_ops: Iterable[str] = (), layout: Binder | None = None,
+         fill_model: str | None = None, engine: str = "diffusers") -> Plan:
     """The submission's plan (Unknown, Conflict), before its sheet is read."""
     p = Plan(known, tuple(chosen(names, known)), frozenset(unlabelled), tuple(word_ops),
-             layout)
+             layout, fill_model, engine)
     p.conflicts(p.every_row)
     return p
+
+
+def aspect_of(size: tuple[int, int]) -> tuple[int, int]:
+    """A size's proportion in lowest terms: (1080, 1920) -> (9, 16)."""
+    from math import gcd
+    k = gcd(*size)
+    return size[0] // k, size[1] // k
 
 
 def distinct(files: Iterable[tuple[str, str]]) -> list[str]:

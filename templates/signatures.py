@@ -147,7 +147,10 @@ OPS: dict[str, Signature] = {s.name: s for s in [
                         help="how far the region is painted anew (1: from noise)"),
          feather=Input("int", 8, min=0, max=128,
                        help="px inside the mask's edge blended into the picture"),
-         loras=Input("loras", [])),
+         loras=Input("loras", []),
+         if_needed=Input("bool", False, help="a picture already of `aspect` comes back as "
+                         "it is (a sales channel's extend: the row's picture may be that "
+                         "shape); else nothing to grow is an error")),
     _sig("upscale", "Enlarge: a diffusers upscaler when one is configured, else "
          "high-quality resampling.", _IMAGE_OUT, (Scaled(default=2.0),),
          image=Input("image"),

@@ -4,6 +4,7 @@ checking and recording every rendition after the job's image."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 
@@ -558,3 +559,82 @@ async def test_a_certificate_that_cannot_sign_leaves_files_made_and_marked(app, 
     assert made.labels["c2pa"] is None and made.name == "A1_douyin_1.jpg"
     assert pack(app.store, decode(job.workflow), job.id, job.batch_id, [video],
                 producer="genbot") == []
+
+
+EXTEND = """
+[stories]
+title = "Stories"
+title_zh = "快拍"
+[[stories.renditions]]
+name = "story"
+size = [90, 160]
+fit = "extend"
+file = "{sku}_story.{ext}"
+[[stories.renditions]]
+name = "square"
+size = [100, 100]
+fit = "extend"
+file = "{sku}_square.{ext}"
+"""
+
+
+async def test_an_extend_file_grows_the_picture_to_its_shape_in_the_same_job(tmp_path, db_url):
+    """fit = "extend": the row's job grows its picture on the fill model to each aspect
+    that needs it (a square picture needs no growing to 1:1: saved as it is)."""
+    team = tmp_path / "team.toml"
+    team.write_text(EXTEND, encoding="utf-8")
+    async with app_on(tmp_path, db_url, deliver={"channels": str(team)}) as app:
+        (job, _) = await submitted(app, channels=("stories",))
+        fills = [s for s in job.nodes if s.op == "fill"]
+        assert [(s.id, s.inputs["aspect"], s.inputs["if_needed"]) for s in fills] == [
+            ("extend_1x1", "1:1", True), ("extend_9x16", "9:16", True)]
+        first_save = next(s for s in job.nodes if s.op == "save")
+        assert fills[0].inputs["image"] == first_save.inputs["image"]  # what it writes
+        assert job.nodes.index(fills[0]) > job.nodes.index(first_save)
+        assert fills[0].inputs["model"] == app.fill_model()
+        assert [(d.rendition.name, d.picture) for d in job.deliver] == [
+            ("story", "A1/2_ext9x16.png"), ("square", "A1/2_ext1x1.png")]
+        assert set(job.outputs.values()) >= {"A1/2_ext9x16.png", "A1/2_ext1x1.png"}
+    from templates.channels import Conflict, load_file, plan
+    for engine, model, code in (("comfyui", "sd15", "channel_extend_comfy"),
+                                ("diffusers", None, "channel_extend_no_model")):
+        with pytest.raises(Conflict) as caught:  # a ComfyUI workflow's steps are its own
+            plan(load_file(team), ["stories"], fill_model=model, engine=engine)
+        assert caught.value.code == code
+        said = Invalid(caught.value.code, **caught.value.details)
+        assert said.render("en").startswith('stories\'s "story" file grows the picture')
+        assert "补全模型" in said.render("zh")
+
+
+async def test_the_executor_grows_the_picture_and_the_chain_says_so(tmp_path, demo_models):
+    from templates.actions import channel_extends
+    from templates.channels import load_file, plan
+    from templates.settings import fill_model
+    from tests.fakes.jobs import example_jobs
+    team = tmp_path / "team.toml"
+    team.write_text(EXTEND, encoding="utf-8")
+    config = executor_config(tmp_path / "data", demo_models)
+    (job, *_) = await example_jobs(config, "product_main")
+    chosen = plan(load_file(team), ["stories"], fill_model=fill_model(config))
+    bound = decode(job.workflow)
+    bound.deliver = chosen.bind(chosen.every_row, {"sku": "BTL-1"})
+    job = dataclasses.replace(job, workflow=msgspec.to_builtins(
+        channel_extends(bound, fill_model(config))))
+    async with Harness(config) as h:
+        (done,) = await h.run("product_main", [job])
+        assert done.status == "succeeded", done.error
+        made = await Renditions(h.queue.db).of_batch(done.batch_id)
+    store = FileStore(config.data_dir)
+    grown = next(o for o in done.outputs if o.endswith("_ext9x16.png"))
+    with Image.open(store.path(grown)) as im, Image.open(store.path(done.outputs[0])) as first:
+        w, h = im.size
+        assert abs(w / h - 9 / 16) < 0.02 and w == first.width  # grown, not squeezed
+    story = next(r for r in made if r.rendition == "story")
+    assert (story.width, story.height) == (90, 160) and story.labels["c2pa"]["source"] == grown
+    local = provenance.local_credentials(config.data_dir / "c2pa")
+    found = provenance.read(store.path(story.path).read_bytes(), "jpg", anchors=local.anchors)
+    assert (found.state, found.failures) == ("Trusted", [])
+    rendition, extended, picture = found.lineage()
+    assert [a["action"] for a in actions_of(extended)][:2] == ["c2pa.opened", "c2pa.edited"]
+    assert actions_of(extended)[1]["softwareAgent"]["name"] == f"genbot ({fill_model(config)})"
+    assert actions_of(picture)[0]["action"] == "c2pa.created"

@@ -443,7 +443,8 @@ class App:
             return channel_plans.plan(
                 known, names, unlabelled=settings.unlabelled,
                 word_ops=sorted({n.op for n in template.nodes.values()
-                                 if n.op in channel_plans.WORD_OPS}), layout=binder)
+                                 if n.op in channel_plans.WORD_OPS}), layout=binder,
+                fill_model=fill_model(self.config), engine=template.engine)
         except channel_plans.Unknown as e:
             raise Invalid("channel_unknown_close" if e.close else "channel_unknown",
                           name=e.name[:60], close=e.close, names=", ".join(e.known)) from None

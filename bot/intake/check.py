@@ -26,12 +26,13 @@ from bot.settings import IntakeConfig, assets_dir
 from storage.config import Config
 from storage.files import FileStore, reserved
 from storage.queue import NewJob
+from templates.actions import channel_extends
 from templates.binding import bind
 from templates.channels import CHANNELS_COLUMNS, Conflict, Missing, Plan, Unknown, missing_fields
 from templates.expressions import ParamRef
 from templates.families import row_refusal
 from templates.graph import Template
-from templates.jobs import BoundJob, encode
+from templates.jobs import BoundJob, DiffusersJob, encode
 from templates.layouts import LOCALE_COLUMNS, LayoutProblem
 from templates.params import Problem, coerce, normalize_header
 from templates.settings import family_of, prompt_tokens
@@ -368,6 +369,10 @@ def _channels(plan: Plan, job: BoundJob, headers: list[str], cells: dict[str, An
     cell = cells.get(header) if header else None
     try:
         job.deliver = plan.bind(plan.for_row(cell), {**cells, **job.params})
+        if plan.fill_model and isinstance(job, DiffusersJob):  # (an extend grows it first)
+            grown = channel_extends(job, plan.fill_model)
+            assert isinstance(grown, DiffusersJob)
+            job.nodes, job.outputs, job.deliver = grown.nodes, grown.outputs, grown.deliver
     except Unknown as e:
         return [Issue("channel_unknown_close" if e.close else "channel_unknown",
                       {"name": e.name, "close": e.close, "names": ", ".join(e.known)},

@@ -44,7 +44,7 @@ def fill(ctx: Context, image: ImageInput, model: str, seed: int, prompt: str = "
          left: int = 0, right: int = 0, top: int = 0, bottom: int = 0,
          aspect: str | None = None, negative: str = "", steps: int | None = None,
          guidance: float | None = None, strength: float = 1.0, feather: int = 8,
-         loras: list[dict[str, Any]] | None = None) -> Image.Image:
+         loras: list[dict[str, Any]] | None = None, if_needed: bool = False) -> Image.Image:
     import torch
     picture = ctx.image(image).convert("RGB")
     painted = _painted(ctx, mask, picture.size)
@@ -52,6 +52,8 @@ def fill(ctx: Context, image: ImageInput, model: str, seed: int, prompt: str = "
     where = painted if found is None else found if painted is None else \
         Image.fromarray(np.maximum(np.asarray(painted), np.asarray(found)))
     margins = grown(picture.size, (left, right, top, bottom), aspect)
+    if where is None and not any(margins) and if_needed:
+        return picture  # (already of the aspect: a channel's extend has nothing to grow)
     if where is None and not any(margins):
         raise OpError("nothing to repaint: give a mask or a region in words, or margins or an "
                       "aspect to extend by")
