@@ -15,7 +15,7 @@ names must be a picture (`LayoutError` names the file, the key and what was expe
 
 Each element's words are a pattern of the sheet's columns (`{headline}`), per locale where
 they differ (`{"zh": "到手价 {price}", "en": "Now {price}"}`); a price's fields are set as
-money by Babel in the row's locale (¥129.00, $129.00, ‏129.00 د.إ.‏). A row's locale is
+money by Babel in the row's locale (¥129.00 in zh_CN; dollars, dirhams …). A row's locale is
 its `locale` (语言) cell, else the layout's first. Boxes are shares (x, y, width, height)
 of the rendition's safe area — the frame less the margins the channel keeps clear —
 except the picture's, which is of the whole frame; a right-to-left locale mirrors them.
@@ -540,18 +540,10 @@ def inner(d: Drawn, box: tuple[int, int, int, int]) -> tuple[int, int]:
 def set_words(d: Drawn, size: tuple[int, int], safe: Share, font: str) -> Block:
     """The element's words set to fit its box, from its size down to its min_size."""
     box = placed(d.box, area(size, safe))
-    room = inner(d, box)
     short = min(size)
-    return _set(d.words, font, room, max(4, round(d.size * short)),
-                max(4, round(d.min_size * short)), d.align)
-
-
-@lru_cache(maxsize=4096)
-def _set(words: str, font: str, room: tuple[int, int], size: int, min_size: int,
-         align: str) -> Block:
-    """(Cached: a sheet's rows repeat words — a badge, a price — across its renditions.)"""
-    return lay_out(words, font_sizes(font, words), room, size, min_size=min_size,
-                   align=align)  # type: ignore[arg-type]
+    return lay_out(d.words, font_sizes(font, d.words), inner(d, box),
+                   max(4, round(d.size * short)), min_size=max(4, round(d.min_size * short)),
+                   align=d.align)  # type: ignore[arg-type]
 
 
 def fits(d: Drawn, size: tuple[int, int], safe: Share, font: str, what: str) -> None:
@@ -560,8 +552,17 @@ def fits(d: Drawn, size: tuple[int, int], safe: Share, font: str, what: str) -> 
     set larger where it can when drawn.)"""
     box = placed(d.box, area(size, safe))
     smallest = max(4, round(d.min_size * min(size)))
-    block = _set(d.words, font, inner(d, box), smallest, smallest, d.align)
-    if block.cut or not block.lines:
+    if not _fit(d.words, font, inner(d, box), smallest, d.align):
         raise LayoutProblem("layout_overflow", column=d.column or None,
                             words=d.words[:40] + ("…" if len(d.words) > 40 else ""),
                             rendition=what, size=f"{size[0]}×{size[1]}", min=smallest)
+
+
+@lru_cache(maxsize=4096)
+def _fit(words: str, font: str, room: tuple[int, int], size: int, align: str) -> bool:
+    """Whether the words fit `room` at `size`. (Cached — a sheet's rows repeat words, a
+    badge, a price, across renditions — as a yes or no: a set block would keep its font,
+    which no other thread may draw with.)"""
+    block = lay_out(words, font_sizes(font, words), room, size, min_size=size,
+                    align=align)  # type: ignore[arg-type]
+    return bool(block.lines) and not block.cut

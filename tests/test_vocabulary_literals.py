@@ -21,6 +21,9 @@ PRODUCT = ("bot", "executor", "templates", "storage")
 
 # (file, word): why it is not the state or action of that name.
 HOMONYMS = {
+    ("templates/channels.py", "extend"): "a channel file's fit (the canvas grown to its "
+                                         "shape), a word of the channels TOML",
+    ("templates/renditions.py", "extend"): "a channel file's fit, read from its rendition",
     ("bot/app/application.py", "vary"): "a sweep's axes (/gen --vary)",
     ("bot/chat/commands.py", "vary"): "a sweep's axes (/gen --vary)",
     ("bot/client.py", "vary"): "a sweep's axes, as a form field",
