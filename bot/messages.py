@@ -351,6 +351,8 @@ CATALOG: dict[str, str] = catalog(
                          "{template} FILE"),
     N_("file_hint_dm", "Send the file to me in a direct (1:1) chat first; then /gen here can "
                        "name it."),
+    N_("file_hint_feishu", "Send the file to me first — in our chat, or in this group's thread "
+                           "— then /gen here can name it."),
     N_("recent_files", "Files you sent lately: {files}"),
     N_("file_age", "{name} ({minutes:,} min ago)"),
     N_("download_html", 'could not fetch "{file}": Slack sent its sign-in page instead of the '

@@ -23,7 +23,7 @@ from bot.app.application import App, load_templates
 from bot.chat.hub import ChatCore
 from bot.chat.platform import Platform
 from bot.scheduler import Scheduler
-from bot.settings import ApiConfig, DingTalkConfig, SlackConfig
+from bot.settings import ApiConfig, DingTalkConfig, FeishuConfig, SlackConfig
 from bot.supervisor import Supervisor
 from bot.web.api import Api, body_limit
 from bot.web.dashboard import Dashboard
@@ -61,6 +61,9 @@ def configured_platforms(config: Config) -> list[Platform]:
     if config[DingTalkConfig].app_key:
         from bot.chat.dingtalk.adapter import DingTalk
         platforms.append(DingTalk(config))
+    if config[FeishuConfig].app_id:
+        from bot.chat.feishu.adapter import Feishu
+        platforms.append(Feishu(config))
     return platforms
 
 

@@ -275,6 +275,44 @@ class DingTalkConfig:
                               "app_secret (the app people sign in through)")
 
 
+FEISHU_DOMAINS = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
+
+
+@section("feishu", order=125)
+@dataclass(frozen=True)
+class FeishuConfig:
+    """The Feishu / Lark bot (docs/feishu.md). Off until app_id is set."""
+
+    app_id: str = key("", "App ID (cli_…) of the Feishu or Lark custom app whose bot this is.")
+    app_secret: str = key("", "App Secret; env GENBOT_FEISHU_APP_SECRET.", secret=True)
+    encrypt_key: str = key("", "The Encrypt Key of the app's event subscription: events "
+                           "come encrypted and signed, and unsigned ones are refused.",
+                           secret=True)
+    verification_token: str = key("", "The Verification Token of the app's event "
+                                  "subscription.", secret=True)
+    domain: str = key("feishu", "feishu (open.feishu.cn), lark (open.larksuite.com), or a "
+                      "base URL (a proxy, or a test server).")
+
+    @property
+    def base(self) -> str:
+        return FEISHU_DOMAINS.get(self.domain, self.domain)
+
+    def check(self, source: str) -> None:
+        if not self.app_id:
+            return
+        if not self.app_id.startswith("cli_"):
+            raise ConfigError(f'{source}: [feishu] app_id: "{self.app_id[:40]}" is not an '
+                              "App ID: Feishu's start with cli_ (the app's Credentials page)")
+        if not (self.app_secret and self.encrypt_key and self.verification_token):
+            raise ConfigError(f"{source}: [feishu] app_id is set: expected app_secret, "
+                              "encrypt_key and verification_token too (the app's Credentials "
+                              "and Events & Callbacks > Encryption pages)")
+        if self.domain not in FEISHU_DOMAINS and not self.domain.startswith(
+                ("https://", "http://127.0.0.1", "http://localhost")):
+            raise ConfigError(f'{source}: [feishu] domain: "{self.domain}": expected feishu, '
+                              "lark, or an https:// base URL")
+
+
 def kept_secret(path: Path, make: Callable[[], str]) -> str:
     """The secret in `path`, made (readable by this user only) when missing or empty."""
     try:

@@ -278,7 +278,8 @@ def test_messages_are_parsed_alike_from_both_modes_and_signatures_checked(tmp_pa
 
     from PIL import Image
 
-    from bot.chat.dingtalk.adapter import MEDIA_MAX, DingTalk, fit_image
+    from bot.chat.dingtalk.adapter import MEDIA_MAX, DingTalk
+    from bot.chat.platform import image_within
     from tests.fakes.dingtalk import sign
     config = executor_config(tmp_path / "data", demo_models, dingtalk={
         "app_key": APP_KEY, "app_secret": APP_SECRET, "platform_admins": True})
@@ -303,9 +304,9 @@ def test_messages_are_parsed_alike_from_both_modes_and_signatures_checked(tmp_pa
     buf = io.BytesIO()
     noise.save(buf, "BMP")
     assert len(buf.getvalue()) > MEDIA_MAX
-    data, name = fit_image(buf.getvalue(), "big.bmp")
+    data, name = image_within(buf.getvalue(), "big.bmp", MEDIA_MAX)
     assert name == "big.jpg" and len(data) <= MEDIA_MAX
-    assert fit_image(b"small", "a.png") == (b"small", "a.png")
+    assert image_within(b"small", "a.png", MEDIA_MAX) == (b"small", "a.png")
 
 
 def test_fields_of_wrong_types_are_read_or_ignored_and_replay_memory_expires(tmp_path,

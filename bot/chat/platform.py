@@ -189,6 +189,23 @@ class Platform:
             task.cancel()
 
 
+def image_within(data: bytes, name: str, limit: int) -> tuple[bytes, str]:
+    """An image a platform takes (at most `limit` bytes): as it is, else re-encoded as
+    JPEG, smaller if need be."""
+    if len(data) <= limit:
+        return data, name
+    import io
+
+    from PIL import Image
+    image = Image.open(io.BytesIO(data)).convert("RGB")
+    while True:
+        buf = io.BytesIO()
+        image.save(buf, "JPEG", quality=90)
+        if buf.tell() <= limit:
+            return buf.getvalue(), f"{Path(name).stem}.jpg"
+        image = image.resize((int(image.width * 0.8), int(image.height * 0.8)))
+
+
 def text_of(d: Any, key: str) -> str | None:
     """A string field of a platform's payload, or None: what arrives may have any shape."""
     value = d.get(key) if isinstance(d, dict) else None

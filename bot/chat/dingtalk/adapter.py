@@ -19,7 +19,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import io
 import json
 import logging
 import time
@@ -48,6 +47,7 @@ from bot.chat.platform import (
     Outgoing,
     Platform,
     Receive,
+    image_within,
     refuse,
     text_of,
 )
@@ -291,7 +291,7 @@ class DingTalk(Platform):
         data = await asyncio.to_thread(path.read_bytes)
         name = path.name
         if image:
-            data, name = await asyncio.to_thread(fit_image, data, name)
+            data, name = await asyncio.to_thread(image_within, data, name, MEDIA_MAX)
         elif len(data) > MEDIA_MAX:
             raise DeliveryError(f"{name} is over DingTalk's 20 MB", permanent=True)
         media = await self.api.upload("image" if image else "file", name, data)
@@ -326,20 +326,6 @@ def number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0.0
     return float(value) if 0 <= value < 2**53 else 0.0
-
-
-def fit_image(data: bytes, name: str) -> tuple[bytes, str]:
-    """An image DingTalk takes (<= 20 MB): as it is, else re-encoded as JPEG, smaller if need be."""
-    if len(data) <= MEDIA_MAX:
-        return data, name
-    from PIL import Image
-    image = Image.open(io.BytesIO(data)).convert("RGB")
-    while True:
-        buf = io.BytesIO()
-        image.save(buf, "JPEG", quality=90)
-        if buf.tell() <= MEDIA_MAX:
-            return buf.getvalue(), f"{Path(name).stem}.jpg"
-        image = image.resize((int(image.width * 0.8), int(image.height * 0.8)))
 
 
 class Handler(CallbackHandler):

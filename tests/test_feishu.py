@@ -1,0 +1,262 @@
+"""The Feishu adapter against a fake Feishu OpenAPI on loopback (tests/fakes/feishu.py):
+events really encrypted and signed as Feishu sends them, posted to the service's own
+endpoint; every call out made by the official SDK."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import pytest
+
+from tests.fakes.chat import ServiceWorld
+from tests.fakes.dingtalk import ASSETS, SHEET
+from tests.fakes.feishu import (
+    APP_ID,
+    APP_SECRET,
+    ENCRYPT_KEY,
+    VERIFICATION_TOKEN,
+    FakeFeishu,
+    card_action_event,
+    signed,
+    url_verification,
+)
+from tests.fakes.service import raw_post, tracebacks
+
+ALICE, CHAT = "ou_alice", "oc_alice_dm"
+
+
+@pytest.fixture
+async def fake():
+    f = await FakeFeishu().start()
+    yield f
+    await f.stop()
+
+
+def feishu_config(tmp_path, demo_models, fake: FakeFeishu, *, chat=None, **feishu):
+    from tests.conftest import executor_config
+    return executor_config(
+        tmp_path / "data", demo_models, service={"port": 0},
+        chat={"progress_every": 0.5, "admins": ["feishu:ou_boss"], **(chat or {})},
+        feishu={"app_id": APP_ID, "app_secret": APP_SECRET, "encrypt_key": ENCRYPT_KEY,
+                "verification_token": VERIFICATION_TOKEN, "domain": fake.base, **feishu})
+
+
+class FeishuWorld(ServiceWorld):
+    def __init__(self, config, fake: FakeFeishu):
+        super().__init__(config)
+        self.fake = fake
+
+    async def __aenter__(self) -> FeishuWorld:
+        await super().__aenter__()
+        self.session = aiohttp.ClientSession()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.session.close()
+        await super().__aexit__(*exc)
+
+    async def post(self, body: dict, **signing) -> int:
+        raw, headers = signed(body, **signing)
+        async with self.session.post(f"{self.url}/feishu/events", data=raw,
+                                     headers=headers) as r:
+            return r.status
+
+    async def say(self, *, user: str = ALICE, chat: str = CHAT, **message) -> dict:
+        """A person writes to the bot: the event Feishu would post, encrypted and signed."""
+        body = self.fake.message_event(chat_id=chat, open_id=user, **message)
+        assert await self.post(body) == 200
+        return body
+
+    def cards(self, chat: str = CHAT) -> list[str]:
+        """The words of every card the bot sent in `chat`, as shown now."""
+        return [words(self.fake.shown(m)) for m in self.fake.in_chat(chat)
+                if m["by"] == "bot" and m["msg_type"] == "interactive"]
+
+    async def send_sheet_and_pictures(self, user: str = ALICE, chat: str = CHAT) -> None:
+        """One file per message, as Feishu delivers them."""
+        await self.say(user=user, chat=chat, file=("social_thumb.xlsx", SHEET))
+        for name in ("bottle.png", "chair.png"):
+            await self.say(user=user, chat=chat, file=(name, (ASSETS / name).read_bytes()))
+
+
+def words(card: dict) -> str:
+    """A card's markdown, the references its escaping wrote read back as characters."""
+    import html
+    out = []
+    for e in card.get("body", {}).get("elements", []):
+        if e.get("tag") == "markdown":
+            out.append(html.unescape(e["content"]).replace("\u2060", ""))
+    return "\n".join(out)
+
+
+def buttons(card: dict) -> dict[str, str]:
+    """A card's buttons: label -> the command it sends."""
+    found = {}
+    for e in card.get("body", {}).get("elements", []):
+        for column in e.get("columns", []):
+            for b in column.get("elements", []):
+                if b.get("tag") == "button":
+                    found[b["text"]["content"]] = b["behaviors"][0]["value"]["command"]
+    return found
+
+
+async def test_a_batch_in_a_one_to_one_chat_is_one_thread_with_one_card_updated(
+        tmp_path, demo_models, fake):
+    """Sheet and pictures sent; /gen; the acceptance, one progress card updated in place,
+    the summary — three messages besides the images — all in the command's thread; in
+    Chinese by default; each image a card with its buttons."""
+    async with FeishuWorld(feishu_config(tmp_path, demo_models, fake), fake) as w:
+        await w.send_sheet_and_pictures()
+        await w.until(lambda: any("social_thumb.xlsx" in c for c in w.cards()))
+        command = await w.say(text="/gen social_thumb social_thumb.xlsx")
+        root = command["event"]["message"]["message_id"]
+        await w.until(lambda: any("已接收" in words(m["content"])
+                                  for m in fake.in_thread(root)))
+        w.start_executor()
+        await w.finish(timeout=120)
+        thread = await w.until(lambda: [m for m in fake.in_thread(root) if "已完成" in words(
+            fake.shown(m))] and fake.in_thread(root))
+        texts = [words(fake.shown(m)) for m in fake.non_image(thread)
+                 if m["msg_type"] == "interactive"]
+        assert texts[0].startswith("批次 1 已接收：2 个 social_thumb 任务")
+        progress = [m for m in thread if m["edits"]]
+        assert len(progress) == 1  # one card, updated in place
+        assert "2/2" in words(fake.shown(progress[0]))
+        files = [m for m in thread if m["msg_type"] == "file"]
+        assert [fake.files[m["content"]["file_key"]][1] for m in files] == ["results.xlsx"]
+        shown = [m for m in thread if m["msg_type"] == "interactive"
+                 and any(e.get("tag") == "img" for e in m["content"]["body"]["elements"])]
+        captions = [words(m["content"]) for m in shown if "第" in words(m["content"])]
+        assert captions == ["第 2 行 · 新品上市 · 限时九折 · 1:1",  # (its thread says the batch)
+                            "第 3 行 · Autumn collection · 4:5"]
+        (first,) = [m for m in shown if words(m["content"]).startswith("第 2 行")]
+        labels = {label.split(" ", 1)[-1] for label in buttons(first["content"])}
+        assert {"保留", "修改", "放大", "淘汰"} <= labels, labels
+        # besides each image's card: the acceptance, the progress card, the summary (with
+        # the contact sheet), and the results sheet it carries
+        said = [words(fake.shown(m)) for m in thread if m["msg_type"] == "interactive"
+                and not words(m["content"]).startswith("第")]
+        assert len(said) == 3 and "已完成，用时" in said[2], said
+        assert said[2].startswith(f"<at id={ALICE}></at> 批次 1 已完成")
+        assert await w.queue.batches_of(f"feishu:{ALICE}") == [1]
+
+
+async def test_a_button_pressed_is_its_command_from_whoever_pressed_it(tmp_path, demo_models,
+                                                                       fake):
+    async with FeishuWorld(feishu_config(tmp_path, demo_models, fake), fake) as w:
+        await w.send_sheet_and_pictures()
+        command = await w.say(text="/gen social_thumb social_thumb.xlsx")
+        root = command["event"]["message"]["message_id"]
+        w.start_executor()
+        await w.finish(timeout=120)
+        card = await w.until(lambda: next((m for m in fake.in_thread(root)
+                                           if m["msg_type"] == "interactive" and any(
+                                               "放大" in b for b in buttons(m["content"]))),
+                                          None))
+        again = next(c for b, c in buttons(card["content"]).items() if "放大" in b)
+        press = card_action_event(open_id=ALICE, chat_id=CHAT, message_id=card["message_id"],
+                                  value={"command": again})
+        assert await w.post(press) == 200
+        assert await w.post(press) == 200  # pushed again: handled once
+        await w.until(lambda: [c for c in w.cards() if "已排队（批次 2）" in c])
+        batch = await w.queue.batch(2)
+        assert batch.submitter == f"feishu:{ALICE}" and batch.meta["action"] == "upscale"
+        stranger = card_action_event(open_id="ou_stranger", chat_id=CHAT,
+                                     message_id=card["message_id"], value={"command": again})
+        assert await w.post(stranger) == 200
+        await w.until(lambda: [c for c in w.cards() if c.startswith(  # (not theirs to act on)
+            "批次 1 由 feishu:ou_alice 提交；只有提交者或管理员可以对其执行 /upscale")])
+        assert len([c for c in w.cards() if "已排队（批次" in c]) == 1  # the press: once
+        assert await w.queue.batch(3) is None
+
+
+async def test_forged_unsigned_and_replayed_events_are_refused_or_handled_once(
+        tmp_path, demo_models, fake, caplog):
+    async with FeishuWorld(feishu_config(tmp_path, demo_models, fake), fake) as w:
+        body = fake.message_event(chat_id=CHAT, open_id=ALICE, text="/help")
+        assert await w.post(body, key="not-the-key") == 403  # encrypted with another key
+        raw, headers = signed(body)
+        headers["X-Lark-Signature"] = "0" * 64
+        async with w.session.post(f"{w.url}/feishu/events", data=raw, headers=headers) as r:
+            assert r.status == 403
+        for name in ("X-Lark-Signature", "X-Lark-Request-Timestamp"):
+            raw, headers = signed(body)
+            del headers[name]
+            async with w.session.post(f"{w.url}/feishu/events", data=raw,
+                                      headers=headers) as r:
+                assert r.status == 403, name
+        raw, headers = signed(body, timestamp=1)  # the signature covers the timestamp:
+        headers["X-Lark-Request-Timestamp"] = "2"  # another one breaks it
+        async with w.session.post(f"{w.url}/feishu/events", data=raw, headers=headers) as r:
+            assert r.status == 403
+        plain = {**body, "header": {**body["header"], "token": "forged"}}
+        assert await w.post(plain, encrypt=False) == 403  # a wrong verification token
+        assert [m for m in fake.messages if m["by"] == "bot"] == []
+        # the same signed event twice (Feishu's retry, or a replay): answered, handled once
+        raw, headers = signed(body)
+        for _ in range(2):
+            async with w.session.post(f"{w.url}/feishu/events", data=raw,
+                                      headers=headers) as r:
+                assert r.status == 200
+        helps = await w.until(lambda: [c for c in w.cards() if "/gen" in c])
+        await w.until(lambda: True)
+        assert len(helps) == 1
+        # Feishu checks the URL when it is saved: the challenge comes back
+        async with w.session.post(f"{w.url}/feishu/events", data=signed(
+                url_verification("c-123"))[0], headers={"Content-Type": "application/json"}
+                ) as r:
+            assert r.status == 200 and (await r.json())["challenge"] == "c-123"
+        for junk in (b"", b"[]", b"{", b"\xff\xfe", b'{"encrypt": 5}', b"[" * 100_000):
+            status, _ = await raw_post(w.url, "/feishu/events", b"", junk)
+            assert 400 <= status < 500, junk[:20]
+        assert tracebacks(caplog) == []
+
+
+async def test_throttling_is_waited_out_and_a_stale_token_fetched_again(tmp_path, demo_models,
+                                                                        fake):
+    async with FeishuWorld(feishu_config(tmp_path, demo_models, fake), fake) as w:
+        fake.faults = ["429", "429"]
+        await w.say(text="/help")
+        await w.until(lambda: [c for c in w.cards() if "/gen" in c], timeout=30)
+        assert len([c for c in w.cards() if "/gen" in c]) == 1  # posted once, after the wait
+        fake.expire_tokens()
+        await w.say(text="/templates")
+        await w.until(lambda: [c for c in w.cards() if "social_thumb" in c])
+        assert fake.calls["token"] >= 2
+
+
+async def test_a_sheet_in_a_group_thread_and_words_from_people_shown_as_written(
+        tmp_path, demo_models, fake):
+    """In a group the bot reads what @-mentions it; what came from people (a file's name)
+    cannot format text or @-mention anyone in the cards genbot sends."""
+    group = "oc_team"
+    fake.join(group)
+    async with FeishuWorld(feishu_config(tmp_path, demo_models, fake), fake) as w:
+        await w.say(chat=group, chat_type="group", file=("<at id=all></at>*x*.xlsx", SHEET))
+        said = await w.until(lambda: [m for m in fake.in_chat(group) if m["by"] == "bot"])
+        content = said[0]["content"]["body"]["elements"][0]["content"]
+        assert "<at id=all>" not in content and "*x*" not in content
+        assert "&#60;at id=all&#62;" in content or "&lt;at" in content
+        await w.say(chat=group, chat_type="group", text="帮助", mention_bot=True)
+        await w.until(lambda: any("/gen" in c for c in w.cards(group)))
+
+
+def test_the_config_says_what_is_missing(tmp_path):
+    from storage.config import ConfigError
+    from storage.config import from_dict as config_from
+    base = {"service": {"data_dir": str(tmp_path)}}
+    with pytest.raises(ConfigError, match=r"\[feishu\] app_id: \"app1\" is not an App ID"):
+        config_from({**base, "feishu": {"app_id": "app1"}})
+    with pytest.raises(ConfigError, match="expected app_secret, encrypt_key and "
+                                          "verification_token too"):
+        config_from({**base, "feishu": {"app_id": APP_ID, "app_secret": "s"}})
+    with pytest.raises(ConfigError, match="expected feishu, lark, or an https:// base URL"):
+        config_from({**base, "feishu": {"app_id": APP_ID, "app_secret": "s", "encrypt_key": "k",
+                                        "verification_token": "t", "domain": "http://x.cn"}})
+    lark = config_from({**base, "feishu": {"app_id": APP_ID, "app_secret": "s",
+                                           "encrypt_key": "k", "verification_token": "t",
+                                           "domain": "lark"}})
+    from bot.settings import FeishuConfig
+    assert lark[FeishuConfig].base == "https://open.larksuite.com"
+    assert json.dumps(lark[FeishuConfig].base)
