@@ -285,11 +285,14 @@ class FeishuConfig:
 
     app_id: str = key("", "App ID (cli_…) of the Feishu or Lark custom app whose bot this is.")
     app_secret: str = key("", "App Secret; env GENBOT_FEISHU_APP_SECRET.", secret=True)
-    encrypt_key: str = key("", "The Encrypt Key of the app's event subscription: events "
-                           "come encrypted and signed, and unsigned ones are refused.",
-                           secret=True)
+    mode: str = key("long_connection", "long_connection: genbot connects out to Feishu (no "
+                    "public URL needed); callback: Feishu posts events to /feishu/events.",
+                    choices=("long_connection", "callback"))
+    encrypt_key: str = key("", "The Encrypt Key of the app's event subscription (callback "
+                           "mode): events come encrypted and signed, and unsigned ones are "
+                           "refused.", secret=True)
     verification_token: str = key("", "The Verification Token of the app's event "
-                                  "subscription.", secret=True)
+                                  "subscription (callback mode).", secret=True)
     domain: str = key("feishu", "feishu (open.feishu.cn), lark (open.larksuite.com), or a "
                       "base URL (a proxy, or a test server).")
 
@@ -303,10 +306,13 @@ class FeishuConfig:
         if not self.app_id.startswith("cli_"):
             raise ConfigError(f'{source}: [feishu] app_id: "{self.app_id[:40]}" is not an '
                               "App ID: Feishu's start with cli_ (the app's Credentials page)")
-        if not (self.app_secret and self.encrypt_key and self.verification_token):
-            raise ConfigError(f"{source}: [feishu] app_id is set: expected app_secret, "
-                              "encrypt_key and verification_token too (the app's Credentials "
-                              "and Events & Callbacks > Encryption pages)")
+        if not self.app_secret:
+            raise ConfigError(f"{source}: [feishu] app_id is set: expected app_secret too "
+                              "(the app's Credentials page)")
+        if self.mode == "callback" and not (self.encrypt_key and self.verification_token):
+            raise ConfigError(f"{source}: [feishu] mode = \"callback\": expected "
+                              "encrypt_key and verification_token (the app's Events & "
+                              "Callbacks > Encryption page): genbot takes no unsigned events")
         if self.domain not in FEISHU_DOMAINS and not self.domain.startswith(
                 ("https://", "http://127.0.0.1", "http://localhost")):
             raise ConfigError(f'{source}: [feishu] domain: "{self.domain}": expected feishu, '

@@ -8,10 +8,12 @@ import asyncio
 import io
 import json
 import time
+from urllib.parse import parse_qs, urlparse
 
 import httpx
 import lark_oapi as lark
 import pytest
+import websockets
 from lark_oapi.api.im.v1 import (
     CreateFileRequest,
     CreateFileRequestBody,
@@ -28,7 +30,15 @@ from lark_oapi.api.im.v1 import (
 from lark_oapi.core.exception import ObtainAccessTokenException
 from lark_oapi.core.utils import Files
 from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTriggerResponse
+from lark_oapi.ws.client import Client as WsSdkClient
+from lark_oapi.ws.client import _new_ping_frame, _parse_ws_conn_exception
+from lark_oapi.ws.const import GEN_ENDPOINT_URI
+from lark_oapi.ws.enum import FrameType
+from lark_oapi.ws.exception import ClientException as WsClientException
+from lark_oapi.ws.exception import ServerException as WsServerException
+from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 from PIL import Image
+from websockets.exceptions import InvalidHandshake
 
 from tests.fakes.feishu import (
     APP_ID,
@@ -37,6 +47,7 @@ from tests.fakes.feishu import (
     ENCRYPT_KEY,
     VERIFICATION_TOKEN,
     FakeFeishu,
+    NotConnected,
     card_action_event,
     forget_sdk_token,
     signed,
@@ -487,3 +498,249 @@ async def test_tampered_requests_are_refused(fake):
     assert Dispatcher(token="another-token").post(raw, headers)[0] == 500
     assert app.messages == []
     assert app.post(raw, headers)[0] == 200  # the untouched request still passes
+
+
+# --- the long connection --------------------------------------------------------------------------
+class WsClient:
+    """The long connection as lark-oapi's ws.Client speaks it (ws/client.py: `_get_conn_url`,
+    `_connect`, `_new_ping_frame`, `_handle_data_frame`, `_combine`), on the test's loop: the
+    SDK's own client cannot run there (it takes a module-level loop and run_until_complete)."""
+
+    def __init__(self, url: str, conn) -> None:
+        self.url, self.conn = url, conn
+        self.service_id = int(parse_qs(urlparse(url).query)["service_id"][0])
+        self.parts: dict[str, list[bytes]] = {}
+
+    @staticmethod
+    async def endpoint(fake: FakeFeishu, secret: str = APP_SECRET) -> httpx.Response:
+        async with httpx.AsyncClient() as http:
+            return await http.post(fake.base + GEN_ENDPOINT_URI, headers={"locale": "zh"},
+                                   json={"AppID": APP_ID, "AppSecret": secret})
+
+    @classmethod
+    async def open(cls, fake: FakeFeishu) -> WsClient:
+        answer = (await cls.endpoint(fake)).json()
+        assert answer["code"] == 0, answer
+        url = answer["data"]["URL"]
+        return cls(url, await websockets.connect(url, proxy=None))
+
+    async def frame(self, timeout: float = 5.0) -> Frame:
+        frame = Frame()
+        frame.ParseFromString(await asyncio.wait_for(self.conn.recv(), timeout))
+        return frame
+
+    async def event(self) -> tuple[Frame, dict, list[Frame]]:
+        """The next whole event: the frame that completed it, its JSON, and every frame."""
+        frames = []
+        while True:
+            frame = await self.frame()
+            frames.append(frame)
+            assert frame.method == FrameType.DATA.value
+            h = headers(frame)
+            total, seq = int(h["sum"]), int(h["seq"])
+            parts = self.parts.setdefault(h["message_id"], [b""] * total)
+            parts[seq] = frame.payload
+            if all(parts):
+                del self.parts[h["message_id"]]
+                return frame, json.loads(b"".join(parts)), frames
+
+    async def ack(self, frame: Frame, code: int = 200) -> None:
+        header = frame.headers.add()
+        header.key, header.value = "biz_rt", "3"
+        frame.payload = json.dumps({"code": code}).encode()
+        await self.conn.send(frame.SerializeToString())
+
+    async def ping(self) -> None:
+        await self.conn.send(_new_ping_frame(self.service_id).SerializeToString())
+
+
+def headers(frame: Frame) -> dict[str, str]:
+    return {h.key: h.value for h in frame.headers}
+
+
+@pytest.fixture
+async def ws_client(fake):
+    client = await WsClient.open(fake)
+    await fake.wait_connected()
+    yield client
+    await client.conn.close()
+
+
+def ws_sdk(fake: FakeFeishu, secret: str = APP_SECRET, handler=None) -> WsSdkClient:
+    client = WsSdkClient(APP_ID, secret, domain=fake.base, event_handler=handler,
+                         log_level=lark.LogLevel.CRITICAL)
+    client._cache._cron.cancel()  # a clean-up task it starts on whichever loop is current
+    return client
+
+
+async def test_the_endpoint_hands_out_a_connection_url(fake):
+    fake.ping_interval, fake.reconnect_interval = 7, 2
+    answer = (await WsClient.endpoint(fake)).json()
+    assert (answer["code"], answer["msg"]) == (0, "ok")
+    url = urlparse(answer["data"]["URL"])
+    query = parse_qs(url.query)
+    assert (url.scheme, url.hostname) == ("ws", "127.0.0.1")
+    assert query["device_id"][0] and int(query["service_id"][0]) == fake.service_id
+    assert answer["data"]["ClientConfig"] == {"ReconnectCount": -1, "ReconnectInterval": 2,
+                                              "ReconnectNonce": 0, "PingInterval": 7}
+    # the SDK's own endpoint call reads it and takes the ClientConfig
+    client = ws_sdk(fake)
+    assert (await asyncio.to_thread(client._get_conn_url)).startswith("ws://127.0.0.1:")
+    assert (client._ping_interval, client._reconnect_interval, client._reconnect_nonce,
+            client._reconnect_count) == (7, 2, 0, -1)
+    assert fake.calls["endpoint"] == 2 and fake.connections == 0
+
+
+async def test_wrong_credentials_are_refused_for_good(fake):
+    r = await WsClient.endpoint(fake, secret="wrong")
+    assert (r.status_code, r.json()["code"]) == (200, 1000040345)
+    with pytest.raises(WsClientException) as refused:  # the SDK gives up, it does not retry
+        await asyncio.to_thread(ws_sdk(fake, secret="wrong")._get_conn_url)
+    assert refused.value.code == 1000040345
+    assert fake.calls["endpoint"] == 2
+
+
+async def test_refused_connections_are_server_errors_the_sdk_retries(fake):
+    fake.refuse_connections = True
+    r = await WsClient.endpoint(fake)
+    assert (r.status_code, r.json()["code"]) == (500, 1)
+    client = ws_sdk(fake)
+    with pytest.raises(WsServerException) as busy:
+        await asyncio.to_thread(client._get_conn_url)
+    assert busy.value.code == 500
+    fake.refusal_status = 200  # the code alone says "system busy"
+    with pytest.raises(WsServerException) as busy:
+        await asyncio.to_thread(client._get_conn_url)
+    assert (busy.value.code, str(busy.value)) == (1, "1: system busy")
+    fake.refuse_connections = False
+    assert (await WsClient.endpoint(fake)).json()["code"] == 0
+    assert fake.calls["endpoint"] == 4 and fake.connections == 0
+
+
+async def test_an_event_is_pushed_and_acked(fake, ws_client):
+    event = fake.message_event(chat_id=GROUP, open_id=ALICE, chat_type="group",
+                               text="/gen product_main sheet.xlsx", mention_bot=True)
+    message_id = await fake.push(event)
+    frame, body, frames = await ws_client.event()
+    assert len(frames) == 1 and body == event  # plaintext: no encryption, no signature
+    h = headers(frame)
+    assert (frame.method, frame.service) == (FrameType.DATA.value, fake.service_id)
+    assert (h["type"], h["message_id"], h["sum"], h["seq"]) == ("event", message_id, "1", "0")
+    assert h["trace_id"]
+    await ws_client.ack(frame)
+    ack = await fake.ack_of(message_id)
+    assert ack["payload"] == {"code": 200} and ack["headers"]["biz_rt"] == "3"
+    assert ack["headers"]["type"] == "event" and ack["service"] == fake.service_id
+    assert fake.pushed[message_id]["body"] == event and fake.ws_errors == []
+    assert fake.connections == 1 and len(fake.sockets) == 1
+
+
+async def test_a_split_event_is_combined(fake, ws_client):
+    click = card_action_event(open_id=ALICE, chat_id=GROUP, message_id="om_card",
+                              value={"action": "cancel", "batch": 7})
+    message_id = await fake.push(click, split=3)
+    frame, body, frames = await ws_client.event()
+    assert body == click
+    assert [headers(f)["seq"] for f in frames] == ["0", "1", "2"]
+    assert {headers(f)["sum"] for f in frames} == {"3"}
+    assert {headers(f)["message_id"] for f in frames} == {message_id}
+    assert len({headers(f)["trace_id"] for f in frames}) == 1
+    await ws_client.ack(frame)
+    assert (await fake.ack_of(message_id))["headers"]["seq"] == "2"
+    # kind card: the header says so
+    await fake.push(click, kind="card")
+    assert headers((await ws_client.event())[0])["type"] == "card"
+    with pytest.raises(ValueError):
+        await fake.push({}, split=3)  # "{}" has 2 bytes: a part would be empty
+
+
+async def test_the_sdks_own_frame_handling_reads_pushes_and_acks_them(fake, ws_client):
+    """lark-oapi's ws.Client's message handling (not its loop) on frames the fake pushed: it
+    combines, dispatches to the registered handlers and writes the ack the fake records."""
+    got, clicks = [], []
+
+    def click(data):
+        clicks.append(data)
+        return P2CardActionTriggerResponse({"toast": {"type": "info", "content": "cancelled"}})
+
+    handler = lark.EventDispatcherHandler.builder("", "") \
+        .register_p2_im_message_receive_v1(got.append) \
+        .register_p2_card_action_trigger(click).build()
+    client = ws_sdk(fake, handler=handler)
+    client._conn = ws_client.conn
+    event = fake.message_event(chat_id=GROUP, open_id=ALICE, text="hi " * 200)
+    message_id = await fake.push(event, split=4)
+    for _ in range(4):
+        await client._handle_message(await ws_client.conn.recv())
+    assert json.loads(got[0].event.message.content) == {"text": "hi " * 200}
+    ack = await fake.ack_of(message_id)
+    assert ack["payload"] == {"code": 200} and "biz_rt" in ack["headers"]
+
+    press = card_action_event(open_id=ALICE, chat_id=GROUP, message_id="om_card",
+                              value={"action": "cancel"})
+    message_id = await fake.push(press)
+    await client._handle_message(await ws_client.conn.recv())
+    assert clicks[0].event.action.value == {"action": "cancel"}
+    ack = await fake.ack_of(message_id)
+    assert ack["answer"] == {"toast": {"type": "info", "content": "cancelled"}}
+
+    # a pong applies the ClientConfig it carries
+    fake.ping_interval = 9
+    await ws_client.ping()
+    await client._handle_message(await ws_client.conn.recv())
+    assert client._ping_interval == 9
+    assert fake.ws_errors == []
+
+
+async def test_a_ping_is_answered_with_a_pong(fake, ws_client):
+    await ws_client.ping()
+    pong = await ws_client.frame()
+    assert (pong.method, headers(pong)["type"]) == (FrameType.CONTROL.value, "pong")
+    assert json.loads(pong.payload) == fake.client_config()
+    fake.pong_config = False
+    await ws_client.ping()
+    assert (await ws_client.frame()).payload == b""
+    assert fake.calls["ping"] == 2 and fake.acks == [] and fake.ws_errors == []
+
+
+async def test_a_dropped_connection_is_reopened_through_the_endpoint(fake, ws_client):
+    assert await fake.drop() == 1
+    with pytest.raises(websockets.ConnectionClosedError):
+        await ws_client.frame()
+    assert fake.sockets == []
+    with pytest.raises(NotConnected):
+        await fake.push(fake.message_event(chat_id=GROUP, open_id=ALICE, text="lost"))
+    # the old URL does not open again: the SDK would retry, so a client must ask anew
+    with pytest.raises(InvalidHandshake) as refused:
+        await websockets.connect(ws_client.url, proxy=None)
+    with pytest.raises(WsServerException):
+        _parse_ws_conn_exception(refused.value)
+
+    again = await WsClient.open(fake)
+    await fake.wait_connected()
+    assert (fake.calls["endpoint"], fake.connections) == (2, 2)
+    message_id = await fake.push(fake.message_event(chat_id=GROUP, open_id=ALICE, text="b"))
+    frame, body, _ = await again.event()
+    await again.ack(frame)
+    assert (await fake.ack_of(message_id))["payload"] == {"code": 200}
+
+    assert await fake.drop(graceful=True) == 1
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await again.frame()
+    assert closed.value.rcvd.code == 1001
+    assert fake.sockets == [] and fake.connections == 2
+
+
+async def test_each_event_goes_to_one_connection(fake):
+    first, second = await WsClient.open(fake), await WsClient.open(fake)
+    await fake.wait_connected(2)
+    event = fake.message_event(chat_id=GROUP, open_id=ALICE, text="once")
+    await fake.push(event)
+    done, pending = await asyncio.wait(
+        [asyncio.ensure_future(c.frame(timeout=1)) for c in (first, second)],
+        return_when=asyncio.FIRST_COMPLETED)
+    assert len(done) == 1
+    await asyncio.gather(*pending, return_exceptions=True)  # the other one times out
+    assert [json.loads(t.result().payload) for t in done] == [event]
+    await first.conn.close()
+    await second.conn.close()

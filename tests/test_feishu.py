@@ -39,7 +39,8 @@ def feishu_config(tmp_path, demo_models, fake: FakeFeishu, *, chat=None, **feish
         tmp_path / "data", demo_models, service={"port": 0},
         chat={"progress_every": 0.5, "admins": ["feishu:ou_boss"], **(chat or {})},
         feishu={"app_id": APP_ID, "app_secret": APP_SECRET, "encrypt_key": ENCRYPT_KEY,
-                "verification_token": VERIFICATION_TOKEN, "domain": fake.base, **feishu})
+                "verification_token": VERIFICATION_TOKEN, "domain": fake.base,
+                "mode": "callback", **feishu})
 
 
 class FeishuWorld(ServiceWorld):
@@ -248,9 +249,14 @@ def test_the_config_says_what_is_missing(tmp_path):
     base = {"service": {"data_dir": str(tmp_path)}}
     with pytest.raises(ConfigError, match=r"\[feishu\] app_id: \"app1\" is not an App ID"):
         config_from({**base, "feishu": {"app_id": "app1"}})
-    with pytest.raises(ConfigError, match="expected app_secret, encrypt_key and "
-                                          "verification_token too"):
-        config_from({**base, "feishu": {"app_id": APP_ID, "app_secret": "s"}})
+    with pytest.raises(ConfigError, match="expected app_secret too"):
+        config_from({**base, "feishu": {"app_id": APP_ID}})
+    with pytest.raises(ConfigError, match='mode = "callback": expected encrypt_key and '
+                                          "verification_token"):
+        config_from({**base, "feishu": {"app_id": APP_ID, "app_secret": "s",
+                                        "mode": "callback"}})
+    assert config_from({**base, "feishu": {"app_id": APP_ID, "app_secret": "s"}})  # (long
+    # connection: no keys needed)
     with pytest.raises(ConfigError, match="expected feishu, lark, or an https:// base URL"):
         config_from({**base, "feishu": {"app_id": APP_ID, "app_secret": "s", "encrypt_key": "k",
                                         "verification_token": "t", "domain": "http://x.cn"}})
@@ -260,3 +266,57 @@ def test_the_config_says_what_is_missing(tmp_path):
     from bot.settings import FeishuConfig
     assert lark[FeishuConfig].base == "https://open.larksuite.com"
     assert json.dumps(lark[FeishuConfig].base)
+
+
+class LongWorld(FeishuWorld):
+    """The service connected to Feishu over the long connection."""
+
+    async def __aenter__(self) -> LongWorld:
+        await super().__aenter__()
+        await self.fake.wait_connected(1, timeout=10)
+        return self
+
+    async def push(self, body: dict, split: int = 1) -> dict:
+        ack = await self.fake.ack_of(await self.fake.push(body, split=split), timeout=10)
+        assert ack["payload"]["code"] == 200
+        return ack
+
+    async def say(self, *, user: str = ALICE, chat: str = CHAT, **message) -> dict:
+        body = self.fake.message_event(chat_id=chat, open_id=user, **message)
+        await self.push(body)
+        return body
+
+
+async def test_over_the_long_connection_events_are_answered_and_it_reconnects(
+        tmp_path, demo_models, fake, caplog):
+    """No public URL: genbot connects out, answers each event at once (a split one
+    reassembled), a button pressed comes back over it, and a dropped connection is opened
+    again through the endpoint — the batch goes on."""
+    fake.ping_interval = 1
+    config = feishu_config(tmp_path, demo_models, fake, mode="long_connection",
+                           encrypt_key="", verification_token="")
+    async with LongWorld(config, fake) as w:
+        await w.send_sheet_and_pictures()
+        body = fake.message_event(chat_id=CHAT, open_id=ALICE,
+                                  text="/gen social_thumb social_thumb.xlsx")
+        await w.push(body, split=3)
+        root = body["event"]["message"]["message_id"]
+        await w.until(lambda: any("已接收" in words(m["content"]) for m in fake.in_thread(root)))
+        assert await fake.drop() == 1  # the connection lost mid-batch
+        await w.until(lambda: fake.connections >= 2 and fake.sockets, timeout=15)
+        assert fake.calls["endpoint"] >= 2  # a new endpoint asked for, not the old URL
+        w.start_executor()
+        await w.finish(timeout=120)
+        card = await w.until(lambda: next((m for m in fake.in_thread(root)
+                                           if m["msg_type"] == "interactive" and any(
+                                               "放大" in b for b in buttons(m["content"]))),
+                                          None))
+        upscale = next(c for b, c in buttons(card["content"]).items() if "放大" in b)
+        press = card_action_event(open_id=ALICE, chat_id=CHAT, message_id=card["message_id"],
+                                  value={"command": upscale})
+        await w.push(press)
+        await w.push(press)  # Feishu pushing it again: answered, handled once
+        await w.until(lambda: [c for c in w.cards() if "已排队（批次 2）" in c])
+        assert len([c for c in w.cards() if "已排队（批次" in c]) == 1
+        await w.until(lambda: fake.calls["ping"] >= 1)
+        assert fake.ws_errors == [] and tracebacks(caplog) == []

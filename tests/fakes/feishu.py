@@ -1,6 +1,8 @@
 """Feishu's (Lark's) OpenAPI on loopback, as the official SDK `lark-oapi` talks to it, with
 fault switches; and helpers that build what Feishu POSTs to an app's callback URL
-(im.message.receive_v1, card.action.trigger, url_verification), encrypted and signed.
+(im.message.receive_v1, card.action.trigger, url_verification), encrypted and signed; and
+Feishu's long connection (the WebSocket event gateway lark-oapi's `ws.Client` speaks: the
+endpoint, protobuf frames, ping/pong, acks, dropped and refused connections).
 
 Facts come from /work/shared/docs/chat-platforms.md ("Feishu / Lark"; authoritative here),
 from lark-oapi 1.7.5's source, and from Feishu's API pages where a comment names them.
@@ -21,6 +23,7 @@ import hashlib
 import io
 import json
 import mimetypes
+import random
 import secrets
 import threading
 import time
@@ -29,9 +32,25 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from aiohttp import web
+from aiohttp import WSCloseCode, WSMsgType, web
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from lark_oapi.ws.const import (
+    AUTH_FAILED,
+    EXCEED_CONN_LIMIT,
+    GEN_ENDPOINT_URI,
+    HEADER_HANDSHAKE_AUTH_ERRCODE,
+    HEADER_HANDSHAKE_MSG,
+    HEADER_HANDSHAKE_STATUS,
+    HEADER_MESSAGE_ID,
+    HEADER_SEQ,
+    HEADER_SUM,
+    HEADER_TRACE_ID,
+    HEADER_TYPE,
+    SYSTEM_BUSY,
+)
+from lark_oapi.ws.enum import FrameType, MessageType
+from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 
 APP_ID = "cli_genbot_test"
 APP_SECRET = "feishu-test-secret"
@@ -127,6 +146,19 @@ BAD_SECRET = Refusal(10014, "app secret invalid")
 THROTTLED = Refusal(99991400, "request trigger frequency limit", status=429,
                     headers={"x-ogw-ratelimit-limit": "50", "x-ogw-ratelimit-reset": "1"})
 SERVER_ERROR = Refusal(1500, "internal error", status=500)
+# The long connection's endpoint (POST /callback/ws/endpoint, lark-oapi ws/const.py and
+# ws/client.py `_get_conn_url`). The SDK reads a non-200 status or code SYSTEM_BUSY (1) or
+# INTERNAL_ERROR as a server error (ServerException: it retries) and any other code as the
+# client's (ClientException: it gives up). 1000040345 for an unknown app or the wrong secret is
+# what third-party code records Feishu answering for forged credentials; its text and its HTTP
+# status 200 are *(unconfirmed)* (with any other status the SDK would retry, not give up).
+WS_BAD_CREDENTIALS = Refusal(1000040345, "app_id or app_secret is invalid", status=200)
+WS_MAX_CONNECTIONS = 50  # the shared doc: "At most 50 connections per app"
+WS_PATH = "/ws/v2"  # the path of the URL Feishu hands out (wss://msg-frontier…/ws/v2?…)
+
+
+class NotConnected(RuntimeError):
+    """`FakeFeishu.push` with no long connection open: Feishu would have no one to send to."""
 
 
 # --- cards ------------------------------------------------------------------------------------
@@ -214,6 +246,23 @@ class FakeFeishu:
         self._patches: dict[str, list[float]] = {}  # message_id -> recent PATCH times
         self._threads: dict[str, str] = {}  # root message_id -> thread_id
         self.base = ""
+        # the long connection (calls["endpoint"], calls["ping"] count those requests)
+        self.sockets: list[web.WebSocketResponse] = []  # the long connections open now
+        self.connections = 0  # long connections ever opened
+        self.pushed: dict[str, dict] = {}  # message_id -> {kind, body, frames}, as pushed
+        self.acks: list[dict] = []  # the DATA frames clients sent back (`_client_frame`)
+        self.ws_errors: list[str] = []  # frames from clients this fake could not read
+        self.refuse_connections = False  # the endpoint answers "system busy" while true
+        self.refusal_status = 500  # …with this HTTP status (200: the code alone says busy)
+        # the ClientConfig the endpoint and each pong hand out (the SDK's defaults are
+        # 120 s; small ones suit tests)
+        self.reconnect_count, self.reconnect_interval = -1, 1
+        self.reconnect_nonce, self.ping_interval = 0, 5
+        self.pong_config = True  # a pong carries the ClientConfig (else an empty payload)
+        self.service_id = 10_000_000 + secrets.randbelow(90_000_000)  # Frame.service: int32
+        self._tickets: set[str] = set()  # connection URLs handed out and not yet used
+        self._peers: dict[int, web.Request] = {}  # id(socket) -> its upgrade request
+        self._seq_ids = 0
 
     # --- the server, on its own thread ------------------------------------------------------
     async def start(self) -> FakeFeishu:
@@ -226,6 +275,8 @@ class FakeFeishu:
         return self
 
     async def stop(self) -> None:
+        if self.sockets:  # open long connections would hold the server's shutdown
+            await self._on_loop(self._drop(graceful=False))
         self._loop.call_soon_threadsafe(self._loop.stop)
         await asyncio.to_thread(self._thread.join, 10)
 
@@ -241,6 +292,8 @@ class FakeFeishu:
         r.add_post("/open-apis/im/v1/images", self.upload_image)
         r.add_post("/open-apis/im/v1/files", self.upload_file)
         r.add_get("/open-apis/im/v1/messages/{message_id}/resources/{file_key}", self.resource)
+        r.add_post(GEN_ENDPOINT_URI, self.ws_endpoint)
+        r.add_get(WS_PATH, self.ws_accept)
         runner = web.AppRunner(app, access_log=None)
         try:
             loop.run_until_complete(runner.setup())
@@ -697,6 +750,192 @@ class FakeFeishu:
 
     person_sends = message_event
 
+    # --- the long connection ----------------------------------------------------------------
+    # lark-oapi 1.7.5 ws/client.py is the reference: the client POSTs GEN_ENDPOINT_URI
+    # {"AppID", "AppSecret"}, opens data.URL, sends a PING control frame every PingInterval
+    # seconds, and answers each DATA frame with the same frame (headers kept, a `biz_rt` header
+    # added) carrying the JSON payload {"code": 200} (plus "data": base64 of a callback's
+    # answer). Frames are pbbp2.Frame: method FrameType.CONTROL (0) or DATA (1); headers
+    # type (event|card|ping|pong), message_id, sum, seq, trace_id; `service` = the URL's
+    # service_id. Feishu pushes an unanswered event again after 3 s: this fake does not.
+    def client_config(self) -> dict:
+        """The ClientConfig the endpoint and each pong carry (lark-oapi ws/model.py)."""
+        return {"ReconnectCount": self.reconnect_count,
+                "ReconnectInterval": self.reconnect_interval,
+                "ReconnectNonce": self.reconnect_nonce, "PingInterval": self.ping_interval}
+
+    async def ws_endpoint(self, request: web.Request) -> web.Response:
+        """POST /callback/ws/endpoint: a connection URL, good for one connection
+        (single use is *(unconfirmed)*; the SDK asks again before every connect)."""
+        self.calls["endpoint"] += 1
+        if self.refuse_connections:
+            raise Refusal(SYSTEM_BUSY, "system busy", status=self.refusal_status)
+        body = await _json(request)
+        if body.get("AppID") != APP_ID or body.get("AppSecret") != APP_SECRET:
+            raise WS_BAD_CREDENTIALS()
+        ticket = _hex(16)
+        self._tickets.add(ticket)
+        device_id = str(7_000_000_000_000_000_000 + secrets.randbelow(10**18))
+        url = (f"{self.base.replace('http://', 'ws://')}{WS_PATH}?device_id={device_id}"
+               f"&service_id={self.service_id}&ticket={ticket}")
+        return web.json_response({"code": 0, "msg": "ok", "data": {
+            "URL": url, "ClientConfig": self.client_config()}})
+
+    async def ws_accept(self, request: web.Request) -> web.StreamResponse:
+        """The connection URL: a WebSocket of binary pbbp2 frames. A URL not handed out (or
+        used already) and a 51st connection are refused at the handshake with the headers
+        the SDK's `_parse_ws_conn_exception` reads (status 514 AUTH_FAILED; auth code
+        EXCEED_CONN_LIMIT for the limit, which the SDK does not retry). The HTTP status and
+        the auth code for a bad URL are *(unconfirmed)*."""
+        ticket = request.query.get("ticket", "")
+        if ticket not in self._tickets or request.query.get("service_id") != \
+                str(self.service_id):
+            return _handshake_refusal("ticket invalid", 0)
+        if len(self.sockets) >= WS_MAX_CONNECTIONS:
+            return _handshake_refusal("exceed connection limit", EXCEED_CONN_LIMIT)
+        self._tickets.discard(ticket)
+        ws = web.WebSocketResponse(max_msg_size=0)
+        await ws.prepare(request)
+        self.connections += 1
+        self.sockets.append(ws)
+        self._peers[id(ws)] = request
+        try:
+            async for msg in ws:
+                if msg.type == WSMsgType.BINARY:
+                    await self._client_frame(ws, msg.data)
+                else:
+                    self.ws_errors.append(f"a {msg.type.name} message, not a binary frame")
+        finally:
+            self._forget(ws)
+        return ws
+
+    def _forget(self, ws: web.WebSocketResponse) -> None:
+        if ws in self.sockets:
+            self.sockets.remove(ws)
+        self._peers.pop(id(ws), None)
+
+    async def _client_frame(self, ws: web.WebSocketResponse, raw: bytes) -> None:
+        """A frame a client sent: a PING is answered with a PONG (the same frame, type pong,
+        payload the ClientConfig as JSON, which the SDK's `_handle_control_frame` applies);
+        a DATA frame (an ack) is recorded in `acks` as {message_id, headers (a dict),
+        payload (parsed), answer (its base64 "data" decoded as JSON, when present),
+        service}."""
+        frame = Frame()
+        try:
+            frame.ParseFromString(raw)
+        except Exception as e:  # the bundled protobuf's DecodeError, or worse
+            self.ws_errors.append(f"not a pbbp2 Frame: {e}")
+            return
+        headers = {h.key: h.value for h in frame.headers}
+        if frame.method == FrameType.CONTROL.value:
+            if headers.get(HEADER_TYPE) != MessageType.PING.value:
+                self.ws_errors.append(f"a control frame of type {headers.get(HEADER_TYPE)!r}")
+                return
+            self.calls["ping"] += 1
+            pong = Frame()
+            pong.CopyFrom(frame)
+            for header in pong.headers:
+                if header.key == HEADER_TYPE:
+                    header.value = MessageType.PONG.value
+            pong.payload = json.dumps(self.client_config()).encode() if self.pong_config \
+                else b""
+            await ws.send_bytes(pong.SerializeToString())
+        elif frame.method == FrameType.DATA.value:
+            try:
+                payload = json.loads(frame.payload)
+            except ValueError:
+                self.ws_errors.append(f"an ack whose payload is not JSON: {frame.payload!r}")
+                return
+            ack = {"message_id": headers.get(HEADER_MESSAGE_ID), "headers": headers,
+                   "payload": payload, "service": frame.service}
+            if isinstance(payload, dict) and payload.get("data"):
+                try:
+                    ack["answer"] = json.loads(base64.b64decode(payload["data"]))
+                except ValueError:
+                    self.ws_errors.append(f"an ack whose data is not base64 JSON: {payload}")
+            if ack["message_id"] not in self.pushed:
+                self.ws_errors.append(f"an ack for a message never pushed: {headers}")
+            self.acks.append(ack)
+        else:
+            self.ws_errors.append(f"a frame of method {frame.method}")
+
+    async def push(self, body: dict, *, kind: str = "event", split: int = 1) -> str:
+        """Feishu sends an event (`message_event(…)`, `card_action_event(…)`) down ONE open
+        long connection (a random one, as Feishu picks one random client): DATA frames with
+        headers type (`kind`), message_id (new; returned), sum, seq, trace_id; `service` the
+        service_id; payload the event's plaintext JSON, in `split` frames (seq 0…split-1, as
+        the SDK's `_combine` joins them). Call it from the test's loop: the send runs on the
+        fake's and this returns once the frames are written. NotConnected if none is open.
+
+        card.action.trigger comes as kind "event" (the SDK handles it through its event
+        dispatcher; a frame of type "card" it drops without an ack)."""
+        if kind not in (MessageType.EVENT.value, MessageType.CARD.value):
+            raise ValueError("kind is event or card")
+        payload = json.dumps(body, ensure_ascii=False).encode()
+        if not 1 <= split <= len(payload):
+            raise ValueError("split is 1 … the payload's length (no frame may be empty: the "
+                             "SDK's _combine takes an empty part for a missing one)")
+        message_id = _hex(16)
+        await self._on_loop(self._push(message_id, body, payload, kind, split))
+        return message_id
+
+    async def _push(self, message_id: str, body: dict, payload: bytes, kind: str,
+                    split: int) -> None:
+        if not self.sockets:
+            raise NotConnected("no long connection is open")
+        ws = random.choice(self.sockets)
+        self.pushed[message_id] = {"kind": kind, "body": body, "frames": split}
+        size, extra = divmod(len(payload), split)
+        trace_id, start = _hex(16), 0
+        for seq in range(split):
+            end = start + size + (seq < extra)
+            frame = Frame()
+            self._seq_ids += 1
+            frame.SeqID, frame.LogID = self._seq_ids, secrets.randbits(62)
+            frame.service, frame.method = self.service_id, FrameType.DATA.value
+            for key, value in ((HEADER_TYPE, kind), (HEADER_MESSAGE_ID, message_id),
+                               (HEADER_SUM, str(split)), (HEADER_SEQ, str(seq)),
+                               (HEADER_TRACE_ID, trace_id)):
+                header = frame.headers.add()
+                header.key, header.value = key, value
+            frame.payload = payload[start:end]
+            start = end
+            await ws.send_bytes(frame.SerializeToString())
+
+    async def drop(self, *, graceful: bool = False) -> int:
+        """Every open long connection is lost (how many): by default the TCP connection is
+        cut with no close frame, as a network failure would; graceful=True closes each with
+        1001 going-away. A client must ask the endpoint again and connect anew."""
+        return await self._on_loop(self._drop(graceful))
+
+    async def _drop(self, graceful: bool) -> int:
+        dropped = list(self.sockets)
+        for ws in dropped:
+            request = self._peers.get(id(ws))
+            self._forget(ws)
+            if graceful:
+                await ws.close(code=WSCloseCode.GOING_AWAY, message=b"going away")
+            elif request is not None and request.transport is not None:
+                request.transport.abort()
+        return len(dropped)
+
+    async def wait_connected(self, n: int = 1, timeout: float = 5.0) -> None:
+        """Until `n` long connections are open."""
+        await _until(lambda: len(self.sockets) >= n, timeout,
+                     lambda: f"{len(self.sockets)} long connections open, not {n}")
+
+    async def ack_of(self, message_id: str, timeout: float = 5.0) -> dict:
+        """The ack a client sent for a pushed message (waiting for it)."""
+        def found() -> dict | None:
+            return next((a for a in self.acks if a["message_id"] == message_id), None)
+        await _until(lambda: found() is not None, timeout,
+                     lambda: f"no ack for {message_id}; acks: {self.acks}")
+        return found()  # type: ignore[return-value]
+
+    async def _on_loop(self, coro: Any) -> Any:
+        """Run a coroutine on the fake's loop (from the test's) and wait for its result."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
 
 # --- inbound: what Feishu POSTs to the app ------------------------------------------------------
 def _header(event_type: str, create_time: str) -> dict:
@@ -792,6 +1031,23 @@ async def _json(request: web.Request) -> dict:
     if not isinstance(body, dict):
         raise field_validation("body", "is not a JSON object")
     return body
+
+
+def _handshake_refusal(msg: str, auth_code: int) -> web.Response:
+    """A refused WebSocket upgrade, with the headers lark-oapi's `_parse_ws_conn_exception`
+    reads (handshake-status AUTH_FAILED; handshake-autherrcode EXCEED_CONN_LIMIT is the only
+    one it does not retry)."""
+    return web.Response(status=403, text=msg, headers={
+        HEADER_HANDSHAKE_STATUS: str(AUTH_FAILED), HEADER_HANDSHAKE_MSG: msg,
+        HEADER_HANDSHAKE_AUTH_ERRCODE: str(auth_code)})
+
+
+async def _until(condition: Any, timeout: float, why: Any) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(why())
+        await asyncio.sleep(0.01)
 
 
 def _ok(data: dict) -> web.Response:

@@ -1,11 +1,12 @@
-"""Feishu / Lark: events by HTTP callback, through the official SDK `lark-oapi`, over the
-chat core.
+"""Feishu / Lark: events by long connection or HTTP callback, through the official SDK
+`lark-oapi`, over the chat core.
 
 Feishu's facts shape it (docs/feishu.md):
 
-- Events and card button presses arrive at `/feishu/events`, encrypted with the app's
-  Encrypt Key and signed (`X-Lark-Signature`); the SDK's EventDispatcherHandler decrypts,
-  checks the signature and the verification token, and answers Feishu's url_verification.
+- Events and card button presses arrive over the long connection genbot opens
+  (bot.chat.feishu.connection), or at `/feishu/events`, encrypted with the app's Encrypt
+  Key and signed (`X-Lark-Signature`): the SDK's EventDispatcherHandler decrypts, checks
+  the signature and the verification token, and answers Feishu's url_verification.
   Feishu wants an answer within 3 s and pushes an event again when it gets none: the work
   is handed to the core in the background, and an `event_id` seen lately is not handled
   twice (a signed request replayed is the same event).
@@ -38,6 +39,7 @@ from lark_oapi.event.callback.model.p2_card_action_trigger import (
 )
 
 from bot.chat.feishu.api import FeishuAPI
+from bot.chat.feishu.connection import LongConnection
 from bot.chat.feishu.markup import CARD
 from bot.chat.platform import (
     Button,
@@ -83,14 +85,19 @@ class Feishu(Platform):
             .register_p2_im_message_receive_v1(self._message)
             .register_p2_card_action_trigger(self._pressed).build())
         self.uploaded: dict[tuple[str, int, int], str] = {}  # a file -> its image key
+        self.connection: LongConnection | None = None
 
     # --- wiring -------------------------------------------------------------------------
     def attach(self, app: Any, receive: Receive) -> None:
         self.receive = receive
-        app.router.add_post("/feishu/events", self.callback)
+        if self.settings.mode == "callback":
+            app.router.add_post("/feishu/events", self.callback)
 
     async def start(self) -> None:
         self.spawn(self._check(), name="feishu-token")
+        if self.settings.mode == "long_connection":
+            self.connection = LongConnection(self)
+            self.spawn(self.connection.run(), name="feishu-connection")
 
     async def _check(self) -> None:
         """One clear line at start: the app's credentials work, or why they do not."""
