@@ -151,13 +151,8 @@ async def test_a_button_pressed_is_its_command_from_whoever_pressed_it(tmp_path,
         root = command["event"]["message"]["message_id"]
         w.start_executor()
         await w.finish(timeout=120)
-        card = await w.until(lambda: next((m for m in fake.in_thread(root)
-                                           if m["msg_type"] == "interactive" and any(
-                                               "放大" in b for b in buttons(m["content"]))),
-                                          None))
-        again = next(c for b, c in buttons(card["content"]).items() if "放大" in b)
-        press = card_action_event(open_id=ALICE, chat_id=CHAT, message_id=card["message_id"],
-                                  value={"command": again})
+        card, press = await upscale_pressed(w, root)
+        again = press["event"]["action"]["value"]["command"]
         assert await w.post(press) == 200
         assert await w.post(press) == 200  # pushed again: handled once
         await w.until(lambda: [c for c in w.cards() if "已排队（批次 2）" in c])
@@ -170,6 +165,16 @@ async def test_a_button_pressed_is_its_command_from_whoever_pressed_it(tmp_path,
             "批次 1 由 feishu:ou_alice 提交；只有提交者或管理员可以对其执行 /upscale")])
         assert len([c for c in w.cards() if "已排队（批次" in c]) == 1  # the press: once
         assert await w.queue.batch(3) is None
+
+
+async def upscale_pressed(w: FeishuWorld, root: str) -> tuple[dict, dict]:
+    """The first image card in the thread that offers Upscale, and its press by Alice."""
+    card = await w.until(lambda: next((m for m in w.fake.in_thread(root)
+                                       if m["msg_type"] == "interactive" and any(
+                                           "放大" in b for b in buttons(m["content"]))), None))
+    command = next(c for b, c in buttons(card["content"]).items() if "放大" in b)
+    return card, card_action_event(open_id=ALICE, chat_id=CHAT, message_id=card["message_id"],
+                                   value={"command": command})
 
 
 async def test_forged_unsigned_and_replayed_events_are_refused_or_handled_once(
@@ -307,13 +312,7 @@ async def test_over_the_long_connection_events_are_answered_and_it_reconnects(
         assert fake.calls["endpoint"] >= 2  # a new endpoint asked for, not the old URL
         w.start_executor()
         await w.finish(timeout=120)
-        card = await w.until(lambda: next((m for m in fake.in_thread(root)
-                                           if m["msg_type"] == "interactive" and any(
-                                               "放大" in b for b in buttons(m["content"]))),
-                                          None))
-        upscale = next(c for b, c in buttons(card["content"]).items() if "放大" in b)
-        press = card_action_event(open_id=ALICE, chat_id=CHAT, message_id=card["message_id"],
-                                  value={"command": upscale})
+        _, press = await upscale_pressed(w, root)
         await w.push(press)
         await w.push(press)  # Feishu pushing it again: answered, handled once
         await w.until(lambda: [c for c in w.cards() if "已排队（批次 2）" in c])
