@@ -1,5 +1,5 @@
-"""How fast genbot acknowledges Slack while the executor is busy generating. Asserts nothing;
-record results in docs/benchmarks.md.
+"""How fast genbot acknowledges Slack and Feishu while the executor is busy generating.
+Asserts nothing; record results in docs/benchmarks.md.
 
   python bench/ack_bench.py [--requests 100] [--rounds 3] [--rows 200] [--settle 1]
 
@@ -8,7 +8,10 @@ runs here against a fake Slack Web API on loopback. Signed slash commands
 (`/genbot status`, which also makes the core read the queue and post a reply), and
 clicks on the Again button under the batch's first image (each asks for a new job;
 a click within 10 s of the last is the same ask), are posted one after another and
-the time to the HTTP answer is measured — what Slack holds to 3 s. Rounds alternate
+the time to the HTTP answer is measured — what Slack holds to 3 s. Beside them, the same
+on Feishu's HTTP callback (the service has both): `/status 1` as a message event and a
+press of that Again as a card.action.trigger, each encrypted and signed as Feishu sends
+them (tests/fakes/feishu.py), timed to the answer Feishu holds to 3 s. Rounds alternate
 between an idle executor (queue paused, nothing running)
 and a busy one (product_main on the demo models), so drift on a noisy machine hits both
 alike. Prints p50/p99 of each and the busy/idle ratio. Target: p99 < 100 ms busy.
@@ -32,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from bot.service import Service  # noqa: E402
 from executor.models import demo  # noqa: E402
 from storage import config as cfg  # noqa: E402
+from tests.fakes import feishu  # noqa: E402
 from tests.fakes.slack import BOT, SECRET, TOKEN, FakeSlack, SlackClient  # noqa: E402
 
 
@@ -56,6 +60,29 @@ async def measure(slack: SlackClient, n: int, under: dict | None = None) -> list
     return out
 
 
+async def measure_feishu(session, url: str, fake: feishu.FakeFeishu, n: int,
+                         again: str | None = None) -> list[float]:
+    """`n` `/status 1` message events, or presses of the button that sends `again` (on a
+    card in a thread of the bench's chat), each encrypted, signed and timed to the
+    service's answer."""
+    out = []
+    card = fake.message_event(chat_id="oc_bench", open_id="ou_boss", text="a thread")
+    for _ in range(n):
+        body = fake.message_event(chat_id="oc_bench", open_id="ou_boss", text="/status 1") \
+            if again is None else feishu.card_action_event(
+                open_id="ou_boss", chat_id="oc_bench",
+                message_id=card["event"]["message"]["message_id"],
+                value={"command": again})
+        raw, headers = feishu.signed(body)
+        start = time.perf_counter()
+        async with session.post(f"{url}/feishu/events", data=raw, headers=headers) as r:
+            await r.read()
+        out.append((time.perf_counter() - start) * 1000)
+        assert r.status == 200, r.status
+        await asyncio.sleep(0.01)
+    return out
+
+
 async def first_buttons(fake: FakeSlack, queue) -> dict:
     """The row of buttons under the batch's first finished image (the executor runs)."""
     await queue.resume(by="bench")
@@ -73,15 +100,24 @@ async def main(args) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="genbot-ack-"))
     demo.place(tmp / "data" / "models" / "demo", args.demo_models)
     fake = await FakeSlack().start()
+    lark = await feishu.FakeFeishu().start()
+    lark.join("oc_bench")
     (tmp / "config.toml").write_text(  # a file: the executor process reads it too
         f'[service]\ndata_dir = "{tmp / "data"}"\nport = 0\nlog_level = "warning"\n'
-        f'[queue]\npoll_interval = 0.1\n[chat]\nadmins = ["slack:BOSS"]\n'
+        f'[queue]\npoll_interval = 0.1\n[chat]\nadmins = ["slack:BOSS", "feishu:ou_boss"]\n'
         f'[slack]\nbot_token = "{TOKEN}"\nsigning_secret = "{SECRET}"\n'
-        f'api_url = "{fake.api_url}"\n')
+        f'api_url = "{fake.api_url}"\n'
+        f'[feishu]\napp_id = "{feishu.APP_ID}"\napp_secret = "{feishu.APP_SECRET}"\n'
+        f'encrypt_key = "{feishu.ENCRYPT_KEY}"\n'
+        f'verification_token = "{feishu.VERIFICATION_TOKEN}"\n'
+        f'domain = "{lark.base}"\nmode = "callback"\n')
     config = cfg.load(str(tmp / "config.toml"))
     service = Service(config, executor=True)
     await service.start()
     slack = SlackClient(f"http://127.0.0.1:{service.port}", fake)
+    url = f"http://127.0.0.1:{service.port}"
+    import aiohttp
+    session = aiohttp.ClientSession()
     queue = service.queue
     try:
         await queue.pause(by="bench")
@@ -97,6 +133,12 @@ async def main(args) -> None:
         else:
             raise SystemExit(f"the sheet was not queued: {[m['text'] for m in fake.messages]}")
         buttons = await first_buttons(fake, queue)
+        first = (await queue.batch_jobs(1))[0]
+        again = f"/again j{first.id}"  # what a Feishu image card's Again sends
+        lark_idle: list[float] = []
+        lark_busy: list[float] = []
+        press_idle: list[float] = []
+        press_busy: list[float] = []
         idle: list[float] = []
         busy: list[float] = []
         clicks_idle: list[float] = []
@@ -107,6 +149,8 @@ async def main(args) -> None:
                 await asyncio.sleep(0.1)
             idle += await measure(slack, args.requests)
             clicks_idle += await measure(slack, args.requests, buttons)
+            lark_idle += await measure_feishu(session, url, lark, args.requests)
+            press_idle += await measure_feishu(session, url, lark, args.requests, again)
             await queue.resume(by="bench")
             while not (await queue.active_counts()).running:
                 progress = await queue.batch_progress(1)
@@ -118,16 +162,22 @@ async def main(args) -> None:
             await asyncio.sleep(args.settle)  # into the denoising loop
             busy += await measure(slack, args.requests)
             clicks_busy += await measure(slack, args.requests, buttons)
+            lark_busy += await measure_feishu(session, url, lark, args.requests)
+            press_busy += await measure_feishu(session, url, lark, args.requests, again)
         done = (await queue.batch_progress(1)).done
     finally:
+        await session.close()
         await slack.close()
         await service.stop()
         await fake.stop()
+        await lark.stop()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}")
     print(f"{len(idle)} signed /genbot status per phase; {done} product_main jobs ran meanwhile")
     for name, values in (("idle executor", idle), ("busy executor", busy),
-                         ("Again, idle", clicks_idle), ("Again, busy", clicks_busy)):
+                         ("Again, idle", clicks_idle), ("Again, busy", clicks_busy),
+                         ("Feishu, idle", lark_idle), ("Feishu, busy", lark_busy),
+                         ("press, idle", press_idle), ("press, busy", press_busy)):
         print(f"{name:14}  p50 {statistics.median(values):6.1f} ms   "
               f"p99 {percentile(values, 99):6.1f} ms   max {max(values):6.1f} ms")
     print(f"busy/idle: p50 x{statistics.median(busy) / statistics.median(idle):.2f}, "
@@ -136,6 +186,11 @@ async def main(args) -> None:
           f"x{statistics.median(clicks_busy) / statistics.median(clicks_idle):.2f}, p99 "
           f"x{percentile(clicks_busy, 99) / percentile(clicks_idle, 99):.2f}; "
           f"Again/status busy p99 x{percentile(clicks_busy, 99) / percentile(busy, 99):.2f}")
+    lark_p50 = statistics.median(lark_busy) / statistics.median(lark_idle)
+    lark_p99 = percentile(lark_busy, 99) / percentile(lark_idle, 99)
+    print(f"Feishu busy/idle: p50 x{lark_p50:.2f}, p99 x{lark_p99:.2f}; Feishu/Slack "
+          f"busy p99 x{percentile(lark_busy, 99) / percentile(busy, 99):.2f}; press busy p99 "
+          f"{percentile(press_busy, 99):.1f} ms (target: < 100 ms)")
 
 
 if __name__ == "__main__":

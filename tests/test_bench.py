@@ -17,7 +17,7 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     "queue_bench.py": (["--smoke", "--pg", PG_URL], "p50 ratio poll/wake"),
     "scale_bench.py": (["--smoke", "--pg", PG_URL], "p50 ratio poll/notify"),
     "ack_bench.py": (["--requests", "3", "--rounds", "1", "--rows", "20", "--settle", "0.2"],
-                     "Again button busy/idle:"),
+                     "Feishu busy/idle:"),
     "executor_bench.py": (["--smoke", "--jobs", "3", "--steps", "2", "--rounds", "1",
                            "--no-s3"],  # (the object store has tests of its own)
                           "finish: the GPU's wait"),

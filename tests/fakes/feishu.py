@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import BodyPartReader, WSCloseCode, WSMsgType, web
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from lark_oapi.ws.const import (
@@ -633,11 +633,10 @@ class FakeFeishu:
         self.calls["image"] += 1
         self._authorize(request)
         self._fault()
-        form = await request.post()
-        upload = form.get("image")
-        if form.get("image_type") not in ("message", "avatar") or not hasattr(upload, "file"):
+        form = await _form(request)
+        data = form.get("image")
+        if form.get("image_type") not in (b"message", b"avatar") or data is None:
             raise UPLOAD_PARAM()
-        data = upload.file.read()
         if not data:
             raise UPLOAD_EMPTY()
         if len(data) > IMAGE_MAX:
@@ -651,12 +650,12 @@ class FakeFeishu:
         self.calls["file"] += 1
         self._authorize(request)
         self._fault()
-        form = await request.post()
-        upload, file_type, name = form.get("file"), form.get("file_type"), form.get("file_name")
-        if file_type not in FILE_TYPES or not isinstance(name, str) or not name \
-                or not hasattr(upload, "file"):
+        form = await _form(request)
+        data = form.get("file")
+        file_type = form.get("file_type", b"").decode("utf-8", "replace")
+        name = form.get("file_name", b"").decode("utf-8", "replace")
+        if file_type not in FILE_TYPES or not name or data is None:
             raise UPLOAD_PARAM()
-        data = upload.file.read()
         if not data:
             raise UPLOAD_EMPTY()
         if len(data) > FILE_MAX:
@@ -1015,6 +1014,18 @@ def forget_sdk_token(app_id: str = APP_ID) -> None:
 
 
 # --- helpers -------------------------------------------------------------------------------------
+async def _form(request: web.Request) -> dict[str, bytes]:
+    """A multipart form's parts as bytes, by name: the SDK's blocking client (requests with
+    requests_toolbelt) sends a file part without a filename, which aiohttp's `post()`
+    would take for text and decode."""
+    parts: dict[str, bytes] = {}
+    reader = await request.multipart()
+    while (part := await reader.next()) is not None:
+        if isinstance(part, BodyPartReader) and part.name:
+            parts[part.name] = bytes(await part.read(decode=False))
+    return parts
+
+
 @web.middleware
 async def _refusals(request: web.Request, handler: Any) -> web.StreamResponse:
     try:

@@ -1,10 +1,13 @@
 """Feishu's (Lark's) OpenAPI as genbot uses it, through the official SDK `lark-oapi`.
 
-The SDK's async calls (acreate, areply, apatch …) fetch the tenant token with a blocking
-`requests` call when they have none — on the event loop. So the client is built with
-`enable_set_token` and the token is fetched here, with the SDK's own request on its async
-transport, cached until ten minutes before it lapses (as the SDK would) and dropped when
-Feishu says it is no longer valid (the call is then made once more with a new one).
+Every call runs the SDK's plain (blocking) method in a worker thread. Its async twins
+(acreate, areply …) open a new httpx client per call — an SSL context built on the event
+loop each time, tens of milliseconds that showed as a 115 ms p99 in answering Feishu's
+events while the executor was busy (bench/ack_bench.py) — and fetch a missing tenant
+token with a blocking `requests` call on the loop. The token is fetched here, cached until
+ten minutes before it lapses (as the SDK would) and dropped when Feishu says it is no
+longer valid (the call is then made once more with a new one); the client is built with
+`enable_set_token` so the SDK uses it.
 
 Every answer is `{"code", "msg", "data"}`; a code other than 0 becomes a DeliveryError:
 throttling (99991400, HTTP 429) carries the `x-ogw-ratelimit-reset` seconds to wait
@@ -14,10 +17,11 @@ retry (a chat the bot is not in, a message it may not edit) is permanent.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import lark_oapi as lark
@@ -66,7 +70,7 @@ class FeishuAPI:
         request = CreateSelfTenantTokenRequest.builder().request_body(
             CreateTokenRequestBody.builder().app_id(self.app_id).app_secret(self.app_secret)
             .build()).build()
-        raw = await Transport.aexecute(self.client.config, request)
+        raw = await asyncio.to_thread(Transport.execute, self.client.config, request)
         try:
             body = json.loads(raw.content or b"{}")
         except ValueError:
@@ -79,11 +83,12 @@ class FeishuAPI:
         self._token = (body["tenant_access_token"], time.time() + max(60.0, lasts - EARLY))
         return self._token[0]
 
-    async def _call(self, what: str, call: Callable[[lark.RequestOption], Awaitable[R]]) -> R:
-        """`call` with the tenant token; once more with a new one if Feishu calls it stale."""
+    async def _call(self, what: str, call: Callable[[lark.RequestOption], R]) -> R:
+        """`call` (a blocking SDK method, run in a thread) with the tenant token; once more
+        with a new one if Feishu calls it stale."""
         for attempt in (1, 2):
             option = lark.RequestOption.builder().tenant_access_token(await self.token()).build()
-            resp: Any = await call(option)
+            resp: Any = await asyncio.to_thread(call, option)
             if resp.code in STALE_TOKEN and attempt == 1:
                 self._token = None
                 continue
@@ -99,7 +104,7 @@ class FeishuAPI:
             .content(json.dumps(content, ensure_ascii=False)).uuid(uuid).build()
         request = CreateMessageRequest.builder().receive_id_type("chat_id") \
             .request_body(body).build()
-        resp = await self._call("send", lambda o: self.client.im.v1.message.acreate(request, o))
+        resp = await self._call("send", lambda o: self.client.im.v1.message.create(request, o))
         return str(resp.data.message_id)
 
     async def reply(self, message_id: str, msg_type: str, content: dict[str, Any],
@@ -108,30 +113,30 @@ class FeishuAPI:
         body = ReplyMessageRequestBody.builder().msg_type(msg_type).reply_in_thread(True) \
             .content(json.dumps(content, ensure_ascii=False)).uuid(uuid).build()
         request = ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
-        resp = await self._call("reply", lambda o: self.client.im.v1.message.areply(request, o))
+        resp = await self._call("reply", lambda o: self.client.im.v1.message.reply(request, o))
         return str(resp.data.message_id)
 
     async def patch(self, message_id: str, card: dict[str, Any]) -> None:
         body = PatchMessageRequestBody.builder().content(
             json.dumps(card, ensure_ascii=False)).build()
         request = PatchMessageRequest.builder().message_id(message_id).request_body(body).build()
-        await self._call("update", lambda o: self.client.im.v1.message.apatch(request, o))
+        await self._call("update", lambda o: self.client.im.v1.message.patch(request, o))
 
     # --- files --------------------------------------------------------------------------
     async def upload_image(self, data: bytes) -> str:
-        def call(o: lark.RequestOption) -> Awaitable[Any]:
+        def call(o: lark.RequestOption) -> Any:
             body = CreateImageRequestBody.builder().image_type("message") \
                 .image(io.BytesIO(data)).build()
-            return self.client.im.v1.image.acreate(
+            return self.client.im.v1.image.create(
                 CreateImageRequest.builder().request_body(body).build(), o)
         resp = await self._call("upload image", call)
         return str(resp.data.image_key)
 
     async def upload_file(self, name: str, data: bytes) -> str:
-        def call(o: lark.RequestOption) -> Awaitable[Any]:
+        def call(o: lark.RequestOption) -> Any:
             body = CreateFileRequestBody.builder().file_type(file_type(name)).file_name(name) \
                 .file(io.BytesIO(data)).build()
-            return self.client.im.v1.file.acreate(
+            return self.client.im.v1.file.create(
                 CreateFileRequest.builder().request_body(body).build(), o)
         resp = await self._call("upload file", call)
         return str(resp.data.file_key)
@@ -139,14 +144,15 @@ class FeishuAPI:
     async def download(self, message_id: str, key: str, kind: str, max_bytes: int,
                        name: str = "") -> bytes:
         """A file or image a person sent in `message_id` (DownloadError: gone, too big).
-        The answer is the bytes, or Feishu's JSON refusal: the SDK's response reads
-        neither the name nor the code from it (it looks its headers up capitalised, and
-        httpx lowercases them), so the raw answer is read here."""
+        The answer is the bytes, or Feishu's JSON refusal, read from the raw answer (the
+        SDK's async twin loses both the name and the code: it looks its headers up
+        capitalised, and httpx lowercases them)."""
         request = GetMessageResourceRequest.builder().message_id(message_id).file_key(key) \
             .type(kind).build()
         for attempt in (1, 2):
             option = lark.RequestOption.builder().tenant_access_token(await self.token()).build()
-            resp = await self.client.im.v1.message_resource.aget(request, option)
+            resp = await asyncio.to_thread(self.client.im.v1.message_resource.get, request,
+                                           option)
             raw = resp.raw
             if raw is not None and raw.status_code == 200:
                 data = bytes(raw.content or b"")
