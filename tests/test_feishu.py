@@ -319,3 +319,22 @@ async def test_over_the_long_connection_events_are_answered_and_it_reconnects(
         assert len([c for c in w.cards() if "已排队（批次" in c]) == 1
         await w.until(lambda: fake.calls["ping"] >= 1)
         assert fake.ws_errors == [] and tracebacks(caplog) == []
+
+
+async def test_one_outbox_message_is_posted_once_however_often_it_is_tried(tmp_path, fake):
+    """A send retried after a lost answer carries its outbox key's uuid: Feishu posts it
+    once. Two messages that say the same (/help asked twice) are two keys: both post."""
+    from bot.chat.feishu.adapter import Feishu
+    from bot.chat.platform import Outgoing
+    from storage.config import from_dict as config_from
+    fake.join(CHAT)
+    platform = Feishu(config_from({"service": {"data_dir": str(tmp_path)}, "feishu": {
+        "app_id": APP_ID, "app_secret": APP_SECRET, "domain": fake.base}}))
+    try:
+        first = Outgoing(CHAT, None, "命令：/gen …", key="reply:feishu:m1:0")
+        ids = {await platform.send(first) for _ in range(3)}
+        again = await platform.send(Outgoing(CHAT, None, "命令：/gen …", key="reply:feishu:m2:0"))
+        assert len(ids) == 1 and again not in ids
+        assert len([m for m in fake.in_chat(CHAT) if m["by"] == "bot"]) == 2
+    finally:
+        await platform.close()

@@ -100,6 +100,8 @@ class Outgoing:
     context: dict[str, Any] = field(default_factory=dict)  # from the Incoming it answers
     progress: bool = False  # a batch's progress message (edited later where `can_edit`)
     private: bool = False  # an answer for the person who asked alone, where the platform can
+    key: str = ""  # the outbox row's key: the same on every try of one message (a platform
+    #   that de-duplicates by a request id uses it, so a retried send posts once)
 
 
 SEEN = 5000  # message keys remembered by `once`

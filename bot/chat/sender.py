@@ -163,7 +163,7 @@ class Sender:
                           for b in p.get("buttons", ()))
             if self.platform.has_buttons or self.platform.inline_buttons else (),
             context=p.get("context") or {}, progress=m.kind == "progress",
-            private=bool(p.get("private")))
+            private=bool(p.get("private")), key=m.key)
 
     async def thread(self, m: Message) -> str | None:
         """The platform's thread id. A batch's thread reference (bot.conventions) is the

@@ -17,7 +17,7 @@ Feishu's facts shape it (docs/feishu.md):
   image goes as a card too, uploaded first (im/v1/images), under its caption with its
   buttons — one message each. A file (the results sheet) is uploaded (im/v1/files) and
   sent as a file message, which carries no text: its caption goes just before it.
-- Each message carries a `uuid` derived from what it says, so a send the outbox retries
+- Each message carries a `uuid` made from its outbox key, so a send the outbox retries
   after a lost answer is not posted twice (Feishu keeps a uuid for an hour).
 """
 
@@ -234,10 +234,13 @@ class Feishu(Platform):
         await self.api.patch(message_id, card(out, None))
 
     async def _post(self, out: Outgoing, msg_type: str, content: dict[str, Any]) -> str:
-        """In the thread where there is one, else in the chat; a retried send (the same
-        content, the same thread) is the same uuid: Feishu posts it once."""
-        uuid = hashlib.sha256(json.dumps([out.conversation, out.thread, msg_type, content],
-                                         ensure_ascii=False, sort_keys=True).encode()
+        """In the thread where there is one, else in the chat. Every try of one outbox
+        message carries one uuid (its key's; a caption sent before its file has its own):
+        Feishu posts a uuid once an hour, so a send retried after a lost answer is not
+        posted twice — and two messages that say the same (/help asked twice) both are."""
+        said = [out.key, msg_type] if out.key else \
+            [out.conversation, out.thread, msg_type, content]  # (no outbox: what it says)
+        uuid = hashlib.sha256(json.dumps(said, ensure_ascii=False, sort_keys=True).encode()
                               ).hexdigest()[:50]
         if out.thread:
             return await self.api.reply(out.thread, msg_type, content, uuid)
