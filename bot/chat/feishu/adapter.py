@@ -96,7 +96,7 @@ class Feishu(Platform):
     async def start(self) -> None:
         self.spawn(self._check(), name="feishu-token")
         if self.settings.mode == "long_connection":
-            self.connection = LongConnection(self)
+            self.connection = LongConnection(self.settings, self.events, self.spawn)
             self.spawn(self.connection.run(), name="feishu-connection")
 
     async def _check(self) -> None:

@@ -28,7 +28,8 @@ import contextlib
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import aiohttp
@@ -44,8 +45,7 @@ from lark_oapi.ws.const import (
 from lark_oapi.ws.enum import FrameType, MessageType
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 
-if TYPE_CHECKING:
-    from bot.chat.feishu.adapter import Feishu
+from bot.settings import FeishuConfig
 
 log = logging.getLogger("genbot.feishu")
 BACKOFF_MAX = 60.0
@@ -53,8 +53,12 @@ PARTS_KEEP = 5.0  # s: the parts of a split event wait this long for the rest (a
 
 
 class LongConnection:
-    def __init__(self, adapter: Feishu):
-        self.adapter = adapter
+    """`events`: the SDK's dispatcher the adapter registered its handlers on; `spawn`: the
+    adapter's way to run work in the background (kept, and canceled when it closes)."""
+
+    def __init__(self, settings: FeishuConfig, events: Any,
+                 spawn: Callable[[Coroutine[Any, Any, None]], Any]):
+        self.settings, self.events, self.spawn = settings, events, spawn
         self.ping_every = 120.0
         self.reconnect_every = 1.0
         self.connected = asyncio.Event()
@@ -62,7 +66,7 @@ class LongConnection:
         self.parts: dict[str, tuple[float, list[bytes | None]]] = {}
 
     async def endpoint(self, session: aiohttp.ClientSession) -> str:
-        s = self.adapter.settings
+        s = self.settings
         async with session.post(f"{s.base}{GEN_ENDPOINT_URI}", headers={"locale": "zh"},
                                 json={"AppID": s.app_id, "AppSecret": s.app_secret}) as r:
             try:
@@ -100,7 +104,7 @@ class LongConnection:
                         try:
                             async for msg in ws:
                                 if msg.type == aiohttp.WSMsgType.BINARY:
-                                    self.adapter.spawn(self.handle(ws, msg.data))
+                                    self.spawn(self.handle(ws, msg.data))
                                 elif msg.type in (aiohttp.WSMsgType.ERROR,
                                                   aiohttp.WSMsgType.CLOSED):
                                     break
@@ -154,7 +158,7 @@ class LongConnection:
         answer: dict[str, Any] = {"code": 200}
         if headers.get(HEADER_TYPE) == MessageType.EVENT.value:
             try:
-                result = self.adapter.events._do_without_validation(payload)
+                result = self.events._do_without_validation(payload)
             except Exception as e:  # noqa: BLE001 - an event genbot does not read: taken
                 log.info("feishu: event not handled (%s)", str(e)[:200])
                 result = None
