@@ -703,6 +703,15 @@ CATALOG: dict[str, str] = catalog(
                                 "extension",
         '{count} file names repeat ones earlier rows give (first, row {row}: "{file}", as row '
         "{first}): the later get -2, -3 … before their extension"),
+    # genbot channels: what --channels and --layout take here.
+    N_("cli_channel", "{name}: {title} (visible AI label: {label})"),
+    N_("cli_rendition", "  {name}: {width}×{height}, {fit}, {format} → {file}"),
+    N_("cli_layout", "layout {name}: {title} — aspects {aspects}; locales {locales}; reads "
+                     "{columns}"),
+    N_("cli_layout_broken", "layout {name} cannot be used: {error}"),
+    N_("label_required", "required"),
+    N_("label_optional", "optional"),
+    N_("label_off", "off ([deliver] unlabelled)"),
     # Layouts (templates.layouts): the words, price, badge and logo on a channel's files.
     N_("layout_unknown", 'No layout "{name}". Layouts: {names}.'),
     N_("layout_unknown_close", 'No layout "{name}" — did you mean "{close}"? Layouts: {names}.'),

@@ -121,3 +121,31 @@ def test_file_names_fill_the_pattern_from_the_row_and_keep_to_what_a_zip_can_hol
     assert (caught.value.field, caught.value.channel) == ("sku", "taobao")
     assert distinct([("taobao", "a.jpg"), ("douyin", "a.jpg"), ("taobao", "a.jpg"),
                      ("taobao", "a.jpg")]) == ["a.jpg", "a.jpg", "a-2.jpg", "a-3.jpg"]
+
+
+def test_genbot_channels_lists_what_channels_and_layout_take_here(tmp_path, capsys):
+    """The command --channels' help names: presets and the team's channels, each file,
+    the label rule; the layouts with the columns they read; a broken layout said, not
+    thrown (en and zh)."""
+    from bot.cli.genbot import build_parser
+    (tmp_path / "assets" / "layouts").mkdir(parents=True)
+    (tmp_path / "assets" / "layouts" / "broken.json").write_text("{", encoding="utf-8")
+    (tmp_path / "team.toml").write_text(
+        '[ours]\ntitle = "Ours"\ntitle_zh = "我们的"\n[[ours.renditions]]\nname = "main"\n'
+        'size = [640, 640]\nfit = "pad"\nfile = "{sku}.{ext}"\n', encoding="utf-8")
+    config = tmp_path / "genbot.toml"
+    config.write_text(f'[service]\ndata_dir = "{tmp_path / "data"}"\n[assets]\n'
+                      f'dir = "{tmp_path / "assets"}"\n[deliver]\n'
+                      f'channels = "{tmp_path / "team.toml"}"\nunlabelled = ["amazon"]\n',
+                      encoding="utf-8")
+    for lang in ("en", "zh"):
+        args = build_parser().parse_args(["channels", "--config", str(config), "--lang", lang])
+        assert args.func(args) == 0
+    en, zh = capsys.readouterr().out.split("taobao", 2)[1:]
+    assert "ours: Ours (visible AI label: required)\n  main: 640×640, pad, jpg → {sku}.{ext}" \
+        in en
+    assert "amazon: Amazon (visible AI label: off ([deliver] unlabelled))" in en
+    assert "layout launch: Launch: headline, price, a NEW badge and the brand's logo — " \
+        "aspects 1:1, 3:4, 9:16, 16:9; locales zh, en, ar; reads headline, logo, price" in en
+    assert "layout broken cannot be used:" in en and "is not JSON" in en
+    assert "ours：我们的（可见 AI 标识：必须）" in zh and "版式 broken 无法使用" in zh

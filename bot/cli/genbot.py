@@ -34,6 +34,7 @@ import os
 import sys
 
 from bot.cli import (
+    channels,
     chat,
     config,
     db,
@@ -54,7 +55,7 @@ from storage import config as cfg
 from storage.db import DatabaseError
 
 COMMANDS = (serve, run, submit, job, chat, config, db, queue, templates,  # --help order
-            validate, webhooks, prune, docs)
+            channels, validate, webhooks, prune, docs)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -86,8 +86,9 @@ def add_sweep_options(parser: argparse.ArgumentParser) -> None:
                         help="sales channels (taobao,douyin,amazon …; genbot channels lists "
                              "them): each row's image made into every file they take")
     parser.add_argument("--layout", default="", metavar="NAME",
-                        help="a layout drawn on the channels' files (launch, or the team's "
-                             "in the assets folder's layouts/): headline, price, badge, logo")
+                        help="a layout drawn on the channels' files (launch, or the team's in "
+                             "the assets folder's layouts/; genbot channels lists them): "
+                             "headline, price, badge, logo")
 
 
 GENBOT_ENGINE = ""  # live_executors' key for genbot's own engine (a ComfyUI one's: its server)
