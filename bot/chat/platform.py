@@ -15,6 +15,7 @@ languages — is the core's, written once. A third platform is one module.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -177,6 +178,18 @@ class Platform:
         tasks.add(task)
         task.add_done_callback(tasks.discard)
         return task
+
+    async def sign_in(self, token: Callable[[], Awaitable[Any]], app: str, keys: str) -> None:
+        """One clear line at start: the app's credentials work (`token()` gets one), or why
+        not — refused, or the platform out of reach: said once, holding nothing up.
+        `keys`: the settings to check ("[dingtalk] app_key and app_secret")."""
+        log = logging.getLogger(f"genbot.{self.name}")
+        try:
+            await token()
+            log.info("%s: signed in as app %s", self.name, app)
+        except Exception as e:  # noqa: BLE001 - refused, or out of reach: said once, here
+            log.warning("%s: cannot sign in as app %s (%s): check %s", self.name, app,
+                        str(getattr(e, "reason", "") or e)[:200] or type(e).__name__, keys)
 
     def attach(self, app: Any, receive: Receive) -> None:
         """Add the platform's routes to the service's aiohttp app; hand what arrives to

@@ -92,20 +92,11 @@ class DingTalk(Platform):
             app.router.add_post("/dingtalk/callback", self.callback)
 
     async def start(self) -> None:
-        self.spawn(self._check(), name="dingtalk-token")
+        self.spawn(self.sign_in(self.api.token, self.settings.app_key,
+                                "[dingtalk] app_key and app_secret"), name="dingtalk-token")
         if self.settings.mode == "stream":
             self.stream = Stream(self)
             self.spawn(self.stream.run(), name="dingtalk-stream")
-
-    async def _check(self) -> None:
-        """One clear line at start: the app's credentials work, or why they do not."""
-        try:
-            await self.api.token()
-            log.info("dingtalk: signed in as app %s", self.settings.app_key)
-        except Exception as e:  # noqa: BLE001 - refused, or DingTalk out of reach: said once, here
-            log.warning("dingtalk: cannot sign in as app %s (%s): check [dingtalk] app_key "
-                        "and app_secret", self.settings.app_key,
-                        str(getattr(e, "reason", "") or e)[:200] or type(e).__name__)
 
     async def close(self) -> None:
         await super().close()

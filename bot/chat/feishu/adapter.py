@@ -94,20 +94,11 @@ class Feishu(Platform):
             app.router.add_post("/feishu/events", self.callback)
 
     async def start(self) -> None:
-        self.spawn(self._check(), name="feishu-token")
+        self.spawn(self.sign_in(self.api.token, self.settings.app_id,
+                                "[feishu] app_id, app_secret and domain"), name="feishu-token")
         if self.settings.mode == "long_connection":
             self.connection = LongConnection(self.settings, self.events, self.spawn)
             self.spawn(self.connection.run(), name="feishu-connection")
-
-    async def _check(self) -> None:
-        """One clear line at start: the app's credentials work, or why they do not."""
-        try:
-            await self.api.token()
-            log.info("feishu: signed in as app %s", self.settings.app_id)
-        except Exception as e:  # noqa: BLE001 - refused, or out of reach: said once, here
-            log.warning("feishu: cannot sign in as app %s (%s): check [feishu] app_id, "
-                        "app_secret and domain", self.settings.app_id,
-                        str(getattr(e, "reason", "") or e)[:200] or type(e).__name__)
 
     # --- inbound ------------------------------------------------------------------------
     async def callback(self, request: web.Request) -> web.Response:
