@@ -343,11 +343,14 @@ def nearest_aspect(layout: Layout, size: tuple[int, int]) -> str:
     return min(layout.aspects, key=lambda k: abs(math.log(aspect_ratio(k)) - want))
 
 
-def layout_columns(layout: Layout) -> list[str]:
-    """Every column the layout's words and logos read."""
+def layout_columns(layout: Layout, *, needed: bool = False) -> list[str]:
+    """Every column the layout's words and logos read, each once, in order; `needed`:
+    only those of elements it does not leave out when their cell is empty."""
     out: dict[str, None] = {}
     for elements in layout.aspects.values():
         for e in elements:
+            if needed and e.optional:
+                continue
             texts = e.text.values() if isinstance(e.text, dict) else [e.text]
             for t in [*texts, e.asset]:
                 out.update(dict.fromkeys(pattern_fields(t)))
@@ -398,16 +401,8 @@ class Binder:
         """The columns the layout needs (for words it does not leave out when empty) that
         are not among `headers`: said before any row is read."""
         have = {normalize_header(h) for h in headers}
-        out: dict[str, None] = {}
-        for elements in self.layout.aspects.values():
-            for e in elements:
-                if e.optional:
-                    continue
-                texts = e.text.values() if isinstance(e.text, dict) else [e.text]
-                for t in [*texts, e.asset]:
-                    out.update((f, None) for f in pattern_fields(t)
-                               if normalize_header(f) not in have)
-        return list(out)
+        return [f for f in layout_columns(self.layout, needed=True)
+                if normalize_header(f) not in have]
 
     def locale(self, values: Mapping[str, Any]) -> str:
         """The row's locale: its locale cell (en_US finds en), else the layout's first

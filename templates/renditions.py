@@ -116,7 +116,7 @@ def make(source: Image.Image | Source, d: Deliverable, provenance: Provenance, *
     frame = d.overlay.picture if d.overlay else None
     box = placed(frame, (0, 0, *r.size)) if frame else (0, 0, *r.size)
     inside = msgspec.structs.replace(r, size=(box[2] - box[0], box[3] - box[1]))
-    if r.fit in ("crop", "extend"):  # (an extend's picture was grown to its aspect: a resize)
+    if r.fit != "pad":  # crop; or an extend, whose picture was grown to its aspect: a resize
         im, product = cropped(im, inside.size, product)
     else:
         im, product = padded(im, inside, product, fill)

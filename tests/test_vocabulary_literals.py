@@ -23,7 +23,6 @@ PRODUCT = ("bot", "executor", "templates", "storage")
 HOMONYMS = {
     ("templates/channels.py", "extend"): "a channel file's fit (the canvas grown to its "
                                          "shape), a word of the channels TOML",
-    ("templates/renditions.py", "extend"): "a channel file's fit, read from its rendition",
     ("bot/app/application.py", "vary"): "a sweep's axes (/gen --vary)",
     ("bot/chat/commands.py", "vary"): "a sweep's axes (/gen --vary)",
     ("bot/client.py", "vary"): "a sweep's axes, as a form field",
