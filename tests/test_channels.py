@@ -149,3 +149,17 @@ def test_genbot_channels_lists_what_channels_and_layout_take_here(tmp_path, caps
         "aspects 1:1, 3:4, 9:16, 16:9; locales zh, en, ar; reads headline, logo, price" in en
     assert "layout broken cannot be used:" in en and "is not JSON" in en
     assert "ours：我们的（可见 AI 标识：必须）" in zh and "版式 broken 无法使用" in zh
+
+
+def test_a_refusal_on_the_command_line_is_said_in_its_lang(tmp_path, capsys):
+    """The application layer's no (an unknown layout, before the sheet is read) in the
+    language --lang asked for, as chat says it in the person's."""
+    from bot.cli.genbot import main
+    from tests.conftest import ROOT
+    config = tmp_path / "genbot.toml"
+    config.write_text(f'[service]\ndata_dir = "{tmp_path / "data"}"\n', encoding="utf-8")
+    assert main(["run", "product_main", str(ROOT / "examples" / "product_main.xlsx"),
+                 "--channels", "taobao", "--layout", "lanch", "--lang", "zh",
+                 "--config", str(config)]) == 1
+    assert capsys.readouterr().err.strip() == \
+        "genbot: 没有名为“lanch”的版式——您是想用“launch”吗？可用版式：launch。"

@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     except DatabaseError as e:
         print(f"genbot: {e}", file=sys.stderr)
         return 1
-    except Coded as e:  # the application layer said no: say why, as chat would
-        print(f"genbot: {e.render()}", file=sys.stderr)
+    except Coded as e:  # the application layer said no: say why, as chat would, in --lang
+        print(f"genbot: {e.render(getattr(args, 'lang', None) or 'en')}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
