@@ -192,13 +192,24 @@ async def test_a_schedule_keeps_its_sheet_and_pictures_and_fires_through_intake(
     await app.unschedule(BOSS, row.id)
     assert (await raised(app.unschedule(BOSS, row.id), NotFound)).code == "no_schedule"
     # A platform's own admin (DingTalk's isAdmin) keeps that standing when it fires.
-    chief = Who("dingtalk", "chief", "G1", platform_admin=True)
+    chief = Who("dingtalk", "chief", "G1", platform_role="admin")
     urgent = await app.schedule(chief, "0 9 * * *", "UTC", "social_thumb", sheet(1), pictures,
                                 priority=Priority.URGENT)
     assert isinstance(urgent, Scheduled)
     (row,) = await app.schedules.all()
     batch = await app.fire(row, urgent.next.timestamp())
     assert batch is not None and (await app.batch(batch)).priority == Priority.URGENT
+    assert row.meta["platform_role"] == "admin"
+    # One made before platforms gave other roles remembers "platform_admin", read alike.
+    older = await app.schedules.add(
+        cron=row.cron, timezone=row.timezone, template=row.template, sheet=row.sheet,
+        files=row.files, submitter=row.submitter, platform=row.platform,
+        conversation=row.conversation, priority=row.priority,
+        meta={**{k: v for k, v in row.meta.items() if k != "platform_role"},
+              "platform_admin": True})
+    old = await app.schedules.get(older)
+    assert old is not None and await app.fire(old, urgent.next.timestamp() + 86400) is not None
+    await app.unschedule(BOSS, older)
     await app.unschedule(BOSS, row.id)
     # A scheduled sweep: checked when made, expanded at each firing.
     assert (await raised(app.schedule(BOSS, "0 9 * * *", "UTC", "social_thumb", sheet(2),

@@ -288,8 +288,8 @@ def test_messages_are_parsed_alike_from_both_modes_and_signatures_checked(tmp_pa
             "conversationId": "cid9", "isAdmin": True,
             "content": '{"richText": [{"text": "@genbot"}, {"text": "status 3"}]}'}
     got = ding.incoming(rich)
-    assert (got.text, got.conversation, got.platform_admin) == ("@genbot status 3", "group:cid9",
-                                                                True)
+    assert (got.text, got.conversation, got.platform_role) == ("@genbot status 3", "group:cid9",
+                                                                "admin")
     picture = {"msgtype": "picture", "msgId": "m2", "senderStaffId": "s1",
                "conversationType": "1", "content": {"downloadCode": "dc9"}}
     (f,) = ding.incoming(picture).files
@@ -321,8 +321,8 @@ def test_fields_of_wrong_types_are_read_or_ignored_and_replay_memory_expires(tmp
     odd = ding.incoming({**base, "msgtype": "richText", "isAdmin": "yes",
                          "sessionWebhookExpiredTime": "abc", "sessionWebhook": 5,
                          "content": {"richText": [5, {"text": 7}, {"text": "status"}]}})
-    assert (odd.text, odd.platform_admin, odd.context) == (
-        "status", False, {"session_webhook": None, "session_expires": 0.0})
+    assert (odd.text, odd.platform_role, odd.context) == (
+        "status", None, {"session_webhook": None, "session_expires": 0.0})
     huge = ding.incoming({**base, "msgtype": "file", "sessionWebhookExpiredTime": 10**400,
                           "content": {"downloadCode": "dc2", "fileSize": 1e309}})
     assert (huge.files[0].size, huge.context["session_expires"]) == (0, 0.0)

@@ -97,6 +97,21 @@ async def test_roles_come_from_config_then_grants_and_admins_cannot_be_demoted(e
     assert e.render("en") == "/gen needs the submitter role; you are viewer. Ask an admin."
 
 
+async def test_a_role_the_platform_gives_counts_after_grants_and_before_config_lists(env):
+    """A Discord role mapped by [discord] roles (or DingTalk's isAdmin) is the person's
+    role where no /grant says otherwise; a platform's admin is an admin whatever was granted."""
+    perms, access, _ = env
+    reviewer = Who("discord", "111", "C9", platform_role="reviewer")
+    assert await perms.role(reviewer) == Role.REVIEWER  # (default_role is submitter)
+    assert await perms.role(Who("dingtalk", "viewer7", "G1", platform_role="submitter")) \
+        == Role.SUBMITTER  # over the [chat] viewers list
+    await access.grant("discord", "111", "viewer", by="slack:UADMIN")
+    assert await perms.role(reviewer) == Role.VIEWER
+    chief = Who("discord", "111", "C9", platform_role="admin")
+    assert await perms.role(chief) == Role.ADMIN
+    await perms.require(chief, Action.PAUSE)
+
+
 async def test_default_role_none_and_the_conversation_allow_list(env):
     perms, access, queue = env
     strict = Permissions(ChatConfig(default_role="none", admins=("slack:UADMIN",),

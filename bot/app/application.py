@@ -731,7 +731,7 @@ class App:
             submitter=who.id, platform=who.platform, conversation=who.conversation,
             priority=int(priority), meta={"lang": lang, "sheet": sheet.name, **(
                 {"sweep": {"vary": list(vary), "seeds": seeds}} if sweep else {}), **(
-                {"platform_admin": True} if who.platform_admin else {})})
+                {"platform_role": who.platform_role} if who.platform_role else {})})
         return Scheduled(schedule_id, cron, timezone, chosen.name, sheet.name,
                          values.next_fire(cron, timezone, self.clock()))
 
@@ -789,10 +789,13 @@ class App:
 
     async def _owner_may(self, schedule: Schedule) -> bool:
         """Whether the schedule's maker may still use its priority. A platform's own admin
-        (DingTalk's isAdmin) is known so only while they write: the schedule remembers it."""
+        (DingTalk's isAdmin, a Discord role) is known so only while they write: the
+        schedule remembers it (as "platform_admin" before platforms gave other roles)."""
         platform, _, user = schedule.submitter.partition(":")
+        given = schedule.meta.get("platform_role") or (
+            "admin" if schedule.meta.get("platform_admin") is True else None)
         owner = Who(platform, user, schedule.conversation,
-                    platform_admin=schedule.meta.get("platform_admin") is True)
+                    platform_role=given if given in {r.value for r in Role} else None)
         try:
             await self.permissions.priority(owner, await self.permissions.role(owner),
                                             schedule.priority, Action.SCHEDULE)

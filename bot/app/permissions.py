@@ -113,7 +113,8 @@ class Who:
     platform: str
     user: str
     conversation: str | None = None  # None: not in a conversation (the command line)
-    platform_admin: bool = False  # e.g. DingTalk's isAdmin, when [dingtalk] platform_admins
+    platform_role: str | None = None  # the role the platform's own groups give: DingTalk's
+    #   isAdmin ([dingtalk] platform_admins), Discord's roles ([discord] roles)
 
     @property
     def id(self) -> str:
@@ -128,11 +129,13 @@ class Permissions:
 
     async def role(self, who: Who) -> Role:
         s = self.settings
-        if who.id in s.admins or who.platform_admin:
+        if who.id in s.admins or who.platform_role == Role.ADMIN:
             return Role.ADMIN
         granted = await self.access.granted(who.platform, who.user)
         if granted:
             return Role(granted.role)
+        if who.platform_role:
+            return Role(who.platform_role)
         if who.id in s.submitters:
             return Role.SUBMITTER
         if who.id in s.reviewers:

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -48,7 +48,7 @@ class Incoming:
     workspace: str | None = None  # Slack team, DingTalk corp: a unit languages can be set for
     lang: str | None = None  # the person's locale, if the platform knows it
     tz: str | None = None  # their IANA time zone, if the platform knows it
-    platform_admin: bool = False  # the platform says they administer it (and config trusts that)
+    platform_role: str | None = None  # the role the platform's groups give (config maps them)
     context: dict[str, Any] = field(default_factory=dict)  # opaque to the core, for replies
 
 
@@ -124,6 +124,17 @@ class DownloadError(Coded):
 Receive = Callable[[Incoming], Awaitable[None]]
 
 
+class Inbound(Protocol):
+    """What an adapter hands what arrives to: the core's side (bot.chat.receive.Chat)."""
+
+    async def receive(self, msg: Incoming) -> None:
+        """Handle a message or press; never raises."""
+
+    def suggest(self, msg: Incoming, field: str, typed: str) -> list[tuple[str, str]]:
+        """What `msg`'s sender may pick for a command's `field` ("template") as they type
+        `typed`: (shown, value) pairs, best first (a platform's autocomplete)."""
+
+
 class Platform:
     """Override `send` and `download`; `edit` where the platform can edit; `attach` and
     `start` where messages arrive by HTTP routes or a connection the adapter opens."""
@@ -191,9 +202,9 @@ class Platform:
             log.warning("%s: cannot sign in as app %s (%s): check %s", self.name, app,
                         str(getattr(e, "reason", "") or e)[:200] or type(e).__name__, keys)
 
-    def attach(self, app: Any, receive: Receive) -> None:
+    def attach(self, app: Any, chat: Inbound) -> None:
         """Add the platform's routes to the service's aiohttp app; hand what arrives to
-        `receive` (bot.chat.receive.Chat.receive)."""
+        `chat.receive` (bot.chat.receive.Chat)."""
 
     async def start(self) -> None:
         """Open what the platform needs open (a Socket Mode or Stream connection)."""
@@ -225,6 +236,16 @@ def text_of(d: Any, key: str) -> str | None:
     """A string field of a platform's payload, or None: what arrives may have any shape."""
     value = d.get(key) if isinstance(d, dict) else None
     return value if isinstance(value, str) else None
+
+
+async def body_of(request: web.Request, limit: int) -> bytes | web.Response:
+    """An endpoint's request body; or, where it cannot be read (400) or is over `limit`
+    bytes (413), the refusal to answer with."""
+    try:
+        raw = await request.content.read(limit + 1)
+    except (web.HTTPException, ConnectionError):
+        return refuse(400, "unreadable body")
+    return refuse(413, "request body too large") if len(raw) > limit else raw
 
 
 def refuse(status: int, error: str) -> web.Response:

@@ -34,6 +34,7 @@ from storage.outbox import Outbox
 from storage.records import Upload
 
 log = logging.getLogger("genbot.chat")
+SUGGESTED = 25  # choices an autocomplete shows at most (Discord's limit)
 
 
 def _first_word(text: str) -> str:
@@ -77,7 +78,7 @@ class Chat:
     # --- receiving ----------------------------------------------------------------------
     async def receive(self, msg: Incoming) -> None:
         """Handle one message; owe its replies. Never raises."""
-        turn = Turn(msg, Who(msg.platform, msg.user, msg.conversation, msg.platform_admin),
+        turn = Turn(msg, Who(msg.platform, msg.user, msg.conversation, msg.platform_role),
                     self.app, self.inbox, self.platforms)
         try:
             turn.lang, turn.zone = self.language(msg), self.zone(msg)
@@ -95,6 +96,18 @@ class Chat:
                           msg.platform, msg.user)
             turn.replies = [Reply(say("internal_error", turn.lang, ref=ref))]
         await self.owe(turn)
+
+    def suggest(self, msg: Incoming, field: str, typed: str) -> list[tuple[str, str]]:
+        """A platform's autocomplete: the templates whose name (first) or description
+        holds what was typed, as "name — description" and the name; at most SUGGESTED."""
+        if field != "template":
+            return []
+        typed = typed.strip().lower()
+        found = sorted(
+            (not name.lower().startswith(typed), name) for name, t in self.app.templates.items()
+            if typed in name.lower() or typed in (t.description or "").lower())
+        return [(f"{name} — {self.app.templates[name].description}".rstrip(" —")[:100], name)
+                for _, name in found[:SUGGESTED]]
 
     def acknowledge(self, turn: Turn, uploads: list[Upload]) -> None:
         """Files with no command: say what came and how to use it."""

@@ -62,6 +62,7 @@ from bot.chat.platform import (
     DownloadError,
     FileRef,
     Form,
+    Inbound,
     Incoming,
     Outgoing,
     Platform,
@@ -162,8 +163,8 @@ class Slack(Platform):
         return self._session
 
     # --- wiring -------------------------------------------------------------------------
-    def attach(self, app: Any, receive: Receive) -> None:
-        self.receive = receive
+    def attach(self, app: Any, chat: Inbound) -> None:
+        self.receive = chat.receive
         if self.settings.signing_secret:
             app.router.add_post("/slack/events", self.endpoint)
 

@@ -43,6 +43,7 @@ from bot.chat.dingtalk.markup import MARKDOWN, TEXT
 from bot.chat.platform import (
     DeliveryError,
     FileRef,
+    Inbound,
     Incoming,
     Outgoing,
     Platform,
@@ -86,8 +87,8 @@ class DingTalk(Platform):
         self.delivered = Recent()  # msgIds handled lately
 
     # --- wiring -------------------------------------------------------------------------
-    def attach(self, app: Any, receive: Receive) -> None:
-        self.receive = receive
+    def attach(self, app: Any, chat: Inbound) -> None:
+        self.receive = chat.receive
         if self.settings.mode == "http":
             app.router.add_post("/dingtalk/callback", self.callback)
 
@@ -204,7 +205,8 @@ class DingTalk(Platform):
         return Incoming(
             self.name, user, conversation, text, message=msg_id, files=files,
             workspace=text_of(body, "senderCorpId"),
-            platform_admin=body.get("isAdmin") is True and self.settings.platform_admins,
+            platform_role="admin" if body.get("isAdmin") is True and self.settings.platform_admins
+            else None,
             context={"session_webhook": text_of(body, "sessionWebhook"),
                      "session_expires": expires})
 

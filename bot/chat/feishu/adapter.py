@@ -45,10 +45,12 @@ from bot.chat.platform import (
     Button,
     DeliveryError,
     FileRef,
+    Inbound,
     Incoming,
     Outgoing,
     Platform,
     Receive,
+    body_of,
     image_within,
     refuse,
 )
@@ -88,8 +90,8 @@ class Feishu(Platform):
         self.connection: LongConnection | None = None
 
     # --- wiring -------------------------------------------------------------------------
-    def attach(self, app: Any, receive: Receive) -> None:
-        self.receive = receive
+    def attach(self, app: Any, chat: Inbound) -> None:
+        self.receive = chat.receive
         if self.settings.mode == "callback":
             app.router.add_post("/feishu/events", self.callback)
 
@@ -106,12 +108,9 @@ class Feishu(Platform):
         the core); answered at once. What the SDK refuses — a body another key encrypted,
         a signature or token that does not match — is a 403, not its 500; what is not a
         JSON object, a 400."""
-        try:
-            raw = await request.content.read(BODY_MAX + 1)
-        except (web.HTTPException, ConnectionError):
-            return refuse(400, "unreadable body")
-        if len(raw) > BODY_MAX:
-            return refuse(413, "request body too large")
+        raw = await body_of(request, BODY_MAX)
+        if isinstance(raw, web.Response):
+            return raw
         try:
             shaped = isinstance(json.loads(raw), dict)
         except (ValueError, RecursionError):
