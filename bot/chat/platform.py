@@ -105,6 +105,16 @@ class Outgoing:
     #   that de-duplicates by a request id uses it, so a retried send posts once)
 
 
+@dataclass(frozen=True)
+class Health:
+    """How a platform is doing, as this service sees it (the dashboard, /metrics)."""
+    platform: str
+    inbound: str  # how what people send arrives: its [platform] mode ("gateway", "stream" …)
+    signed_in: bool | None  # its credentials worked at start; None: not known yet
+    connected: bool | None  # the connection it keeps open is up; None: it keeps none
+    problem: str = ""  # why it could not sign in, in one line
+
+
 SEEN = 5000  # message keys remembered by `once`
 
 
@@ -190,6 +200,25 @@ class Platform:
         task.add_done_callback(tasks.discard)
         return task
 
+    # --- how it is doing -----------------------------------------------------------------
+    @property
+    def inbound(self) -> str:
+        """How what people send arrives (its [platform] mode)."""
+        return ""
+
+    def connected(self) -> bool | None:
+        """Whether the connection it keeps open (a gateway, a stream) is up; None where
+        messages come to the service's own endpoint instead."""
+        return None
+
+    def mark_signed_in(self, ok: bool, problem: str = "") -> None:
+        """Record whether its credentials worked (health)."""
+        self.__dict__["_signed"] = (ok, problem)
+
+    def health(self) -> Health:
+        ok, problem = self.__dict__.get("_signed", (None, ""))
+        return Health(self.name, self.inbound, ok, self.connected(), problem)
+
     async def sign_in(self, token: Callable[[], Awaitable[Any]], app: str, keys: str) -> None:
         """One clear line at start: the app's credentials work (`token()` gets one), or why
         not — refused, or the platform out of reach: said once, holding nothing up.
@@ -198,9 +227,12 @@ class Platform:
         try:
             await token()
             log.info("%s: signed in as app %s", self.name, app)
+            self.mark_signed_in(True)
         except Exception as e:  # noqa: BLE001 - refused, or out of reach: said once, here
-            log.warning("%s: cannot sign in as app %s (%s): check %s", self.name, app,
-                        str(getattr(e, "reason", "") or e)[:200] or type(e).__name__, keys)
+            why = str(getattr(e, "reason", "") or e)[:200] or type(e).__name__
+            log.warning("%s: cannot sign in as app %s (%s): check %s", self.name, app, why,
+                        keys)
+            self.mark_signed_in(False, why)
 
     def attach(self, app: Any, chat: Inbound) -> None:
         """Add the platform's routes to the service's aiohttp app; hand what arrives to

@@ -220,12 +220,22 @@ class Slack(Platform):
         try:
             me = await self.client.auth_test()
             log.info("slack: signed in as %s in %s", me.get("user"), me.get("team"))
+            self.mark_signed_in(True)
         except SlackApiError as e:
             log.warning("slack: the bot token is refused (%s): check [slack] bot_token",
                         e.response.get("error"))
+            self.mark_signed_in(False, f"the bot token is refused ({e.response.get('error')})")
         except Exception as e:  # noqa: BLE001 - slack.com out of reach: messages wait in the outbox
-            log.warning("slack: cannot reach Slack to check the bot token (%s)",
-                        str(e)[:200] or type(e).__name__)
+            why = str(e)[:200] or type(e).__name__
+            log.warning("slack: cannot reach Slack to check the bot token (%s)", why)
+            self.mark_signed_in(False, f"Slack out of reach ({why})")
+
+    @property
+    def inbound(self) -> str:
+        return "socket_mode" if self.settings.app_token else "events_api"
+
+    def connected(self) -> bool | None:
+        return self.socket is not None if self.settings.app_token else None
 
     async def _connect(self) -> None:
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler

@@ -92,6 +92,13 @@ class DingTalk(Platform):
         if self.settings.mode == "http":
             app.router.add_post("/dingtalk/callback", self.callback)
 
+    @property
+    def inbound(self) -> str:
+        return self.settings.mode
+
+    def connected(self) -> bool | None:
+        return self.stream.connected.is_set() if self.stream else None
+
     async def start(self) -> None:
         self.spawn(self.sign_in(self.api.token, self.settings.app_key,
                                 "[dingtalk] app_key and app_secret"), name="dingtalk-token")

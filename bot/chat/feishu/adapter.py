@@ -95,6 +95,13 @@ class Feishu(Platform):
         if self.settings.mode == "callback":
             app.router.add_post("/feishu/events", self.callback)
 
+    @property
+    def inbound(self) -> str:
+        return self.settings.mode
+
+    def connected(self) -> bool | None:
+        return self.connection.connected.is_set() if self.connection else None
+
     async def start(self) -> None:
         self.spawn(self.sign_in(self.api.token, self.settings.app_id,
                                 "[feishu] app_id, app_secret and domain"), name="feishu-token")
