@@ -351,6 +351,14 @@ CATALOG: dict[str, str] = catalog(
                          "{template} FILE"),
     N_("file_hint_dm", "Send the file to me in a direct (1:1) chat first; then /gen here can "
                        "name it."),
+    N_("file_hint_discord", "Attach the sheet to /gen (its sheet option), or send it to me "
+                            "first in a message that mentions me; then /gen can name it."),
+    N_("slash_template", "the template: start typing its name"),
+    N_("slash_file", "the file the command takes (a sheet, a mask, a workflow)"),
+    N_("button_expired", "This button was made before genbot restarted and is no longer "
+                         "known: type its command instead."),
+    N_("button_sure", "{label}: are you sure?"),
+    N_("button_yes", "Yes"),
     N_("file_hint_feishu", "Send the file to me first — in our chat, or in this group's thread "
                            "— then /gen here can name it."),
     N_("recent_files", "Files you sent lately: {files}"),

@@ -23,7 +23,7 @@ from bot.app.application import App, load_templates
 from bot.chat.hub import ChatCore
 from bot.chat.platform import Platform
 from bot.scheduler import Scheduler
-from bot.settings import ApiConfig, DingTalkConfig, FeishuConfig, SlackConfig
+from bot.settings import ApiConfig, DingTalkConfig, DiscordConfig, FeishuConfig, SlackConfig
 from bot.supervisor import Supervisor
 from bot.web.api import Api, body_limit
 from bot.web.dashboard import Dashboard
@@ -64,6 +64,9 @@ def configured_platforms(config: Config) -> list[Platform]:
     if config[FeishuConfig].app_id:
         from bot.chat.feishu.adapter import Feishu
         platforms.append(Feishu(config))
+    if config[DiscordConfig].token:
+        from bot.chat.discord.adapter import Discord
+        platforms.append(Discord(config))
     return platforms
 
 
@@ -115,7 +118,7 @@ class Service:
         await self.metrics.start()
         app.router.add_get("/metrics", self.metrics.handler)
         for platform in self.platforms:
-            platform.attach(app, self.core.chat.receive)
+            platform.attach(app, self.core.chat)
         logging.getLogger("aiohttp.server").addFilter(quiet_bad_requests)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()

@@ -319,6 +319,70 @@ class FeishuConfig:
                               "lark, or an https:// base URL")
 
 
+DISCORD_ROLE = re.compile(r"^(\d{17,20})=(admin|submitter|reviewer|viewer)$")
+
+
+@section("discord", order=127)
+@dataclass(frozen=True)
+class DiscordConfig:
+    """The Discord bot (docs/discord.md). Off until token is set."""
+
+    token: str = key("", "Bot token of the Discord application (Bot page); env "
+                     "GENBOT_DISCORD_TOKEN.", secret=True)
+    mode: str = key("gateway", "gateway: genbot connects out to Discord (no public URL "
+                    "needed); interactions: Discord posts slash commands and button presses "
+                    "to /discord/interactions (the app's Interactions Endpoint URL).",
+                    choices=("gateway", "interactions"))
+    public_key: str = key("", "The application's Public Key (General Information; 64 hex "
+                          "digits): every request to /discord/interactions is checked with "
+                          "it (interactions mode).")
+    guilds: list[str] = key((), "Server (guild) ids whose slash commands genbot registers at "
+                            "start, where they appear at once. Empty: global commands (every "
+                            "server the app is in).")
+    roles: list[str] = key((), "Discord roles that give a genbot role, as ROLE_ID=role: "
+                           "[\"1234567890123456789=admin\", \"2234567890123456789=reviewer\"]; "
+                           "the highest a person has counts. /grant and [chat] lists still win.")
+    platform_admins: bool = key(False, "Members with Discord's Administrator permission are "
+                                "genbot admins.")
+    message_content: bool = key(False, "Also read messages that @-mention the bot (a sheet "
+                                "attached, the command typed) in gateway mode: needs the "
+                                "privileged Message Content intent turned on for the bot.")
+    api_url: str = key("https://discord.com/api/v10", "Discord's API base URL (a proxy, or a "
+                       "test server).")
+
+    def role_of(self, role_ids: list[str]) -> str | None:
+        """The highest genbot role `role_ids` (a member's Discord roles) give, or None."""
+        given = dict(r.split("=", 1) for r in self.roles)
+        found = {given[r] for r in role_ids if r in given}
+        return next((r for r in ("admin", "submitter", "reviewer", "viewer") if r in found),
+                    None)
+
+    def check(self, source: str) -> None:
+        if not self.token:
+            return
+        if self.token.count(".") != 2 or len(self.token) < 50:
+            raise ConfigError(f"{source}: [discord] token: expected a bot token (three parts "
+                              "joined by dots, from the app's Bot page), not a client secret "
+                              "or an application id")
+        if self.mode == "interactions" and not re.fullmatch(r"[0-9a-fA-F]{64}",
+                                                             self.public_key):
+            raise ConfigError(f"{source}: [discord] mode = \"interactions\": expected "
+                              "public_key, the 64 hex digits of the app's Public Key (General "
+                              "Information): genbot takes no unsigned interactions")
+        for g in self.guilds:
+            if not g.isdigit():
+                raise ConfigError(f'{source}: [discord] guilds: "{g[:40]}" is not a server id '
+                                  "(digits: Copy Server ID with Developer Mode on)")
+        for r in self.roles:
+            if not DISCORD_ROLE.match(r):
+                raise ConfigError(f'{source}: [discord] roles: "{r[:60]}": expected '
+                                  "ROLE_ID=admin|submitter|reviewer|viewer (a role's id: Copy "
+                                  "Role ID with Developer Mode on)")
+        if not self.api_url.startswith(("https://", "http://127.0.0.1", "http://localhost")):
+            raise ConfigError(f'{source}: [discord] api_url: "{self.api_url}": expected an '
+                              "https:// base URL")
+
+
 def kept_secret(path: Path, make: Callable[[], str]) -> str:
     """The secret in `path`, made (readable by this user only) when missing or empty."""
     try:
