@@ -106,7 +106,8 @@ class Service:
         self.core = ChatCore(self.app, self.platforms)
         self.hooks = WebhookService(self.app)
         app = web.Application(client_max_size=body_limit(config))
-        api = Api(self.app, self.hooks)
+        api = Api(self.app, self.hooks,
+                  platforms=lambda: [p.health() for p in self.platforms])
         api.routes(app)
         await api.summary.get()  # /healthz answers from it, from the first probe on
         Dashboard(api).routes(app)

@@ -399,7 +399,8 @@ ROLES = {"anonymous": None, "none": NOBODY, "viewer": VIEWER, "reviewer": REVIEW
 NO, ANY, V, R, S, OWNER, A = range(7)  # who gets past the permission check: anyone, signed in
 # or not (a public route) … only admins
 ROUTES = [  # method, path, who passes, the answer once past the check
-    ("GET", "/queue", V, 200), ("GET", "/workers", V, 200), ("GET", "/templates", V, 200),
+    ("GET", "/queue", V, 200), ("GET", "/workers", V, 200), ("GET", "/platforms", V, 200),
+    ("GET", "/templates", V, 200),
     ("GET", "/templates/social_thumb", V, 200), ("GET", "/batches", V, 200),
     ("GET", "/batches/1", V, 200), ("GET", "/batches/1/files/results.xlsx", V, 404),
     ("GET", "/jobs", V, 200), ("GET", "/jobs/1", V, 200), ("GET", "/jobs/1/outputs/0", V, 404),

@@ -35,6 +35,7 @@ from bot.webhooks.payloads import EVENTS
 from storage.config import QueueConfig
 from templates.settings import TemplatesConfig, shipped_dir
 from tests.fakes.api import ADMIN, ALICE, BOB, BOTTLE, REVIEWER, VIEWER, ApiWorld, api_config
+from tests.fakes.chat import SteeredPlatform
 from tests.fakes.jobs import finish_all
 from tests.fakes.webhooks import Receiver
 from tests.fakes.workflows import TXT2IMG
@@ -65,7 +66,9 @@ async def world(tmp_path_factory, demo_models):
     shutil.copytree(shipped_dir(), folder, dirs_exist_ok=True)
     config = config.replaced(QueueConfig, max_queue_size=QUEUE_SIZE).replaced(
         IntakeConfig, max_image_mb=IMAGE_MB).replaced(TemplatesConfig, dir=str(folder))
-    async with ApiWorld(config) as w:
+    gateway = SteeredPlatform("discord", "gateway", connection=True)  # (what /platforms
+    gateway.mark_signed_in(False, "invalid token")  # lists: every field, a null among them)
+    async with ApiWorld(config, [gateway, SteeredPlatform("slack", "events_api")]) as w:
         assert (await w.submit(2, token=ADMIN, sku=True, channels="douyin"))[0] == 201
         # (batch 1: run, so it has images, and its files for Douyin)
         w.start_executor()
@@ -158,9 +161,10 @@ def tour(world) -> set[tuple[str, str, int]]:
     v = "/api/v1"
     call(None, "GET", f"{v}/openapi.json", 200)
     call(None, "GET", f"{v}/vocabulary", 200)  # (the sign-in page's words)
-    for template in ("/queue", "/workers", "/templates", "/templates/{name}", "/batches",
-                     "/batches/{id}", "/jobs", "/jobs/{id}", "/jobs/{id}/outputs/{index}",
-                     "/batches/{id}/files/{name}", "/schedules", "/vocabulary", "/me"):
+    for template in ("/queue", "/workers", "/platforms", "/templates", "/templates/{name}",
+                     "/batches", "/batches/{id}", "/jobs", "/jobs/{id}",
+                     "/jobs/{id}/outputs/{index}", "/batches/{id}/files/{name}", "/schedules",
+                     "/vocabulary", "/me"):
         call(VIEWER, "GET", v + template, 200)
     call(VIEWER, "GET", f"{v}/batches/{{id}}/files/{{name}}", 200,
          path=f"{v}/batches/1/files/results.xlsx")

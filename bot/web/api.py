@@ -3,11 +3,11 @@
 A Bearer token from [api] tokens acts as api:USER, whose role [chat] gives
 (bot.web.callers). Every change goes through the application layer (bot.app.application.App) —
 the same permission checks, ownership, per-person limits and audit log as chat — and a
-sheet through the same intake. Each resource has its module (queue, workers, templates,
-batches, jobs, iterate, events, schedules) that only translates: HTTP in, a call to the app, a
-typed record out (bot.web.http). The app's coded errors become statuses in one place
-(`coded_errors`); every error is an Error record. Each route is declared once
-(bot.web.routes), and `/api/v1/openapi.json` is generated from those declarations.
+sheet through the same intake. Each resource has its module (queue, workers, platforms,
+templates, batches, jobs, iterate, events, schedules) that only translates: HTTP in, a
+call to the app, a typed record out (bot.web.http). The app's coded errors become
+statuses in one place (`coded_errors`); every error is an Error record. Each route is
+declared once (bot.web.routes), and `/api/v1/openapi.json` is generated from those declarations.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from bot.web.iterate import IterateRoutes
 from bot.web.jobs import JobRoutes
 from bot.web.me import MeRoutes
 from bot.web.openapi import OpenApi
+from bot.web.platforms import Healths, PlatformRoutes, nothing
 from bot.web.queue import QueueRoutes
 from bot.web.review import ReviewRoutes
 from bot.web.routes import Resource, serve
@@ -101,8 +102,9 @@ async def coded_errors(request: web.Request, handler: Any) -> web.StreamResponse
 class Api:
     """Every resource of /api/v1 over one application layer, and who is asking."""
 
-    def __init__(self, app: App, hooks: WebhookService):
-        """`hooks`: the service's webhooks, whose admin actions /webhooks offers."""
+    def __init__(self, app: App, hooks: WebhookService, platforms: Healths = nothing):
+        """`hooks`: the service's webhooks, whose admin actions /webhooks offers;
+        `platforms`: how each of its chat platforms is doing, asked at each /platforms."""
         self.app, self.hooks = app, hooks
         self.callers = Callers(app)
         self.sessions = self.callers.sessions  # (the dashboard signs in with them)
@@ -110,7 +112,8 @@ class Api:
         self.summary = self.queue.summary  # /queue's, which /healthz answers from
         self.events = EventRoutes(app, self.callers)
         self.resources: list[Resource] = [
-            self.queue, WorkerRoutes(app, self.callers), TemplateRoutes(app, self.callers),
+            self.queue, WorkerRoutes(app, self.callers),
+            PlatformRoutes(app, self.callers, platforms), TemplateRoutes(app, self.callers),
             BatchRoutes(app, self.callers), JobRoutes(app, self.callers),
             IterateRoutes(app, self.callers), ReviewRoutes(app, self.callers), self.events,
             ScheduleRoutes(app, self.callers),

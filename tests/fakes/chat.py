@@ -97,6 +97,24 @@ class MemoryPlatform(Platform):
         return [p for p in self.posts if p.thread == thread]
 
 
+class SteeredPlatform(MemoryPlatform):
+    """A test platform whose health the test sets: how messages arrive, the connection it
+    keeps (`connection`: whether it is up; None: it keeps none), and — through
+    `mark_signed_in`, as an adapter's sign-in does — whether its credentials worked."""
+
+    def __init__(self, name: str, inbound: str = "events", connection: bool | None = None,
+                 **kw):
+        super().__init__(name, **kw)
+        self.mode, self.connection = inbound, connection
+
+    @property
+    def inbound(self) -> str:
+        return self.mode
+
+    def connected(self) -> bool | None:
+        return self.connection
+
+
 def rate_limited(seconds: float = 0.0) -> DeliveryError:
     return DeliveryError("429 rate limited", retry_after=seconds)
 
@@ -201,13 +219,17 @@ class World:
 
 
 class ServiceWorld(World):
-    """The real service (HTTP app, chat core, the configured platforms) with an in-process
-    executor started on demand."""
+    """The real service (HTTP app, chat core, the platforms given, else those the config
+    turns on) with an in-process executor started on demand."""
+
+    def __init__(self, config, platforms: list[MemoryPlatform] | None = None, **kw):
+        super().__init__(config, platforms, **kw)
+        self.given = platforms
 
     async def __aenter__(self) -> ServiceWorld:
         from bot.service import Service
         migrated_sqlite(self.config.database_url)
-        self.service = Service(self.config, executor=False)
+        self.service = Service(self.config, executor=False, platforms=self.given)
         await self.service.start()
         self.queue, self.core, self.app = self.service.queue, self.service.core, self.service.app
         self.platforms = list(self.service.platforms)
