@@ -115,7 +115,8 @@ class Service:
                                sum(s.restarts for s in [self.supervisor, *self.comfy] if s),
                                token=config[ApiConfig].metrics_token,
                                webhooks=(self.hooks.webhooks, self.hooks.deliverer.counts),
-                               stuck_after=config[QueueConfig].stuck_after)
+                               stuck_after=config[QueueConfig].stuck_after,
+                               platforms=lambda: [p.health() for p in self.platforms])
         await self.metrics.start()
         app.router.add_get("/metrics", self.metrics.handler)
         for platform in self.platforms:

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bot.settings import ApiConfig
 from tests.conftest import ROOT
 from tests.fakes.api import ALICE, ApiWorld, api_config
+from tests.fakes.chat import SteeredPlatform
 
 
 def samples(text: str) -> dict[tuple, float]:
@@ -72,6 +73,50 @@ async def test_a_metrics_token_is_asked_of_every_scrape(tmp_path, demo_models):
             assert ("genbot_queue_paused", ()) in samples(await r.text())
         async with w.http.get("/healthz") as r:  # probes stay open
             assert r.status == 200
+
+
+async def test_each_chat_platform_is_up_when_signed_in_and_connected(tmp_path, demo_models):
+    """genbot_chat_platform_up: signed in and, where a connection is kept, connected;
+    genbot_chat_platform_connected only for those that keep one; read from the platforms
+    at each scrape, the database down or not; a platform the service does not run (one
+    the outbox still names) has neither."""
+    gateway = SteeredPlatform("discord", "gateway", connection=True)  # signed in, connected
+    hooked = SteeredPlatform("slack", "events_api")  # signed in, keeps no connection
+    refused = SteeredPlatform("feishu", "long_connection", connection=False)
+    stream = SteeredPlatform("dingtalk", "stream", connection=False)  # not signed in yet
+    async with ApiWorld(api_config(tmp_path, demo_models),
+                        [gateway, hooked, refused, stream]) as w:
+        gateway.mark_signed_in(True)
+        hooked.mark_signed_in(True)
+        refused.mark_signed_in(False, "app_secret wrong")
+        await w.core.outbox.put("once", platform="teams", conversation="C1", thread=None,
+                                kind="text", payload={"text": "owed by a platform gone"})
+
+        async def scrape() -> dict[str, dict[str, float]]:
+            async with w.http.get("/metrics") as r:
+                found = samples(await r.text())
+            assert found[("genbot_outbox_messages", (("platform", "teams"),
+                                                     ("status", "pending")))] == 1
+            return {metric: {dict(labels)["platform"]: v for (name, labels), v in found.items()
+                             if name == metric}
+                    for metric in ("genbot_chat_platform_up", "genbot_chat_platform_connected")}
+
+        assert await scrape() == {
+            "genbot_chat_platform_up": {"discord": 1, "slack": 1, "feishu": 0, "dingtalk": 0},
+            "genbot_chat_platform_connected": {"discord": 1, "feishu": 0, "dingtalk": 0}}
+        gateway.connection, stream.connection = False, True  # the gateway drops, the stream
+        stream.mark_signed_in(True)  # comes up and signs in
+        after = {
+            "genbot_chat_platform_up": {"discord": 0, "slack": 1, "feishu": 0, "dingtalk": 1},
+            "genbot_chat_platform_connected": {"discord": 0, "feishu": 0, "dingtalk": 1}}
+        assert await scrape() == after
+
+        async def unreachable(timeout: float) -> bool:
+            return False
+        w.queue.db.ping = unreachable  # the database away: the platforms are still told
+        hooked.mark_signed_in(False, "token revoked")
+        after["genbot_chat_platform_up"]["slack"] = 0
+        assert await scrape() == after
 
 
 def test_the_grafana_dashboard_only_uses_metrics_the_service_exports():

@@ -4,7 +4,8 @@ Queue depth and delivery state come from the database; job durations and waits a
 observed from the event log as jobs end (from the service's start on: counters start
 at zero after a restart, which Prometheus handles); executors' memory and model cache
 come from their heartbeats in the worker registry (storage.workers), whatever host they
-run on.
+run on; the chat platforms' health from the platforms themselves (bot.web.platforms), so
+it is told with the database down too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from prometheus_client import (
 
 from bot.app.leases import leases
 from bot.intake import workers as intake
+from bot.web.platforms import Healths, nothing, up
 from storage.config import QueueConfig
 from storage.db import connection_lost
 from storage.outbox import Outbox
@@ -46,10 +48,12 @@ class Metrics:
     def __init__(self, queue: Queue, outbox: Outbox, restarts: Callable[[], int] = lambda: 0,
                  token: str = "",
                  webhooks: tuple[Webhooks, Counter[tuple[str, str]]] | None = None,
-                 stuck_after: float = QueueConfig().stuck_after):
+                 stuck_after: float = QueueConfig().stuck_after, platforms: Healths = nothing):
         """`webhooks`: the deliveries' table and the deliverer's tries by (endpoint,
-        outcome), counted since the service started. `stuck_after`: [queue] stuck_after."""
+        outcome), counted since the service started. `stuck_after`: [queue] stuck_after.
+        `platforms`: how each chat platform the service runs is doing."""
         self.queue, self.outbox, self.restarts, self.token = queue, outbox, restarts, token
+        self.platforms = platforms
         self.webhooks = webhooks
         r = self.registry = CollectorRegistry()
         self.deliveries = Gauge("genbot_webhook_deliveries", "Webhook deliveries by endpoint "
@@ -70,6 +74,13 @@ class Metrics:
         self.outbox_messages = Gauge("genbot_outbox_messages", "Chat messages owed, by state "
                                      "(failed: given up after retries)", ["platform", "status"],
                                      registry=r)
+        self.platform_up = Gauge("genbot_chat_platform_up", "1 while a chat platform this "
+                                 "service runs is signed in and, where it keeps a connection "
+                                 "open, connected; 0 otherwise", ["platform"], registry=r)
+        self.platform_connected = Gauge("genbot_chat_platform_connected", "1 while the "
+                                        "connection a chat platform keeps open (a gateway, a "
+                                        "stream, Socket Mode) is up; only platforms that keep "
+                                        "one", ["platform"], registry=r)
         self.duration = Histogram("genbot_job_duration_seconds", "Run time of finished jobs",
                                   ["status"], registry=r,
                                   buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800))
@@ -143,10 +154,11 @@ class Metrics:
 
     async def refresh_or_mark_down(self) -> None:
         """`refresh`; with the database unreachable, genbot_database_up 0 and what needs
-        no database (executor restarts) instead of an error: a scrape still answers, within
-        PING_TIMEOUT, and says what is wrong."""
+        no database (executor restarts, the chat platforms) instead of an error: a scrape
+        still answers, within PING_TIMEOUT, and says what is wrong."""
         self.executor_restarts.set(self.restarts())
         self.intake_waiting.set(intake.waiting())
+        self.read_platforms()
         if not await self.queue.db.ping(PING_TIMEOUT):
             self.database_up.set(0)
             return
@@ -185,6 +197,15 @@ class Metrics:
         await self.read_table_sizes()
         await self.observe_ended_jobs()
         await self.read_workers()
+
+    def read_platforms(self) -> None:
+        """Each platform the service runs now, and no other (cleared first)."""
+        self.platform_up.clear()
+        self.platform_connected.clear()
+        for health in self.platforms():
+            self.platform_up.labels(health.platform).set(up(health))
+            if health.connected is not None:
+                self.platform_connected.labels(health.platform).set(health.connected)
 
     async def observe_ended_jobs(self) -> None:
         if self.seq is None:
