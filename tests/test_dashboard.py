@@ -17,7 +17,7 @@ from storage.queue import NewJob, Submission
 from templates.jobs import decode
 from tests.conftest import ROOT, executor_config
 from tests.fakes.browser import launched
-from tests.fakes.chat import ServiceWorld
+from tests.fakes.chat import ServiceWorld, SteeredPlatform, rate_limited
 from tests.fakes.jobs import finish_all
 from tests.fakes.webhooks import Receiver
 
@@ -1096,6 +1096,65 @@ async def test_sign_in_with_dingtalk_is_the_staff_member_chat_knows(tmp_path, de
                 "#sign-in-error")
     finally:
         await fake.stop()
+
+
+async def test_the_overview_lists_each_chat_platform_and_how_it_is_doing_in_en_and_zh(
+        tmp_path, demo_models, browser):
+    """The chat platforms panel: each platform's name, how its messages arrive, signed in
+    (✓) or why not (✗ and the platform's reason), its connection up, down or — where it
+    keeps none, and the messages it owes and gave up on; in English and in Chinese, and
+    axe-clean. Without a platform, it says how to chat without one."""
+    from axe_playwright_python.base import AXE_SCRIPT
+    gateway = SteeredPlatform("discord", "gateway", connection=True)
+    hooked = SteeredPlatform("dingtalk", "http")
+    socket = SteeredPlatform("slack", "socket_mode", connection=False)  # not signed in yet
+    gateway.mark_signed_in(True)
+    hooked.mark_signed_in(False, "invalid app_secret")
+    async with DashWorld(dashboard_config(tmp_path, demo_models),
+                         [gateway, hooked, socket]) as w:
+        gateway.faults = [rate_limited(3600)]  # owed an hour from now
+        await w.core.outbox.put("owed", platform="discord", conversation="C1", thread=None,
+                                kind="text", payload={"text": "hello"})
+        await w.until(lambda: gateway.calls)
+        page = await signed_in(browser, w, VIEWER)
+        await page.context.add_init_script(script=AXE_SCRIPT)  # (the page's policy allows
+        await page.reload()  # no script of ours: before it loads, as the axe test does)
+        row = '.platforms tr[data-platform="{}"]'.format
+        await page.wait_for_selector(row("discord"))
+        assert await page.text_content(".platforms h2") == "Chat platforms"
+        assert await page.eval_on_selector_all(
+            ".platforms tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))") == [
+            ["discord", "messages arrive by gateway", "✓ signed in", "connection up",
+             "messages owed: 1", "failed: 0"],
+            ["dingtalk", "messages arrive by http", "✗ cannot sign in: invalid app_secret",
+             "connection — (messages come to this service)", "messages owed: 0", "failed: 0"],
+            ["slack", "messages arrive by socket_mode", "signed in: not known yet",
+             "connection down", "messages owed: 0", "failed: 0"]]
+        assert await page.get_attribute(row("discord"), "data-up") == "true"
+        assert await page.get_attribute(row("dingtalk"), "data-up") == "false"
+        results = await page.evaluate("axe.run('.platforms', {resultTypes: ['violations']})")
+        assert [v["id"] for v in results["violations"] if v["impact"] in SERIOUS] == []
+
+        gateway.connection = False  # read afresh whenever the overview is
+        await page.select_option("#lang", "zh")
+        await page.wait_for_selector(".platforms h2 >> text='聊天平台'")
+        assert await page.eval_on_selector_all(
+            ".platforms tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))") == [
+            ["discord", "消息接收方式：gateway", "✓ 已登录", "连接已断开", "待发消息：1",
+             "发送失败：0"],
+            ["dingtalk", "消息接收方式：http", "✗ 无法登录：invalid app_secret",
+             "连接 —（消息发送到本服务）", "待发消息：0", "发送失败：0"],
+            ["slack", "消息接收方式：socket_mode", "登录状态：尚不清楚", "连接已断开",
+             "待发消息：0", "发送失败：0"]]
+        assert await page.get_attribute(row("discord"), "data-up") == "false"
+        await page.screenshot(path=str(tmp_path / "platforms-zh.png"))
+
+    async with DashWorld(dashboard_config(tmp_path / "none", demo_models)) as w:
+        page = await signed_in(browser, w, VIEWER)
+        await page.wait_for_selector("#no-platforms")
+        assert await page.text_content("#no-platforms") == \
+            "No chat platform configured — genbot chat works in a terminal."
+        assert await page.locator(".platforms tr").count() == 0
 
 
 SERIOUS = ("serious", "critical")  # axe-core's impacts a page may not have

@@ -278,8 +278,9 @@ async function overview(main) {
   const box = h("div", {class: "overview"});
   main.replaceChildren(box);
   async function refresh() {
-    const [q, b] = await Promise.all([call("GET", `${API}/queue`), call("GET", `${API}/batches?limit=15`)]);
-    if (!q.ok || !b.ok) return failure(q.ok ? b : q);
+    const [q, b, p] = await Promise.all([call("GET", `${API}/queue`), call("GET", `${API}/batches?limit=15`),
+      call("GET", `${API}/platforms`)]);
+    if (!q.ok || !b.ok || !p.ok) return failure([q, b, p].find((r) => !r.ok));
     const paused = q.data.paused;
     const admin = me.may.includes("pause");
     const action = paused ? "resume" : "pause";
@@ -329,12 +330,33 @@ async function overview(main) {
           h("td", {class: "muted", text: w.models.join(", ") +
             (w.allow ? ` · ${t("takes")} ${w.allow.join(", ") || "-"}` : "")}),
           h("td", {class: "muted", text: t("seen", {t: span(Date.now() / 1000 - w.seen_at)})})))) : null),
+      platformCard(p.data.platforms),
       h("section", {class: "card"},
         h("h2", {text: t("recent")}),
         b.data.batches.length ? batchTable(b.data.batches) : h("p", {class: "muted", text: t("no_batches")})));
   }
   await refresh();
   return {refresh};
+}
+
+// The chat platforms the service runs (GET /platforms): how messages arrive, signed in or
+// why not, the connection it keeps (— where it keeps none), and what it owes.
+function platformCard(platforms) {
+  const connection = (c) => c === null ? h("td", {class: "muted", text: t("connection_none")})
+    : h("td", {class: c ? "ok" : "error", "data-connected": String(c), text: t(c ? "connection_up" : "connection_down")});
+  return h("section", {class: "card platforms", "aria-labelledby": "platforms-title"},
+    h("h2", {id: "platforms-title", text: t("platforms")}),
+    platforms.length ? h("table", {}, ...platforms.map((x) => h("tr", {"data-platform": x.name, "data-up": String(x.up)},
+      h("td", {}, h("strong", {text: x.name})),
+      h("td", {class: "muted", text: t("arrives", {how: x.inbound})}),
+      x.signed_in === null ? h("td", {class: "muted", "data-signed-in": "", text: t("sign_in_unknown")})
+        : h("td", {class: x.signed_in ? "ok" : "error", "data-signed-in": String(x.signed_in),
+          text: x.signed_in ? t("signed_in") : t("not_signed_in", {why: x.problem})}),
+      connection(x.connected),
+      h("td", {"data-owed": x.messages.pending, text: t("owed", {n: x.messages.pending})}),
+      h("td", {class: x.messages.failed ? "error" : "muted", "data-failed": x.messages.failed,
+        text: t("failed_messages", {n: x.messages.failed})}))))
+      : h("p", {class: "muted", id: "no-platforms", text: t("no_platforms")}));
 }
 
 function batchTable(batches) {
