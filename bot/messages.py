@@ -354,7 +354,9 @@ CATALOG: dict[str, str] = catalog(
     N_("file_hint_discord", "Attach the sheet to /gen (its sheet option), or send it to me "
                             "first in a message that mentions me; then /gen can name it."),
     N_("slash_template", "the template: start typing its name"),
-    N_("slash_file", "the file the command takes (a sheet, a mask, a workflow)"),
+    N_("slash_file", "the file the command takes (a mask, a workflow)"),
+    N_("slash_sheet", "the sheet: one job per row"),
+    N_("slash_picture", "a picture the sheet's rows name (by its file name)"),
     N_("button_expired", "This button was made before genbot restarted and is no longer "
                          "known: type its command instead."),
     N_("button_sure", "{label}: are you sure?"),

@@ -10,9 +10,10 @@ Discord's facts shape it (docs/discord.md):
   no change, an autocomplete answered with the templates that match — and its work is
   handed to the core in the background.
 - The answer to a command: a reply for the sender alone replaces the "thinking…"
-  (PATCH @original, an ephemeral message); one for everyone (a batch's acceptance) is a
-  follow-up message, and the "thinking…" is deleted. Both ride the interaction's token
-  (15 minutes), so genbot answers even where it could not post.
+  (PATCH @original, an ephemeral message; more follow it, on the interaction's token, for
+  15 minutes); one for everyone (a batch's acceptance) is posted by the bot in the
+  channel, and the "thinking…" deleted. (A follow-up cannot be it: after a deferral the
+  first follow-up takes the deferral's place, ephemeral too.)
 - A batch's thread is started from its acceptance message (a thread's id is the id of
   the message it was started from, so the core's thread reference needs no mapping);
   progress is one message in it, edited; each image is one message, the picture
@@ -97,7 +98,7 @@ class Discord(Platform):
         self.signed_in = False
         self.threads: set[str] = set()  # thread ids known to exist
         self.flat: set[str] = set()  # channels where no thread can be started (DMs)
-        self.answered: dict[str, str] = {}  # an interaction token -> the key that answered it
+        self.answered: OrderedDict[str, str] = OrderedDict()  # a token -> the key answering
         self.long: OrderedDict[str, Button] = OrderedDict()  # a custom_id -> its button
         self.names: OrderedDict[str, str] = OrderedDict()  # a message id -> a thread name
         self.session: aiohttp.ClientSession | None = None
@@ -123,7 +124,8 @@ class Discord(Platform):
     def connected(self) -> bool | None:
         if self.settings.mode != "gateway":
             return None
-        return self.client.ws is not None and self.client.ws.open and self.client.is_ready()
+        ws = self.client.ws
+        return ws is not None and ws.open
 
     async def close(self) -> None:
         await super().close()
@@ -319,45 +321,59 @@ class Discord(Platform):
 
     # --- outbound -----------------------------------------------------------------------
     async def send(self, out: Outgoing) -> str:
+        """A reply for the person who asked alone, on the interaction's token where it may
+        (where it was asked, while the token lives); anything else, by the bot, in its
+        thread or channel — a public reply to a command then clears the "thinking…"."""
         await self.ready()
         call = out.context.get("interaction")
-        if isinstance(call, dict) and (out.thread or out.conversation) == call.get("channel") \
-                and time.time() - float(call.get("at") or 0) < TOKEN_LIFE - 60:
-            return await self.answer_with(call, out)  # (where it was asked, while it may)
+        if not (isinstance(call, dict) and not out.progress and
+                (out.thread or out.conversation) == call.get("channel") and
+                time.time() - float(call.get("at") or 0) < TOKEN_LIFE - 60):
+            return await self.post(out)
+        first = self.answered.setdefault(call["token"], out.key) == out.key
+        if len(self.answered) > KEPT:
+            self.answered.popitem(last=False)
+        if out.private:
+            return await self.answer_privately(call, out, first)
+        sent = await self.post(out)
+        if first and call.get("kind") == "command":  # the "thinking…" said nothing
+            try:
+                await self.client.http.request(original(call, "DELETE"))
+            except discord.HTTPException as e:
+                log.info("discord: the deferred answer stays (%s)", e)
+        return sent
+
+    async def post(self, out: Outgoing) -> str:
+        """By the bot, in `out`'s thread (started if need be) or channel; split where over
+        2,000 characters, the files and buttons on the last part."""
         channel = await self.channel_for(out)
-        text = MARKDOWN.render(out.text, out.mention)
-        for chunk in chunks(text)[:-1]:  # (/help and the like: over one message's 2000)
+        *before, last = chunks(MARKDOWN.render(out.text, out.mention))
+        for part in before:
             await self.call(self.client.http.send_message(channel, params=await self.params(
-                out, chunk, files=False)))
+                out, part, files=False)))
         sent = await self.call(self.client.http.send_message(
-            channel, params=await self.params(out, chunks(text)[-1])))
+            channel, params=await self.params(out, last)))
         self.remember(str(sent["id"]), out.text)
         return str(sent["id"])
 
-    async def answer_with(self, call: dict[str, Any], out: Outgoing) -> str:
-        """A reply to a command or press, on its token: for the sender alone, the
-        "thinking…" replaced (or a follow-up); for everyone, a follow-up, the
-        "thinking…" then deleted."""
-        app, token = call["app"], call["token"]
-        first = self.answered.setdefault(token, out.key) == out.key
-        text = chunks(MARKDOWN.render(out.text, out.mention))[0]
-        if out.private and first and call.get("kind") == "command":
-            sent = await self.call(self.client.http.request(Route(
-                "PATCH", "/webhooks/{webhook_id}/{webhook_token}/messages/@original",
-                webhook_id=app, webhook_token=token), **form(await self.params(out, text))))
-            return str(sent["id"])
-        params = await self.params(out, text, flags=EPHEMERAL if out.private else 0)
-        sent = await self.call(self.client.http.request(Route(
-            "POST", "/webhooks/{webhook_id}/{webhook_token}", webhook_id=app,
-            webhook_token=token), params={"wait": "true"}, **form(params)))
-        if first and call.get("kind") == "command":  # the "thinking…" said nothing
-            try:
-                await self.client.http.request(Route(
-                    "DELETE", "/webhooks/{webhook_id}/{webhook_token}/messages/@original",
-                    webhook_id=app, webhook_token=token))
-            except discord.HTTPException as e:
-                log.info("discord: the deferred answer stays (%s)", e)
-        self.remember(str(sent["id"]), out.text)
+    async def answer_privately(self, call: dict[str, Any], out: Outgoing, first: bool) -> str:
+        """Seen by the person alone (ephemeral): a command's first reply replaces its
+        "thinking…"; the others, and a press's, are follow-ups."""
+        *parts, last = chunks(MARKDOWN.render(out.text, out.mention))
+        if first and call.get("kind") == "command":
+            head = parts.pop(0) if parts else None
+            if head is None:
+                sent = await self.call(self.client.http.request(
+                    original(call, "PATCH"), **form(await self.params(out, last))))
+                return str(sent["id"])
+            await self.call(self.client.http.request(original(call, "PATCH"),
+                                                     json=part_of(head, 0)))
+        for part in parts:
+            await self.call(self.client.http.request(followup(call), params={"wait": "true"},
+                                                     json=part_of(part, EPHEMERAL)))
+        sent = await self.call(self.client.http.request(followup(call), params={"wait": "true"},
+                                                        **form(await self.params(
+                                                            out, last, flags=EPHEMERAL))))
         return str(sent["id"])
 
     async def edit(self, message_id: str, out: Outgoing) -> None:
@@ -488,6 +504,23 @@ def refused(e: discord.HTTPException) -> DeliveryError:
     if e.status == 429:
         return DeliveryError(said, retry_after=float(e.response.headers.get("Retry-After") or 60))
     return DeliveryError(said, permanent=400 <= e.status < 500 and e.status != 408)
+
+
+def followup(call: dict[str, Any]) -> Route:
+    """A follow-up message on an interaction's token (Execute Webhook)."""
+    return Route("POST", "/webhooks/{webhook_id}/{webhook_token}", webhook_id=call["app"],
+                 webhook_token=call["token"])
+
+
+def original(call: dict[str, Any], method: str) -> Route:
+    """An interaction's first answer (the "thinking…" its deferral shows)."""
+    return Route(method, "/webhooks/{webhook_id}/{webhook_token}/messages/@original",
+                 webhook_id=call["app"], webhook_token=call["token"])
+
+
+def part_of(text: str, flags: int) -> dict[str, Any]:
+    """One part of a long answer: words only, pinging nobody."""
+    return {"content": text, "flags": flags, "allowed_mentions": {"parse": []}}
 
 
 def form(params: Any) -> dict[str, Any]:

@@ -4,8 +4,9 @@ its Chinese name and description (Discord shows each person their client's langu
 
 Every command takes what would follow it typed (`args`, its usage line as the hint);
 /gen takes the template from a list Discord fills as the person types (autocomplete,
-bot.chat.receive.Chat.suggest) and the sheet as an attachment; the others whose usage
-names a file (a mask, a workflow, a sheet) take one attachment too. What arrives is put
+bot.chat.receive.Chat.suggest), and the sheet and the pictures its rows name as
+attachments (/schedule too); the others whose usage names a file (a mask, a workflow)
+take one attachment. What arrives is put
 back together as the text the person would have typed, so the grammar, permissions and
 replies are the core's, the same as on every platform.
 """
@@ -22,6 +23,7 @@ STRING, ATTACHMENT = 3, 11  # Discord's option types
 NAME = re.compile(r"^[-_\w]{1,32}$")  # a command's or option's name (lowercase)
 ZH = ("zh-CN", "zh-TW")  # the Discord locales genbot's Chinese serves
 FILE_WORDS = ("FILE", ".png")  # a usage that names a file: the command takes an attachment
+PICTURES = 9  # a sheet's command takes this many pictures beside it (10 files, as a message)
 
 
 def slash_commands(registry: Registry) -> list[dict[str, Any]]:
@@ -34,9 +36,12 @@ def slash_command(spec: Spec) -> dict[str, Any]:
     if spec.name == "gen":
         options.append(option("template", STRING, "template", required=True,
                               autocomplete=True))
-    if any(word in spec.usage for word in FILE_WORDS):
-        options.append(option("sheet" if spec.name == "gen" else "file", ATTACHMENT,
-                              "slash_file"))
+    sheet = "TEMPLATE" in spec.usage and "FILE" in spec.usage  # /gen, /schedule
+    if sheet:  # the sheet and the pictures its rows name, as a message would carry them
+        options.append(option("sheet", ATTACHMENT, "sheet"))
+        options += [option(f"picture{i}", ATTACHMENT, "picture") for i in range(1, PICTURES + 1)]
+    elif any(word in spec.usage for word in FILE_WORDS):
+        options.append(option("file", ATTACHMENT, "file"))
     if spec.usage:
         options.append({"name": "args", "type": STRING,
                         "description": _short(spec.usage),
