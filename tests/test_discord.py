@@ -11,6 +11,7 @@ import pytest
 from tests.fakes.chat import ServiceWorld
 from tests.fakes.dingtalk import ASSETS, SHEET
 from tests.fakes.discord import PUBLIC_KEY, TOKEN, FakeDiscord, StoredMessage, signed
+from tests.fakes.hostile import FILE, HOSTILE, NO_HTML, UNUSED, hostile_sheet, read
 from tests.fakes.service import raw_post, tracebacks
 
 DEFERRED, DEFERRED_UPDATE, EPHEMERAL = 5, 6, 64
@@ -272,3 +273,65 @@ async def test_over_the_gateway_interactions_and_mentions_arrive_and_a_drop_resu
         await w.until(lambda: [r for r in fake.responses if r["interaction"] == again["id"]])
         health = await w.until(lambda: (h := w.platforms[0].health()).connected and h)
         assert (health.inbound, health.signed_in) == ("gateway", True)
+
+
+def six_rows(fake: FakeDiscord) -> dict:
+    rows = "\n".join(f"{n},Title {i}" for i, n in enumerate(["bottle.png", "chair.png"] * 3))
+    return {"template": "social_thumb",
+            "sheet": fake.attach("six.csv", f"image,title\n{rows}\n".encode()),
+            "picture1": fake.attach("bottle.png", (ASSETS / "bottle.png").read_bytes()),
+            "picture2": fake.attach("chair.png", (ASSETS / "chair.png").read_bytes())}
+
+
+async def test_a_429_storm_delivers_every_image_once_in_order(tmp_path, demo_models, fake,
+                                                              quick_retries):
+    """Most posts refused for a while — 429s discord.py waits out itself, then 503s the
+    outbox tries again — and still each image is in the thread once, in row order."""
+    async with DiscordWorld(discord_config(tmp_path, demo_models, fake), fake) as w:
+        await w.slash("gen", six_rows(fake))
+        (accepted,) = await w.until(lambda: w.public(w.channel))
+        await w.until(lambda: w.public(accepted.id))  # the thread, with its progress
+        fake.limit("/messages", times=12, retry_after=0.05)
+        fake.fail("/messages", status=503, times=4)
+        w.start_executor()
+        await w.finish(timeout=120)
+        await w.until(lambda: [m for m in w.public(accepted.id) if "results.xlsx" in
+                               m.filenames], timeout=60)
+        images = [shown(m.content) for m in w.public(accepted.id) if m.components and any(
+            a.is_image for a in m.attachments)]
+        assert images == [f"row {r} · Title {r - 2}" for r in range(2, 8)]
+        assert fake.throttled == 12 and all(f.times == 0 for f in fake.faults)
+
+
+async def test_names_and_cells_from_people_reach_discord_as_written_and_ping_nobody(
+        tmp_path, demo_models, fake):
+    """A file named to ping the channel with a phishing link, cells and a column name
+    like it, titles that end up in captions: a markdown reader shows each as written, and
+    no message notifies anyone but the submitter (the summary's mention of them)."""
+    async with DiscordWorld(discord_config(tmp_path, demo_models, fake), fake) as w:
+        bottle = (ASSETS / "bottle.png").read_bytes()
+        await w.slash("gen", {"template": "social_thumb",
+                              "sheet": fake.attach(FILE, hostile_sheet()),
+                              "picture1": fake.attach("bottle.png", bottle)})
+        (report,) = await w.until(lambda: w.private())
+        lines = report.splitlines()
+        assert lines[0] == f"{FILE}: 10 of 10 rows have problems; nothing was queued."
+        assert [re.search(r'"aspect": "(.*)" is not', line)[1] for line in lines[1:-1]] == HOSTILE
+        assert lines[-1] == f'columns not used by social_thumb: "{UNUSED}"'
+        titles = ["@everyone [click](https://evil.example)", "<@123456789012345678> *bold* #x"]
+        await w.slash("gen", {"template": "social_thumb", "sheet": fake.attach(
+            "titles.csv", hostile_sheet(titles, ["1:1", "1:1"])),
+            "picture1": fake.attach("bottle.png", bottle)})
+        (accepted,) = await w.until(lambda: w.public(w.channel))
+        w.start_executor()
+        await w.finish(timeout=120)
+        await w.until(lambda: [m for m in w.public(accepted.id) if "results.xlsx" in
+                               m.filenames])
+        captions = [m.content for m in w.public(accepted.id) if m.components and any(
+            a.is_image for a in m.attachments)]
+        assert [read(c, NO_HTML).replace("\u200b", "") for c in captions] == [
+            f"row {row} · {title}" for row, title in enumerate(titles, 2)]
+        said = [m for m in fake.messages if m.by_bot]
+        assert [m.pinged for m in said if m.pinged] == [[w.alice["id"]]]  # the summary
+        for m in said:  # every reply, caption and progress: text, no markup (Discord shows
+            read(m.content, NO_HTML)  # no HTML: a markdown reader that takes none)

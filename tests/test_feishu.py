@@ -338,3 +338,28 @@ async def test_one_outbox_message_is_posted_once_however_often_it_is_tried(tmp_p
         assert len([m for m in fake.in_chat(CHAT) if m["by"] == "bot"]) == 2
     finally:
         await platform.close()
+
+
+async def test_a_429_storm_delivers_every_image_once_in_order(tmp_path, demo_models, fake,
+                                                              quick_retries):
+    """As on Slack: most calls refused for a while (throttled, or a server error), and
+    still each image is in the thread once, in row order, each card posted once."""
+    async with FeishuWorld(feishu_config(tmp_path, demo_models, fake), fake) as w:
+        rows = "\n".join(f"{n},Title {i}" for i, n in enumerate(["bottle.png", "chair.png"] * 3))
+        await w.say(file=("six.csv", f"image,title\n{rows}\n".encode()))
+        for name in ("bottle.png", "chair.png"):
+            await w.say(file=(name, (ASSETS / name).read_bytes()))
+        command = await w.say(text="/gen social_thumb six.csv")
+        root = command["event"]["message"]["message_id"]
+        await w.until(lambda: len(fake.in_thread(root)) >= 2)  # acceptance and progress
+        fake.faults = ["500" if i % 4 == 0 else "429" for i in range(12)]
+        w.start_executor()
+        await w.finish(timeout=120)
+        await w.until(lambda: [m for m in fake.in_thread(root) if m["msg_type"] == "file"],
+                      timeout=60)
+        captions = [words(m["content"]) for m in fake.in_thread(root)
+                    if m["msg_type"] == "interactive"
+                    and any(e.get("tag") == "img" for e in m["content"]["body"]["elements"])
+                    and words(m["content"]).startswith("第")]
+        assert captions == [f"第 {r} 行 · Title {r - 2}" for r in range(2, 8)]
+        assert fake.faults == []  # every fault was met

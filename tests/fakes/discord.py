@@ -327,6 +327,29 @@ class StoredAttachment:
         return self.content_type.startswith("image/")
 
 
+MENTION = re.compile(r"<@!?(\d{17,20})>|<@&(\d{17,20})>|@(everyone|here)")
+
+
+def pings(content: str, allowed: Any) -> list[str]:
+    """Whom a message notifies, as Discord reads its content under `allowed_mentions`
+    (reference/channel.mdx, Allowed Mentions Object): without it, every mention it holds;
+    with it, the kinds in `parse` and the ids in `users` / `roles`. Users as their id,
+    roles as "&id", @everyone / @here as "everyone" / "here"."""
+    allowed = allowed if isinstance(allowed, dict) else {"parse": ["users", "roles", "everyone"]}
+    parse = set(allowed.get("parse") or [])
+    users = {str(u) for u in allowed.get("users") or []}  # (snowflakes: strings or numbers)
+    roles = {str(r) for r in allowed.get("roles") or []}
+    found = []
+    for user, role, everyone in MENTION.findall(content):
+        if user and ("users" in parse or user in users):
+            found.append(user)
+        elif role and ("roles" in parse or role in roles):
+            found.append(f"&{role}")
+        elif everyone and "everyone" in parse:
+            found.append(everyone)
+    return found
+
+
 @dataclass(eq=False)
 class StoredMessage:
     """A message in a channel, as the records keep it. `channel_id` is where it is: a thread's
@@ -354,6 +377,7 @@ class StoredMessage:
     edits: list[dict[str, Any]] = field(default_factory=list)
     deleted: bool = False
     thread_id: str | None = None  # the thread started from this message
+    pinged: list[str] = field(default_factory=list)  # whom posting it notified (`pings`)
 
     @property
     def by_bot(self) -> bool:
@@ -1333,6 +1357,8 @@ class FakeDiscord:
             content = payload["content"] if payload["content"] is not None else ""
             errors.length(("content",), content, 0, CONTENT_MAX)
             fields["content"] = content if isinstance(content, str) else ""
+            if existing is None:  # (an edit notifies nobody)
+                fields["pinged"] = pings(fields["content"], payload.get("allowed_mentions"))
         if "embeds" in payload:
             embeds = payload["embeds"] or []
             if not isinstance(embeds, list):
@@ -1525,8 +1551,8 @@ class FakeDiscord:
 
     def _cdn_path(self, att: StoredAttachment) -> str:
         if att.ephemeral or att.channel_id is None:
-            return f"ephemeral-attachments/{APP_ID}/{att.id}/{quote(att.filename)}"
-        return f"attachments/{att.channel_id}/{att.id}/{quote(att.filename)}"
+            return f"ephemeral-attachments/{APP_ID}/{att.id}/{quote(att.filename, safe='')}"
+        return f"attachments/{att.channel_id}/{att.id}/{quote(att.filename, safe='')}"
 
     def _hm(self, att: StoredAttachment, ex: int, is_: int) -> str:
         return hmac.new(self._secret, f"{att.id}/{att.filename}/{ex:x}/{is_:x}".encode(),

@@ -35,13 +35,14 @@ def hostile_sheet(titles: list[str] = HOSTILE, aspects: list[str] = HOSTILE) -> 
 
 
 READER = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+NO_HTML = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough"])  # Discord's kind
 
 
-def read(markdown: str) -> str:
+def read(markdown: str, reader: MarkdownIt = READER) -> str:
     """The text a markdown reader shows for `markdown`, its lines joined by \\n; fails if
     the reader made anything but paragraphs and line breaks of it (a link, an image, a
     heading, emphasis, a list, a quote, code, a table, HTML …)."""
-    html = READER.render(markdown).strip()
+    html = reader.render(markdown).strip()
     if not html:
         return ""
     assert html.startswith("<p>") and html.endswith("</p>"), html
