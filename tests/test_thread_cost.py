@@ -1,8 +1,8 @@
-"""What a batch costs a conversation besides its images, on Slack and on DingTalk, for
-2, 4 and 50 rows: the target is three — the acceptance, one progress message (edited in
-place, or its milestones where nothing can be edited), one summary with its files — and
-each image one message, its buttons included. The figures are printed (pytest -s) and
-kept in docs/chat.md."""
+"""What a batch costs a conversation besides its images, on Slack, DingTalk, Feishu and
+Discord, for 2, 4 and 50 rows: the target is three — the acceptance, one progress message
+(edited in place, or its milestones where nothing can be edited), one summary with its
+files — and each image one message, its buttons included. The figures are printed
+(pytest -s) and kept in docs/slack.md, dingtalk.md, feishu.md and discord.md."""
 
 from __future__ import annotations
 
@@ -48,6 +48,61 @@ async def slack_cost(tmp_path, demo_models, rows: int) -> int:
         await fake.stop()
 
 
+async def feishu_cost(tmp_path, demo_models, rows: int) -> int:
+    """Feishu: the acceptance, one progress card updated, the summary card, and the results
+    sheet it carries (a file message: Feishu's cards hold no files)."""
+    from tests.fakes.feishu import FakeFeishu
+    from tests.test_feishu import FeishuWorld, feishu_config
+    fake = await FakeFeishu().start()
+    try:
+        config = feishu_config(tmp_path / f"feishu{rows}", demo_models, fake)
+        async with FeishuWorld(config, fake) as w:
+            await w.say(file=(f"s{rows}.csv", sheet(rows)))
+            for name in ("bottle.png", "chair.png"):
+                await w.say(file=(name, (ASSETS / name).read_bytes()))
+            root = (await w.say(text=f"/gen social_thumb s{rows}.csv"))["event"]["message"][
+                "message_id"]
+            w.start_executor()
+            await w.finish(timeout=240)
+            await w.until(lambda: [m for m in fake.in_thread(root) if m["msg_type"] == "file"])
+            cards = [m for m in fake.in_thread(root) if m["msg_type"] == "interactive"]
+            images = [m for m in cards  # one card each: the image, its caption, its buttons
+                      if {"img", "column_set"} <= {e.get("tag") for e in m["content"]["body"][
+                          "elements"]}]
+            assert len(images) == rows
+            return len(cards) - len(images)
+    finally:
+        await fake.stop()
+
+
+async def discord_cost(tmp_path, demo_models, rows: int) -> int:
+    """Discord: the acceptance (for everyone, the thread started from it), one progress
+    message edited, the summary with its files attached."""
+    from tests.fakes.discord import FakeDiscord
+    from tests.test_discord import DiscordWorld, discord_config
+    fake = await FakeDiscord().start()
+    try:
+        with fake.patch_discord_py():
+            config = discord_config(tmp_path / f"discord{rows}", demo_models, fake)
+            async with DiscordWorld(config, fake) as w:
+                await w.slash("gen", {
+                    "template": "social_thumb", "sheet": fake.attach(f"s{rows}.csv", sheet(rows)),
+                    **{f"picture{i}": fake.attach(n, (ASSETS / n).read_bytes())
+                       for i, n in enumerate(("bottle.png", "chair.png"), 1)}})
+                (accepted,) = await w.until(lambda: w.public(w.channel))
+                w.start_executor()
+                await w.finish(timeout=240)
+                await w.until(lambda: [m for m in w.public(accepted.id)
+                                       if "results.xlsx" in m.filenames])
+                thread = w.public(accepted.id)
+                images = [m for m in thread if m.components and any(
+                    a.is_image for a in m.attachments)]
+                assert len(images) == rows
+                return 1 + len(thread) - len(images)
+    finally:
+        await fake.stop()
+
+
 MILESTONE = re.compile(r"^(?:Batch|批次) \d+[:：] ?(\d+)% —")
 
 
@@ -80,17 +135,21 @@ async def dingtalk_cost(tmp_path, demo_models, rows: int) -> tuple[int, list[int
 
 
 @pytest.mark.slow
-async def test_a_batch_costs_three_messages_on_slack_and_says_why_more_on_dingtalk(
+async def test_a_batch_costs_three_messages_and_says_why_more_on_dingtalk(
         tmp_path, demo_models, capsys):
     ding = [await dingtalk_cost(tmp_path, demo_models, n) for n in SIZES]
     costs = {"slack": [await slack_cost(tmp_path, demo_models, n) for n in SIZES],
-             "dingtalk": [cost for cost, _ in ding]}
+             "dingtalk": [cost for cost, _ in ding],
+             "feishu": [await feishu_cost(tmp_path, demo_models, n) for n in SIZES],
+             "discord": [await discord_cost(tmp_path, demo_models, n) for n in SIZES]}
     with capsys.disabled():
         print("\nmessages besides the images, per batch of", ", ".join(map(str, SIZES)),
               "rows")
         for platform, cost in costs.items():
             print(f"  {platform:9}", "  ".join(f"{n:>3}" for n in cost))
     assert costs["slack"] == [3, 3, 3]  # acceptance, progress (edited), summary with files
+    assert costs["discord"] == [3, 3, 3]  # the same: the thread starts from the acceptance
+    assert costs["feishu"] == [3, 3, 3]  # acceptance, one card updated, summary (+ its file)
     # DingTalk edits nothing without an interactive card and a file rides in no text
     # message: acceptance, "started", the summary showing its contact sheet and the
     # results file, always; between them the milestones the notifier saw passed. A batch
