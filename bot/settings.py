@@ -295,6 +295,11 @@ class FeishuConfig:
                                   "subscription (callback mode).", secret=True)
     domain: str = key("feishu", "feishu (open.feishu.cn), lark (open.larksuite.com), or a "
                       "base URL (a proxy, or a test server).")
+    identity: str = key("open_id", "Which of Feishu's ids a person is to genbot ([chat] roles, "
+                        "grants, whose batch): open_id (ou_…, this app's) or union_id (on_…, "
+                        "the same in every app of your developer account: keeps people's roles "
+                        "and batches when the team moves to another app).",
+                        choices=("open_id", "union_id"))
 
     @property
     def base(self) -> str:

@@ -363,3 +363,31 @@ async def test_a_429_storm_delivers_every_image_once_in_order(tmp_path, demo_mod
                     and words(m["content"]).startswith("第")]
         assert captions == [f"第 {r} 行 · Title {r - 2}" for r in range(2, 8)]
         assert fake.faults == []  # every fault was met
+
+
+async def test_people_can_be_known_by_union_id_and_are_still_mentioned_by_open_id(
+        tmp_path, demo_models, fake):
+    """[feishu] identity = "union_id": the batch is the person's union_id (roles and batches
+    survive a move to another app of the same developer), a role given to it counts, and
+    the summary @-mentions them by the open_id Feishu's card needs."""
+    config = feishu_config(tmp_path, demo_models, fake, identity="union_id",
+                           chat={"admins": ["feishu:on_alice_everywhere"]})
+    async with FeishuWorld(config, fake) as w:
+        rows = "image,title\nbottle.png,One\n"
+        await w.say(file=("one.csv", rows.encode()), union_id="on_alice_everywhere")
+        await w.say(file=("bottle.png", (ASSETS / "bottle.png").read_bytes()),
+                    union_id="on_alice_everywhere")
+        command = await w.say(text="/gen social_thumb one.csv", union_id="on_alice_everywhere")
+        root = command["event"]["message"]["message_id"]
+        await w.say(text="/pause", union_id="on_alice_everywhere")  # an admin, by union_id
+        await w.until(lambda: w.queue.paused())
+        await w.queue.resume(by="test")
+        w.start_executor()
+        await w.finish(timeout=120)
+        batch = await w.queue.batch(1)
+        assert batch is not None and batch.submitter == "feishu:on_alice_everywhere", (
+            batch, w.cards())
+        summary = await w.until(lambda: [m for m in fake.in_thread(root)
+                                         if "已完成，用时" in words(fake.shown(m))])
+        assert fake.shown(summary[0])["body"]["elements"][0]["content"].startswith(
+            f"<at id={ALICE}></at>")

@@ -10,8 +10,10 @@ Feishu's facts shape it (docs/feishu.md):
   Feishu wants an answer within 3 s and pushes an event again when it gets none: the work
   is handed to the core in the background, and an `event_id` seen lately is not handled
   twice (a signed request replayed is the same event).
-- A person is their `open_id` (the id this app sees; mentions use it); a chat is its
-  `chat_id`; a thread is its root message: replies go there with `reply_in_thread`.
+- A person is their `open_id` (the id this app sees), or their `union_id` ([feishu]
+  identity; the same in all of a developer's apps); mentions use the open_id the message
+  came with. A chat is its `chat_id`; a thread is its root message: replies go there with
+  `reply_in_thread`.
 - Text goes as a card: one `markdown` element (escaped: bot.chat.feishu.markup), so it can
   carry buttons and, for a batch's progress, be updated in place (PATCH, cards only). An
   image goes as a card too, uploaded first (im/v1/images), under its caption with its
@@ -162,7 +164,7 @@ class Feishu(Platform):
         message, sender = (event.message, event.sender) if event else (None, None)
         if message is None or sender is None or sender.sender_type != "user":
             return None
-        user = sender.sender_id.open_id if sender.sender_id else None
+        user, open_id = self.person(sender.sender_id)
         if not user or not message.chat_id or not message.message_id:
             return None
         try:
@@ -195,13 +197,21 @@ class Feishu(Platform):
             self.name, user, message.chat_id, text, message=message.message_id,
             thread=message.root_id or message.message_id, files=files,
             workspace=sender.tenant_key or None,
-            context={"chat_type": message.chat_type or ""})
+            context={"chat_type": message.chat_type or "", "open_ids": {user: open_id}})
+
+    def person(self, ids: Any) -> tuple[str | None, str | None]:
+        """Who an event's sender or operator is to genbot ([feishu] identity), and their
+        open_id (what a mention names)."""
+        open_id = getattr(ids, "open_id", None) or None
+        if self.settings.identity == "union_id":
+            return getattr(ids, "union_id", None) or None, open_id
+        return open_id, open_id
 
     def _pressed(self, data: P2CardActionTrigger) -> P2CardActionTriggerResponse:
         """A card button: its command, typed by whoever pressed it, in the card's thread."""
         event = data.event
         value = event.action.value if event and event.action else None
-        user = event.operator.open_id if event and event.operator else None
+        user, open_id = self.person(event.operator if event else None)
         chat = event.context.open_chat_id if event and event.context else None
         card = event.context.open_message_id if event and event.context else None
         command = value.get("command") if isinstance(value, dict) else None
@@ -212,7 +222,8 @@ class Feishu(Platform):
             thread = value.get("thread") if isinstance(value, dict) else None
             self.spawn(self.receive(Incoming(
                 self.name, user, chat, command, message=f"press:{event_id or card}",
-                thread=thread if isinstance(thread, str) else card)))
+                thread=thread if isinstance(thread, str) else card,
+                context={"open_ids": {user: open_id}})))
         return P2CardActionTriggerResponse({})
 
     async def download(self, handle: dict) -> bytes:
@@ -266,8 +277,10 @@ def card(out: Outgoing, image: str | None) -> dict[str, Any]:
     """A JSON 2.0 card: the text as markdown (escaped), the image, the buttons in a row.
     update_multi: every reader sees the update (JSON 2.0's default, said anyway)."""
     elements: list[dict[str, Any]] = []
-    if out.text or out.mention:
-        elements.append({"tag": "markdown", "content": CARD.render(out.text, out.mention)})
+    if out.text or out.mention:  # (a person known by union_id is mentioned by open_id)
+        mention = (out.context.get("open_ids") or {}).get(out.mention) or out.mention \
+            if out.mention else None
+        elements.append({"tag": "markdown", "content": CARD.render(out.text, mention)})
     if image is not None:
         elements.append({"tag": "img", "img_key": image,
                          "alt": {"tag": "plain_text", "content": out.file.name
