@@ -1,4 +1,4 @@
-"""How fast genbot acknowledges Slack and Feishu while the executor is busy generating.
+"""How fast genbot acknowledges Slack, Feishu and Discord while the executor is busy.
 Asserts nothing; record results in docs/benchmarks.md.
 
   python bench/ack_bench.py [--requests 100] [--rounds 3] [--rows 200] [--settle 1]
@@ -11,7 +11,10 @@ a click within 10 s of the last is the same ask), are posted one after another a
 the time to the HTTP answer is measured — what Slack holds to 3 s. Beside them, the same
 on Feishu's HTTP callback (the service has both): `/status 1` as a message event and a
 press of that Again as a card.action.trigger, each encrypted and signed as Feishu sends
-them (tests/fakes/feishu.py), timed to the answer Feishu holds to 3 s. Rounds alternate
+them (tests/fakes/feishu.py), timed to the answer Feishu holds to 3 s; and on Discord's
+interactions endpoint, `/status 1` as a slash command and a press of that Again, each
+signed with Ed25519 as Discord sends them (tests/fakes/discord.py), timed to the answer
+Discord holds to 3 s. Rounds alternate
 between an idle executor (queue paused, nothing running)
 and a busy one (product_main on the demo models), so drift on a noisy machine hits both
 alike. Prints p50/p99 of each and the busy/idle ratio. Target: p99 < 100 ms busy.
@@ -35,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from bot.service import Service  # noqa: E402
 from executor.models import demo  # noqa: E402
 from storage import config as cfg  # noqa: E402
+from tests.fakes import discord as fake_discord  # noqa: E402
 from tests.fakes import feishu  # noqa: E402
 from tests.fakes.slack import BOT, SECRET, TOKEN, FakeSlack, SlackClient  # noqa: E402
 
@@ -83,6 +87,24 @@ async def measure_feishu(session, url: str, fake: feishu.FakeFeishu, n: int,
     return out
 
 
+async def measure_discord(url: str, fake: fake_discord.FakeDiscord, where: dict, n: int,
+                          again: str | None = None) -> list[float]:
+    """`n` `/status 1` slash commands, or presses of the button whose custom_id is `again`,
+    each signed and timed to the service's answer."""
+    out = []
+    for _ in range(n):
+        payload = fake.command_interaction(
+            "status", {"args": "1"}, user=where["user"], guild_id=where["guild_id"],
+            channel=where["channel"], locale="en-US") if again is None else \
+            fake.button_interaction(again, where["message"], user=where["user"])
+        start = time.perf_counter()  # (the fake signs, posts and reads the answer)
+        answer = await fake.post_interaction(f"{url}/discord/interactions", payload)
+        out.append((time.perf_counter() - start) * 1000)
+        assert answer["status"] == 200, answer
+        await asyncio.sleep(0.01)
+    return out
+
+
 async def first_buttons(fake: FakeSlack, queue) -> dict:
     """The row of buttons under the batch's first finished image (the executor runs)."""
     await queue.resume(by="bench")
@@ -102,15 +124,24 @@ async def main(args) -> None:
     fake = await FakeSlack().start()
     lark = await feishu.FakeFeishu().start()
     lark.join("oc_bench")
+    cord = await fake_discord.FakeDiscord().start()
+    guild = cord.guild()
+    channel = cord.text_channel(guild)
+    boss = cord.user("boss")
+    cord.member(guild, boss)
+    where = {"user": boss, "guild_id": guild["id"], "channel": channel}
     (tmp / "config.toml").write_text(  # a file: the executor process reads it too
         f'[service]\ndata_dir = "{tmp / "data"}"\nport = 0\nlog_level = "warning"\n'
-        f'[queue]\npoll_interval = 0.1\n[chat]\nadmins = ["slack:BOSS", "feishu:ou_boss"]\n'
+        f'[queue]\npoll_interval = 0.1\n[chat]\nadmins = ["slack:BOSS", "feishu:ou_boss", '
+        f'"discord:{boss["id"]}"]\n'
         f'[slack]\nbot_token = "{TOKEN}"\nsigning_secret = "{SECRET}"\n'
         f'api_url = "{fake.api_url}"\n'
         f'[feishu]\napp_id = "{feishu.APP_ID}"\napp_secret = "{feishu.APP_SECRET}"\n'
         f'encrypt_key = "{feishu.ENCRYPT_KEY}"\n'
         f'verification_token = "{feishu.VERIFICATION_TOKEN}"\n'
-        f'domain = "{lark.base}"\nmode = "callback"\n')
+        f'domain = "{lark.base}"\nmode = "callback"\n'
+        f'[discord]\ntoken = "{fake_discord.TOKEN}"\nmode = "interactions"\n'
+        f'public_key = "{fake_discord.PUBLIC_KEY}"\napi_url = "{cord.base}"\n')
     config = cfg.load(str(tmp / "config.toml"))
     service = Service(config, executor=True)
     await service.start()
@@ -134,11 +165,16 @@ async def main(args) -> None:
             raise SystemExit(f"the sheet was not queued: {[m['text'] for m in fake.messages]}")
         buttons = await first_buttons(fake, queue)
         first = (await queue.batch_jobs(1))[0]
-        again = f"/again j{first.id}"  # what a Feishu image card's Again sends
+        again = f"/again j{first.id}"  # what a Feishu image card's Again sends (and Discord's)
+        where["message"] = cord.post_as(boss, channel, "an image's message")
         lark_idle: list[float] = []
         lark_busy: list[float] = []
         press_idle: list[float] = []
         press_busy: list[float] = []
+        cord_idle: list[float] = []
+        cord_busy: list[float] = []
+        click_idle: list[float] = []
+        click_busy: list[float] = []
         idle: list[float] = []
         busy: list[float] = []
         clicks_idle: list[float] = []
@@ -151,6 +187,8 @@ async def main(args) -> None:
             clicks_idle += await measure(slack, args.requests, buttons)
             lark_idle += await measure_feishu(session, url, lark, args.requests)
             press_idle += await measure_feishu(session, url, lark, args.requests, again)
+            cord_idle += await measure_discord(url, cord, where, args.requests)
+            click_idle += await measure_discord(url, cord, where, args.requests, again)
             await queue.resume(by="bench")
             while not (await queue.active_counts()).running:
                 progress = await queue.batch_progress(1)
@@ -164,6 +202,8 @@ async def main(args) -> None:
             clicks_busy += await measure(slack, args.requests, buttons)
             lark_busy += await measure_feishu(session, url, lark, args.requests)
             press_busy += await measure_feishu(session, url, lark, args.requests, again)
+            cord_busy += await measure_discord(url, cord, where, args.requests)
+            click_busy += await measure_discord(url, cord, where, args.requests, again)
         done = (await queue.batch_progress(1)).done
     finally:
         await session.close()
@@ -171,13 +211,16 @@ async def main(args) -> None:
         await service.stop()
         await fake.stop()
         await lark.stop()
+        await cord.stop()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}")
     print(f"{len(idle)} signed /genbot status per phase; {done} product_main jobs ran meanwhile")
     for name, values in (("idle executor", idle), ("busy executor", busy),
                          ("Again, idle", clicks_idle), ("Again, busy", clicks_busy),
                          ("Feishu, idle", lark_idle), ("Feishu, busy", lark_busy),
-                         ("press, idle", press_idle), ("press, busy", press_busy)):
+                         ("press, idle", press_idle), ("press, busy", press_busy),
+                         ("Discord, idle", cord_idle), ("Discord, busy", cord_busy),
+                         ("button, idle", click_idle), ("button, busy", click_busy)):
         print(f"{name:14}  p50 {statistics.median(values):6.1f} ms   "
               f"p99 {percentile(values, 99):6.1f} ms   max {max(values):6.1f} ms")
     print(f"busy/idle: p50 x{statistics.median(busy) / statistics.median(idle):.2f}, "
@@ -191,6 +234,10 @@ async def main(args) -> None:
     print(f"Feishu busy/idle: p50 x{lark_p50:.2f}, p99 x{lark_p99:.2f}; Feishu/Slack "
           f"busy p99 x{percentile(lark_busy, 99) / percentile(busy, 99):.2f}; press busy p99 "
           f"{percentile(press_busy, 99):.1f} ms (target: < 100 ms)")
+    cord_p99 = percentile(cord_busy, 99) / percentile(cord_idle, 99)
+    print(f"Discord busy/idle: p99 x{cord_p99:.2f}; Discord/Slack busy p99 "
+          f"x{percentile(cord_busy, 99) / percentile(busy, 99):.2f}; button busy p99 "
+          f"{percentile(click_busy, 99):.1f} ms (target: < 100 ms)")
 
 
 if __name__ == "__main__":
