@@ -335,3 +335,37 @@ async def test_names_and_cells_from_people_reach_discord_as_written_and_ping_nob
         assert [m.pinged for m in said if m.pinged] == [[w.alice["id"]]]  # the summary
         for m in said:  # every reply, caption and progress: text, no markup (Discord shows
             read(m.content, NO_HTML)  # no HTML: a markdown reader that takes none)
+
+
+async def test_a_button_that_asks_first_asks_and_an_unknown_long_one_says_so(
+        tmp_path, demo_models, fake):
+    """The progress message's Cancel asks (Discord has no confirm dialog: an answer only
+    the presser sees, with Yes under it); Yes cancels. A button whose command was too long
+    for a custom_id, pressed after a restart, says to type the command."""
+    async with DiscordWorld(discord_config(tmp_path, demo_models, fake), fake) as w:
+        await w.slash("gen", six_rows(fake))
+        (accepted,) = await w.until(lambda: w.public(w.channel))
+        progress = await w.until(lambda: next((m for m in w.public(accepted.id)
+                                               if m.components), None))
+        asked = await w.press(progress, "Cancel")
+        assert asked["json"]["type"] == 4 and asked["json"]["data"]["flags"] == EPHEMERAL
+        question = asked["json"]["data"]
+        assert shown(question["content"]).startswith("Cancel batch 1? Queued jobs end now")
+        (yes,) = [c for row in question["components"] for c in row["components"]]
+        assert yes["label"] == "Yes" and yes["custom_id"] == "/cancel 1"
+        assert not await _canceled(w)  # (asking cancels nothing)
+        w.platforms[0].long.clear()  # a restart since: the button's own label, asked
+        again = await w.press(progress, "Cancel", locale="zh-CN")
+        assert shown(again["json"]["data"]["content"]) == "Cancel batch：确定吗？"  # (its label)
+        said = fake.button_interaction(yes["custom_id"], progress, user=w.alice,
+                                       locale="en-US")
+        await fake.post_interaction(f"{w.url}/discord/interactions", said)
+        await w.until(lambda: _canceled(w))
+        gone = fake.button_interaction("#" + "0" * 40, progress, user=w.alice, locale="zh-CN")
+        answer = await fake.post_interaction(f"{w.url}/discord/interactions", gone)
+        assert "重启" in answer["json"]["data"]["content"]
+
+
+async def _canceled(w: DiscordWorld) -> bool:
+    progress = await w.queue.batch_progress(1)
+    return progress is not None and progress.counts.get("canceled", 0) == 6

@@ -244,13 +244,11 @@ class Discord(Platform):
                     "components": [{"type": 1, "components": [component(Button(
                         say("button_yes", self.lang(msg.lang)), custom[1:]))]}]}}
             msg = dataclasses.replace(msg, text=custom)
-        if msg.message and not self.once(msg.message):
-            return {"type": DEFERRED_UPDATE if kind == 3 else DEFERRED, "data": {
-                "flags": EPHEMERAL}}
-        if msg.thread:
-            self.threads.add(msg.thread)
-        assert self.chat is not None, "attach() comes before any interaction"
-        self.spawn(self.chat.receive(msg))
+        if not msg.message or self.once(msg.message):  # (a replay is answered, not run)
+            if msg.thread:
+                self.threads.add(msg.thread)
+            assert self.chat is not None, "attach() comes before any interaction"
+            self.spawn(self.chat.receive(msg))
         if kind == 3:
             return {"type": DEFERRED_UPDATE}
         return {"type": DEFERRED, "data": {"flags": EPHEMERAL}}
