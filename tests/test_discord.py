@@ -8,9 +8,14 @@ import re
 
 import pytest
 
-from tests.fakes.chat import ServiceWorld
 from tests.fakes.dingtalk import ASSETS, SHEET
-from tests.fakes.discord import PUBLIC_KEY, TOKEN, FakeDiscord, StoredMessage, signed
+from tests.fakes.discord import (
+    DiscordWorld,
+    FakeDiscord,
+    discord_config,
+    shown,
+    signed,
+)
 from tests.fakes.hostile import FILE, HOSTILE, NO_HTML, UNUSED, hostile_sheet, read
 from tests.fakes.service import raw_post, tracebacks
 
@@ -23,59 +28,6 @@ async def fake():
     with f.patch_discord_py():
         yield f
     await f.stop()
-
-
-def discord_config(tmp_path, demo_models, fake: FakeDiscord, *, chat=None, **discord):
-    from tests.conftest import executor_config
-    return executor_config(
-        tmp_path / "data", demo_models, service={"port": 0},
-        chat={"progress_every": 0.5, **(chat or {})},
-        discord={"token": TOKEN, "mode": "interactions", "public_key": PUBLIC_KEY,
-                 "api_url": fake.base, **discord})
-
-
-class DiscordWorld(ServiceWorld):
-    """The service, a server with a #general channel, and Alice and Bob in it."""
-
-    def __init__(self, config, fake: FakeDiscord):
-        super().__init__(config)
-        self.fake = fake
-        self.guild = fake.guild(locale="en-US")
-        self.channel = fake.text_channel(self.guild)
-        self.alice, self.bob = fake.user("alice"), fake.user("bob")
-        fake.member(self.guild, self.alice)
-        fake.member(self.guild, self.bob)
-
-    async def slash(self, name: str, options=None, *, user=None, locale="en-US",
-                    channel=None, member=None) -> dict:
-        """A person uses a slash command: the answer the service gave Discord."""
-        payload = self.fake.command_interaction(
-            name, options, user=user or self.alice, guild_id=self.guild["id"],
-            channel=channel or self.channel, locale=locale, member=member)
-        return await self.fake.post_interaction(f"{self.url}/discord/interactions", payload)
-
-    async def press(self, message: StoredMessage, label: str, user=None,
-                    locale="en-US") -> dict:
-        """A person presses the button labelled `label` (its words) under `message`."""
-        custom = next(c["custom_id"] for row in message.components for c in row["components"]
-                      if label in c.get("label", ""))
-        payload = self.fake.button_interaction(custom, message, user=user or self.alice,
-                                               locale=locale)
-        return await self.fake.post_interaction(f"{self.url}/discord/interactions", payload)
-
-    def public(self, channel) -> list[StoredMessage]:
-        return [m for m in self.fake.messages_in(channel, bot_only=True) if not m.ephemeral]
-
-    def private(self, channel=None) -> list[str]:
-        """What only the person who asked saw (ephemeral answers), as shown now."""
-        return [shown(m.content) for m in self.fake.messages_in(channel or self.channel,
-                                                                bot_only=True)
-                if m.ephemeral and not m.loading]
-
-
-def shown(content: str) -> str:
-    """A message's markdown as Discord shows it: escapes read back, no zero-width spaces."""
-    return re.sub(r"\\(.)", r"\1", content).replace("\u200b", "")
 
 
 def gen_options(fake: FakeDiscord) -> dict:

@@ -6,24 +6,24 @@ from __future__ import annotations
 
 import json
 
-import aiohttp
 import pytest
 
-from tests.fakes.chat import ServiceWorld
 from tests.fakes.dingtalk import ASSETS, SHEET
 from tests.fakes.feishu import (
+    ALICE,
     APP_ID,
     APP_SECRET,
-    ENCRYPT_KEY,
-    VERIFICATION_TOKEN,
+    CHAT,
     FakeFeishu,
+    FeishuWorld,
+    buttons,
     card_action_event,
+    feishu_config,
     signed,
     url_verification,
+    words,
 )
 from tests.fakes.service import raw_post, tracebacks
-
-ALICE, CHAT = "ou_alice", "oc_alice_dm"
 
 
 @pytest.fixture
@@ -31,75 +31,6 @@ async def fake():
     f = await FakeFeishu().start()
     yield f
     await f.stop()
-
-
-def feishu_config(tmp_path, demo_models, fake: FakeFeishu, *, chat=None, **feishu):
-    from tests.conftest import executor_config
-    return executor_config(
-        tmp_path / "data", demo_models, service={"port": 0},
-        chat={"progress_every": 0.5, "admins": ["feishu:ou_boss"], **(chat or {})},
-        feishu={"app_id": APP_ID, "app_secret": APP_SECRET, "encrypt_key": ENCRYPT_KEY,
-                "verification_token": VERIFICATION_TOKEN, "domain": fake.base,
-                "mode": "callback", **feishu})
-
-
-class FeishuWorld(ServiceWorld):
-    def __init__(self, config, fake: FakeFeishu):
-        super().__init__(config)
-        self.fake = fake
-
-    async def __aenter__(self) -> FeishuWorld:
-        await super().__aenter__()
-        self.session = aiohttp.ClientSession()
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.session.close()
-        await super().__aexit__(*exc)
-
-    async def post(self, body: dict, **signing) -> int:
-        raw, headers = signed(body, **signing)
-        async with self.session.post(f"{self.url}/feishu/events", data=raw,
-                                     headers=headers) as r:
-            return r.status
-
-    async def say(self, *, user: str = ALICE, chat: str = CHAT, **message) -> dict:
-        """A person writes to the bot: the event Feishu would post, encrypted and signed."""
-        body = self.fake.message_event(chat_id=chat, open_id=user, **message)
-        assert await self.post(body) == 200
-        return body
-
-    def cards(self, chat: str = CHAT) -> list[str]:
-        """The words of every card the bot sent in `chat`, as shown now."""
-        return [words(self.fake.shown(m)) for m in self.fake.in_chat(chat)
-                if m["by"] == "bot" and m["msg_type"] == "interactive"]
-
-    async def send_sheet_and_pictures(self, user: str = ALICE, chat: str = CHAT) -> None:
-        """One file per message, as Feishu delivers them."""
-        await self.say(user=user, chat=chat, file=("social_thumb.xlsx", SHEET))
-        for name in ("bottle.png", "chair.png"):
-            await self.say(user=user, chat=chat, file=(name, (ASSETS / name).read_bytes()))
-
-
-def words(card: dict) -> str:
-    """A card's markdown, the references its escaping wrote read back as characters."""
-    import html
-    out = []
-    for e in card.get("body", {}).get("elements", []):
-        if e.get("tag") == "markdown":
-            out.append(html.unescape(e["content"]).replace("\u2060", ""))
-    return "\n".join(out)
-
-
-def buttons(card: dict) -> dict[str, str]:
-    """A card's buttons: label -> the command it sends."""
-    found = {}
-    for e in card.get("body", {}).get("elements", []):
-        for column in e.get("columns", []):
-            for b in column.get("elements", []):
-                if b.get("tag") == "button":
-                    found[b["text"]["content"]] = b["behaviors"][0]["value"]["command"]
-    return found
 
 
 async def test_a_batch_in_a_one_to_one_chat_is_one_thread_with_one_card_updated(
@@ -377,8 +308,10 @@ async def test_people_can_be_known_by_union_id_and_are_still_mentioned_by_open_i
         await w.say(file=("one.csv", rows.encode()), union_id="on_alice_everywhere")
         await w.say(file=("bottle.png", (ASSETS / "bottle.png").read_bytes()),
                     union_id="on_alice_everywhere")
+        await w.until(lambda: len(w.cards()) >= 2)  # both files received
         command = await w.say(text="/gen social_thumb one.csv", union_id="on_alice_everywhere")
         root = command["event"]["message"]["message_id"]
+        await w.until(lambda: w.queue.batch(1))
         await w.say(text="/pause", union_id="on_alice_everywhere")  # an admin, by union_id
         await w.until(lambda: w.queue.paused())
         await w.queue.resume(by="test")

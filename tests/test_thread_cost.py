@@ -51,8 +51,7 @@ async def slack_cost(tmp_path, demo_models, rows: int) -> int:
 async def feishu_cost(tmp_path, demo_models, rows: int) -> int:
     """Feishu: the acceptance, one progress card updated, the summary card, and the results
     sheet it carries (a file message: Feishu's cards hold no files)."""
-    from tests.fakes.feishu import FakeFeishu
-    from tests.test_feishu import FeishuWorld, feishu_config
+    from tests.fakes.feishu import FakeFeishu, FeishuWorld, feishu_config
     fake = await FakeFeishu().start()
     try:
         config = feishu_config(tmp_path / f"feishu{rows}", demo_models, fake)
@@ -78,8 +77,7 @@ async def feishu_cost(tmp_path, demo_models, rows: int) -> int:
 async def discord_cost(tmp_path, demo_models, rows: int) -> int:
     """Discord: the acceptance (for everyone, the thread started from it), one progress
     message edited, the summary with its files attached."""
-    from tests.fakes.discord import FakeDiscord
-    from tests.test_discord import DiscordWorld, discord_config
+    from tests.fakes.discord import DiscordWorld, FakeDiscord, discord_config
     fake = await FakeDiscord().start()
     try:
         with fake.patch_discord_py():

@@ -57,6 +57,8 @@ from aiohttp import BodyPartReader, MultipartReader, WSMsgType, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from tests.fakes.chat import ServiceWorld
+
 # --- the app ---------------------------------------------------------------------------------
 APP_ID = "1290000000000000001"
 # Apps made since 2019 or so have a bot user whose id is the application's id *(unconfirmed as a
@@ -2551,3 +2553,57 @@ async def _until(condition: Callable[[], bool], timeout: float,
         if time.monotonic() > deadline:
             raise TimeoutError(why())
         await asyncio.sleep(0.01)
+
+
+# --- the service against this fake (tests of the adapter; the thread-cost suite) ----------
+def discord_config(tmp_path, demo_models, fake: FakeDiscord, *, chat=None, **discord):
+    from tests.conftest import executor_config
+    return executor_config(
+        tmp_path / "data", demo_models, service={"port": 0},
+        chat={"progress_every": 0.5, **(chat or {})},
+        discord={"token": TOKEN, "mode": "interactions", "public_key": PUBLIC_KEY,
+                 "api_url": fake.base, **discord})
+
+
+class DiscordWorld(ServiceWorld):
+    """The service, a server with a #general channel, and Alice and Bob in it."""
+
+    def __init__(self, config, fake: FakeDiscord):
+        super().__init__(config)
+        self.fake = fake
+        self.guild = fake.guild(locale="en-US")
+        self.channel = fake.text_channel(self.guild)
+        self.alice, self.bob = fake.user("alice"), fake.user("bob")
+        fake.member(self.guild, self.alice)
+        fake.member(self.guild, self.bob)
+
+    async def slash(self, name: str, options=None, *, user=None, locale="en-US",
+                    channel=None, member=None) -> dict:
+        """A person uses a slash command: the answer the service gave Discord."""
+        payload = self.fake.command_interaction(
+            name, options, user=user or self.alice, guild_id=self.guild["id"],
+            channel=channel or self.channel, locale=locale, member=member)
+        return await self.fake.post_interaction(f"{self.url}/discord/interactions", payload)
+
+    async def press(self, message: StoredMessage, label: str, user=None,
+                    locale="en-US") -> dict:
+        """A person presses the button labelled `label` (its words) under `message`."""
+        custom = next(c["custom_id"] for row in message.components for c in row["components"]
+                      if label in c.get("label", ""))
+        payload = self.fake.button_interaction(custom, message, user=user or self.alice,
+                                               locale=locale)
+        return await self.fake.post_interaction(f"{self.url}/discord/interactions", payload)
+
+    def public(self, channel) -> list[StoredMessage]:
+        return [m for m in self.fake.messages_in(channel, bot_only=True) if not m.ephemeral]
+
+    def private(self, channel=None) -> list[str]:
+        """What only the person who asked saw (ephemeral answers), as shown now."""
+        return [shown(m.content) for m in self.fake.messages_in(channel or self.channel,
+                                                                bot_only=True)
+                if m.ephemeral and not m.loading]
+
+
+def shown(content: str) -> str:
+    """A message's markdown as Discord shows it: escapes read back, no zero-width spaces."""
+    return re.sub(r"\\(.)", r"\1", content).replace("\u200b", "")

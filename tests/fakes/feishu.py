@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import aiohttp
 from aiohttp import BodyPartReader, WSCloseCode, WSMsgType, web
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -51,6 +52,9 @@ from lark_oapi.ws.const import (
 )
 from lark_oapi.ws.enum import FrameType, MessageType
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
+
+from tests.fakes.chat import ServiceWorld
+from tests.fakes.dingtalk import ASSETS, SHEET
 
 APP_ID = "cli_genbot_test"
 APP_SECRET = "feishu-test-secret"
@@ -1116,3 +1120,76 @@ def _image_ext(data: bytes) -> str:
             return (im.format or "png").lower().replace("jpeg", "jpg")
     except (UnidentifiedImageError, OSError):
         return "png"
+
+
+# --- the service against this fake (tests of the adapter; the thread-cost suite) ----------
+ALICE, CHAT = "ou_alice", "oc_alice_dm"
+
+
+def feishu_config(tmp_path, demo_models, fake: FakeFeishu, *, chat=None, **feishu):
+    from tests.conftest import executor_config
+    return executor_config(
+        tmp_path / "data", demo_models, service={"port": 0},
+        chat={"progress_every": 0.5, "admins": ["feishu:ou_boss"], **(chat or {})},
+        feishu={"app_id": APP_ID, "app_secret": APP_SECRET, "encrypt_key": ENCRYPT_KEY,
+                "verification_token": VERIFICATION_TOKEN, "domain": fake.base,
+                "mode": "callback", **feishu})
+
+
+class FeishuWorld(ServiceWorld):
+    def __init__(self, config, fake: FakeFeishu):
+        super().__init__(config)
+        self.fake = fake
+
+    async def __aenter__(self) -> FeishuWorld:
+        await super().__aenter__()
+        self.session = aiohttp.ClientSession()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.session.close()
+        await super().__aexit__(*exc)
+
+    async def post(self, body: dict, **signing) -> int:
+        raw, headers = signed(body, **signing)
+        async with self.session.post(f"{self.url}/feishu/events", data=raw,
+                                     headers=headers) as r:
+            return r.status
+
+    async def say(self, *, user: str = ALICE, chat: str = CHAT, **message) -> dict:
+        """A person writes to the bot: the event Feishu would post, encrypted and signed."""
+        body = self.fake.message_event(chat_id=chat, open_id=user, **message)
+        assert await self.post(body) == 200
+        return body
+
+    def cards(self, chat: str = CHAT) -> list[str]:
+        """The words of every card the bot sent in `chat`, as shown now."""
+        return [words(self.fake.shown(m)) for m in self.fake.in_chat(chat)
+                if m["by"] == "bot" and m["msg_type"] == "interactive"]
+
+    async def send_sheet_and_pictures(self, user: str = ALICE, chat: str = CHAT) -> None:
+        """One file per message, as Feishu delivers them."""
+        await self.say(user=user, chat=chat, file=("social_thumb.xlsx", SHEET))
+        for name in ("bottle.png", "chair.png"):
+            await self.say(user=user, chat=chat, file=(name, (ASSETS / name).read_bytes()))
+
+
+def words(card: dict) -> str:
+    """A card's markdown, the references its escaping wrote read back as characters."""
+    import html
+    out = []
+    for e in card.get("body", {}).get("elements", []):
+        if e.get("tag") == "markdown":
+            out.append(html.unescape(e["content"]).replace("\u2060", ""))
+    return "\n".join(out)
+
+
+def buttons(card: dict) -> dict[str, str]:
+    """A card's buttons: label -> the command it sends."""
+    found = {}
+    for e in card.get("body", {}).get("elements", []):
+        for column in e.get("columns", []):
+            for b in column.get("elements", []):
+                if b.get("tag") == "button":
+                    found[b["text"]["content"]] = b["behaviors"][0]["value"]["command"]
+    return found
