@@ -44,6 +44,7 @@ import discord
 from aiohttp import web
 from discord.http import Route
 
+from bot import i18n
 from bot.chat.commands import COMMANDS
 from bot.chat.discord.commands import focused, slash_commands
 from bot.chat.discord.inbound import TOKEN_LIFE, incoming, message_incoming, payload_of, verified
@@ -266,7 +267,9 @@ class Discord(Platform):
 
     @staticmethod
     def lang(locale: str | None) -> str:
-        return "zh" if (locale or "").startswith("zh") else "en"
+        """The catalog language for a Discord locale ("zh-CN" → zh), else English."""
+        found = i18n.languages().find(locale)
+        return found.code if found else "en"
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
         """Gateway mode: the same answer, sent to the interaction's callback."""
