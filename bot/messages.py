@@ -357,8 +357,8 @@ CATALOG: dict[str, str] = catalog(
     N_("slash_file", "the file the command takes (a mask, a workflow)"),
     N_("slash_sheet", "the sheet: one job per row"),
     N_("slash_picture", "a picture the sheet's rows name (by its file name)"),
-    N_("button_expired", "This button was made before genbot restarted and is no longer "
-                         "known: type its command instead."),
+    N_("button_expired", "genbot no longer keeps the message this button is under (it was "
+                         "cleared away with its batch): type its command instead."),
     N_("button_sure", "{label}: are you sure?"),
     N_("button_yes", "Yes"),
     N_("file_hint_feishu", "Send the file to me first — in our chat, or in this group's thread "

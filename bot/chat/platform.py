@@ -61,6 +61,12 @@ class Button:
     deny: str | None = None  # the answer that leaves things as they are
     id: str = "cancel_batch"  # what the platform calls it (Slack's action_id)
 
+    @classmethod
+    def of(cls, kept: dict[str, Any]) -> Button:
+        """A button as the outbox keeps it (a message's payload)."""
+        return cls(kept["label"], kept["command"], kept.get("confirm"), kept.get("deny"),
+                   kept.get("id", "cancel_batch"))
+
 
 @dataclass(frozen=True)
 class Field:
@@ -143,6 +149,12 @@ class Inbound(Protocol):
     def suggest(self, msg: Incoming, field: str, typed: str) -> list[tuple[str, str]]:
         """What `msg`'s sender may pick for a command's `field` ("template") as they type
         `typed`: (shown, value) pairs, best first (a platform's autocomplete)."""
+
+    async def buttons(self, platform: str, conversation: str,
+                      message: str) -> tuple[Button, ...]:
+        """The buttons under a message we posted, the platform's id for it `message`:
+        where a button cannot carry its whole command (Discord's 100 characters), a press
+        finds it here, after a restart too."""
 
 
 class Platform:

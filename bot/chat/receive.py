@@ -22,7 +22,7 @@ from bot.app.application import App
 from bot.app.permissions import Who
 from bot.chat.commands import COMMANDS
 from bot.chat.grammar import only_mentions
-from bot.chat.platform import Incoming, Platform
+from bot.chat.platform import Button, Incoming, Platform
 from bot.chat.turn import Reply, Turn
 from bot.chat.uploads import quoted
 from bot.conventions import reply_key
@@ -108,6 +108,13 @@ class Chat:
             if typed in name.lower() or typed in (t.description or "").lower())
         return [(f"{name} — {self.app.templates[name].description}".rstrip(" —")[:100], name)
                 for _, name in found[:SUGGESTED]]
+
+    async def buttons(self, platform: str, conversation: str,
+                      message: str) -> tuple[Button, ...]:
+        """The buttons under a message we posted, as the outbox keeps them."""
+        key = await self.outbox.key_of(platform, conversation, message)
+        posted = await self.outbox.get(key) if key else None
+        return tuple(Button.of(b) for b in posted.payload.get("buttons") or ()) if posted else ()
 
     def acknowledge(self, turn: Turn, uploads: list[Upload]) -> None:
         """Files with no command: say what came and how to use it."""

@@ -158,9 +158,7 @@ class Sender:
                          for f in p.get("paths") or ()]),
             image=m.kind == "image",
             mention=mention.split(":", 1)[1] if mention and ":" in mention else mention,
-            buttons=tuple(Button(b["label"], b["command"], b.get("confirm"), b.get("deny"),
-                                 b.get("id", "cancel_batch"))
-                          for b in p.get("buttons", ()))
+            buttons=tuple(Button.of(b) for b in p.get("buttons", ()))
             if self.platform.has_buttons or self.platform.inline_buttons else (),
             context=p.get("context") or {}, progress=m.kind == "progress",
             private=bool(p.get("private")), key=m.key)

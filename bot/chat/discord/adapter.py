@@ -54,6 +54,7 @@ from bot.chat.platform import (
     DeliveryError,
     DownloadError,
     Inbound,
+    Incoming,
     Outgoing,
     Platform,
     body_of,
@@ -72,7 +73,7 @@ CUSTOM_ID_MAX = 100
 EPHEMERAL = 64  # the message flag: seen by the interaction's sender alone
 PONG, MESSAGE, DEFERRED, DEFERRED_UPDATE, CHOICES = 1, 4, 5, 6, 8  # interaction responses
 THREAD_MADE, NOT_HERE, NO_MESSAGE = 160004, 50024, 10008  # Discord's error codes
-KEPT = 5000  # long button commands and thread names remembered
+KEPT = 5000  # interaction tokens answered and thread names remembered
 
 
 class Discord(Platform):
@@ -100,7 +101,6 @@ class Discord(Platform):
         self.threads: set[str] = set()  # thread ids known to exist
         self.flat: set[str] = set()  # channels where no thread can be started (DMs)
         self.answered: OrderedDict[str, str] = OrderedDict()  # a token -> the key answering
-        self.long: OrderedDict[str, Button] = OrderedDict()  # a custom_id -> its button
         self.names: OrderedDict[str, str] = OrderedDict()  # a message id -> a thread name
         self.session: aiohttp.ClientSession | None = None
 
@@ -210,12 +210,12 @@ class Discord(Platform):
             payload = None
         if not isinstance(payload, dict):
             return refuse(400, "not a JSON object")
-        answer = self.answer(payload)
+        answer = await self.answer(payload)
         if answer is None:
             return refuse(400, "not an interaction genbot reads")
         return web.json_response(answer)
 
-    def answer(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+    async def answer(self, payload: dict[str, Any]) -> dict[str, Any] | None:
         """The first answer to an interaction (due within 3 s), its work handed on."""
         kind = payload.get("type")
         if kind == 1:
@@ -232,16 +232,17 @@ class Discord(Platform):
             return None
         if kind == 3:
             custom = msg.text
-            if custom.startswith("#"):  # a command too long for a custom_id: kept here
-                button = self.long.get(custom)
+            button = await self.posted(msg, payload, custom) if custom.startswith(
+                ("#", "?")) else None
+            if custom.startswith("#"):  # a command too long for a custom_id
                 if button is None:
                     return {"type": MESSAGE, "data": {"flags": EPHEMERAL, "content": say(
                         "button_expired", self.lang(msg.lang))}}
-                custom = button.command
+                custom = f"?{button.command}" if button.confirm else button.command
             if custom.startswith("?"):  # asks first: the same command, without asking
                 return {"type": MESSAGE, "data": {
                     "flags": EPHEMERAL, "content": MARKDOWN.render(self.question(
-                        custom, payload, msg.lang)),
+                        custom, button, payload, msg.lang)),
                     "components": [{"type": 1, "components": [component(Button(
                         say("button_yes", self.lang(msg.lang)), custom[1:]))]}]}}
             msg = dataclasses.replace(msg, text=custom)
@@ -254,12 +255,24 @@ class Discord(Platform):
             return {"type": DEFERRED_UPDATE}
         return {"type": DEFERRED, "data": {"flags": EPHEMERAL}}
 
-    def question(self, custom: str, payload: dict[str, Any], locale: str | None) -> str:
-        """A button that asks first: its question (kept since it was posted), else the
-        button's own label, asked."""
-        kept = self.long.get(custom)
-        if kept is not None and kept.confirm:
-            return kept.confirm
+    async def posted(self, msg: Incoming, payload: dict[str, Any],
+                      custom: str) -> Button | None:
+        """The button pressed, as the outbox keeps the message it is under (the service
+        that posted it may since have restarted, or be another)."""
+        message = (payload.get("message") or {}).get("id")
+        if not message or self.chat is None:
+            return None
+        for b in await self.chat.buttons(self.name, msg.conversation, str(message)):
+            if self.custom_id(b) == custom:
+                return b
+        return None
+
+    def question(self, custom: str, button: Button | None, payload: dict[str, Any],
+                 locale: str | None) -> str:
+        """A button that asks first: its question (as it was posted), else the button's
+        own label, asked."""
+        if button is not None and button.confirm:
+            return button.confirm
         label = next((c.get("label") for row in (payload.get("message") or {}).get(
             "components") or [] for c in row.get("components") or []
             if c.get("custom_id") == custom), None)
@@ -274,7 +287,7 @@ class Discord(Platform):
     async def on_interaction(self, interaction: discord.Interaction) -> None:
         """Gateway mode: the same answer, sent to the interaction's callback."""
         payload = payload_of(interaction)
-        answer = self.answer(payload)
+        answer = await self.answer(payload)
         if answer is None:
             return
         try:
@@ -440,23 +453,14 @@ class Discord(Platform):
             made.add_item(discord.ui.Button(**component_args(b, self.custom_id(b))))
         return made
 
-    def custom_id(self, b: Button) -> str:
-        """The command itself where it fits (a press is then understood after a restart),
-        "?" before it where the button asks first; a longer one by its digest, kept."""
+    @staticmethod
+    def custom_id(b: Button) -> str:
+        """The command itself where it fits, "?" before it where the button asks first;
+        a longer one by its digest, found again from the outbox when pressed."""
         custom = f"?{b.command}" if b.confirm else b.command
         if len(custom) <= CUSTOM_ID_MAX:
-            if b.confirm:
-                self.keep(custom, b)
             return custom
-        digest = "#" + hashlib.sha256(custom.encode()).hexdigest()[:40]
-        self.keep(digest, Button(b.label, custom, b.confirm, b.deny, b.id))
-        return digest
-
-    def keep(self, custom: str, b: Button) -> None:
-        self.long[custom] = b
-        self.long.move_to_end(custom)
-        if len(self.long) > KEPT:
-            self.long.popitem(last=False)
+        return "#" + hashlib.sha256(custom.encode()).hexdigest()[:40]
 
     def remember(self, message_id: str, text: str) -> None:
         """A message's first line: the name of a thread started from it."""
