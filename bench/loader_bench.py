@@ -14,9 +14,17 @@ side by side in one process:
 
 Each time is the load and one forward pass (safetensors loads are memory maps: the pass
 reads every weight, and dequantizes a GGUF's). Ratios over the baseline are printed;
-record them in docs/benchmarks.md. --smoke: the
+record them in docs/benchmarks.md.
+
+Then what an executor pays before it can load any model: a fresh process importing the
+engine and diffusers' pipelines, with every installed quantization library (bitsandbytes,
+torchao: diffusers and transformers import them all) against leaving those no model uses
+(executor.diffusers.quantizers, as `genbot worker` does), alternated, --repeat each.
+
+--smoke: the
 demo's toy width, no diffusers single-file side (its converter cannot read that width),
-to prove the script runs (the test suite); figures mean nothing.
+and start-up processes that import nothing, to prove the script runs (the test suite);
+figures mean nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import argparse
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +67,29 @@ def timed(load, repeat: int) -> float:
         loaded_and_run()
         times.append(time.perf_counter() - began)
     return statistics.median(times)
+
+
+START = """
+import importlib, sys, time
+began = time.perf_counter()
+from executor.diffusers import quantizers
+if sys.argv[1] == "leave":
+    quantizers.leave_unused([None])
+for name in sys.argv[2:]:
+    importlib.import_module(name)
+print(time.perf_counter() - began)
+"""
+# What an executor imports before it loads a model: the engine, diffusers' pipelines.
+ENGINE = ["executor.diffusers.engine", "diffusers.pipelines.flux.pipeline_flux",
+          "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion"]
+
+
+def start_seconds(leave: bool, modules: list[str]) -> float:
+    """Seconds a fresh process takes to import `modules`, leaving the unused quantization
+    libraries or not."""
+    done = subprocess.run([sys.executable, "-c", START, "leave" if leave else "all", *modules],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+    return float(done.stdout.split()[-1])
 
 
 def main() -> None:
@@ -123,6 +155,13 @@ def main() -> None:
         print(f"genbot / diffusers, single file: "
               f"{seconds['genbot single file'] / seconds['diffusers from_single_file']:.2f}  "
               f"GGUF: {seconds['genbot GGUF'] / seconds['diffusers from_single_file GGUF']:.2f}")
+    starts: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(repeat):
+        for leave in (False, True):
+            starts[leave].append(start_seconds(leave, [] if args.smoke else ENGINE))
+    every, left = statistics.median(starts[False]), statistics.median(starts[True])
+    print(f"executor start (imports): every quantization library {every:.1f} s, unused ones "
+          f"left {left:.1f} s  ratio {left / every:.2f}")
 
 
 if __name__ == "__main__":

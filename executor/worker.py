@@ -19,6 +19,7 @@ import signal
 import sys
 import warnings
 
+from executor.diffusers import quantizers
 from executor.engine import Engine
 from executor.loop import EXIT_RECYCLE, Loop
 from executor.settings import ExecutorConfig, add_lifetime_options
@@ -26,6 +27,7 @@ from storage import config as cfg
 from storage.config import DatabaseConfig, ServiceConfig
 from storage.logs import setup_logging
 from storage.queue import Queue, open_queue
+from templates.settings import models
 
 __all__ = ["EXIT_RECYCLE", "executor_loop", "main", "make_engine", "quiet_libraries", "serve"]
 
@@ -120,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = cfg.load(args.config, env)
         setup_logging(config[ServiceConfig].log_level, config[ServiceConfig].log_format)
+        if not args.comfyui:  # (this process is the executor: nothing imported diffusers yet)
+            left = quantizers.leave_unused(e.quantize for e in models(config).values())
+            if left:
+                log.info("not loading %s: no model is quantized with them", ", ".join(left))
         return asyncio.run(serve(config, comfyui=args.comfyui))
     except cfg.ConfigError as e:
         print(f"genbot: {e}", file=sys.stderr)

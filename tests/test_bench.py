@@ -37,7 +37,7 @@ SMOKE = {  # script, its smallest run, a line its summary prints
     # past the lease and a statement's patience; "yes" only with clean exits, no traceback
     # in any log and no job stranded
     "outage_bench.py": (["--quick"], "every job succeeded exactly once: yes"),
-    "loader_bench.py": (["--smoke"], "load genbot GGUF:"),
+    "loader_bench.py": (["--smoke"], "executor start (imports):"),
     "keep_bench.py": (["--smoke"], "keep cost: per megapixel"),
     "deliver_bench.py": (["--smoke"], "deliver cost: make/bare"),
     "fill_bench.py": (["--smoke", "--steps", "2"], "fill cost: ratios above"),

@@ -314,6 +314,8 @@ async def test_run_and_chat_hand_their_jobs_to_a_running_services_executor(home)
                     assert service.returncode is None, (home / "serve.log").read_text()
                     await asyncio.sleep(0.2)
             (services,) = await executor_ids(config_file)
+            assert ("not loading bitsandbytes, torchao: no model is quantized with them"
+                    in (home / "serve.log").read_text())  # (its start: seconds sooner)
             served = (f"An executor already runs on this database ({services}): the jobs go "
                       "to it, and this command starts none (--own-executor starts one).")
             (home / "assets").mkdir()
