@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -25,8 +26,8 @@ from storage.queue import Queue
 # Some machines (this project's CI among them) set PYTHONDONTWRITEBYTECODE. The suite starts
 # hundreds of Python processes (services, executors, CLIs, bench smokes); without cached
 # bytecode each compiles every module it imports, torch's included, again. The install
-# compiles nothing (README's command: --no-compile); the first process to import a module
-# caches it for every later one.
+# compiles nothing (README's command: --no-compile): the libraries are compiled as the
+# whole suite starts (compile_libraries), genbot's own modules as they are first imported.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
@@ -361,11 +362,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+# The libraries' modules are byte-compiled once, on every core, before the test processes
+# start (the install compiles nothing: README's --no-compile). Otherwise the three workers
+# compile the same modules side by side as they collect (lark-oapi alone is 10,700
+# files), and that cost the suite's first clean run about 90 s of its 2 cores. Skipped:
+# what no test imports (the model families transformers has beyond those genbot loads).
+UNIMPORTED = re.compile(r"/site-packages/(pip|setuptools|mypy|mypyc|cfnlint|transformers/"
+                        r"models/(?!(auto|clip|clipseg|t5|qwen2|qwen2_vl|qwen2_5_vl|qwen3|"
+                        r"mistral|mistral3|pixtral|siglip|llama)/)[^/]+)/")
+
+
+def compile_libraries() -> None:
+    """Byte-compile the installed libraries, once per set of installed distributions."""
+    import compileall
+    import hashlib
+    import sysconfig
+    libraries = Path(sysconfig.get_paths()["purelib"])
+    installed = hashlib.sha256(" ".join(sorted(
+        p.name for p in libraries.glob("*.dist-info"))).encode()).hexdigest()
+    stamp = libraries / ".genbot-compiled"
+    if stamp.exists() and stamp.read_text() == installed:
+        return
+    compileall.compile_dir(libraries, quiet=2, workers=0, rx=UNIMPORTED)
+    stamp.write_text(installed)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS
     if whole and getattr(config.option, "numprocesses", None) and \
             not hasattr(config, "workerinput"):
+        compile_libraries()  # (before pytest-xdist starts its workers: its hook runs last)
         root = config._tmp_path_factory.getbasetemp()
         config._demo_build = subprocess.Popen(
             [sys.executable, "-c", BUILD_DEMOS, str(root)], env=python_env(),

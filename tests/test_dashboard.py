@@ -11,6 +11,7 @@ import time
 
 import aiohttp
 import pytest
+import pytest_asyncio
 from PIL import Image
 
 from storage.queue import NewJob, Submission
@@ -25,7 +26,9 @@ ADMIN, ALICE, VIEWER = "admin-token-0000001", "alice-token-000001", "viewer-toke
 BOTTLE = (ROOT / "examples" / "assets" / "bottle.png").read_bytes()
 LOAD_BOUND = 20.0  # seconds: a hang detector on a noisy 2-core machine, not a benchmark
 
-pytestmark = pytest.mark.slow
+# One Chromium per test process for the whole module (its launch and playwright's driver
+# cost seconds of CPU each time): the tests share the module's event loop with it.
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 
 def dashboard_config(tmp_path, demo_models, webhooks: list[dict] | None = None, **queue):
@@ -71,10 +74,21 @@ class DashWorld(ServiceWorld):
         assert not self.page_errors
 
 
-@pytest.fixture
-async def browser():
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def chromium():
     async with launched() as b:
         yield b
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def browser(chromium):
+    """The module's Chromium; what a test opens in it (contexts, their pages) is closed
+    after the test, so no page of a test's service outlives it."""
+    before = set(chromium.contexts)
+    yield chromium
+    for context in chromium.contexts:
+        if context not in before:
+            await context.close()
 
 
 async def signed_in(browser, world, token: str, hash_: str = ""):
