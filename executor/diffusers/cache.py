@@ -103,6 +103,7 @@ class ModelCache:
         self.pipes: dict[tuple, Any] = {}
         self.stats: Counter = Counter()
         self.changed = True  # models loaded or dropped since the last look (worker hygiene)
+        self.dropped = False  # and of those, a model or a LoRA dropped
         self.on_load: Callable[[str | None], None] | None = None  # a model starts/ends loading
         # model -> how it waits in CPU RAM while it runs (the engine's memory plan): "model"
         # or "sequential" pipelines are offloaded by diffusers' hooks and stay so.
@@ -281,7 +282,7 @@ class ModelCache:
         self.units.pop(name)
         self.pipes = {k: p for k, p in self.pipes.items() if name not in k}
         self.stats["evictions"] += 1
-        self.changed = True
+        self.changed = self.dropped = True
 
     # --- what generation asks for ------------------------------------------------------
     def pipeline(self, model: str, mode: str, controlnet: str | None = None) -> Any:
@@ -392,6 +393,7 @@ class ModelCache:
             if len(unit.adapters) >= MAX_ADAPTERS:
                 old, _ = unit.adapters.popitem(last=False)
                 base.delete_adapters(old)
+                self.dropped = True
             base.load_lora_weights(str(info.path.parent), weight_name=info.path.name,
                                    adapter_name=name, local_files_only=True)
             unit.adapters[name] = None

@@ -53,15 +53,19 @@ def in_use(device: str) -> int:
     return (resident - shared) * os.sysconf("SC_PAGE_SIZE")
 
 
-def release(device: str, *, refreeze: bool = False) -> None:
+def release(device: str, *, refreeze: bool = False, dropped: bool = True) -> None:
     """Give freed memory back: after every job, and after an out-of-memory error.
 
     A full collection walks every object: with diffusers and transformers loaded that is
     about 0.25 s on a slow CPU, a tax on every job. So the long-lived objects (modules,
     loaded models) are frozen out of the collector's view after each change of the model
-    cache (`refreeze`), and the per-job collection only walks what the job created."""
+    cache (`refreeze`), and the per-job collection only walks what the job created. Only
+    a change that `dropped` something (a model, a LoRA) needs the frozen objects walked
+    again — what it dropped was frozen, and its reference cycles are freed by nothing
+    else; a model only added is frozen in with the rest."""
     if refreeze:
-        gc.unfreeze()
+        if dropped:
+            gc.unfreeze()
         gc.collect()
         gc.freeze()
     else:

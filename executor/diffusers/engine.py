@@ -187,8 +187,8 @@ class DiffusersEngine:
     async def after(self, runs: list[Run], taken: int) -> bool:
         """Memory hygiene after every group: collect, empty the CUDA cache, watch drift."""
         from executor.diffusers import devices
-        devices.release(self.device, refreeze=self.cache.changed)
-        self.cache.changed = False
+        devices.release(self.device, refreeze=self.cache.changed, dropped=self.cache.dropped)
+        self.cache.changed = self.cache.dropped = False
         in_use = devices.in_use(self.device)
         used = in_use - self.cache.resident_bytes()
         self.memory = (in_use, devices.total_memory(self.device))
