@@ -399,16 +399,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             stdout=subprocess.DEVNULL)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """What collection left (every library and test module, torch's included) is moved out
-    of the cyclic collector's view: each full collection of a test process walked all of
-    it again (gen-2 collections: 4.0 s → 2.5 s over test_queue, test_api, test_intake and
-    test_chat). It lives for the whole run anyway."""
-    import gc
-    gc.collect()
-    gc.freeze()
-
-
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if (build := getattr(session.config, "_demo_build", None)) is not None:
         build.terminate()  # (done by now, unless the run was cut short)
